@@ -1,0 +1,25 @@
+"""The Celery app. Task defaults suit an audit-grade system: late acks, requeue on worker
+loss, bounded retries with backoff, explicit task names (see settings.CELERY_*)."""
+
+import os
+
+from celery import Celery, Task
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+
+
+class AuditGradeTask(Task):
+    """Default base: retried on transient errors, with exponential backoff, at most 5 times."""
+
+    autoretry_for = (ConnectionError, TimeoutError, OSError)
+    retry_backoff = 2
+    retry_backoff_max = 300
+    retry_jitter = True
+    max_retries = 5
+    acks_late = True
+    reject_on_worker_lost = True
+
+
+app = Celery("console", task_cls=AuditGradeTask)
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()

@@ -1,0 +1,57 @@
+"""Append-only audit and access logs (trigger refuses UPDATE, DELETE, TRUNCATE) and the four
+standard roles. Roles created later start with no capabilities."""
+
+from django.db import migrations
+
+TABLES = ["console_auditrecord", "console_accesslogentry"]
+
+FUNCTION = """
+CREATE OR REPLACE FUNCTION console_append_only() RETURNS trigger AS $$
+BEGIN
+    -- Only a database configured for tests (ALTER DATABASE ... SET console.allow_truncate)
+    -- may be emptied between test cases; UPDATE and DELETE are refused everywhere.
+    IF TG_OP = 'TRUNCATE' AND current_setting('console.allow_truncate', true) = 'on' THEN
+        RETURN NULL;
+    END IF;
+    RAISE EXCEPTION '% is append-only: % refused', TG_TABLE_NAME, TG_OP
+        USING ERRCODE = 'insufficient_privilege';
+END;
+$$ LANGUAGE plpgsql;
+"""
+
+
+def _triggers(table: str) -> str:
+    return f"""
+CREATE TRIGGER {table}_append_only BEFORE UPDATE OR DELETE ON {table}
+    FOR EACH ROW EXECUTE FUNCTION console_append_only();
+CREATE TRIGGER {table}_no_truncate BEFORE TRUNCATE ON {table}
+    FOR EACH STATEMENT EXECUTE FUNCTION console_append_only();
+"""
+
+
+SQL = FUNCTION + "".join(_triggers(t) for t in TABLES)
+REVERSE = (
+    "".join(
+        f"DROP TRIGGER IF EXISTS {t}_append_only ON {t}; DROP TRIGGER IF EXISTS {t}_no_truncate ON {t};"
+        for t in TABLES
+    )
+    + "DROP FUNCTION IF EXISTS console_append_only();"
+)
+
+
+def create_standard_roles(apps, schema_editor):
+    from console.services import standard_roles_ensure
+
+    standard_roles_ensure(role_model=apps.get_model("console", "Role"))
+
+
+def remove_standard_roles(apps, schema_editor):
+    apps.get_model("console", "Role").objects.filter(is_standard=True).delete()
+
+
+class Migration(migrations.Migration):
+    dependencies = [("console", "0001_initial")]
+    operations = [
+        migrations.RunSQL(SQL, REVERSE),
+        migrations.RunPython(create_standard_roles, remove_standard_roles),
+    ]

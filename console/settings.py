@@ -1,0 +1,254 @@
+"""Settings for the Context Console, read from the environment (12-factor).
+
+CONSOLE_ENV selects the mode: "development" (default) or "production". Development has
+defaults and embedded engines; production refuses to start without the values it needs.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+CONSOLE_ENV = os.environ.get("CONSOLE_ENV", "development").strip().lower()
+if CONSOLE_ENV not in {"development", "production"}:
+    raise ImproperlyConfigured(
+        f"CONSOLE_ENV must be 'development' or 'production', not {CONSOLE_ENV!r}"
+    )
+PRODUCTION = CONSOLE_ENV == "production"
+
+
+def env(name: str, default: str | None = None) -> str | None:
+    """An environment value; in production a missing required one stops the start."""
+    value = os.environ.get(name, "").strip()
+    if value:
+        return value
+    if PRODUCTION and default is None:
+        raise ImproperlyConfigured(f"{name} is required in production (CONSOLE_ENV=production)")
+    return default
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name, "").strip().lower()
+    if not value:
+        return default
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
+
+
+# --- core -------------------------------------------------------------------------------
+# The development key is only ever used outside production (env() refuses it there).
+SECRET_KEY = env("SECRET_KEY", None if PRODUCTION else "dev-only-insecure-key-not-for-production")
+DEBUG = env_bool("DEBUG", not PRODUCTION)
+ALLOWED_HOSTS = [
+    h.strip()
+    for h in (env("ALLOWED_HOSTS", "" if PRODUCTION else "*") or "").split(",")
+    if h.strip()
+]
+if PRODUCTION and not ALLOWED_HOSTS:
+    raise ImproperlyConfigured("ALLOWED_HOSTS is required in production (comma-separated)")
+CSRF_TRUSTED_ORIGINS = [o for o in (env("CSRF_TRUSTED_ORIGINS", "") or "").split(",") if o]
+
+# Snapshot encryption keys: comma-separated Fernet keys, newest first (rotation: prepend).
+SNAPSHOT_KEYS = [
+    k.strip()
+    for k in (env("SNAPSHOT_KEYS", None if PRODUCTION else "") or "").split(",")
+    if k.strip()
+]
+if not SNAPSHOT_KEYS:
+    # Development only: a fixed, obviously-non-secret key so demo snapshots decrypt across restarts.
+    SNAPSHOT_KEYS = ["ZGV2LW9ubHktc25hcHNob3Qta2V5LW5vdC1zZWNyZXQ="]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.postgres",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "template_partials",
+    "console",
+    "strategies",
+    "traces",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "console.middleware.RequestIdMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+WSGI_APPLICATION = "console.wsgi.application"
+ASGI_APPLICATION = "console.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "console.context_processors.layout",
+            ],
+        },
+    },
+]
+
+# --- database: PostgreSQL only (embedded in development when DATABASE_URL is unset) ------
+_database_url = env("DATABASE_URL", "")
+if not _database_url:
+    from console.embedded import postgres_url
+
+    _database_url = postgres_url()
+if not _database_url.startswith(("postgres://", "postgresql://")):
+    raise ImproperlyConfigured(
+        f"DATABASE_URL must be a PostgreSQL URL (postgresql://...), got scheme "
+        f"{_database_url.split(':', 1)[0]!r}"
+    )
+DATABASES = {
+    "default": dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)
+}
+DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- broker and cache: Redis (embedded in development when REDIS_URL is unset) -----------
+REDIS_URL = env("REDIS_URL", "")
+if not REDIS_URL:
+    from console.embedded import redis_url
+
+    REDIS_URL = redis_url()
+if not REDIS_URL.startswith(("redis://", "rediss://", "redis+socket://", "unix://")):
+    raise ImproperlyConfigured("REDIS_URL must be a Redis URL (redis://host:port/db)")
+_cache_location = REDIS_URL.replace("redis+socket://", "unix://")
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": _cache_location,
+        "KEY_PREFIX": env("CACHE_PREFIX", "console") or "console",
+        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+    }
+}
+
+CELERY_BROKER_URL = REDIS_URL
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True  # a task is acknowledged only after it ran
+CELERY_TASK_REJECT_ON_WORKER_LOST = True  # a killed worker's task goes back to the queue
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_ALWAYS_EAGER = False
+CELERY_TASK_TIME_LIMIT = 300
+CELERY_TASK_SOFT_TIME_LIMIT = 240
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_TASK_DEFAULT_QUEUE = env("CELERY_QUEUE", "console") or "console"
+CELERY_BEAT_SCHEDULE: dict = {}  # each app adds its periodic tasks in console/celery.py
+CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".data" / "celerybeat-schedule")
+
+# --- auth --------------------------------------------------------------------------------
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "dashboard"
+LOGOUT_REDIRECT_URL = "login"
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": 8},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+SESSION_COOKIE_AGE = int(env("SESSION_COOKIE_AGE", "28800") or 28800)  # a working day
+SESSION_EXPIRE_AT_BROWSER_CLOSE = True
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
+LOGIN_THROTTLE = {"max_failures": 5, "window_seconds": 900}
+
+if PRODUCTION:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = int(env("SECURE_HSTS_SECONDS", "31536000") or 31536000)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    SECURE_REFERRER_POLICY = "same-origin"
+    X_FRAME_OPTIONS = "DENY"
+
+# --- i18n, static --------------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+STATIC_URL = "/static/"
+STATIC_ROOT = BASE_DIR / ".data" / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        if PRODUCTION
+        else "django.contrib.staticfiles.storage.StaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = not PRODUCTION
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- API -----------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "console.errors.api_exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Context Console API",
+    "DESCRIPTION": "Operator API (/api/v1/) and runtime contract (/api/v1/runtime/).",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024  # trace batches; see RUNTIME_API.md
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO") or "INFO"},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}
+
+DEMO_MODE = env_bool("CONSOLE_DEMO", not PRODUCTION)
+TRACE_RETENTION_DEFAULT = timedelta(days=30)

@@ -1,0 +1,77 @@
+"""Cross-cutting pages: dashboard, login, health, API root."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_not_required
+from django.http import JsonResponse
+from django.template.response import TemplateResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from drf_spectacular.utils import extend_schema
+from rest_framework.decorators import api_view
+from rest_framework.response import Response
+from rest_framework.reverse import reverse
+
+from console.health import health_report
+from console.policy import agents_visible_to
+from strategies.models import Environment
+
+
+def demo_logins() -> list[tuple[str, str]]:
+    if not settings.DEMO_MODE:
+        return []
+    from console.demo import DEMO_USERS
+
+    return [(name, f"{name}-demo") for name, _grants in DEMO_USERS]
+
+
+class LoginView(auth_views.LoginView):
+    template_name = "registration/login.html"
+    redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        context["demo_logins"] = demo_logins()
+        return context
+
+
+def dashboard(request):
+    """For each agent the user can see: environments with what is live, pending approvals,
+    and recent non-ready traces (each app contributes its part)."""
+    from strategies.selectors import dashboard_context as strategies_part
+    from traces.selectors import dashboard_context as traces_part
+
+    agents = list(agents_visible_to(request.user))
+    context = {
+        "agents": agents,
+        "environments": list(Environment.objects.all()),
+        **strategies_part(user=request.user, agents=agents),
+        **traces_part(user=request.user, agents=agents),
+    }
+    return TemplateResponse(request, "console/dashboard.html", context)
+
+
+@login_not_required
+@never_cache
+@require_GET
+def healthz(request):
+    """Readiness: 200 when the database and the broker answer, else 503 naming what failed."""
+    ok, report = health_report()
+    return JsonResponse(report, status=200 if ok else 503)
+
+
+@extend_schema(summary="API index", responses={200: dict})
+@api_view(["GET"])
+def api_root(request, format=None):
+    """Links to the API's collections and its schema."""
+    links = {
+        "schema": reverse("schema", request=request),
+        "docs": reverse("swagger-ui", request=request),
+    }
+    from console.urls import api_index_links
+
+    for name, url_name in api_index_links():
+        links[name] = reverse(url_name, request=request)
+    return Response({"version": "v1", "links": links})

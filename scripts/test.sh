@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Install everything and run the whole suite: lint, schema validation, pytest.
+# Uses PostgreSQL on 127.0.0.1:5432 and Redis on 127.0.0.1:6379 when they answer (CI),
+# else the embedded engines. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install.sh dev
+
+if ! command -v chromium >/dev/null 2>&1; then
+  echo "Installing Debian's chromium for the browser tests…"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
+answers() { .venv/bin/python -c "import socket,sys; s=socket.socket(); s.settimeout(1); sys.exit(s.connect_ex(('127.0.0.1', $1)))"; }
+if [ -z "${DATABASE_URL:-}" ] && answers 5432; then export DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres; fi
+if [ -z "${REDIS_URL:-}" ] && answers 6379; then export REDIS_URL=redis://127.0.0.1:6379/1; fi
+echo "database: ${DATABASE_URL:-embedded}  broker: ${REDIS_URL:-embedded}"
+
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/python manage.py spectacular --validate --fail-on-warn --file .data/openapi.yaml
+.venv/bin/python -m pytest "$@"

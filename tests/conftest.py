@@ -1,0 +1,180 @@
+"""Shared fixtures: users with grants, a real Celery worker, and the browser layer.
+
+Browser tests drive the machine's Chromium (Debian package) through Playwright against
+pytest-django's live server; Playwright never downloads a browser.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+# Playwright's sync API runs an event loop in the test thread; Django's ORM calls made by
+# test code around it are still synchronous and safe.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """Let the test database be emptied between transactional tests (the append-only logs
+    refuse TRUNCATE elsewhere), then reconnect so every session sees the setting."""
+    from django.db import connection
+
+    with django_db_blocker.unblock():
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"ALTER DATABASE \"{connection.settings_dict['NAME']}\" SET console.allow_truncate = 'on'"
+            )
+        connection.close()
+
+
+# --- users and grants ------------------------------------------------------------------------
+@pytest.fixture
+def make_user(db):
+    """make_user("ops", operator="assistant_professional", admin=None) → a user with grants.
+
+    Each keyword is a role name; its value is an agent (object or key) or None for all agents.
+    """
+    from django.contrib.auth import get_user_model
+
+    from console.models import Grant, Role
+    from console.services import standard_roles_ensure
+    from strategies.models import Agent
+
+    # Transactional tests empty every table, migration data included.
+    standard_roles_ensure()
+
+    def _make(username: str, password: str | None = None, **grants):
+        user = get_user_model().objects.create_user(
+            username=username, password=password or f"{username}-pass-1"
+        )
+        for role_name, agent in grants.items():
+            if isinstance(agent, str):
+                agent = Agent.objects.get(key=agent)
+            Grant.objects.create(user=user, role=Role.objects.get(name=role_name), agent=agent)
+        return user
+
+    return _make
+
+
+@pytest.fixture
+def demo_world(db):
+    """The DEMO.md world, loaded by the same command the run command uses."""
+    from django.core.management import call_command
+
+    call_command("load_demo", "--quiet-logins", stdout=open(os.devnull, "w"))  # noqa: SIM115
+
+
+# --- a real Celery worker process --------------------------------------------------------------
+@pytest.fixture
+def celery_worker_process(transactional_db, settings):
+    """Start `celery -A console worker` as a separate process against the test database and
+    the real broker, on a queue private to this test run. Yields the queue name."""
+    from django.db import connection
+
+    queue = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    db = connection.settings_dict
+    env = dict(os.environ)
+    host = db.get("HOST") or ""
+    env["DATABASE_URL"] = (
+        f"postgresql://{db['USER']}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
+        if host and not host.startswith("/")
+        else f"postgresql://{db['USER']}@/{db['NAME']}?host={host}"
+    )
+    env["REDIS_URL"] = settings.CELERY_BROKER_URL
+    env["CELERY_QUEUE"] = queue
+    log = open(ROOT / ".data" / f"worker-{queue}.log", "w")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "worker",
+            "--pool=solo",
+            "--concurrency=1",
+            "-Q",
+            queue,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "INFO",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        yield queue
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+# --- browser -------------------------------------------------------------------------------------
+def chromium_path() -> str:
+    path = shutil.which("chromium")
+    if not path:
+        pytest.fail(
+            "Debian's chromium is not installed; `make test` installs it (apt-get install chromium)"
+        )
+    return path
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        instance = pw.chromium.launch(executable_path=chromium_path(), args=CHROMIUM_FLAGS)
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def page(browser, live_server):
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, base_url=live_server.url)
+    context.set_default_timeout(15_000)
+    pg = context.new_page()
+    yield pg
+    context.close()
+
+
+@pytest.fixture
+def login(page, live_server):
+    """login("ops", "ops-demo") in the browser; returns the page on the dashboard."""
+
+    def _login(username: str, password: str):
+        page.goto(f"{live_server.url}/login/")
+        page.fill("input[name=username]", username)
+        page.fill("input[name=password]", password)
+        page.click("button[type=submit]")
+        page.wait_for_url(f"{live_server.url}/")
+        return page
+
+    return _login

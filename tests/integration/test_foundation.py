@@ -1,0 +1,149 @@
+"""The foundation: configuration, health, login wall, API skeleton, real Celery worker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.urls import reverse
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_manage(*args: str, **env_overrides: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env.update({k: v for k, v in env_overrides.items() if v is not None})
+    for key in [k for k, v in env_overrides.items() if v is None]:
+        env.pop(key, None)
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_production_settings__secret_key_missing__one_line_names_it():
+    result = run_manage("check", CONSOLE_ENV="production", SECRET_KEY=None)
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == "configuration error: SECRET_KEY is required in production (CONSOLE_ENV=production)"
+    )
+
+
+def test_database_url__not_postgres__one_line_names_it():
+    result = run_manage("check", DATABASE_URL="sqlite:///x.db")
+    assert result.returncode == 2
+    assert "DATABASE_URL must be a PostgreSQL URL" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_database_url__unreachable__one_line_not_traceback():
+    result = run_manage(
+        "migrate", "--check", DATABASE_URL="postgresql://postgres@127.0.0.1:1/nowhere"
+    )
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        "configuration error: cannot use the database from DATABASE_URL"
+    )
+    assert "Traceback" not in result.stderr
+
+
+def test_production_settings__all_values_set__check_deploy_is_clean():
+    result = run_manage(
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
+        CONSOLE_ENV="production",
+        SECRET_KEY="x" * 64 + "-long-random-secret-for-the-check-only",
+        ALLOWED_HOSTS="console.example.com",
+        SNAPSHOT_KEYS="ZGV2LW9ubHktc25hcHNob3Qta2V5LW5vdC1zZWNyZXQ=",
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+def test_healthz__database_and_broker_up__200(client, db):
+    response = client.get("/healthz")
+    assert response.status_code == 200
+    assert response.json()["checks"]["database"]["ok"] is True
+    assert response.json()["checks"]["broker"]["ok"] is True
+
+
+def test_healthz__broker_stopped__503_names_broker_and_pages_still_render(
+    client, db, settings, make_user
+):
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:1/0"
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json()["failed"] == ["broker"]
+    client.force_login(make_user("ops", operator=None))
+    assert client.get(reverse("dashboard")).status_code == 200
+
+
+def test_pages__anonymous__redirected_to_login(client, db):
+    response = client.get(reverse("dashboard"))
+    assert response.status_code == 302
+    assert response["Location"].startswith(reverse("login"))
+
+
+def test_api_root__anonymous__403_in_error_shape(client, db):
+    response = client.get("/api/v1/")
+    assert response.status_code in (401, 403)
+    assert response.json()["error"]["code"] == "not_authenticated"
+
+
+def test_api_root__logged_in__links_schema_and_docs(client, make_user):
+    client.force_login(make_user("viewer1", viewer=None))
+    body = client.get("/api/v1/").json()
+    assert body["links"]["schema"].endswith("/api/schema/")
+    assert client.get("/api/schema/").status_code == 200
+    docs = client.get("/api/docs/")
+    assert docs.status_code == 200
+    assert b"cdn" not in docs.content.lower()  # Swagger UI from local assets
+
+
+def test_dashboard__user_without_grants__sees_no_agent(client, make_user, demo_world):
+    client.force_login(make_user("nobody"))
+    page = client.get(reverse("dashboard")).content.decode()
+    assert "assistant_professional" not in page
+    assert "No agents to show yet" in page
+
+
+def test_demo_loader__run_twice__same_world(demo_world):
+    from django.core.management import call_command
+
+    from console.models import Grant
+    from strategies.models import Agent, Environment
+
+    counts = (Agent.objects.count(), Environment.objects.count(), Grant.objects.count())
+    call_command("load_demo", "--quiet-logins", stdout=open(os.devnull, "w"))  # noqa: SIM115
+    assert (Agent.objects.count(), Environment.objects.count(), Grant.objects.count()) == counts
+    assert list(Environment.objects.values_list("key", flat=True)) == [
+        "sg-test",
+        "bank-uat",
+        "prod",
+    ]
+    assert Environment.objects.get(key="prod").protected
+
+
+@pytest.mark.worker
+def test_celery__task_through_real_broker__worker_process_writes_database(celery_worker_process):
+    from console.models import WorkerHeartbeat
+    from console.tasks import heartbeat
+
+    heartbeat.apply_async(args=["foundation-test"], queue=celery_worker_process)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if WorkerHeartbeat.objects.filter(marker="foundation-test").exists():
+            break
+        time.sleep(0.2)
+    assert WorkerHeartbeat.objects.filter(marker="foundation-test").exists()
