@@ -41,3 +41,33 @@ class RequestIdMiddleware:
             current_request.reset(token)
         response["X-Request-ID"] = request_id
         return response
+
+
+class ApplicationErrorMiddleware:
+    """Pages: an ApplicationError raised by a view or service becomes a readable error page
+    (or an htmx fragment) with its status — 404 out of scope, 403 forbidden, 409 conflict…"""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        from django.template.response import TemplateResponse
+
+        from console.errors import ApplicationError
+
+        if not isinstance(exception, ApplicationError):
+            return None
+        if request.path.startswith("/api/"):
+            from django.http import JsonResponse
+
+            return JsonResponse(exception.as_payload(), status=exception.status)
+        template = (
+            "_components/error_fragment.html" if getattr(request, "htmx", False) else "error.html"
+        )
+        response = TemplateResponse(
+            request, template, {"error": exception}, status=exception.status
+        )
+        return response.render()

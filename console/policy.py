@@ -12,6 +12,7 @@ exist), `Forbidden` when it is visible but the capability is missing.
 from __future__ import annotations
 
 from enum import StrEnum
+from functools import wraps
 
 from django.db.models import Q, QuerySet
 
@@ -168,3 +169,38 @@ def role_names(user, agent=None) -> list[str]:
             for name, agent_key in grants.values_list("role__name", "agent__key")
         }
     )
+
+
+# --- enforcement at the edges -------------------------------------------------------------------
+# Every url module exports REQUIRED = {url name: capability | PUBLIC | AUTHENTICATED}; the
+# access-matrix test reads them all, so an endpoint without a declared rule fails the suite.
+PUBLIC = "public"  # no login (login page, health, runtime API with its own token auth)
+AUTHENTICATED = "authenticated"  # any logged-in user; the page shows only what they may see
+
+
+def requires(capability: Capability | str, *, agent_kwarg: str | None = "agent"):
+    """View decorator: resolve the agent from the URL (its key in `agent_kwarg`), then
+    check the capability — 404 when the agent is unknown or out of scope, 403 when the
+    action is forbidden. The agent is passed on as `request.agent`.
+
+    Works for Django views and inside DRF's @api_view (errors map to the API error shape).
+    """
+
+    def decorator(view):
+        @wraps(view)
+        def wrapped(request, *args, **kwargs):
+            from strategies.models import Agent
+
+            agent = None
+            if agent_kwarg and agent_kwarg in kwargs:
+                agent = Agent.objects.filter(key=kwargs[agent_kwarg]).first()
+                if agent is None or not user_sees_agent(request.user, agent):
+                    raise NotFound("Not found.")
+            check_user_can(request.user, capability, agent)
+            request.agent = agent
+            return view(request, *args, **kwargs)
+
+        wrapped.required_capability = capability
+        return wrapped
+
+    return decorator

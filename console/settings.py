@@ -96,6 +96,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "console.middleware.RequestIdMiddleware",
+    "console.middleware.ApplicationErrorMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"

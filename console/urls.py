@@ -59,3 +59,17 @@ def api_index_links():
         except NoReverseMatch:
             continue
         yield label, name
+
+
+# Access rules of this module's pages (see console.policy.requires and the access matrix).
+from console.policy import AUTHENTICATED, PUBLIC  # noqa: E402
+
+REQUIRED = {
+    "dashboard": AUTHENTICATED,
+    "login": PUBLIC,
+    "logout": AUTHENTICATED,
+    "healthz": PUBLIC,
+    "api-root": AUTHENTICATED,
+    "schema": AUTHENTICATED,
+    "swagger-ui": AUTHENTICATED,
+}

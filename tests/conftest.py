@@ -101,6 +101,7 @@ def celery_worker_process(transactional_db, settings):
     )
     env["REDIS_URL"] = settings.CELERY_BROKER_URL
     env["CELERY_QUEUE"] = queue
+    (ROOT / ".data").mkdir(exist_ok=True)
     log = open(ROOT / ".data" / f"worker-{queue}.log", "w")  # noqa: SIM115
     proc = subprocess.Popen(
         [
