@@ -17,6 +17,7 @@ if [ -z "${DATABASE_URL:-}" ] && answers 5432; then export DATABASE_URL=postgres
 if [ -z "${REDIS_URL:-}" ] && answers 6379; then export REDIS_URL=redis://127.0.0.1:6379/1; fi
 echo "database: ${DATABASE_URL:-embedded}  broker: ${REDIS_URL:-embedded}"
 
+mkdir -p .data
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/python manage.py spectacular --validate --fail-on-warn --file .data/openapi.yaml
