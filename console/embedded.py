@@ -12,6 +12,7 @@ import os
 import socket
 import subprocess
 import time
+import warnings
 from pathlib import Path
 from urllib.parse import quote
 
@@ -25,6 +26,8 @@ class EmbeddedServiceError(RuntimeError):
 
 def postgres_url() -> str:
     """Start (or reuse) the embedded PostgreSQL and return a URL for it."""
+    # pgserver asks platformdirs for a runtime dir; its fallback warning is noise here.
+    warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
     try:
         import pgserver
     except ImportError as exc:  # pragma: no cover - dependency always installed
