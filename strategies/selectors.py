@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+from django.db.models import Prefetch
+
+from console.errors import NotFound, ValidationFailed
+from console.policy import agents_visible_to
+from strategies import diff, documents
+from strategies.models import Agent, Document, Environment, Manifest, Version
+
 
 def dashboard_context(*, user, agents) -> dict:
     """This app's part of the dashboard (see console.views.dashboard)."""
@@ -16,3 +25,305 @@ def live_versions(*, document) -> dict[str, object]:
         r.environment.key: r.version
         for r in Release.objects.filter(document=document).select_related("environment", "version")
     }
+
+
+# --------------------------------------------------------------------------- agents, documents
+
+
+def agent_list(*, user) -> list[Agent]:
+    """Agents the user may see, each with its documents (profile first) prefetched."""
+    return list(
+        agents_visible_to(user).prefetch_related(
+            Prefetch("documents", queryset=Document.objects.order_by("-kind", "key"))
+        )
+    )
+
+
+def environment_list() -> list[Environment]:
+    return list(Environment.objects.all())
+
+
+def document_list(*, agent: Agent) -> list[Document]:
+    """The agent's documents, profile first, each with `latest` (newest frozen version),
+    `draft` (the open draft or None) and `live` ({environment key: Version})."""
+    docs = list(
+        Document.objects.filter(agent=agent)
+        .order_by("-kind", "key")
+        .prefetch_related(
+            Prefetch("versions", queryset=Version.objects.order_by("-number")),
+            "releases__environment",
+            "releases__version",
+        )
+    )
+    for doc in docs:
+        versions = list(doc.versions.all())
+        doc.draft = next((v for v in versions if v.is_draft), None)
+        doc.latest = next((v for v in versions if not v.is_draft), None)
+        doc.version_count = sum(1 for v in versions if not v.is_draft)
+        doc.live = {r.environment.key: r.version for r in doc.releases.all()}
+    return docs
+
+
+def document_get(*, agent: Agent, key: str) -> Document:
+    document = Document.objects.filter(agent=agent, key=key).select_related("agent").first()
+    if document is None:
+        raise NotFound(f"{agent.key} has no document named {key}.")
+    return document
+
+
+def version_list(*, document: Document) -> list[Version]:
+    """Every version, newest first, each with `live_in` (environment keys serving it)."""
+    live: dict[int, list[str]] = {}
+    for env_key, version in live_versions(document=document).items():
+        live.setdefault(version.pk, []).append(env_key)
+    order = {e.key: e.position for e in Environment.objects.all()}
+    versions = list(document.versions.select_related("author").order_by("-number"))
+    for version in versions:
+        version.live_in = sorted(live.get(version.pk, []), key=lambda k: order.get(k, 0))
+    return versions
+
+
+def version_get(*, document: Document, number) -> Version:
+    version = (
+        Version.objects.filter(document=document, number=_as_int(number, "number"))
+        .select_related("document__agent", "parent", "author")
+        .first()
+    )
+    if version is None:
+        raise NotFound(f"{document} has no version {number}.")
+    return version
+
+
+def draft_get(*, document: Document) -> Version | None:
+    return document.versions.filter(state=Version.State.DRAFT).first()
+
+
+def latest_frozen(*, document: Document) -> Version | None:
+    return document.versions.filter(state=Version.State.FROZEN).order_by("-number").first()
+
+
+def _as_int(value, name: str) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise NotFound(f"No version {value!r}.") from None
+
+
+# --------------------------------------------------------------------------- manifests, validation
+
+
+def environment_get(*, key: str) -> Environment:
+    environment = Environment.objects.filter(key=key).first()
+    if environment is None:
+        raise ValidationFailed(
+            f"There is no environment {key}.",
+            details=[
+                {"path": "environment", "code": "not_found", "message": f"Unknown environment {key}."}
+            ],
+        )
+    return environment
+
+
+def manifest_latest(*, environment: Environment) -> Manifest | None:
+    return environment.manifests.order_by("-version").first()
+
+
+def runtime_manifest(*, environment: Environment) -> documents.Manifest | None:
+    """The environment's latest manifest as the validator's object (None: none reported)."""
+    row = manifest_latest(environment=environment)
+    if row is None:
+        return None
+    return documents.Manifest.from_dict(row.body, name=environment.key)
+
+
+def sensitive_section_keys() -> frozenset[str]:
+    """Sections treated as sensitive: the known ones plus any a runtime declares sensitive."""
+    keys = set(documents.KNOWN_SENSITIVE_SECTIONS)
+    for env in Environment.objects.all():
+        row = manifest_latest(environment=env)
+        for entry in (row.body.get("sections") or []) if row else []:
+            if entry.get("sensitive"):
+                keys.add(entry["key"])
+    return frozenset(keys)
+
+
+def sensitive_enabled(body) -> list[str]:
+    """Keys of sensitive sections the profile body switches on."""
+    sensitive = sensitive_section_keys()
+    sections = body.get("sections") if isinstance(body, dict) else None
+    found = []
+    for entries in (sections or {}).values() if isinstance(sections, dict) else []:
+        if isinstance(entries, dict):
+            found += [k for k, on in entries.items() if on is True and k in sensitive]
+    return found
+
+
+@dataclass
+class ValidationReport:
+    """What the editor and the validate endpoint show: findings at their paths."""
+
+    errors: list[dict] = field(default_factory=list)  # block saving
+    flags: list[dict] = field(default_factory=list)  # need a capability (sensitive sections)
+    manifest_errors: list[dict] = field(default_factory=list)  # only against the manifest
+    environment: str = ""
+    manifest_version: int | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def as_dict(self) -> dict:
+        return {
+            "valid": self.ok and not self.manifest_errors,
+            "errors": self.errors,
+            "flags": self.flags,
+            "manifest_errors": self.manifest_errors,
+            "environment": self.environment or None,
+            "manifest_version": self.manifest_version,
+        }
+
+
+def document_validate(
+    *, kind: str, body, environment: Environment | None = None
+) -> ValidationReport:
+    """Structural findings, plus (with an environment) what its runtime does not implement."""
+    agent_keys = (
+        frozenset(Agent.objects.values_list("key", flat=True))
+        if kind == documents.PROFILE
+        else None
+    )
+    found = documents.validate_document(kind, body, agent_keys=agent_keys)
+    report = ValidationReport(
+        errors=[e.as_dict() for e in documents.blocking(found)],
+        flags=[e.as_dict() for e in found if e.severity == documents.FLAG],
+    )
+    if len(documents.canonical_json(body)) > documents.MAX_BODY_BYTES:
+        report.errors.insert(
+            0,
+            {
+                "path": "",
+                "code": "body_too_large",
+                "message": f"The document is larger than {documents.MAX_BODY_BYTES // 1024} KiB.",
+                "severity": documents.ERROR,
+            },
+        )
+    if environment is not None:
+        report.environment = environment.key
+        row = manifest_latest(environment=environment)
+        if row is None:
+            report.manifest_errors.append(
+                {
+                    "path": "",
+                    "code": "no_manifest",
+                    "message": f"The {environment.key} runtime has not reported what it "
+                    "implements yet.",
+                    "severity": documents.ERROR,
+                }
+            )
+        else:
+            report.manifest_version = row.version
+            manifest = documents.Manifest.from_dict(row.body, name=environment.key)
+            with_manifest = documents.validate_document(
+                kind, body, manifest, agent_keys=agent_keys
+            )
+            structural = {(e["path"], e["code"]) for e in report.errors + report.flags}
+            report.manifest_errors = [
+                e.as_dict()
+                for e in documents.blocking(with_manifest)
+                if (e.path, e.code) not in structural
+            ]
+    return report
+
+
+# --------------------------------------------------------------------------- diff, profile grid
+
+
+def version_diff(*, document: Document, before: Version | None, after: Version | None):
+    """Field-by-field changes from `before` to `after` (either may be None)."""
+    return diff.diff_bodies(
+        document.kind, before.body if before else None, after.body if after else None
+    )
+
+
+@dataclass
+class GridRow:
+    block: str
+    key: str
+    sensitive: bool
+    draft: bool | None  # None: the section is not in the body
+    live: list[tuple[str, bool | None, bool]]  # (environment key, value, differs from draft)
+    latest: bool | None
+    implemented_everywhere: bool = True
+
+    @property
+    def name(self) -> str:
+        return f"sections.{self.block}.{self.key}"
+
+
+def profile_grid(*, document: Document, body: dict, environments: list[Environment]) -> dict:
+    """The contextSections grid: one row per section (blocks × sections) with the draft (or
+    latest) value and the live value in each environment, changes flagged."""
+    live = live_versions(document=document)
+    latest = latest_frozen(document=document)
+    sensitive = sensitive_section_keys()
+    sections = body.get("sections") or {}
+    rows: dict[str, list[GridRow]] = {}
+    for block in documents.BLOCKS:
+        keys = list(documents.KNOWN_SECTIONS[block])
+        keys += [k for k in (sections.get(block) or {}) if k not in keys]
+        for env in environments:
+            row = manifest_latest(environment=env)
+            for entry in (row.body.get("sections") or []) if row else []:
+                if entry.get("block") == block and entry["key"] not in keys:
+                    keys.append(entry["key"])
+        block_rows = []
+        for key in keys:
+            value = (sections.get(block) or {}).get(key)
+            cells = []
+            for env in environments:
+                version = live.get(env.key)
+                live_value = _section_value(version.body, block, key) if version else None
+                cells.append((env.key, live_value, version is not None and live_value != value))
+            block_rows.append(
+                GridRow(
+                    block=block,
+                    key=key,
+                    sensitive=key in sensitive,
+                    draft=value,
+                    live=cells,
+                    latest=_section_value(latest.body, block, key) if latest else None,
+                )
+            )
+        rows[block] = block_rows
+    switches = []
+    body_switches = body.get("switches") or {}
+    for name, spec in documents.KNOWN_SWITCHES.items():
+        value = body_switches.get(name)
+        cells = []
+        for env in environments:
+            version = live.get(env.key)
+            live_value = (version.body.get("switches") or {}).get(name) if version else None
+            cells.append((env.key, live_value, version is not None and live_value != value))
+        switches.append(
+            {
+                "name": name,
+                "value": value,
+                "kind": "bool"
+                if spec is bool
+                else "choice"
+                if isinstance(spec, tuple)
+                else "list",
+                "choices": spec if isinstance(spec, tuple) else (),
+                "live": cells,
+            }
+        )
+    return {
+        "blocks": [(block, documents.BLOCK_LABELS[block], rows[block]) for block in rows],
+        "switches": switches,
+        "live_environments": [e for e in environments if e.key in live],
+    }
+
+
+def _section_value(body, block: str, key: str):
+    value = ((body or {}).get("sections") or {}).get(block, {})
+    return value.get(key) if isinstance(value, dict) else None
