@@ -45,7 +45,8 @@ def environment_list() -> list[Environment]:
 
 def document_list(*, agent: Agent) -> list[Document]:
     """The agent's documents, profile first, each with `latest` (newest frozen version),
-    `draft` (the open draft or None) and `live` ({environment key: Version})."""
+    `draft` (the open draft or None), `live` ({environment key: Version}) and `live_row`
+    (the live Version or None per environment, in environment order)."""
     docs = list(
         Document.objects.filter(agent=agent)
         .order_by("-kind", "key")
@@ -55,12 +56,14 @@ def document_list(*, agent: Agent) -> list[Document]:
             "releases__version",
         )
     )
+    environments = environment_list()
     for doc in docs:
         versions = list(doc.versions.all())
         doc.draft = next((v for v in versions if v.is_draft), None)
         doc.latest = next((v for v in versions if not v.is_draft), None)
         doc.version_count = sum(1 for v in versions if not v.is_draft)
         doc.live = {r.environment.key: r.version for r in doc.releases.all()}
+        doc.live_row = [doc.live.get(env.key) for env in environments]  # table cells
     return docs
 
 
@@ -303,7 +306,8 @@ def profile_grid(*, document: Document, body: dict, environments: list[Environme
         for env in environments:
             version = live.get(env.key)
             live_value = (version.body.get("switches") or {}).get(name) if version else None
-            cells.append((env.key, live_value, version is not None and live_value != value))
+            differs = version is not None and live_value != value
+            cells.append((env.key, _switch_text(live_value), differs))
         switches.append(
             {
                 "name": name,
@@ -322,6 +326,17 @@ def profile_grid(*, document: Document, body: dict, environments: list[Environme
         "switches": switches,
         "live_environments": [e for e in environments if e.key in live],
     }
+
+
+def _switch_text(value) -> str:
+    """A switch value as the grid shows it."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ", ".join(map(str, value)) or "empty"
+    return str(value)
 
 
 def _section_value(body, block: str, key: str):
