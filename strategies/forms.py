@@ -127,9 +127,11 @@ def parse_json(text: str):
         }
 
 
-def pretty(body) -> str:
-    """The JSON half as people read it: stable key order for known fields, 2-space indent."""
-    return json.dumps(body, indent=2, ensure_ascii=False)
+def pretty(body, kind: str = documents.STRATEGY) -> str:
+    """The JSON half as people read it: keys in the contract's order, 2-space indent."""
+    from strategies.selectors import readable_body
+
+    return json.dumps(readable_body(kind, body), indent=2, ensure_ascii=False)
 
 
 class NewStrategyForm(forms.Form):

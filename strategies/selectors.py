@@ -121,7 +121,11 @@ def environment_get(*, key: str) -> Environment:
         raise ValidationFailed(
             f"There is no environment {key}.",
             details=[
-                {"path": "environment", "code": "not_found", "message": f"Unknown environment {key}."}
+                {
+                    "path": "environment",
+                    "code": "not_found",
+                    "message": f"Unknown environment {key}.",
+                }
             ],
         )
     return environment
@@ -226,9 +230,7 @@ def document_validate(
         else:
             report.manifest_version = row.version
             manifest = documents.Manifest.from_dict(row.body, name=environment.key)
-            with_manifest = documents.validate_document(
-                kind, body, manifest, agent_keys=agent_keys
-            )
+            with_manifest = documents.validate_document(kind, body, manifest, agent_keys=agent_keys)
             structural = {(e["path"], e["code"]) for e in report.errors + report.flags}
             report.manifest_errors = [
                 e.as_dict()
@@ -239,6 +241,43 @@ def document_validate(
 
 
 # --------------------------------------------------------------------------- diff, profile grid
+
+
+def readable_body(kind: str, body):
+    """The body with keys in the contract's order (Postgres jsonb does not keep key order),
+    so the editor, the version page and exported files read the same every time."""
+    if not isinstance(body, dict):
+        return body
+    top = documents.STRATEGY_FIELDS if kind == documents.STRATEGY else documents.PROFILE_FIELDS
+    nested = {
+        "budget": documents.BUDGET_FIELDS,
+        "history": documents.HISTORY_FIELDS,
+        "snapshot": documents.SNAPSHOT_FIELDS,
+        "sections": documents.BLOCKS,
+        "switches": tuple(documents.KNOWN_SWITCHES),
+    }
+    result = {}
+    for key in _in_order(body, top):
+        value = body[key]
+        if key in nested and isinstance(value, dict):
+            value = {k: value[k] for k in _in_order(value, nested[key])}
+            if key == "sections":
+                value = {
+                    block: {
+                        k: entries[k]
+                        for k in _in_order(entries, documents.KNOWN_SECTIONS.get(block, ()))
+                    }
+                    if isinstance(entries, dict)
+                    else entries
+                    for block, entries in value.items()
+                }
+        result[key] = value
+    return result
+
+
+def _in_order(mapping: dict, known) -> list:
+    rank = {k: i for i, k in enumerate(known)}
+    return sorted(mapping, key=lambda k: (0, rank[k], "") if k in rank else (1, 0, str(k)))
 
 
 def version_diff(*, document: Document, before: Version | None, after: Version | None):
@@ -312,11 +351,7 @@ def profile_grid(*, document: Document, body: dict, environments: list[Environme
             {
                 "name": name,
                 "value": value,
-                "kind": "bool"
-                if spec is bool
-                else "choice"
-                if isinstance(spec, tuple)
-                else "list",
+                "kind": "bool" if spec is bool else "choice" if isinstance(spec, tuple) else "list",
                 "choices": spec if isinstance(spec, tuple) else (),
                 "live": cells,
             }
@@ -342,3 +377,40 @@ def _switch_text(value) -> str:
 def _section_value(body, block: str, key: str):
     value = ((body or {}).get("sections") or {}).get(block, {})
     return value.get(key) if isinstance(value, dict) else None
+
+
+# --------------------------------------------------------------------------- configuration as code
+
+EXPORT_FORMAT = "context-console/document@1"
+EXPORT_FIELDS = ("format", "agent", "document", "kind", "name", "version", "body", "draft")
+
+
+def document_file_text(data: dict) -> str:
+    """One exported document as text: fixed key order, 2-space indent, final newline."""
+    import json
+
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def agent_export_files(*, agent: Agent) -> dict[str, str]:
+    """{file name: text} for each of the agent's documents: its latest frozen version and,
+    when one is open, its draft. Import reads the draft when present, else the body."""
+    files = {}
+    for doc in document_list(agent=agent):
+        data = {
+            "format": EXPORT_FORMAT,
+            "agent": agent.key,
+            "document": doc.key,
+            "kind": doc.kind,
+            "name": doc.name,
+            "version": doc.latest.number if doc.latest else None,
+            "body": readable_body(doc.kind, doc.latest.body) if doc.latest else None,
+        }
+        if doc.draft is not None:
+            data["draft"] = {
+                "number": doc.draft.number,
+                "note": doc.draft.note,
+                "body": readable_body(doc.kind, doc.draft.body),
+            }
+        files[f"{doc.key}.json"] = document_file_text(data)
+    return files

@@ -128,7 +128,9 @@ def profile_save(request, agent):
         elif draft is None or not revision.isdigit():
             raise Conflict("The draft was frozen or discarded meanwhile.", code="stale_revision")
         else:
-            services.draft_update(draft=draft, body=body, revision=int(revision), actor=request.user)
+            services.draft_update(
+                draft=draft, body=body, revision=int(revision), actor=request.user
+            )
     except (Conflict, Forbidden, ValidationFailed) as exc:
         error = exc
     context = _profile_context(request, error=error)
@@ -216,7 +218,7 @@ def version_detail(request, agent, document, number):
         "document": doc,
         "version": version,
         "live_in": live,
-        "json": pretty(version.body),
+        "json": pretty(version.body, doc.kind),
         "changes": selectors.version_diff(document=doc, before=version.parent, after=version),
         "before_label": f"v{version.parent.number}" if version.parent else "",
         "after_label": f"v{version.number}",
@@ -340,7 +342,7 @@ def draft_edit(request, agent, document):
         context = _editor_context(
             request, doc, draft, body=draft.body, environment_key=environment_key
         )
-        context.update(json=pretty(draft.body), revision=draft.revision, note=draft.note)
+        context.update(json=pretty(draft.body, doc.kind), revision=draft.revision, note=draft.note)
         return TemplateResponse(request, "strategies/draft_edit.html", context)
 
     body, problem, _edited = _editor_body(request, doc, draft)
@@ -378,7 +380,7 @@ def draft_edit(request, agent, document):
             request, doc, draft, body=body, environment_key=environment_key, **kept
         )
         context.update(
-            json=pretty(body),
+            json=pretty(body, doc.kind),
             conflict=exc,
             current=current,
             their_changes=diff.diff_bodies(doc.kind, body, current.body) if current else [],
@@ -388,7 +390,7 @@ def draft_edit(request, agent, document):
         context = _editor_context(
             request, doc, draft, body=body, environment_key=environment_key, **kept
         )
-        context.update(json=pretty(body), save_error=exc)
+        context.update(json=pretty(body, doc.kind), save_error=exc)
         return TemplateResponse(request, "strategies/draft_edit.html", context, status=exc.status)
     if request.POST.get("then") == "freeze":
         draft.refresh_from_db()
@@ -418,7 +420,9 @@ def draft_validate(request, agent, document):
         problem=problem,
         environment_key=request.POST.get("environment", ""),
     )
-    context.update(edited=edited, json=pretty(body) if problem is None else None, oob=True)
+    context.update(
+        edited=edited, json=pretty(body, doc.kind) if problem is None else None, oob=True
+    )
     return TemplateResponse(request, "strategies/draft_edit.html#validation-response", context)
 
 
@@ -454,5 +458,3 @@ def draft_discard(request, agent, document):
     if doc.kind == documents.PROFILE and request.POST.get("next") == "profile":
         return redirect("agent-detail", agent=agent)
     return redirect("document-detail", agent=agent, document=document)
-
-
