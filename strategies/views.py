@@ -12,7 +12,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from console.errors import Conflict, Forbidden, PayloadTooLarge, ValidationFailed
-from console.policy import AUTHENTICATED, Capability, requires, user_can
+from console.policy import Capability, requires, user_can
 from strategies import diff, documents, selectors, services
 from strategies.forms import (
     STARTER_STRATEGY,
