@@ -170,7 +170,7 @@ def agent_strategies(request, agent):
                 )
                 return redirect("draft-edit", agent=agent, document=document.key)
             except (Conflict, ValidationFailed) as exc:
-                form.add_error("key", exc.message)
+                form.add_error("key", exc.details[0]["message"] if exc.details else exc.message)
         status = 400
     context = {
         "agent": request.agent,
@@ -293,6 +293,8 @@ def _editor_body(request, doc, draft):
     save without JavaScript uses the fields only if they differ from the saved draft."""
     body, problem = parse_json(request.POST.get("json", ""))
     if doc.kind != documents.STRATEGY:
+        return body, problem, "json"
+    if not any(name in request.POST for name in StrategyFieldsForm.base_fields):
         return body, problem, "json"
     form = StrategyFieldsForm(request.POST, initial=StrategyFieldsForm.initial_from(draft.body))
     form.is_valid()
