@@ -5,6 +5,7 @@ as `{% partialdef %}` blocks and are rendered for htmx requests."""
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.paginator import Paginator
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
@@ -24,6 +25,8 @@ from strategies.forms import (
     profile_body_from_post,
 )
 from strategies.models import Document
+
+VERSIONS_PER_PAGE = 50
 
 # Tabs of the agent page: (label, url name). Tabs of other areas appear once their url exists.
 AGENT_TABS = [
@@ -194,10 +197,12 @@ def document_detail(request, agent, document):
     doc = selectors.document_get(agent=request.agent, key=document)
     versions = selectors.version_list(document=doc)
     frozen = [v for v in versions if not v.is_draft]
+    page = Paginator(versions, VERSIONS_PER_PAGE).get_page(request.GET.get("page"))
     context = {
         "agent": request.agent,
         "document": doc,
-        "versions": versions,
+        "versions": page.object_list,
+        "page_obj": page,
         "draft": next((v for v in versions if v.is_draft), None),
         "latest": frozen[0] if frozen else None,
         "previous": frozen[1] if len(frozen) > 1 else None,
@@ -339,14 +344,19 @@ def draft_edit(request, agent, document):
     if draft is None:
         messages.info(request, "There is no open draft; open one from a version first.")
         return redirect("document-detail", agent=agent, document=document)
-    environment_key = request.POST.get("environment") or request.GET.get("environment", "")
     if request.method == "GET":
+        # Default to the first environment in promotion order, so runtime findings show at once.
+        environment_key = request.GET.get("environment")
+        if environment_key is None:
+            first = selectors.environment_list()[:1]
+            environment_key = first[0].key if first else ""
         context = _editor_context(
             request, doc, draft, body=draft.body, environment_key=environment_key
         )
         context.update(json=pretty(draft.body, doc.kind), revision=draft.revision, note=draft.note)
         return TemplateResponse(request, "strategies/draft_edit.html", context)
 
+    environment_key = request.POST.get("environment", "")
     body, problem, _edited = _editor_body(request, doc, draft)
     # "Save mine anyway" after a conflict sends the revision the person has now seen.
     revision = request.POST.get("overwrite") or request.POST.get("revision", "")

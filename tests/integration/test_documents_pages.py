@@ -209,3 +209,32 @@ def test_strategies_tab__new_strategy__opens_its_draft(ops):
     assert response["Location"].endswith("/documents/refund_request/draft/")
     bad = ops.post(AGENT + "strategies/", {"key": "profile"})
     assert bad.status_code == 400 and b"reserved" in bad.content
+
+
+def test_profile_draft_editor__json_save__draft_updated(ops):
+    import json
+
+    from strategies import documents
+
+    draft = services.draft_create(document=_profile(), body=documents.BANK_PROFILE, actor=None)
+    page = ops.get(AGENT + "documents/profile/draft/")
+    assert page.status_code == 200 and b"json-editor" in page.content
+    assert b'id="fields-panel"' not in page.content  # the grid is the profile's form
+    body = json.loads(json.dumps(documents.BANK_PROFILE))
+    body["switches"]["toolPrefilter.enabled"] = True
+    response = ops.post(
+        AGENT + "documents/profile/draft/", {"json": json.dumps(body), "revision": "1"}
+    )
+    assert response.status_code == 302
+    draft.refresh_from_db()
+    assert draft.body["switches"]["toolPrefilter.enabled"] is True
+
+
+def test_draft_edit__first_visit__checks_against_first_environment(ops):
+    services.draft_create(
+        document=_strategy(), body=_strategy().versions.get(number=3).body, actor=None
+    )
+    html = ops.get(DOC + "draft/").content.decode()
+    assert 'data-environment="sg-test"' in html
+    html = ops.get(DOC + "draft/?environment=bank-uat").content.decode()
+    assert "general_policy_only" in html and "against bank-uat" in html
