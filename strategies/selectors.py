@@ -146,12 +146,17 @@ def runtime_manifest(*, environment: Environment) -> documents.Manifest | None:
 def sensitive_section_keys() -> frozenset[str]:
     """Sections treated as sensitive: the known ones plus any a runtime declares sensitive."""
     keys = set(documents.KNOWN_SENSITIVE_SECTIONS)
-    for env in Environment.objects.all():
-        row = manifest_latest(environment=env)
-        for entry in (row.body.get("sections") or []) if row else []:
+    for row in latest_manifests().values():
+        for entry in row.body.get("sections") or []:
             if entry.get("sensitive"):
                 keys.add(entry["key"])
     return frozenset(keys)
+
+
+def latest_manifests() -> dict[int, Manifest]:
+    """{environment id: its latest Manifest}, in one query."""
+    rows = Manifest.objects.order_by("environment_id", "-version").distinct("environment_id")
+    return {row.environment_id: row for row in rows}
 
 
 def sensitive_enabled(body) -> list[str]:
@@ -309,12 +314,13 @@ def profile_grid(*, document: Document, body: dict, environments: list[Environme
     latest = latest_frozen(document=document)
     sensitive = sensitive_section_keys()
     sections = body.get("sections") or {}
+    manifests = latest_manifests()
     rows: dict[str, list[GridRow]] = {}
     for block in documents.BLOCKS:
         keys = list(documents.KNOWN_SECTIONS[block])
         keys += [k for k in (sections.get(block) or {}) if k not in keys]
         for env in environments:
-            row = manifest_latest(environment=env)
+            row = manifests.get(env.pk)
             for entry in (row.body.get("sections") or []) if row else []:
                 if entry.get("block") == block and entry["key"] not in keys:
                     keys.append(entry["key"])

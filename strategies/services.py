@@ -7,6 +7,7 @@ optimistic concurrency on `revision`; `version_freeze` makes it immutable (datab
 
 from __future__ import annotations
 
+import json
 import re
 
 from django.db import IntegrityError, transaction
@@ -18,6 +19,7 @@ from console.errors import Conflict, Forbidden, PayloadTooLarge, ValidationFaile
 from console.policy import Capability, user_can
 from strategies import documents
 from strategies.models import Agent, Document, Environment, Manifest, Version
+from strategies.selectors import EXPORT_FIELDS, EXPORT_FORMAT, sensitive_enabled
 
 # A strategy key is a task id the runtime uses: lowercase snake case.
 DOCUMENT_KEY = re.compile(r"[a-z][a-z0-9_]{0,99}")
@@ -65,8 +67,6 @@ def _check_sensitive(*, document: Document, body, before_bodies: list, actor) ->
     parent version or in the saved draft stay allowed, so others can keep editing."""
     if document.kind != documents.PROFILE or not _is_person(actor):
         return  # commands and the demo loader run with the operator's shell access
-    from strategies.selectors import sensitive_enabled
-
     already = set()
     for earlier in before_bodies:
         already.update(sensitive_enabled(earlier))
@@ -314,10 +314,6 @@ def _file_error(name: str, path: str, message: str, code: str = "invalid") -> Va
 
 
 def _read_document_file(name: str, text: str) -> dict:
-    import json
-
-    from strategies.selectors import EXPORT_FIELDS, EXPORT_FORMAT
-
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
