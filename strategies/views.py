@@ -229,6 +229,10 @@ def version_detail(request, agent, document, number):
         "after_label": f"v{version.number}",
         "can_edit": _can(request, Capability.EDIT_DRAFTS),
         "has_draft": selectors.draft_get(document=doc) is not None,
+        "runtime_checks": [
+            selectors.document_validate(kind=doc.kind, body=version.body, environment=env)
+            for env in selectors.environment_list()
+        ],
     }
     return TemplateResponse(request, "strategies/version_detail.html", context)
 

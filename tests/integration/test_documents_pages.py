@@ -238,3 +238,30 @@ def test_draft_edit__first_visit__checks_against_first_environment(ops):
     assert 'data-environment="sg-test"' in html
     html = ops.get(DOC + "draft/?environment=bank-uat").content.decode()
     assert "general_policy_only" in html and "against bank-uat" in html
+
+
+def test_live_release__grid_marks_difference_and_versions_show_where_live(ops):
+    from strategies.models import Environment, Release
+
+    # Given v1 of the profile live in prod and v2 of the strategy live in bank-uat
+    prod = Environment.objects.get(key="prod")
+    Release.objects.create(
+        document=_profile(), environment=prod, version=_profile().versions.get(number=1)
+    )
+    Release.objects.create(
+        document=_strategy(),
+        environment=Environment.objects.get(key="bank-uat"),
+        version=_strategy().versions.get(number=2),
+    )
+    # When ops switches chat_topic off in a draft
+    ops.post(AGENT + "profile/", _grid_post(_profile(), chat_topic=False), **HTMX)
+    html = ops.get(AGENT).content.decode()
+    # Then prod's live cell for chat_topic is marked as differing from the draft
+    row = html.split('data-section="chat_topic"')[1].split("</tr>")[0]
+    assert 'data-env="prod"' in row and "is-changed" in row
+    # And the strategy's versions say where each one is live
+    versions = ops.get(DOC).content.decode()
+    v2_row = versions.split('data-version="2"')[1].split("</tr>")[0]
+    assert "bank-uat" in v2_row
+    api = ops.get("/api/v1/agents/assistant_professional/documents/").json()["results"]
+    assert {d["key"]: d["live"] for d in api}["after_sales_consultation"] == {"bank-uat": 2}
