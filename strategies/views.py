@@ -126,10 +126,17 @@ def profile_save(request, agent):
     revision = request.POST.get("revision", "")
     error = None
     try:
-        if draft is None and not revision:
+        if draft is None:
+            if revision:  # the grid showed a draft that is gone
+                raise Conflict(
+                    "The draft was frozen or discarded meanwhile.", code="stale_revision"
+                )
             services.draft_create(document=document, body=body, actor=request.user)
-        elif draft is None or not revision.isdigit():
-            raise Conflict("The draft was frozen or discarded meanwhile.", code="stale_revision")
+        elif not revision.isdigit():  # the grid showed a version; someone opened a draft
+            raise Conflict(
+                f"{draft.author_label} opened draft v{draft.number} meanwhile.",
+                code="draft_exists",
+            )
         else:
             services.draft_update(
                 draft=draft, body=body, revision=int(revision), actor=request.user
