@@ -420,3 +420,37 @@ def agent_export_files(*, agent: Agent) -> dict[str, str]:
             }
         files[f"{doc.key}.json"] = document_file_text(data)
     return files
+
+
+def live_findings(*, environment: Environment, agents=None) -> list[dict]:
+    """Live releases in `environment` that its latest manifest no longer supports, in the
+    shape of RUNTIME_API §2's `warnings`: [{agent, document, version, errors}]. For the
+    runtime's manifest report and for health warnings."""
+    from strategies.models import Release
+
+    manifest = runtime_manifest(environment=environment)
+    if manifest is None:
+        return []
+    releases = Release.objects.filter(environment=environment).select_related(
+        "document__agent", "version"
+    )
+    if agents is not None:
+        releases = releases.filter(document__agent__in=agents)
+    agent_keys = frozenset(Agent.objects.values_list("key", flat=True))
+    warnings = []
+    for release in releases.order_by("document__agent__key", "document__key"):
+        errors = documents.blocking(
+            documents.validate_document(
+                release.document.kind, release.version.body, manifest, agent_keys=agent_keys
+            )
+        )
+        if errors:
+            warnings.append(
+                {
+                    "agent": release.document.agent.key,
+                    "document": release.document.key,
+                    "version": release.version.number,
+                    "errors": [e.as_dict() for e in errors],
+                }
+            )
+    return warnings

@@ -152,3 +152,19 @@ def test_demo__loaded_twice__same_versions(demo_world):
     assert list(Version.objects.values_list("pk", "content_hash")) == before
     profile = Document.objects.get(agent__key="assistant_professional", key="profile")
     assert profile.versions.get(number=1).body == documents.BANK_PROFILE
+
+
+def test_live_findings__manifest_drops_handler__live_v3_warned(demo_world):
+    from strategies.models import Environment, Release
+
+    prod = Environment.objects.get(key="prod")
+    Release.objects.create(
+        document=_strategy(), environment=prod, version=_strategy().versions.get(number=3)
+    )
+    assert selectors.live_findings(environment=prod) == []
+    body = copy.deepcopy(documents.DEMO_MANIFEST)
+    body["handlers"] = []
+    services.manifest_record(environment=prod, body=body, reported_by="test")
+    [warning] = selectors.live_findings(environment=prod)
+    assert (warning["document"], warning["version"]) == ("after_sales_consultation", 3)
+    assert warning["errors"][0]["path"] == "on_missing.order_delivery"
