@@ -454,3 +454,17 @@ def live_findings(*, environment: Environment, agents=None) -> list[dict]:
                 }
             )
     return warnings
+
+
+def last_saved_by(*, version: Version) -> str:
+    """Who last wrote this draft or version, from the audit log (the version keeps only its
+    first author)."""
+    from console.models import AuditRecord
+
+    label = (
+        AuditRecord.objects.filter(target_type="strategies.version", target_id=str(version.pk))
+        .order_by("-id")
+        .values_list("actor_label", flat=True)
+        .first()
+    )
+    return label or version.author_label

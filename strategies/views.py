@@ -406,6 +406,7 @@ def draft_edit(request, agent, document):
             json=pretty(body, doc.kind),
             conflict=exc,
             current=current,
+            current_saved_by=selectors.last_saved_by(version=current) if current else "",
             their_changes=diff.diff_bodies(doc.kind, body, current.body) if current else [],
         )
         return TemplateResponse(request, "strategies/draft_edit.html", context, status=409)

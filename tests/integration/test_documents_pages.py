@@ -154,7 +154,7 @@ def test_draft_edit__stale_save__409_page_offers_reload_and_keeps_text(ops):
     response = ops.post(DOC + "draft/", {"json": json.dumps(mine), "revision": "1", "note": "mine"})
     html = response.content.decode()
     assert response.status_code == 409
-    assert "someone else saved this draft" in html
+    assert "someone else saved this draft" in html and "saved revision 2" in html
     assert "Load their version" in html and 'name="overwrite" value="2"' in html
     assert "&quot;max_extra_reads&quot;: 5" in html
     draft.refresh_from_db()
