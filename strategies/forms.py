@@ -151,6 +151,13 @@ STARTER_STRATEGY = {
 }
 
 
+def starter_body(kind: str) -> dict:
+    """The body of a document's very first draft."""
+    if kind == documents.PROFILE:
+        return {"sections": {block: {} for block in documents.BLOCKS}, "switches": {}}
+    return json.loads(json.dumps(STARTER_STRATEGY))
+
+
 def profile_body_from_post(post, *, base: dict, grid: dict) -> dict:
     """The profile body the grid form describes. A toggle that was absent from the body
     and stays off is left out, so saving the grid does not add keys nobody touched."""

@@ -16,13 +16,13 @@ from console.errors import Conflict, Forbidden, PayloadTooLarge, ValidationFaile
 from console.policy import Capability, requires, user_can
 from strategies import diff, documents, selectors, services
 from strategies.forms import (
-    STARTER_STRATEGY,
     NewStrategyForm,
     StrategyFieldsForm,
     errors_by_field,
     parse_json,
     pretty,
     profile_body_from_post,
+    starter_body,
 )
 from strategies.models import Document
 
@@ -174,7 +174,7 @@ def agent_strategies(request, agent):
                 )
                 services.draft_create(
                     document=document,
-                    body=dict(STARTER_STRATEGY),
+                    body=starter_body(document.kind),
                     note="New strategy",
                     actor=request.user,
                 )
@@ -290,14 +290,16 @@ def draft_create(request, agent, document):
         if source
         else selectors.latest_frozen(document=doc)
     )
-    body = base.body if base else dict(STARTER_STRATEGY)
-    services.draft_create(
-        document=doc,
-        body=body,
-        parent=base,
-        note=request.POST.get("note", ""),
-        actor=request.user,
-    )
+    try:
+        services.draft_create(
+            document=doc,
+            body=base.body if base else starter_body(doc.kind),
+            parent=base,
+            note=request.POST.get("note", ""),
+            actor=request.user,
+        )
+    except Conflict as exc:
+        messages.info(request, f"{exc.message} Continue it here.")
     return redirect("draft-edit", agent=agent, document=document)
 
 

@@ -265,3 +265,10 @@ def test_live_release__grid_marks_difference_and_versions_show_where_live(ops):
     assert "bank-uat" in v2_row
     api = ops.get("/api/v1/agents/assistant_professional/documents/").json()["results"]
     assert {d["key"]: d["live"] for d in api}["after_sales_consultation"] == {"bank-uat": 2}
+
+
+def test_new_draft__one_already_open__lands_in_that_draft(ops):
+    services.draft_create(document=_strategy(), body=strategy_body(), actor=None)
+    response = ops.post(DOC + "draft/new/", follow=True)
+    assert response.redirect_chain[-1][0].endswith("/draft/")
+    assert b"already has an open draft" in response.content
