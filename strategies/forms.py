@@ -9,6 +9,7 @@ import json
 from django import forms
 
 from strategies import documents
+from strategies.selectors import readable_body
 
 # Form field → path in the strategy body, for the fields the structured editor knows.
 LIST_FIELDS = ("required", "optional", "allowed_tools")
@@ -129,8 +130,6 @@ def parse_json(text: str):
 
 def pretty(body, kind: str = documents.STRATEGY) -> str:
     """The JSON half as people read it: keys in the contract's order, 2-space indent."""
-    from strategies.selectors import readable_body
-
     return json.dumps(readable_body(kind, body), indent=2, ensure_ascii=False)
 
 

@@ -68,7 +68,9 @@ def test_agent_detail__out_of_scope__404(ops):
 
 
 def test_profile_grid__shows_bank_toggles_and_sensitive_marks(ops):
-    response = ops.get(AGENT)
+    with CaptureQueriesContext(connection) as queries:
+        response = ops.get(AGENT)
+    assert len(queries) < 20
     html = response.content.decode()
     assert response.status_code == 200
     assert 'data-section="personal_particulars" class="is-sensitive-row"' in html
