@@ -126,6 +126,12 @@ def parse_json(text: str):
             "code": "malformed_json",
             "message": f"Not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno}).",
         }
+    except RecursionError:
+        return None, {
+            "path": "",
+            "code": "malformed_json",
+            "message": "Not valid JSON: it is nested too deeply.",
+        }
 
 
 def pretty(body, kind: str = documents.STRATEGY) -> str:

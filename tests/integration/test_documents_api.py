@@ -226,3 +226,12 @@ def test_freeze__no_draft__404_no_draft(ops):
     response = _json(ops, "post", f"{DOC}/draft/freeze/", {})
     assert response.status_code == 404
     assert response.json()["error"]["code"] == "no_draft"
+
+
+def test_draft_create__json_nested_20000_deep__400_not_500(ops):
+    before = _versions()
+    deep = '{"body": ' + "[" * 20000 + "]" * 20000 + "}"
+    response = ops.post(f"{DOC}/draft/", data=deep, content_type="application/json")
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "malformed_json"
+    assert _versions() == before

@@ -274,3 +274,11 @@ def test_new_draft__one_already_open__lands_in_that_draft(ops):
     response = ops.post(DOC + "draft/new/", follow=True)
     assert response.redirect_chain[-1][0].endswith("/draft/")
     assert b"already has an open draft" in response.content
+
+
+def test_draft_validate__json_nested_too_deep__readable_error(ops):
+    services.draft_create(document=_strategy(), body=strategy_body(), actor=None)
+    deep = "[" * 20000 + "]" * 20000
+    response = ops.post(DOC + "draft/validate/", {"edited": "json", "json": deep}, **HTMX)
+    assert response.status_code == 200
+    assert b"nested too deeply" in response.content
