@@ -330,8 +330,6 @@ def _read_document_file(name: str, text: str) -> dict:
     draft = data.get("draft")
     if draft is not None and (not isinstance(draft, dict) or "body" not in draft):
         raise _file_error(name, "draft", "draft must be an object with a body.")
-    if draft is None and data.get("body") is None:
-        raise _file_error(name, "body", "the file has neither a body nor a draft.")
     return data
 
 
@@ -356,6 +354,9 @@ def agent_import(*, agent: Agent, files: dict[str, str], actor) -> list[tuple[st
             )
         elif document.kind != data["kind"]:
             raise _file_error(name, "kind", f"{document.key} is a {document.kind} here.")
+        if wanted is None:  # exported before it had any version: only the document
+            results.append((name, "no content"))
+            continue
         draft = document.versions.filter(state=Version.State.DRAFT).first()
         current = draft or (
             document.versions.filter(state=Version.State.FROZEN).order_by("-number").first()

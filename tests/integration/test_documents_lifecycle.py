@@ -168,3 +168,17 @@ def test_live_findings__manifest_drops_handler__live_v3_warned(demo_world):
     [warning] = selectors.live_findings(environment=prod)
     assert (warning["document"], warning["version"]) == ("after_sales_consultation", 3)
     assert warning["errors"][0]["path"] == "on_missing.order_delivery"
+
+
+def test_export_then_import__document_without_versions__round_trips(demo_world, tmp_path):
+    from strategies.models import Agent
+
+    agent = Agent.objects.get(key="assistant_professional")
+    services.document_create(agent=agent, key="empty_task", actor=None)
+    call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
+    out = StringIO()
+    call_command("import_agent", "assistant_professional", str(tmp_path), stdout=out)
+    assert "empty_task.json: no content" in out.getvalue()
+    Document.objects.filter(key="empty_task").delete()
+    call_command("import_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
+    assert Document.objects.filter(key="empty_task", agent=agent).exists()
