@@ -69,3 +69,37 @@ def test_profile_grid__toggle_section__draft_opens_and_sensitive_refused(demo_wo
     expect(
         page.locator("input[name='sections.user_context.personal_particulars']")
     ).not_to_be_checked()
+
+
+def test_draft_editor__two_people_save_same_revision__second_sees_conflict(
+    demo_world, login, page, browser, live_server
+):
+    # Given ops opened a draft, and admin opens the same draft in another browser
+    login("ops", "ops-demo")
+    page.goto(
+        f"{live_server.url}/agents/assistant_professional/documents/after_sales_consultation/"
+    )
+    page.click("text=New draft from v3")
+    other = browser.new_context(viewport={"width": 1280, "height": 900}).new_page()
+    other.goto(f"{live_server.url}/login/")
+    other.fill("input[name=username]", "admin")
+    other.fill("input[name=password]", "admin-demo")
+    other.click("button[type=submit]")
+    other.goto(page.url)
+
+    # When admin saves first and ops saves afterwards from the revision they loaded
+    other.fill("#id_max_extra_reads", "1")
+    other.click("button:has-text('Save draft')")
+    expect(other.locator(".banner-success, .banner")).to_contain_text("saved")
+    page.fill("#id_max_extra_reads", "4")
+    page.click("button:has-text('Save draft')")
+
+    # Then ops is told, sees what admin changed, and their own value is not lost
+    expect(page.locator("[data-conflict]")).to_contain_text("admin saved revision 2")
+    expect(page.locator("[data-conflict] .changes")).to_contain_text("Max extra reads")
+    expect(page.locator("#id_max_extra_reads")).to_have_value("4")
+
+    # And loading their version shows admin's value
+    page.click("text=Load their version")
+    expect(page.locator("#id_max_extra_reads")).to_have_value("1")
+    other.context.close()
