@@ -359,6 +359,7 @@ def profile_grid(*, document: Document, body: dict, environments: list[Environme
                 "value": value,
                 "kind": "bool" if spec is bool else "choice" if isinstance(spec, tuple) else "list",
                 "choices": spec if isinstance(spec, tuple) else (),
+                "text": ", ".join(map(str, value)) if isinstance(value, list) else "",
                 "live": cells,
             }
         )

@@ -282,3 +282,10 @@ def test_draft_validate__json_nested_too_deep__readable_error(ops):
     response = ops.post(DOC + "draft/validate/", {"edited": "json", "json": deep}, **HTMX)
     assert response.status_code == 200
     assert b"nested too deeply" in response.content
+
+
+def test_profile_grid__agent_whitelist_unset__empty_box_not_none(client, demo_world):
+    client.login(username="viewer", password="viewer-demo")
+    html = client.get("/agents/assistant_lite/").content.decode()
+    box = html.split('name="switches.temporalAnchor.agentWhitelist"')[1].split(">")[0]
+    assert 'value=""' in box and "disabled" in box
