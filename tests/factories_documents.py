@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from datetime import UTC
 
 import factory
 
@@ -75,4 +76,4 @@ class FrozenVersionFactory(factory.django.DjangoModelFactory):
     body = factory.LazyFunction(lambda: copy.deepcopy(STRATEGY_BODY))
     content_hash = factory.LazyAttribute(lambda o: documents.content_hash(o.body))
     author_label = "factory"
-    frozen_at = factory.Faker("date_time", tzinfo=__import__("datetime").UTC)
+    frozen_at = factory.Faker("date_time", tzinfo=UTC)

@@ -182,3 +182,21 @@ def test_export_then_import__document_without_versions__round_trips(demo_world, 
     Document.objects.filter(key="empty_task").delete()
     call_command("import_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
     assert Document.objects.filter(key="empty_task", agent=agent).exists()
+
+
+def test_validate__environment_without_manifest__says_runtime_not_reported(db):
+    from tests.factories_documents import (
+        EnvironmentFactory,
+        FrozenVersionFactory,
+        ManifestFactory,
+    )
+
+    version = FrozenVersionFactory()
+    silent = EnvironmentFactory(key="eu-test")
+    report = selectors.document_validate(kind="strategy", body=version.body, environment=silent)
+    assert [e["code"] for e in report.manifest_errors] == ["no_manifest"]
+    reported = ManifestFactory(environment=EnvironmentFactory(key="eu-prod"))
+    report = selectors.document_validate(
+        kind="strategy", body=version.body, environment=reported.environment
+    )
+    assert report.as_dict()["valid"] is True and report.manifest_version == 1
