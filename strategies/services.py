@@ -19,7 +19,12 @@ from console.errors import Conflict, Forbidden, PayloadTooLarge, ValidationFaile
 from console.policy import Capability, user_can
 from strategies import documents
 from strategies.models import Agent, Document, Environment, Manifest, Version
-from strategies.selectors import EXPORT_FIELDS, EXPORT_FORMAT, sensitive_enabled
+from strategies.selectors import (
+    EXPORT_FIELDS,
+    EXPORT_FORMAT,
+    document_validate,
+    sensitive_enabled,
+)
 
 # A strategy key is a task id the runtime uses: lowercase snake case.
 DOCUMENT_KEY = re.compile(r"[a-z][a-z0-9_]{0,99}")
@@ -39,23 +44,15 @@ def _version_state(version: Version) -> dict:
 
 
 def _check_body(kind: str, body) -> None:
+    """The one validator, as the editor and the API show it; 413 before anything else."""
     if len(documents.canonical_json(body)) > documents.MAX_BODY_BYTES:
         raise PayloadTooLarge(
             f"The document is larger than {documents.MAX_BODY_BYTES // 1024} KiB.",
             code="body_too_large",
         )
-    errors = documents.blocking(
-        documents.validate_document(kind, body, agent_keys=_agent_keys(kind))
-    )
+    errors = document_validate(kind=kind, body=body).errors
     if errors:
-        raise ValidationFailed("The document has errors.", details=[e.as_dict() for e in errors])
-
-
-def _agent_keys(kind: str) -> frozenset[str] | None:
-    """Profiles name agents in temporalAnchor.agentWhitelist; those must exist."""
-    if kind != documents.PROFILE:
-        return None
-    return frozenset(Agent.objects.values_list("key", flat=True))
+        raise ValidationFailed("The document has errors.", details=errors)
 
 
 def _is_person(actor) -> bool:
