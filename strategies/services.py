@@ -7,14 +7,29 @@ optimistic concurrency on `revision`; `version_freeze` makes it immutable (datab
 
 from __future__ import annotations
 
+import json
+import re
+
 from django.db import IntegrityError, transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
 from console.audit import audit_record
-from console.errors import Conflict, ValidationFailed
+from console.errors import Conflict, Forbidden, PayloadTooLarge, ValidationFailed
+from console.policy import Capability, user_can
 from strategies import documents
-from strategies.models import Document, Version
+from strategies.models import Agent, Document, Environment, Manifest, Version
+from strategies.selectors import (
+    EXPORT_FIELDS,
+    EXPORT_FORMAT,
+    document_validate,
+    sensitive_enabled,
+)
+
+# A strategy key is a task id the runtime uses: lowercase snake case.
+DOCUMENT_KEY = re.compile(r"[a-z][a-z0-9_]{0,99}")
+# The wire fields of a manifest (RUNTIME_API §2) that validation uses; `runtime` is stored apart.
+MANIFEST_FIELDS = ("providers", "tools", "handlers", "sections", "switches")
 
 
 def _version_state(version: Version) -> dict:
@@ -29,19 +44,70 @@ def _version_state(version: Version) -> dict:
 
 
 def _check_body(kind: str, body) -> None:
-    errors = documents.blocking(documents.validate_document(kind, body))
+    """The one validator, as the editor and the API show it; 413 before anything else."""
+    if len(documents.canonical_json(body)) > documents.MAX_BODY_BYTES:
+        raise PayloadTooLarge(
+            f"The document is larger than {documents.MAX_BODY_BYTES // 1024} KiB.",
+            code="body_too_large",
+        )
+    errors = document_validate(kind=kind, body=body).errors
     if errors:
-        raise ValidationFailed("The document has errors.", details=[e.as_dict() for e in errors])
+        raise ValidationFailed("The document has errors.", details=errors)
+
+
+def _is_person(actor) -> bool:
+    return bool(getattr(actor, "is_authenticated", False))
+
+
+def _check_sensitive(*, document: Document, body, before_bodies: list, actor) -> None:
+    """Switching a sensitive section on needs ENABLE_SENSITIVE. Sections already on in the
+    parent version or in the saved draft stay allowed, so others can keep editing."""
+    if document.kind != documents.PROFILE or not _is_person(actor):
+        return  # commands and the demo loader run with the operator's shell access
+    already = set()
+    for earlier in before_bodies:
+        already.update(sensitive_enabled(earlier))
+    added = [key for key in sensitive_enabled(body) if key not in already]
+    if added and not user_can(actor, Capability.ENABLE_SENSITIVE, document.agent):
+        raise Forbidden(
+            f"Switching on {', '.join(added)} needs the permission to enable sensitive "
+            "sections. Ask an admin, or leave them off.",
+            code="sensitive_section",
+            details=[
+                {
+                    "path": f"sections.{block}.{key}",
+                    "code": "sensitive_section",
+                    "message": f"{key} is sensitive.",
+                }
+                for block, key in _section_paths(body, added)
+            ],
+        )
+
+
+def _section_paths(body: dict, keys: list[str]):
+    for block, entries in (body.get("sections") or {}).items():
+        for key in entries or {}:
+            if key in keys:
+                yield block, key
 
 
 @transaction.atomic
 def draft_create(
-    *, document: Document, body: dict, actor, note: str = "", parent: Version | None = None
+    *,
+    document: Document,
+    body: dict,
+    actor,
+    note: str = "",
+    parent: Version | None = None,
+    author_label: str = "",
 ) -> Version:
     """Open the document's draft. Refused with 409 when one is already open."""
     _check_body(document.kind, body)
     if parent is None:
         parent = document.versions.filter(state=Version.State.FROZEN).order_by("-number").first()
+    _check_sensitive(
+        document=document, body=body, before_bodies=[parent.body] if parent else [], actor=actor
+    )
     next_number = (document.versions.aggregate(n=Max("number"))["n"] or 0) + 1
     try:
         with transaction.atomic():
@@ -53,7 +119,7 @@ def draft_create(
                 content_hash=documents.content_hash(body),
                 parent=parent,
                 author=actor if getattr(actor, "is_authenticated", False) else None,
-                author_label=getattr(actor, "username", "") or "system",
+                author_label=author_label or getattr(actor, "username", "") or "system",
                 note=note,
             )
     except IntegrityError as exc:
@@ -81,6 +147,10 @@ def draft_update(
     document = draft.document
     _check_body(document.kind, body)
     before = Version.objects.filter(pk=draft.pk).values("body", "note", "revision").first()
+    earlier = [before["body"]] if before else []
+    if draft.parent_id:
+        earlier.append(Version.objects.get(pk=draft.parent_id).body)
+    _check_sensitive(document=document, body=body, before_bodies=earlier, actor=actor)
     changes = {
         "body": body,
         "content_hash": documents.content_hash(body),
@@ -153,3 +223,157 @@ def draft_discard(*, draft: Version, actor) -> None:
         agent=draft.document.agent,
         before=state,
     )
+
+
+@transaction.atomic
+def document_create(
+    *, agent: Agent, key: str, kind: str = Document.Kind.STRATEGY, name: str = "", actor
+) -> Document:
+    """Add a strategy (or the profile) to an agent. Its first draft is opened separately."""
+    key = (key or "").strip()
+    if kind == Document.Kind.PROFILE:
+        key = Document.PROFILE_KEY
+    if kind not in Document.Kind.values:
+        raise ValidationFailed(
+            "Unknown document kind.",
+            details=[
+                {"path": "kind", "code": "invalid_choice", "message": "Use strategy or profile."}
+            ],
+        )
+    if not DOCUMENT_KEY.fullmatch(key) or (
+        kind == Document.Kind.STRATEGY and key == Document.PROFILE_KEY
+    ):
+        raise ValidationFailed(
+            "That key cannot name a strategy.",
+            details=[
+                {
+                    "path": "key",
+                    "code": "invalid",
+                    "message": "Use lowercase letters, digits and underscores, e.g. "
+                    "after_sales_consultation ('profile' is reserved).",
+                }
+            ],
+        )
+    if Document.objects.filter(agent=agent, key=key).exists():
+        raise Conflict(f"{agent.key} already has a document named {key}.", code="document_exists")
+    document = Document.objects.create(agent=agent, kind=kind, key=key, name=name or key)
+    audit_record(
+        actor=actor,
+        action="document.create",
+        target=document,
+        agent=agent,
+        after={"key": key, "kind": kind, "name": document.name},
+    )
+    return document
+
+
+@transaction.atomic
+def manifest_record(
+    *, environment: Environment, body: dict, runtime: str = "", reported_by: str = "", actor=None
+) -> tuple[Manifest, bool]:
+    """Store what the runtime of `environment` implements. An identical body (same content
+    hash as the latest version) creates nothing: returns (latest, False)."""
+    problems = documents.blocking(documents.validate_manifest(body))
+    if problems:
+        raise ValidationFailed(
+            "The manifest is not valid.", details=[p.as_dict() for p in problems]
+        )
+    # Lock the environment row: concurrent reports get consecutive version numbers.
+    Environment.objects.select_for_update().filter(pk=environment.pk).first()
+    wire = {key: body[key] for key in MANIFEST_FIELDS}
+    digest = documents.content_hash(wire)
+    latest = environment.manifests.order_by("-version").first()
+    if latest is not None and latest.content_hash == digest:
+        return latest, False
+    manifest = Manifest.objects.create(
+        environment=environment,
+        version=(latest.version + 1) if latest else 1,
+        runtime=runtime or str(body.get("runtime", ""))[:200],
+        body=wire,
+        content_hash=digest,
+        reported_by=reported_by[:200],
+    )
+    audit_record(
+        actor=actor,
+        action="manifest.record",
+        target=manifest,
+        before={"version": latest.version, "body": latest.body} if latest else None,
+        after={"version": manifest.version, "runtime": manifest.runtime, "body": wire},
+    )
+    return manifest, True
+
+
+def _file_error(name: str, path: str, message: str, code: str = "invalid") -> ValidationFailed:
+    return ValidationFailed(
+        f"{name}: {message}",
+        details=[{"path": f"{name}:{path}" if path else name, "code": code, "message": message}],
+    )
+
+
+def _read_document_file(name: str, text: str) -> dict:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _file_error(name, "", f"not valid JSON ({exc.msg}, line {exc.lineno}).") from exc
+    if not isinstance(data, dict):
+        raise _file_error(name, "", "expected a JSON object written by export_agent.")
+    unknown = sorted(set(data) - set(EXPORT_FIELDS))
+    if unknown:
+        raise _file_error(name, unknown[0], f"unknown field {unknown[0]}.", "unknown_field")
+    if data.get("format") != EXPORT_FORMAT:
+        raise _file_error(name, "format", f"format must be {EXPORT_FORMAT}.")
+    if data.get("kind") not in Document.Kind.values:
+        raise _file_error(name, "kind", "kind must be strategy or profile.")
+    draft = data.get("draft")
+    if draft is not None and (not isinstance(draft, dict) or "body" not in draft):
+        raise _file_error(name, "draft", "draft must be an object with a body.")
+    return data
+
+
+@transaction.atomic
+def agent_import(*, agent: Agent, files: dict[str, str], actor) -> list[tuple[str, str]]:
+    """Apply exported files to `agent`: a document whose content differs from its open draft
+    (or latest version) gets a draft with the file's content, through the same validation as
+    any edit. Unchanged documents create nothing. One transaction: all files or none."""
+    results = []
+    for name, text in sorted(files.items()):
+        data = _read_document_file(name, text)
+        wanted = data["draft"]["body"] if data.get("draft") else data["body"]
+        note = (data.get("draft") or {}).get("note") or f"Imported from {name}"
+        document = Document.objects.filter(agent=agent, key=data.get("document")).first()
+        if document is None:
+            document = document_create(
+                agent=agent,
+                key=str(data.get("document") or ""),
+                kind=data["kind"],
+                name=data.get("name") or "",
+                actor=actor,
+            )
+        elif document.kind != data["kind"]:
+            raise _file_error(name, "kind", f"{document.key} is a {document.kind} here.")
+        if wanted is None:  # exported before it had any version: only the document
+            results.append((name, "no content"))
+            continue
+        draft = document.versions.filter(state=Version.State.DRAFT).first()
+        current = draft or (
+            document.versions.filter(state=Version.State.FROZEN).order_by("-number").first()
+        )
+        if current is not None and current.content_hash == documents.content_hash(wanted):
+            results.append((name, "unchanged"))
+            continue
+        try:
+            if draft is not None:
+                draft_update(
+                    draft=draft, body=wanted, revision=draft.revision, note=note, actor=actor
+                )
+                results.append((name, f"draft v{draft.number} updated"))
+            else:
+                created = draft_create(
+                    document=document, body=wanted, note=note, actor=actor, author_label="import"
+                )
+                results.append((name, f"draft v{created.number} opened"))
+        except ValidationFailed as exc:
+            exc.message = f"{name}: {exc.message}"
+            exc.details = [{**d, "path": f"{name}:{d['path']}"} for d in exc.details]
+            raise
+    return results

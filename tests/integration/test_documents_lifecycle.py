@@ -1,0 +1,202 @@
+"""Lifecycle guarantees on real PostgreSQL: frozen versions are immutable in the database,
+concurrent saves of one draft never overwrite silently, configuration round-trips as files,
+manifests are versioned only when they change."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.db import DatabaseError, connection, connections, transaction
+
+from console.errors import Conflict
+from console.models import AuditRecord
+from strategies import demo, documents, selectors, services
+from strategies.models import Document, Manifest, Version
+from tests.factories_documents import strategy_body
+
+
+def _strategy():
+    return Document.objects.get(key="after_sales_consultation")
+
+
+def test_frozen_version__raw_sql_update__refused_by_database(demo_world):
+    v3 = _strategy().versions.get(number=3)
+    with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("UPDATE strategies_version SET body = '{}'::jsonb WHERE id = %s", [v3.pk])
+    v3.refresh_from_db()
+    assert v3.body["max_extra_reads"] == 2
+
+
+def test_frozen_version__raw_sql_delete__refused_by_database(demo_world):
+    v1 = _strategy().versions.get(number=1)
+    with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("DELETE FROM strategies_version WHERE id = %s", [v1.pk])
+    assert Version.objects.filter(pk=v1.pk).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_draft_update__two_threads_same_revision__one_wins_other_409(make_user):
+    # Given a draft at revision 1, read by two editors
+    demo.load()
+    ops = make_user("ops_a", operator="assistant_professional")
+    draft = services.draft_create(document=_strategy(), body=strategy_body(), actor=ops)
+    barrier = threading.Barrier(2)
+    outcomes: list[str] = []
+
+    def save(extra_reads: int):
+        try:
+            barrier.wait(timeout=10)
+            services.draft_update(
+                draft=Version.objects.get(pk=draft.pk),
+                body=strategy_body(max_extra_reads=extra_reads),
+                revision=1,
+                actor=ops,
+            )
+            outcomes.append("saved")
+        except Conflict as exc:
+            assert exc.extra["current"]["revision"] == 2
+            outcomes.append("conflict")
+        finally:
+            connections.close_all()
+
+    # When both save from their own thread (their own database connection)
+    threads = [threading.Thread(target=save, args=(n,)) for n in (4, 7)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+
+    # Then exactly one save landed and the other got 409
+    assert sorted(outcomes) == ["conflict", "saved"]
+    draft.refresh_from_db()
+    assert draft.revision == 2
+    assert draft.body["max_extra_reads"] in (4, 7)
+    assert AuditRecord.objects.filter(action="draft.update").count() == 1
+
+
+def test_export_then_import__unchanged__no_new_versions(demo_world, tmp_path):
+    services.draft_create(document=_strategy(), body=strategy_body(), actor=None, note="wip")
+    before = list(Version.objects.values_list("pk", "revision", "content_hash"))
+    call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
+    first = {p.name: p.read_text() for p in tmp_path.iterdir()}
+    out = StringIO()
+    call_command("import_agent", "assistant_professional", str(tmp_path), stdout=out)
+    assert "after_sales_consultation.json: unchanged" in out.getvalue()
+    assert list(Version.objects.values_list("pk", "revision", "content_hash")) == before
+    again = tmp_path / "again"
+    call_command("export_agent", "assistant_professional", str(again), stdout=StringIO())
+    assert {p.name: p.read_text() for p in again.iterdir()} == first
+
+
+def test_import__edited_file__opens_draft_through_validator(demo_world, tmp_path):
+    call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
+    path = tmp_path / "after_sales_consultation.json"
+    data = json.loads(path.read_text())
+    data["body"]["max_extra_reads"] = 4
+    path.write_text(json.dumps(data))
+    out = StringIO()
+    call_command("import_agent", "assistant_professional", str(tmp_path), stdout=out)
+    assert "draft v4 opened" in out.getvalue()
+    draft = selectors.draft_get(document=_strategy())
+    assert draft.body["max_extra_reads"] == 4 and draft.author_label == "import"
+
+
+def test_import__invalid_file__error_names_file_and_path_nothing_written(demo_world, tmp_path):
+    call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
+    path = tmp_path / "after_sales_consultation.json"
+    data = json.loads(path.read_text())
+    data["body"]["max_extra_reads"] = 99
+    path.write_text(json.dumps(data))
+    before = Version.objects.count()
+    with pytest.raises(Exception) as caught:
+        call_command("import_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
+    assert "after_sales_consultation.json:max_extra_reads" in str(caught.value)
+    assert Version.objects.count() == before
+
+
+def test_manifest_record__identical_body__no_new_version(demo_world):
+    env = selectors.environment_get(key="bank-uat")
+    body = copy.deepcopy(Manifest.objects.filter(environment=env).latest("version").body)
+    manifest, created = services.manifest_record(
+        environment=env, body=body, runtime="x", reported_by="test"
+    )
+    assert created is False and manifest.version == 1
+    body["handlers"] = ["general_policy_only"]
+    manifest, created = services.manifest_record(
+        environment=env, body=body, runtime="bank-assistant 2026.12", reported_by="test"
+    )
+    assert created is True and manifest.version == 2
+    report = selectors.document_validate(
+        kind="strategy", body=_strategy().versions.get(number=3).body, environment=env
+    )
+    assert report.manifest_errors == []
+
+
+def test_manifest_load__malformed_file__command_error_nothing_written(demo_world, tmp_path):
+    path = tmp_path / "m.json"
+    path.write_text(json.dumps({"providers": "task_state"}))
+    count = Manifest.objects.count()
+    with pytest.raises(Exception, match="providers"):
+        call_command("manifest_load", "--environment", "prod", str(path), stdout=StringIO())
+    assert Manifest.objects.count() == count
+
+
+def test_demo__loaded_twice__same_versions(demo_world):
+    before = list(Version.objects.values_list("pk", "content_hash"))
+    demo.load()
+    assert list(Version.objects.values_list("pk", "content_hash")) == before
+    profile = Document.objects.get(agent__key="assistant_professional", key="profile")
+    assert profile.versions.get(number=1).body == documents.BANK_PROFILE
+
+
+def test_live_findings__manifest_drops_handler__live_v3_warned(demo_world):
+    from strategies.models import Environment, Release
+
+    prod = Environment.objects.get(key="prod")
+    Release.objects.create(
+        document=_strategy(), environment=prod, version=_strategy().versions.get(number=3)
+    )
+    assert selectors.live_findings(environment=prod) == []
+    body = copy.deepcopy(documents.DEMO_MANIFEST)
+    body["handlers"] = []
+    services.manifest_record(environment=prod, body=body, reported_by="test")
+    [warning] = selectors.live_findings(environment=prod)
+    assert (warning["document"], warning["version"]) == ("after_sales_consultation", 3)
+    assert warning["errors"][0]["path"] == "on_missing.order_delivery"
+
+
+def test_export_then_import__document_without_versions__round_trips(demo_world, tmp_path):
+    from strategies.models import Agent
+
+    agent = Agent.objects.get(key="assistant_professional")
+    services.document_create(agent=agent, key="empty_task", actor=None)
+    call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
+    out = StringIO()
+    call_command("import_agent", "assistant_professional", str(tmp_path), stdout=out)
+    assert "empty_task.json: no content" in out.getvalue()
+    Document.objects.filter(key="empty_task").delete()
+    call_command("import_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
+    assert Document.objects.filter(key="empty_task", agent=agent).exists()
+
+
+def test_validate__environment_without_manifest__says_runtime_not_reported(db):
+    from tests.factories_documents import (
+        EnvironmentFactory,
+        FrozenVersionFactory,
+        ManifestFactory,
+    )
+
+    version = FrozenVersionFactory()
+    silent = EnvironmentFactory(key="eu-test")
+    report = selectors.document_validate(kind="strategy", body=version.body, environment=silent)
+    assert [e["code"] for e in report.manifest_errors] == ["no_manifest"]
+    reported = ManifestFactory(environment=EnvironmentFactory(key="eu-prod"))
+    report = selectors.document_validate(
+        kind="strategy", body=version.body, environment=reported.environment
+    )
+    assert report.as_dict()["valid"] is True and report.manifest_version == 1
