@@ -174,3 +174,14 @@ def config_load(*, agent_key: str, environment) -> tuple[str, bytes] | None:
 
 def cache_forget(agent_key: str, environment_id: int) -> None:
     redis_client().delete(_config_key(agent_key, environment_id))
+
+
+def cache_clear_all() -> int:
+    """Drop every cached payload and token identity of this console (e.g. after restoring the
+    database from a backup, when cached revisions may be ahead of the restored ones)."""
+    client = redis_client()
+    keys = [
+        *client.scan_iter(match=cache_key("rtcfg:*"), count=500),
+        *client.scan_iter(match=cache_key("rtid:*"), count=500),
+    ]
+    return client.delete(*keys) if keys else 0
