@@ -187,7 +187,11 @@ def deliveries_create(*, environment, payload: bytes) -> list[int]:
 
 
 def deliveries_send(delivery_ids: list[int]) -> None:
+    from django.conf import settings
+
     from strategies.tasks import deliver_webhook
 
+    # The queue is read at send time so a test can point it at its own worker.
+    queue = getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", None)
     for delivery_id in delivery_ids:
-        deliver_webhook.delay(delivery_id)
+        deliver_webhook.apply_async((delivery_id,), queue=queue)
