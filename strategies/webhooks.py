@@ -76,6 +76,10 @@ class WebhookDelivery(models.Model):
     def __str__(self) -> str:
         return f"delivery {self.delivery_id} ({self.status})"
 
+    @property
+    def body_text(self) -> str:
+        return bytes(self.body).decode()
+
 
 class WebhookAttempt(models.Model):
     delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempts")
