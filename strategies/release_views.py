@@ -320,7 +320,9 @@ def token_revoke(request, pk):
     token = RuntimeToken.objects.filter(pk=pk).first()
     if token is None:
         raise NotFound("No such runtime token.")
-    releases.runtime_token_revoke(token=token, actor=request.user)
+    releases.runtime_token_revoke(
+        token=token, actor=request.user, reason=request.POST.get("reason", "").strip()
+    )
     messages.success(request, f"Revoked {token.name} ({token.prefix}…). It stops working now.")
     return redirect("token-list")
 

@@ -543,7 +543,7 @@ def manifest_report(*, environment: Environment, body, actor) -> ManifestReport:
 
 # --- runtime tokens -----------------------------------------------------------------------------------
 @transaction.atomic
-def runtime_token_revoke(*, token: RuntimeToken, actor) -> RuntimeToken:
+def runtime_token_revoke(*, token: RuntimeToken, actor, reason: str = "") -> RuntimeToken:
     """Revoke at once: the cached identity is replaced by a tombstone after commit."""
     revoked = RuntimeToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
         revoked_at=timezone.now()
@@ -558,7 +558,7 @@ def runtime_token_revoke(*, token: RuntimeToken, actor) -> RuntimeToken:
         action="runtime_token.revoke",
         target=token,
         before={"revoked_at": None},
-        after={"revoked_at": token.revoked_at.isoformat()},
+        after={"revoked_at": token.revoked_at.isoformat(), "reason": reason},
     )
     return token
 
