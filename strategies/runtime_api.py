@@ -8,7 +8,7 @@ serializers below only document the contract in the OpenAPI schema.
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_not_required
-from django.http import HttpResponse, HttpResponseNotModified
+from django.http import HttpResponse, HttpResponseNotModified, JsonResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -16,8 +16,9 @@ from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from console.errors import Forbidden, NotFound
+from console.errors import ApplicationError, Forbidden, NotFound
 from strategies import releases, runtime_config
 from strategies.models import Environment
 from strategies.runtime_auth import (
@@ -146,30 +147,13 @@ _ERRORS = {
 
 
 # --- §1 live configuration ------------------------------------------------------------------------
-@extend_schema(
-    tags=["runtime"],
-    operation_id="runtime_config_retrieve",
-    summary="Live configuration of an agent in the token's environment",
-    parameters=[
-        OpenApiParameter(
-            "If-None-Match",
-            OpenApiTypes.STR,
-            OpenApiParameter.HEADER,
-            description="The ETag you hold; 304 when it is still current.",
-        )
-    ],
-    responses={
-        200: RuntimeConfigSerializer,
-        304: OpenApiResponse(description="Not modified: your ETag is current."),
-        **_ERRORS,
-        404: OpenApiResponse(
-            RuntimeErrorSerializer, description="Unknown agent, or outside the token's scope."
-        ),
-    },
-)
-@runtime_view(["GET"])
-def config(request, agent: str):
-    identity = request.user
+def config_response(request, agent: str) -> HttpResponse:
+    """The hot path: token and payload from the process mirror (Redis on a miss), no
+    database query, no serializer; the database only when Redis lost the payload."""
+    secret = bearer_secret(request)
+    identity = cached_identity(secret)
+    if identity is None:
+        raise NotAuthenticated("The runtime token is unknown or revoked.")
     require_capability(identity, "config:read")
     check_agent_scope(identity, agent)
     entry = runtime_config.cached_config(agent, identity.environment_id)
@@ -185,6 +169,57 @@ def config(request, agent: str):
     return HttpResponse(
         body, content_type="application/json", headers={"ETag": etag, "Cache-Control": "no-cache"}
     )
+
+
+class ConfigView(APIView):
+    """GET config/<agent>. Declared as a DRF view for the schema, but `dispatch` serves the
+    request directly: DRF's request wrapping and negotiation would cost more than the
+    whole lookup (see docs/perf-config.md)."""
+
+    authentication_classes = [RuntimeTokenAuthentication]
+    permission_classes = []
+
+    @extend_schema(
+        tags=["runtime"],
+        operation_id="runtime_config_retrieve",
+        summary="Live configuration of an agent in the token's environment",
+        description="Every live strategy and the profile of the agent in the token's "
+        "environment, with their version numbers, as one JSON document. Strong ETag; send it "
+        "back as If-None-Match to get 304 while nothing changed (RUNTIME_API.md §1).",
+        parameters=[
+            OpenApiParameter(
+                "If-None-Match",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="The ETag you hold; 304 when it is still current.",
+            )
+        ],
+        responses={
+            200: RuntimeConfigSerializer,
+            304: OpenApiResponse(description="Not modified: your ETag is current."),
+            **_ERRORS,
+            404: OpenApiResponse(
+                RuntimeErrorSerializer, description="Unknown agent, or outside the token's scope."
+            ),
+        },
+    )
+    def get(self, request, agent: str):
+        return config_response(request, agent)
+
+    def dispatch(self, request, *args, **kwargs):
+        try:
+            if request.method not in ("GET", "HEAD"):
+                return JsonResponse(
+                    {"error": {"code": "method_not_allowed", "message": "Use GET.", "details": []}},
+                    status=405,
+                    headers={"Allow": "GET, HEAD"},
+                )
+            return config_response(request, kwargs["agent"])
+        except ApplicationError as exc:
+            return JsonResponse(exc.as_payload(), status=exc.status)
+
+
+config = login_not_required(ConfigView.as_view())
 
 
 # --- §2 manifest --------------------------------------------------------------------------------------

@@ -191,9 +191,13 @@ def _identity_load(raw: bytes) -> RuntimeIdentity:
 
 def cached_identity(secret: str) -> RuntimeIdentity | None:
     """`identity_for_secret` behind Redis: one GET on a hit, the database only on a miss."""
-    from strategies.runtime_config import redis_client
+    from strategies.runtime_config import mirror, redis_client
 
     key = _identity_key(token_hash(secret))
+    identity = mirror.get(key)
+    if identity is not None:
+        return identity
+    generation = mirror.generation
     client = redis_client()
     raw = client.get(key)
     if raw is None:
@@ -205,18 +209,21 @@ def cached_identity(secret: str) -> RuntimeIdentity | None:
         return identity
     if raw == b"-":
         return None
-    return _identity_load(raw)
+    identity = _identity_load(raw)
+    mirror.remember(key, identity, generation)  # only active tokens: unknown ones are unbounded
+    return identity
 
 
 def identity_forget(hash_hex: str, *, revoked: bool) -> None:
     """After commit of a revocation (tombstone) or a creation (drop a stale 'unknown')."""
-    from strategies.runtime_config import redis_client
+    from strategies.runtime_config import invalidate, redis_client
 
     key = _identity_key(hash_hex)
     if revoked:
         redis_client().set(key, b"-", ex=REVOKED_TTL_SECONDS)
     else:
         redis_client().delete(key)
+    invalidate(key)
 
 
 def note_use(identity: RuntimeIdentity) -> None:

@@ -16,8 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import threading
+import time
 from dataclasses import dataclass
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import models, transaction
 
@@ -108,13 +112,110 @@ def payload_refresh(*, agent, environment) -> RenderedConfig:
 
 
 # --- the Redis side ------------------------------------------------------------------------------
+_client = None
+
+
 def redis_client():
-    """The raw client behind Django's cache (same server, same key prefix via cache_key)."""
-    return cache._cache.get_client(write=True)
+    """A raw client on the cache's Redis server (same key prefix via cache_key), made once
+    per process: building a client per call costs more than the GET itself."""
+    global _client
+    if _client is None:
+        _client = cache._cache.get_client(write=True)
+    return _client
 
 
 def cache_key(name: str) -> str:
     return cache.make_key(name)
+
+
+# --- the process-local mirror ------------------------------------------------------------------
+class LocalMirror:
+    """A process-local copy of hot Redis values (payloads, token identities).
+
+    On a loaded machine one Redis round trip costs as much as a whole bare Django request,
+    so the hot path reads from this dict. It is exact, not a TTL cache: every writer
+    publishes the key it changed on INVALIDATIONS after writing Redis, a listener thread
+    in each process drops that key, and the writer's own process drops it synchronously.
+    While the listener is not subscribed (starting, or Redis unreachable) the mirror is
+    bypassed and every read goes to Redis. A value read from Redis is only remembered if
+    no invalidation arrived meanwhile (the generation check), so a slow reader can never
+    park a stale value.
+    """
+
+    MAX_ENTRIES = 10_000
+
+    def __init__(self, channel: str):
+        self.channel = channel
+        self._values: dict[str, object] = {}
+        self.generation = 0
+        self.healthy = False
+        self._pid = None
+        self._start_lock = threading.Lock()
+
+    def get(self, key: str):
+        if self._pid != os.getpid():
+            self._start()
+        return self._values.get(key) if self.healthy else None
+
+    def remember(self, key: str, value, generation: int) -> None:
+        if self.healthy and generation == self.generation:
+            if len(self._values) >= self.MAX_ENTRIES:
+                self._values.clear()
+            self._values[key] = value
+
+    def forget(self, key: str) -> None:
+        self.generation += 1
+        self._values.pop(key, None)
+
+    def forget_all(self) -> None:
+        self.generation += 1
+        self._values.clear()
+
+    def _start(self) -> None:
+        if not self.channel:
+            self.channel = cache_key(INVALIDATIONS)
+        with self._start_lock:
+            if self._pid == os.getpid():
+                return
+            self._pid = os.getpid()  # a forked worker starts its own listener
+            self.healthy = False
+            self._values = {}
+            threading.Thread(target=self._listen, name="config-mirror", daemon=True).start()
+
+    def _listen(self) -> None:
+        import redis
+
+        location = settings.CACHES["default"]["LOCATION"]
+        while True:
+            try:
+                client = redis.Redis.from_url(
+                    location, socket_timeout=15, socket_connect_timeout=5, health_check_interval=10
+                )
+                pubsub = client.pubsub()
+                pubsub.subscribe(self.channel)
+                while True:
+                    message = pubsub.get_message(timeout=5)
+                    if message is None:
+                        continue
+                    if message["type"] == "subscribe":
+                        self.forget_all()
+                        self.healthy = True
+                    elif message["type"] == "message":
+                        self.forget(message["data"].decode())
+            except Exception:  # noqa: BLE001 - any failure: bypass the mirror and reconnect
+                self.healthy = False
+                self.forget_all()
+                time.sleep(1)
+
+
+INVALIDATIONS = "rt-invalidate"
+mirror = LocalMirror(channel="")  # channel set on first use (needs the cache prefix)
+
+
+def invalidate(key: str) -> None:
+    """After writing `key` in Redis: drop it here at once and in every other process."""
+    mirror.forget(key)
+    redis_client().publish(cache_key(INVALIDATIONS), key)
 
 
 def _config_key(agent_key: str, environment_id: int) -> str:
@@ -135,23 +236,27 @@ return 1
 
 def cache_put(agent_key: str, environment_id: int, rendered: RenderedConfig) -> None:
     value = b"%d|%s|%s" % (rendered.revision_sum, rendered.etag.encode(), rendered.body)
+    key = _config_key(agent_key, environment_id)
     redis_client().eval(
-        _CACHE_SET_IF_NEWER,
-        1,
-        _config_key(agent_key, environment_id),
-        rendered.revision_sum,
-        value,
-        CACHE_TTL_SECONDS,
+        _CACHE_SET_IF_NEWER, 1, key, rendered.revision_sum, value, CACHE_TTL_SECONDS
     )
+    invalidate(key)
 
 
 def cached_config(agent_key: str, environment_id: int) -> tuple[str, bytes] | None:
-    """(etag, body) from Redis, or None on a miss. The hot path: one GET, nothing else."""
-    value = redis_client().get(_config_key(agent_key, environment_id))
+    """(etag, body) from the local mirror or Redis, or None on a miss. The hot path."""
+    key = _config_key(agent_key, environment_id)
+    entry = mirror.get(key)
+    if entry is not None:
+        return entry
+    generation = mirror.generation
+    value = redis_client().get(key)
     if value is None:
         return None
     _, etag, body = value.split(b"|", 2)
-    return etag.decode(), body
+    entry = (etag.decode(), body)
+    mirror.remember(key, entry, generation)
+    return entry
 
 
 def config_load(*, agent_key: str, environment) -> tuple[str, bytes] | None:
@@ -173,7 +278,9 @@ def config_load(*, agent_key: str, environment) -> tuple[str, bytes] | None:
 
 
 def cache_forget(agent_key: str, environment_id: int) -> None:
-    redis_client().delete(_config_key(agent_key, environment_id))
+    key = _config_key(agent_key, environment_id)
+    redis_client().delete(key)
+    invalidate(key)
 
 
 def cache_clear_all() -> int:
@@ -184,4 +291,7 @@ def cache_clear_all() -> int:
         *client.scan_iter(match=cache_key("rtcfg:*"), count=500),
         *client.scan_iter(match=cache_key("rtid:*"), count=500),
     ]
-    return client.delete(*keys) if keys else 0
+    deleted = client.delete(*keys) if keys else 0
+    for key in keys:
+        invalidate(key.decode())
+    return deleted
