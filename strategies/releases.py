@@ -60,6 +60,13 @@ def _current(document: Document, environment: Environment) -> Release | None:
     )
 
 
+def _require_reason(text: str, message: str, path: str) -> None:
+    if not text.strip():
+        raise ValidationFailed(
+            message, details=[{"path": path, "code": "required", "message": "a reason is required"}]
+        )
+
+
 def _stale(document, environment, message: str) -> Conflict:
     return Conflict(
         message,
@@ -412,11 +419,7 @@ def approval_approve(*, approval: ApprovalRequest, actor, note: str = "") -> Rel
 
 @transaction.atomic
 def approval_reject(*, approval: ApprovalRequest, actor, note: str) -> ApprovalRequest:
-    if not note.strip():
-        raise ValidationFailed(
-            "Say why you reject it (the requester reads this).",
-            details=[{"path": "note", "code": "required", "message": "a reason is required"}],
-        )
+    _require_reason(note, "Say why you reject it (the requester reads this).", "note")
     approval = _decide(approval, actor=actor, status=ApprovalRequest.Status.REJECTED, note=note)
     audit_record(
         actor=actor,
@@ -450,11 +453,11 @@ def release_rollback(
     agent = release.document.agent
     if not user_can(actor, Capability.ROLLBACK, agent):
         raise Forbidden("You may not roll back releases here.")
-    if not reason.strip():
-        raise ValidationFailed(
-            "Give a reason for the rollback (recorded in the history and the audit log).",
-            details=[{"path": "reason", "code": "required", "message": "a reason is required"}],
-        )
+    _require_reason(
+        reason,
+        "Give a reason for the rollback (recorded in the history and the audit log).",
+        "reason",
+    )
     if to_version.pk not in {v.pk for v in rollback_targets(release)}:
         raise ValidationFailed(
             f"v{to_version.number} was never live in {release.environment.key} (or is live now); "
