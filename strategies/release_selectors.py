@@ -117,6 +117,8 @@ class ChangePreview:
     blocking: list
     sensitive: list[str]
     manifest_version: int | None
+    live_in: list[str]  # environments where this version is live now
+    skipped: list[str]  # earlier environments (promotion order) where it is not live
 
 
 def change_preview(*, version: Version, environment: Environment) -> ChangePreview:
@@ -124,6 +126,11 @@ def change_preview(*, version: Version, environment: Environment) -> ChangePrevi
 
     live = live_release(document=version.document, environment=environment)
     findings = target_findings(version=version, environment=environment)
+    live_in = list(
+        Release.objects.filter(version=version)
+        .order_by("environment__position")
+        .values_list("environment__key", flat=True)
+    )
     manifest_row = latest_manifest(environment)
     manifest = (
         documents.Manifest.from_dict(manifest_row.body, name=environment.key)
@@ -143,6 +150,12 @@ def change_preview(*, version: Version, environment: Environment) -> ChangePrevi
         if version.document.kind == Document.Kind.PROFILE
         else [],
         manifest_version=manifest_row.version if manifest_row else None,
+        live_in=live_in,
+        skipped=[
+            e.key
+            for e in environments()
+            if e.position < environment.position and e.key not in live_in
+        ],
     )
 
 

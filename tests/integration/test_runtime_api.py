@@ -264,3 +264,18 @@ def test_token_use__flushed__last_used_at_set(client, world):
     last_used_flush()
 
     assert RuntimeToken.objects.get().last_used_at is not None
+
+
+def test_manifest_put__csrf_enforced_client__token_suffices(world):
+    from django.test import Client
+
+    secret = runtime_token(world.envs["sg-test"])
+
+    response = Client(enforce_csrf_checks=True).put(
+        MANIFEST,
+        data=json.dumps(manifest_without_handler()),
+        content_type="application/json",
+        **bearer(secret),
+    )
+
+    assert response.status_code == 200
