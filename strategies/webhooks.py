@@ -80,6 +80,15 @@ class WebhookDelivery(models.Model):
     def body_text(self) -> str:
         return bytes(self.body).decode()
 
+    @property
+    def summary(self) -> str:
+        """The change it announces, e.g. "after_sales_consultation v2 → v3 (publish)"."""
+        import json
+
+        event = json.loads(self.body_text)
+        start = f"v{event['from_version']} → " if event.get("from_version") else ""
+        return f"{event['agent']} / {event['document']} {start}v{event['to_version']} ({event['action']})"
+
 
 class WebhookAttempt(models.Model):
     delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempts")
