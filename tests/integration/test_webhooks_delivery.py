@@ -66,22 +66,29 @@ def wait_for_outcome(delivery_filter, timeout=60):
     pytest.fail("the webhook delivery did not finish in time")
 
 
-def test_webhook__receiver_fails_twice__third_try_delivers_signed_payload(
-    worker, make_user, client
-):
-    world = release_world(make_user)
-    receiver = Receiver([500, 503, 200])
+def publish_to_receiver(world, statuses, version_number):
+    """Register a receiver answering `statuses` for sg-test, publish, wait for the outcome."""
+    receiver = Receiver(statuses)
     try:
         hook, secret = webhook_create(
             environment=world.envs["sg-test"], url=receiver.url, actor=world.admin
         )
         release_publish(
-            version=world.strategy[2], environment=world.envs["sg-test"], actor=world.ops
+            version=world.strategy[version_number],
+            environment=world.envs["sg-test"],
+            actor=world.ops,
         )
-
-        delivery = wait_for_outcome({"webhook": hook})
+        return wait_for_outcome({"webhook": hook}), receiver, secret
     finally:
         receiver.close()
+
+
+def test_webhook__receiver_fails_twice__third_try_delivers_signed_payload(
+    worker, make_user, client
+):
+    world = release_world(make_user)
+
+    delivery, receiver, secret = publish_to_receiver(world, [500, 503, 200], version_number=2)
 
     assert delivery.status == WebhookDelivery.Status.DELIVERED
     assert delivery.tries == 3 and len(receiver.calls) == 3
@@ -117,18 +124,8 @@ def test_webhook__receiver_fails_twice__third_try_delivers_signed_payload(
 
 def test_webhook__receiver_always_down__five_tries_then_failed(worker, make_user):
     world = release_world(make_user)
-    receiver = Receiver([500])
-    try:
-        hook, _ = webhook_create(
-            environment=world.envs["sg-test"], url=receiver.url, actor=world.admin
-        )
-        release_publish(
-            version=world.strategy[1], environment=world.envs["sg-test"], actor=world.ops
-        )
 
-        delivery = wait_for_outcome({"webhook": hook})
-    finally:
-        receiver.close()
+    delivery, receiver, _ = publish_to_receiver(world, [500], version_number=1)
 
     assert delivery.status == WebhookDelivery.Status.FAILED
     assert delivery.tries == 5 and len(receiver.calls) == 5
