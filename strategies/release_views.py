@@ -50,7 +50,11 @@ def _version(document: Document, number) -> object:
         else document.versions.order_by("-number").first()
     )
     if version is None:
-        raise NotFound(f"{document.key} has no version {number or ''}.".replace("  ", " "))
+        raise NotFound(
+            f"{document.key} has no version {number}."
+            if number
+            else f"{document.key} has no versions yet."
+        )
     return version
 
 
