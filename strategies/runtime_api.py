@@ -167,7 +167,9 @@ def config_response(request, agent: str) -> HttpResponse:
     if etag_matches(request.META.get("HTTP_IF_NONE_MATCH"), etag):
         return HttpResponseNotModified(headers={"ETag": etag})
     return HttpResponse(
-        body, content_type="application/json", headers={"ETag": etag, "Cache-Control": "no-cache"}
+        b"" if request.method == "HEAD" else body,
+        content_type="application/json",
+        headers={"ETag": etag, "Cache-Control": "no-cache"},
     )
 
 

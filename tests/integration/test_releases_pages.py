@@ -130,3 +130,23 @@ def test_demo_releases__loaded_twice__demo_state_and_one_active_token(demo_world
         "ops",
     )
     assert RuntimeToken.objects.filter(revoked_at__isnull=True).count() == 1
+
+
+def test_overview__more_documents__same_number_of_queries(
+    client, world, django_assert_max_num_queries
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from strategies.models import Document
+
+    client.force_login(world.admin)
+    with CaptureQueriesContext(connection) as before:
+        client.get("/releases/")
+    for key in ("refund_request", "delivery_question", "invoice_copy"):
+        Document.objects.create(agent=world.agent, kind="strategy", key=key)
+
+    with django_assert_max_num_queries(len(before)):
+        response = client.get("/releases/")
+
+    assert "invoice_copy" in response.content.decode()

@@ -279,3 +279,13 @@ def test_manifest_put__csrf_enforced_client__token_suffices(world):
     )
 
     assert response.status_code == 200
+
+
+def test_config__head__etag_without_body(client, world):
+    secret = runtime_token(world.envs["sg-test"])
+    etag = client.get(CONFIG, **bearer(secret))["ETag"]
+
+    response = client.head(CONFIG, **bearer(secret))
+
+    assert response.status_code == 200
+    assert response["ETag"] == etag and response.content == b""
