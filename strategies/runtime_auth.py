@@ -133,6 +133,8 @@ def runtime_token_create(*, name: str, environment, capabilities, agents=(), act
         created_by=getattr(actor, "username", "") or "system",
     )
     token.agents.set(agents)
+    hash_hex = token.token_hash
+    transaction.on_commit(lambda: identity_forget(hash_hex, revoked=False))
     audit_record(
         actor=actor,
         action="runtime_token.create",
@@ -145,3 +147,127 @@ def runtime_token_create(*, name: str, environment, capabilities, agents=(), act
         },
     )
     return token, secret
+
+
+# --- cached identities (the config endpoint's hot path makes no database query) ------------
+# Redis holds the identity per token hash: JSON for an active token, "-" for an unknown or
+# revoked one. Fills use SET NX, revocation overwrites with "-": a fill racing a revocation
+# can never resurrect the token.
+IDENTITY_TTL_SECONDS = 3600
+UNKNOWN_TTL_SECONDS = 60
+REVOKED_TTL_SECONDS = 24 * 3600
+LAST_USED_KEY = "rt-last-used"
+LAST_USED_EVERY_SECONDS = 30.0  # per process: at most one Redis write per token this often
+_last_noted: dict[int, float] = {}
+
+
+def _identity_key(hash_hex: str) -> str:
+    from strategies.runtime_config import cache_key
+
+    return cache_key(f"rtid:{hash_hex}")
+
+
+def _identity_dump(identity: RuntimeIdentity) -> bytes:
+    import json
+
+    return json.dumps(
+        [
+            identity.token_id,
+            identity.name,
+            identity.environment_id,
+            identity.environment_key,
+            sorted(identity.agent_keys),
+            sorted(identity.capabilities),
+        ]
+    ).encode()
+
+
+def _identity_load(raw: bytes) -> RuntimeIdentity:
+    import json
+
+    token_id, name, env_id, env_key, agents, caps = json.loads(raw)
+    return RuntimeIdentity(token_id, name, env_id, env_key, frozenset(agents), frozenset(caps))
+
+
+def cached_identity(secret: str) -> RuntimeIdentity | None:
+    """`identity_for_secret` behind Redis: one GET on a hit, the database only on a miss."""
+    from strategies.runtime_config import mirror, redis_client
+
+    key = _identity_key(token_hash(secret))
+    identity = mirror.get(key)
+    if identity is not None:
+        return identity
+    generation = mirror.generation
+    client = redis_client()
+    raw = client.get(key)
+    if raw is None:
+        identity = identity_for_secret(secret)
+        if identity is None:
+            client.set(key, b"-", ex=UNKNOWN_TTL_SECONDS, nx=True)
+            return None
+        client.set(key, _identity_dump(identity), ex=IDENTITY_TTL_SECONDS, nx=True)
+        return identity
+    if raw == b"-":
+        return None
+    identity = _identity_load(raw)
+    mirror.remember(key, identity, generation)  # only active tokens: unknown ones are unbounded
+    return identity
+
+
+def identity_forget(hash_hex: str, *, revoked: bool) -> None:
+    """After commit of a revocation (tombstone) or a creation (drop a stale 'unknown')."""
+    from strategies.runtime_config import invalidate, redis_client
+
+    key = _identity_key(hash_hex)
+    if revoked:
+        redis_client().set(key, b"-", ex=REVOKED_TTL_SECONDS)
+    else:
+        redis_client().delete(key)
+    invalidate(key)
+
+
+def note_use(identity: RuntimeIdentity) -> None:
+    """Remember that the token was used; a periodic task copies this to `last_used_at`."""
+    import time
+
+    from django.utils import timezone
+
+    from strategies.runtime_config import cache_key, redis_client
+
+    now = time.monotonic()
+    if now - _last_noted.get(identity.token_id, -1e9) < LAST_USED_EVERY_SECONDS:
+        return
+    _last_noted[identity.token_id] = now
+    redis_client().hset(
+        cache_key(LAST_USED_KEY), str(identity.token_id), timezone.now().isoformat()
+    )
+
+
+def last_used_pending() -> dict[int, str]:
+    """Uses noted in Redis and not yet copied to the database: {token id: ISO time}."""
+    from strategies.runtime_config import cache_key, redis_client
+
+    raw = redis_client().hgetall(cache_key(LAST_USED_KEY))
+    return {int(k): v.decode() for k, v in raw.items()}
+
+
+def last_used_flush() -> int:
+    """Move the noted uses into `RuntimeToken.last_used_at` (never moving it backwards)."""
+    from datetime import datetime
+
+    from django.db.models import Q
+
+    from strategies.models import RuntimeToken
+    from strategies.runtime_config import cache_key, redis_client
+
+    key = cache_key(LAST_USED_KEY)
+    pipe = redis_client().pipeline(transaction=True)
+    pipe.hgetall(key)
+    pipe.delete(key)
+    raw, _ = pipe.execute()
+    for token_id, when in raw.items():
+        used_at = datetime.fromisoformat(when.decode())
+        RuntimeToken.objects.filter(pk=int(token_id)).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=used_at)
+        ).update(last_used_at=used_at)
+    return len(raw)

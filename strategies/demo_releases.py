@@ -1,0 +1,144 @@
+"""Demo releases (DEMO.md): what is live where, one pending approval for prod, and a
+runtime token for the sg-test demo runtime. Idempotent; runs after strategies.demo and
+console.demo. Versions missing on this branch are created through the services."""
+
+from __future__ import annotations
+
+import copy
+
+from django.contrib.auth import get_user_model
+
+from strategies import documents
+from strategies.models import Agent, ApprovalRequest, Document, Environment, Release, RuntimeToken
+
+AGENT = "assistant_professional"
+STRATEGY = "after_sales_consultation"
+DEMO_TOKEN_NAME = "demo runtime (sg-test)"
+
+STRATEGY_VERSIONS = [
+    (
+        {
+            "required": ["task_state", "order_delivery"],
+            "optional": [],
+            "allowed_tools": ["lookup_order"],
+            "max_extra_reads": 1,
+            "budget": {"max_input_tokens": 6000, "reserve_output_tokens": 800},
+        },
+        "First cut: task state and the order.",
+    ),
+    (
+        {
+            "required": ["task_state", "order_delivery"],
+            "optional": ["applicable_policy"],
+            "allowed_tools": ["lookup_order", "search_policy"],
+            "max_extra_reads": 1,
+            "budget": {"max_input_tokens": 6000, "reserve_output_tokens": 800},
+        },
+        "Add the applicable policy when it fits.",
+    ),
+    (
+        {
+            "required": ["task_state", "order_delivery", "applicable_policy"],
+            "optional": ["recent_dialogue"],
+            "allowed_tools": ["lookup_order", "search_policy"],
+            "on_missing": {"order_delivery": "general_policy_only"},
+            "max_extra_reads": 2,
+            "budget": {"max_input_tokens": 8000, "reserve_output_tokens": 1000},
+        },
+        "Document 003: the policy is required; degrade to general policy without the order.",
+    ),
+]
+
+
+def _versions(document: Document, bodies: list[tuple[dict, str]], author) -> dict[int, object]:
+    """Frozen versions 1..n of the document, created through the services when missing."""
+    from strategies.services import draft_create, version_freeze
+
+    if not document.versions.exists():
+        for body, note in bodies:
+            draft = draft_create(
+                document=document, body=copy.deepcopy(body), actor=author, note=note
+            )
+            version_freeze(draft=draft, actor=author)
+    return {v.number: v for v in document.versions.filter(state="frozen")}
+
+
+def ensure_documents(author) -> tuple[dict, dict]:
+    """(profile versions, strategy versions) by number for assistant_professional."""
+    agent = Agent.objects.get(key=AGENT)
+    profile, _ = Document.objects.get_or_create(
+        agent=agent,
+        key=Document.PROFILE_KEY,
+        defaults={"kind": Document.Kind.PROFILE, "name": "Context profile"},
+    )
+    strategy, _ = Document.objects.get_or_create(
+        agent=agent,
+        key=STRATEGY,
+        defaults={"kind": Document.Kind.STRATEGY, "name": "After-sales consultation"},
+    )
+    profile_versions = _versions(
+        profile, [(documents.BANK_PROFILE, "Bank column of document 000 §4.")], author
+    )
+    return profile_versions, _versions(strategy, STRATEGY_VERSIONS, author)
+
+
+def _go_live(version, environment, ops, approver, reason: str) -> None:
+    """Publish (and, in a protected environment, approve) unless already live there."""
+    from strategies.releases import approval_approve, release_publish
+
+    if Release.objects.filter(
+        document=version.document, environment=environment, version=version
+    ).exists():
+        return
+    outcome = release_publish(version=version, environment=environment, actor=ops, reason=reason)
+    if outcome.approval is not None:
+        approval_approve(approval=outcome.approval, actor=approver, note="Checked in bank-uat.")
+
+
+def load(stdout=None) -> None:
+    from strategies.releases import release_publish
+    from strategies.runtime_auth import runtime_token_create
+
+    User = get_user_model()
+    ops, ops2 = User.objects.get(username="ops"), User.objects.get(username="ops2")
+    admin = User.objects.get(username="admin")
+    profile, strategy = ensure_documents(ops)
+    envs = {e.key: e for e in Environment.objects.all()}
+    strategy_doc = strategy[1].document
+
+    if not Release.objects.filter(document=strategy_doc).exists():
+        for key in ("sg-test", "bank-uat", "prod"):
+            _go_live(profile[1], envs[key], ops, ops2, "Bank configuration of document 000.")
+        _go_live(strategy[1], envs["sg-test"], ops, ops2, "First consultation strategy.")
+        _go_live(strategy[2], envs["sg-test"], ops, ops2, "Policy as optional context.")
+        _go_live(strategy[3], envs["sg-test"], ops, ops2, "Document 003's strategy for testing.")
+        _go_live(strategy[2], envs["bank-uat"], ops, ops2, "Promote v2 after sg-test.")
+        _go_live(strategy[2], envs["prod"], ops, ops2, "Promote v2 after bank-uat.")
+    if not ApprovalRequest.objects.filter(
+        document=strategy_doc, environment=envs["prod"], version=strategy[3]
+    ).exists():
+        release_publish(
+            version=strategy[3],
+            environment=envs["prod"],
+            actor=ops,
+            reason="Document 003's strategy; bank-uat's runtime is catching up on the handler.",
+        )
+
+    # A fresh token for the demo runtime on every run; the previous one stops working.
+    from strategies.releases import runtime_token_revoke
+
+    for old in RuntimeToken.objects.filter(name=DEMO_TOKEN_NAME, revoked_at__isnull=True):
+        runtime_token_revoke(token=old, actor=admin)
+    _, secret = runtime_token_create(
+        name=DEMO_TOKEN_NAME,
+        environment=envs["sg-test"],
+        capabilities=list(RuntimeToken.CAPABILITIES),
+        actor=admin,
+    )
+    if stdout is not None:
+        stdout.write(
+            "Demo runtime token for sg-test (config:read, manifest:write, traces:write), "
+            f"shown once:\n  {secret}\n"
+            "  try: curl -H 'Authorization: Bearer <token>' "
+            f"http://127.0.0.1:8000/api/v1/runtime/config/{AGENT}"
+        )

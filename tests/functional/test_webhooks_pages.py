@@ -1,0 +1,37 @@
+"""Admins register a webhook (secret shown once) and read its delivery log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from strategies.releases import release_publish
+from strategies.webhooks import Webhook
+from tests.factories_releases import release_world
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+SCREENS = Path(__file__).resolve().parents[2] / ".data" / "screens"
+
+
+def test_webhooks_page__register_then_release__delivery_listed(page, login, live_server, make_user):
+    w = release_world(make_user)
+    login("admin", "admin-pass-1")
+    page.goto(f"{live_server.url}/releases/webhooks/")
+    page.fill("#w-url", "http://127.0.0.1:9/hooks/console")
+    page.select_option("#w-env", "sg-test")
+    page.fill("#w-desc", "sg-test runtime")
+    page.click("#webhook-form button[type=submit]")
+    secret = page.locator("#new-webhook .copy-value").inner_text()
+    assert secret.startswith("whsec_") and Webhook.objects.get().secret == secret
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENS / "releases-webhooks.png"), full_page=True)
+
+    release_publish(version=w.strategy[1], environment=w.envs["sg-test"], actor=w.ops)
+    page.goto(f"{live_server.url}/releases/webhooks/")
+    assert secret not in page.content()
+    page.click("text=http://127.0.0.1:9/hooks/console")
+
+    row = page.locator("tr[data-delivery]")
+    assert row.count() == 1
+    page.screenshot(path=str(SCREENS / "releases-webhook-deliveries.png"), full_page=True)

@@ -1,0 +1,69 @@
+"""`manage.py runtime_token create|list|revoke`."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from strategies import demo
+from strategies.models import RuntimeToken
+
+
+@pytest.fixture
+def envs(db):
+    demo.load()
+
+
+def run(*args) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("runtime_token", *args, stdout=out, stderr=err)
+    return out.getvalue()
+
+
+def test_runtime_token_create__prints_secret_once_stores_only_hash(envs):
+    secret = run(
+        "create",
+        "--environment",
+        "prod",
+        "--agent",
+        "assistant_professional",
+        "--capability",
+        "config:read",
+        "--capability",
+        "manifest:write",
+    ).strip()
+
+    token = RuntimeToken.objects.get()
+    assert secret.startswith("cc_rt_") and secret not in (token.token_hash, token.prefix)
+    assert token.environment.key == "prod"
+    assert sorted(token.capabilities) == ["config:read", "manifest:write"]
+    assert [a.key for a in token.agents.all()] == ["assistant_professional"]
+    assert secret not in run("list")
+
+
+def test_runtime_token_revoke__by_prefix__revoked(envs):
+    run("create", "--environment", "sg-test")
+    token = RuntimeToken.objects.get()
+
+    run("revoke", token.prefix)
+
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    assert "revoked" in run("list")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("create", "--environment", "nowhere"),
+        ("create", "--environment", "prod", "--agent", "nobody"),
+        ("create", "--environment", "prod", "--capability", "root"),
+        ("revoke", "cc_rt_nothing"),
+    ],
+)
+def test_runtime_token__bad_input__clear_error_nothing_written(envs, args):
+    with pytest.raises(CommandError):
+        run(*args)
+    assert RuntimeToken.objects.filter(revoked_at__isnull=True).count() == 0

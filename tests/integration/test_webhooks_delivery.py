@@ -1,0 +1,132 @@
+"""Webhooks (RUNTIME_API §4) delivered by a real Celery worker to a local receiver."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from strategies.releases import release_publish, webhook_create
+from strategies.webhooks import WebhookAttempt, WebhookDelivery
+from tests.factories_releases import bearer, release_world, runtime_token
+
+
+class Receiver:
+    """A runtime's webhook endpoint: answers with the next status of `statuses`."""
+
+    def __init__(self, statuses):
+        self.statuses = list(statuses)
+        self.calls: list[tuple[dict, bytes]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 - http.server's naming
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.calls.append((dict(self.headers), body))
+                status = (
+                    receiver.statuses.pop(0) if len(receiver.statuses) > 1 else receiver.statuses[0]
+                )
+                self.send_response(status)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/console"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+
+
+@pytest.fixture
+def fast_retries(monkeypatch):
+    monkeypatch.setenv("WEBHOOK_RETRY_BASE_SECONDS", "0.2")  # read by the worker process
+
+
+@pytest.fixture
+def worker(fast_retries, celery_worker_process, settings):
+    settings.CELERY_TASK_DEFAULT_QUEUE = celery_worker_process
+    return celery_worker_process
+
+
+def wait_for_outcome(delivery_filter, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        delivery = WebhookDelivery.objects.filter(**delivery_filter).first()
+        if delivery and delivery.status != WebhookDelivery.Status.PENDING:
+            return delivery
+        time.sleep(0.2)
+    pytest.fail("the webhook delivery did not finish in time")
+
+
+def publish_to_receiver(world, statuses, version_number):
+    """Register a receiver answering `statuses` for sg-test, publish, wait for the outcome."""
+    receiver = Receiver(statuses)
+    try:
+        hook, secret = webhook_create(
+            environment=world.envs["sg-test"], url=receiver.url, actor=world.admin
+        )
+        release_publish(
+            version=world.strategy[version_number],
+            environment=world.envs["sg-test"],
+            actor=world.ops,
+        )
+        return wait_for_outcome({"webhook": hook}), receiver, secret
+    finally:
+        receiver.close()
+
+
+def test_webhook__receiver_fails_twice__third_try_delivers_signed_payload(
+    worker, make_user, client
+):
+    world = release_world(make_user)
+
+    delivery, receiver, secret = publish_to_receiver(world, [500, 503, 200], version_number=2)
+
+    assert delivery.status == WebhookDelivery.Status.DELIVERED
+    assert delivery.tries == 3 and len(receiver.calls) == 3
+    attempts = list(WebhookAttempt.objects.filter(delivery=delivery).order_by("number"))
+    assert [(a.number, a.status_code, a.ok) for a in attempts] == [
+        (1, 500, False),
+        (2, 503, False),
+        (3, 200, True),
+    ]
+    ids = {headers["X-Console-Delivery"] for headers, _ in receiver.calls}
+    assert ids == {str(delivery.delivery_id)}  # the idempotency key is stable across retries
+    headers, body = receiver.calls[-1]
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(headers["X-Console-Signature"], expected)
+    assert headers["X-Console-Event"] == "release.changed"
+    event = json.loads(body)
+    config = client.get(
+        "/api/v1/runtime/config/assistant_professional",
+        **bearer(runtime_token(world.envs["sg-test"])),
+    )
+    assert event == {
+        "event": "release.changed",
+        "agent": "assistant_professional",
+        "environment": "sg-test",
+        "document": "after_sales_consultation",
+        "action": "publish",
+        "from_version": None,
+        "to_version": 2,
+        "etag": config["ETag"],
+        "occurred_at": event["occurred_at"],
+    }
+
+
+def test_webhook__receiver_always_down__five_tries_then_failed(worker, make_user):
+    world = release_world(make_user)
+
+    delivery, receiver, _ = publish_to_receiver(world, [500], version_number=1)
+
+    assert delivery.status == WebhookDelivery.Status.FAILED
+    assert delivery.tries == 5 and len(receiver.calls) == 5
+    assert WebhookAttempt.objects.filter(delivery=delivery, ok=False).count() == 5
