@@ -40,7 +40,7 @@ class LoginView(auth_views.LoginView):
 def dashboard(request):
     """For each agent the user can see: environments with what is live, pending approvals,
     and recent non-ready traces (each app contributes its part)."""
-    from strategies.selectors import dashboard_context as strategies_part
+    from strategies.release_selectors import dashboard_context as strategies_part
     from traces.selectors import dashboard_context as traces_part
 
     agents = list(agents_visible_to(request.user))

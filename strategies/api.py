@@ -50,11 +50,7 @@ def _parse(request, serializer_class) -> dict:
             f"Request larger than {documents.MAX_BODY_BYTES // 1024} KiB plus envelope.",
             code="body_too_large",
         )
-    try:
-        data = request.data
-    except RecursionError:  # json gives up on very deep nesting; that is bad input, not a 500
-        raise ValidationFailed("The JSON is nested too deeply.", code="malformed_json") from None
-    serializer = serializer_class(data=data)
+    serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
 

@@ -280,3 +280,8 @@ class RuntimeToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+# Models that live beside the code that owns them; imported here so Django always loads them.
+from strategies.runtime_config import ConfigPayload  # noqa: E402, F401
+from strategies.webhooks import Webhook, WebhookAttempt, WebhookDelivery  # noqa: E402, F401

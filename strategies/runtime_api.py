@@ -18,6 +18,7 @@ from rest_framework.decorators import api_view, authentication_classes, permissi
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from console.api_schema import ErrorDetailSerializer, ErrorSerializer
 from console.errors import ApplicationError, Forbidden, NotFound
 from strategies import releases, runtime_config
 from strategies.models import Environment
@@ -83,22 +84,6 @@ def runtime_view(methods):
 
 
 # --- schema-only serializers ----------------------------------------------------------------------
-class ErrorDetailSerializer(serializers.Serializer):
-    path = serializers.CharField()
-    code = serializers.CharField()
-    message = serializers.CharField()
-
-
-class ErrorBodySerializer(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    details = ErrorDetailSerializer(many=True)
-
-
-class RuntimeErrorSerializer(serializers.Serializer):
-    error = ErrorBodySerializer()
-
-
 class LiveDocumentSerializer(serializers.Serializer):
     version = serializers.IntegerField()
     body = serializers.JSONField(help_text="The document body (RUNTIME_API §5).")
@@ -141,8 +126,8 @@ class ManifestResultSerializer(serializers.Serializer):
 
 
 _ERRORS = {
-    401: OpenApiResponse(RuntimeErrorSerializer, description="Missing, unknown or revoked token."),
-    403: OpenApiResponse(RuntimeErrorSerializer, description="The token lacks the capability."),
+    401: OpenApiResponse(ErrorSerializer, description="Missing, unknown or revoked token."),
+    403: OpenApiResponse(ErrorSerializer, description="The token lacks the capability."),
 }
 
 
@@ -201,7 +186,7 @@ class ConfigView(APIView):
             304: OpenApiResponse(description="Not modified: your ETag is current."),
             **_ERRORS,
             404: OpenApiResponse(
-                RuntimeErrorSerializer, description="Unknown agent, or outside the token's scope."
+                ErrorSerializer, description="Unknown agent, or outside the token's scope."
             ),
         },
     )
@@ -232,7 +217,7 @@ config = login_not_required(ConfigView.as_view())
     request=ManifestSerializer,
     responses={
         200: ManifestResultSerializer,
-        400: OpenApiResponse(RuntimeErrorSerializer, description="Malformed manifest."),
+        400: OpenApiResponse(ErrorSerializer, description="Malformed manifest."),
         **_ERRORS,
     },
 )

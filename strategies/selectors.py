@@ -12,11 +12,6 @@ from strategies import diff, documents
 from strategies.models import Agent, Document, Environment, Manifest, Version
 
 
-def dashboard_context(*, user, agents) -> dict:
-    """This app's part of the dashboard (see console.views.dashboard)."""
-    return {}
-
-
 def live_versions(*, document) -> dict[str, object]:
     """{environment key: live Version} for one document."""
     from strategies.models import Release

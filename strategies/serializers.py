@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from console.api_schema import ErrorDetailSerializer, ErrorSerializer  # noqa: F401 - re-exported
 from strategies import documents
 
 
@@ -53,24 +54,6 @@ class ValidateRequest(StrictSerializer):
 
 
 # --------------------------------------------------------------------------- responses
-
-
-class FindingSerializer(serializers.Serializer):
-    path = serializers.CharField()
-    code = serializers.CharField()
-    message = serializers.CharField()
-    severity = serializers.CharField(required=False)
-
-
-class ErrorBodySerializer(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    details = FindingSerializer(many=True)
-    current = serializers.JSONField(required=False, help_text="409 only: the current draft.")
-
-
-class ErrorSerializer(serializers.Serializer):
-    error = ErrorBodySerializer()
 
 
 class VersionSummarySerializer(serializers.Serializer):
@@ -143,8 +126,10 @@ class DiffSerializer(serializers.Serializer):
 
 class ValidationReportSerializer(serializers.Serializer):
     valid = serializers.BooleanField(help_text="No errors, and none against the manifest.")
-    errors = FindingSerializer(many=True)
-    flags = FindingSerializer(many=True, help_text="Need a capability, e.g. sensitive sections.")
-    manifest_errors = FindingSerializer(many=True)
+    errors = ErrorDetailSerializer(many=True)
+    flags = ErrorDetailSerializer(
+        many=True, help_text="Need a capability, e.g. sensitive sections."
+    )
+    manifest_errors = ErrorDetailSerializer(many=True)
     environment = serializers.CharField(allow_null=True)
     manifest_version = serializers.IntegerField(allow_null=True)

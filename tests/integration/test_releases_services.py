@@ -69,8 +69,9 @@ def test_publish__draft__frozen_first_then_live(world):
 def test_publish__sensitive_section_without_capability__forbidden(world):
     from strategies.services import draft_create
 
+    # Drafted by someone allowed to switch it on; publishing still checks the publisher.
     draft = draft_create(
-        document=world.profile[1].document, body=profile_with_sensitive_on(), actor=world.ops
+        document=world.profile[1].document, body=profile_with_sensitive_on(), actor=world.admin
     )
 
     with pytest.raises(Forbidden) as refused:
