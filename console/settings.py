@@ -186,7 +186,9 @@ SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
-LOGIN_THROTTLE = {"max_failures": 5, "window_seconds": 900}
+# Failed sign-ins per username and per client IP within the window lock that login
+# (counters in the Redis cache; see console.forms.ThrottledLoginMixin).
+LOGIN_THROTTLE = {"max_failures": 5, "max_failures_per_ip": 20, "window_seconds": 900}
 
 if PRODUCTION:
     SESSION_COOKIE_SECURE = True
