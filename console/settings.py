@@ -241,6 +241,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The schema and its docs page are for signed-in operators only (found by the access matrix).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024  # trace batches; see RUNTIME_API.md
 
