@@ -82,11 +82,13 @@ def _grant_rows(user) -> list[tuple[int | None, frozenset[str]]]:
         return cached
     from console.models import Grant
 
+    # A role without capabilities grants nothing, not even the sight of an agent.
     rows = [
         (agent_id, frozenset(caps))
         for agent_id, caps in Grant.objects.filter(
             Q(user=user) | Q(group__in=user.groups.all())
         ).values_list("agent_id", "role__capabilities")
+        if caps
     ]
     setattr(user, _CACHE_ATTR, rows)
     return rows
