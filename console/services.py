@@ -174,6 +174,7 @@ def grant_revoke(*, actor, grant: Grant, reason: str) -> None:
 
     check_user_can(actor, Capability.MANAGE_GRANTS, grant.agent, target=grant)
     reason = _require_reason(reason)
+    _keep_one_console_admin(without=grant)
     state = _grant_state(grant)
     target = ("console.grant", grant.pk, str(grant))
     Grant.objects.filter(pk=grant.pk).delete()
@@ -197,3 +198,27 @@ def _require_reason(reason: str) -> str:
             details=[{"path": "reason", "code": "required", "message": "At least 3 characters."}],
         )
     return reason[:1000]
+
+
+def _keep_one_console_admin(*, without: Grant) -> None:
+    """Refuse to remove the last grant that lets an active user manage access on all
+    agents: nobody could grant anything any more (only break-glass would help)."""
+    from console.errors import Conflict
+    from console.models import Grant
+    from console.policy import Capability
+
+    def console_admins(grants):
+        return grants.filter(
+            agent__isnull=True,
+            role__capabilities__contains=[Capability.MANAGE_GRANTS.value],
+            user__is_active=True,
+        )
+
+    if not console_admins(Grant.objects.filter(pk=without.pk)).exists():
+        return
+    if not console_admins(Grant.objects.exclude(pk=without.pk)).exists():
+        raise Conflict(
+            "This is the last grant that lets someone manage access on all agents; "
+            "grant that to someone else first.",
+            code="last_console_admin",
+        )

@@ -226,3 +226,30 @@ def test_openapi_schema__access_endpoints__documented(demo_world, client):
     schema = client.get(reverse("schema"), {"format": "json"}).json()
     for path in ("/api/v1/roles/", "/api/v1/grants/{id}/", "/api/v1/audit/", "/api/v1/access-log/"):
         assert path in schema["paths"], path
+
+
+def test_grant_revoke__last_console_admin__409_kept(demo_world, client):
+    client.force_login(user("admin"))
+    grant = Grant.objects.get(user__username="admin")
+    response = client.delete(
+        reverse("api-grant-detail", args=[grant.pk]),
+        {"reason": "oops"},
+        content_type="application/json",
+    )
+    assert response.status_code == 409
+    assert response.json()["error"]["code"] == "last_console_admin"
+    assert Grant.objects.filter(pk=grant.pk).exists()
+
+
+def test_access_pages__query_count__does_not_grow_with_grants(
+    demo_world, make_user, client, django_assert_max_num_queries
+):
+    client.force_login(user("admin"))
+    for n in range(20):
+        make_user(f"extra{n}", viewer="assistant_lite")
+    with django_assert_max_num_queries(20):
+        assert client.get(reverse("access-overview")).status_code == 200
+    with django_assert_max_num_queries(15):
+        assert client.get(reverse("audit-list")).status_code == 200
+    with django_assert_max_num_queries(15):
+        assert client.get(reverse("api-grant-list")).status_code == 200
