@@ -54,9 +54,13 @@ def walk(patterns, prefix: str = "", module: ModuleType | None = None):
 
 
 def endpoints() -> list[Endpoint]:
-    import console.urls
+    from importlib import import_module
 
-    return list(walk(get_resolver().url_patterns, "", console.urls))
+    from django.conf import settings
+
+    root = settings.ROOT_URLCONF
+    root = import_module(root) if isinstance(root, str) else root
+    return list(walk(get_resolver().url_patterns, "", root))
 
 
 def rule_for(endpoint: Endpoint):
@@ -218,53 +222,128 @@ def test_access_matrix__every_url_declares_its_rule__none_missing(db):
     )
 
 
-def test_access_matrix__every_url_role_scope_and_method__zero_unauthorized_successes(
-    matrix_world, client
-):
+class Principal:
+    """A test client that stays signed in as one user (or anonymous) across requests."""
+
+    def __init__(self, label: str, user):
+        from django.conf import settings
+        from django.test import Client
+
+        self.label, self.user, self.client = label, user, Client()
+        self._cookie = settings.SESSION_COOKIE_NAME
+        self.sign_in()
+
+    def sign_in(self):
+        if self.user.is_authenticated:
+            self.client.force_login(self.user)
+
+    def request(self, method: str, path: str):
+        response = _request(self.client, method, path)
+        if self.user.is_authenticated and not self.client.cookies.get(self._cookie, None).value:
+            self.sign_in()  # the request logged us out (logout url): sign in again
+        return response
+
+
+def run_matrix(users: dict, only: set[str] | None = None):
+    """Request every endpoint (or those named in `only`) with every method it accepts as
+    every principal. Returns (violations, requests made, url names covered)."""
     from django.contrib.auth.models import AnonymousUser
 
     from strategies.models import Agent
 
     sample_agent = Agent.objects.get(key=SAMPLE_AGENT)
-    principals = [("anonymous", AnonymousUser())] + list(matrix_world.items())
-    violations, checked = [], 0
-    covered = set()
+    prober = Principal("admin_all", users["admin_all"])
+    principals = [Principal("anonymous", AnonymousUser())] + [
+        prober if label == "admin_all" else Principal(label, user) for label, user in users.items()
+    ]
+    violations, checked, covered = [], 0, set()
     for endpoint in endpoints():
         rule = rule_for(endpoint)
-        if rule is None:
-            continue  # reported by the test above
+        if rule is None or (only is not None and endpoint.name not in only):
+            continue  # undeclared: reported by test_access_matrix__every_url_declares_its_rule
         path = reverse(endpoint.name, kwargs=sample_kwargs(endpoint))
         agent = sample_agent if "agent" in endpoint.kwargs else None
         runtime = path.startswith(RUNTIME_PREFIX)
-        # Which methods does the view accept? Ask as the all-agents admin: 405 means "not routed".
-        methods = []
-        for method in METHODS:
-            client.force_login(matrix_world["admin_all"])  # again: a probe may log out
-            if _request(client, method, path).status_code != 405:
-                methods.append(method)
+        # The methods the view accepts: the all-agents admin gets 405 for the others.
+        methods = [m for m in METHODS if prober.request(m, path).status_code != 405]
         for method in methods:
-            for label, user in principals:
-                if user.is_authenticated:
-                    client.force_login(user)
-                else:
-                    client.logout()
-                response = _request(client, method, path)
+            for principal in principals:
+                response = principal.request(method, path)
                 checked += 1
                 covered.add(endpoint.name)
+                where = f"{method} {path} as {principal.label}"
                 if response.status_code >= 500:
-                    violations.append(
-                        f"{method} {path} as {label}: server error {response.status_code}"
-                    )
+                    violations.append(f"{where}: server error {response.status_code}")
                 elif runtime:
                     # Runtime API: bearer tokens only — a session or nothing is 401.
                     if response.status_code not in (401, 405):
-                        violations.append(
-                            f"{method} {path} as {label}: {response.status_code}, want 401 without a token"
-                        )
-                elif _is_success(response) and not rule_allows(user, rule, agent):
+                        violations.append(f"{where}: {response.status_code}, want 401 (no token)")
+                elif _is_success(response) and not rule_allows(principal.user, rule, agent):
                     violations.append(
-                        f"{method} {path} ({endpoint.name}, needs {rule}) as {label}: "
-                        f"{response.status_code} — unauthorized success"
+                        f"{where} ({endpoint.name} needs {rule}): {response.status_code}, "
+                        "an unauthorized success"
                     )
+    return violations, checked, covered
+
+
+def test_access_matrix__every_url_role_scope_and_method__zero_unauthorized_successes(
+    matrix_world,
+):
+    violations, checked, covered = run_matrix(matrix_world)
     assert not violations, f"{len(violations)} of {checked} requests:\n  " + "\n  ".join(violations)
     assert {"access-overview", "audit-list", "api-grant-list", "dashboard"} <= covered
+
+
+# --- the matrix catches what it should -------------------------------------------------------------
+def _leaky_view(request, agent):
+    """A page someone forgot to guard: no `requires`, no policy check."""
+    from django.http import HttpResponse
+
+    return HttpResponse(f"secrets of {agent}")
+
+
+def _urlconf_with(extra_patterns, extra_required):
+    from django.urls import include, path
+
+    import console.urls
+
+    extra = ModuleType("matrix_extra_urls")
+    extra.urlpatterns = extra_patterns
+    extra.REQUIRED = extra_required
+    root = ModuleType("matrix_root_urls")
+    root.urlpatterns = [*console.urls.urlpatterns, path("", include(extra))]
+    root.REQUIRED = console.urls.REQUIRED
+    return root
+
+
+def test_access_matrix__unguarded_agent_page__reported_for_out_of_scope_users(
+    matrix_world, settings
+):
+    from django.urls import clear_url_caches, path
+
+    from console.policy import Capability
+
+    settings.ROOT_URLCONF = _urlconf_with(
+        [path("leaky/<str:agent>/", _leaky_view, name="leaky")], {"leaky": Capability.VIEW_AUDIT}
+    )
+    clear_url_caches()
+    try:
+        violations, _, covered = run_matrix(matrix_world, only={"leaky"})
+    finally:
+        clear_url_caches()
+    assert covered == {"leaky"}
+    leaked_to = {v.split(" as ")[1].split(" ")[0] for v in violations}
+    assert {"viewer_in", "operator_in", "admin_out", "support_out"} <= leaked_to
+    assert "admin_in" not in leaked_to and "anonymous" not in leaked_to
+
+
+def test_access_matrix__url_without_required_entry__reported(db, settings):
+    from django.urls import clear_url_caches, path
+
+    settings.ROOT_URLCONF = _urlconf_with([path("forgot/", _leaky_view, name="forgot")], {})
+    clear_url_caches()
+    try:
+        undeclared = [e.name for e in endpoints() if rule_for(e) is None]
+    finally:
+        clear_url_caches()
+    assert undeclared == ["forgot"]
