@@ -75,6 +75,11 @@ def access_overview(request):
     """Who has what: people × agents with their roles, roles × capabilities, and the grants
     the viewer may revoke."""
     agents = list(agents_where(request.user, Capability.MANAGE_GRANTS).order_by("key"))
+    only = request.GET.get("agent", "")
+    if only:  # one agent's access (linked from the agent's page); unknown = out of scope
+        agents = [a for a in agents if a.key == only]
+        if not agents:
+            raise NotFound("Not found.")
     grants = list(_grants_managed_by(request.user, agents))
     roles = list(Role.objects.all())
     manages_all = user_can(request.user, Capability.MANAGE_GRANTS)
@@ -85,7 +90,9 @@ def access_overview(request):
         where = grant.agent.key if grant.agent_id else "all agents"
         grant.revoke_lines = [
             f"{who} loses the role “{grant.role.name}” on {where}, at once.",
-            f"It removes: {', '.join(sorted(grant.role.capabilities)) or 'no capabilities'}.",
+            "It removes: "
+            + (", ".join(CAPABILITY_LABELS.get(c, c) for c in grant.role.capabilities) or "nothing")
+            + ".",
         ]
     context = {
         "agents": agents,
@@ -94,6 +101,7 @@ def access_overview(request):
         "capability_rows": _roles_matrix(roles),
         "grants": grants,
         "manages_roles": manages_all,
+        "only_agent": only,
     }
     return TemplateResponse(request, "console/access_overview.html", context)
 

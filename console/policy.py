@@ -11,6 +11,7 @@ exist), `Forbidden` when it is visible but the capability is missing.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from enum import StrEnum
 from functools import wraps
 
@@ -149,11 +150,20 @@ def check_user_can(user, capability: Capability | str, agent=None, *, target=Non
         "target": target,
         "logged": False,
     }
-    from django.db import connection
-
-    if not connection.in_atomic_block:
+    if not _in_transaction() and not _requires_will_log.get():
         denial_record(error)
     raise error
+
+
+# Set while a @requires view runs: it logs refusals itself, with the request path.
+_requires_will_log: ContextVar[bool] = ContextVar("requires_will_log", default=False)
+
+
+def _in_transaction() -> bool:
+    """Is a transaction of the application open? (A test case's wrapping one does not count.)"""
+    from django.db import connection
+
+    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
 
 
 def denial_record(error: Exception, *, path: str = "") -> None:
@@ -291,6 +301,7 @@ def requires(capability, *, agent_kwarg: str | None = "agent", anywhere: bool = 
         def wrapped(request, *args, **kwargs):
             from strategies.models import Agent
 
+            token = _requires_will_log.set(True)
             try:
                 agent = None
                 if agent_kwarg and agent_kwarg in kwargs:
@@ -310,6 +321,8 @@ def requires(capability, *, agent_kwarg: str | None = "agent", anywhere: bool = 
                 # now that their transaction has rolled back.
                 denial_record(error, path=request.path)
                 raise
+            finally:
+                _requires_will_log.reset(token)
 
         wrapped.required_capability = capability
         return wrapped

@@ -27,6 +27,7 @@ def test_access__admin_creates_role_grants_and_revokes__matrix_and_audit_follow(
     assert page.locator("input[name=capabilities]:checked").count() == 0  # starts empty
     page.fill("input[name=name]", "auditor")
     page.get_by_label("View audit and access logs").check()
+    page.screenshot(path=f"{SHOTS}/role-form.png", full_page=True)
     page.get_by_role("button", name="Create role").click()
     assert "Role “auditor” created." in page.locator(".messages").inner_text()
     assert Role.objects.get(name="auditor").capabilities == ["view_audit"]
@@ -36,6 +37,7 @@ def test_access__admin_creates_role_grants_and_revokes__matrix_and_audit_follow(
     page.select_option("select[name=role]", label="auditor")
     page.select_option("select[name=agent]", "assistant_professional")
     page.fill("textarea[name=reason]", "quarterly access review")
+    page.screenshot(path=f"{SHOTS}/grant-form.png", full_page=True)
     page.get_by_role("button", name="Grant").click()
     row = page.locator("[data-testid=people-matrix] [data-person=support]")
     assert "auditor" in row.inner_text()
@@ -46,6 +48,7 @@ def test_access__admin_creates_role_grants_and_revokes__matrix_and_audit_follow(
     grant_row.locator("summary", has_text="Revoke").click()
     assert "support loses the role “auditor” on assistant_professional" in grant_row.inner_text()
     grant_row.locator("textarea[name=reason]").fill("review done")
+    page.screenshot(path=f"{SHOTS}/revoke-confirm.png", full_page=True)
     grant_row.get_by_role("button", name="Revoke", exact=True).click()
     assert "Revoked" in page.locator(".messages").inner_text()
     assert not Grant.objects.filter(pk=grant.pk).exists()
