@@ -19,7 +19,9 @@ def test_audit_log__admin_asks_who_changed_bank_profile__finds_ops_and_the_field
     demo_world, login, page, live_server
 ):
     ops = get_user_model().objects.get(username="ops")
-    profile_edit(ops, toggle=("user_context", "user_emails", True), note="KYC needs e-mails")
+    profile_edit(
+        ops, toggle=("user_context", "communication_style", False), note="plain tone for complaints"
+    )
     profile_edit(
         get_user_model().objects.get(username="ops2"), toggle=("query_context", "truth", False)
     )
@@ -40,9 +42,9 @@ def test_audit_log__admin_asks_who_changed_bank_profile__finds_ops_and_the_field
     update_row.locator("summary").click()
     changes = update_row.locator("[data-testid=audit-changes]")
     changes.wait_for()
-    changed_field = changes.locator("tr", has_text="body.sections.user_context.user_emails")
-    assert "false" in changed_field.locator("td").nth(1).inner_text()
-    assert "true" in changed_field.locator("td").nth(2).inner_text()
+    changed_field = changes.locator("tr", has_text="body.sections.user_context.communication_style")
+    assert "true" in changed_field.locator("td").nth(1).inner_text()  # before
+    assert "false" in changed_field.locator("td").nth(2).inner_text()  # after
     assert time.monotonic() - started < 60
     page.screenshot(path=f"{SHOTS}/audit-journey.png", full_page=True)
 
@@ -53,7 +55,8 @@ def test_audit_detail_page__without_javascript_link__shows_who_when_roles_and_ha
     from console.models import AuditRecord
 
     profile_edit(
-        get_user_model().objects.get(username="ops"), toggle=("user_context", "user_emails", True)
+        get_user_model().objects.get(username="ops"),
+        toggle=("user_context", "communication_style", False),
     )
     record = AuditRecord.objects.get(action="draft.update")
     login("admin", "admin-demo")
@@ -61,4 +64,4 @@ def test_audit_detail_page__without_javascript_link__shows_who_when_roles_and_ha
     text = page.locator("main").inner_text()
     assert "operator@assistant_professional" in text  # the roles the actor held at the time
     assert record.hash[:16] in text
-    assert "body.sections.user_context.user_emails" in text
+    assert "body.sections.user_context.communication_style" in text

@@ -72,7 +72,6 @@ def rule_for(endpoint: Endpoint):
 # point into the sample agent, so "in scope" and "out of scope" mean something.
 SIMPLE_SAMPLES = {
     "agent": SAMPLE_AGENT,
-    "document": "profile",
     "environment": "sg-test",
     "request_id": "req-92",
 }
@@ -117,35 +116,70 @@ def sample_pk(url_name: str):
     candidates.sort(key=lambda m: (m._meta.app_label == "auth", len(m._meta.model_name)))
     for model in candidates:
         obj = _in_sample_agent(model.objects.all())
+        if obj is None and model._meta.label_lower in SAMPLE_FACTORIES:
+            obj = SAMPLE_FACTORIES[model._meta.label_lower](model)
         if obj is not None:
             return obj.pk
     return None
+
+
+def _sample_webhook(model):
+    from strategies.models import Environment
+
+    return model.objects.create(
+        environment=Environment.objects.get(key="sg-test"),
+        url="http://127.0.0.1:9/hook",
+        secret="matrix-sample-secret",
+    )
+
+
+# Objects the demo world does not have, created on demand for pk urls (by model label).
+SAMPLE_FACTORIES = {"strategies.webhook": _sample_webhook}
+
+
+def sample_document(url_name: str) -> str:
+    """The profile, or the demo strategy for urls about strategies (when it exists)."""
+    from strategies.models import Document
+
+    if (
+        "strateg" in url_name
+        and Document.objects.filter(
+            agent__key=SAMPLE_AGENT, key="after_sales_consultation"
+        ).exists()
+    ):
+        return "after_sales_consultation"
+    return "profile"
 
 
 def sample_kwargs(endpoint: Endpoint) -> dict:
     from strategies.models import Version
 
     values = {}
+    name = endpoint.name or ""
     for kwarg in endpoint.kwargs:
         if kwarg in SIMPLE_SAMPLES:
             values[kwarg] = SIMPLE_SAMPLES[kwarg]
+        elif kwarg == "document":
+            values[kwarg] = sample_document(name)
         elif kwarg == "number":
             version = (
-                Version.objects.filter(document__agent__key=SAMPLE_AGENT, document__key="profile")
+                Version.objects.filter(
+                    document__agent__key=SAMPLE_AGENT, document__key=sample_document(name)
+                )
                 .order_by("number")
                 .first()
             )
             values[kwarg] = version.number if version else 1
         elif kwarg == "pk":
-            values[kwarg] = sample_pk(endpoint.name or "")
+            values[kwarg] = sample_pk(name)
         else:
             values[kwarg] = None
         if values[kwarg] is None:
             pytest.fail(
                 f"The access matrix cannot fill URL kwarg {kwarg!r} of {endpoint.name!r} "
-                f"({endpoint.route}): use one of the project's kwarg names, or teach "
-                "sample_kwargs()/sample_pk() in tests/integration/test_access_matrix.py "
-                "where to find a sample object."
+                f"({endpoint.route}): use one of the project's kwarg names; for pk, name the "
+                "url after its model and make sure the demo world has one of them (or add a "
+                "creator to SAMPLE_FACTORIES in tests/integration/test_access_matrix.py)."
             )
     return values
 
@@ -167,7 +201,7 @@ def matrix_world(demo_world, make_user):
     users["admin_all"] = make_user("m_admin_all", admin=None)
     # Rows for the log pages and objects for pk urls: a profile edit (audit rows on the
     # sample agent), a grant on the sample agent, a console-wide role, a look at a trace.
-    profile_edit(users["operator_in"], toggle=("user_context", "user_emails", True))
+    profile_edit(users["operator_in"], toggle=("user_context", "communication_style", False))
     services.grant_create(
         actor=users["admin_all"],
         role=Role.objects.get(name="support"),

@@ -108,7 +108,9 @@ def audited_world(demo_world, make_user):
     from console.models import Role
 
     ops = get_user_model().objects.get(username="ops")
-    profile_edit(ops, toggle=("user_context", "user_emails", True), note="emails for KYC")
+    profile_edit(
+        ops, toggle=("user_context", "communication_style", False), note="plain tone for complaints"
+    )
     admin = get_user_model().objects.get(username="admin")
     services.role_create(actor=admin, name="auditor")
     services.grant_create(
@@ -176,7 +178,7 @@ def test_audit_detail__htmx_expand__field_level_before_after(audited_world, clie
     html = response.content.decode()
     assert response.status_code == 200
     assert "<html" not in html  # a fragment
-    assert "body.sections.user_context.user_emails" in html
+    assert "body.sections.user_context.communication_style" in html
     assert "false" in html and "true" in html
 
 
