@@ -157,7 +157,7 @@ def grant_list(request):
 )
 @extend_schema(
     methods=["DELETE"],
-    summary="Revoke a grant (reason required, in the body)",
+    summary="Revoke a grant (reason required: in the body, or as ?reason=)",
     request=GrantRevokeSerializer,
     responses={204: None, **ERRORS},
 )
@@ -168,7 +168,9 @@ def grant_detail(request, pk: int):
     if grant is None:
         raise NotFound("Not found.")
     if request.method == "DELETE":
-        data = _valid(GrantRevokeSerializer, request.data)
+        # The reason may come in the body or, for clients that send no body with DELETE,
+        # as ?reason=.
+        data = _valid(GrantRevokeSerializer, request.data or request.query_params)
         services.grant_revoke(actor=request.user, grant=grant, reason=data["reason"])
         return Response(status=status.HTTP_204_NO_CONTENT)
     if not _grants_visible_to(request.user).filter(pk=grant.pk).exists():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.urls import path
 
 from console import access_api as api
-from console.policy import Capability
+from console.policy import Capability, Everywhere
 
 urlpatterns = [
     path("roles/", api.role_list, name="api-role-list"),
@@ -16,10 +16,17 @@ urlpatterns = [
     path("access-log/", api.AccessLogList.as_view(), name="api-access-log-list"),
 ]
 
-# Writing roles needs MANAGE_GRANTS on all agents (checked by the service: 403 otherwise).
+# Roles are console-wide: reading them needs MANAGE_GRANTS somewhere, writing them needs it on
+# all agents. Grant writes are checked per agent by the service (404 out of scope).
 REQUIRED = {
-    "api-role-list": Capability.MANAGE_GRANTS,
-    "api-role-detail": Capability.MANAGE_GRANTS,
+    "api-role-list": {
+        "GET": Capability.MANAGE_GRANTS,
+        "POST": Everywhere(Capability.MANAGE_GRANTS),
+    },
+    "api-role-detail": {
+        "GET": Capability.MANAGE_GRANTS,
+        "PATCH": Everywhere(Capability.MANAGE_GRANTS),
+    },
     "api-grant-list": Capability.MANAGE_GRANTS,
     "api-grant-detail": Capability.MANAGE_GRANTS,
     "api-audit-list": Capability.VIEW_AUDIT,

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import get_user_model
 from django.contrib.auth.forms import AuthenticationForm
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import AnonymousUser, Group
 from django.core.cache import cache
 from django.utils import timezone
 
@@ -65,7 +65,7 @@ class ThrottledLoginMixin:
         ip = client_ip(self.request) if self.request else None
         if username and login_locked(username, ip):
             access_record(
-                actor=None,
+                actor=AnonymousUser(),
                 action="auth.login",
                 target=("auth.user", username, username),
                 outcome="denied",
@@ -82,7 +82,7 @@ class ThrottledLoginMixin:
             if username:
                 login_failure_count(username, ip)
                 access_record(
-                    actor=None,
+                    actor=AnonymousUser(),
                     action="auth.login",
                     target=("auth.user", username, username),
                     outcome="denied",

@@ -268,10 +268,15 @@ def check_user_can_anywhere(user, capability: Capability | str) -> None:
     check_user_can(user, capability)
 
 
-def rule_allows(user, rule, agent=None) -> bool:
+def rule_allows(user, rule, agent=None, method: str = "GET") -> bool:
     """Does a REQUIRED rule let this user in? (the access-matrix test and docs use this)
     Agent URLs: the capability on that agent. Agent-less URLs: on at least one agent.
-    Everywhere(...): on all agents."""
+    Everywhere(...): on all agents. A dict gives a rule per HTTP method, e.g.
+    {"GET": Capability.VIEW_CONFIG, "POST": Capability.EDIT_DRAFTS}, "*" for the others."""
+    if isinstance(rule, dict):
+        rule = rule.get(method.upper(), rule.get("*"))
+        if rule is None:
+            return False  # a method the rule does not name is allowed to nobody
     if rule == PUBLIC:
         return True
     if rule == AUTHENTICATED:

@@ -18,7 +18,7 @@ from django.apps import apps
 from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from console.policy import STANDARD_ROLES, rule_allows
+from console.policy import PUBLIC, STANDARD_ROLES, rule_allows
 from tests.factories_access import OTHER_AGENT, SAMPLE_AGENT, profile_edit
 
 SKIPPED_PREFIXES = ("django-admin/", "static/", "media/")
@@ -243,6 +243,26 @@ def _request(client, method: str, path: str):
     return response
 
 
+def _valid_rule(rule) -> bool:
+    from console.policy import AUTHENTICATED, PUBLIC, Capability, Everywhere
+
+    if isinstance(rule, dict):
+        return bool(rule) and all(_valid_rule(r) for r in rule.values())
+    return isinstance(rule, Capability | Everywhere) or rule in (PUBLIC, AUTHENTICATED)
+
+
+def test_access_matrix__every_rule__is_a_known_kind(db):
+    bad = [
+        f"{e.name}: {rule_for(e)!r}"
+        for e in endpoints()
+        if e.name and not _valid_rule(rule_for(e) or PUBLIC)
+    ]
+    assert not bad, (
+        "REQUIRED values must be Capability, Everywhere, PUBLIC, AUTHENTICATED or a dict of them per method:\n  "
+        + "\n  ".join(bad)
+    )
+
+
 def test_access_matrix__every_url_declares_its_rule__none_missing(db):
     missing = [
         f"{e.name or '(unnamed)'} → {e.route} (module {getattr(e.module, '__name__', '?')})"
@@ -312,7 +332,7 @@ def run_matrix(users: dict, only: set[str] | None = None):
                     # Runtime API: bearer tokens only — a session or nothing is 401.
                     if response.status_code not in (401, 405):
                         violations.append(f"{where}: {response.status_code}, want 401 (no token)")
-                elif _is_success(response) and not rule_allows(principal.user, rule, agent):
+                elif _is_success(response) and not rule_allows(principal.user, rule, agent, method):
                     violations.append(
                         f"{where} ({endpoint.name} needs {rule}): {response.status_code}, "
                         "an unauthorized success"

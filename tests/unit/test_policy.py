@@ -121,3 +121,12 @@ def test_rule_allows__each_kind_of_rule(agents, make_user):
     assert rule_allows(pro_admin, Capability.MANAGE_GRANTS)  # agent-less: on some agent
     assert not rule_allows(pro_admin, Everywhere(Capability.MANAGE_GRANTS))
     assert not rule_allows(pro_admin, Capability.VIEW_CONFIG, agents["assistant_lite"])
+
+
+def test_rule_allows__rule_per_method__write_needs_more(agents, make_user):
+    viewer = make_user("viewer", viewer="assistant_professional")
+    rule = {"GET": Capability.VIEW_CONFIG, "*": Capability.EDIT_DRAFTS}
+    agent = agents["assistant_professional"]
+    assert rule_allows(viewer, rule, agent, "GET")
+    assert not rule_allows(viewer, rule, agent, "POST")
+    assert not rule_allows(viewer, {"GET": Capability.VIEW_CONFIG}, agent, "DELETE")
