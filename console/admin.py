@@ -130,7 +130,23 @@ admin.site.register(AccessLogEntry, ReadOnlyLogAdmin)
 
 # Users and groups: the same break-glass auditing as everything else.
 User = get_user_model()
-for model, base in ((User, UserAdmin), (Group, GroupAdmin)):
+
+
+class AuditedUserAdmin(AuditedAdminMixin, UserAdmin):
+    def user_change_password(self, request, id, form_url=""):
+        """The password form saves outside save_model: audit it here (never the password)."""
+        response = super().user_change_password(request, id, form_url)
+        if request.method == "POST" and response.status_code == 302:
+            user = User.objects.get(pk=id)
+            audit_record(actor=request.user, action="admin.password_change", target=user)
+        return response
+
+
+class AuditedGroupAdmin(AuditedAdminMixin, GroupAdmin):
+    pass
+
+
+for model, model_admin in ((User, AuditedUserAdmin), (Group, AuditedGroupAdmin)):
     if admin.site.is_registered(model):
         admin.site.unregister(model)
-    admin.site.register(model, type(f"Audited{base.__name__}", (AuditedAdminMixin, base), {}))
+    admin.site.register(model, model_admin)

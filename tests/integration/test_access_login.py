@@ -129,3 +129,21 @@ def test_django_admin__login_failures__throttled_too(person, client):
         "/django-admin/login/", {"username": person, "password": "right-password-1"}
     )
     assert "Too many failed sign-ins" in response.content.decode()
+
+
+def test_django_admin__superuser_sets_a_password__audited_without_the_password(db, client):
+    root = get_user_model().objects.create_superuser("root", password="root-pass-12345")
+    target = get_user_model().objects.create_user("someone", password="old-pass-12345")
+    client.force_login(root)
+    response = client.post(
+        f"/django-admin/auth/user/{target.pk}/password/",
+        {
+            "password1": "N3w-long-passphrase",
+            "password2": "N3w-long-passphrase",
+            "usable_password": "true",
+        },
+    )
+    assert response.status_code == 302
+    record = AuditRecord.objects.get(action="admin.password_change")
+    assert record.target_label == "someone" and record.actor_label == "root"
+    assert "N3w-long-passphrase" not in str(record.before) + str(record.after)
