@@ -100,7 +100,13 @@ def describe_target(target) -> dict[str, str]:
 
 
 def field_changes(before: Any, after: Any, prefix: str = "") -> list[dict[str, Any]]:
-    """Field-level differences between two JSON-like values: [{path, before, after}]."""
+    """Field-level differences between two JSON-like values: [{path, before, after}].
+    A created or deleted object (None on one side) is compared field by field too, so a
+    creation reads as its fields being added rather than as one opaque value."""
+    if before is None and isinstance(after, dict):
+        before = {}
+    if after is None and isinstance(before, dict):
+        after = {}
     if isinstance(before, dict) and isinstance(after, dict):
         out: list[dict[str, Any]] = []
         for key in list(before) + [k for k in after if k not in before]:

@@ -130,3 +130,16 @@ def test_rule_allows__rule_per_method__write_needs_more(agents, make_user):
     assert rule_allows(viewer, rule, agent, "GET")
     assert not rule_allows(viewer, rule, agent, "POST")
     assert not rule_allows(viewer, {"GET": Capability.VIEW_CONFIG}, agent, "DELETE")
+
+
+def test_field_changes__created_object__one_added_row_per_field():
+    from console.audit import field_changes
+
+    changes = field_changes(None, {"name": "auditor", "caps": [], "body": {"a": {"b": True}}})
+    assert changes == [
+        {"path": "name", "before": None, "after": "auditor"},
+        {"path": "caps", "before": None, "after": []},
+        {"path": "body.a.b", "before": None, "after": True},
+    ]
+    assert field_changes({"x": 1}, None) == [{"path": "x", "before": 1, "after": None}]
+    assert field_changes(None, None) == []
