@@ -25,6 +25,7 @@ from console.policy import (
     Capability,
     Everywhere,
     agents_where,
+    check_user_can,
     requires,
     user_can,
 )
@@ -181,8 +182,15 @@ def grant_create(request):
         initial={"agent": request.GET.get("agent", ""), "username": request.GET.get("user", "")},
         agent_choices=_agent_choices(request.user),
     )
+    preview = None
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
+        # A forged agent is refused (404, logged) before anything is shown or written.
+        check_user_can(request.user, Capability.MANAGE_GRANTS, data["agent"])
+        if "confirm" not in request.POST or "edit" in request.POST:
+            preview = None if "edit" in request.POST else _grant_preview(data)
+            context = {"form": form, "preview": preview, "users": _usernames()}
+            return TemplateResponse(request, "console/grant_form.html", context)
         try:
             grant = services.grant_create(
                 actor=request.user,
@@ -199,10 +207,40 @@ def grant_create(request):
         else:
             messages.success(request, f"Granted: {grant}.")
             return redirect("access-overview")
-    context = {"form": form, "users": get_user_model().objects.order_by("username")}
+    context = {"form": form, "preview": preview, "users": _usernames()}
     return TemplateResponse(
         request, "console/grant_form.html", context, status=400 if form.errors else 200
     )
+
+
+def _usernames():
+    return get_user_model().objects.filter(is_active=True).order_by("username")
+
+
+def _grant_preview(data) -> list[str]:
+    """What the grant will change, in words, for the confirmation step."""
+    from console.policy import capabilities_on
+
+    role, agent, user, group = data["role"], data["agent"], data["username"], data["group"]
+    who = user.username if user else f"everyone in group {group.name}"
+    where = agent.key if agent else "ALL agents, including agents added later"
+    lines = [f"{who} gets the role “{role.name}” on {where}."]
+    caps = set(role.capabilities)
+    if user is not None:
+        held = (
+            capabilities_on(user, agent) if agent else {c for c in Capability if user_can(user, c)}
+        )
+        caps -= set(held)
+    labels = [CAPABILITY_LABELS.get(c, c) for c in sorted(caps)]
+    if not role.capabilities:
+        lines.append(
+            "This role has no capabilities yet: the grant changes nothing until some are added."
+        )
+    elif labels:
+        lines.append("New there: " + ", ".join(labels) + ".")
+    else:
+        lines.append("They already hold every capability of this role there.")
+    return lines
 
 
 @require_POST

@@ -38,7 +38,12 @@ def test_access__admin_creates_role_grants_and_revokes__matrix_and_audit_follow(
     page.select_option("select[name=agent]", "assistant_professional")
     page.fill("textarea[name=reason]", "quarterly access review")
     page.screenshot(path=f"{SHOTS}/grant-form.png", full_page=True)
-    page.get_by_role("button", name="Grant").click()
+    page.get_by_role("button", name="Review the grant…").click()
+    preview = page.locator("[data-testid=grant-preview]").inner_text()
+    assert "support gets the role “auditor” on assistant_professional" in preview
+    assert "View audit and access logs" in preview
+    page.screenshot(path=f"{SHOTS}/grant-preview.png", full_page=True)
+    page.get_by_role("button", name="Confirm grant").click()
     row = page.locator("[data-testid=people-matrix] [data-person=support]")
     assert "auditor" in row.inner_text()
     page.screenshot(path=f"{SHOTS}/access-after-grant.png", full_page=True)

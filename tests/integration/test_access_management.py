@@ -119,6 +119,7 @@ def test_grant_create_page__agent_admin_grants_on_own_agent__audited_with_reason
             "role": Role.objects.get(name="support").pk,
             "agent": "assistant_professional",
             "reason": "on call this week",
+            "confirm": "1",
         },
     )
     assert response.status_code == 302
@@ -141,6 +142,7 @@ def test_grant_create_page__forged_agent_out_of_scope__404_nothing_written_and_l
             "role": Role.objects.get(name="admin").pk,
             "agent": "assistant_lite",  # not offered in the form: forged
             "reason": "let me in",
+            "confirm": "1",
         },
     )
     assert response.status_code == 404
@@ -253,3 +255,51 @@ def test_access_pages__query_count__does_not_grow_with_grants(
         assert client.get(reverse("audit-list")).status_code == 200
     with django_assert_max_num_queries(15):
         assert client.get(reverse("api-grant-list")).status_code == 200
+
+
+def test_grant_create_page__first_post__shows_what_changes_and_writes_nothing(demo_world, client):
+    client.force_login(user("admin"))
+    response = client.post(
+        reverse("grant-create"),
+        {
+            "username": "support",
+            "role": Role.objects.get(name="operator").pk,
+            "agent": "*",
+            "reason": "cover",
+        },
+    )
+    assert response.status_code == 200
+    preview = " ".join(response.context["preview"])
+    assert "support gets the role “operator” on ALL agents" in preview
+    assert "New there: " in preview and "Edit drafts" in preview
+    assert not Grant.objects.filter(user__username="support", role__name="operator").exists()
+    assert not AuditRecord.objects.filter(action="grant.create").exists()
+
+
+def test_grant_create_page__forged_agent_at_preview__404_and_logged(demo_world, make_user, client):
+    client.force_login(make_user("pro_admin", admin="assistant_professional"))
+    response = client.post(
+        reverse("grant-create"),
+        {
+            "username": "ops",
+            "role": Role.objects.get(name="admin").pk,
+            "agent": "assistant_lite",
+            "reason": "x" * 5,
+        },
+    )
+    assert response.status_code == 404
+    assert AccessLogEntry.objects.filter(actor_label="pro_admin", outcome="denied").count() == 1
+
+
+def test_grant_preview__capabilities_already_held_there__not_listed_as_new(demo_world, client):
+    client.force_login(user("admin"))
+    response = client.post(
+        reverse("grant-create"),
+        {
+            "username": "ops",
+            "role": Role.objects.get(name="support").pk,
+            "agent": "assistant_professional",
+            "reason": "redundant",
+        },
+    )
+    assert "They already hold every capability of this role there." in response.context["preview"]
