@@ -16,6 +16,19 @@ def user(name):
     return get_user_model().objects.get(username=name)
 
 
+def post_grant_form(client, *, username, role, agent, reason="on call this week", confirm=False):
+    """Submit the grant page's form: first step (preview), or with confirm the grant itself."""
+    data = {
+        "username": username,
+        "role": Role.objects.get(name=role).pk,
+        "agent": agent,
+        "reason": reason,
+    }
+    if confirm:
+        data["confirm"] = "1"
+    return client.post(reverse("grant-create"), data)
+
+
 def test_role_created_via_api__holder_can_do_nothing_until_capabilities_added(demo_world, client):
     client.force_login(user("admin"))
     response = client.post(
@@ -112,15 +125,13 @@ def test_grant_create_page__agent_admin_grants_on_own_agent__audited_with_reason
     demo_world, make_user, client
 ):
     client.force_login(make_user("pro_admin", admin="assistant_professional"))
-    response = client.post(
-        reverse("grant-create"),
-        {
-            "username": "viewer",
-            "role": Role.objects.get(name="support").pk,
-            "agent": "assistant_professional",
-            "reason": "on call this week",
-            "confirm": "1",
-        },
+    response = post_grant_form(
+        client,
+        username="viewer",
+        role="support",
+        agent="assistant_professional",
+        reason="on call this week",
+        confirm=True,
     )
     assert response.status_code == 302
     grant = Grant.objects.get(user__username="viewer", role__name="support")
@@ -135,15 +146,14 @@ def test_grant_create_page__forged_agent_out_of_scope__404_nothing_written_and_l
 ):
     client.force_login(make_user("pro_admin", admin="assistant_professional"))
     before = Grant.objects.count()
-    response = client.post(
-        reverse("grant-create"),
-        {
-            "username": "ops",
-            "role": Role.objects.get(name="admin").pk,
-            "agent": "assistant_lite",  # not offered in the form: forged
-            "reason": "let me in",
-            "confirm": "1",
-        },
+    # assistant_lite is not offered in the form: a forged submission.
+    response = post_grant_form(
+        client,
+        username="ops",
+        role="admin",
+        agent="assistant_lite",
+        reason="let me in",
+        confirm=True,
     )
     assert response.status_code == 404
     assert Grant.objects.count() == before
@@ -259,14 +269,8 @@ def test_access_pages__query_count__does_not_grow_with_grants(
 
 def test_grant_create_page__first_post__shows_what_changes_and_writes_nothing(demo_world, client):
     client.force_login(user("admin"))
-    response = client.post(
-        reverse("grant-create"),
-        {
-            "username": "support",
-            "role": Role.objects.get(name="operator").pk,
-            "agent": "*",
-            "reason": "cover",
-        },
+    response = post_grant_form(
+        client, username="support", role="operator", agent="*", reason="cover"
     )
     assert response.status_code == 200
     preview = " ".join(response.context["preview"])
@@ -278,14 +282,8 @@ def test_grant_create_page__first_post__shows_what_changes_and_writes_nothing(de
 
 def test_grant_create_page__forged_agent_at_preview__404_and_logged(demo_world, make_user, client):
     client.force_login(make_user("pro_admin", admin="assistant_professional"))
-    response = client.post(
-        reverse("grant-create"),
-        {
-            "username": "ops",
-            "role": Role.objects.get(name="admin").pk,
-            "agent": "assistant_lite",
-            "reason": "x" * 5,
-        },
+    response = post_grant_form(
+        client, username="ops", role="admin", agent="assistant_lite", reason="x" * 5
     )
     assert response.status_code == 404
     assert AccessLogEntry.objects.filter(actor_label="pro_admin", outcome="denied").count() == 1
@@ -293,13 +291,7 @@ def test_grant_create_page__forged_agent_at_preview__404_and_logged(demo_world, 
 
 def test_grant_preview__capabilities_already_held_there__not_listed_as_new(demo_world, client):
     client.force_login(user("admin"))
-    response = client.post(
-        reverse("grant-create"),
-        {
-            "username": "ops",
-            "role": Role.objects.get(name="support").pk,
-            "agent": "assistant_professional",
-            "reason": "redundant",
-        },
+    response = post_grant_form(
+        client, username="ops", role="support", agent="assistant_professional", reason="redundant"
     )
     assert "They already hold every capability of this role there." in response.context["preview"]
