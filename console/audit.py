@@ -100,7 +100,13 @@ def describe_target(target) -> dict[str, str]:
 
 
 def field_changes(before: Any, after: Any, prefix: str = "") -> list[dict[str, Any]]:
-    """Field-level differences between two JSON-like values: [{path, before, after}]."""
+    """Field-level differences between two JSON-like values: [{path, before, after}].
+    A created or deleted object (None on one side) is compared field by field too, so a
+    creation reads as its fields being added rather than as one opaque value."""
+    if before is None and isinstance(after, dict):
+        before = {}
+    if after is None and isinstance(before, dict):
+        after = {}
     if isinstance(before, dict) and isinstance(after, dict):
         out: list[dict[str, Any]] = []
         for key in list(before) + [k for k in after if k not in before]:
@@ -178,3 +184,62 @@ def chain_verify(model) -> tuple[int, Any]:
         prev = row.hash
         checked += 1
     return checked, None
+
+
+# --- reads: what a user may see of the logs -------------------------------------------------------
+def logs_visible_to(user, model):
+    """Rows of a log the user may read: those of agents where they hold VIEW_AUDIT, and
+    console-wide rows (no agent) only with VIEW_AUDIT on all agents. Deny by default."""
+    from console.policy import Capability, agents_where, user_can
+
+    keys = list(agents_where(user, Capability.VIEW_AUDIT).values_list("key", flat=True))
+    if user_can(user, Capability.VIEW_AUDIT):
+        keys.append("")
+    return model.objects.filter(agent_key__in=keys)
+
+
+def logs_filter(
+    queryset, *, agent="", actor="", action="", target="", outcome="", since=None, until=None
+):
+    """The list filters of the audit and access-log pages and API (all optional, AND-ed).
+    `action` matches a prefix ("grant." finds grant.create and grant.revoke); `target`
+    matches the target's label or id (e.g. "assistant_professional/profile")."""
+    from django.db.models import Q
+
+    if agent:
+        queryset = queryset.filter(agent_key=agent)
+    if actor:
+        queryset = queryset.filter(actor_label__iexact=actor)
+    if action:
+        queryset = queryset.filter(action__startswith=action)
+    if target:
+        queryset = queryset.filter(Q(target_label__icontains=target) | Q(target_id=target))
+    if outcome:  # access log only: allowed | denied
+        queryset = queryset.filter(outcome=outcome)
+    if since:
+        queryset = queryset.filter(occurred_at__gte=since)
+    if until:
+        queryset = queryset.filter(occurred_at__lt=until)
+    return queryset.order_by("-occurred_at", "-id")
+
+
+def change_rows(changes: list[dict]) -> list[dict]:
+    """Field-level changes ready to show: path, kind (added/removed/changed) and both
+    values as compact JSON text (so `false`, `null` and strings read unambiguously)."""
+
+    def text(value):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+    rows = []
+    for change in changes or []:
+        before, after = change.get("before"), change.get("after")
+        kind = "added" if before is None else "removed" if after is None else "changed"
+        rows.append(
+            {
+                "path": change.get("path", ""),
+                "kind": kind,
+                "before": text(before),
+                "after": text(after),
+            }
+        )
+    return rows

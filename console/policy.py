@@ -11,6 +11,7 @@ exist), `Forbidden` when it is visible but the capability is missing.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from enum import StrEnum
 from functools import wraps
 
@@ -82,11 +83,13 @@ def _grant_rows(user) -> list[tuple[int | None, frozenset[str]]]:
         return cached
     from console.models import Grant
 
+    # A role without capabilities grants nothing, not even the sight of an agent.
     rows = [
         (agent_id, frozenset(caps))
         for agent_id, caps in Grant.objects.filter(
             Q(user=user) | Q(group__in=user.groups.all())
         ).values_list("agent_id", "role__capabilities")
+        if caps
     ]
     setattr(user, _CACHE_ATTR, rows)
     return rows
@@ -126,12 +129,69 @@ def user_sees_agent(user, agent) -> bool:
     return bool(capabilities_on(user, agent))
 
 
-def check_user_can(user, capability: Capability | str, agent=None) -> None:
-    """Raise NotFound when the agent is out of the user's scope, Forbidden when the action is."""
+def check_user_can(user, capability: Capability | str, agent=None, *, target=None) -> None:
+    """Raise NotFound when the agent is out of the user's scope, Forbidden when the action is.
+
+    A refusal of a logged-in user is written to the access log (outcome "denied"): at once
+    when no transaction is open, else by `requires` / `denial_record` once the surrounding
+    transaction has rolled back (a row written inside it would roll back with it).
+    """
+    error: NotFound | Forbidden | None = None
     if agent is not None and not user_sees_agent(user, agent):
-        raise NotFound("Not found.")
-    if not user_can(user, capability, agent):
-        raise Forbidden(f"You do not have the '{capability}' permission here.")
+        error = NotFound("Not found.")
+    elif not user_can(user, capability, agent):
+        error = Forbidden(f"You do not have the '{capability}' permission here.")
+    if error is None:
+        return
+    error.denial = {
+        "user": user,
+        "capability": str(capability),
+        "agent": agent,
+        "target": target,
+        "logged": False,
+    }
+    if not _in_transaction() and not _requires_will_log.get():
+        denial_record(error)
+    raise error
+
+
+# Set while a @requires view runs: it logs refusals itself, with the request path.
+_requires_will_log: ContextVar[bool] = ContextVar("requires_will_log", default=False)
+
+
+def _in_transaction() -> bool:
+    """Is a transaction of the application open? (A test case's wrapping one does not count.)"""
+    from django.db import connection
+
+    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
+
+
+def denial_record(error: Exception, *, path: str = "") -> None:
+    """Write the access-log row for a refusal raised by `check_user_can` (once per error).
+    Safe to call with any exception: others are ignored. Anonymous refusals are not logged
+    (the login wall answers them)."""
+    denial = getattr(error, "denial", None)
+    if not denial or denial["logged"]:
+        return
+    user = denial["user"]
+    if user is None or not getattr(user, "is_authenticated", False):
+        return
+    from console.audit import access_record
+
+    denial["logged"] = True
+    agent = denial["agent"]
+    access_record(
+        actor=user,
+        action="access.denied",
+        target=denial["target"],
+        agent=agent,
+        outcome="denied",
+        detail={
+            "capability": denial["capability"],
+            "status": getattr(error, "status", None),
+            "path": path,
+        },
+    )
 
 
 def agents_visible_to(user) -> QuerySet:
@@ -178,10 +238,65 @@ PUBLIC = "public"  # no login (login page, health, runtime API with its own toke
 AUTHENTICATED = "authenticated"  # any logged-in user; the page shows only what they may see
 
 
-def requires(capability: Capability | str, *, agent_kwarg: str | None = "agent"):
+class Everywhere:
+    """A rule for console-wide actions (creating roles, managing tokens): the capability
+    must be held on ALL agents, i.e. through a grant without an agent.
+    Use in REQUIRED and in `requires(Everywhere(Capability.X), agent_kwarg=None)`."""
+
+    def __init__(self, capability: Capability):
+        self.capability = capability
+
+    def __str__(self) -> str:
+        return f"{self.capability} on all agents"
+
+    def __repr__(self) -> str:
+        return f"Everywhere({self.capability!s})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Everywhere) and other.capability == self.capability
+
+    def __hash__(self) -> int:
+        return hash(("everywhere", self.capability))
+
+
+def check_user_can_anywhere(user, capability: Capability | str) -> None:
+    """For list pages without an agent in the URL: the capability on at least one agent
+    (the list then shows only those agents). Refused with 403 and logged otherwise."""
+    if user_can_anywhere(user, capability):
+        return
+    # Same refusal path (and access-log row) as an agent-less check_user_can.
+    check_user_can(user, capability)
+
+
+def rule_allows(user, rule, agent=None, method: str = "GET") -> bool:
+    """Does a REQUIRED rule let this user in? (the access-matrix test and docs use this)
+    Agent URLs: the capability on that agent. Agent-less URLs: on at least one agent.
+    Everywhere(...): on all agents. A dict gives a rule per HTTP method, e.g.
+    {"GET": Capability.VIEW_CONFIG, "POST": Capability.EDIT_DRAFTS}, "*" for the others."""
+    if isinstance(rule, dict):
+        rule = rule.get(method.upper(), rule.get("*"))
+        if rule is None:
+            return False  # a method the rule does not name is allowed to nobody
+    if rule == PUBLIC:
+        return True
+    if rule == AUTHENTICATED:
+        return bool(user is not None and user.is_authenticated)
+    if isinstance(rule, Everywhere):
+        return user_can(user, rule.capability)
+    if agent is not None:
+        return user_can(user, rule, agent)
+    return user_can_anywhere(user, rule)
+
+
+def requires(capability, *, agent_kwarg: str | None = "agent", anywhere: bool = False):
     """View decorator: resolve the agent from the URL (its key in `agent_kwarg`), then
     check the capability — 404 when the agent is unknown or out of scope, 403 when the
     action is forbidden. The agent is passed on as `request.agent`.
+
+    Without an agent in the URL, the capability is needed on all agents (console-wide
+    actions; `Everywhere(Capability.X)` says so explicitly) — or, with `anywhere=True`, on
+    at least one agent (list pages, which then filter with `agents_where`). Every refusal
+    of a logged-in user is written to the access log.
 
     Works for Django views and inside DRF's @api_view (errors map to the API error shape).
     """
@@ -191,14 +306,28 @@ def requires(capability: Capability | str, *, agent_kwarg: str | None = "agent")
         def wrapped(request, *args, **kwargs):
             from strategies.models import Agent
 
-            agent = None
-            if agent_kwarg and agent_kwarg in kwargs:
-                agent = Agent.objects.filter(key=kwargs[agent_kwarg]).first()
-                if agent is None or not user_sees_agent(request.user, agent):
-                    raise NotFound("Not found.")
-            check_user_can(request.user, capability, agent)
-            request.agent = agent
-            return view(request, *args, **kwargs)
+            token = _requires_will_log.set(True)
+            try:
+                agent = None
+                if agent_kwarg and agent_kwarg in kwargs:
+                    agent = Agent.objects.filter(key=kwargs[agent_kwarg]).first()
+                    if agent is None:
+                        raise NotFound("Not found.")
+                if isinstance(capability, Everywhere):
+                    check_user_can(request.user, capability.capability)
+                elif agent is None and anywhere:
+                    check_user_can_anywhere(request.user, capability)
+                else:
+                    check_user_can(request.user, capability, agent)
+                request.agent = agent
+                return view(request, *args, **kwargs)
+            except (NotFound, Forbidden) as error:
+                # Also catches refusals raised deeper (a service checking an object's agent),
+                # now that their transaction has rolled back.
+                denial_record(error, path=request.path)
+                raise
+            finally:
+                _requires_will_log.reset(token)
 
         wrapped.required_capability = capability
         return wrapped

@@ -2,6 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from django.db import transaction
+
+from console.audit import audit_record
+
+if TYPE_CHECKING:
+    from console.models import Grant, Role
+
 
 def standard_roles_ensure(*, role_model=None) -> None:
     """Create the four standard roles if missing (migration, demo loader, test fixtures).
@@ -18,4 +27,198 @@ def standard_roles_ensure(*, role_model=None) -> None:
                 "capabilities": [c.value for c in capabilities],
                 "is_standard": True,
             },
+        )
+
+
+# --- roles and grants ----------------------------------------------------------------------------
+# Roles are console-wide, so creating or changing one needs MANAGE_GRANTS on all agents.
+# A grant on one agent may be given or revoked by someone with MANAGE_GRANTS on that agent;
+# a grant on all agents needs MANAGE_GRANTS on all agents.
+
+
+def _role_state(role) -> dict:
+    return {
+        "name": role.name,
+        "description": role.description,
+        "capabilities": sorted(role.capabilities),
+    }
+
+
+def _grant_state(grant) -> dict:
+    return {
+        "user": grant.user.get_username() if grant.user_id else None,
+        "group": grant.group.name if grant.group_id else None,
+        "role": grant.role.name,
+        "agent": grant.agent.key if grant.agent_id else None,
+    }
+
+
+def _clean_capabilities(capabilities) -> list[str]:
+    from console.errors import ValidationFailed
+    from console.policy import Capability
+
+    known = {c.value for c in Capability}
+    unknown = sorted({str(c) for c in capabilities} - known)
+    if unknown:
+        raise ValidationFailed(
+            "Unknown capabilities.",
+            details=[
+                {
+                    "path": "capabilities",
+                    "code": "invalid_choice",
+                    "message": f"{c!r} is not a capability; known: {', '.join(sorted(known))}",
+                }
+                for c in unknown
+            ],
+        )
+    return sorted({str(c) for c in capabilities})
+
+
+def _check_role_name(name: str, *, exclude_pk=None) -> str:
+    from console.errors import Conflict, ValidationFailed
+    from console.models import Role
+
+    name = (name or "").strip()
+    if not name or len(name) > 100:
+        raise ValidationFailed(
+            "A role needs a name.",
+            details=[{"path": "name", "code": "required", "message": "1 to 100 characters."}],
+        )
+    clash = Role.objects.filter(name__iexact=name).exclude(pk=exclude_pk)
+    if clash.exists():
+        raise Conflict(f"A role named {name!r} already exists.", code="role_exists")
+    return name
+
+
+@transaction.atomic
+def role_create(*, actor, name: str, description: str = "", capabilities=()) -> Role:
+    """Create a role. A new role holds exactly the capabilities given — none by default."""
+    from console.models import Role
+    from console.policy import Capability, check_user_can
+
+    check_user_can(actor, Capability.MANAGE_GRANTS)
+    role = Role.objects.create(
+        name=_check_role_name(name),
+        description=(description or "").strip(),
+        capabilities=_clean_capabilities(capabilities),
+    )
+    audit_record(actor=actor, action="role.create", target=role, after=_role_state(role))
+    return role
+
+
+@transaction.atomic
+def role_update(
+    *, actor, role: Role, name: str | None = None, description: str | None = None, capabilities=None
+) -> Role:
+    """Change a role's name, description or capabilities (standard roles keep their name)."""
+    from console.errors import ValidationFailed
+    from console.models import Role
+    from console.policy import Capability, check_user_can
+
+    check_user_can(actor, Capability.MANAGE_GRANTS)
+    role = Role.objects.select_for_update().get(pk=role.pk)
+    before = _role_state(role)
+    if name is not None and name.strip() != role.name:
+        if role.is_standard:
+            raise ValidationFailed(
+                "Standard roles keep their name.",
+                details=[{"path": "name", "code": "read_only", "message": "Cannot rename."}],
+            )
+        role.name = _check_role_name(name, exclude_pk=role.pk)
+    if description is not None:
+        role.description = description.strip()
+    if capabilities is not None:
+        role.capabilities = _clean_capabilities(capabilities)
+    after = _role_state(role)
+    if after == before:
+        return role
+    role.save()
+    audit_record(actor=actor, action="role.update", target=role, before=before, after=after)
+    return role
+
+
+@transaction.atomic
+def grant_create(*, actor, role: Role, agent=None, user=None, group=None, reason: str) -> Grant:
+    """Give a role to a user or a group on one agent (or on all agents when agent is None)."""
+    from console.errors import Conflict, ValidationFailed
+    from console.models import Grant
+    from console.policy import Capability, check_user_can, forget_cached_grants
+
+    check_user_can(actor, Capability.MANAGE_GRANTS, agent)
+    if (user is None) == (group is None):
+        raise ValidationFailed(
+            "Grant a role to either a user or a group.",
+            details=[{"path": "user", "code": "required", "message": "Choose a user or a group."}],
+        )
+    reason = _require_reason(reason)
+    if Grant.objects.filter(user=user, group=group, role=role, agent=agent).exists():
+        raise Conflict("That grant already exists.", code="grant_exists")
+    grant = Grant.objects.create(user=user, group=group, role=role, agent=agent, created_by=actor)
+    audit_record(
+        actor=actor,
+        action="grant.create",
+        target=grant,
+        agent=agent,
+        after={**_grant_state(grant), "reason": reason},
+    )
+    if user is not None:
+        forget_cached_grants(user)
+    return grant
+
+
+@transaction.atomic
+def grant_revoke(*, actor, grant: Grant, reason: str) -> None:
+    """Take a role away. Needs MANAGE_GRANTS where the grant applies (404 out of scope)."""
+    from console.models import Grant
+    from console.policy import Capability, check_user_can
+
+    check_user_can(actor, Capability.MANAGE_GRANTS, grant.agent, target=grant)
+    reason = _require_reason(reason)
+    _keep_one_console_admin(without=grant)
+    state = _grant_state(grant)
+    target = ("console.grant", grant.pk, str(grant))
+    Grant.objects.filter(pk=grant.pk).delete()
+    audit_record(
+        actor=actor,
+        action="grant.revoke",
+        target=target,
+        agent=grant.agent,
+        before=state,
+        after={"reason": reason},
+    )
+
+
+def _require_reason(reason: str) -> str:
+    from console.errors import ValidationFailed
+
+    reason = (reason or "").strip()
+    if len(reason) < 3:
+        raise ValidationFailed(
+            "Give a reason (it is recorded in the audit log).",
+            details=[{"path": "reason", "code": "required", "message": "At least 3 characters."}],
+        )
+    return reason[:1000]
+
+
+def _keep_one_console_admin(*, without: Grant) -> None:
+    """Refuse to remove the last grant that lets an active user manage access on all
+    agents: nobody could grant anything any more (only break-glass would help)."""
+    from console.errors import Conflict
+    from console.models import Grant
+    from console.policy import Capability
+
+    def console_admins(grants):
+        return grants.filter(
+            agent__isnull=True,
+            role__capabilities__contains=[Capability.MANAGE_GRANTS.value],
+            user__is_active=True,
+        )
+
+    if not console_admins(Grant.objects.filter(pk=without.pk)).exists():
+        return
+    if not console_admins(Grant.objects.exclude(pk=without.pk)).exists():
+        raise Conflict(
+            "This is the last grant that lets someone manage access on all agents; "
+            "grant that to someone else first.",
+            code="last_console_admin",
         )

@@ -186,7 +186,9 @@ SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
-LOGIN_THROTTLE = {"max_failures": 5, "window_seconds": 900}
+# Failed sign-ins per username and per client IP within the window lock that login
+# (counters in the Redis cache; see console.forms.ThrottledLoginMixin).
+LOGIN_THROTTLE = {"max_failures": 5, "max_failures_per_ip": 20, "window_seconds": 900}
 
 if PRODUCTION:
     SESSION_COOKIE_SECURE = True
@@ -239,6 +241,8 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The schema and its docs page are for signed-in operators only (found by the access matrix).
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024  # trace batches; see RUNTIME_API.md
 

@@ -14,6 +14,7 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
+from console.forms import LoginForm
 from console.health import health_report
 from console.policy import agents_visible_to
 from strategies.models import Environment
@@ -28,8 +29,19 @@ def demo_logins() -> list[tuple[str, str]]:
 
 
 class LoginView(auth_views.LoginView):
+    """Sign-in, throttled per username and per IP (console.forms.LoginForm); each failed and
+    each successful sign-in is written to the access log."""
+
     template_name = "registration/login.html"
     redirect_authenticated_user = True
+    form_class = LoginForm
+
+    def form_valid(self, form):
+        from console.audit import access_record
+
+        user = form.get_user()
+        access_record(actor=user, action="auth.login", target=user, outcome="allowed")
+        return super().form_valid(form)
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)

@@ -1,0 +1,204 @@
+"""Operator API for roles, grants, the audit log and the access log (/api/v1/).
+
+Thin: parse with a serializer, ask the policy (`requires`), call a service, answer. Writes
+go through console.services, which check the actor's scope again and write the audit row.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.utils.decorators import method_decorator
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import generics, status
+from rest_framework.decorators import api_view
+from rest_framework.response import Response
+
+from console import services
+from console.audit import logs_filter, logs_visible_to
+from console.errors import NotFound, ValidationFailed
+from console.models import AccessLogEntry, AuditRecord, Grant, Role
+from console.policy import Capability, agents_where, requires
+from console.serializers import (
+    AccessLogEntrySerializer,
+    AuditRecordSerializer,
+    GrantCreateSerializer,
+    GrantRevokeSerializer,
+    GrantSerializer,
+    LogFilterSerializer,
+    RoleCreateSerializer,
+    RoleSerializer,
+    RoleUpdateSerializer,
+)
+
+ERRORS = {
+    400: OpenApiResponse(description="validation_failed"),
+    403: OpenApiResponse(description="forbidden"),
+    404: OpenApiResponse(description="not_found (also: out of your scope)"),
+    409: OpenApiResponse(description="conflict"),
+}
+MANAGERS = requires(Capability.MANAGE_GRANTS, agent_kwarg=None, anywhere=True)
+AUDITORS = requires(Capability.VIEW_AUDIT, agent_kwarg=None, anywhere=True)
+
+
+def _valid(serializer_class, data):
+    serializer = serializer_class(data=data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+# --- roles ------------------------------------------------------------------------------------------
+@extend_schema(
+    methods=["GET"],
+    summary="List roles with their capabilities",
+    responses=RoleSerializer(many=True),
+)
+@extend_schema(
+    methods=["POST"],
+    summary="Create a role (starts with no capabilities unless given)",
+    request=RoleCreateSerializer,
+    responses={201: RoleSerializer, **ERRORS},
+)
+@api_view(["GET", "POST"])
+@MANAGERS
+def role_list(request):
+    if request.method == "POST":
+        data = _valid(RoleCreateSerializer, request.data)
+        role = services.role_create(actor=request.user, **data)
+        return Response(RoleSerializer(role).data, status=status.HTTP_201_CREATED)
+    return Response(RoleSerializer(Role.objects.all(), many=True).data)
+
+
+def _role(pk) -> Role:
+    role = Role.objects.filter(pk=pk).first()
+    if role is None:
+        raise NotFound("No such role.")
+    return role
+
+
+@extend_schema(methods=["GET"], summary="A role", responses={200: RoleSerializer, 404: ERRORS[404]})
+@extend_schema(
+    methods=["PATCH"],
+    summary="Change a role's name, description or capabilities",
+    request=RoleUpdateSerializer,
+    responses={200: RoleSerializer, **ERRORS},
+)
+@api_view(["GET", "PATCH"])
+@MANAGERS
+def role_detail(request, pk: int):
+    role = _role(pk)
+    if request.method == "PATCH":
+        data = _valid(RoleUpdateSerializer, request.data)
+        role = services.role_update(actor=request.user, role=role, **data)
+    return Response(RoleSerializer(role).data)
+
+
+# --- grants -----------------------------------------------------------------------------------------
+def _grants_visible_to(user):
+    from django.db.models import Q
+
+    agents = agents_where(user, Capability.MANAGE_GRANTS)
+    return (
+        Grant.objects.filter(Q(agent__in=agents) | Q(agent__isnull=True))
+        .select_related("user", "group", "role", "agent", "created_by")
+        .order_by("-created_at", "-id")
+    )
+
+
+def _lookup(model, field: str, value, path: str):
+    if value in (None, ""):
+        return None
+    obj = model.objects.filter(**{field: value}).first()
+    if obj is None:
+        raise ValidationFailed(
+            f"Unknown {path}: {value!r}.",
+            details=[{"path": path, "code": "does_not_exist", "message": f"No {path} {value!r}."}],
+        )
+    return obj
+
+
+@extend_schema(
+    methods=["GET"],
+    summary="List grants on the agents you manage (and all-agents grants)",
+    responses=GrantSerializer(many=True),
+)
+@extend_schema(
+    methods=["POST"],
+    summary="Grant a role to a user or group on one agent or all agents",
+    request=GrantCreateSerializer,
+    responses={201: GrantSerializer, **ERRORS},
+)
+@api_view(["GET", "POST"])
+@MANAGERS
+def grant_list(request):
+    from strategies.models import Agent
+
+    if request.method == "POST":
+        data = _valid(GrantCreateSerializer, request.data)
+        agent = None
+        if data.get("agent"):
+            agent = Agent.objects.filter(key=data["agent"]).first()
+            if agent is None:
+                raise NotFound("Not found.")
+        grant = services.grant_create(
+            actor=request.user,
+            role=_lookup(Role, "name", data["role"], "role"),
+            agent=agent,
+            user=_lookup(get_user_model(), "username", data.get("user"), "user"),
+            group=_lookup(Group, "name", data.get("group"), "group"),
+            reason=data["reason"],
+        )
+        return Response(GrantSerializer(grant).data, status=status.HTTP_201_CREATED)
+    return Response(GrantSerializer(_grants_visible_to(request.user), many=True).data)
+
+
+@extend_schema(
+    methods=["GET"], summary="A grant", responses={200: GrantSerializer, 404: ERRORS[404]}
+)
+@extend_schema(
+    methods=["DELETE"],
+    summary="Revoke a grant (reason required: in the body, or as ?reason=)",
+    request=GrantRevokeSerializer,
+    responses={204: None, **ERRORS},
+)
+@api_view(["GET", "DELETE"])
+@MANAGERS
+def grant_detail(request, pk: int):
+    grant = Grant.objects.select_related("user", "group", "role", "agent").filter(pk=pk).first()
+    if grant is None:
+        raise NotFound("Not found.")
+    if request.method == "DELETE":
+        # The reason may come in the body or, for clients that send no body with DELETE,
+        # as ?reason=.
+        data = _valid(GrantRevokeSerializer, request.data or request.query_params)
+        services.grant_revoke(actor=request.user, grant=grant, reason=data["reason"])
+        return Response(status=status.HTTP_204_NO_CONTENT)
+    if not _grants_visible_to(request.user).filter(pk=grant.pk).exists():
+        raise NotFound("Not found.")
+    return Response(GrantSerializer(grant).data)
+
+
+# --- logs -------------------------------------------------------------------------------------------
+class _LogList(generics.ListAPIView):
+    """Rows of agents where you hold VIEW_AUDIT, newest first, filtered like the pages."""
+
+    model = None
+
+    def get_queryset(self):
+        params = LogFilterSerializer(data=self.request.query_params)
+        params.is_valid(raise_exception=True)
+        return logs_filter(logs_visible_to(self.request.user, self.model), **params.validated_data)
+
+
+@method_decorator(AUDITORS, name="get")
+@extend_schema(summary="The audit log", parameters=[LogFilterSerializer])
+class AuditList(_LogList):
+    model = AuditRecord
+    serializer_class = AuditRecordSerializer
+
+
+@method_decorator(AUDITORS, name="get")
+@extend_schema(summary="The access log", parameters=[LogFilterSerializer])
+class AccessLogList(_LogList):
+    model = AccessLogEntry
+    serializer_class = AccessLogEntrySerializer

@@ -1,0 +1,403 @@
+"""THE access matrix: every URL of the URL conf × every standard role (granted on the
+sample agent, or only on another agent) × anonymous, for GET and each write method the
+view accepts — zero unauthorized successes.
+
+The rule for each url name comes from the REQUIRED dict of the url module that defines it
+(collected by walking the URL conf), so a new endpoint is covered the moment it is routed,
+and an endpoint without a declared rule fails this suite. Django admin is left out here
+(superuser-only, see test_access_admin.py), as are static files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import ModuleType
+
+import pytest
+from django.apps import apps
+from django.db import transaction
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
+
+from console.policy import PUBLIC, STANDARD_ROLES, rule_allows
+from tests.factories_access import OTHER_AGENT, SAMPLE_AGENT, profile_edit
+
+SKIPPED_PREFIXES = ("django-admin/", "static/", "media/")
+RUNTIME_PREFIX = "/api/v1/runtime/"
+METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+
+
+@dataclass
+class Endpoint:
+    name: str | None
+    route: str
+    module: ModuleType | None
+    kwargs: list[str]
+
+
+def walk(patterns, prefix: str = "", module: ModuleType | None = None):
+    """Every URLPattern under `patterns`, with its full route and the module defining it."""
+    for entry in patterns:
+        route = prefix + str(entry.pattern)
+        if route.startswith(SKIPPED_PREFIXES):
+            continue
+        if isinstance(entry, URLResolver):
+            inner = entry.urlconf_module
+            inner_module = inner if isinstance(inner, ModuleType) else module
+            yield from walk(entry.url_patterns, route, inner_module)
+        elif isinstance(entry, URLPattern):
+            yield Endpoint(
+                entry.name,
+                route,
+                module,
+                sorted(entry.pattern.converters) or sorted(entry.pattern.regex.groupindex),
+            )
+
+
+def endpoints() -> list[Endpoint]:
+    from importlib import import_module
+
+    from django.conf import settings
+
+    root = settings.ROOT_URLCONF
+    root = import_module(root) if isinstance(root, str) else root
+    return list(walk(get_resolver().url_patterns, "", root))
+
+
+def rule_for(endpoint: Endpoint):
+    return getattr(endpoint.module, "REQUIRED", {}).get(endpoint.name)
+
+
+# --- sample values for URL kwargs, by kwarg name ------------------------------------------------
+# The project fixes kwarg names (agent, document, number, environment, request_id, pk). Values
+# point into the sample agent, so "in scope" and "out of scope" mean something.
+SIMPLE_SAMPLES = {
+    "agent": SAMPLE_AGENT,
+    "environment": "sg-test",
+    "request_id": "req-92",
+}
+GENERIC_WORDS = {"api", "list", "detail", "create", "new", "edit", "update", "delete", "revoke"}
+
+
+def _in_sample_agent(queryset):
+    """Prefer an object of the sample agent, following the usual relations."""
+    for lookup in (
+        "agent__key",
+        "document__agent__key",
+        "release__document__agent__key",
+        "version__document__agent__key",
+        "agent_key",
+        "trace__agent__key",
+    ):
+        try:
+            found = queryset.filter(**{lookup: SAMPLE_AGENT}).first()
+        except Exception:  # noqa: BLE001 - the model has no such relation; try the next one
+            continue
+        if found is not None:
+            return found
+    return queryset.first()
+
+
+def sample_pk(url_name: str):
+    """A pk for `url_name`: an object of the model its name mentions ("api-grant-detail" →
+    Grant; "audit-detail" → AuditRecord), preferably one of the sample agent."""
+    from console.models import AccessLogEntry, AuditRecord
+
+    explicit = {"audit": AuditRecord, "access-log": AccessLogEntry}
+    for word, model in explicit.items():
+        if word in url_name:
+            obj = _in_sample_agent(model.objects.order_by("-id"))
+            return obj.pk if obj else None
+    words = [w for w in url_name.split("-") if w not in GENERIC_WORDS and len(w) > 2]
+    candidates = [
+        m
+        for m in apps.get_models()
+        if any(w == m._meta.model_name or w in m._meta.model_name for w in words)
+    ]
+    candidates.sort(key=lambda m: (m._meta.app_label == "auth", len(m._meta.model_name)))
+    for model in candidates:
+        obj = _in_sample_agent(model.objects.all())
+        if obj is None and model._meta.label_lower in SAMPLE_FACTORIES:
+            obj = SAMPLE_FACTORIES[model._meta.label_lower](model)
+        if obj is not None:
+            return obj.pk
+    return None
+
+
+def _sample_webhook(model):
+    from strategies.models import Environment
+
+    return model.objects.create(
+        environment=Environment.objects.get(key="sg-test"),
+        url="http://127.0.0.1:9/hook",
+        secret="matrix-sample-secret",
+    )
+
+
+# Objects the demo world does not have, created on demand for pk urls (by model label).
+SAMPLE_FACTORIES = {"strategies.webhook": _sample_webhook}
+
+
+def sample_document(url_name: str) -> str:
+    """The profile, or the demo strategy for urls about strategies (when it exists)."""
+    from strategies.models import Document
+
+    if (
+        "strateg" in url_name
+        and Document.objects.filter(
+            agent__key=SAMPLE_AGENT, key="after_sales_consultation"
+        ).exists()
+    ):
+        return "after_sales_consultation"
+    return "profile"
+
+
+def sample_kwargs(endpoint: Endpoint) -> dict:
+    from strategies.models import Version
+
+    values = {}
+    name = endpoint.name or ""
+    for kwarg in endpoint.kwargs:
+        if kwarg in SIMPLE_SAMPLES:
+            values[kwarg] = SIMPLE_SAMPLES[kwarg]
+        elif kwarg == "document":
+            values[kwarg] = sample_document(name)
+        elif kwarg == "number":
+            version = (
+                Version.objects.filter(
+                    document__agent__key=SAMPLE_AGENT, document__key=sample_document(name)
+                )
+                .order_by("number")
+                .first()
+            )
+            values[kwarg] = version.number if version else 1
+        elif kwarg == "pk":
+            values[kwarg] = sample_pk(name)
+        else:
+            values[kwarg] = None
+        if values[kwarg] is None:
+            pytest.fail(
+                f"The access matrix cannot fill URL kwarg {kwarg!r} of {endpoint.name!r} "
+                f"({endpoint.route}): use one of the project's kwarg names; for pk, name the "
+                "url after its model and make sure the demo world has one of them (or add a "
+                "creator to SAMPLE_FACTORIES in tests/integration/test_access_matrix.py)."
+            )
+    return values
+
+
+# --- the world the matrix runs in -----------------------------------------------------------------
+@pytest.fixture
+def matrix_world(demo_world, make_user):
+    """Per standard role: `<role>_in` (granted on the sample agent) and `<role>_out` (granted
+    only on the other agent); `admin_all` (admin on all agents); some audit and access rows."""
+    from console import services
+    from console.audit import access_record
+    from console.models import Role
+    from strategies.models import Agent
+
+    users = {}
+    for role in STANDARD_ROLES:
+        users[f"{role}_in"] = make_user(f"m_{role}_in", **{role: SAMPLE_AGENT})
+        users[f"{role}_out"] = make_user(f"m_{role}_out", **{role: OTHER_AGENT})
+    users["admin_all"] = make_user("m_admin_all", admin=None)
+    # Rows for the log pages and objects for pk urls: a profile edit (audit rows on the
+    # sample agent), a grant on the sample agent, a console-wide role, a look at a trace.
+    profile_edit(users["operator_in"], toggle=("user_context", "communication_style", False))
+    services.grant_create(
+        actor=users["admin_all"],
+        role=Role.objects.get(name="support"),
+        agent=Agent.objects.get(key=SAMPLE_AGENT),
+        user=make_user("m_bystander"),
+        reason="matrix: a grant on the sample agent",
+    )
+    services.role_create(actor=users["admin_all"], name="matrix-empty")
+    access_record(
+        actor=users["support_in"],
+        action="trace.view",
+        agent=SAMPLE_AGENT,
+        target=("trace", "req-92", "req-92"),
+    )
+    return users
+
+
+def _is_success(response) -> bool:
+    if 200 <= response.status_code < 300:
+        return True
+    if 300 <= response.status_code < 400:
+        location = response.headers.get("Location", "")
+        return not location.startswith((reverse("login"), "/login"))
+    return False
+
+
+def _request(client, method: str, path: str):
+    """One request with an empty body (JSON for the API and for PUT/PATCH/DELETE), rolled
+    back afterwards so a write that succeeds does not change the world for the next case."""
+    if method == "GET":
+        kwargs = {}
+    elif path.startswith("/api/") or method != "POST":
+        kwargs = {"data": "{}", "content_type": "application/json"}
+    else:
+        kwargs = {"data": {}}
+    with transaction.atomic():
+        response = getattr(client, method.lower())(path, **kwargs)
+        transaction.set_rollback(True)
+    return response
+
+
+def _valid_rule(rule) -> bool:
+    from console.policy import AUTHENTICATED, PUBLIC, Capability, Everywhere
+
+    if isinstance(rule, dict):
+        return bool(rule) and all(_valid_rule(r) for r in rule.values())
+    return isinstance(rule, Capability | Everywhere) or rule in (PUBLIC, AUTHENTICATED)
+
+
+def test_access_matrix__every_rule__is_a_known_kind(db):
+    bad = [
+        f"{e.name}: {rule_for(e)!r}"
+        for e in endpoints()
+        if e.name and not _valid_rule(rule_for(e) or PUBLIC)
+    ]
+    assert not bad, (
+        "REQUIRED values must be Capability, Everywhere, PUBLIC, AUTHENTICATED or a dict of them per method:\n  "
+        + "\n  ".join(bad)
+    )
+
+
+def test_access_matrix__every_url_declares_its_rule__none_missing(db):
+    missing = [
+        f"{e.name or '(unnamed)'} → {e.route} (module {getattr(e.module, '__name__', '?')})"
+        for e in endpoints()
+        if e.name is None or rule_for(e) is None
+    ]
+    assert not missing, (
+        "Every url must be named and declared in its url module's REQUIRED dict "
+        "(console.policy: Capability.X | Everywhere(...) | PUBLIC | AUTHENTICATED):\n  "
+        + "\n  ".join(missing)
+    )
+
+
+class Principal:
+    """A test client that stays signed in as one user (or anonymous) across requests."""
+
+    def __init__(self, label: str, user):
+        from django.conf import settings
+        from django.test import Client
+
+        self.label, self.user, self.client = label, user, Client()
+        self._cookie = settings.SESSION_COOKIE_NAME
+        self.sign_in()
+
+    def sign_in(self):
+        if self.user.is_authenticated:
+            self.client.force_login(self.user)
+
+    def request(self, method: str, path: str):
+        response = _request(self.client, method, path)
+        if self.user.is_authenticated and not self.client.cookies.get(self._cookie, None).value:
+            self.sign_in()  # the request logged us out (logout url): sign in again
+        return response
+
+
+def run_matrix(users: dict, only: set[str] | None = None):
+    """Request every endpoint (or those named in `only`) with every method it accepts as
+    every principal. Returns (violations, requests made, url names covered)."""
+    from django.contrib.auth.models import AnonymousUser
+
+    from strategies.models import Agent
+
+    sample_agent = Agent.objects.get(key=SAMPLE_AGENT)
+    prober = Principal("admin_all", users["admin_all"])
+    principals = [Principal("anonymous", AnonymousUser())] + [
+        prober if label == "admin_all" else Principal(label, user) for label, user in users.items()
+    ]
+    violations, checked, covered = [], 0, set()
+    for endpoint in endpoints():
+        rule = rule_for(endpoint)
+        if rule is None or (only is not None and endpoint.name not in only):
+            continue  # undeclared: reported by test_access_matrix__every_url_declares_its_rule
+        path = reverse(endpoint.name, kwargs=sample_kwargs(endpoint))
+        agent = sample_agent if "agent" in endpoint.kwargs else None
+        runtime = path.startswith(RUNTIME_PREFIX)
+        # The methods the view accepts: the all-agents admin gets 405 for the others.
+        methods = [m for m in METHODS if prober.request(m, path).status_code != 405]
+        for method in methods:
+            for principal in principals:
+                response = principal.request(method, path)
+                checked += 1
+                covered.add(endpoint.name)
+                where = f"{method} {path} as {principal.label}"
+                if response.status_code >= 500:
+                    violations.append(f"{where}: server error {response.status_code}")
+                elif runtime:
+                    # Runtime API: bearer tokens only — a session or nothing is 401.
+                    if response.status_code not in (401, 405):
+                        violations.append(f"{where}: {response.status_code}, want 401 (no token)")
+                elif _is_success(response) and not rule_allows(principal.user, rule, agent, method):
+                    violations.append(
+                        f"{where} ({endpoint.name} needs {rule}): {response.status_code}, "
+                        "an unauthorized success"
+                    )
+    return violations, checked, covered
+
+
+def test_access_matrix__every_url_role_scope_and_method__zero_unauthorized_successes(
+    matrix_world,
+):
+    violations, checked, covered = run_matrix(matrix_world)
+    assert not violations, f"{len(violations)} of {checked} requests:\n  " + "\n  ".join(violations)
+    assert {"access-overview", "audit-list", "api-grant-list", "dashboard"} <= covered
+
+
+# --- the matrix catches what it should -------------------------------------------------------------
+def _leaky_view(request, agent):
+    """A page someone forgot to guard: no `requires`, no policy check."""
+    from django.http import HttpResponse
+
+    return HttpResponse(f"secrets of {agent}")
+
+
+def _urlconf_with(extra_patterns, extra_required):
+    from django.urls import include, path
+
+    import console.urls
+
+    extra = ModuleType("matrix_extra_urls")
+    extra.urlpatterns = extra_patterns
+    extra.REQUIRED = extra_required
+    root = ModuleType("matrix_root_urls")
+    root.urlpatterns = [*console.urls.urlpatterns, path("", include(extra))]
+    root.REQUIRED = console.urls.REQUIRED
+    return root
+
+
+def test_access_matrix__unguarded_agent_page__reported_for_out_of_scope_users(
+    matrix_world, settings
+):
+    from django.urls import clear_url_caches, path
+
+    from console.policy import Capability
+
+    settings.ROOT_URLCONF = _urlconf_with(
+        [path("leaky/<str:agent>/", _leaky_view, name="leaky")], {"leaky": Capability.VIEW_AUDIT}
+    )
+    clear_url_caches()
+    try:
+        violations, _, covered = run_matrix(matrix_world, only={"leaky"})
+    finally:
+        clear_url_caches()
+    assert covered == {"leaky"}
+    leaked_to = {v.split(" as ")[1].split(" ")[0] for v in violations}
+    assert {"viewer_in", "operator_in", "admin_out", "support_out"} <= leaked_to
+    assert "admin_in" not in leaked_to and "anonymous" not in leaked_to
+
+
+def test_access_matrix__url_without_required_entry__reported(db, settings):
+    from django.urls import clear_url_caches, path
+
+    settings.ROOT_URLCONF = _urlconf_with([path("forgot/", _leaky_view, name="forgot")], {})
+    clear_url_caches()
+    try:
+        undeclared = [e.name for e in endpoints() if rule_for(e) is None]
+    finally:
+        clear_url_caches()
+    assert undeclared == ["forgot"]
