@@ -242,6 +242,9 @@ def trace_page_context(*, user, trace: Trace) -> dict:
         "selected_size": selected,
         "excluded_size": excluded,
         "estimate": int(trace.input_estimate) if trace.input_estimate is not None else None,
+        "estimate_unit": "tokens"
+        if trace.input_estimate_unit in ("", "token")
+        else trace.input_estimate_unit,
         "hints": where_to_look(trace, candidates),
         "snapshot": snapshot_state(user=user, trace=trace),
     }
