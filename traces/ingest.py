@@ -17,7 +17,9 @@ import msgspec
 import orjson
 
 MAX_TRACES_PER_BATCH = 1_000
-MAX_BATCH_BYTES = 8 * 1024 * 1024  # 8 MiB: ~1,000 traces of 50 candidates fit in about 7 MiB
+MAX_BATCH_BYTES = (
+    16 * 1024 * 1024
+)  # 16 MiB: a full batch of 1,000 traces × 50 candidates is ~7.5 MiB
 MAX_CANDIDATES_PER_TRACE = 500
 MAX_REASON_CHARS = 200
 

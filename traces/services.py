@@ -22,8 +22,9 @@ from traces.models import Snapshot, Trace
 
 PURGE_BATCH = 5_000
 
-# The COPY targets: session temp tables emptied at every commit, so each batch starts clean
-# and no catalog churn happens per request.
+# The COPY target: one row per trace, its candidates as one JSON array that PostgreSQL
+# expands itself (jsonb_to_recordset), so Python never loops over 50,000 candidate rows.
+# Session temp tables emptied at every commit: each batch starts clean, no catalog churn.
 _TEMP_TABLES = """
 CREATE TEMP TABLE IF NOT EXISTS ingest_trace (
     request_id varchar(200), agent_id bigint, environment_id bigint, occurred_at timestamptz,
@@ -34,12 +35,7 @@ CREATE TEMP TABLE IF NOT EXISTS ingest_trace (
     degradation varchar(100), budget_max_input_tokens integer,
     budget_reserve_output_tokens integer, input_estimate double precision,
     input_estimate_unit varchar(30), input_estimate_estimator varchar(100), sources jsonb,
-    shadow jsonb, snapshot_expires_at timestamptz
-) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS ingest_candidate (
-    request_id varchar(200), position smallint, item_id varchar(300), source varchar(100),
-    version varchar(100), size integer, required boolean, bundle varchar(100),
-    decision varchar(30), reason varchar(200)
+    shadow jsonb, snapshot_expires_at timestamptz, candidates jsonb
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS ingest_snapshot (
     request_id varchar(200), ciphertext bytea, key_id varchar(16), created_at timestamptz,
@@ -66,8 +62,16 @@ WITH inserted AS (
     RETURNING id, request_id
 ), candidates AS (
     INSERT INTO traces_candidate (trace_id, {CANDIDATE_COLUMNS})
-    SELECT inserted.id, {", ".join("c." + c.strip() for c in CANDIDATE_COLUMNS.split(","))}
-    FROM ingest_candidate c JOIN inserted ON inserted.request_id = c.request_id
+    SELECT inserted.id, c.ord - 1, c.id, c.source, c.version, c.size, c.required,
+           coalesce(c.bundle, ''), c.decision, c.reason
+    FROM ingest_trace t
+    JOIN inserted ON inserted.request_id = t.request_id
+    CROSS JOIN LATERAL ROWS FROM (
+        jsonb_to_recordset(t.candidates) AS (
+            id text, source text, version text, size integer, required boolean,
+            bundle text, decision text, reason text
+        )
+    ) WITH ORDINALITY AS c(id, source, version, size, required, bundle, decision, reason, ord)
 ), snapshots AS (
     INSERT INTO traces_snapshot (trace_id, {SNAPSHOT_COLUMNS})
     SELECT inserted.id, {", ".join("s." + c.strip() for c in SNAPSHOT_COLUMNS.split(","))}
@@ -130,25 +134,6 @@ def trace_row(
     )
 
 
-def candidate_rows(trace: TraceIn, key) -> list[tuple]:
-    """Candidate rows in CANDIDATE_COLUMNS order, prefixed by `key` (request_id or trace id)."""
-    return [
-        (
-            key,
-            position,
-            c.id,
-            c.source,
-            c.version,
-            c.size,
-            c.required,
-            c.bundle or "",
-            c.decision,
-            c.reason,
-        )
-        for position, c in enumerate(trace.candidates)
-    ]
-
-
 def _scope_errors(trace: TraceIn, identity, agent_ids: dict[str, int]) -> list[dict]:
     errors = []
     if trace.agent not in agent_ids or not identity.covers_agent(trace.agent):
@@ -185,7 +170,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     key_id = crypto.current_key_id()
 
     seen: set[str] = set()
-    traces, candidates, snapshots = [], [], []
+    traces, snapshots = [], []
     for index, trace in batch.valid:
         problems = _scope_errors(trace, identity, agent_ids)
         if problems:
@@ -204,8 +189,8 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
                 received_at=now,
                 snapshot_expires_at=snapshot_expiry if snapshot else None,
             )
+            + (_json(trace.candidates),)
         )
-        candidates.extend(candidate_rows(trace, trace.request_id))
         if snapshot:
             snapshots.append(
                 (trace.request_id, crypto.encrypt(snapshot), key_id, now, snapshot_expiry)
@@ -217,8 +202,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         cursor.execute(_TEMP_TABLES)
         raw = cursor.cursor  # the psycopg 3 cursor: COPY goes through it
         for table, columns, rows in (
-            ("ingest_trace", TRACE_COLUMNS, traces),
-            ("ingest_candidate", "request_id, " + CANDIDATE_COLUMNS, candidates),
+            ("ingest_trace", TRACE_COLUMNS + ", candidates", traces),
             ("ingest_snapshot", "request_id, " + SNAPSHOT_COLUMNS, snapshots),
         ):
             if rows:
