@@ -33,7 +33,9 @@ class Decision(models.TextChoices):
 
 
 class Trace(models.Model):
-    request_id = models.CharField(max_length=200, unique=True)
+    # Byte-wise collation on the indexed identifiers: exact matches only, and index inserts
+    # and lookups never pay for locale-aware comparison.
+    request_id = models.CharField(max_length=200, unique=True, db_collation="C")
     agent = models.ForeignKey(
         "strategies.Agent", on_delete=models.PROTECT, related_name="+", db_index=False
     )
@@ -96,17 +98,24 @@ class Trace(models.Model):
 class Candidate(models.Model):
     """One item the runtime considered for a request, with its decision and reason."""
 
+    # No database FK: ingest inserts candidates only for the traces it has just inserted
+    # (one statement) and the purge deletes candidates first, while a checked FK would cost
+    # one trigger lookup per candidate row — 50,000 per batch.
     trace = models.ForeignKey(
-        Trace, on_delete=models.CASCADE, related_name="candidates", db_index=False
+        Trace,
+        on_delete=models.CASCADE,
+        related_name="candidates",
+        db_index=False,
+        db_constraint=False,
     )
     position = models.PositiveSmallIntegerField()
     item_id = models.CharField(max_length=300)
-    source = models.CharField(max_length=100)
+    source = models.CharField(max_length=100, db_collation="C")
     version = models.CharField(max_length=100, blank=True)
     size = models.PositiveIntegerField(null=True, blank=True)
     required = models.BooleanField(default=False)
     bundle = models.CharField(max_length=100, blank=True)
-    decision = models.CharField(max_length=30, choices=Decision.choices)
+    decision = models.CharField(max_length=30, choices=Decision.choices, db_collation="C")
     reason = models.CharField(max_length=200, blank=True)
 
     class Meta:
@@ -116,7 +125,12 @@ class Candidate(models.Model):
         ]
         indexes = [
             # "Traces where source S was excluded as D (for reason R)": newest trace ids first.
-            models.Index(fields=["source", "decision", "-trace"], name="candidate_source_decision"),
+            # Only exclusions: selected items are most rows and are found by time instead.
+            models.Index(
+                fields=["source", "decision", "-trace"],
+                name="candidate_source_excluded",
+                condition=~models.Q(decision="selected"),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -23,7 +23,8 @@ from traces.models import Snapshot, Trace
 PURGE_BATCH = 5_000
 
 # The COPY target: one row per trace, its candidates as one JSON array that PostgreSQL
-# expands itself (jsonb_to_recordset), so Python never loops over 50,000 candidate rows.
+# expands itself (json_to_recordset), so Python never loops over 50,000 candidate rows.
+# It travels as text: parsed once, by the statement that expands it.
 # Session temp tables emptied at every commit: each batch starts clean, no catalog churn.
 _TEMP_TABLES = """
 CREATE TEMP TABLE IF NOT EXISTS ingest_trace (
@@ -35,7 +36,7 @@ CREATE TEMP TABLE IF NOT EXISTS ingest_trace (
     degradation varchar(100), budget_max_input_tokens integer,
     budget_reserve_output_tokens integer, input_estimate double precision,
     input_estimate_unit varchar(30), input_estimate_estimator varchar(100), sources jsonb,
-    shadow jsonb, snapshot_expires_at timestamptz, candidates jsonb
+    shadow jsonb, snapshot_expires_at timestamptz, candidates text
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS ingest_snapshot (
     request_id varchar(200), ciphertext bytea, key_id varchar(16), created_at timestamptz,
@@ -67,7 +68,7 @@ WITH inserted AS (
     FROM ingest_trace t
     JOIN inserted ON inserted.request_id = t.request_id
     CROSS JOIN LATERAL ROWS FROM (
-        jsonb_to_recordset(t.candidates) AS (
+        json_to_recordset(t.candidates::json) AS (
             id text, source text, version text, size integer, required boolean,
             bundle text, decision text, reason text
         )
