@@ -22,12 +22,11 @@ from traces.models import Snapshot, Trace
 
 PURGE_BATCH = 5_000
 
-# The COPY target: one row per trace, its candidates as one JSON array that PostgreSQL
-# expands itself (json_to_recordset), so Python never loops over 50,000 candidate rows.
-# It travels as text: parsed once, by the statement that expands it.
-# Session temp tables emptied at every commit: each batch starts clean, no catalog churn.
+# Traces are COPYed into a session temp table (emptied at every commit: each batch starts
+# clean, no catalog churn), then moved with ON CONFLICT so a stored request_id is skipped.
+# Candidates are COPYed straight into their table, only for the traces actually inserted.
 _TEMP_TABLES = """
-CREATE TEMP TABLE IF NOT EXISTS ingest_trace (
+CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in (
     request_id varchar(200), agent_id bigint, environment_id bigint, occurred_at timestamptz,
     received_at timestamptz, strategy varchar(100), strategy_version integer,
     profile_version integer, documents jsonb, config_fallback boolean, task_id varchar(200),
@@ -36,9 +35,9 @@ CREATE TEMP TABLE IF NOT EXISTS ingest_trace (
     degradation varchar(100), budget_max_input_tokens integer,
     budget_reserve_output_tokens integer, input_estimate double precision,
     input_estimate_unit varchar(30), input_estimate_estimator varchar(100), sources jsonb,
-    shadow jsonb, snapshot_expires_at timestamptz, candidates text
+    shadow jsonb, snapshot_expires_at timestamptz
 ) ON COMMIT DELETE ROWS;
-CREATE TEMP TABLE IF NOT EXISTS ingest_snapshot (
+CREATE TEMP TABLE IF NOT EXISTS ingest_snapshot_in (
     request_id varchar(200), ciphertext bytea, key_id varchar(16), created_at timestamptz,
     expires_at timestamptz
 ) ON COMMIT DELETE ROWS;
@@ -53,32 +52,20 @@ TRACE_COLUMNS = (
 CANDIDATE_COLUMNS = "position, item_id, source, version, size, required, bundle, decision, reason"
 SNAPSHOT_COLUMNS = "ciphertext, key_id, created_at, expires_at"
 
-# One statement: traces not yet stored, then their candidates and snapshots. A request_id
-# already stored (or being stored by a concurrent batch) is skipped by ON CONFLICT.
+# One statement: the traces not yet stored, and their snapshots. A request_id already
+# stored (or being stored by a concurrent batch) is skipped by ON CONFLICT.
 _MOVE_FROM_TEMP = f"""
 WITH inserted AS (
     INSERT INTO traces_trace ({TRACE_COLUMNS})
-    SELECT {TRACE_COLUMNS} FROM ingest_trace
+    SELECT {TRACE_COLUMNS} FROM ingest_trace_in
     ON CONFLICT (request_id) DO NOTHING
     RETURNING id, request_id
-), candidates AS (
-    INSERT INTO traces_candidate (trace_id, {CANDIDATE_COLUMNS})
-    SELECT inserted.id, c.ord - 1, c.id, c.source, c.version, c.size, c.required,
-           coalesce(c.bundle, ''), c.decision, c.reason
-    FROM ingest_trace t
-    JOIN inserted ON inserted.request_id = t.request_id
-    CROSS JOIN LATERAL ROWS FROM (
-        json_to_recordset(t.candidates::json) AS (
-            id text, source text, version text, size integer, required boolean,
-            bundle text, decision text, reason text
-        )
-    ) WITH ORDINALITY AS c(id, source, version, size, required, bundle, decision, reason, ord)
 ), snapshots AS (
     INSERT INTO traces_snapshot (trace_id, {SNAPSHOT_COLUMNS})
     SELECT inserted.id, {", ".join("s." + c.strip() for c in SNAPSHOT_COLUMNS.split(","))}
-    FROM ingest_snapshot s JOIN inserted ON inserted.request_id = s.request_id
+    FROM ingest_snapshot_in s JOIN inserted ON inserted.request_id = s.request_id
 )
-SELECT request_id FROM inserted
+SELECT id, request_id FROM inserted
 """
 
 
@@ -135,6 +122,31 @@ def trace_row(
     )
 
 
+def candidate_rows(trace: TraceIn, trace_id: int) -> list[tuple]:
+    """The trace's candidate rows, in (trace_id, CANDIDATE_COLUMNS) order."""
+    return [
+        (
+            trace_id,
+            position,
+            c.id,
+            c.source,
+            c.version,
+            c.size,
+            c.required,
+            c.bundle or "",
+            c.decision,
+            c.reason,
+        )
+        for position, c in enumerate(trace.candidates)
+    ]
+
+
+def _copy(cursor, table: str, columns: str, rows) -> None:
+    with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
 def _scope_errors(trace: TraceIn, identity, agent_ids: dict[str, int]) -> list[dict]:
     errors = []
     if trace.agent not in agent_ids or not identity.covers_agent(trace.agent):
@@ -171,6 +183,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     key_id = crypto.current_key_id()
 
     seen: set[str] = set()
+    accepted: dict[str, TraceIn] = {}
     traces, snapshots = [], []
     for index, trace in batch.valid:
         problems = _scope_errors(trace, identity, agent_ids)
@@ -181,6 +194,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
             result.duplicates.append(trace.request_id)
             continue
         seen.add(trace.request_id)
+        accepted[trace.request_id] = trace
         snapshot = snapshot_bytes(trace)
         traces.append(
             trace_row(
@@ -190,7 +204,6 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
                 received_at=now,
                 snapshot_expires_at=snapshot_expiry if snapshot else None,
             )
-            + (_json(trace.candidates),)
         )
         if snapshot:
             snapshots.append(
@@ -202,16 +215,22 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     with connection.cursor() as cursor:
         cursor.execute(_TEMP_TABLES)
         raw = cursor.cursor  # the psycopg 3 cursor: COPY goes through it
-        for table, columns, rows in (
-            ("ingest_trace", TRACE_COLUMNS + ", candidates", traces),
-            ("ingest_snapshot", "request_id, " + SNAPSHOT_COLUMNS, snapshots),
-        ):
-            if rows:
-                with raw.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                    for row in rows:
-                        copy.write_row(row)
+        _copy(raw, "ingest_trace_in", TRACE_COLUMNS, traces)
+        if snapshots:
+            _copy(raw, "ingest_snapshot_in", "request_id, " + SNAPSHOT_COLUMNS, snapshots)
         cursor.execute(_MOVE_FROM_TEMP)
-        stored = {request_id for (request_id,) in cursor.fetchall()}
+        inserted = cursor.fetchall()
+        _copy(
+            raw,
+            "traces_candidate",
+            "trace_id, " + CANDIDATE_COLUMNS,
+            (
+                row
+                for trace_id, request_id in inserted
+                for row in candidate_rows(accepted[request_id], trace_id)
+            ),
+        )
+    stored = {request_id for _, request_id in inserted}
     result.accepted = len(stored)
     result.duplicates.extend(row[0] for row in traces if row[0] not in stored)
     return result
