@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.http import JsonResponse
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import (
@@ -92,7 +91,7 @@ class ErrorResponse(serializers.Serializer):
     ),
     tags=["runtime"],
     auth=[],
-    request={"application/json": OpenApiTypes.OBJECT},
+    request={"application/json": ingest.batch_json_schema()},
     responses={
         200: IngestResponse,
         400: OpenApiResponse(ErrorResponse, description="Malformed JSON or batch shape."),

@@ -240,3 +240,49 @@ def snapshot_bytes(trace: TraceIn) -> bytes | None:
     """The snapshot exactly as sent, or None when absent/null."""
     raw = bytes(trace.snapshot).strip()
     return None if raw == b"null" else raw
+
+
+def batch_json_schema() -> dict:
+    """JSON Schema of a batch, from the same structs that validate it (for the OpenAPI
+    document): references inlined, so it stands alone."""
+
+    class TraceSchema(TraceIn):  # the Raw snapshot has no schema of its own
+        snapshot: dict | None = None
+
+    (trace_ref,), definitions = msgspec.json.schema_components([TraceSchema])
+
+    def inline(node):
+        """Resolve references; JSON Schema's null type → OpenAPI 3.0's `nullable`."""
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(definitions[node["$ref"].rsplit("/", 1)[-1]])
+            variants = node.get("anyOf", [])
+            if {"type": "null"} in variants:
+                rest = [v for v in variants if v != {"type": "null"}]
+                merged = inline(rest[0]) if len(rest) == 1 else {"anyOf": inline(rest)}
+                return {
+                    **merged,
+                    **inline({k: v for k, v in node.items() if k != "anyOf"}),
+                    "nullable": True,
+                }
+            return {
+                key: inline(value)
+                for key, value in node.items()
+                # Not in OpenAPI 3.0: titles are noise, `required: []` and propertyNames invalid.
+                if key not in ("title", "propertyNames") and value != []
+            }
+        if isinstance(node, list):
+            return [inline(value) for value in node]
+        return node
+
+    trace = inline(trace_ref)
+    trace["properties"]["snapshot"] = {
+        "description": "optional final request (any JSON); stored encrypted, apart, with expiry"
+    }
+    return {
+        "type": "object",
+        "required": ["traces"],
+        "properties": {
+            "traces": {"type": "array", "maxItems": MAX_TRACES_PER_BATCH, "items": trace}
+        },
+    }

@@ -148,3 +148,12 @@ def test_where_to_look__conflict__owners_of_the_source():
     )
     assert hints[0].component == "owners of applicable_policy"
     assert len(hints[0].items) == 2
+
+
+def test_batch_json_schema__from_the_validating_structs__documents_limits_and_enums():
+    schema = ingest.batch_json_schema()["properties"]["traces"]
+    assert schema["maxItems"] == ingest.MAX_TRACES_PER_BATCH
+    candidates = schema["items"]["properties"]["candidates"]
+    assert candidates["maxItems"] == ingest.MAX_CANDIDATES_PER_TRACE
+    assert set(candidates["items"]["properties"]["decision"]["enum"]) == set(ingest.DECISIONS)
+    assert schema["items"]["properties"]["degradation"]["nullable"] is True
