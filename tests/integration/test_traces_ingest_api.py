@@ -160,3 +160,39 @@ def test_ingest__snapshot__stored_encrypted_apart_with_environment_expiry(client
     days = env["environments"]["sg-test"].snapshot_retention_days
     assert (snapshot.expires_at - snapshot.created_at).days == days
     assert Trace.objects.get(request_id="req-92").snapshot_expires_at == snapshot.expires_at
+
+
+def test_ingest__batch_size__query_count_does_not_grow_with_it(
+    client, secret, django_assert_max_num_queries
+):
+    with django_assert_max_num_queries(12):
+        post_batch(client, secret, [trace_payload(f"small-{i}") for i in range(2)])
+    with django_assert_max_num_queries(12):
+        response = post_batch(client, secret, [trace_payload(f"big-{i}") for i in range(300)])
+    assert response.json()["accepted"] == 300
+    assert Candidate.objects.count() == 3 * 302
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ingest__same_request_id_from_concurrent_batches__stored_once(env):
+    """Two runtimes retrying at once: ON CONFLICT waits for the other commit, then skips."""
+    import threading
+
+    from django.db import connection
+    from django.test import Client
+
+    secret = runtime_token(env["environments"]["sg-test"])
+    results = []
+
+    def send():
+        results.append(post_batch(Client(), secret, [trace_payload("req-race")]).json())
+        connection.close()
+
+    threads = [threading.Thread(target=send) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(r["accepted"] for r in results) == [0, 0, 0, 1]
+    assert Trace.objects.filter(request_id="req-race").count() == 1
+    assert Candidate.objects.count() == 3

@@ -181,3 +181,17 @@ def test_dashboard__support__latest_non_ready_traces_of_granted_agent(client, su
     client.force_login(support)
     response = client.get("/")
     assert b"req-93" in response.content
+
+
+def test_trace_list__many_traces__query_count_bounded(
+    client, support, django_assert_max_num_queries
+):
+    post_batch(
+        client,
+        runtime_token(Trace.objects.first().environment),
+        [trace_payload(f"bulk-{i}") for i in range(120)],
+    )
+    client.force_login(support)
+    with django_assert_max_num_queries(14):
+        response = client.get("/traces/", {"agent": "assistant_professional"})
+    assert len(response.context["traces"]) == 50
