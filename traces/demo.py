@@ -60,6 +60,15 @@ def _trace(request_id, env, at, *, version=3, status="ready", estimate, candidat
     return trace
 
 
+def _sources(order: str, revision: str) -> list[dict]:
+    """Source versions as document 003 lists them: order revision, policy, permission epoch."""
+    return [
+        {"id": f"order:{order}", "version": revision},
+        {"id": "P7", "version": "v2"},
+        {"id": "permission", "version": "epoch-7"},
+    ]
+
+
 def _snapshot(question: str, evidence: list[str]) -> dict:
     return {
         "model": "model-x",
@@ -97,11 +106,7 @@ def scenario(now: datetime) -> dict[str, list[dict]]:
         "old-chat", "recent_dialogue", "e-311", 900, "irrelevant", "older product introduction"
     )
     base = {"task": {"id": "T9", "revision": 4}}
-    sources = [
-        {"id": "order:A1042", "version": "r12"},
-        {"id": "P7", "version": "v2"},
-        {"id": "permission", "version": "epoch-7"},
-    ]
+    sources = _sources("A1042", "r12")
     sg_test = [
         _trace(
             "req-92",
@@ -239,11 +244,7 @@ def scenario(now: datetime) -> dict[str, list[dict]]:
             ],
             task={"id": "T11", "revision": 2},
             principal="shop-a/user-903",
-            sources=[
-                {"id": "order:A1077", "version": "r3"},
-                {"id": "P7", "version": "v2"},
-                {"id": "permission", "version": "epoch-7"},
-            ],
+            sources=_sources("A1077", "r3"),
         ),
     ]
     prod = [
