@@ -16,7 +16,7 @@ from console.errors import Forbidden, NotFound
 from console.policy import Capability, agents_where, user_can, user_can_anywhere
 from traces.diagnosis import STATUS_EXPLAINED, where_to_look
 from traces.filters import TraceFilters
-from traces.ingest import DECISIONS
+from traces.ingest import DECISIONS, STATUSES
 from traces.models import Candidate, Snapshot, Trace
 
 LIST_COUNT_CAP = 10_000  # counting tens of millions of rows for a page footer is not worth it
@@ -248,6 +248,38 @@ def trace_page_context(*, user, trace: Trace) -> dict:
         "hints": where_to_look(trace, candidates),
         "snapshot": snapshot_state(user=user, trace=trace),
     }
+
+
+@dataclass
+class StatusCount:
+    status: str
+    count: int
+
+    @property
+    def label(self) -> str:
+        return self.status.replace("_", " ")
+
+
+def status_counts_last_day(*, user, now=None) -> list[StatusCount]:
+    """Traces per status over the last 24 closed hours, from the hourly rollups (never a
+    scan of the traces), for the agents the user may investigate."""
+    from django.db.models import Sum
+
+    from traces.models import HourlyRollup
+
+    now = now or timezone.now()
+    end = now.replace(minute=0, second=0, microsecond=0)
+    counts = dict(
+        HourlyRollup.objects.filter(
+            agent__in=agents_where(user, Capability.VIEW_TRACES),
+            hour__gte=end - timedelta(hours=24),
+            hour__lt=end,
+            decision="",
+        )
+        .values_list("status")
+        .annotate(total=Sum("count"))
+    )
+    return [StatusCount(status, counts.get(status, 0)) for status in STATUSES]
 
 
 def dashboard_context(*, user, agents) -> dict:

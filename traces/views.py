@@ -7,10 +7,12 @@ of an agent the user may not investigate answers exactly like a missing one.
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 from django.http import HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -67,6 +69,8 @@ def trace_list(request):
         "agents": agents_where(request.user, Capability.VIEW_TRACES),
         "environments": Environment.objects.all(),
         "statuses": STATUSES,
+        "last_day": selectors.status_counts_last_day(user=request.user),
+        "last_day_since": timezone.now() - timedelta(hours=24),
         "decisions": DECISIONS,
     }
     return TemplateResponse(request, "traces/list.html", context)

@@ -192,6 +192,19 @@ def test_trace_list__many_traces__query_count_bounded(
         [trace_payload(f"bulk-{i}") for i in range(120)],
     )
     client.force_login(support)
-    with django_assert_max_num_queries(14):
+    with django_assert_max_num_queries(15):
         response = client.get("/traces/", {"agent": "assistant_professional"})
     assert len(response.context["traces"]) == 50
+
+
+def test_trace_list__last_day_counts__read_from_rollups(client, support):
+    from traces.services import rollup_hour_refresh
+
+    last_hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    Trace.objects.update(occurred_at=last_hour + timedelta(minutes=5))
+    rollup_hour_refresh(hour=last_hour)
+    client.force_login(support)
+    response = client.get("/traces/")
+    counts = {c.status: c.count for c in response.context["last_day"]}
+    assert counts["ready"] == 1  # req-92; lite-1 belongs to an agent support cannot see
+    assert counts["degraded"] == 0
