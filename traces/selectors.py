@@ -1,8 +1,301 @@
-"""Reads for this app. Views and API views call these; they never build querysets inline."""
+"""Reads for traces. Every query is scoped to the agents where the user may view traces; a
+trace outside that scope is indistinguishable from a missing one."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import timedelta
+
+from django.core.paginator import Paginator
+from django.db.models import Exists, OuterRef, QuerySet
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+from django.utils.functional import cached_property
+
+from console.errors import Forbidden, NotFound
+from console.policy import Capability, agents_where, user_can, user_can_anywhere
+from traces.diagnosis import STATUS_EXPLAINED, where_to_look
+from traces.filters import TraceFilters
+from traces.ingest import DECISIONS, STATUSES
+from traces.models import Candidate, Snapshot, Trace
+
+LIST_COUNT_CAP = 10_000  # counting tens of millions of rows for a page footer is not worth it
+DASHBOARD_TRACES_PER_AGENT = 5
+DASHBOARD_DAYS = 7
+
+
+def trace_access_check(user) -> None:
+    """Deny by default: without the capability on any agent there is no trace to show."""
+    if not user_can_anywhere(user, Capability.VIEW_TRACES):
+        raise Forbidden("You have no grant to view traces. Ask an admin for the support role.")
+
+
+def trace_scope(user) -> QuerySet:
+    return Trace.objects.filter(agent__in=agents_where(user, Capability.VIEW_TRACES))
+
+
+def trace_list(*, user, filters: TraceFilters) -> QuerySet:
+    """Traces the user may see, newest first, narrowed by the filters."""
+    queryset = trace_scope(user).select_related("agent", "environment")
+    lookups = {
+        "agent__key": filters.agent,
+        "environment__key": filters.environment,
+        "strategy": filters.strategy,
+        "strategy_version": filters.version,
+        "status": filters.status,
+        "occurred_at__gte": filters.since,
+        "occurred_at__lte": filters.until,
+    }
+    queryset = queryset.filter(**{k: v for k, v in lookups.items() if v not in ("", None)})
+    if filters.candidate_filter:
+        queryset = queryset.filter(
+            Exists(Candidate.objects.filter(trace=OuterRef("pk"), **filters.candidate_filter))
+        )
+    return queryset.order_by("-occurred_at", "-id")
+
+
+class CappedPaginator(Paginator):
+    """Counts at most LIST_COUNT_CAP rows; `capped` tells the page to say "10,000+"."""
+
+    @cached_property
+    def count(self) -> int:
+        return self.object_list[: LIST_COUNT_CAP + 1].count()
+
+    @property
+    def capped(self) -> bool:
+        return self.count > LIST_COUNT_CAP
+
+
+def trace_page_of(queryset: QuerySet, page_number, per_page: int = 50):
+    return CappedPaginator(queryset, per_page).get_page(page_number)
+
+
+def trace_find(*, user, text: str) -> Trace | None:
+    """A pasted request_id: trimmed, exact. None when missing or out of scope."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    return trace_scope(user).select_related("agent", "environment").filter(request_id=text).first()
+
+
+def trace_get_visible(*, user, request_id: str) -> Trace:
+    trace = trace_find(user=user, text=request_id)
+    if trace is None:
+        raise NotFound(f"No trace with request_id '{request_id.strip()}'.")
+    return trace
+
+
+def trace_export(trace: Trace) -> dict:
+    """The trace in the runtime's wire form (references and reasons; never the snapshot)."""
+    return {
+        "request_id": trace.request_id,
+        "agent": trace.agent.key,
+        "environment": trace.environment.key,
+        "occurred_at": trace.occurred_at.isoformat(),
+        "received_at": trace.received_at.isoformat(),
+        "documents": trace.documents,
+        "strategy": trace.strategy,
+        "config_fallback": trace.config_fallback,
+        "task": {"id": trace.task_id, "revision": trace.task_revision},
+        "principal": trace.principal,
+        "model": {
+            "name": trace.model_name,
+            "adapter": trace.model_adapter,
+            "context_window": trace.model_context_window,
+        },
+        "status": trace.status,
+        "degradation": trace.degradation or None,
+        "budget": {
+            "max_input_tokens": trace.budget_max_input_tokens,
+            "reserve_output_tokens": trace.budget_reserve_output_tokens,
+        },
+        "input_estimate": None
+        if trace.input_estimate is None
+        else {
+            "value": trace.input_estimate,
+            "unit": trace.input_estimate_unit,
+            "estimator": trace.input_estimate_estimator,
+        },
+        "sources": trace.sources,
+        "candidates": [
+            {
+                "id": c.item_id,
+                "source": c.source,
+                "version": c.version,
+                "size": c.size,
+                "required": c.required,
+                "bundle": c.bundle,
+                "decision": c.decision,
+                "reason": c.reason,
+            }
+            for c in trace.candidates.order_by("position")
+        ],
+        "shadow": trace.shadow,
+        "has_snapshot": trace.has_snapshot,
+    }
+
+
+# --- the trace page -------------------------------------------------------------------------------
+def _url(name: str, query: str = "", **kwargs) -> str | None:
+    """A link to another app's page, or None while that page does not exist."""
+    try:
+        return reverse(name, kwargs=kwargs) + query
+    except NoReverseMatch:
+        return None
+
+
+@dataclass
+class VersionUsed:
+    document: str
+    number: int
+    url: str | None
+    live_number: int | None  # what the trace's environment serves now
+    compare_url: str | None
+
+    @property
+    def is_live(self) -> bool:
+        return self.live_number == self.number
+
+
+def versions_used(trace: Trace) -> list[VersionUsed]:
+    from strategies.models import Release
+
+    live = dict(
+        Release.objects.filter(
+            document__agent=trace.agent, environment=trace.environment
+        ).values_list("document__key", "version__number")
+    )
+    used = []
+    for document, number in sorted(
+        trace.documents.items(), key=lambda item: (item[0] != trace.strategy, item[0])
+    ):
+        kwargs = {"agent": trace.agent.key, "document": document}
+        live_number = live.get(document)
+        compare = None
+        if live_number is not None and live_number != number:
+            compare = _url("version-compare", f"?a={number}&b={live_number}", **kwargs)
+        used.append(
+            VersionUsed(
+                document=document,
+                number=number,
+                url=_url("version-detail", number=number, **kwargs),
+                live_number=live_number,
+                compare_url=compare,
+            )
+        )
+    return used
+
+
+@dataclass
+class CandidateGroup:
+    decision: str
+    candidates: list
+    size: int
+
+
+def candidate_groups(candidates) -> list[CandidateGroup]:
+    """Candidates grouped by decision: selected first, then in the contract's order."""
+    groups = []
+    for decision in DECISIONS:
+        members = [c for c in candidates if c.decision == decision]
+        if members:
+            groups.append(CandidateGroup(decision, members, sum(c.size or 0 for c in members)))
+    return groups
+
+
+@dataclass
+class SnapshotState:
+    sent: bool
+    available: bool
+    expires_at: object
+    can_view: bool
+
+
+def snapshot_state(*, user, trace: Trace) -> SnapshotState:
+    if not trace.has_snapshot:
+        return SnapshotState(False, False, None, False)
+    available = (
+        trace.snapshot_expires_at > timezone.now() and Snapshot.objects.filter(trace=trace).exists()
+    )
+    return SnapshotState(
+        True,
+        available,
+        trace.snapshot_expires_at,
+        user_can(user, Capability.VIEW_SNAPSHOTS, trace.agent),
+    )
+
+
+def trace_page_context(*, user, trace: Trace) -> dict:
+    candidates = list(trace.candidates.order_by("position"))
+    groups = candidate_groups(candidates)
+    selected = sum(g.size for g in groups if g.decision == "selected")
+    excluded = sum(
+        g.size for g in groups if g.decision not in ("selected", "not_fetched", "no_access")
+    )
+    return {
+        "trace": trace,
+        "status_explained": STATUS_EXPLAINED.get(trace.status, ""),
+        "versions": versions_used(trace),
+        "groups": groups,
+        "candidate_count": len(candidates),
+        "required_count": sum(1 for c in candidates if c.required),
+        "selected_size": selected,
+        "excluded_size": excluded,
+        "estimate": int(trace.input_estimate) if trace.input_estimate is not None else None,
+        "estimate_unit": "tokens"
+        if trace.input_estimate_unit in ("", "token")
+        else trace.input_estimate_unit,
+        "hints": where_to_look(trace, candidates),
+        "snapshot": snapshot_state(user=user, trace=trace),
+    }
+
+
+@dataclass
+class StatusCount:
+    status: str
+    count: int
+
+    @property
+    def label(self) -> str:
+        return self.status.replace("_", " ")
+
+
+def status_counts_last_day(*, user, now=None) -> list[StatusCount]:
+    """Traces per status over the last 24 closed hours, from the hourly rollups (never a
+    scan of the traces), for the agents the user may investigate."""
+    from django.db.models import Sum
+
+    from traces.models import HourlyRollup
+
+    now = now or timezone.now()
+    end = now.replace(minute=0, second=0, microsecond=0)
+    counts = dict(
+        HourlyRollup.objects.filter(
+            agent__in=agents_where(user, Capability.VIEW_TRACES),
+            hour__gte=end - timedelta(hours=24),
+            hour__lt=end,
+            decision="",
+        )
+        .values_list("status")
+        .annotate(total=Sum("count"))
+    )
+    return [StatusCount(status, counts.get(status, 0)) for status in STATUSES]
+
 
 def dashboard_context(*, user, agents) -> dict:
-    """This app's part of the dashboard (see console.views.dashboard)."""
-    return {}
+    """The latest non-ready traces (last days) of each agent the user may investigate,
+    attached to the agent objects as `problem_traces` for templates/traces/_dashboard_agent.html."""
+    allowed = set(agents_where(user, Capability.VIEW_TRACES).values_list("pk", flat=True))
+    since = timezone.now() - timedelta(days=DASHBOARD_DAYS)
+    for agent in agents:
+        agent.problem_traces = (
+            list(
+                Trace.objects.filter(agent=agent, occurred_at__gte=since)
+                .exclude(status="ready")
+                .select_related("environment")
+                .order_by("-occurred_at", "-id")[:DASHBOARD_TRACES_PER_AGENT]
+            )
+            if agent.pk in allowed
+            else None
+        )
+    return {"trace_list_url": _url("trace-list")}

@@ -1,0 +1,544 @@
+"""Trace ingest and lookup benchmark (issue 6). A script, not a test:
+
+    python -m tests.bench.bench_traces [--traces 20000] [--candidates 50] [--lookup-max 1000000]
+
+Runs against a separate database (bench_traces, created and dropped here) on the server of
+DATABASE_URL. Phases:
+
+1. ingest N traces × C candidates over HTTP (granian serving console.wsgi, a few concurrent
+   clients, batches of 500), vs a bare psycopg COPY of the same rows, vs Django bulk_create
+   (on a slice; rates are per second). Prints traces/s and the ratios.
+2. the trace page's server time for a request_id lookup (Django test client, in process, the
+   whole view: middleware, queries, access-log write, template) at 10,000 and at 1,000,000
+   traces (generated with INSERT … SELECT generate_series).
+3. time partitioning: DELETE one day's traces vs DETACH + DROP of that day's partition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import http.client
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH_DB = "bench_traces"
+PORT = 8691
+BATCH = 500
+CLIENTS = 4
+ROUNDS = 4
+
+
+def database_urls() -> tuple[str, str]:
+    """(admin url on the 'postgres' db, bench db url) from DATABASE_URL."""
+    url = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
+    parts = urlparse(url)
+    return urlunparse(parts._replace(path="/postgres")), urlunparse(
+        parts._replace(path="/" + BENCH_DB)
+    )
+
+
+def admin_sql(admin_url: str, statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(statement)
+
+
+def setup_database(admin_url: str, bench_url: str) -> dict:
+    admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+    admin_sql(admin_url, f'CREATE DATABASE "{BENCH_DB}"')
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": bench_url},
+        check=True,
+    )
+
+
+def payloads(count: int, candidates: int, prefix: str, start: datetime) -> list[dict]:
+    rng = random.Random(prefix)
+    decisions = ["selected"] * 5 + ["irrelevant", "over_budget", "not_applicable", "not_fetched"]
+    sources = ["task_state", "order_delivery", "applicable_policy", "recent_dialogue", "memory"]
+    out = []
+    for n in range(count):
+        out.append(
+            {
+                "request_id": f"{prefix}-{n:08d}",
+                "agent": "assistant_professional",
+                "occurred_at": (start + timedelta(seconds=n)).isoformat(),
+                "documents": {"profile": 7, "after_sales_consultation": 3},
+                "strategy": "after_sales_consultation",
+                "task": {"id": f"T{n}", "revision": 4},
+                "principal": f"shop-a/user-{n % 1000}",
+                "model": {"name": "model-x", "adapter": "adapter-x", "context_window": 128000},
+                "status": "ready",
+                "budget": {"max_input_tokens": 8000},
+                "input_estimate": {"value": 6200, "unit": "token", "estimator": "adapter-x"},
+                "sources": [{"id": f"order:A{n}", "version": "r12"}, {"id": "P7", "version": "v2"}],
+                "candidates": [
+                    {
+                        "id": f"item-{n}-{i}",
+                        "source": sources[i % 5],
+                        "version": f"v{i}",
+                        "size": 100 + i,
+                        "required": i < 3,
+                        "decision": rng.choice(decisions),
+                        "reason": "older product introduction",
+                    }
+                    for i in range(candidates)
+                ],
+            }
+        )
+    return out
+
+
+# --- phase 1: ingest ---------------------------------------------------------------------------------
+def start_granian(bench_url: str) -> subprocess.Popen:
+    env = {**os.environ, "DATABASE_URL": bench_url, "DEBUG": "false", "LOG_LEVEL": "WARNING"}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "granian",
+            "--interface",
+            "wsgi",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(PORT),
+            "--workers",
+            "2",
+            "--blocking-threads",
+            "2",
+            "console.wsgi:application",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=2)
+            conn.request("GET", "/healthz")
+            conn.getresponse().read()
+            return proc
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit("granian did not start")
+
+
+def ingest_over_http(bodies: list[bytes], secret: str) -> tuple[float, int]:
+    queue = list(bodies)
+    lock = threading.Lock()
+    accepted = [0]
+    errors: list[str] = []
+
+    def client():
+        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+        while True:
+            with lock:
+                if not queue:
+                    return
+                body = queue.pop()
+            conn.request(
+                "POST",
+                "/api/v1/runtime/traces",
+                body=body,
+                headers={"Authorization": f"Bearer {secret}", "Content-Type": "application/json"},
+            )
+            response = conn.getresponse()
+            data = response.read()
+            if response.status != 200:
+                errors.append(f"{response.status} {data[:200]!r}")
+                return
+            with lock:
+                accepted[0] += orjson.loads(data)["accepted"]
+
+    threads = [threading.Thread(target=client) for _ in range(CLIENTS)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise SystemExit(f"ingest failed: {errors[0]}")
+    return elapsed, accepted[0]
+
+
+def rows_for(traces: list[dict], agent_id: int, environment_id: int):
+    from traces import ingest, services
+
+    valid = []
+    for i in range(0, len(traces), ingest.MAX_TRACES_PER_BATCH):
+        chunk = traces[i : i + ingest.MAX_TRACES_PER_BATCH]
+        valid += ingest.parse_batch(orjson.dumps({"traces": chunk})).valid
+    now = datetime.now(UTC)
+    return [
+        (
+            services.trace_row(
+                t,
+                agent_id=agent_id,
+                environment_id=environment_id,
+                received_at=now,
+                snapshot_expires_at=None,
+            ),
+            t,
+        )
+        for _, t in valid
+    ]
+
+
+def bare_copy(rows) -> float:
+    """The floor: COPY straight into the tables, ids taken from the sequence up front."""
+    from django.db import connection, transaction
+
+    from traces import services
+
+    started = time.perf_counter()
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT nextval('traces_trace_id_seq') FROM generate_series(1, %s)", [len(rows)]
+        )
+        ids = [row[0] for row in cursor.fetchall()]
+        raw = cursor.cursor
+        with raw.copy(f"COPY traces_trace (id, {services.TRACE_COLUMNS}) FROM STDIN") as copy:
+            for trace_id, (row, _) in zip(ids, rows, strict=True):
+                copy.write_row((trace_id, *row))
+        with raw.copy(
+            f"COPY traces_candidate (trace_id, {services.CANDIDATE_COLUMNS}) FROM STDIN"
+        ) as copy:
+            for trace_id, (_, trace) in zip(ids, rows, strict=True):
+                for row in services.candidate_rows(trace, trace_id):
+                    copy.write_row(row)
+    return time.perf_counter() - started
+
+
+def django_bulk_create(rows) -> float:
+    from django.db import transaction
+
+    from traces import services
+    from traces.models import Candidate, Trace
+
+    columns = [c.strip() for c in services.TRACE_COLUMNS.split(",")]
+    json_columns = {"documents", "sources", "shadow"}
+    started = time.perf_counter()
+    with transaction.atomic():
+        objects = [
+            Trace(
+                **{
+                    c: (orjson.loads(v) if c in json_columns and v is not None else v)
+                    for c, v in zip(columns, row, strict=True)
+                }
+            )
+            for row, _ in rows
+        ]
+        Trace.objects.bulk_create(objects, batch_size=1000)
+        candidates = [
+            Candidate(
+                trace_id=obj.pk,
+                position=c[1],
+                item_id=c[2],
+                source=c[3],
+                version=c[4],
+                size=c[5],
+                required=c[6],
+                bundle=c[7],
+                decision=c[8],
+                reason=c[9],
+            )
+            for obj, (_, trace) in zip(objects, rows, strict=True)
+            for c in services.candidate_rows(trace, obj.pk)
+        ]
+        Candidate.objects.bulk_create(candidates, batch_size=5000)
+    return time.perf_counter() - started
+
+
+# --- phase 2: lookups ------------------------------------------------------------------------------------
+GENERATE = """
+INSERT INTO traces_trace (request_id, agent_id, environment_id, occurred_at, received_at,
+    strategy, strategy_version, profile_version, documents, config_fallback, task_id,
+    task_revision, principal, model_name, model_adapter, model_context_window, status,
+    degradation, budget_max_input_tokens, input_estimate, input_estimate_unit,
+    input_estimate_estimator, sources)
+SELECT 'gen-' || lpad(n::text, 8, '0'), %(agent)s, %(env)s,
+    %(start)s::timestamptz + n * interval '2 seconds', now(),
+    'after_sales_consultation', 1 + n %% 3, 7, '{"profile": 7}', false, 'T' || n, 4,
+    'shop-a/user-' || n %% 1000, 'model-x', 'adapter-x', 128000,
+    (ARRAY['ready','ready','ready','degraded','budget_exceeded'])[1 + n %% 5], '', 8000, 6200,
+    'token', 'adapter-x', '[{"id": "P7", "version": "v2"}]'
+FROM generate_series(%(first)s, %(last)s) AS n;
+INSERT INTO traces_candidate (trace_id, position, item_id, source, version, size, required,
+    bundle, decision, reason)
+SELECT t.id, p, 'item-' || t.id || '-' || p,
+    (ARRAY['task_state','order_delivery','applicable_policy','recent_dialogue','memory'])[1 + p %% 5],
+    'v' || p, 100 + p, p < 3, '',
+    (ARRAY['selected','selected','irrelevant','over_budget','not_fetched'])[1 + (t.id + p) %% 5],
+    'older product introduction'
+FROM traces_trace t, generate_series(0, %(candidates)s - 1) AS p
+WHERE t.request_id >= 'gen-' || lpad(%(first)s::text, 8, '0')
+  AND t.request_id <= 'gen-' || lpad(%(last)s::text, 8, '0');
+"""
+
+
+def generate(first: int, last: int, candidates: int, agent_id: int, env_id: int) -> float:
+    from django.db import connection
+
+    started = time.perf_counter()
+    with connection.cursor() as cursor:
+        step = 100_000
+        for lo in range(first, last + 1, step):
+            cursor.execute(
+                GENERATE,
+                {
+                    "agent": agent_id,
+                    "env": env_id,
+                    "start": "2026-10-01T00:00:00Z",
+                    "first": lo,
+                    "last": min(lo + step - 1, last),
+                    "candidates": candidates,
+                },
+            )
+        # A steady-state table, not one autovacuum is still chewing on (it takes a core).
+        # Django runs in autocommit here, so VACUUM is allowed.
+        cursor.execute("VACUUM ANALYZE traces_trace")
+        cursor.execute("VACUUM ANALYZE traces_candidate")
+    return time.perf_counter() - started
+
+
+def lookup_times(client, total: int, samples: int = 200, rounds: int = 3) -> tuple[float, float]:
+    """(p50, p95) in ms of the best of `rounds` rounds: other processes on a shared machine
+    add bursts; the best round is the closest to the page's own cost."""
+    best = None
+    for round_number in range(rounds):
+        rng = random.Random(total * 10 + round_number)
+        times = []
+        for _ in range(samples):
+            request_id = f"gen-{rng.randrange(1, total + 1):08d}"
+            started = time.perf_counter()
+            response = client.get(f"/traces/{request_id}/")
+            times.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200, (request_id, response.status_code)
+        times.sort()
+        result = (statistics.median(times), times[int(len(times) * 0.95) - 1])
+        if best is None or result[1] < best[1]:
+            best = result
+    return best
+
+
+def sql_times(total: int, samples: int = 50) -> float:
+    """Median PostgreSQL execution time (ms) of the page's two lookups: the trace by
+    request_id and its candidates — the part that depends on table size."""
+    from django.db import connection
+
+    rng = random.Random(total)
+    times = []
+    with connection.cursor() as cursor:
+        for _ in range(samples):
+            request_id = f"gen-{rng.randrange(1, total + 1):08d}"
+            spent = 0.0
+            for sql in (
+                "SELECT * FROM traces_trace WHERE request_id = %s",
+                "SELECT c.* FROM traces_candidate c JOIN traces_trace t ON t.id = c.trace_id "
+                "WHERE t.request_id = %s ORDER BY c.position",
+            ):
+                cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, [request_id])
+                spent += cursor.fetchone()[0][0]["Execution Time"]
+            times.append(spent)
+    return statistics.median(times)
+
+
+# --- phase 3: partitions ---------------------------------------------------------------------------------
+PARTITION_SETUP = """
+CREATE TABLE part_trace (LIKE traces_trace INCLUDING DEFAULTS) PARTITION BY RANGE (occurred_at);
+"""
+
+
+def partition_demo(days: int = 10) -> tuple[int, float, float]:
+    """Copy the generated traces into a daily-partitioned table; compare dropping one day
+    with deleting the same day from the plain table."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(PARTITION_SETUP)
+        for d in range(days + 2):
+            lo = datetime(2026, 10, 1, tzinfo=UTC) + timedelta(days=d)
+            cursor.execute(
+                f"CREATE TABLE part_trace_{lo:%Y%m%d} PARTITION OF part_trace "
+                f"FOR VALUES FROM ('{lo.isoformat()}') TO ('{(lo + timedelta(days=1)).isoformat()}')"
+            )
+        cursor.execute("CREATE INDEX ON part_trace (agent_id, environment_id, occurred_at DESC)")
+        cursor.execute(
+            "INSERT INTO part_trace SELECT * FROM traces_trace WHERE occurred_at < %s",
+            [datetime(2026, 10, 1, tzinfo=UTC) + timedelta(days=days + 2)],
+        )
+        day = ("2026-10-03T00:00:00Z", "2026-10-04T00:00:00Z")
+        cursor.execute(
+            "SELECT count(*) FROM traces_trace WHERE occurred_at >= %s AND occurred_at < %s", day
+        )
+        (rows,) = cursor.fetchone()
+        started = time.perf_counter()
+        cursor.execute("ALTER TABLE part_trace DETACH PARTITION part_trace_20261003")
+        cursor.execute("DROP TABLE part_trace_20261003")
+        drop_ms = (time.perf_counter() - started) * 1000
+    from traces.services import _delete_in_batches
+
+    started = time.perf_counter()
+    _delete_in_batches(
+        "SELECT id FROM traces_trace WHERE occurred_at >= %s AND occurred_at < %s",
+        list(day),
+        [
+            "DELETE FROM traces_candidate WHERE trace_id = ANY(%s)",
+            "DELETE FROM traces_trace WHERE id = ANY(%s)",
+        ],
+        5000,
+    )
+    delete_ms = (time.perf_counter() - started) * 1000
+    return rows, drop_ms, delete_ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=int, default=20_000)
+    parser.add_argument("--candidates", type=int, default=50)
+    parser.add_argument("--bulk-slice", type=int, default=4_000, help="traces for bulk_create")
+    parser.add_argument("--lookup-small", type=int, default=10_000)
+    parser.add_argument("--lookup-max", type=int, default=1_000_000)
+    parser.add_argument("--lookup-candidates", type=int, default=10)
+    parser.add_argument("--keep", action="store_true", help="do not drop the bench database")
+    args = parser.parse_args()
+
+    admin_url, bench_url = database_urls()
+    print(f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()}")
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC · database {BENCH_DB}")
+    setup_database(admin_url, bench_url)
+    os.environ["DATABASE_URL"] = bench_url
+    os.environ["DEBUG"] = "false"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test import Client
+
+    from console.services import standard_roles_ensure
+    from strategies.models import Agent, Environment
+    from strategies.runtime_auth import runtime_token_create
+
+    agent = Agent.objects.create(key="assistant_professional", name="AP")
+    env = Environment.objects.create(key="sg-test", name="SG test", position=1)
+    _, secret = runtime_token_create(name="bench", environment=env, capabilities=["traces:write"])
+    granian = None
+    try:
+        start = datetime(2026, 11, 1, tzinfo=UTC)
+        http_traces = payloads(args.traces, args.candidates, "http", start)
+        bodies = [
+            orjson.dumps({"traces": http_traces[i : i + BATCH]})
+            for i in range(0, len(http_traces), BATCH)
+        ]
+        counts = [len(http_traces[i : i + BATCH]) for i in range(0, len(http_traces), BATCH)]
+        copy_rows = rows_for(
+            payloads(args.traces, args.candidates, "copy", start), agent.pk, env.pk
+        )
+        bulk_rows = rows_for(
+            payloads(args.bulk_slice, args.candidates, "bulk", start), agent.pk, env.pk
+        )
+        print(
+            f"\n1. ingest {args.traces:,} traces × {args.candidates} candidates "
+            f"({len(bodies)} batches of {BATCH}, {sum(map(len, bodies)) / 2**20:.0f} MiB); "
+            f"bulk_create on {args.bulk_slice:,}; the three interleaved in {ROUNDS} rounds so a "
+            "change in the machine's load hits all of them"
+        )
+        granian = start_granian(bench_url)
+        spent = {"http": 0.0, "copy": 0.0, "bulk": 0.0}
+        for r in range(ROUNDS):
+            part = slice(r * len(bodies) // ROUNDS, (r + 1) * len(bodies) // ROUNDS)
+            elapsed, accepted = ingest_over_http(bodies[part], secret)
+            assert accepted == sum(counts[part]), (accepted, sum(counts[part]))
+            spent["http"] += elapsed
+            rows = slice(r * len(copy_rows) // ROUNDS, (r + 1) * len(copy_rows) // ROUNDS)
+            spent["copy"] += bare_copy(copy_rows[rows])
+            rows = slice(r * len(bulk_rows) // ROUNDS, (r + 1) * len(bulk_rows) // ROUNDS)
+            spent["bulk"] += django_bulk_create(bulk_rows[rows])
+        granian.terminate()
+        granian.wait()
+        granian = None
+        http_rate = args.traces / spent["http"]
+        copy_rate = args.traces / spent["copy"]
+        bulk_rate = args.bulk_slice / spent["bulk"]
+        print(f"   HTTP (granian, {CLIENTS} clients): {http_rate:>9,.0f} traces/s")
+        print(f"   bare psycopg COPY:        {copy_rate:>9,.0f} traces/s")
+        print(f"   Django bulk_create:       {bulk_rate:>9,.0f} traces/s")
+        print(
+            f"   ratios: HTTP/COPY = {http_rate / copy_rate:.2f} (target ≥ 0.5) · "
+            f"HTTP/bulk_create = {http_rate / bulk_rate:.1f} (target ≥ 5)"
+        )
+
+        # Free phase 1's millions of objects: a full GC pass over them would land in the
+        # page timings below.
+        del http_traces, bodies, copy_rows, bulk_rows
+        gc.collect()
+        gc.freeze()
+
+        print("\n2. trace page server time for a request_id lookup (200 random ids)")
+        with connection.cursor() as cursor:
+            cursor.execute("TRUNCATE traces_candidate, traces_snapshot, traces_trace")
+        standard_roles_ensure()
+        from console.models import Grant, Role
+
+        user = get_user_model().objects.create_user("bench-support", password="x-bench-pass-1")
+        Grant.objects.create(user=user, role=Role.objects.get(name="support"), agent=agent)
+        client = Client()
+        client.force_login(user)
+        results = {}
+        done = 0
+        for total in (args.lookup_small, args.lookup_max):
+            took = generate(done + 1, total, args.lookup_candidates, agent.pk, env.pk)
+            done = total
+            for n in range(1, 21):  # warm up caches and the connection
+                client.get(f"/traces/gen-{n:08d}/")
+            p50, p95 = lookup_times(client, total)
+            sql_ms = sql_times(total)
+            results[total] = p95
+            print(
+                f"   load average {os.getloadavg()[0]:.1f} · "
+                f"{total:>9,} traces ({total * args.lookup_candidates:,} candidates, "
+                f"generated in {took:.0f} s): p50 {p50:.1f} ms · p95 {p95:.1f} ms · "
+                f"SQL lookups {sql_ms:.2f} ms"
+            )
+        small, large = results[args.lookup_small], results[args.lookup_max]
+        print(f"   ratio 1M/10k p95 = {large / small:.2f} (target ≤ 1.5; p95 target ≤ 50 ms)")
+
+        print("\n3. retention: one day of traces, partition drop vs batched DELETE")
+        rows, drop_ms, delete_ms = partition_demo()
+        print(
+            f"   {rows:,} traces in the day: DETACH + DROP partition {drop_ms:.0f} ms · "
+            f"batched DELETE (with candidates) {delete_ms:.0f} ms"
+        )
+    finally:
+        if granian is not None:
+            granian.terminate()
+        connection.close()
+        if not args.keep:
+            admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+
+
+if __name__ == "__main__":
+    main()

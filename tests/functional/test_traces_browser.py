@@ -1,0 +1,52 @@
+"""Support's journey: paste a request_id, understand the answer; admin opens a snapshot."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.models import AccessLogEntry
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_support_pastes_req_92__one_page_explains_it__look_in_access_log(demo_world, login):
+    page = login("support", "support-demo")
+
+    page.keyboard.press("/")
+    page.keyboard.type("  req-92 ")
+    page.keyboard.press("Enter")
+
+    page.wait_for_url("**/traces/req-92/")
+    assert page.locator("#trace-facts").inner_text().count("ready") == 1
+    assert "Look first at: model and prompt" in page.locator("#trace-summary").inner_text()
+    candidates = page.locator("#candidates")
+    assert "older product introduction" in candidates.inner_text()
+    assert candidates.locator("[data-decision-group=irrelevant]").count() == 1
+    assert "model-x" in page.locator("#where-to-look").inner_text()
+    assert "view snapshots" in page.locator("#snapshot").inner_text()
+    assert AccessLogEntry.objects.filter(
+        actor_label="support", action="trace.view", target_id="req-92"
+    ).exists()
+    assert AccessLogEntry.objects.filter(actor_label="support", action="trace.search").exists()
+
+
+def test_support_opens_req_93__degraded_names_handler_and_provider(demo_world, login):
+    page = login("support", "support-demo")
+    page.goto(page.url + "traces/req-93/")
+    where = page.locator("#where-to-look").inner_text()
+    assert "handler general_policy_only" in where
+    assert "order_delivery provider" in where
+
+
+def test_admin_views_snapshot__reason_required__shown_and_logged(demo_world, login):
+    page = login("admin", "admin-demo")
+    page.goto(page.url + "traces/req-92/")
+    page.click("#snapshot-view summary")
+    page.fill("#snapshot-view-reason", "ticket 4711: wrong policy quoted")
+    page.click("#snapshot-view button[type=submit]")
+
+    body = page.locator("#snapshot-body")
+    body.wait_for()
+    assert "A1042" in body.inner_text()
+    entry = AccessLogEntry.objects.get(action="snapshot.view")
+    assert (entry.actor_label, entry.reason) == ("admin", "ticket 4711: wrong policy quoted")

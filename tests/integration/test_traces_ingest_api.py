@@ -1,0 +1,198 @@
+"""POST /api/v1/runtime/traces, end to end against PostgreSQL (RUNTIME_API.md §3)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from tests.factories_traces import candidate, post_batch, runtime_token, trace_payload, world
+from traces import ingest
+from traces.models import Candidate, Snapshot, Trace
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def env():
+    return world()
+
+
+@pytest.fixture
+def secret(env):
+    return runtime_token(env["environments"]["sg-test"])
+
+
+def test_ingest__valid_batch__stored_committed_with_candidates(client, secret):
+    response = post_batch(client, secret, [trace_payload("req-92"), trace_payload("req-93")])
+    assert response.status_code == 200
+    assert response.json() == {"accepted": 2, "duplicates": [], "rejected": []}
+    trace = Trace.objects.get(request_id="req-92")
+    assert (trace.environment.key, trace.strategy_version, trace.profile_version) == (
+        "sg-test",
+        3,
+        7,
+    )
+    assert (trace.task_id, trace.task_revision, trace.model_name) == ("T9", 4, "model-x")
+    assert list(trace.candidates.values_list("item_id", "decision")) == [
+        ("task_state:T9", "selected"),
+        ("P7-v2", "selected"),
+        ("old-chat", "irrelevant"),
+    ]
+
+
+def test_ingest__same_batch_reposted__nothing_new_and_each_duplicate_named(client, secret):
+    batch = [trace_payload("req-92"), trace_payload("req-93")]
+    post_batch(client, secret, batch)
+    response = post_batch(client, secret, batch)
+    assert response.json() == {"accepted": 0, "duplicates": ["req-92", "req-93"], "rejected": []}
+    assert Trace.objects.count() == 2
+    assert Candidate.objects.count() == 6
+
+
+def test_ingest__request_id_repeated_within_batch__stored_once(client, secret):
+    response = post_batch(client, secret, [trace_payload("req-1"), trace_payload("req-1")])
+    assert response.json()["accepted"] == 1
+    assert response.json()["duplicates"] == ["req-1"]
+    assert Candidate.objects.count() == 3
+
+
+def test_ingest__invalid_item__rejected_alone_rest_stored(client, secret):
+    bad = trace_payload("req-58")
+    bad["candidates"][2]["decision"] = "maybe"
+    response = post_batch(client, secret, [trace_payload("req-1"), bad, trace_payload("req-2")])
+    body = response.json()
+    assert response.status_code == 200
+    assert body["accepted"] == 2
+    assert body["rejected"] == [
+        {
+            "index": 1,
+            "request_id": "req-58",
+            "errors": [
+                {
+                    "path": "candidates[2].decision",
+                    "code": "invalid_choice",
+                    "message": "must be one of " + ", ".join(ingest.DECISIONS),
+                }
+            ],
+        }
+    ]
+    assert not Trace.objects.filter(request_id="req-58").exists()
+
+
+def test_ingest__too_many_candidates__item_rejected(client, secret):
+    response = post_batch(client, secret, [trace_payload("req-1", candidates=[candidate()] * 501)])
+    assert response.json()["rejected"][0]["errors"][0]["path"] == "candidates"
+    assert Trace.objects.count() == 0
+
+
+def test_ingest__unknown_agent_or_outside_token_scope__same_rejection(client, env):
+    scoped = runtime_token(
+        env["environments"]["sg-test"], agents=[env["agents"]["assistant_professional"]]
+    )
+    response = post_batch(
+        client,
+        scoped,
+        [trace_payload("a", agent="nobody"), trace_payload("b", agent="assistant_lite")],
+    )
+    errors = [r["errors"][0] for r in response.json()["rejected"]]
+    assert [e["code"] for e in errors] == ["unknown_agent", "unknown_agent"]
+    assert [e["path"] for e in errors] == ["agent", "agent"]
+    assert Trace.objects.count() == 0
+
+
+def test_ingest__token_of_another_environment__writes_only_its_own(client, env):
+    prod_secret = runtime_token(env["environments"]["prod"])
+    response = post_batch(
+        client,
+        prod_secret,
+        [trace_payload("a", environment="sg-test"), trace_payload("b")],
+    )
+    body = response.json()
+    assert body["accepted"] == 1
+    assert body["rejected"][0]["errors"][0]["code"] == "environment_mismatch"
+    assert Trace.objects.get(request_id="b").environment.key == "prod"
+
+
+def test_ingest__token_without_trace_capability__403(client, env):
+    secret = runtime_token(env["environments"]["sg-test"], capabilities=["config:read"])
+    response = post_batch(client, secret, [trace_payload()])
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "forbidden"
+
+
+@pytest.mark.parametrize("secret", [None, "cc_rt_unknown"])
+def test_ingest__missing_or_unknown_token__401(client, env, secret):
+    response = post_batch(client, secret, [trace_payload()])
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "not_authenticated"
+
+
+def test_ingest__malformed_json__400_in_error_shape(client, secret):
+    response = post_batch(client, secret, body=b'{"traces": [')
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "malformed_json"
+
+
+def test_ingest__over_1000_traces__400_nothing_stored(client, secret):
+    response = post_batch(client, secret, [trace_payload(f"r{i}") for i in range(1001)])
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == "too_many_traces"
+    assert Trace.objects.count() == 0
+
+
+def test_ingest__body_over_byte_limit__413(client, secret):
+    big = orjson.dumps({"traces": [trace_payload(principal="x" * 100)]}) + b" " * (
+        ingest.MAX_BATCH_BYTES
+    )
+    response = post_batch(client, secret, body=big)
+    assert response.status_code == 413
+    assert response.json()["error"]["code"] == "payload_too_large"
+    assert Trace.objects.count() == 0
+
+
+def test_ingest__snapshot__stored_encrypted_apart_with_environment_expiry(client, secret, env):
+    response = post_batch(
+        client, secret, [trace_payload("req-92", snapshot={"messages": ["secret words"]})]
+    )
+    assert response.json()["accepted"] == 1
+    snapshot = Snapshot.objects.get(trace__request_id="req-92")
+    assert b"secret words" not in bytes(snapshot.ciphertext)
+    days = env["environments"]["sg-test"].snapshot_retention_days
+    assert (snapshot.expires_at - snapshot.created_at).days == days
+    assert Trace.objects.get(request_id="req-92").snapshot_expires_at == snapshot.expires_at
+
+
+def test_ingest__batch_size__query_count_does_not_grow_with_it(
+    client, secret, django_assert_max_num_queries
+):
+    with django_assert_max_num_queries(12):
+        post_batch(client, secret, [trace_payload(f"small-{i}") for i in range(2)])
+    with django_assert_max_num_queries(12):
+        response = post_batch(client, secret, [trace_payload(f"big-{i}") for i in range(300)])
+    assert response.json()["accepted"] == 300
+    assert Candidate.objects.count() == 3 * 302
+
+
+@pytest.mark.django_db(transaction=True)
+def test_ingest__same_request_id_from_concurrent_batches__stored_once(env):
+    """Two runtimes retrying at once: ON CONFLICT waits for the other commit, then skips."""
+    import threading
+
+    from django.db import connection
+    from django.test import Client
+
+    secret = runtime_token(env["environments"]["sg-test"])
+    results = []
+
+    def send():
+        results.append(post_batch(Client(), secret, [trace_payload("req-race")]).json())
+        connection.close()
+
+    threads = [threading.Thread(target=send) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(r["accepted"] for r in results) == [0, 0, 0, 1]
+    assert Trace.objects.filter(request_id="req-race").count() == 1
+    assert Candidate.objects.count() == 3

@@ -1,0 +1,210 @@
+"""Trace pages and the operator API: scope, the access log, snapshots."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from console.models import AccessLogEntry
+from tests.factories_traces import post_batch, runtime_token, trace_payload, world
+from traces.models import Snapshot, Trace
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def traces(client):
+    env = world()
+    secret = runtime_token(env["environments"]["sg-test"])
+    post_batch(
+        client,
+        secret,
+        [
+            trace_payload("req-92", snapshot={"messages": ["SECRET-BODY-42"]}),
+            trace_payload("lite-1", agent="assistant_lite", documents={"profile": 1}, strategy=""),
+        ],
+    )
+    return env
+
+
+@pytest.fixture
+def support(make_user, traces):
+    return make_user("sup", support="assistant_professional")
+
+
+def looks(action):
+    return list(AccessLogEntry.objects.filter(action=action).order_by("id"))
+
+
+def test_search__pasted_request_id_with_spaces__redirects_to_trace_and_logged(client, support):
+    client.force_login(support)
+    response = client.get("/traces/search", {"q": "  req-92 \n"})
+    assert response.status_code == 302
+    assert response["Location"] == "/traces/req-92/"
+    (entry,) = looks("trace.search")
+    assert (entry.actor_label, entry.target_id, entry.detail["found"]) == ("sup", "req-92", True)
+
+
+def test_search__unknown_and_out_of_scope__same_friendly_message(client, support):
+    client.force_login(support)
+    missing = client.get("/traces/search", {"q": "req-404"})
+    hidden = client.get("/traces/search", {"q": "lite-1"})
+    assert missing.status_code == hidden.status_code == 404
+    assert b"No trace with request_id" in missing.content
+    banner = re.compile(r'<div class="banner banner-info".*?</div>\s*</div>', re.S)
+
+    def shown(response, q):
+        return banner.search(response.content.decode()).group(0).replace(q, "X")
+
+    assert shown(missing, "req-404") == shown(hidden, "lite-1")
+    assert [e.detail["found"] for e in looks("trace.search")] == [False, False]
+
+
+def test_trace_page__support_on_granted_agent__shows_answer_and_logs_the_look(
+    client, support, django_assert_max_num_queries
+):
+    client.force_login(support)
+    with django_assert_max_num_queries(16):
+        response = client.get("/traces/req-92/")
+    assert response.status_code == 200
+    text = response.content.decode()
+    assert "Look first at: model and prompt" in text
+    assert "older product introduction" in text
+    assert "The runtime assembled the context it needed" in text
+    (entry,) = looks("trace.view")
+    assert (entry.actor_label, entry.agent_key, entry.target_id) == (
+        "sup",
+        "assistant_professional",
+        "req-92",
+    )
+
+
+def test_trace_page__agent_not_granted__404_like_missing(client, support):
+    client.force_login(support)
+    assert client.get("/traces/lite-1/").status_code == 404
+    assert client.get("/traces/nope/").status_code == 404
+    assert client.get("/api/v1/traces/lite-1").status_code == 404
+
+
+def test_trace_pages__user_without_trace_grant__refused(client, make_user, traces):
+    client.force_login(make_user("v", viewer="assistant_professional"))
+    assert client.get("/traces/").status_code == 403
+    assert client.get("/traces/req-92/").status_code == 404
+
+
+def test_trace_list__filters_in_url__scoped_and_logged(client, support):
+    client.force_login(support)
+    response = client.get("/traces/", {"status": "ready", "decision": "irrelevant"})
+    assert [t.request_id for t in response.context["traces"]] == ["req-92"]
+    response = client.get("/traces/", {"source": "recent_dialogue", "decision": "not_fetched"})
+    assert list(response.context["traces"]) == []
+    assert looks("trace.list")[0].detail["filters"] == {"status": "ready", "decision": "irrelevant"}
+
+
+def test_export__json_of_one_trace__no_snapshot_and_logged(client, support):
+    client.force_login(support)
+    response = client.get("/traces/req-92/export.json")
+    data = response.json()
+    assert data["request_id"] == "req-92" and len(data["candidates"]) == 3
+    assert "SECRET-BODY-42" not in response.content.decode()
+    assert looks("trace.export")[0].target_id == "req-92"
+
+
+def test_api__list_and_detail__scoped_and_logged(client, support):
+    client.force_login(support)
+    listing = client.get("/api/v1/traces", {"agent": "assistant_professional"})
+    assert [t["request_id"] for t in listing.json()["results"]] == ["req-92"]
+    detail = client.get("/api/v1/traces/req-92")
+    assert detail.json()["candidates"][2]["reason"] == "older product introduction"
+    assert [e.action for e in AccessLogEntry.objects.order_by("id")] == ["trace.list", "trace.view"]
+
+
+def test_api__invalid_filter__400_with_path(client, support):
+    client.force_login(support)
+    response = client.get("/api/v1/traces", {"status": "fine"})
+    assert response.status_code == 400
+    assert response.json()["error"]["details"][0]["path"] == "status"
+
+
+def test_snapshot__without_capability__refused_and_logged(client, support):
+    client.force_login(support)
+    response = client.post("/traces/req-92/snapshot", {"reason": "ticket 4711"})
+    assert response.status_code == 403
+    assert b"SECRET-BODY-42" not in response.content
+    (entry,) = looks("snapshot.view")
+    assert (entry.outcome, entry.detail["why"]) == ("denied", "capability")
+
+
+def test_snapshot__without_reason__refused(client, make_user, traces):
+    client.force_login(make_user("adm", admin=None))
+    response = client.post("/traces/req-92/snapshot", {"reason": "  "})
+    assert response.status_code == 400
+    assert b"SECRET-BODY-42" not in response.content
+
+
+def test_snapshot__capability_and_reason__decrypted_and_reason_logged(client, make_user, traces):
+    client.force_login(make_user("adm", admin=None))
+    response = client.post("/traces/req-92/snapshot", {"reason": "ticket 4711"})
+    assert response.status_code == 200
+    assert "SECRET-BODY-42" in response.content.decode()
+    (entry,) = looks("snapshot.view")
+    assert (entry.outcome, entry.reason, entry.actor_label) == ("allowed", "ticket 4711", "adm")
+
+
+def test_snapshot__past_expiry__gone_even_before_purge(client, make_user, traces):
+    Snapshot.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
+    Trace.objects.update(snapshot_expires_at=timezone.now() - timedelta(seconds=1))
+    client.force_login(make_user("adm", admin=None))
+    response = client.post("/traces/req-92/snapshot", {"reason": "ticket 4711"})
+    assert response.status_code == 404
+    assert b"expired" in response.content
+    assert b"SECRET-BODY-42" not in response.content
+    assert b"is gone" in client.get("/traces/req-92/").content
+
+
+def test_dashboard__support__latest_non_ready_traces_of_granted_agent(client, support):
+    post_batch(
+        client,
+        runtime_token(Trace.objects.first().environment),
+        [
+            trace_payload(
+                "req-93",
+                occurred_at=timezone.now().isoformat(),
+                status="degraded",
+                degradation="general_policy_only",
+            )
+        ],
+    )
+    client.force_login(support)
+    response = client.get("/")
+    assert b"req-93" in response.content
+
+
+def test_trace_list__many_traces__query_count_bounded(
+    client, support, django_assert_max_num_queries
+):
+    post_batch(
+        client,
+        runtime_token(Trace.objects.first().environment),
+        [trace_payload(f"bulk-{i}") for i in range(120)],
+    )
+    client.force_login(support)
+    with django_assert_max_num_queries(15):
+        response = client.get("/traces/", {"agent": "assistant_professional"})
+    assert len(response.context["traces"]) == 50
+
+
+def test_trace_list__last_day_counts__read_from_rollups(client, support):
+    from traces.services import rollup_hour_refresh
+
+    last_hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    Trace.objects.update(occurred_at=last_hour + timedelta(minutes=5))
+    rollup_hour_refresh(hour=last_hour)
+    client.force_login(support)
+    response = client.get("/traces/")
+    counts = {c.status: c.count for c in response.context["last_day"]}
+    assert counts["ready"] == 1  # req-92; lite-1 belongs to an agent support cannot see
+    assert counts["degraded"] == 0

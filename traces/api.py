@@ -1,0 +1,218 @@
+"""Trace API views: the runtime's batch ingest and the operator's read API."""
+
+from __future__ import annotations
+
+from django.http import JsonResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.decorators import (
+    api_view,
+    authentication_classes,
+    parser_classes,
+    permission_classes,
+)
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.parsers import BaseParser
+from rest_framework.permissions import AllowAny
+from rest_framework.response import Response
+
+from console.errors import PayloadTooLarge, ValidationFailed
+from strategies.runtime_auth import authenticate_runtime
+from traces import ingest, selectors, services
+from traces.filters import TraceFilters
+
+# --- runtime: POST /api/v1/runtime/traces -------------------------------------------------------
+
+
+class _RawJSON(BaseParser):
+    """Declares application/json for the schema; the view reads the bytes itself."""
+
+    media_type = "application/json"
+
+
+def read_limited_body(request, limit: int) -> bytes:
+    """The body, refused with 413 before reading when Content-Length says it is too big,
+    and again when the bytes actually read exceed the limit."""
+    too_large = PayloadTooLarge(
+        f"A trace batch is at most {limit} bytes ({limit // (1024 * 1024)} MiB); split it.",
+        details=[{"path": "", "code": "too_large", "message": f"limit is {limit} bytes"}],
+    )
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit:
+        raise too_large
+    body = request._request.read(limit + 1)
+    if len(body) > limit:
+        raise too_large
+    return body
+
+
+class _ErrorDetail(serializers.Serializer):
+    path = serializers.CharField()
+    code = serializers.CharField()
+    message = serializers.CharField()
+
+
+class _Rejected(serializers.Serializer):
+    index = serializers.IntegerField()
+    request_id = serializers.CharField(allow_null=True)
+    errors = _ErrorDetail(many=True)
+
+
+class IngestResponse(serializers.Serializer):
+    accepted = serializers.IntegerField(help_text="Traces stored and committed.")
+    duplicates = serializers.ListField(
+        child=serializers.CharField(), help_text="request_ids already stored; not stored again."
+    )
+    rejected = _Rejected(many=True)
+
+
+class _Error(serializers.Serializer):
+    code = serializers.CharField()
+    message = serializers.CharField()
+    details = _ErrorDetail(many=True)
+
+
+class ErrorResponse(serializers.Serializer):
+    error = _Error()
+
+
+@extend_schema(
+    operation_id="runtime_traces_ingest",
+    summary="Report a batch of selection traces",
+    description=(
+        f"Up to {ingest.MAX_TRACES_PER_BATCH} traces and {ingest.MAX_BATCH_BYTES} bytes per "
+        f"request (413 beyond), at most {ingest.MAX_CANDIDATES_PER_TRACE} candidates per trace. "
+        "Invalid traces are rejected one by one with errors at paths relative to the trace; "
+        "a request_id already stored is a duplicate. 200 means every accepted trace is committed. "
+        "The environment is the token's. See RUNTIME_API.md §3."
+    ),
+    tags=["runtime"],
+    auth=[],
+    request={"application/json": ingest.batch_json_schema()},
+    responses={
+        200: IngestResponse,
+        400: OpenApiResponse(ErrorResponse, description="Malformed JSON or batch shape."),
+        401: OpenApiResponse(ErrorResponse, description="Missing, unknown or revoked token."),
+        403: OpenApiResponse(ErrorResponse, description="Token without traces:write."),
+        413: OpenApiResponse(ErrorResponse, description="Body over the byte limit."),
+    },
+)
+@api_view(["POST"])
+@authentication_classes([])
+@permission_classes([AllowAny])
+@parser_classes([_RawJSON])
+def runtime_traces_ingest(request):
+    identity = authenticate_runtime(request, "traces:write")
+    body = read_limited_body(request, ingest.MAX_BATCH_BYTES)
+    try:
+        batch = ingest.parse_batch(body)
+    except ingest.BatchRefused as exc:
+        raise ValidationFailed(
+            exc.message,
+            code=exc.code,
+            details=[{"path": exc.path, "code": exc.code, "message": exc.message}],
+        ) from exc
+    result = services.trace_batch_store(identity=identity, batch=batch)
+    # Bypass DRF's renderer: the response is small, but this endpoint is hot.
+    return JsonResponse(result.as_dict())
+
+
+# --- operator API: /api/v1/traces ---------------------------------------------------------------
+
+
+class CandidateOut(serializers.Serializer):
+    id = serializers.CharField(source="item_id")
+    source = serializers.CharField()
+    version = serializers.CharField()
+    size = serializers.IntegerField(allow_null=True)
+    required = serializers.BooleanField()
+    bundle = serializers.CharField()
+    decision = serializers.CharField()
+    reason = serializers.CharField()
+
+
+class TraceSummaryOut(serializers.Serializer):
+    request_id = serializers.CharField()
+    agent = serializers.CharField(source="agent.key")
+    environment = serializers.CharField(source="environment.key")
+    occurred_at = serializers.DateTimeField()
+    strategy = serializers.CharField()
+    strategy_version = serializers.IntegerField(allow_null=True)
+    status = serializers.CharField()
+    degradation = serializers.CharField()
+
+
+class TraceOut(serializers.Serializer):
+    """The trace as the runtime reported it (references and reasons only; no snapshot)."""
+
+    request_id = serializers.CharField()
+    agent = serializers.CharField()
+    environment = serializers.CharField()
+    occurred_at = serializers.DateTimeField()
+    received_at = serializers.DateTimeField()
+    documents = serializers.DictField(child=serializers.IntegerField())
+    strategy = serializers.CharField()
+    config_fallback = serializers.BooleanField()
+    task = serializers.DictField()
+    principal = serializers.CharField()
+    model = serializers.DictField()
+    status = serializers.CharField()
+    degradation = serializers.CharField(allow_null=True)
+    budget = serializers.DictField()
+    input_estimate = serializers.DictField(allow_null=True)
+    sources = serializers.ListField(child=serializers.DictField())
+    candidates = CandidateOut(many=True)
+    shadow = serializers.DictField(allow_null=True)
+    has_snapshot = serializers.BooleanField()
+
+
+FILTER_PARAMETERS = [
+    OpenApiParameter(name, str, description=text)
+    for name, text in TraceFilters.PARAMETER_HELP.items()
+]
+
+
+@extend_schema(
+    operation_id="traces_list",
+    summary="List traces (newest first)",
+    parameters=FILTER_PARAMETERS,
+    responses={200: TraceSummaryOut(many=True)},
+    tags=["traces"],
+)
+@api_view(["GET"])
+def trace_list(request):
+    selectors.trace_access_check(request.user)
+    filters = TraceFilters.from_query(request.query_params)
+    if filters.errors:
+        raise ValidationFailed(
+            "Some filters are not valid.",
+            details=[
+                {"path": name, "code": "invalid", "message": message}
+                for name, message in filters.errors.items()
+            ],
+        )
+    queryset = selectors.trace_list(user=request.user, filters=filters)
+    services.trace_look_record(
+        actor=request.user, action="trace.list", detail={"filters": filters.as_dict(), "api": True}
+    )
+    paginator = LimitOffsetPagination()
+    page = paginator.paginate_queryset(queryset, request)
+    return paginator.get_paginated_response(TraceSummaryOut(page, many=True).data)
+
+
+@extend_schema(
+    operation_id="traces_retrieve",
+    summary="One trace by request_id",
+    responses={200: TraceOut, 404: OpenApiResponse(ErrorResponse)},
+    tags=["traces"],
+)
+@api_view(["GET"])
+def trace_detail(request, request_id: str):
+    trace = selectors.trace_get_visible(user=request.user, request_id=request_id)
+    services.trace_look_record(
+        actor=request.user, action="trace.view", trace=trace, detail={"api": True}
+    )
+    return Response(selectors.trace_export(trace))

@@ -1,0 +1,158 @@
+"""What a trace means, in plain words: the status explained and "where to look".
+
+Document 003's boundary rules: a candidate not fetched → its provider (no access → the
+authorization service); fetched but excluded for budget, rule or dependency → the strategy;
+everything required selected and status ready → the model and the prompt; a conflict → the
+owners of the conflicting sources; degraded → the handler used and the provider that failed.
+Pure Python: it reads attributes, so it works on model rows and plain objects alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+STATUS_EXPLAINED = {
+    "ready": "The runtime assembled the context it needed and sent the request to the model.",
+    "missing_required_data": (
+        "A required item could not be obtained, so the runtime stopped instead of letting the "
+        "model answer without it."
+    ),
+    "budget_exceeded": (
+        "What the strategy requires does not fit in the input budget; the runtime stopped "
+        "explicitly rather than cut an indivisible item."
+    ),
+    "source_conflict": (
+        "Two valid sources disagree; the runtime returned the conflict for verification "
+        "instead of silently picking one."
+    ),
+    "degraded": (
+        "A source failed and the runtime switched to a declared fallback handler, so the answer "
+        "was deliberately more general than usual."
+    ),
+}
+
+# Fetched, then left out by a rule of the strategy.
+STRATEGY_DECISIONS = ("over_budget", "dependency_missing", "not_applicable", "irrelevant")
+
+
+@dataclass
+class Hint:
+    component: str  # short name of what to check: "order_delivery provider", "strategy …"
+    text: str
+    items: list[str] = field(default_factory=list)
+    first: bool = False
+
+
+def _by_source(candidates, decisions) -> dict[str, list]:
+    grouped: dict[str, list] = {}
+    for c in candidates:
+        if c.decision in decisions:
+            grouped.setdefault(c.source, []).append(c)
+    return grouped
+
+
+def _names(items) -> list[str]:
+    return [f"{c.item_id} ({c.reason})" if c.reason else c.item_id for c in items]
+
+
+def where_to_look(trace, candidates) -> list[Hint]:
+    """The components to check for this trace, the most likely first."""
+    candidates = list(candidates)
+    strategy = (
+        f"strategy {trace.strategy} v{trace.strategy_version}" if trace.strategy else "the strategy"
+    )
+    hints: list[Hint] = []
+
+    if trace.status == "degraded":
+        failed = _by_source(candidates, ("not_fetched", "no_access"))
+        sources = ", ".join(failed) or "a source"
+        hints.append(
+            Hint(
+                f"handler {trace.degradation or '(not named)'}",
+                f"The runtime fell back to '{trace.degradation or 'an unnamed handler'}' because "
+                f"{sources} failed. The answer should have been general on purpose; if it judged "
+                "this specific case anyway, the handler is wrong.",
+            )
+        )
+    for source, items in _by_source(candidates, ("not_fetched",)).items():
+        hints.append(
+            Hint(
+                f"{source} provider",
+                f"The {source} provider did not deliver these items (timeout or error). Check "
+                "that provider's logs for this request; the strategy never saw them.",
+                _names(items),
+            )
+        )
+    for source, items in _by_source(candidates, ("no_access",)).items():
+        hints.append(
+            Hint(
+                "authorization service",
+                f"Access to {source} items was refused or could not be checked (never defaulted "
+                "to allow). Check the authorization service and the principal's permissions.",
+                _names(items),
+            )
+        )
+    conflicts = _by_source(candidates, ("conflict",))
+    if conflicts or trace.status == "source_conflict":
+        for source, items in conflicts.items() or [("the sources", [])]:
+            hints.append(
+                Hint(
+                    f"owners of {source}",
+                    f"Valid {source} items contradict each other. The owners of {source} must "
+                    "settle which one applies (by business effective date, not by 'latest').",
+                    _names(items),
+                )
+            )
+    excluded = [c for c in candidates if c.decision in STRATEGY_DECISIONS]
+    required_excluded = [c for c in excluded if c.required]
+    if required_excluded or trace.status == "budget_exceeded":
+        hints.append(
+            Hint(
+                strategy,
+                f"Items were fetched but {strategy} could not keep them (budget, bundle or "
+                "dependency rule). Check its budget, bundles and required list — or use a model "
+                "with a larger window.",
+                _names(required_excluded or [c for c in excluded if c.decision == "over_budget"]),
+            )
+        )
+    elif excluded:
+        hints.append(
+            Hint(
+                strategy,
+                f"{strategy} left these fetched items out on purpose. If the answer needed one "
+                "of them, the strategy's rules (optional sources, priority, relevance) are where "
+                "to change it.",
+                _names(excluded),
+            )
+        )
+    required = [c for c in candidates if c.required]
+    if trace.status == "ready" and all(c.decision == "selected" for c in required):
+        model = " via ".join(x for x in (trace.model_name, trace.model_adapter) if x)
+        hints.insert(
+            0,
+            Hint(
+                "model and prompt",
+                "Every required item was selected and the context was complete. If the answer "
+                f"was still wrong, look at the model{f' ({model})' if model else ''} and the "
+                "prompt template, not at the context.",
+            ),
+        )
+    if trace.config_fallback:
+        hints.append(
+            Hint(
+                "runtime ↔ console connection",
+                "The runtime served from its last-known-good copy of the configuration, so it "
+                "may not have used what is live now. Check the runtime's connection to the "
+                "console.",
+            )
+        )
+    if not hints:
+        hints.append(
+            Hint(
+                strategy,
+                "Nothing stands out in the candidates; compare the versions used with what is "
+                "live now.",
+            )
+        )
+    hints[0].first = True
+    return hints

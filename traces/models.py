@@ -1,0 +1,194 @@
+"""Selection traces: what the runtime did for one request, and why.
+
+A trace holds only references and reasons (document 003, "Tracing without copying all
+private data"); the optional full request lives apart in `Snapshot`, encrypted, with an
+expiry. Tables are sized for tens of millions of rows: see docs/traces-storage.md for the
+indexes, the write path (COPY) and how to partition by time.
+"""
+
+from __future__ import annotations
+
+from django.contrib.postgres.indexes import BrinIndex
+from django.db import models
+from django.utils import timezone
+
+
+class Status(models.TextChoices):
+    READY = "ready", "Ready"
+    MISSING_REQUIRED_DATA = "missing_required_data", "Missing required data"
+    BUDGET_EXCEEDED = "budget_exceeded", "Budget exceeded"
+    SOURCE_CONFLICT = "source_conflict", "Source conflict"
+    DEGRADED = "degraded", "Degraded"
+
+
+class Decision(models.TextChoices):
+    SELECTED = "selected", "Selected"
+    NOT_FETCHED = "not_fetched", "Not fetched"
+    NO_ACCESS = "no_access", "No access"
+    NOT_APPLICABLE = "not_applicable", "Not applicable"
+    OVER_BUDGET = "over_budget", "Over budget"
+    DEPENDENCY_MISSING = "dependency_missing", "Dependency missing"
+    IRRELEVANT = "irrelevant", "Irrelevant"
+    CONFLICT = "conflict", "Conflict"
+
+
+class Trace(models.Model):
+    # Byte-wise collation on the indexed identifiers: exact matches only, and index inserts
+    # and lookups never pay for locale-aware comparison.
+    request_id = models.CharField(max_length=200, unique=True, db_collation="C")
+    agent = models.ForeignKey(
+        "strategies.Agent", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    environment = models.ForeignKey(
+        "strategies.Environment", on_delete=models.PROTECT, related_name="+", db_index=False
+    )
+    occurred_at = models.DateTimeField(help_text="When the runtime prepared the request.")
+    received_at = models.DateTimeField(default=timezone.now)
+    strategy = models.CharField(max_length=100, blank=True)
+    strategy_version = models.PositiveIntegerField(null=True, blank=True)
+    profile_version = models.PositiveIntegerField(null=True, blank=True)
+    documents = models.JSONField(default=dict, help_text="Document key → version number used.")
+    config_fallback = models.BooleanField(
+        default=False, help_text="The runtime served from its last-known-good copy."
+    )
+    task_id = models.CharField(max_length=200, blank=True)
+    task_revision = models.BigIntegerField(null=True, blank=True)
+    principal = models.CharField(max_length=200, blank=True, help_text="An internal reference.")
+    model_name = models.CharField(max_length=200, blank=True)
+    model_adapter = models.CharField(max_length=200, blank=True)
+    model_context_window = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=30, choices=Status.choices)
+    degradation = models.CharField(max_length=100, blank=True, help_text="Handler used.")
+    budget_max_input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    budget_reserve_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    input_estimate = models.FloatField(null=True, blank=True)
+    input_estimate_unit = models.CharField(max_length=30, blank=True)
+    input_estimate_estimator = models.CharField(max_length=100, blank=True)
+    sources = models.JSONField(default=list, help_text="[{id, version}] of the sources read.")
+    shadow = models.JSONField(null=True, blank=True)
+    snapshot_expires_at = models.DateTimeField(
+        null=True, blank=True, help_text="Set when the runtime sent a snapshot."
+    )
+
+    class Meta:
+        ordering = ["-occurred_at", "-id"]
+        indexes = [
+            models.Index(
+                fields=["agent", "environment", "-occurred_at"], name="trace_agent_env_time"
+            ),
+            models.Index(
+                fields=["agent", "strategy", "strategy_version", "-occurred_at"],
+                name="trace_agent_strategy_time",
+            ),
+            models.Index(fields=["status", "-occurred_at"], name="trace_status_time"),
+            # Cheap block-range indexes for the time-driven jobs (retention, rollups):
+            # both columns grow with insertion order, and BRIN costs almost nothing to keep.
+            BrinIndex(fields=["occurred_at"], name="trace_occurred_brin"),
+            BrinIndex(fields=["received_at"], name="trace_received_brin"),
+        ]
+
+    def __str__(self) -> str:
+        return self.request_id
+
+    @property
+    def has_snapshot(self) -> bool:
+        return self.snapshot_expires_at is not None
+
+
+class Candidate(models.Model):
+    """One item the runtime considered for a request, with its decision and reason."""
+
+    # No database FK: ingest inserts candidates only for the traces it has just inserted
+    # (one statement) and the purge deletes candidates first, while a checked FK would cost
+    # one trigger lookup per candidate row — 50,000 per batch.
+    trace = models.ForeignKey(
+        Trace,
+        on_delete=models.CASCADE,
+        related_name="candidates",
+        db_index=False,
+        db_constraint=False,
+    )
+    position = models.PositiveSmallIntegerField()
+    item_id = models.CharField(max_length=300)
+    source = models.CharField(max_length=100, db_collation="C")
+    version = models.CharField(max_length=100, blank=True)
+    size = models.PositiveIntegerField(null=True, blank=True)
+    required = models.BooleanField(default=False)
+    bundle = models.CharField(max_length=100, blank=True)
+    decision = models.CharField(max_length=30, choices=Decision.choices, db_collation="C")
+    reason = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["trace", "position"]
+        indexes = [
+            # A trace's candidates. Not unique on (trace, position): ingest numbers them itself,
+            # and a plain index on one column deduplicates its 50 equal keys per trace into
+            # one posting list — a much smaller index, written faster.
+            models.Index(fields=["trace"], name="candidate_trace"),
+            # "Traces where source S was excluded as D (for reason R)": newest trace ids first.
+            # Only exclusions: selected items are most rows and are found by time instead.
+            models.Index(
+                fields=["source", "decision", "-trace"],
+                name="candidate_source_excluded",
+                condition=~models.Q(decision="selected"),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.item_id}: {self.decision}"
+
+
+class Snapshot(models.Model):
+    """The full final request of a trace: sensitive, encrypted at rest, gone after expiry."""
+
+    trace = models.OneToOneField(Trace, on_delete=models.CASCADE, related_name="snapshot")
+    ciphertext = models.BinaryField()
+    key_id = models.CharField(max_length=16, help_text="Fingerprint of the encrypting key.")
+    created_at = models.DateTimeField(default=timezone.now)
+    expires_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"snapshot of trace {self.trace_id}"
+
+
+class HourlyRollup(models.Model):
+    """Counts per closed hour, so charts never scan traces.
+
+    Trace rows have decision = "" and reason = "" (count = traces with that status);
+    candidate rows carry a decision and reason (count = candidates). Recomputed per hour by
+    `traces.rollup_recent_hours`, idempotently.
+    """
+
+    hour = models.DateTimeField()
+    agent = models.ForeignKey("strategies.Agent", on_delete=models.CASCADE, related_name="+")
+    environment = models.ForeignKey(
+        "strategies.Environment", on_delete=models.CASCADE, related_name="+"
+    )
+    strategy = models.CharField(max_length=100, blank=True)
+    strategy_version = models.PositiveIntegerField(default=0, help_text="0: none reported.")
+    status = models.CharField(max_length=30)
+    decision = models.CharField(max_length=30, blank=True)
+    reason = models.CharField(max_length=200, blank=True)
+    count = models.PositiveBigIntegerField()
+
+    class Meta:
+        ordering = ["-hour"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=[
+                    "hour",
+                    "agent",
+                    "environment",
+                    "strategy",
+                    "strategy_version",
+                    "status",
+                    "decision",
+                    "reason",
+                ],
+                name="rollup_unique_key",
+            )
+        ]
+        indexes = [models.Index(fields=["agent", "-hour"], name="rollup_agent_hour")]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}h {self.status}/{self.decision}: {self.count}"

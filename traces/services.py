@@ -1,0 +1,418 @@
+"""Writes for traces: batch ingest (COPY), snapshot views, retention purge, hourly rollups.
+
+Ingest is telemetry, not a change made by a person, so it writes no audit row (the audit log
+would grow with every request); looks at traces and snapshots go to the access log instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import msgspec
+from django.db import connection, transaction
+from django.utils import timezone
+
+from console.audit import access_record
+from console.errors import Forbidden, NotFound, ValidationFailed
+from console.policy import Capability, user_can
+from traces import crypto
+from traces.ingest import ParsedBatch, Rejection, TraceIn, error, snapshot_bytes
+from traces.models import Snapshot, Trace
+
+PURGE_BATCH = 5_000
+
+# Traces are COPYed into a session temp table (emptied at every commit: each batch starts
+# clean, no catalog churn), then moved with ON CONFLICT so a stored request_id is skipped.
+# Candidates are COPYed straight into their table, only for the traces actually inserted.
+_TEMP_TABLES = """
+CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in (
+    request_id varchar(200), agent_id bigint, environment_id bigint, occurred_at timestamptz,
+    received_at timestamptz, strategy varchar(100), strategy_version integer,
+    profile_version integer, documents jsonb, config_fallback boolean, task_id varchar(200),
+    task_revision bigint, principal varchar(200), model_name varchar(200),
+    model_adapter varchar(200), model_context_window integer, status varchar(30),
+    degradation varchar(100), budget_max_input_tokens integer,
+    budget_reserve_output_tokens integer, input_estimate double precision,
+    input_estimate_unit varchar(30), input_estimate_estimator varchar(100), sources jsonb,
+    shadow jsonb, snapshot_expires_at timestamptz
+) ON COMMIT DELETE ROWS;
+CREATE TEMP TABLE IF NOT EXISTS ingest_snapshot_in (
+    request_id varchar(200), ciphertext bytea, key_id varchar(16), created_at timestamptz,
+    expires_at timestamptz
+) ON COMMIT DELETE ROWS;
+"""
+TRACE_COLUMNS = (
+    "request_id, agent_id, environment_id, occurred_at, received_at, strategy, "
+    "strategy_version, profile_version, documents, config_fallback, task_id, task_revision, "
+    "principal, model_name, model_adapter, model_context_window, status, degradation, "
+    "budget_max_input_tokens, budget_reserve_output_tokens, input_estimate, "
+    "input_estimate_unit, input_estimate_estimator, sources, shadow, snapshot_expires_at"
+)
+CANDIDATE_COLUMNS = "position, item_id, source, version, size, required, bundle, decision, reason"
+SNAPSHOT_COLUMNS = "ciphertext, key_id, created_at, expires_at"
+
+# One statement: the traces not yet stored, and their snapshots. A request_id already
+# stored (or being stored by a concurrent batch) is skipped by ON CONFLICT.
+_MOVE_FROM_TEMP = f"""
+WITH inserted AS (
+    INSERT INTO traces_trace ({TRACE_COLUMNS})
+    SELECT {TRACE_COLUMNS} FROM ingest_trace_in
+    ON CONFLICT (request_id) DO NOTHING
+    RETURNING id, request_id
+), snapshots AS (
+    INSERT INTO traces_snapshot (trace_id, {SNAPSHOT_COLUMNS})
+    SELECT inserted.id, {", ".join("s." + c.strip() for c in SNAPSHOT_COLUMNS.split(","))}
+    FROM ingest_snapshot_in s JOIN inserted ON inserted.request_id = s.request_id
+)
+SELECT id, request_id FROM inserted
+"""
+
+
+@dataclass
+class IngestResult:
+    accepted: int = 0
+    duplicates: list[str] = field(default_factory=list)
+    rejected: list[Rejection] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "accepted": self.accepted,
+            "duplicates": self.duplicates,
+            "rejected": [r.as_dict() for r in sorted(self.rejected, key=lambda r: r.index)],
+        }
+
+
+def _json(value) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+def trace_row(
+    trace: TraceIn, *, agent_id: int, environment_id: int, received_at, snapshot_expires_at
+) -> tuple:
+    """The ingest_trace row of one trace, in TRACE_COLUMNS order."""
+    task, model, budget, estimate = trace.task, trace.model, trace.budget, trace.input_estimate
+    return (
+        trace.request_id,
+        agent_id,
+        environment_id,
+        trace.occurred_at,
+        received_at,
+        trace.strategy,
+        trace.documents.get(trace.strategy) if trace.strategy else None,
+        trace.documents.get("profile"),
+        _json(trace.documents),
+        trace.config_fallback,
+        task.id if task else "",
+        task.revision if task else None,
+        trace.principal,
+        model.name if model else "",
+        model.adapter if model else "",
+        model.context_window if model else None,
+        trace.status,
+        trace.degradation or "",
+        budget.max_input_tokens if budget else None,
+        budget.reserve_output_tokens if budget else None,
+        estimate.value if estimate else None,
+        estimate.unit if estimate else "",
+        estimate.estimator if estimate else "",
+        _json(trace.sources),
+        _json(trace.shadow) if trace.shadow is not None else None,
+        snapshot_expires_at,
+    )
+
+
+def candidate_rows(trace: TraceIn, trace_id: int) -> list[tuple]:
+    """The trace's candidate rows, in (trace_id, CANDIDATE_COLUMNS) order."""
+    return [
+        (
+            trace_id,
+            position,
+            c.id,
+            c.source,
+            c.version,
+            c.size,
+            c.required,
+            c.bundle or "",
+            c.decision,
+            c.reason,
+        )
+        for position, c in enumerate(trace.candidates)
+    ]
+
+
+def _copy(cursor, table: str, columns: str, rows) -> None:
+    with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def _scope_errors(trace: TraceIn, identity, agent_ids: dict[str, int]) -> list[dict]:
+    errors = []
+    if trace.agent not in agent_ids or not identity.covers_agent(trace.agent):
+        # Unknown and out of the token's scope get the same answer (RUNTIME_API.md).
+        errors.append(
+            error("agent", "unknown_agent", f"unknown agent '{trace.agent}' for this token")
+        )
+    if trace.environment and trace.environment != identity.environment_key:
+        errors.append(
+            error(
+                "environment",
+                "environment_mismatch",
+                f"this token writes to '{identity.environment_key}' only",
+            )
+        )
+    return errors
+
+
+@transaction.atomic
+def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
+    """Store the valid traces of a parsed batch with COPY, in one transaction.
+
+    The environment is the token's. A request_id already stored, or repeated in the batch,
+    is reported as a duplicate and not stored again. Returns once committed.
+    """
+    from strategies.models import Agent, Environment
+
+    result = IngestResult(rejected=list(batch.rejected))
+    keys = {trace.agent for _, trace in batch.valid}
+    agent_ids = dict(Agent.objects.filter(key__in=keys).values_list("key", "id"))
+    environment = Environment.objects.get(pk=identity.environment_id)
+    now = timezone.now()
+    snapshot_expiry = now + timedelta(days=environment.snapshot_retention_days)
+    key_id = crypto.current_key_id()
+
+    seen: set[str] = set()
+    accepted: dict[str, TraceIn] = {}
+    traces, snapshots = [], []
+    for index, trace in batch.valid:
+        problems = _scope_errors(trace, identity, agent_ids)
+        if problems:
+            result.rejected.append(Rejection(index, trace.request_id, problems))
+            continue
+        if trace.request_id in seen:
+            result.duplicates.append(trace.request_id)
+            continue
+        seen.add(trace.request_id)
+        accepted[trace.request_id] = trace
+        snapshot = snapshot_bytes(trace)
+        traces.append(
+            trace_row(
+                trace,
+                agent_id=agent_ids[trace.agent],
+                environment_id=environment.pk,
+                received_at=now,
+                snapshot_expires_at=snapshot_expiry if snapshot else None,
+            )
+        )
+        if snapshot:
+            snapshots.append(
+                (trace.request_id, crypto.encrypt(snapshot), key_id, now, snapshot_expiry)
+            )
+    if not traces:
+        return result
+
+    with connection.cursor() as cursor:
+        cursor.execute(_TEMP_TABLES)
+        raw = cursor.cursor  # the psycopg 3 cursor: COPY goes through it
+        _copy(raw, "ingest_trace_in", TRACE_COLUMNS, traces)
+        if snapshots:
+            _copy(raw, "ingest_snapshot_in", "request_id, " + SNAPSHOT_COLUMNS, snapshots)
+        cursor.execute(_MOVE_FROM_TEMP)
+        inserted = cursor.fetchall()
+        _copy(
+            raw,
+            "traces_candidate",
+            "trace_id, " + CANDIDATE_COLUMNS,
+            (
+                row
+                for trace_id, request_id in inserted
+                for row in candidate_rows(accepted[request_id], trace_id)
+            ),
+        )
+    stored = {request_id for _, request_id in inserted}
+    result.accepted = len(stored)
+    result.duplicates.extend(row[0] for row in traces if row[0] not in stored)
+    return result
+
+
+# --- looks at traces (access log) ---------------------------------------------------------------
+def trace_look_record(*, actor, action: str, trace: Trace | None = None, detail=None) -> None:
+    """One line in the access log for a page view, search, list or export."""
+    access_record(
+        actor=actor,
+        action=action,
+        target=("trace", trace.request_id, trace.request_id) if trace else None,
+        agent=trace.agent.key if trace else None,
+        detail=detail or {},
+    )
+
+
+@dataclass(frozen=True)
+class RevealedSnapshot:
+    text: str
+    expires_at: datetime
+
+
+def snapshot_reveal(*, user, trace: Trace, reason: str) -> RevealedSnapshot:
+    """Decrypt a trace's snapshot for someone with the capability and a typed reason.
+
+    Every attempt is in the access log, refusals included.
+    """
+    reason = (reason or "").strip()
+    target = ("trace", trace.request_id, trace.request_id)
+
+    def refuse(exc, why: str):
+        access_record(
+            actor=user,
+            action="snapshot.view",
+            target=target,
+            agent=trace.agent.key,
+            outcome="denied",
+            reason=reason,
+            detail={"why": why},
+        )
+        raise exc
+
+    if not user_can(user, Capability.VIEW_SNAPSHOTS, trace.agent):
+        refuse(Forbidden("Viewing snapshots needs the 'view snapshots' permission."), "capability")
+    if len(reason) < 3:
+        refuse(
+            ValidationFailed(
+                "Say why you need to see the full request.",
+                details=[error("reason", "required", "a reason of at least 3 characters")],
+            ),
+            "no_reason",
+        )
+    snapshot = Snapshot.objects.filter(trace=trace, expires_at__gt=timezone.now()).first()
+    if snapshot is None:
+        refuse(NotFound("This snapshot has expired and is gone."), "gone")
+    try:
+        text = crypto.decrypt(snapshot.ciphertext).decode()
+    except crypto.InvalidToken:
+        refuse(
+            NotFound("This snapshot cannot be decrypted: its key is no longer configured."),
+            "key_missing",
+        )
+    access_record(
+        actor=user,
+        action="snapshot.view",
+        target=target,
+        agent=trace.agent.key,
+        reason=reason,
+        detail={"key_id": snapshot.key_id},
+    )
+    return RevealedSnapshot(text=text, expires_at=snapshot.expires_at)
+
+
+def snapshots_rotate(*, batch_size: int = 500) -> int:
+    """Re-encrypt every snapshot not under the newest key, batch by batch. Returns the count."""
+    newest = crypto.current_key_id()
+    done = 0
+    while True:
+        with transaction.atomic():
+            rows = list(
+                Snapshot.objects.select_for_update(skip_locked=True)
+                .exclude(key_id=newest)
+                .only("id", "ciphertext")[:batch_size]
+            )
+            if not rows:
+                return done
+            for row in rows:
+                row.ciphertext = crypto.rotate(row.ciphertext)
+                row.key_id = newest
+            Snapshot.objects.bulk_update(rows, ["ciphertext", "key_id"])
+            done += len(rows)
+
+
+# --- retention -------------------------------------------------------------------------------------
+def _delete_in_batches(select_ids_sql: str, params: list, deletes: list[str], batch_size: int):
+    """Repeat: pick up to batch_size ids, delete them (and dependents), commit. Short
+    transactions keep locks brief while ingest goes on."""
+    total = 0
+    while True:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(select_ids_sql + " LIMIT %s", [*params, batch_size])
+            ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                return total
+            for statement in deletes:
+                cursor.execute(statement, [ids])
+        total += len(ids)
+
+
+def snapshots_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE_BATCH) -> int:
+    """Delete snapshots past their expiry. Returns how many."""
+    return _delete_in_batches(
+        "SELECT id FROM traces_snapshot WHERE expires_at <= %s",
+        [now or timezone.now()],
+        ["DELETE FROM traces_snapshot WHERE id = ANY(%s)"],
+        batch_size,
+    )
+
+
+def traces_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE_BATCH) -> int:
+    """Delete traces older than their environment's trace_retention_days (with their
+    candidates and snapshots). Returns how many traces."""
+    from strategies.models import Environment
+
+    now = now or timezone.now()
+    total = 0
+    for environment in Environment.objects.all():
+        cutoff = now - timedelta(days=environment.trace_retention_days)
+        total += _delete_in_batches(
+            "SELECT id FROM traces_trace WHERE environment_id = %s AND occurred_at < %s",
+            [environment.pk, cutoff],
+            [
+                "DELETE FROM traces_candidate WHERE trace_id = ANY(%s)",
+                "DELETE FROM traces_snapshot WHERE trace_id = ANY(%s)",
+                "DELETE FROM traces_trace WHERE id = ANY(%s)",
+            ],
+            batch_size,
+        )
+    return total
+
+
+# --- hourly rollups ----------------------------------------------------------------------------------
+_ROLLUP_HOUR = """
+DELETE FROM traces_hourlyrollup WHERE hour = %(hour)s;
+INSERT INTO traces_hourlyrollup
+    (hour, agent_id, environment_id, strategy, strategy_version, status, decision, reason, count)
+SELECT %(hour)s, agent_id, environment_id, strategy, coalesce(strategy_version, 0), status,
+       '', '', count(*)
+FROM traces_trace
+WHERE occurred_at >= %(hour)s AND occurred_at < %(hour)s + interval '1 hour'
+GROUP BY agent_id, environment_id, strategy, coalesce(strategy_version, 0), status
+UNION ALL
+SELECT %(hour)s, t.agent_id, t.environment_id, t.strategy, coalesce(t.strategy_version, 0),
+       t.status, c.decision, c.reason, count(*)
+FROM traces_trace t JOIN traces_candidate c ON c.trace_id = t.id
+WHERE t.occurred_at >= %(hour)s AND t.occurred_at < %(hour)s + interval '1 hour'
+GROUP BY t.agent_id, t.environment_id, t.strategy, coalesce(t.strategy_version, 0), t.status,
+         c.decision, c.reason;
+"""
+
+
+def rollup_hour_refresh(*, hour: datetime) -> None:
+    """Recompute one hour's counts from the traces (idempotent: replace, in one transaction)."""
+    hour = hour.replace(minute=0, second=0, microsecond=0)
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(_ROLLUP_HOUR, {"hour": hour})
+
+
+def rollup_recent_hours(*, lookback_hours: int = 3, now: datetime | None = None) -> list[datetime]:
+    """Roll up every closed hour that received traces in the last `lookback_hours` (late
+    arrivals included) plus the hour that just closed. Returns the hours refreshed."""
+    now = now or timezone.now()
+    current_hour = now.replace(minute=0, second=0, microsecond=0)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT DISTINCT date_trunc('hour', occurred_at) FROM traces_trace "
+            "WHERE received_at >= %s AND occurred_at < %s",
+            [now - timedelta(hours=lookback_hours), current_hour],
+        )
+        hours = {row[0] for row in cursor.fetchall()}
+    hours.add(current_hour - timedelta(hours=1))
+    for hour in sorted(hours):
+        rollup_hour_refresh(hour=hour)
+    return sorted(hours)

@@ -1,0 +1,121 @@
+"""Trace pages: search by request_id, list with filters, one trace, its export and snapshot.
+
+Every look (page view, search, list, export, snapshot) is written to the access log. A trace
+of an agent the user may not investigate answers exactly like a missing one.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from django.http import HttpResponseRedirect, JsonResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from console.errors import ApplicationError
+from console.policy import Capability, agents_where
+from strategies.models import Environment
+from traces import selectors, services
+from traces.filters import TraceFilters
+from traces.ingest import DECISIONS, STATUSES
+
+
+@require_GET
+def trace_search(request):
+    """A pasted request_id, trimmed and matched exactly: straight to the trace."""
+    selectors.trace_access_check(request.user)
+    text = (request.GET.get("q") or "").strip()
+    if not text:
+        return TemplateResponse(request, "traces/search.html", {"q": ""})
+    trace = selectors.trace_find(user=request.user, text=text)
+    services.trace_look_record(
+        actor=request.user,
+        action="trace.search",
+        trace=trace,
+        detail={"q": text[:200], "found": trace is not None},
+    )
+    if trace is not None:
+        return HttpResponseRedirect(
+            reverse("trace-detail", kwargs={"request_id": trace.request_id})
+        )
+    return TemplateResponse(
+        request, "traces/search.html", {"q": text, "not_found": True}, status=404
+    )
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def trace_list(request):
+    selectors.trace_access_check(request.user)
+    filters = TraceFilters.from_query(request.GET)
+    page = selectors.trace_page_of(
+        selectors.trace_list(user=request.user, filters=filters), request.GET.get("page")
+    )
+    services.trace_look_record(
+        actor=request.user, action="trace.list", detail={"filters": filters.as_dict()}
+    )
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {
+        "page_obj": page,
+        "traces": page.object_list,
+        "filters": filters,
+        "active_filters": filters.as_dict(),
+        "querystring": query.urlencode(),
+        "agents": agents_where(request.user, Capability.VIEW_TRACES),
+        "environments": Environment.objects.all(),
+        "statuses": STATUSES,
+        "last_day": selectors.status_counts_last_day(user=request.user),
+        "last_day_since": timezone.now() - timedelta(hours=24),
+        "decisions": DECISIONS,
+    }
+    return TemplateResponse(request, "traces/list.html", context)
+
+
+@require_GET
+def trace_detail(request, request_id: str):
+    trace = selectors.trace_get_visible(user=request.user, request_id=request_id)
+    services.trace_look_record(actor=request.user, action="trace.view", trace=trace)
+    context = selectors.trace_page_context(user=request.user, trace=trace)
+    return TemplateResponse(request, "traces/detail.html", context)
+
+
+@require_GET
+def trace_export(request, request_id: str):
+    """The trace as JSON (references and reasons; the snapshot is never exported)."""
+    trace = selectors.trace_get_visible(user=request.user, request_id=request_id)
+    services.trace_look_record(actor=request.user, action="trace.export", trace=trace)
+    response = JsonResponse(selectors.trace_export(trace), json_dumps_params={"indent": 2})
+    response["Content-Disposition"] = f'attachment; filename="trace-{trace.pk}.json"'
+    return response
+
+
+@require_POST
+def trace_snapshot(request, request_id: str):
+    """Decrypt and show the snapshot: needs the capability and a typed reason, logged."""
+    trace = selectors.trace_get_visible(user=request.user, request_id=request_id)
+    context = {"trace": trace, "snapshot": selectors.snapshot_state(user=request.user, trace=trace)}
+    try:
+        revealed = services.snapshot_reveal(
+            user=request.user, trace=trace, reason=request.POST.get("reason", "")
+        )
+    except ApplicationError as exc:
+        context["snapshot_error"] = exc
+        status = exc.status
+    else:
+        context["revealed"] = revealed
+        context["pretty"] = _pretty(revealed.text)
+        status = 200
+    template = "traces/detail.html#snapshot" if request.htmx else "traces/snapshot_page.html"
+    return TemplateResponse(request, template, context, status=status)
+
+
+def _pretty(text: str) -> str:
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text
