@@ -90,8 +90,12 @@ def _drf_details(data: Any, prefix: str = "") -> list[dict]:
 
 
 def api_exception_handler(exc, context):
-    """DRF exception handler: every error in one shape."""
+    """DRF exception handler: every error in one shape; refusals go to the access log."""
     if isinstance(exc, ApplicationError):
+        from console.policy import denial_record
+
+        request = context.get("request")
+        denial_record(exc, path=getattr(request, "path", ""))
         return error_response(exc)
     if isinstance(exc, Http404):
         exc = drf_exceptions.NotFound("Not found.")

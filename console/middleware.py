@@ -57,9 +57,11 @@ class ApplicationErrorMiddleware:
         from django.template.response import TemplateResponse
 
         from console.errors import ApplicationError
+        from console.policy import denial_record
 
         if not isinstance(exception, ApplicationError):
             return None
+        denial_record(exception, path=request.path)  # refusals go to the access log (once)
         if request.path.startswith("/api/"):
             from django.http import JsonResponse
 

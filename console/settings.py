@@ -244,7 +244,9 @@ SPECTACULAR_SETTINGS = {
     # The schema and its docs page are for signed-in operators only (found by the access matrix).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
-DATA_UPLOAD_MAX_MEMORY_SIZE = 8 * 1024 * 1024  # trace batches; see RUNTIME_API.md
+DATA_UPLOAD_MAX_MEMORY_SIZE = (
+    2 * 1024 * 1024
+)  # forms and operator API; trace ingest reads its body itself (traces/ingest.py)
 
 LOGGING = {
     "version": 1,

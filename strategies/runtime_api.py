@@ -19,15 +19,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from console.api_schema import ErrorDetailSerializer, ErrorSerializer
-from console.errors import ApplicationError, Forbidden, NotFound
+from console.errors import ApplicationError, NotFound
 from strategies import releases, runtime_config
 from strategies.models import Environment
 from strategies.runtime_auth import (
     NotAuthenticated,
+    authenticate_runtime,
+    authorize_runtime,
     bearer_secret,
     cached_identity,
     check_agent_scope,
-    note_use,
 )
 
 
@@ -54,11 +55,6 @@ class RuntimeTokenScheme(OpenApiAuthenticationExtension):
             "scheme": "bearer",
             "description": "A runtime token (cc_rt_…) for one environment; see docs/runtime-api.md.",
         }
-
-
-def require_capability(identity, capability: str) -> None:
-    if capability not in identity.capabilities:
-        raise Forbidden(f"This runtime token lacks the '{capability}' capability.")
 
 
 def etag_matches(header: str | None, etag: str) -> bool:
@@ -135,11 +131,7 @@ _ERRORS = {
 def config_response(request, agent: str) -> HttpResponse:
     """The hot path: token and payload from the process mirror (Redis on a miss), no
     database query, no serializer; the database only when Redis lost the payload."""
-    secret = bearer_secret(request)
-    identity = cached_identity(secret)
-    if identity is None:
-        raise NotAuthenticated("The runtime token is unknown or revoked.")
-    require_capability(identity, "config:read")
+    identity = authenticate_runtime(request, "config:read")
     check_agent_scope(identity, agent)
     entry = runtime_config.cached_config(agent, identity.environment_id)
     if entry is None:
@@ -147,7 +139,6 @@ def config_response(request, agent: str) -> HttpResponse:
         entry = runtime_config.config_load(agent_key=agent, environment=environment)
         if entry is None:
             raise NotFound(f"Unknown agent '{agent}'.")
-    note_use(identity)
     etag, body = entry
     if etag_matches(request.META.get("HTTP_IF_NONE_MATCH"), etag):
         return HttpResponseNotModified(headers={"ETag": etag})
@@ -223,9 +214,7 @@ config = login_not_required(ConfigView.as_view())
 )
 @runtime_view(["PUT"])
 def manifest(request):
-    identity = request.user
-    require_capability(identity, "manifest:write")
+    identity = authorize_runtime(request.user, "manifest:write")
     environment = Environment.objects.get(pk=identity.environment_id)
     report = releases.manifest_report(environment=environment, body=request.data, actor=identity)
-    note_use(identity)
     return Response({"version": report.manifest.version, "warnings": report.warnings})

@@ -81,15 +81,19 @@ def identity_for_secret(secret: str) -> RuntimeIdentity | None:
     )
 
 
-def authenticate_runtime(
-    request, capability: str, *, lookup=identity_for_secret
-) -> RuntimeIdentity:
-    """The token's identity, or 401/403 as the contract says."""
-    identity = lookup(bearer_secret(request))
+def authenticate_runtime(request, capability: str, *, lookup=None) -> RuntimeIdentity:
+    """The token's identity (cached, see `cached_identity`), or 401/403 as the contract says."""
+    identity = (lookup or cached_identity)(bearer_secret(request))
     if identity is None:
         raise NotAuthenticated("The runtime token is unknown or revoked.")
+    return authorize_runtime(identity, capability)
+
+
+def authorize_runtime(identity: RuntimeIdentity, capability: str) -> RuntimeIdentity:
+    """403 without the capability; otherwise note the use (for `last_used_at`)."""
     if capability not in identity.capabilities:
         raise Forbidden(f"This runtime token lacks the '{capability}' capability.")
+    note_use(identity)
     return identity
 
 

@@ -46,6 +46,17 @@ def django_db_setup(django_db_setup, django_db_blocker):
         connection.close()
 
 
+@pytest.fixture(autouse=True)
+def _fresh_login_throttle():
+    """Every test signs in from 127.0.0.1: forget earlier tests' failed-login counters."""
+    from django.core.cache import cache
+
+    client = cache._cache.get_client(None, write=True)
+    stale = list(client.scan_iter(match="*login-fail:*", count=1000))
+    if stale:
+        client.delete(*stale)
+
+
 # --- users and grants ------------------------------------------------------------------------
 @pytest.fixture
 def make_user(db):

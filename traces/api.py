@@ -16,6 +16,7 @@ from rest_framework.parsers import BaseParser
 from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
+from console.api_schema import ErrorDetailSerializer, ErrorSerializer
 from console.errors import PayloadTooLarge, ValidationFailed
 from strategies.runtime_auth import authenticate_runtime
 from traces import ingest, selectors, services
@@ -49,16 +50,10 @@ def read_limited_body(request, limit: int) -> bytes:
     return body
 
 
-class _ErrorDetail(serializers.Serializer):
-    path = serializers.CharField()
-    code = serializers.CharField()
-    message = serializers.CharField()
-
-
 class _Rejected(serializers.Serializer):
     index = serializers.IntegerField()
     request_id = serializers.CharField(allow_null=True)
-    errors = _ErrorDetail(many=True)
+    errors = ErrorDetailSerializer(many=True)
 
 
 class IngestResponse(serializers.Serializer):
@@ -67,16 +62,6 @@ class IngestResponse(serializers.Serializer):
         child=serializers.CharField(), help_text="request_ids already stored; not stored again."
     )
     rejected = _Rejected(many=True)
-
-
-class _Error(serializers.Serializer):
-    code = serializers.CharField()
-    message = serializers.CharField()
-    details = _ErrorDetail(many=True)
-
-
-class ErrorResponse(serializers.Serializer):
-    error = _Error()
 
 
 @extend_schema(
@@ -94,10 +79,10 @@ class ErrorResponse(serializers.Serializer):
     request={"application/json": ingest.batch_json_schema()},
     responses={
         200: IngestResponse,
-        400: OpenApiResponse(ErrorResponse, description="Malformed JSON or batch shape."),
-        401: OpenApiResponse(ErrorResponse, description="Missing, unknown or revoked token."),
-        403: OpenApiResponse(ErrorResponse, description="Token without traces:write."),
-        413: OpenApiResponse(ErrorResponse, description="Body over the byte limit."),
+        400: OpenApiResponse(ErrorSerializer, description="Malformed JSON or batch shape."),
+        401: OpenApiResponse(ErrorSerializer, description="Missing, unknown or revoked token."),
+        403: OpenApiResponse(ErrorSerializer, description="Token without traces:write."),
+        413: OpenApiResponse(ErrorSerializer, description="Body over the byte limit."),
     },
 )
 @api_view(["POST"])
@@ -206,7 +191,7 @@ def trace_list(request):
 @extend_schema(
     operation_id="traces_retrieve",
     summary="One trace by request_id",
-    responses={200: TraceOut, 404: OpenApiResponse(ErrorResponse)},
+    responses={200: TraceOut, 404: OpenApiResponse(ErrorSerializer)},
     tags=["traces"],
 )
 @api_view(["GET"])

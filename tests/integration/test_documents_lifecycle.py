@@ -158,8 +158,10 @@ def test_live_findings__manifest_drops_handler__live_v3_warned(demo_world):
     from strategies.models import Environment, Release
 
     prod = Environment.objects.get(key="prod")
-    Release.objects.create(
-        document=_strategy(), environment=prod, version=_strategy().versions.get(number=3)
+    Release.objects.update_or_create(
+        document=_strategy(),
+        environment=prod,
+        defaults={"version": _strategy().versions.get(number=3)},
     )
     assert selectors.live_findings(environment=prod) == []
     body = copy.deepcopy(documents.DEMO_MANIFEST)

@@ -247,13 +247,15 @@ def test_live_release__grid_marks_difference_and_versions_show_where_live(ops):
 
     # Given v1 of the profile live in prod and v2 of the strategy live in bank-uat
     prod = Environment.objects.get(key="prod")
-    Release.objects.create(
-        document=_profile(), environment=prod, version=_profile().versions.get(number=1)
+    Release.objects.update_or_create(
+        document=_profile(),
+        environment=prod,
+        defaults={"version": _profile().versions.get(number=1)},
     )
-    Release.objects.create(
+    Release.objects.update_or_create(
         document=_strategy(),
         environment=Environment.objects.get(key="bank-uat"),
-        version=_strategy().versions.get(number=2),
+        defaults={"version": _strategy().versions.get(number=2)},
     )
     # When ops switches chat_topic off in a draft
     ops.post(AGENT + "profile/", _grid_post(_profile(), chat_topic=False), **HTMX)
@@ -266,7 +268,7 @@ def test_live_release__grid_marks_difference_and_versions_show_where_live(ops):
     v2_row = versions.split('data-version="2"')[1].split("</tr>")[0]
     assert "bank-uat" in v2_row
     api = ops.get("/api/v1/agents/assistant_professional/documents/").json()["results"]
-    assert {d["key"]: d["live"] for d in api}["after_sales_consultation"] == {"bank-uat": 2}
+    assert {d["key"]: d["live"] for d in api}["after_sales_consultation"]["bank-uat"] == 2
 
 
 def test_new_draft__one_already_open__lands_in_that_draft(ops):
