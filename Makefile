@@ -10,4 +10,4 @@ lint:
 	.venv/bin/ruff check . && .venv/bin/ruff format --check .
 
 bench: ## performance benchmarks; figures go to docs/PERFORMANCE.md
-	.venv/bin/python -m tests.bench
+	scripts/install.sh dev && .venv/bin/python -m tests.bench
