@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from django.urls import NoReverseMatch, reverse
 
-# (label, url name, the URL prefix that marks it active). Items whose URL does not exist
-# yet are left out, so an app adds its page by adding its URL.
+# (label, url name, the URL prefix that marks it active, the capability — on at least one
+# agent — that shows it). Items whose URL does not exist are left out.
 NAV = [
-    ("Dashboard", "dashboard", None),
-    ("Agents", "agent-list", "/agents/"),
-    ("Releases", "release-overview", "/releases/"),
-    ("Traces", "trace-list", "/traces/"),
-    ("Audit", "audit-list", "/audit/"),
-    ("Access", "access-overview", "/access/"),
+    ("Dashboard", "dashboard", None, None),
+    ("Agents", "agent-list", "/agents/", None),
+    ("Releases", "release-overview", "/releases/", None),
+    ("Traces", "trace-list", "/traces/", "view_traces"),
+    ("Audit", "audit-list", "/audit/", "view_audit"),
+    ("Access", "access-overview", "/access/", "manage_grants"),
 ]
 
 
@@ -34,13 +34,13 @@ def layout(request):
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"nav_items": [], "trace_search_url": None, "user_roles_summary": ""}
-    from console.policy import role_names
+    from console.policy import role_names, user_can_anywhere
 
     path = request.path
     items = []
-    for label, name, prefix in NAV:
+    for label, name, prefix, capability in NAV:
         url = _url(name)
-        if url is None:
+        if url is None or (capability and not user_can_anywhere(user, capability)):
             continue
         active = path.startswith(prefix) if prefix else path == url
         items.append(NavItem(label, url, active))
@@ -48,6 +48,8 @@ def layout(request):
     summary = ", ".join(r.replace("@*", " (all agents)").replace("@", " on ") for r in roles)
     return {
         "nav_items": items,
-        "trace_search_url": _url("trace-search"),
+        "trace_search_url": _url("trace-search")
+        if user_can_anywhere(user, "view_traces")
+        else None,
         "user_roles_summary": summary,
     }

@@ -4,6 +4,8 @@ as `{% partialdef %}` blocks and are rendered for htmx requests."""
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.core.paginator import Paginator
 from django.shortcuts import redirect
@@ -28,21 +30,27 @@ from strategies.models import Document
 
 VERSIONS_PER_PAGE = 50
 
-# Tabs of the agent page: (label, url name). Tabs of other areas appear once their url exists.
+# Tabs of the agent page: (label, url name, agent passed as URL kwarg or as ?agent=, the
+# capability that shows it). The other areas' pages are filtered to the agent.
 AGENT_TABS = [
-    ("Profile", "agent-detail"),
-    ("Strategies", "agent-strategies"),
-    ("Releases", "agent-releases"),
-    ("Traces", "agent-traces"),
-    ("Access", "agent-access"),
+    ("Profile", "agent-detail", "kwarg", Capability.VIEW_CONFIG),
+    ("Strategies", "agent-strategies", "kwarg", Capability.VIEW_CONFIG),
+    ("Releases", "release-overview", "query", Capability.VIEW_CONFIG),
+    ("Traces", "trace-list", "query", Capability.VIEW_TRACES),
+    ("Access", "access-overview", "query", Capability.MANAGE_GRANTS),
 ]
 
 
-def agent_tabs(agent, active: str) -> list[dict]:
+def agent_tabs(agent, active: str, user=None) -> list[dict]:
     tabs = []
-    for label, name in AGENT_TABS:
+    for label, name, how, capability in AGENT_TABS:
+        if user is not None and not user_can(user, capability, agent):
+            continue
         try:
-            url = reverse(name, kwargs={"agent": agent.key})
+            if how == "kwarg":
+                url = reverse(name, kwargs={"agent": agent.key})
+            else:
+                url = f"{reverse(name)}?{urlencode({'agent': agent.key})}"
         except NoReverseMatch:
             continue
         tabs.append({"label": label, "url": url, "active": name == active})
@@ -77,7 +85,7 @@ def _profile_context(request, *, error=None) -> dict:
     body = shown.body if shown else {"sections": {}, "switches": {}}
     return {
         "agent": agent,
-        "tabs": agent_tabs(agent, "agent-detail"),
+        "tabs": agent_tabs(agent, "agent-detail", request.user),
         "document": document,
         "draft": draft,
         "latest": latest,
@@ -184,7 +192,7 @@ def agent_strategies(request, agent):
         status = 400
     context = {
         "agent": request.agent,
-        "tabs": agent_tabs(request.agent, "agent-strategies"),
+        "tabs": agent_tabs(request.agent, "agent-strategies", request.user),
         "documents": [
             d for d in selectors.document_list(agent=request.agent) if d.kind == "strategy"
         ],

@@ -147,3 +147,36 @@ def test_celery__task_through_real_broker__worker_process_writes_database(celery
             break
         time.sleep(0.2)
     assert WorkerHeartbeat.objects.filter(marker="foundation-test").exists()
+
+
+def test_navigation__viewer__shows_only_pages_they_can_use(client, demo_world):
+    from django.contrib.auth import get_user_model
+
+    client.force_login(get_user_model().objects.get(username="viewer"))
+    page = client.get(reverse("dashboard")).content.decode()
+    assert 'href="/agents/"' in page
+    assert 'href="/audit/"' not in page and 'href="/access/"' not in page
+    assert 'id="request-search"' not in page  # no trace capability anywhere
+
+
+def test_navigation__admin__shows_audit_access_and_search(client, demo_world):
+    from django.contrib.auth import get_user_model
+
+    client.force_login(get_user_model().objects.get(username="admin"))
+    page = client.get(reverse("dashboard")).content.decode()
+    assert 'href="/audit/"' in page and 'href="/access/"' in page
+    assert 'id="request-search"' in page
+
+
+def test_agent_tabs__support_and_ops__tabs_follow_their_capabilities(client, demo_world):
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects
+    client.force_login(users.get(username="support"))
+    page = client.get("/agents/assistant_professional/").content.decode()
+    assert "/traces/?agent=assistant_professional" in page
+    assert "/access/?agent=assistant_professional" not in page
+    client.force_login(users.get(username="admin"))
+    page = client.get("/agents/assistant_professional/").content.decode()
+    assert "/access/?agent=assistant_professional" in page
+    assert "/releases/?agent=assistant_professional" in page
