@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 
 from strategies import documents, services
-from strategies.models import Agent, Document, Environment, Manifest
+from strategies.models import Agent, Document, Environment
 
 AGENTS = [
     ("assistant_professional", "Assistant Professional", "The Bank agent of document 000."),
@@ -108,13 +108,10 @@ def load(stdout=None) -> None:
             key=key, defaults={"name": name, "position": position, "protected": protected}
         )
         if not env.manifests.exists():
-            body = manifest_body(key)
-            Manifest.objects.create(
+            services.manifest_record(
                 environment=env,
-                version=1,
+                body=manifest_body(key),
                 runtime="bank-assistant 2026.11.3",
-                body=body,
-                content_hash=documents.content_hash(body),
                 reported_by="demo",
             )
     for agent in Agent.objects.all():

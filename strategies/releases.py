@@ -487,61 +487,20 @@ class ManifestReport:
     warnings: list[dict]
 
 
-def manifest_warnings(*, environment: Environment, manifest: documents.Manifest) -> list[dict]:
-    """Live releases in the environment that no longer validate against `manifest`."""
-    agent_keys = frozenset(Agent.objects.values_list("key", flat=True))
-    warnings = []
-    for release in Release.objects.filter(environment=environment).select_related(
-        "document__agent", "version"
-    ):
-        errors = documents.blocking(
-            documents.validate_document(
-                release.document.kind, release.version.body, manifest, agent_keys=agent_keys
-            )
-        )
-        if errors:
-            warnings.append(
-                {
-                    "agent": release.document.agent.key,
-                    "document": release.document.key,
-                    "version": release.version.number,
-                    "errors": [e.as_dict() for e in errors],
-                }
-            )
-    return warnings
-
-
 @transaction.atomic
 def manifest_report(*, environment: Environment, body, actor) -> ManifestReport:
-    """Store what a runtime implements; an identical manifest keeps its version."""
-    problems = documents.blocking(documents.validate_manifest(body))
-    if problems:
-        raise ValidationFailed(
-            "The manifest is not valid.", details=[e.as_dict() for e in problems]
-        )
-    manifest = documents.Manifest.from_dict(body, name=environment.key)
-    wire = manifest.to_dict()
-    digest = documents.content_hash(wire)
-    Environment.objects.select_for_update().filter(pk=environment.pk).first()  # one writer
-    latest = latest_manifest(environment)
-    created = latest is None or latest.content_hash != digest
-    if created:
-        latest = Manifest.objects.create(
-            environment=environment,
-            version=(latest.version + 1) if latest else 1,
-            runtime=str(body.get("runtime", ""))[:200],
-            body=wire,
-            content_hash=digest,
-            reported_by=_label(actor),
-        )
-        audit_record(
-            actor=actor,
-            action="manifest.report",
-            target=latest,
-            after={"environment": environment.key, "version": latest.version, "body": wire},
-        )
-    warnings = manifest_warnings(environment=environment, manifest=manifest)
-    return ManifestReport(manifest=latest, created=created, warnings=warnings)
+    """A runtime reports what it implements (RUNTIME_API §2): stored by the one manifest
+    service (an identical manifest keeps its version), then the live releases it no longer
+    supports come back as warnings."""
+    from strategies.selectors import live_findings
+    from strategies.services import manifest_record
+
+    manifest, created = manifest_record(
+        environment=environment, body=body, reported_by=_label(actor), actor=actor
+    )
+    return ManifestReport(
+        manifest=manifest, created=created, warnings=live_findings(environment=environment)
+    )
 
 
 # --- runtime tokens -----------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from strategies.selectors import (
 # A strategy key is a task id the runtime uses: lowercase snake case.
 DOCUMENT_KEY = re.compile(r"[a-z][a-z0-9_]{0,99}")
 # The wire fields of a manifest (RUNTIME_API §2) that validation uses; `runtime` is stored apart.
-MANIFEST_FIELDS = ("providers", "tools", "handlers", "sections", "switches")
 
 
 def _version_state(version: Version) -> dict:
@@ -280,7 +279,8 @@ def manifest_record(
         )
     # Lock the environment row: concurrent reports get consecutive version numbers.
     Environment.objects.select_for_update().filter(pk=environment.pk).first()
-    wire = {key: body[key] for key in MANIFEST_FIELDS}
+    # Normalised wire form: the order of names does not make a manifest different.
+    wire = documents.Manifest.from_dict(body, name=environment.key).to_dict()
     digest = documents.content_hash(wire)
     latest = environment.manifests.order_by("-version").first()
     if latest is not None and latest.content_hash == digest:
