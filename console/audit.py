@@ -19,7 +19,7 @@ from console.middleware import current_request
 
 GENESIS = "0" * 64
 # Fields covered by the hash, in order. Adding a field means a new chain version.
-_HASHED_FIELDS = (
+CHAIN_FIELDS = (
     "occurred_at",
     "actor_type",
     "actor_id",
@@ -47,7 +47,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def record_hash(model_name: str, fields: dict[str, Any], prev_hash: str) -> str:
-    names = _HASHED_FIELDS + _EXTRA_HASHED[model_name]
+    names = CHAIN_FIELDS + _EXTRA_HASHED[model_name]
     material = json.dumps(
         [prev_hash, [[n, _jsonable(fields.get(n))] for n in names]],
         sort_keys=True,
@@ -178,7 +178,7 @@ def chain_verify(model) -> tuple[int, Any]:
     prev = GENESIS
     checked = 0
     for row in model.objects.order_by("id").iterator(chunk_size=2000):
-        fields = {n: getattr(row, n) for n in _HASHED_FIELDS + _EXTRA_HASHED[name]}
+        fields = {n: getattr(row, n) for n in CHAIN_FIELDS + _EXTRA_HASHED[name]}
         if row.prev_hash != prev or record_hash(name, fields, prev) != row.hash:
             return checked, row
         prev = row.hash

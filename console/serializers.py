@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from console.audit import CHAIN_FIELDS
 from console.models import AccessLogEntry, AuditRecord, Grant, Role
 from console.policy import Capability
 
@@ -66,23 +67,7 @@ class GrantRevokeSerializer(serializers.Serializer):
     reason = serializers.CharField(min_length=3)
 
 
-_LOG_FIELDS = [
-    "id",
-    "occurred_at",
-    "actor_type",
-    "actor_id",
-    "actor_label",
-    "actor_roles",
-    "action",
-    "target_type",
-    "target_id",
-    "target_label",
-    "agent_key",
-    "request_id",
-    "ip",
-    "prev_hash",
-    "hash",
-]
+_LOG_FIELDS = ["id", *CHAIN_FIELDS, "prev_hash", "hash"]
 
 
 class AuditRecordSerializer(serializers.ModelSerializer):
