@@ -152,7 +152,7 @@ def config_response(request, agent: str) -> HttpResponse:
 class ConfigView(APIView):
     """GET config/<agent>. Declared as a DRF view for the schema, but `dispatch` serves the
     request directly: DRF's request wrapping and negotiation would cost more than the
-    whole lookup (see docs/perf-config.md)."""
+    whole lookup (see docs/PERFORMANCE.md)."""
 
     authentication_classes = [RuntimeTokenAuthentication]
     permission_classes = []
