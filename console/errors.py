@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import PermissionDenied
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
@@ -91,6 +92,10 @@ def _drf_details(data: Any, prefix: str = "") -> list[dict]:
 
 def api_exception_handler(exc, context):
     """DRF exception handler: every error in one shape; refusals go to the access log."""
+    if isinstance(exc, RequestDataTooBig):
+        exc = PayloadTooLarge(
+            f"The request body is larger than {settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes."
+        )
     if isinstance(exc, ApplicationError):
         from console.policy import denial_record
 

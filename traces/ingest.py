@@ -197,7 +197,7 @@ def _request_id_of(raw: bytes) -> str | None:
     """Best effort, for the rejection report of a trace that did not decode."""
     try:
         value = orjson.loads(bytes(raw)).get("request_id")
-    except (orjson.JSONDecodeError, AttributeError):
+    except (orjson.JSONDecodeError, AttributeError, RecursionError):
         return None
     return value if isinstance(value, str) else None
 
@@ -215,6 +215,8 @@ def parse_batch(body: bytes) -> ParsedBatch:
         ) from exc
     except msgspec.DecodeError as exc:
         raise BatchRefused("malformed_json", f"The body is not valid JSON: {exc}", "") from exc
+    except RecursionError:  # absurd nesting is bad input, not a crash
+        raise BatchRefused("malformed_json", "The JSON is nested too deeply.", "") from None
     if len(batch.traces) > MAX_TRACES_PER_BATCH:
         raise BatchRefused(
             "too_many_traces",
@@ -227,6 +229,10 @@ def parse_batch(body: bytes) -> ParsedBatch:
             trace = _trace_decoder.decode(raw)
         except msgspec.ValidationError as exc:
             rejected.append(Rejection(index, _request_id_of(raw), [_msgspec_error(exc)]))
+            continue
+        except RecursionError:
+            too_deep = error("", "too_deep", "the trace is nested too deeply")
+            rejected.append(Rejection(index, None, [too_deep]))
             continue
         problems = _semantic_errors(trace)
         if problems:
