@@ -210,6 +210,14 @@ def dashboard_context(*, user, agents) -> dict:
         (r.document_id, r.environment_id): r.version.number for r in releases
     }
     pending = pending_approvals(agents=agents)
+    # Health: live releases the environment's runtime no longer supports (its latest manifest).
+    from strategies.selectors import live_findings
+
+    warnings = [
+        dict(finding, environment=env.key)
+        for env in envs
+        for finding in live_findings(environment=env, agents=agents)
+    ]
     docs_by_agent: dict[int, list[Document]] = {}
     for doc in Document.objects.filter(agent_id__in=agent_ids).order_by("kind", "key"):
         docs_by_agent.setdefault(doc.agent_id, []).append(doc)
@@ -224,6 +232,7 @@ def dashboard_context(*, user, agents) -> dict:
                 "agent_id": agent.pk,
                 "rows": rows,
                 "pending": [p for p in pending if p.document.agent_id == agent.pk],
+                "warnings": [w for w in warnings if w["agent"] == agent.key],
             }
         )
     return {"release_cards": cards, "release_environments": envs}

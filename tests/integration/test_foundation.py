@@ -180,3 +180,25 @@ def test_agent_tabs__support_and_ops__tabs_follow_their_capabilities(client, dem
     page = client.get("/agents/assistant_professional/").content.decode()
     assert "/access/?agent=assistant_professional" in page
     assert "/releases/?agent=assistant_professional" in page
+
+
+def test_dashboard__runtime_drops_a_handler__health_warning_names_the_live_version(
+    client, demo_world
+):
+    import copy
+
+    from django.contrib.auth import get_user_model
+
+    from strategies import documents, services
+    from strategies.models import Environment
+
+    client.force_login(get_user_model().objects.get(username="ops"))
+    assert 'data-health="manifest"' not in client.get(reverse("dashboard")).content.decode()
+    # Given sg-test's runtime reports a manifest without general_policy_only (v3 live there)
+    body = copy.deepcopy(documents.DEMO_MANIFEST)
+    body["handlers"] = []
+    services.manifest_record(environment=Environment.objects.get(key="sg-test"), body=body)
+    page = client.get(reverse("dashboard")).content.decode()
+    warning = page.split('data-health="manifest"')[1].split("</div>")[0]
+    assert "after_sales_consultation v3 in sg-test" in warning
+    assert "general_policy_only" in warning
