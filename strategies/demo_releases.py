@@ -1,85 +1,27 @@
 """Demo releases (DEMO.md): what is live where, one pending approval for prod, and a
 runtime token for the sg-test demo runtime. Idempotent; runs after strategies.demo and
-console.demo. Versions missing on this branch are created through the services."""
+console.demo, whose versions and users it releases."""
 
 from __future__ import annotations
 
-import copy
-
 from django.contrib.auth import get_user_model
 
-from strategies import documents
-from strategies.models import Agent, ApprovalRequest, Document, Environment, Release, RuntimeToken
+from strategies.models import ApprovalRequest, Document, Environment, Release, RuntimeToken
 
 AGENT = "assistant_professional"
 STRATEGY = "after_sales_consultation"
 DEMO_TOKEN_NAME = "demo runtime (sg-test)"
 
-STRATEGY_VERSIONS = [
-    (
-        {
-            "required": ["task_state", "order_delivery"],
-            "optional": [],
-            "allowed_tools": ["lookup_order"],
-            "max_extra_reads": 1,
-            "budget": {"max_input_tokens": 6000, "reserve_output_tokens": 800},
-        },
-        "First cut: task state and the order.",
-    ),
-    (
-        {
-            "required": ["task_state", "order_delivery"],
-            "optional": ["applicable_policy"],
-            "allowed_tools": ["lookup_order", "search_policy"],
-            "max_extra_reads": 1,
-            "budget": {"max_input_tokens": 6000, "reserve_output_tokens": 800},
-        },
-        "Add the applicable policy when it fits.",
-    ),
-    (
-        {
-            "required": ["task_state", "order_delivery", "applicable_policy"],
-            "optional": ["recent_dialogue"],
-            "allowed_tools": ["lookup_order", "search_policy"],
-            "on_missing": {"order_delivery": "general_policy_only"},
-            "max_extra_reads": 2,
-            "budget": {"max_input_tokens": 8000, "reserve_output_tokens": 1000},
-        },
-        "Document 003: the policy is required; degrade to general policy without the order.",
-    ),
-]
 
+def demo_versions() -> tuple[dict, dict]:
+    """(profile versions, strategy versions) of assistant_professional by number — the
+    frozen versions strategies.demo created (it runs before this loader)."""
 
-def _versions(document: Document, bodies: list[tuple[dict, str]], author) -> dict[int, object]:
-    """Frozen versions 1..n of the document, created through the services when missing."""
-    from strategies.services import draft_create, version_freeze
+    def frozen(key: str) -> dict:
+        document = Document.objects.get(agent__key=AGENT, key=key)
+        return {v.number: v for v in document.versions.filter(state="frozen")}
 
-    if not document.versions.exists():
-        for body, note in bodies:
-            draft = draft_create(
-                document=document, body=copy.deepcopy(body), actor=author, note=note
-            )
-            version_freeze(draft=draft, actor=author)
-    return {v.number: v for v in document.versions.filter(state="frozen")}
-
-
-def ensure_documents(author) -> tuple[dict, dict]:
-    """(profile versions, strategy versions) by number for assistant_professional."""
-    agent = Agent.objects.get(key=AGENT)
-    profile, _ = Document.objects.get_or_create(
-        agent=agent,
-        key=Document.PROFILE_KEY,
-        defaults={"kind": Document.Kind.PROFILE, "name": "Context profile"},
-    )
-    strategy, _ = Document.objects.get_or_create(
-        agent=agent,
-        key=STRATEGY,
-        defaults={"kind": Document.Kind.STRATEGY, "name": "After-sales consultation"},
-    )
-    profile_versions = _versions(
-        profile, [(documents.BANK_PROFILE, "Bank column of document 000 §4.")], author
-    )
-    return profile_versions, _versions(strategy, STRATEGY_VERSIONS, author)
+    return frozen(Document.PROFILE_KEY), frozen(STRATEGY)
 
 
 def _go_live(version, environment, ops, approver, reason: str) -> None:
@@ -102,7 +44,7 @@ def load(stdout=None) -> None:
     User = get_user_model()
     ops, ops2 = User.objects.get(username="ops"), User.objects.get(username="ops2")
     admin = User.objects.get(username="admin")
-    profile, strategy = ensure_documents(ops)
+    profile, strategy = demo_versions()
     envs = {e.key: e for e in Environment.objects.all()}
     strategy_doc = strategy[1].document
 

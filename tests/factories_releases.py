@@ -25,7 +25,7 @@ def release_world(make_user) -> ReleaseWorld:
     from console.models import Role
     from console.policy import Capability
     from strategies import demo
-    from strategies.demo_releases import ensure_documents
+    from strategies.demo_releases import demo_versions
     from strategies.models import Agent, Environment
     from strategies.runtime_config import cache_clear_all
 
@@ -38,7 +38,7 @@ def release_world(make_user) -> ReleaseWorld:
     ops = make_user("ops", operator="assistant_professional")
     ops2 = make_user("ops2", operator="assistant_professional", approver="assistant_professional")
     admin = make_user("admin", admin=None)
-    profile, strategy = ensure_documents(ops)
+    profile, strategy = demo_versions()
     return ReleaseWorld(
         agent=Agent.objects.get(key="assistant_professional"),
         envs={e.key: e for e in Environment.objects.all()},
