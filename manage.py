@@ -11,11 +11,9 @@ def main() -> None:
     from django.core.management import execute_from_command_line
     from django.db.utils import OperationalError
 
-    from console.embedded import EmbeddedServiceError
-
     try:
         execute_from_command_line(sys.argv)
-    except (ImproperlyConfigured, EmbeddedServiceError) as exc:
+    except ImproperlyConfigured as exc:
         # One clear line for a configuration problem, not a traceback.
         sys.stderr.write(f"configuration error: {exc}\n")
         sys.exit(2)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
+from django.db.models import Q
 from django.utils.decorators import method_decorator
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
@@ -15,10 +16,10 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from console import services
-from console.audit import logs_filter, logs_visible_to
 from console.errors import NotFound, ValidationFailed
 from console.models import AccessLogEntry, AuditRecord, Grant, Role
 from console.policy import Capability, agents_where, requires
+from console.selectors import logs_filter, logs_visible_to
 from console.serializers import (
     AccessLogEntrySerializer,
     AuditRecordSerializer,
@@ -30,6 +31,7 @@ from console.serializers import (
     RoleSerializer,
     RoleUpdateSerializer,
 )
+from strategies.catalog.models import Agent
 
 ERRORS = {
     400: OpenApiResponse(description="validation_failed"),
@@ -95,8 +97,6 @@ def role_detail(request, pk: int):
 
 # --- grants -----------------------------------------------------------------------------------------
 def _grants_visible_to(user):
-    from django.db.models import Q
-
     agents = agents_where(user, Capability.MANAGE_GRANTS)
     return (
         Grant.objects.filter(Q(agent__in=agents) | Q(agent__isnull=True))
@@ -131,8 +131,6 @@ def _lookup(model, field: str, value, path: str):
 @api_view(["GET", "POST"])
 @MANAGERS
 def grant_list(request):
-    from strategies.models import Agent
-
     if request.method == "POST":
         data = _valid(GrantCreateSerializer, request.data)
         agent = None

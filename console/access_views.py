@@ -5,6 +5,8 @@ Thin views: parse input, ask the policy, call a service or a read helper, render
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.paginator import Paginator
@@ -16,7 +18,6 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from console import services
-from console.audit import change_rows, logs_filter, logs_visible_to
 from console.errors import ApplicationError, NotFound
 from console.forms import ALL_AGENTS, GrantForm, LogFilterForm, RoleForm
 from console.models import AccessLogEntry, AuditRecord, Grant, Role
@@ -25,10 +26,13 @@ from console.policy import (
     Capability,
     Everywhere,
     agents_where,
+    capabilities_on,
     check_user_can,
     requires,
     user_can,
 )
+from console.selectors import change_rows, logs_filter, logs_visible_to
+from strategies.documents.models import Document
 
 PAGE_SIZE = 50
 
@@ -219,7 +223,6 @@ def _usernames():
 
 def _grant_preview(data) -> list[str]:
     """What the grant will change, in words, for the confirmation step."""
-    from console.policy import capabilities_on
 
     role, agent, user, group = data["role"], data["agent"], data["username"], data["group"]
     who = user.username if user else f"everyone in group {group.name}"
@@ -282,7 +285,6 @@ def _log_page(request, model):
 
 def _document_targets(user) -> list[str]:
     """Suggestions for the target filter: the documents of the agents the user audits."""
-    from strategies.models import Document
 
     agents = agents_where(user, Capability.VIEW_AUDIT)
     return [str(d) for d in Document.objects.filter(agent__in=agents).select_related("agent")]
@@ -323,6 +325,5 @@ def access_log_list(request):
 
 def audit_list_url(**filters) -> str:
     """A link to the audit log with filters (for other pages: "history of this document")."""
-    from urllib.parse import urlencode
 
     return reverse("audit-list") + ("?" + urlencode(filters) if filters else "")

@@ -15,7 +15,8 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from console.middleware import current_request
+from console.models import AccessLogEntry, AuditRecord, Grant
+from console.request_context import current_request
 
 GENESIS = "0" * 64
 # Fields covered by the hash, in order. Adding a field means a new chain version.
@@ -58,10 +59,14 @@ def record_hash(model_name: str, fields: dict[str, Any], prev_hash: str) -> str:
     return hashlib.sha256(material.encode()).hexdigest()
 
 
+def actor_label(actor) -> str:
+    """How a release, a version or a token names who made it: a username, a runtime token's
+    name, or "system" for automated actions."""
+    return getattr(actor, "username", "") or getattr(actor, "name", "") or "system"
+
+
 def describe_actor(actor) -> dict[str, Any]:
     """Actor columns for a user, a runtime token, or None (the system)."""
-    from console.policy import role_names
-
     if actor is None:
         return {"actor_type": "system", "actor_id": "", "actor_label": "system", "actor_roles": []}
     if getattr(actor, "is_runtime_token", False):
@@ -82,7 +87,7 @@ def describe_actor(actor) -> dict[str, Any]:
         "actor_type": "user",
         "actor_id": str(actor.pk),
         "actor_label": actor.get_username(),
-        "actor_roles": role_names(actor),
+        "actor_roles": Grant.objects.role_names(actor),
     }
 
 
@@ -147,8 +152,6 @@ def audit_record(
     *, actor, action: str, target=None, agent=None, before: Any = None, after: Any = None
 ):
     """Write one audit row for a change. Call inside the service's transaction."""
-    from console.models import AuditRecord
-
     fields = _context_fields(actor, target, agent)
     fields.update(action=action, before=before, after=after, changes=field_changes(before, after))
     return _append(AuditRecord, fields)
@@ -165,8 +168,6 @@ def access_record(
     detail: dict | None = None,
 ):
     """Write one access-log row: a look at traces/snapshots, a search, an export, a refusal."""
-    from console.models import AccessLogEntry
-
     fields = _context_fields(actor, target, agent)
     fields.update(action=action, outcome=outcome, reason=reason, detail=detail or {})
     return _append(AccessLogEntry, fields)
@@ -184,62 +185,3 @@ def chain_verify(model) -> tuple[int, Any]:
         prev = row.hash
         checked += 1
     return checked, None
-
-
-# --- reads: what a user may see of the logs -------------------------------------------------------
-def logs_visible_to(user, model):
-    """Rows of a log the user may read: those of agents where they hold VIEW_AUDIT, and
-    console-wide rows (no agent) only with VIEW_AUDIT on all agents. Deny by default."""
-    from console.policy import Capability, agents_where, user_can
-
-    keys = list(agents_where(user, Capability.VIEW_AUDIT).values_list("key", flat=True))
-    if user_can(user, Capability.VIEW_AUDIT):
-        keys.append("")
-    return model.objects.filter(agent_key__in=keys)
-
-
-def logs_filter(
-    queryset, *, agent="", actor="", action="", target="", outcome="", since=None, until=None
-):
-    """The list filters of the audit and access-log pages and API (all optional, AND-ed).
-    `action` matches a prefix ("grant." finds grant.create and grant.revoke); `target`
-    matches the target's label or id (e.g. "assistant_professional/profile")."""
-    from django.db.models import Q
-
-    if agent:
-        queryset = queryset.filter(agent_key=agent)
-    if actor:
-        queryset = queryset.filter(actor_label__iexact=actor)
-    if action:
-        queryset = queryset.filter(action__startswith=action)
-    if target:
-        queryset = queryset.filter(Q(target_label__icontains=target) | Q(target_id=target))
-    if outcome:  # access log only: allowed | denied
-        queryset = queryset.filter(outcome=outcome)
-    if since:
-        queryset = queryset.filter(occurred_at__gte=since)
-    if until:
-        queryset = queryset.filter(occurred_at__lt=until)
-    return queryset.order_by("-occurred_at", "-id")
-
-
-def change_rows(changes: list[dict]) -> list[dict]:
-    """Field-level changes ready to show: path, kind (added/removed/changed) and both
-    values as compact JSON text (so `false`, `null` and strings read unambiguously)."""
-
-    def text(value):
-        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-    rows = []
-    for change in changes or []:
-        before, after = change.get("before"), change.get("after")
-        kind = "added" if before is None else "removed" if after is None else "changed"
-        rows.append(
-            {
-                "path": change.get("path", ""),
-                "kind": kind,
-                "before": text(before),
-                "after": text(after),
-            }
-        )
-    return rows

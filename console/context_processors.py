@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django.urls import NoReverseMatch, reverse
 
+from console.policy import role_names, user_can_anywhere
+
 # (label, url name, the URL prefix that marks it active, the capability — on at least one
 # agent — that shows it). Items whose URL does not exist are left out.
 NAV = [
@@ -34,7 +36,6 @@ def layout(request):
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {"nav_items": [], "trace_search_url": None, "user_roles_summary": ""}
-    from console.policy import role_names, user_can_anywhere
 
     path = request.path
     items = []

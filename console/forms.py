@@ -13,7 +13,11 @@ from django.contrib.auth.models import AnonymousUser, Group
 from django.core.cache import cache
 from django.utils import timezone
 
+from console.audit import access_record
+from console.models import Role
 from console.policy import CAPABILITY_LABELS, Capability
+from console.request_context import client_ip
+from strategies.catalog.models import Agent
 
 
 # --- login throttling ---------------------------------------------------------------------------
@@ -58,9 +62,6 @@ class ThrottledLoginMixin:
     }
 
     def clean(self):
-        from console.audit import access_record
-        from console.middleware import client_ip
-
         username = self.cleaned_data.get("username") or ""
         ip = client_ip(self.request) if self.request else None
         if username and login_locked(username, ip):
@@ -133,8 +134,6 @@ class GrantForm(forms.Form):
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), min_length=3)
 
     def __init__(self, *args, agent_choices: list[tuple[str, str]], **kwargs):
-        from console.models import Role
-
         super().__init__(*args, **kwargs)
         self.fields["role"].queryset = Role.objects.order_by("name")
         self.fields["agent"].widget = forms.Select(choices=agent_choices)
@@ -149,8 +148,6 @@ class GrantForm(forms.Form):
         return user
 
     def clean_agent(self):
-        from strategies.models import Agent
-
         key = self.cleaned_data["agent"]
         if key == ALL_AGENTS:
             return None

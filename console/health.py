@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+import redis
 from django.conf import settings
 from django.db import connection
 
@@ -19,8 +20,6 @@ def check_database() -> tuple[bool, str]:
 
 
 def check_broker() -> tuple[bool, str]:
-    import redis
-
     url = settings.CELERY_BROKER_URL.replace("redis+socket://", "unix://")
     try:
         client = redis.Redis.from_url(url, socket_connect_timeout=1, socket_timeout=1)

@@ -32,6 +32,23 @@ class Role(models.Model):
         return self.name
 
 
+class GrantQuerySet(models.QuerySet):
+    def of(self, user):
+        """The grants a user holds, directly or through one of their groups."""
+        return self.filter(Q(user=user) | Q(group__in=user.groups.all()))
+
+    def role_names(self, user, agent=None) -> list[str]:
+        """ "role@agent" labels of a user's grants (on an agent, or everywhere), recorded
+        with each audit row and shown beside the user's name."""
+        if user is None or not user.is_authenticated:
+            return []
+        grants = self.of(user)
+        if agent is not None:
+            grants = grants.filter(Q(agent=agent) | Q(agent__isnull=True))
+        labels = grants.values_list("role__name", "agent__key")
+        return sorted({f"{name}@{agent_key or '*'}" for name, agent_key in labels})
+
+
 class Grant(models.Model):
     """(user or group) × role × (one agent, or all agents when agent is empty)."""
 
@@ -53,6 +70,8 @@ class Grant(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = GrantQuerySet.as_manager()
 
     class Meta:
         constraints = [

@@ -11,13 +11,20 @@ exist), `Forbidden` when it is visible but the capability is missing.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from contextvars import ContextVar
 from enum import StrEnum
 from functools import wraps
 
-from django.db.models import Q, QuerySet
+from context_runtime.findings import Finding
+from django.db import connection
+from django.db.models import QuerySet
 
+from console.audit import access_record
 from console.errors import Forbidden, NotFound
+from console.models import Grant
+from console.request_context import current_request
+from strategies.catalog.models import Agent
 
 
 class Capability(StrEnum):
@@ -81,14 +88,10 @@ def _grant_rows(user) -> list[tuple[int | None, frozenset[str]]]:
     cached = getattr(user, _CACHE_ATTR, None)
     if cached is not None:
         return cached
-    from console.models import Grant
-
     # A role without capabilities grants nothing, not even the sight of an agent.
     rows = [
         (agent_id, frozenset(caps))
-        for agent_id, caps in Grant.objects.filter(
-            Q(user=user) | Q(group__in=user.groups.all())
-        ).values_list("agent_id", "role__capabilities")
+        for agent_id, caps in Grant.objects.of(user).values_list("agent_id", "role__capabilities")
         if caps
     ]
     setattr(user, _CACHE_ATTR, rows)
@@ -129,20 +132,31 @@ def user_sees_agent(user, agent) -> bool:
     return bool(capabilities_on(user, agent))
 
 
-def check_user_can(user, capability: Capability | str, agent=None, *, target=None) -> None:
+def check_user_can(
+    user, capability: Capability | str, agent=None, *, target=None, message: str = ""
+) -> None:
     """Raise NotFound when the agent is out of the user's scope, Forbidden when the action is.
-
-    A refusal of a logged-in user is written to the access log (outcome "denied"): at once
-    when no transaction is open, else by `requires` / `denial_record` once the surrounding
-    transaction has rolled back (a row written inside it would roll back with it).
-    """
-    error: NotFound | Forbidden | None = None
+    Every refusal is written to the access log (see `refuse`)."""
     if agent is not None and not user_sees_agent(user, agent):
-        error = NotFound("Not found.")
-    elif not user_can(user, capability, agent):
-        error = Forbidden(f"You do not have the '{capability}' permission here.")
-    if error is None:
-        return
+        refuse(NotFound("Not found."), user=user, capability=capability, agent=agent, target=target)
+    if not user_can(user, capability, agent):
+        refuse(
+            Forbidden(message or f"You do not have the '{capability}' permission here."),
+            user=user,
+            capability=capability,
+            agent=agent,
+            target=target,
+        )
+
+
+def refuse(error, *, user, capability, agent=None, target=None):
+    """Raise `error` as a refusal of `user`, written to the access log (outcome "denied").
+
+    Outside a transaction the row is written at once. Inside one it would roll back with the
+    refused change, so it is written when the unit of work ends (`denials_logged`, which the
+    request middleware opens around every request); a flag on the error makes sure it is
+    written exactly once.
+    """
     error.denial = {
         "user": user,
         "capability": str(capability),
@@ -150,24 +164,34 @@ def check_user_can(user, capability: Capability | str, agent=None, *, target=Non
         "target": target,
         "logged": False,
     }
-    if not _in_transaction() and not _requires_will_log.get():
+    deferred = _deferred_denials.get()
+    if connection.in_atomic_block and deferred is not None:
+        deferred.append(error)
+    else:  # outside a transaction; or, with no unit of work around, inside the caller's
         denial_record(error)
     raise error
 
 
-# Set while a @requires view runs: it logs refusals itself, with the request path.
-_requires_will_log: ContextVar[bool] = ContextVar("requires_will_log", default=False)
+_deferred_denials: ContextVar[list | None] = ContextVar("deferred_denials", default=None)
 
 
-def _in_transaction() -> bool:
-    """Is a transaction of the application open? (A test case's wrapping one does not count.)"""
-    from django.db import connection
+@contextmanager
+def denials_logged():
+    """Around one unit of work (a request): refusals raised inside its transactions are
+    written to the access log when it ends, even where a view turned the error into a
+    message instead of letting it rise."""
+    token = _deferred_denials.set([])
+    try:
+        yield
+    finally:
+        deferred = _deferred_denials.get()
+        _deferred_denials.reset(token)
+        for error in deferred:
+            denial_record(error)
 
-    return any(not getattr(block, "_from_testcase", False) for block in connection.atomic_blocks)
 
-
-def denial_record(error: Exception, *, path: str = "") -> None:
-    """Write the access-log row for a refusal raised by `check_user_can` (once per error).
+def denial_record(error: Exception) -> None:
+    """Write the access-log row for a refusal raised through `refuse` (once per error).
     Safe to call with any exception: others are ignored. Anonymous refusals are not logged
     (the login wall answers them)."""
     denial = getattr(error, "denial", None)
@@ -176,28 +200,105 @@ def denial_record(error: Exception, *, path: str = "") -> None:
     user = denial["user"]
     if user is None or not getattr(user, "is_authenticated", False):
         return
-    from console.audit import access_record
-
     denial["logged"] = True
-    agent = denial["agent"]
     access_record(
         actor=user,
         action="access.denied",
         target=denial["target"],
-        agent=agent,
+        agent=denial["agent"],
         outcome="denied",
         detail={
             "capability": denial["capability"],
             "status": getattr(error, "status", None),
-            "path": path,
+            "path": current_request.get().path,
         },
+    )
+
+
+# --- named checks: one function per decision that is more than one capability ---------------------
+def publish_capability(environment) -> Capability:
+    """Publishing to a protected environment is a request for approval."""
+    if environment.protected:
+        return Capability.REQUEST_PROTECTED_PUBLISH
+    return Capability.PUBLISH
+
+
+def user_can_publish_to(user, environment, agent) -> bool:
+    return user_can(user, publish_capability(environment), agent)
+
+
+def check_user_can_publish_to(user, environment, agent, *, target=None) -> None:
+    check_user_can(
+        user,
+        publish_capability(environment),
+        agent,
+        target=target,
+        message=f"You may not publish to {environment.key}.",
+    )
+
+
+def user_can_decide_approval(user, approval) -> bool:
+    """Approving or rejecting needs APPROVE on the agent and is never one's own request."""
+    return approval.requested_by_id != getattr(user, "pk", None) and user_can(
+        user, Capability.APPROVE, approval.document.agent
+    )
+
+
+def check_user_can_decide_approval(user, approval) -> None:
+    agent = approval.document.agent
+    check_user_can(
+        user,
+        Capability.APPROVE,
+        agent,
+        target=approval,
+        message="You may not approve or reject publishes here.",
+    )
+    if approval.requested_by_id == getattr(user, "pk", None):
+        refuse(
+            Forbidden(
+                "You cannot decide your own request: a second person must approve it.",
+                code="self_approval",
+            ),
+            user=user,
+            capability=Capability.APPROVE,
+            agent=agent,
+            target=approval,
+        )
+
+
+def check_user_can_roll_back(user, agent, *, target=None) -> None:
+    check_user_can(
+        user,
+        Capability.ROLLBACK,
+        agent,
+        target=target,
+        message="You may not roll back releases here.",
+    )
+
+
+def check_user_can_enable_sensitive(user, agent, paths: list[str]) -> None:
+    """Switching sensitive sections on (their paths in the body) needs ENABLE_SENSITIVE."""
+    if not paths or user_can(user, Capability.ENABLE_SENSITIVE, agent):
+        return
+    keys = [path.rsplit(".", 1)[-1] for path in paths]
+    refuse(
+        Forbidden(
+            f"Switching on {', '.join(keys)} needs the permission to enable sensitive "
+            "sections. Ask an admin, or leave them off.",
+            code="sensitive_section",
+            details=[
+                Finding(path, "sensitive_section", f"{key} is sensitive.")
+                for path, key in zip(paths, keys, strict=True)
+            ],
+        ),
+        user=user,
+        capability=Capability.ENABLE_SENSITIVE,
+        agent=agent,
     )
 
 
 def agents_visible_to(user) -> QuerySet:
     """The agents a user may see at all: the scope of every list."""
-    from strategies.models import Agent
-
     rows = _grant_rows(user)
     if any(a is None for a, _ in rows):
         return Agent.objects.all()
@@ -206,8 +307,6 @@ def agents_visible_to(user) -> QuerySet:
 
 def agents_where(user, capability: Capability | str) -> QuerySet:
     """The agents on which the user holds a capability (for filtering querysets)."""
-    from strategies.models import Agent
-
     rows = [(a, caps) for a, caps in _grant_rows(user) if capability in caps]
     if any(a is None for a, _ in rows):
         return Agent.objects.all()
@@ -215,20 +314,8 @@ def agents_where(user, capability: Capability | str) -> QuerySet:
 
 
 def role_names(user, agent=None) -> list[str]:
-    """Names of the user's roles (on an agent, or everywhere): recorded with each audit row."""
-    from console.models import Grant
-
-    if user is None or not user.is_authenticated:
-        return []
-    grants = Grant.objects.filter(Q(user=user) | Q(group__in=user.groups.all()))
-    if agent is not None:
-        grants = grants.filter(Q(agent=agent) | Q(agent__isnull=True))
-    return sorted(
-        {
-            f"{name}@{agent_key or '*'}"
-            for name, agent_key in grants.values_list("role__name", "agent__key")
-        }
-    )
+    """Names of the user's roles (on an agent, or everywhere), e.g. "operator@assistant_lite"."""
+    return Grant.objects.role_names(user, agent)
 
 
 # --- enforcement at the edges -------------------------------------------------------------------
@@ -304,30 +391,19 @@ def requires(capability, *, agent_kwarg: str | None = "agent", anywhere: bool = 
     def decorator(view):
         @wraps(view)
         def wrapped(request, *args, **kwargs):
-            from strategies.models import Agent
-
-            token = _requires_will_log.set(True)
-            try:
-                agent = None
-                if agent_kwarg and agent_kwarg in kwargs:
-                    agent = Agent.objects.filter(key=kwargs[agent_kwarg]).first()
-                    if agent is None:
-                        raise NotFound("Not found.")
-                if isinstance(capability, Everywhere):
-                    check_user_can(request.user, capability.capability)
-                elif agent is None and anywhere:
-                    check_user_can_anywhere(request.user, capability)
-                else:
-                    check_user_can(request.user, capability, agent)
-                request.agent = agent
-                return view(request, *args, **kwargs)
-            except (NotFound, Forbidden) as error:
-                # Also catches refusals raised deeper (a service checking an object's agent),
-                # now that their transaction has rolled back.
-                denial_record(error, path=request.path)
-                raise
-            finally:
-                _requires_will_log.reset(token)
+            agent = None
+            if agent_kwarg and agent_kwarg in kwargs:
+                agent = Agent.objects.filter(key=kwargs[agent_kwarg]).first()
+                if agent is None:
+                    refuse(NotFound("Not found."), user=request.user, capability=capability)
+            if isinstance(capability, Everywhere):
+                check_user_can(request.user, capability.capability)
+            elif agent is None and anywhere:
+                check_user_can_anywhere(request.user, capability)
+            else:
+                check_user_can(request.user, capability, agent)
+            request.agent = agent
+            return view(request, *args, **kwargs)
 
         wrapped.required_capability = capability
         return wrapped

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.db import transaction
 
 from console.audit import audit_record
+from console.errors import Conflict, ValidationFailed
+from console.models import Grant, Role
+from console.policy import STANDARD_ROLES, Capability, check_user_can, forget_cached_grants
+from console.reasons import reason_clean
 
-if TYPE_CHECKING:
-    from console.models import Grant, Role
 
-
-def standard_roles_ensure(*, role_model=None) -> None:
-    """Create the four standard roles if missing (migration, demo loader, test fixtures).
+def standard_roles_ensure() -> None:
+    """Create the four standard roles if missing (demo loader, test fixtures).
     Existing roles are left as they are: admins may have tuned them."""
-    from console.policy import STANDARD_ROLES
-
-    if role_model is None:
-        from console.models import Role as role_model
     for name, (description, capabilities) in STANDARD_ROLES.items():
-        role_model.objects.get_or_create(
+        Role.objects.get_or_create(
             name=name,
             defaults={
                 "description": description,
@@ -54,9 +49,6 @@ def _grant_state(grant) -> dict:
 
 
 def _clean_capabilities(capabilities) -> list[str]:
-    from console.errors import ValidationFailed
-    from console.policy import Capability
-
     known = {c.value for c in Capability}
     unknown = sorted({str(c) for c in capabilities} - known)
     if unknown:
@@ -75,9 +67,6 @@ def _clean_capabilities(capabilities) -> list[str]:
 
 
 def _check_role_name(name: str, *, exclude_pk=None) -> str:
-    from console.errors import Conflict, ValidationFailed
-    from console.models import Role
-
     name = (name or "").strip()
     if not name or len(name) > 100:
         raise ValidationFailed(
@@ -93,8 +82,6 @@ def _check_role_name(name: str, *, exclude_pk=None) -> str:
 @transaction.atomic
 def role_create(*, actor, name: str, description: str = "", capabilities=()) -> Role:
     """Create a role. A new role holds exactly the capabilities given — none by default."""
-    from console.models import Role
-    from console.policy import Capability, check_user_can
 
     check_user_can(actor, Capability.MANAGE_GRANTS)
     role = Role.objects.create(
@@ -111,9 +98,6 @@ def role_update(
     *, actor, role: Role, name: str | None = None, description: str | None = None, capabilities=None
 ) -> Role:
     """Change a role's name, description or capabilities (standard roles keep their name)."""
-    from console.errors import ValidationFailed
-    from console.models import Role
-    from console.policy import Capability, check_user_can
 
     check_user_can(actor, Capability.MANAGE_GRANTS)
     role = Role.objects.select_for_update().get(pk=role.pk)
@@ -140,9 +124,6 @@ def role_update(
 @transaction.atomic
 def grant_create(*, actor, role: Role, agent=None, user=None, group=None, reason: str) -> Grant:
     """Give a role to a user or a group on one agent (or on all agents when agent is None)."""
-    from console.errors import Conflict, ValidationFailed
-    from console.models import Grant
-    from console.policy import Capability, check_user_can, forget_cached_grants
 
     check_user_can(actor, Capability.MANAGE_GRANTS, agent)
     if (user is None) == (group is None):
@@ -150,7 +131,7 @@ def grant_create(*, actor, role: Role, agent=None, user=None, group=None, reason
             "Grant a role to either a user or a group.",
             details=[{"path": "user", "code": "required", "message": "Choose a user or a group."}],
         )
-    reason = _require_reason(reason)
+    reason = reason_clean(reason, ask="Give a reason (it is recorded in the audit log).")
     if Grant.objects.filter(user=user, group=group, role=role, agent=agent).exists():
         raise Conflict("That grant already exists.", code="grant_exists")
     grant = Grant.objects.create(user=user, group=group, role=role, agent=agent, created_by=actor)
@@ -169,11 +150,9 @@ def grant_create(*, actor, role: Role, agent=None, user=None, group=None, reason
 @transaction.atomic
 def grant_revoke(*, actor, grant: Grant, reason: str) -> None:
     """Take a role away. Needs MANAGE_GRANTS where the grant applies (404 out of scope)."""
-    from console.models import Grant
-    from console.policy import Capability, check_user_can
 
     check_user_can(actor, Capability.MANAGE_GRANTS, grant.agent, target=grant)
-    reason = _require_reason(reason)
+    reason = reason_clean(reason, ask="Give a reason (it is recorded in the audit log).")
     _keep_one_console_admin(without=grant)
     state = _grant_state(grant)
     target = ("console.grant", grant.pk, str(grant))
@@ -188,24 +167,9 @@ def grant_revoke(*, actor, grant: Grant, reason: str) -> None:
     )
 
 
-def _require_reason(reason: str) -> str:
-    from console.errors import ValidationFailed
-
-    reason = (reason or "").strip()
-    if len(reason) < 3:
-        raise ValidationFailed(
-            "Give a reason (it is recorded in the audit log).",
-            details=[{"path": "reason", "code": "required", "message": "At least 3 characters."}],
-        )
-    return reason[:1000]
-
-
 def _keep_one_console_admin(*, without: Grant) -> None:
     """Refuse to remove the last grant that lets an active user manage access on all
     agents: nobody could grant anything any more (only break-glass would help)."""
-    from console.errors import Conflict
-    from console.models import Grant
-    from console.policy import Capability
 
     def console_admins(grants):
         return grants.filter(

@@ -120,11 +120,15 @@ TEMPLATES = [
 ]
 
 # --- database: PostgreSQL only (embedded in development when DATABASE_URL is unset) ------
+# Settings never start a server: the launchers (scripts/run.py, scripts/test.sh) start the
+# embedded engines when no URL is given and pass the URLs in (scripts/embedded.py).
 _database_url = env("DATABASE_URL", "")
 if not _database_url:
-    from console.embedded import postgres_url
-
-    _database_url = postgres_url()
+    raise ImproperlyConfigured(
+        "DATABASE_URL is not set. `make run` and `make test` start an embedded PostgreSQL and "
+        'set it; for other commands run `eval "$(.venv/bin/python scripts/embedded.py env)"` '
+        "first, or point DATABASE_URL at a PostgreSQL server."
+    )
 if not _database_url.startswith(("postgres://", "postgresql://")):
     raise ImproperlyConfigured(
         f"DATABASE_URL must be a PostgreSQL URL (postgresql://...), got scheme "
@@ -139,9 +143,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 # --- broker and cache: Redis (embedded in development when REDIS_URL is unset) -----------
 REDIS_URL = env("REDIS_URL", "")
 if not REDIS_URL:
-    from console.embedded import redis_url
-
-    REDIS_URL = redis_url()
+    raise ImproperlyConfigured(
+        "REDIS_URL is not set. `make run` and `make test` start an embedded Redis and set it; "
+        'for other commands run `eval "$(.venv/bin/python scripts/embedded.py env)"` first.'
+    )
 if not REDIS_URL.startswith(("redis://", "rediss://", "redis+socket://", "unix://")):
     raise ImproperlyConfigured("REDIS_URL must be a Redis URL (redis://host:port/db)")
 _cache_location = REDIS_URL.replace("redis+socket://", "unix://")
@@ -165,7 +170,15 @@ CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_QUEUE", "console") or "console"
-CELERY_BEAT_SCHEDULE: dict = {}  # each app adds its periodic tasks in console/celery.py
+# Every periodic task, in one place; `celery -A console beat` runs them.
+CELERY_BEAT_SCHEDULE: dict = {
+    "traces-purge-expired": {"task": "traces.purge_expired", "schedule": 15 * 60.0},
+    "traces-rollup-recent-hours": {"task": "traces.rollup_recent_hours", "schedule": 3600.0},
+    "strategies.flush_token_last_used": {
+        "task": "strategies.flush_token_last_used",
+        "schedule": 60.0,
+    },
+}
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".data" / "celerybeat-schedule")
 
 # --- auth --------------------------------------------------------------------------------
@@ -227,7 +240,7 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["console.parsers.StrictJSONParser"],
-    "EXCEPTION_HANDLER": "console.errors.api_exception_handler",
+    "EXCEPTION_HANDLER": "console.api_errors.api_exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 from celery import shared_task
 from django.core.cache import cache
+from django.db import connection
+
+from console.models import WorkerHeartbeat
 
 
 @shared_task(name="console.heartbeat")
 def heartbeat(marker: str) -> str:
     """Proves the worker path end to end: writes the marker to the cache and the database."""
-    from django.db import connection
 
     with connection.cursor() as cursor:
         cursor.execute("SELECT now()")
         (now,) = cursor.fetchone()
     cache.set(f"heartbeat:{marker}", now.isoformat(), 300)
-    from console.models import WorkerHeartbeat
 
     WorkerHeartbeat.objects.update_or_create(marker=marker, defaults={"seen_at": now})
     return marker

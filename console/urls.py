@@ -1,26 +1,20 @@
 """URL map. Each app owns its own url modules; this file only includes them.
 
-- pages:        strategies.urls, strategies.release_urls, traces.urls, console.access_urls
-- operator API: /api/v1/ → strategies.api_urls, traces.api_urls, console.access_api_urls
-- runtime API:  /api/v1/runtime/ → strategies.runtime_urls, traces.runtime_urls
+- pages:        strategies.{documents,releases,runtime,delivery}.urls, traces.urls,
+                console.access_urls
+- operator API: /api/v1/ → strategies.documents.api_urls, traces.api_urls, console.access_api_urls
+- runtime API:  /api/v1/runtime/ → strategies.runtime.runtime_urls, traces.runtime_urls
 """
 
 from __future__ import annotations
 
-from importlib.util import find_spec
-
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import NoReverseMatch, include, path, reverse
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from console import views
-
-
-def _optional(module: str):
-    """Include an app's url module once it exists (apps grow issue by issue)."""
-    return [path("", include(module))] if find_spec(module) else []
-
+from console.policy import AUTHENTICATED, PUBLIC
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -33,36 +27,21 @@ urlpatterns = [
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
 ]
 
-for _module in ("strategies.urls", "strategies.release_urls", "traces.urls", "console.access_urls"):
-    urlpatterns += _optional(_module)
-for _module in ("strategies.api_urls", "traces.api_urls", "console.access_api_urls"):
-    if find_spec(_module):
-        urlpatterns.append(path("api/v1/", include(_module)))
-for _module in ("strategies.runtime_urls", "traces.runtime_urls"):
-    if find_spec(_module):
-        urlpatterns.append(path("api/v1/runtime/", include(_module)))
-
-# Shown at /api/v1/: (label, url name). Names that do not resolve are skipped.
-API_INDEX = [
-    ("agents", "api-agent-list"),
-    ("traces", "api-trace-list"),
-    ("roles", "api-role-list"),
-    ("grants", "api-grant-list"),
-    ("audit", "api-audit-list"),
-]
-
-
-def api_index_links():
-    for label, name in API_INDEX:
-        try:
-            reverse(name)
-        except NoReverseMatch:
-            continue
-        yield label, name
-
+PAGES = (
+    "strategies.documents.urls",
+    "strategies.releases.urls",
+    "strategies.runtime.urls",
+    "strategies.delivery.urls",
+    "traces.urls",
+    "console.access_urls",
+)
+OPERATOR_API = ("strategies.documents.api_urls", "traces.api_urls", "console.access_api_urls")
+RUNTIME_API = ("strategies.runtime.runtime_urls", "traces.runtime_urls")
+urlpatterns += [path("", include(module)) for module in PAGES]
+urlpatterns += [path("api/v1/", include(module)) for module in OPERATOR_API]
+urlpatterns += [path("api/v1/runtime/", include(module)) for module in RUNTIME_API]
 
 # Access rules of this module's pages (see console.policy.requires and the access matrix).
-from console.policy import AUTHENTICATED, PUBLIC  # noqa: E402
 
 REQUIRED = {
     "dashboard": AUTHENTICATED,

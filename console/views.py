@@ -14,16 +14,19 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
+from console.audit import access_record
+from console.demo.users import DEMO_USERS
 from console.forms import LoginForm
 from console.health import health_report
 from console.policy import agents_visible_to
-from strategies.models import Environment
+from strategies.catalog.selectors import environment_list
+from strategies.releases.selectors import dashboard_context as strategies_part
+from traces.selectors import dashboard_context as traces_part
 
 
 def demo_logins() -> list[tuple[str, str]]:
     if not settings.DEMO_MODE:
         return []
-    from console.demo import DEMO_USERS
 
     return [(name, f"{name}-demo") for name, _grants in DEMO_USERS]
 
@@ -37,8 +40,6 @@ class LoginView(auth_views.LoginView):
     form_class = LoginForm
 
     def form_valid(self, form):
-        from console.audit import access_record
-
         user = form.get_user()
         access_record(actor=user, action="auth.login", target=user, outcome="allowed")
         return super().form_valid(form)
@@ -52,13 +53,11 @@ class LoginView(auth_views.LoginView):
 def dashboard(request):
     """For each agent the user can see: environments with what is live, pending approvals,
     and recent non-ready traces (each app contributes its part)."""
-    from strategies.release_selectors import dashboard_context as strategies_part
-    from traces.selectors import dashboard_context as traces_part
 
     agents = list(agents_visible_to(request.user))
     context = {
         "agents": agents,
-        "environments": list(Environment.objects.all()),
+        "environments": environment_list(),
         **strategies_part(user=request.user, agents=agents),
         **traces_part(user=request.user, agents=agents),
     }
@@ -74,6 +73,16 @@ def healthz(request):
     return JsonResponse(report, status=200 if ok else 503)
 
 
+# Shown at /api/v1/: (label, url name).
+API_INDEX = [
+    ("agents", "api-agent-list"),
+    ("traces", "api-trace-list"),
+    ("roles", "api-role-list"),
+    ("grants", "api-grant-list"),
+    ("audit", "api-audit-list"),
+]
+
+
 @extend_schema(summary="API index", responses={200: dict})
 @api_view(["GET"])
 def api_root(request, format=None):
@@ -82,8 +91,7 @@ def api_root(request, format=None):
         "schema": reverse("schema", request=request),
         "docs": reverse("swagger-ui", request=request),
     }
-    from console.urls import api_index_links
 
-    for name, url_name in api_index_links():
+    for name, url_name in API_INDEX:
         links[name] = reverse(url_name, request=request)
     return Response({"version": "v1", "links": links})

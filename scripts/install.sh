@@ -20,5 +20,6 @@ stamp=.venv/.installed-$(sha256sum .venv/requirements.txt | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r .venv/requirements.txt
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ./sdk
   rm -f .venv/.installed-*; touch "$stamp"
 fi

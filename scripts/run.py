@@ -12,6 +12,8 @@ import sys
 import time
 from pathlib import Path
 
+import embedded  # scripts/embedded.py, beside this file
+
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
 
@@ -25,10 +27,25 @@ def manage(*args: str, capture: bool = False) -> str:
     return result.stdout or ""
 
 
+def embedded_services() -> None:
+    """Without DATABASE_URL / REDIS_URL, start the embedded engines and pass their URLs on."""
+    if os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"):
+        return
+    try:
+        if not os.environ.get("DATABASE_URL"):
+            print("Starting the embedded PostgreSQL (data in .data/)…", flush=True)
+            os.environ["DATABASE_URL"] = embedded.postgres_url()
+        if not os.environ.get("REDIS_URL"):
+            os.environ["REDIS_URL"] = embedded.redis_url()
+    except embedded.EmbeddedServiceError as exc:
+        sys.exit(f"cannot start the embedded services: {exc}")
+
+
 def main() -> None:
     host = os.environ.get("HOST", "127.0.0.1")
     port = os.environ.get("PORT", "8000")
     (ROOT / ".data").mkdir(exist_ok=True)
+    embedded_services()
     print("Preparing the database…", flush=True)
     manage("migrate", "--no-input", "-v", "0")
     demo_output = ""

@@ -15,7 +15,12 @@ fi
 answers() { .venv/bin/python -c "import socket,sys; s=socket.socket(); s.settimeout(1); sys.exit(s.connect_ex(('127.0.0.1', $1)))"; }
 if [ -z "${DATABASE_URL:-}" ] && answers 5432; then export DATABASE_URL=postgresql://postgres@127.0.0.1:5432/postgres; fi
 if [ -z "${REDIS_URL:-}" ] && answers 6379; then export REDIS_URL=redis://127.0.0.1:6379/1; fi
-echo "database: ${DATABASE_URL:-embedded}  broker: ${REDIS_URL:-embedded}"
+if [ -z "${DATABASE_URL:-}" ] || [ -z "${REDIS_URL:-}" ]; then
+  echo "Starting the embedded PostgreSQL and Redis (data in .data/)…"
+  embedded_env=$(.venv/bin/python scripts/embedded.py env)
+  eval "$embedded_env"
+fi
+echo "database: $DATABASE_URL  broker: $REDIS_URL"
 
 mkdir -p .data
 .venv/bin/ruff check .

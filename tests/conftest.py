@@ -68,7 +68,7 @@ def make_user(db):
 
     from console.models import Grant, Role
     from console.services import standard_roles_ensure
-    from strategies.models import Agent
+    from strategies.catalog.models import Agent
 
     # Transactional tests empty every table, migration data included.
     standard_roles_ensure()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from strategies import documents
+from console.demo import data
 
 SAMPLE_AGENT = "assistant_professional"
 OTHER_AGENT = "assistant_lite"
@@ -15,14 +15,14 @@ def profile_edit(actor, *, toggle: tuple[str, str, bool], note: str = "") -> obj
     """Edit the Bank profile as `actor` the way the editor does (open a draft from the
     latest version, save it, freeze it): one sections toggle (block, section, value).
     Returns the frozen version."""
-    from strategies.models import Document, Version
-    from strategies.services import draft_create, draft_update, version_freeze
+    from strategies.documents.models import Document, Version
+    from strategies.documents.services import draft_create, draft_update, version_freeze
 
     document = Document.objects.get(agent__key=SAMPLE_AGENT, key=Document.PROFILE_KEY)
     draft = document.versions.filter(state=Version.State.DRAFT).first()
     if draft is None:
         latest = document.versions.filter(state=Version.State.FROZEN).order_by("-number").first()
-        body = copy.deepcopy(latest.body if latest else documents.BANK_PROFILE)
+        body = copy.deepcopy(latest.body if latest else data.BANK_PROFILE)
         draft = draft_create(document=document, body=body, actor=actor, note=note)
     body = copy.deepcopy(draft.body)
     block, section, value = toggle

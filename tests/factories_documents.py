@@ -6,9 +6,11 @@ import copy
 from datetime import UTC
 
 import factory
+from context_runtime import canonical
 
-from strategies import documents
-from strategies.models import Agent, Document, Environment, Manifest, Version
+from console.demo import data
+from strategies.catalog.models import Agent, Environment, Manifest
+from strategies.documents.models import Document, Version
 
 STRATEGY_BODY = {
     "required": ["task_state", "order_delivery"],
@@ -51,8 +53,8 @@ class ManifestFactory(factory.django.DjangoModelFactory):
     environment = factory.SubFactory(EnvironmentFactory)
     version = 1
     runtime = "test-runtime 1.0"
-    body = factory.LazyFunction(lambda: copy.deepcopy(documents.DEMO_MANIFEST))
-    content_hash = factory.LazyAttribute(lambda o: documents.content_hash(o.body))
+    body = factory.LazyFunction(lambda: copy.deepcopy(data.DEMO_MANIFEST))
+    content_hash = factory.LazyAttribute(lambda o: canonical.content_hash(o.body))
 
 
 class DocumentFactory(factory.django.DjangoModelFactory):
@@ -74,6 +76,6 @@ class FrozenVersionFactory(factory.django.DjangoModelFactory):
     number = factory.Sequence(lambda n: n + 1)
     state = Version.State.FROZEN
     body = factory.LazyFunction(lambda: copy.deepcopy(STRATEGY_BODY))
-    content_hash = factory.LazyAttribute(lambda o: documents.content_hash(o.body))
+    content_hash = factory.LazyAttribute(lambda o: canonical.content_hash(o.body))
     author_label = "factory"
     frozen_at = factory.Faker("date_time", tzinfo=UTC)

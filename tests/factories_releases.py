@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 
-from strategies import documents
+from console.demo import data
 
 
 @dataclass
@@ -22,12 +22,12 @@ class ReleaseWorld:
 def release_world(make_user) -> ReleaseWorld:
     """Agents, environments and manifests of DEMO.md, profile v1 and strategy v1–v3 (frozen),
     nothing released yet; ops (operator), ops2 (operator + approve), admin (everything)."""
+    from console.demo import documents as demo
+    from console.demo.releases import demo_versions
     from console.models import Role
     from console.policy import Capability
-    from strategies import demo
-    from strategies.demo_releases import demo_versions
-    from strategies.models import Agent, Environment
-    from strategies.runtime_config import cache_clear_all
+    from strategies.catalog.models import Agent, Environment
+    from strategies.delivery.config import cache_clear_all
 
     cache_clear_all()  # Redis outlives the test database between runs
     demo.load()
@@ -51,7 +51,7 @@ def release_world(make_user) -> ReleaseWorld:
 
 
 def runtime_token(environment, capabilities=("config:read", "manifest:write"), agents=()) -> str:
-    from strategies.runtime_auth import runtime_token_create
+    from strategies.runtime.tokens import runtime_token_create
 
     _, secret = runtime_token_create(
         name=f"test {environment.key}",
@@ -67,12 +67,12 @@ def bearer(secret: str) -> dict:
 
 
 def manifest_without_handler() -> dict:
-    body = copy.deepcopy(documents.DEMO_MANIFEST)
+    body = copy.deepcopy(data.DEMO_MANIFEST)
     body["handlers"] = []
     return body
 
 
 def profile_with_sensitive_on() -> dict:
-    body = copy.deepcopy(documents.BANK_PROFILE)
+    body = copy.deepcopy(data.BANK_PROFILE)
     body["sections"]["user_context"]["personal_particulars"] = True
     return body

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from strategies.models import Agent, Environment
+from strategies.catalog.models import Agent, Environment
 
 INGEST_URL = "/api/v1/runtime/traces"
 
@@ -27,7 +27,7 @@ def world() -> dict:
 
 
 def runtime_token(environment, *, capabilities=("traces:write",), agents=()) -> str:
-    from strategies.runtime_auth import runtime_token_create
+    from strategies.runtime.tokens import runtime_token_create
 
     _, secret = runtime_token_create(
         name=f"test-{environment.key}",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from context_runtime import wire
 from django.http import JsonResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -17,8 +18,9 @@ from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
 from console.api_schema import ErrorDetailSerializer, ErrorSerializer
-from console.errors import PayloadTooLarge, ValidationFailed
-from strategies.runtime_auth import authenticate_runtime
+from console.errors import ValidationFailed
+from console.limits import read_limited_body
+from strategies.runtime.auth import authenticate_runtime
 from traces import ingest, selectors, services
 from traces.filters import TraceFilters
 
@@ -29,25 +31,6 @@ class _RawJSON(BaseParser):
     """Declares application/json for the schema; the view reads the bytes itself."""
 
     media_type = "application/json"
-
-
-def read_limited_body(request, limit: int) -> bytes:
-    """The body, refused with 413 before reading when Content-Length says it is too big,
-    and again when the bytes actually read exceed the limit."""
-    too_large = PayloadTooLarge(
-        f"A trace batch is at most {limit} bytes ({limit // (1024 * 1024)} MiB); split it.",
-        details=[{"path": "", "code": "too_large", "message": f"limit is {limit} bytes"}],
-    )
-    try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        declared = 0
-    if declared > limit:
-        raise too_large
-    body = request._request.read(limit + 1)
-    if len(body) > limit:
-        raise too_large
-    return body
 
 
 class _Rejected(serializers.Serializer):
@@ -68,8 +51,8 @@ class IngestResponse(serializers.Serializer):
     operation_id="runtime_traces_ingest",
     summary="Report a batch of selection traces",
     description=(
-        f"Up to {ingest.MAX_TRACES_PER_BATCH} traces and {ingest.MAX_BATCH_BYTES} bytes per "
-        f"request (413 beyond), at most {ingest.MAX_CANDIDATES_PER_TRACE} candidates per trace. "
+        f"Up to {wire.MAX_TRACES_PER_BATCH} traces and {wire.MAX_BATCH_BYTES} bytes per "
+        f"request (413 beyond), at most {wire.MAX_CANDIDATES_PER_TRACE} candidates per trace. "
         "Invalid traces are rejected one by one with errors at paths relative to the trace; "
         "a request_id already stored is a duplicate. 200 means every accepted trace is committed. "
         "The environment is the token's. See RUNTIME_API.md §3."
@@ -91,7 +74,9 @@ class IngestResponse(serializers.Serializer):
 @parser_classes([_RawJSON])
 def runtime_traces_ingest(request):
     identity = authenticate_runtime(request, "traces:write")
-    body = read_limited_body(request, ingest.MAX_BATCH_BYTES)
+    body = read_limited_body(
+        request, wire.MAX_BATCH_BYTES, what="A trace batch", advice="Split it."
+    )
     try:
         batch = ingest.parse_batch(body)
     except ingest.BatchRefused as exc:

@@ -5,10 +5,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, time
 
+from context_runtime.wire import DECISIONS, STATUSES
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
-
-from traces.ingest import DECISIONS, STATUSES
 
 
 def _moment(text: str, *, end_of_day: bool) -> datetime | None:

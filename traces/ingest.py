@@ -1,7 +1,7 @@
-"""Parsing and validating a trace batch (RUNTIME_API.md §3), without Django.
+"""Parsing and validating a trace batch (docs/runtime-contract.md §3), without Django.
 
-The hot path decodes each trace with msgspec straight into typed structs (no serializer per
-field), so a batch of 1,000 traces × 50 candidates is checked in milliseconds. A trace that
+The hot path decodes each trace with msgspec straight into the contract's typed structs
+(`context_runtime.wire`, which runtimes build their traces with; no serializer per field), so a batch of 1,000 traces × 50 candidates is checked in milliseconds. A trace that
 does not fit comes back with its error at a path relative to the trace
 (`candidates[2].decision`); the others go on to be stored.
 """
@@ -10,114 +10,20 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Annotated, Literal, get_args
 
 import msgspec
 import orjson
+from context_runtime.findings import Finding
+from context_runtime.wire import (
+    DECISIONS,
+    MAX_TRACES_PER_BATCH,
+    STATUSES,
+    Batch,
+    Trace,
+)
 
-MAX_TRACES_PER_BATCH = 1_000
-MAX_BATCH_BYTES = (
-    16 * 1024 * 1024
-)  # 16 MiB: a full batch of 1,000 traces × 50 candidates is ~7.5 MiB
-MAX_CANDIDATES_PER_TRACE = 500
-MAX_REASON_CHARS = 200
-
-StatusName = Literal[
-    "ready", "missing_required_data", "budget_exceeded", "source_conflict", "degraded"
-]
-DecisionName = Literal[
-    "selected",
-    "not_fetched",
-    "no_access",
-    "not_applicable",
-    "over_budget",
-    "dependency_missing",
-    "irrelevant",
-    "conflict",
-]
-STATUSES: tuple[str, ...] = get_args(StatusName)
-DECISIONS: tuple[str, ...] = get_args(DecisionName)
-
-Key = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
-Label = Annotated[str, msgspec.Meta(max_length=200)]
-Count = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
-
-
-class TaskIn(msgspec.Struct):
-    id: Label = ""
-    revision: Annotated[int, msgspec.Meta(ge=0)] | None = None
-
-
-class ModelIn(msgspec.Struct):
-    name: Label = ""
-    adapter: Label = ""
-    context_window: Count | None = None
-
-
-class BudgetIn(msgspec.Struct):
-    max_input_tokens: Count | None = None
-    reserve_output_tokens: Count | None = None
-
-
-class EstimateIn(msgspec.Struct):
-    value: Annotated[float, msgspec.Meta(ge=0)]
-    unit: Annotated[str, msgspec.Meta(max_length=30)] = "token"
-    estimator: Annotated[str, msgspec.Meta(max_length=100)] = ""
-
-
-class SourceIn(msgspec.Struct):
-    id: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
-    version: Label = ""
-
-
-class CandidateIn(msgspec.Struct):
-    id: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
-    source: Key
-    decision: DecisionName
-    version: Annotated[str, msgspec.Meta(max_length=100)] = ""
-    size: Count | None = None
-    required: bool = False
-    bundle: Annotated[str, msgspec.Meta(max_length=100)] | None = None
-    reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON_CHARS)] = ""
-
-
-class ShadowIn(msgspec.Struct):
-    version: Count
-    status: StatusName | None = None
-    selected: list[Annotated[str, msgspec.Meta(max_length=300)]] = []
-
-
-class TraceIn(msgspec.Struct):
-    """One trace as the runtime sends it. Unknown fields are ignored (newer runtimes)."""
-
-    request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
-    agent: Key
-    occurred_at: datetime
-    status: StatusName
-    environment: Key | None = None  # optional; when sent it must be the token's environment
-    documents: dict[Key, Count] = {}
-    strategy: Annotated[str, msgspec.Meta(max_length=100)] = ""
-    config_fallback: bool = False
-    task: TaskIn | None = None
-    principal: Label = ""
-    model: ModelIn | None = None
-    degradation: Annotated[str, msgspec.Meta(max_length=100)] | None = None
-    budget: BudgetIn | None = None
-    input_estimate: EstimateIn | None = None
-    sources: list[SourceIn] = []
-    candidates: Annotated[list[CandidateIn], msgspec.Meta(max_length=MAX_CANDIDATES_PER_TRACE)] = []
-    shadow: ShadowIn | None = None
-    # Kept as the runtime's bytes (JSON null when absent) and encrypted as they are.
-    snapshot: msgspec.Raw = msgspec.Raw(b"null")
-
-
-class BatchIn(msgspec.Struct):
-    traces: list[msgspec.Raw]
-
-
-_trace_decoder = msgspec.json.Decoder(TraceIn)
-_batch_decoder = msgspec.json.Decoder(BatchIn)
+_trace_decoder = msgspec.json.Decoder(Trace)
+_batch_decoder = msgspec.json.Decoder(Batch)
 
 
 class BatchRefused(Exception):
@@ -132,21 +38,25 @@ class BatchRefused(Exception):
 class Rejection:
     index: int
     request_id: str | None
-    errors: list[dict] = field(default_factory=list)
+    errors: list[Finding] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {"index": self.index, "request_id": self.request_id, "errors": self.errors}
+        return {
+            "index": self.index,
+            "request_id": self.request_id,
+            "errors": [e.as_dict() for e in self.errors],
+        }
 
 
 @dataclass
 class ParsedBatch:
-    valid: list[tuple[int, TraceIn]]
+    valid: list[tuple[int, Trace]]
     rejected: list[Rejection]
     size: int
 
 
-def error(path: str, code: str, message: str) -> dict:
-    return {"path": path, "code": code, "message": message}
+def error(path: str, code: str, message: str) -> Finding:
+    return Finding(path, code, message)
 
 
 # msgspec says e.g. "Expected `str` of length <= 200 - at `$.candidates[0].reason`".
@@ -154,7 +64,7 @@ _AT = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
 _MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
 
 
-def _msgspec_error(exc: msgspec.ValidationError) -> dict:
+def _msgspec_error(exc: msgspec.ValidationError) -> Finding:
     text = str(exc)
     match = _AT.search(text)
     path = match.group("path") if match else ""
@@ -177,7 +87,7 @@ def _msgspec_error(exc: msgspec.ValidationError) -> dict:
     return error(path, "invalid", message.replace("`", ""))
 
 
-def _semantic_errors(trace: TraceIn) -> list[dict]:
+def _semantic_errors(trace: Trace) -> list[Finding]:
     """Rules msgspec's types cannot say."""
     errors = []
     if trace.occurred_at.tzinfo is None:
@@ -211,7 +121,7 @@ def parse_batch(body: bytes) -> ParsedBatch:
     except msgspec.ValidationError as exc:
         detail = _msgspec_error(exc)
         raise BatchRefused(
-            "validation_failed", "Send an object with a 'traces' list.", detail["path"] or "traces"
+            "validation_failed", "Send an object with a 'traces' list.", detail.path or "traces"
         ) from exc
     except msgspec.DecodeError as exc:
         raise BatchRefused("malformed_json", f"The body is not valid JSON: {exc}", "") from exc
@@ -242,7 +152,7 @@ def parse_batch(body: bytes) -> ParsedBatch:
     return ParsedBatch(valid=valid, rejected=rejected, size=len(batch.traces))
 
 
-def snapshot_bytes(trace: TraceIn) -> bytes | None:
+def snapshot_bytes(trace: Trace) -> bytes | None:
     """The snapshot exactly as sent, or None when absent/null."""
     raw = bytes(trace.snapshot).strip()
     return None if raw == b"null" else raw
@@ -252,7 +162,7 @@ def batch_json_schema() -> dict:
     """JSON Schema of a batch, from the same structs that validate it (for the OpenAPI
     document): references inlined, so it stands alone."""
 
-    class TraceSchema(TraceIn):  # the Raw snapshot has no schema of its own
+    class TraceSchema(Trace):  # the Raw snapshot has no schema of its own
         snapshot: dict | None = None
 
     (trace_ref,), definitions = msgspec.json.schema_components([TraceSchema])

@@ -6,18 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from context_runtime.wire import DECISIONS, STATUSES
 from django.core.paginator import Paginator
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, OuterRef, QuerySet, Sum
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 
 from console.errors import Forbidden, NotFound
 from console.policy import Capability, agents_where, user_can, user_can_anywhere
+from strategies.releases.models import Release
 from traces.diagnosis import STATUS_EXPLAINED, where_to_look
 from traces.filters import TraceFilters
-from traces.ingest import DECISIONS, STATUSES
-from traces.models import Candidate, Snapshot, Trace
+from traces.models import Candidate, HourlyRollup, Snapshot, Trace
 
 LIST_COUNT_CAP = 10_000  # counting tens of millions of rows for a page footer is not worth it
 DASHBOARD_TRACES_PER_AGENT = 5
@@ -158,8 +159,6 @@ class VersionUsed:
 
 
 def versions_used(trace: Trace) -> list[VersionUsed]:
-    from strategies.models import Release
-
     live = dict(
         Release.objects.filter(
             document__agent=trace.agent, environment=trace.environment
@@ -263,9 +262,6 @@ class StatusCount:
 def status_counts_last_day(*, user, now=None) -> list[StatusCount]:
     """Traces per status over the last 24 closed hours, from the hourly rollups (never a
     scan of the traces), for the agents the user may investigate."""
-    from django.db.models import Sum
-
-    from traces.models import HourlyRollup
 
     now = now or timezone.now()
     end = now.replace(minute=0, second=0, microsecond=0)

@@ -10,14 +10,17 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 import msgspec
+from context_runtime.wire import Trace as WireTrace
 from django.db import connection, transaction
 from django.utils import timezone
 
 from console.audit import access_record
-from console.errors import Forbidden, NotFound, ValidationFailed
-from console.policy import Capability, user_can
+from console.errors import NotFound, ValidationFailed
+from console.policy import Capability, check_user_can
+from console.reasons import reason_clean
+from strategies.catalog.models import Agent, Environment
 from traces import crypto
-from traces.ingest import ParsedBatch, Rejection, TraceIn, error, snapshot_bytes
+from traces.ingest import ParsedBatch, Rejection, error, snapshot_bytes
 from traces.models import Snapshot, Trace
 
 PURGE_BATCH = 5_000
@@ -88,7 +91,7 @@ def _json(value) -> str:
 
 
 def trace_row(
-    trace: TraceIn, *, agent_id: int, environment_id: int, received_at, snapshot_expires_at
+    trace: WireTrace, *, agent_id: int, environment_id: int, received_at, snapshot_expires_at
 ) -> tuple:
     """The ingest_trace row of one trace, in TRACE_COLUMNS order."""
     task, model, budget, estimate = trace.task, trace.model, trace.budget, trace.input_estimate
@@ -122,7 +125,7 @@ def trace_row(
     )
 
 
-def candidate_rows(trace: TraceIn, trace_id: int) -> list[tuple]:
+def candidate_rows(trace: WireTrace, trace_id: int) -> list[tuple]:
     """The trace's candidate rows, in (trace_id, CANDIDATE_COLUMNS) order."""
     return [
         (
@@ -147,7 +150,7 @@ def _copy(cursor, table: str, columns: str, rows) -> None:
             copy.write_row(row)
 
 
-def _scope_errors(trace: TraceIn, identity, agent_ids: dict[str, int]) -> list[dict]:
+def _scope_errors(trace: WireTrace, identity, agent_ids: dict[str, int]) -> list[dict]:
     errors = []
     if trace.agent not in agent_ids or not identity.covers_agent(trace.agent):
         # Unknown and out of the token's scope get the same answer (RUNTIME_API.md).
@@ -172,7 +175,6 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     The environment is the token's. A request_id already stored, or repeated in the batch,
     is reported as a duplicate and not stored again. Returns once committed.
     """
-    from strategies.models import Agent, Environment
 
     result = IngestResult(rejected=list(batch.rejected))
     keys = {trace.agent for _, trace in batch.valid}
@@ -183,7 +185,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     key_id = crypto.current_key_id()
 
     seen: set[str] = set()
-    accepted: dict[str, TraceIn] = {}
+    accepted: dict[str, WireTrace] = {}
     traces, snapshots = [], []
     for index, trace in batch.valid:
         problems = _scope_errors(trace, identity, agent_ids)
@@ -259,8 +261,14 @@ def snapshot_reveal(*, user, trace: Trace, reason: str) -> RevealedSnapshot:
 
     Every attempt is in the access log, refusals included.
     """
-    reason = (reason or "").strip()
     target = ("trace", trace.request_id, trace.request_id)
+    check_user_can(
+        user,
+        Capability.VIEW_SNAPSHOTS,
+        trace.agent,
+        target=target,
+        message="Viewing snapshots needs the 'view snapshots' permission.",
+    )
 
     def refuse(exc, why: str):
         access_record(
@@ -269,21 +277,15 @@ def snapshot_reveal(*, user, trace: Trace, reason: str) -> RevealedSnapshot:
             target=target,
             agent=trace.agent.key,
             outcome="denied",
-            reason=reason,
+            reason=reason if isinstance(reason, str) else "",
             detail={"why": why},
         )
         raise exc
 
-    if not user_can(user, Capability.VIEW_SNAPSHOTS, trace.agent):
-        refuse(Forbidden("Viewing snapshots needs the 'view snapshots' permission."), "capability")
-    if len(reason) < 3:
-        refuse(
-            ValidationFailed(
-                "Say why you need to see the full request.",
-                details=[error("reason", "required", "a reason of at least 3 characters")],
-            ),
-            "no_reason",
-        )
+    try:
+        reason = reason_clean(reason, ask="Say why you need to see the full request.")
+    except ValidationFailed as exc:
+        refuse(exc, "no_reason")
     snapshot = Snapshot.objects.filter(trace=trace, expires_at__gt=timezone.now()).first()
     if snapshot is None:
         refuse(NotFound("This snapshot has expired and is gone."), "gone")
@@ -354,7 +356,6 @@ def snapshots_purge_expired(*, now: datetime | None = None, batch_size: int = PU
 def traces_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE_BATCH) -> int:
     """Delete traces older than their environment's trace_retention_days (with their
     candidates and snapshots). Returns how many traces."""
-    from strategies.models import Environment
 
     now = now or timezone.now()
     total = 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+from context_runtime.wire import DECISIONS, STATUSES
 from django.http import HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -18,10 +19,9 @@ from django.views.decorators.vary import vary_on_headers
 
 from console.errors import ApplicationError
 from console.policy import Capability, agents_where
-from strategies.models import Environment
+from strategies.catalog.models import Environment
 from traces import selectors, services
 from traces.filters import TraceFilters
-from traces.ingest import DECISIONS, STATUSES
 
 
 @require_GET

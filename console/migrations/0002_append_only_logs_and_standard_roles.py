@@ -39,10 +39,44 @@ REVERSE = (
 )
 
 
-def create_standard_roles(apps, schema_editor):
-    from console.services import standard_roles_ensure
+# The standard roles as they were when this migration was written (frozen here: a migration
+# must not depend on live code, which changes after it).
+_ALL = [
+    "view_config",
+    "edit_drafts",
+    "publish",
+    "request_protected_publish",
+    "approve",
+    "rollback",
+    "view_traces",
+    "view_snapshots",
+    "enable_sensitive",
+    "manage_grants",
+    "view_audit",
+    "manage_tokens",
+]
+STANDARD_ROLES = {
+    "viewer": ("Reads configuration.", ["view_config"]),
+    "support": ("Investigates answers by request_id.", ["view_config", "view_traces"]),
+    "operator": (
+        "Edits and publishes strategies and profiles.",
+        ["view_config", "edit_drafts", "publish", "request_protected_publish", "view_traces"],
+    ),
+    "admin": ("Everything, including rollback and access management.", _ALL),
+}
 
-    standard_roles_ensure(role_model=apps.get_model("console", "Role"))
+
+def create_standard_roles(apps, schema_editor):
+    role_model = apps.get_model("console", "Role")
+    for name, (description, capabilities) in STANDARD_ROLES.items():
+        role_model.objects.get_or_create(
+            name=name,
+            defaults={
+                "description": description,
+                "capabilities": capabilities,
+                "is_standard": True,
+            },
+        )
 
 
 def remove_standard_roles(apps, schema_editor):

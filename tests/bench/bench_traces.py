@@ -32,6 +32,7 @@ from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
 import orjson
+from context_runtime import wire
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DB = "bench_traces"
@@ -185,8 +186,8 @@ def rows_for(traces: list[dict], agent_id: int, environment_id: int):
     from traces import ingest, services
 
     valid = []
-    for i in range(0, len(traces), ingest.MAX_TRACES_PER_BATCH):
-        chunk = traces[i : i + ingest.MAX_TRACES_PER_BATCH]
+    for i in range(0, len(traces), wire.MAX_TRACES_PER_BATCH):
+        chunk = traces[i : i + wire.MAX_TRACES_PER_BATCH]
         valid += ingest.parse_batch(orjson.dumps({"traces": chunk})).valid
     now = datetime.now(UTC)
     return [
@@ -439,8 +440,8 @@ def main() -> None:
     from django.test import Client
 
     from console.services import standard_roles_ensure
-    from strategies.models import Agent, Environment
-    from strategies.runtime_auth import runtime_token_create
+    from strategies.catalog.models import Agent, Environment
+    from strategies.runtime.tokens import runtime_token_create
 
     agent = Agent.objects.create(key="assistant_professional", name="AP")
     env = Environment.objects.create(key="sg-test", name="SG test", position=1)

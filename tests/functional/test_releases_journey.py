@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from strategies.releases import approval_approve, release_publish
+from strategies.releases.services import approval_approve, release_publish
 from tests.factories_releases import bearer, release_world, runtime_token
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

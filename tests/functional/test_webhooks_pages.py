@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from strategies.releases import release_publish
-from strategies.webhooks import Webhook
+from strategies.delivery.webhooks import Webhook
+from strategies.releases.services import release_publish
 from tests.factories_releases import release_world
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -124,7 +124,7 @@ def sample_pk(url_name: str):
 
 
 def _sample_webhook(model):
-    from strategies.models import Environment
+    from strategies.catalog.models import Environment
 
     return model.objects.create(
         environment=Environment.objects.get(key="sg-test"),
@@ -139,7 +139,7 @@ SAMPLE_FACTORIES = {"strategies.webhook": _sample_webhook}
 
 def sample_document(url_name: str) -> str:
     """The profile, or the demo strategy for urls about strategies (when it exists)."""
-    from strategies.models import Document
+    from strategies.documents.models import Document
 
     if (
         "strateg" in url_name
@@ -152,7 +152,7 @@ def sample_document(url_name: str) -> str:
 
 
 def sample_kwargs(endpoint: Endpoint) -> dict:
-    from strategies.models import Version
+    from strategies.documents.models import Version
 
     values = {}
     name = endpoint.name or ""
@@ -192,7 +192,7 @@ def matrix_world(demo_world, make_user):
     from console import services
     from console.audit import access_record
     from console.models import Role
-    from strategies.models import Agent
+    from strategies.catalog.models import Agent
 
     users = {}
     for role in STANDARD_ROLES:
@@ -303,7 +303,7 @@ def run_matrix(users: dict, only: set[str] | None = None):
     every principal. Returns (violations, requests made, url names covered)."""
     from django.contrib.auth.models import AnonymousUser
 
-    from strategies.models import Agent
+    from strategies.catalog.models import Agent
 
     sample_agent = Agent.objects.get(key=SAMPLE_AGENT)
     prober = Principal("admin_all", users["admin_all"])

@@ -44,8 +44,9 @@ BAD_FORMS = {
 
 @pytest.fixture
 def callers(demo_world, make_user):
-    from strategies.models import Environment, RuntimeToken
-    from strategies.runtime_auth import runtime_token_create
+    from strategies.catalog.models import Environment
+    from strategies.runtime.models import RuntimeToken
+    from strategies.runtime.tokens import runtime_token_create
 
     admin = make_user("bad_input_admin", admin=None)
     _, secret = runtime_token_create(

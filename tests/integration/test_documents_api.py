@@ -6,10 +6,11 @@ from __future__ import annotations
 import json
 
 import pytest
+from context_runtime import vocabulary
 
+from console.demo import data
 from console.models import AuditRecord
-from strategies import documents
-from strategies.models import Version
+from strategies.documents.models import Version
 from tests.factories_documents import strategy_body
 
 API = "/api/v1/agents/assistant_professional"
@@ -127,10 +128,10 @@ def test_draft_create__malformed_json__400_malformed_json(ops):
 def test_draft_create__body_over_64_kib__413_and_nothing_written(ops):
     before = _versions()
     huge = strategy_body(optional=[f"source_{i:06d}" for i in range(8000)])
-    assert len(json.dumps(huge)) > documents.MAX_BODY_BYTES
+    assert len(json.dumps(huge)) > vocabulary.MAX_BODY_BYTES
     response = _json(ops, "post", f"{DOC}/draft/", {"body": huge})
     assert response.status_code == 413
-    assert response.json()["error"]["code"] == "body_too_large"
+    assert response.json()["error"]["code"] == "payload_too_large"
     assert _versions() == before
 
 
@@ -159,14 +160,14 @@ def test_viewer__create_draft__403_and_nothing_written(client, demo_world):
         client,
         "post",
         "/api/v1/agents/assistant_lite/documents/profile/draft/",
-        {"body": documents.BANK_PROFILE},
+        {"body": data.BANK_PROFILE},
     )
     assert response.status_code == 403
     assert _versions() == before
 
 
 def test_profile_draft__operator_enables_sensitive_section__403_names_section(ops):
-    body = json.loads(json.dumps(documents.BANK_PROFILE))
+    body = json.loads(json.dumps(data.BANK_PROFILE))
     body["sections"]["user_context"]["personal_particulars"] = True
     response = _json(ops, "post", f"{API}/documents/profile/draft/", {"body": body})
     assert response.status_code == 403
@@ -178,7 +179,7 @@ def test_profile_draft__operator_enables_sensitive_section__403_names_section(op
 
 def test_profile_draft__admin_enables_sensitive_section__saved(client, demo_world):
     client.login(username="admin", password="admin-demo")
-    body = json.loads(json.dumps(documents.BANK_PROFILE))
+    body = json.loads(json.dumps(data.BANK_PROFILE))
     body["sections"]["user_context"]["personal_particulars"] = True
     response = _json(client, "post", f"{API}/documents/profile/draft/", {"body": body})
     assert response.status_code == 201

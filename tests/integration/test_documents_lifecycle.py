@@ -13,10 +13,16 @@ import pytest
 from django.core.management import call_command
 from django.db import DatabaseError, connection, connections, transaction
 
+from console.demo import data
+from console.demo import documents as demo
 from console.errors import Conflict
 from console.models import AuditRecord
-from strategies import demo, documents, selectors, services
-from strategies.models import Document, Manifest, Version
+from strategies.catalog import selectors as catalog
+from strategies.catalog import services as catalog_services
+from strategies.catalog.models import Manifest
+from strategies.documents import selectors, services
+from strategies.documents.models import Document, Version
+from strategies.releases import selectors as release_selectors
 from tests.factories_documents import strategy_body
 
 
@@ -120,14 +126,14 @@ def test_import__invalid_file__error_names_file_and_path_nothing_written(demo_wo
 
 
 def test_manifest_record__identical_body__no_new_version(demo_world):
-    env = selectors.environment_get(key="bank-uat")
+    env = catalog.environment_get(key="bank-uat")
     body = copy.deepcopy(Manifest.objects.filter(environment=env).latest("version").body)
-    manifest, created = services.manifest_record(
+    manifest, created = catalog_services.manifest_record(
         environment=env, body=body, runtime="x", reported_by="test"
     )
     assert created is False and manifest.version == 1
     body["handlers"] = ["general_policy_only"]
-    manifest, created = services.manifest_record(
+    manifest, created = catalog_services.manifest_record(
         environment=env, body=body, runtime="bank-assistant 2026.12", reported_by="test"
     )
     assert created is True and manifest.version == 2
@@ -151,11 +157,12 @@ def test_demo__loaded_twice__same_versions(demo_world):
     demo.load()
     assert list(Version.objects.values_list("pk", "content_hash")) == before
     profile = Document.objects.get(agent__key="assistant_professional", key="profile")
-    assert profile.versions.get(number=1).body == documents.BANK_PROFILE
+    assert profile.versions.get(number=1).body == data.BANK_PROFILE
 
 
 def test_live_findings__manifest_drops_handler__live_v3_warned(demo_world):
-    from strategies.models import Environment, Release
+    from strategies.catalog.models import Environment
+    from strategies.releases.models import Release
 
     prod = Environment.objects.get(key="prod")
     Release.objects.update_or_create(
@@ -163,17 +170,17 @@ def test_live_findings__manifest_drops_handler__live_v3_warned(demo_world):
         environment=prod,
         defaults={"version": _strategy().versions.get(number=3)},
     )
-    assert selectors.live_findings(environment=prod) == []
-    body = copy.deepcopy(documents.DEMO_MANIFEST)
+    assert release_selectors.live_findings(environment=prod) == []
+    body = copy.deepcopy(data.DEMO_MANIFEST)
     body["handlers"] = []
-    services.manifest_record(environment=prod, body=body, reported_by="test")
-    [warning] = selectors.live_findings(environment=prod)
+    catalog_services.manifest_record(environment=prod, body=body, reported_by="test")
+    [warning] = release_selectors.live_findings(environment=prod)
     assert (warning["document"], warning["version"]) == ("after_sales_consultation", 3)
     assert warning["errors"][0]["path"] == "on_missing.order_delivery"
 
 
 def test_export_then_import__document_without_versions__round_trips(demo_world, tmp_path):
-    from strategies.models import Agent
+    from strategies.catalog.models import Agent
 
     agent = Agent.objects.get(key="assistant_professional")
     services.document_create(agent=agent, key="empty_task", actor=None)

@@ -7,8 +7,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from strategies import selectors, services
-from strategies.models import Document, Version
+from strategies.documents import selectors, services
+from strategies.documents.models import Document, Version
 from tests.factories_documents import strategy_body
 
 AGENT = "/agents/assistant_professional/"
@@ -216,13 +216,13 @@ def test_strategies_tab__new_strategy__opens_its_draft(ops):
 def test_profile_draft_editor__json_save__draft_updated(ops):
     import json
 
-    from strategies import documents
+    from console.demo import data
 
-    draft = services.draft_create(document=_profile(), body=documents.BANK_PROFILE, actor=None)
+    draft = services.draft_create(document=_profile(), body=data.BANK_PROFILE, actor=None)
     page = ops.get(AGENT + "documents/profile/draft/")
     assert page.status_code == 200 and b"json-editor" in page.content
     assert b'id="fields-panel"' not in page.content  # the grid is the profile's form
-    body = json.loads(json.dumps(documents.BANK_PROFILE))
+    body = json.loads(json.dumps(data.BANK_PROFILE))
     body["switches"]["toolPrefilter.enabled"] = True
     response = ops.post(
         AGENT + "documents/profile/draft/", {"json": json.dumps(body), "revision": "1"}
@@ -243,7 +243,8 @@ def test_draft_edit__first_visit__checks_against_first_environment(ops):
 
 
 def test_live_release__grid_marks_difference_and_versions_show_where_live(ops):
-    from strategies.models import Environment, Release
+    from strategies.catalog.models import Environment
+    from strategies.releases.models import Release
 
     # Given v1 of the profile live in prod and v2 of the strategy live in bank-uat
     prod = Environment.objects.get(key="prod")

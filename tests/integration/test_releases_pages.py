@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from django.template.loader import render_to_string
 
-from strategies.models import ApprovalRequest, Release
-from strategies.releases import release_publish
+from strategies.releases.models import ApprovalRequest, Release
+from strategies.releases.services import release_publish
 from tests.factories_releases import release_world
 
 PUBLISH = "/releases/assistant_professional/after_sales_consultation/{env}/publish/"
@@ -89,7 +89,7 @@ def test_approval_page__requester__cannot_decide(client, world):
 
 
 def test_dashboard_part__live_versions_and_pending_listed(world, rf):
-    from strategies.release_selectors import dashboard_context
+    from strategies.releases.selectors import dashboard_context
 
     release_publish(version=world.strategy[2], environment=world.envs["sg-test"], actor=world.ops)
     release_publish(version=world.strategy[2], environment=world.envs["prod"], actor=world.ops)
@@ -107,7 +107,7 @@ def test_dashboard_part__live_versions_and_pending_listed(world, rf):
 def test_demo_releases__loaded_twice__demo_state_and_one_active_token(demo_world):
     from django.core.management import call_command
 
-    from strategies.models import RuntimeToken
+    from strategies.runtime.models import RuntimeToken
 
     call_command("load_demo", "--quiet-logins", stdout=open("/dev/null", "w"))  # noqa: SIM115
 
@@ -138,7 +138,7 @@ def test_overview__more_documents__same_number_of_queries(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from strategies.models import Document
+    from strategies.documents.models import Document
 
     client.force_login(world.admin)
     with CaptureQueriesContext(connection) as before:

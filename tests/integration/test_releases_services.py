@@ -6,8 +6,9 @@ import pytest
 
 from console.errors import Conflict, Forbidden, ValidationFailed
 from console.models import AuditRecord
-from strategies.models import Release, ReleaseEvent, Version
-from strategies.releases import (
+from strategies.documents.models import Version
+from strategies.releases.models import Release, ReleaseEvent
+from strategies.releases.services import (
     approval_approve,
     approval_reject,
     release_publish,
@@ -55,7 +56,7 @@ def test_publish__v3_to_bank_uat_without_handler__refused_with_reason(world):
 
 
 def test_publish__draft__frozen_first_then_live(world):
-    from strategies.services import draft_create
+    from strategies.documents.services import draft_create
 
     body = dict(world.strategy[3].body, max_extra_reads=3)
     draft = draft_create(document=world.strategy[3].document, body=body, actor=world.ops)
@@ -67,7 +68,7 @@ def test_publish__draft__frozen_first_then_live(world):
 
 
 def test_publish__sensitive_section_without_capability__forbidden(world):
-    from strategies.services import draft_create
+    from strategies.documents.services import draft_create
 
     # Drafted by someone allowed to switch it on; publishing still checks the publisher.
     draft = draft_create(

@@ -6,9 +6,10 @@ import json
 
 import pytest
 
-from strategies import runtime_config
-from strategies.releases import release_publish, runtime_token_revoke
-from strategies.runtime_auth import last_used_flush
+from strategies.delivery import config as runtime_config
+from strategies.releases.services import release_publish
+from strategies.runtime.auth import last_used_flush
+from strategies.runtime.tokens import runtime_token_revoke
 from tests.factories_releases import (
     bearer,
     manifest_without_handler,
@@ -133,7 +134,7 @@ def test_config__missing_or_unknown_token__401_error_shape(client, world, header
 
 
 def test_config__token_revoked_while_cached__401_at_once(client, world):
-    from strategies.models import RuntimeToken
+    from strategies.runtime.models import RuntimeToken
 
     secret = runtime_token(world.envs["sg-test"])
     assert client.get(CONFIG, **bearer(secret)).status_code == 200
@@ -152,7 +153,7 @@ def test_config__token_without_config_read__403(client, world):
 
 
 def test_config__agent_unknown_or_out_of_scope__same_404(client, world):
-    from strategies.models import Agent
+    from strategies.catalog.models import Agent
 
     lite_only = runtime_token(
         world.envs["sg-test"], agents=[Agent.objects.get(key="assistant_lite")]
@@ -193,7 +194,7 @@ def test_manifest_put__new_body__new_version_and_warnings_for_live_releases(clie
 
 
 def test_manifest_put__identical_body__same_version_nothing_written(client, world):
-    from strategies.models import Manifest
+    from strategies.catalog.models import Manifest
 
     secret = runtime_token(world.envs["sg-test"])
     body = json.dumps(manifest_without_handler())
@@ -221,7 +222,7 @@ def test_manifest_put__identical_body__same_version_nothing_written(client, worl
     ],
 )
 def test_manifest_put__malformed__400_with_details_nothing_written(client, world, payload, path):
-    from strategies.models import Manifest
+    from strategies.catalog.models import Manifest
 
     secret = runtime_token(world.envs["sg-test"])
 
@@ -256,7 +257,7 @@ def test_manifest_put__token_without_manifest_write__403(client, world):
 
 
 def test_token_use__flushed__last_used_at_set(client, world):
-    from strategies.models import RuntimeToken
+    from strategies.runtime.models import RuntimeToken
 
     secret = runtime_token(world.envs["sg-test"])
     client.get(CONFIG, **bearer(secret))

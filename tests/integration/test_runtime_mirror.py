@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from strategies import runtime_config
-from strategies.runtime_config import cache_key, mirror, redis_client
+from strategies.delivery import config as runtime_config
+from strategies.delivery.config import cache_key, mirror, redis_client
 
 pytestmark = pytest.mark.django_db
 

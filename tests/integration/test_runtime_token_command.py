@@ -7,8 +7,8 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from strategies import demo
-from strategies.models import RuntimeToken
+from console.demo import documents as demo
+from strategies.runtime.models import RuntimeToken
 
 
 @pytest.fixture

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from context_runtime import wire
 
 from tests.factories_traces import candidate, post_batch, runtime_token, trace_payload, world
-from traces import ingest
 from traces.models import Candidate, Snapshot, Trace
 
 pytestmark = pytest.mark.django_db
@@ -71,7 +71,7 @@ def test_ingest__invalid_item__rejected_alone_rest_stored(client, secret):
                 {
                     "path": "candidates[2].decision",
                     "code": "invalid_choice",
-                    "message": "must be one of " + ", ".join(ingest.DECISIONS),
+                    "message": "must be one of " + ", ".join(wire.DECISIONS),
                 }
             ],
         }
@@ -142,7 +142,7 @@ def test_ingest__over_1000_traces__400_nothing_stored(client, secret):
 
 def test_ingest__body_over_byte_limit__413(client, secret):
     big = orjson.dumps({"traces": [trace_payload(principal="x" * 100)]}) + b" " * (
-        ingest.MAX_BATCH_BYTES
+        wire.MAX_BATCH_BYTES
     )
     response = post_batch(client, secret, body=big)
     assert response.status_code == 413

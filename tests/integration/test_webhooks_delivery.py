@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from strategies.releases import release_publish, webhook_create
-from strategies.webhooks import WebhookAttempt, WebhookDelivery
+from strategies.delivery.webhooks import WebhookAttempt, WebhookDelivery, webhook_create
+from strategies.releases.services import release_publish
 from tests.factories_releases import bearer, release_world, runtime_token
 
 

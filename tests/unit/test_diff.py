@@ -3,9 +3,11 @@
 import copy
 
 import pytest
+from context_runtime.diff import Change, diff_bodies
+from context_runtime.documents import normalize_legacy_strategy
+from context_runtime.vocabulary import PROFILE, STRATEGY
 
-from strategies.diff import Change, diff_bodies
-from strategies.documents import BANK_PROFILE, PROFILE, STRATEGY, normalize_legacy_strategy
+from console.demo.data import BANK_PROFILE
 
 DEMO_V1 = {"required": ["task_state", "order_delivery"], "budget": {"max_input_tokens": 6000}}
 DEMO_V3 = {

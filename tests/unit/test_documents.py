@@ -3,27 +3,25 @@
 import copy
 
 import pytest
-
-from strategies.documents import (
-    BANK_PROFILE,
-    DEMO_MANIFEST,
+from context_runtime.canonical import canonical_json, content_hash
+from context_runtime.documents import (
+    normalize_legacy_strategy,
+    sensitive_sections_enabled,
+    validate_document,
+    validate_profile,
+    validate_strategy,
+)
+from context_runtime.findings import Finding, blocking
+from context_runtime.manifest import Manifest, validate_manifest
+from context_runtime.vocabulary import (
     KNOWN_SECTIONS,
     KNOWN_SWITCHES,
     MAX_BODY_BYTES,
     PROFILE,
     STRATEGY,
-    Manifest,
-    ValidationError,
-    blocking,
-    canonical_json,
-    content_hash,
-    normalize_legacy_strategy,
-    sensitive_sections_enabled,
-    validate_document,
-    validate_manifest,
-    validate_profile,
-    validate_strategy,
 )
+
+from console.demo.data import BANK_PROFILE, DEMO_MANIFEST
 
 # Document 003's example, exactly as the book prints it.
 DOC_003_EXAMPLE = {
@@ -47,7 +45,7 @@ def doc_003_strategy() -> dict:
     return {**normalize_legacy_strategy(DOC_003_EXAMPLE), "budget": dict(BUDGET)}
 
 
-def codes_at(findings: list[ValidationError]) -> list[tuple[str, str]]:
+def codes_at(findings: list[Finding]) -> list[tuple[str, str]]:
     return [(f.path, f.code) for f in findings]
 
 
@@ -321,7 +319,7 @@ def test_validators__garbage_input__findings_instead_of_exceptions(body):
         findings = validate_document(kind, body, demo_manifest(), agent_keys=frozenset({"a"}))
 
         assert findings, f"{kind} accepted {body!r}"
-        assert all(isinstance(f, ValidationError) and f.message for f in findings)
+        assert all(isinstance(f, Finding) and f.message for f in findings)
 
 
 def test_validators__deeply_nested_input__no_exception():

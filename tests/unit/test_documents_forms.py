@@ -3,7 +3,7 @@ judges, and findings land on the field that shows them."""
 
 from __future__ import annotations
 
-from strategies.forms import StrategyFieldsForm, errors_by_field, field_for_path
+from strategies.documents.forms import StrategyFieldsForm, errors_by_field, field_for_path
 
 V3 = {
     "required": ["task_state", "order_delivery", "applicable_policy"],

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def agents(db):
-    from strategies.models import Agent
+    from strategies.catalog.models import Agent
 
     return {
         key: Agent.objects.create(key=key, name=key)
@@ -96,20 +96,25 @@ def test_check_user_can__out_of_scope_404_visible_but_forbidden_403__both_logged
     ]
 
 
-def test_check_user_can__inside_a_transaction__not_written_until_requires_logs_it(
+def test_check_user_can__refused_inside_a_transaction__logged_once_when_the_unit_of_work_ends(
     agents, make_user
 ):
     from django.db import transaction
 
-    from console.policy import denial_record
+    from console.policy import denials_logged
+    from console.request_context import RequestContext, current_request
 
     support = make_user("support", support="assistant_professional")
-    with pytest.raises(Forbidden) as refused, transaction.atomic():
-        check_user_can(support, Capability.PUBLISH, agents["assistant_professional"])
-    assert AccessLogEntry.objects.count() == 0  # would have rolled back with the change
-    denial_record(refused.value, path="/x")
-    denial_record(refused.value, path="/x")  # once only
-    assert AccessLogEntry.objects.get().detail["path"] == "/x"
+    token = current_request.set(RequestContext(path="/x"))
+    try:
+        with denials_logged():
+            with pytest.raises(Forbidden), transaction.atomic():
+                check_user_can(support, Capability.PUBLISH, agents["assistant_professional"])
+                # written inside the refused transaction, the row would roll back with it
+            assert AccessLogEntry.objects.count() == 0
+    finally:
+        current_request.reset(token)
+    assert AccessLogEntry.objects.get().detail["path"] == "/x"  # once, after the work ended
 
 
 def test_rule_allows__each_kind_of_rule(agents, make_user):

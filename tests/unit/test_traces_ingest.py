@@ -6,6 +6,8 @@ from types import SimpleNamespace
 
 import orjson
 import pytest
+from context_runtime import wire
+from context_runtime.findings import Finding
 
 from tests.factories_traces import candidate, trace_payload
 from traces import ingest
@@ -32,7 +34,7 @@ def test_parse_batch__wrong_decision__error_path_relative_to_trace():
     (rejection,) = batch.rejected
     assert rejection.as_dict()["index"] == 1
     assert rejection.request_id == "req-58"
-    (err,) = rejection.errors
+    (err,) = rejection.as_dict()["errors"]
     assert err["path"] == "candidates[2].decision"
     assert err["code"] == "invalid_choice"
     assert "not_fetched" in err["message"]
@@ -54,15 +56,15 @@ def test_parse_batch__wrong_decision__error_path_relative_to_trace():
 def test_parse_batch__invalid_field__rejected_with_path_and_code(change, path, code):
     batch = parse(trace_payload(**change))
     assert batch.valid == []
-    assert batch.rejected[0].errors[0]["path"] == path
-    assert batch.rejected[0].errors[0]["code"] == code
+    assert batch.rejected[0].errors[0].path == path
+    assert batch.rejected[0].errors[0].code == code
 
 
 def test_parse_batch__missing_field__named_in_path():
     payload = trace_payload()
     del payload["agent"]
     assert parse(payload).rejected[0].errors == [
-        {"path": "agent", "code": "required", "message": "this field is required"}
+        Finding("agent", "required", "this field is required")
     ]
 
 
@@ -152,8 +154,8 @@ def test_where_to_look__conflict__owners_of_the_source():
 
 def test_batch_json_schema__from_the_validating_structs__documents_limits_and_enums():
     schema = ingest.batch_json_schema()["properties"]["traces"]
-    assert schema["maxItems"] == ingest.MAX_TRACES_PER_BATCH
+    assert schema["maxItems"] == wire.MAX_TRACES_PER_BATCH
     candidates = schema["items"]["properties"]["candidates"]
-    assert candidates["maxItems"] == ingest.MAX_CANDIDATES_PER_TRACE
-    assert set(candidates["items"]["properties"]["decision"]["enum"]) == set(ingest.DECISIONS)
+    assert candidates["maxItems"] == wire.MAX_CANDIDATES_PER_TRACE
+    assert set(candidates["items"]["properties"]["decision"]["enum"]) == set(wire.DECISIONS)
     assert schema["items"]["properties"]["degradation"]["nullable"] is True

@@ -6,8 +6,8 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-# Each app's demo loader, in dependency order. Each must be idempotent.
-LOADERS = ["strategies.demo", "console.demo", "strategies.demo_releases", "traces.demo"]
+from console.demo.users import DEMO_USERS
+from console.demo.world import load_world
 
 
 class Command(BaseCommand):
@@ -21,18 +21,10 @@ class Command(BaseCommand):
             raise CommandError(
                 "load_demo refuses to run with production settings (CONSOLE_ENV=production)."
             )
-        from importlib import import_module
-        from importlib.util import find_spec
-
-        for name in LOADERS:
-            if find_spec(name) is None:
-                continue
-            with transaction.atomic():
-                import_module(name).load(stdout=self.stdout)
+        with transaction.atomic():
+            load_world(stdout=self.stdout)
         self.stdout.write(self.style.SUCCESS("Demo data loaded."))
         if not options["quiet_logins"]:
-            from console.demo import DEMO_USERS
-
             self.stdout.write("Demo logins (username / password):")
             for username, _ in DEMO_USERS:
                 self.stdout.write(f"  {username:<8} / {username}-demo")

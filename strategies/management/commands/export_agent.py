@@ -6,8 +6,8 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from strategies import selectors
-from strategies.models import Agent
+from strategies.catalog.models import Agent
+from strategies.documents import selectors
 
 
 class Command(BaseCommand):

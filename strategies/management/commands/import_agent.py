@@ -7,8 +7,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from console.errors import ApplicationError
-from strategies import services
-from strategies.models import Agent
+from strategies.catalog.models import Agent
+from strategies.documents import services
 
 
 class Command(BaseCommand):

@@ -8,7 +8,8 @@ from pathlib import Path
 from django.core.management.base import BaseCommand, CommandError
 
 from console.errors import ApplicationError
-from strategies import selectors, services
+from strategies.catalog.selectors import environment_get
+from strategies.catalog.services import manifest_record
 
 
 class Command(BaseCommand):
@@ -27,8 +28,8 @@ class Command(BaseCommand):
         except json.JSONDecodeError as exc:
             raise CommandError(f"{path} is not valid JSON: {exc}.") from exc
         try:
-            environment = selectors.environment_get(key=options["environment"])
-            manifest, created = services.manifest_record(
+            environment = environment_get(key=options["environment"])
+            manifest, created = manifest_record(
                 environment=environment,
                 body=body,
                 runtime=body.get("runtime", "") if isinstance(body, dict) else "",

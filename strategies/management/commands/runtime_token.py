@@ -8,8 +8,13 @@ manage.py runtime_token revoke <prefix or id>
 from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
+from django.db.models import Q
 
 from console.errors import ApplicationError
+from strategies.catalog.models import Agent, Environment
+from strategies.runtime.models import RuntimeToken
+from strategies.runtime.selectors import tokens_list
+from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
 
 
 class Command(BaseCommand):
@@ -38,9 +43,6 @@ class Command(BaseCommand):
             raise CommandError(exc.message) from exc
 
     def _create(self, options):
-        from strategies.models import Agent, Environment
-        from strategies.runtime_auth import runtime_token_create
-
         environment = Environment.objects.filter(key=options["environment"]).first()
         if environment is None:
             known = ", ".join(Environment.objects.values_list("key", flat=True))
@@ -62,8 +64,6 @@ class Command(BaseCommand):
         self.stdout.write(secret)
 
     def _list(self, options):
-        from strategies.release_selectors import tokens_list
-
         for t in tokens_list():
             agents = ",".join(a.key for a in t.agents.all()) or "all agents"
             state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "active"
@@ -74,11 +74,6 @@ class Command(BaseCommand):
             )
 
     def _revoke(self, options):
-        from django.db.models import Q
-
-        from strategies.models import RuntimeToken
-        from strategies.releases import runtime_token_revoke
-
         ref = options["token"]
         query = Q(prefix=ref) | (Q(pk=int(ref)) if ref.isdigit() else Q())
         matches = list(RuntimeToken.objects.filter(query))

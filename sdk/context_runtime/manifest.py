@@ -1,0 +1,144 @@
+"""What the runtime of one environment implements (docs/runtime-contract.md §2), and the
+check of its wire form."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from context_runtime._checks import _check_string_item, _err, _kind, _name_list, _show
+from context_runtime.findings import Finding, blocking
+from context_runtime.vocabulary import BLOCKS
+
+
+@dataclass(frozen=True)
+class Manifest:
+    """What the runtime of one environment implements (RUNTIME_API §2)."""
+
+    providers: frozenset[str]
+    tools: frozenset[str]
+    handlers: frozenset[str]
+    sections: dict[str, tuple[str, bool]]  # section key -> (block, sensitive)
+    switches: frozenset[str]
+    name: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict, name: str = "") -> Manifest:
+        """Build from the wire form; raise ``ValueError`` naming every problem if malformed."""
+        problems = blocking(validate_manifest(data))
+        if problems:
+            raise ValueError("Invalid manifest: " + " ".join(p.message for p in problems))
+        sections: dict[str, tuple[str, bool]] = {}
+        for entry in data["sections"]:
+            sections[entry["key"]] = (entry["block"], entry.get("sensitive", False))
+        return cls(
+            providers=frozenset(data["providers"]),
+            tools=frozenset(data["tools"]),
+            handlers=frozenset(data["handlers"]),
+            sections=sections,
+            switches=frozenset(data["switches"]),
+            name=name,
+        )
+
+    def to_dict(self) -> dict:
+        """The wire form, with name lists sorted so equal manifests give equal dicts."""
+        return {
+            "providers": sorted(self.providers),
+            "tools": sorted(self.tools),
+            "handlers": sorted(self.handlers),
+            "sections": [
+                {"key": key, "block": block, "sensitive": sensitive}
+                for key, (block, sensitive) in self.sections.items()
+            ],
+            "switches": sorted(self.switches),
+        }
+
+    def __hash__(self) -> int:  # ``sections`` is a dict, so the generated hash would fail
+        return hash(
+            (
+                self.providers,
+                self.tools,
+                self.handlers,
+                frozenset(self.sections.items()),
+                self.switches,
+                self.name,
+            )
+        )
+
+    @property
+    def where(self) -> str:
+        """How messages refer to this runtime: "the bank-uat runtime"."""
+        return f"the {self.name} runtime" if self.name else "the target runtime"
+
+
+# --------------------------------------------------------------------------- serialisation
+
+
+def validate_manifest(data) -> list[Finding]:
+    """Check the wire form of a manifest (RUNTIME_API §2) as a runtime sends it.
+
+    Unknown top-level fields are ignored: runtimes of other teams may report more than this
+    console knows, and ``runtime`` is free text.
+    """
+    if not isinstance(data, dict):
+        return [_err("", "invalid_type", f"A manifest must be a JSON object, not {_kind(data)}.")]
+    findings: list[Finding] = []
+    if "runtime" in data and not isinstance(data["runtime"], str):
+        findings.append(
+            _err("runtime", "invalid_type", f"runtime must be text, not {_show(data['runtime'])}.")
+        )
+    for field in ("providers", "tools", "handlers"):
+        findings += _name_list(data, field, field, required=True)[0]
+    findings += _manifest_sections(data)
+    findings += _name_list(data, "switches", "switches", required=True)[0]
+    return findings
+
+
+def _manifest_sections(data: Mapping) -> list[Finding]:
+    if "sections" not in data:
+        return [_err("sections", "required", "sections is required: list the context sections.")]
+    sections = data["sections"]
+    if not isinstance(sections, list):
+        return [
+            _err("sections", "invalid_type", f"sections must be a list, not {_kind(sections)}.")
+        ]
+    findings: list[Finding] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(sections):
+        here = f"sections[{i}]"
+        if not isinstance(entry, dict):
+            findings.append(
+                _err(
+                    here,
+                    "invalid_type",
+                    f"{here} must be an object with key, block and sensitive, not {_kind(entry)}.",
+                )
+            )
+            continue
+        key = entry.get("key")
+        problems = _check_string_item(key, f"{here}.key", "a section key")
+        findings += problems
+        if not problems:
+            if key in seen:
+                findings.append(
+                    _err(f"{here}.key", "duplicate", f"Section {key} is listed twice; remove one.")
+                )
+            seen.add(key)
+        block = entry.get("block")
+        if block not in BLOCKS:
+            findings.append(
+                _err(
+                    f"{here}.block",
+                    "invalid_choice",
+                    f"{here}.block must be user_context or query_context, not {_show(block)}.",
+                )
+            )
+        if "sensitive" in entry and not isinstance(entry["sensitive"], bool):
+            findings.append(
+                _err(
+                    f"{here}.sensitive",
+                    "invalid_type",
+                    f"{here}.sensitive must be true or false, not {_show(entry['sensitive'])}.",
+                )
+            )
+    return findings

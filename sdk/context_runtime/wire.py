@@ -1,0 +1,112 @@
+"""The wire vocabulary of the runtime contract (docs/runtime-contract.md §3): statuses,
+decisions, and the msgspec structs of a trace batch.
+
+The console validates every incoming trace with these structs, and the SDK's reporter builds
+its traces with them, so both sides agree on every field and limit by construction.
+Unknown fields are ignored when decoding (a newer runtime may send more).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal, get_args
+
+import msgspec
+
+MAX_TRACES_PER_BATCH = 1_000
+# 16 MiB: a full batch of 1,000 traces × 50 candidates is ~7.5 MiB.
+MAX_BATCH_BYTES = 16 * 1024 * 1024
+MAX_CANDIDATES_PER_TRACE = 500
+MAX_REASON_CHARS = 200
+
+StatusName = Literal[
+    "ready", "missing_required_data", "budget_exceeded", "source_conflict", "degraded"
+]
+DecisionName = Literal[
+    "selected",
+    "not_fetched",
+    "no_access",
+    "not_applicable",
+    "over_budget",
+    "dependency_missing",
+    "irrelevant",
+    "conflict",
+]
+STATUSES: tuple[str, ...] = get_args(StatusName)
+DECISIONS: tuple[str, ...] = get_args(DecisionName)
+
+Key = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+Label = Annotated[str, msgspec.Meta(max_length=200)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+
+
+class Task(msgspec.Struct):
+    id: Label = ""
+    revision: Annotated[int, msgspec.Meta(ge=0)] | None = None
+
+
+class ModelInfo(msgspec.Struct):
+    name: Label = ""
+    adapter: Label = ""
+    context_window: Count | None = None
+
+
+class Budget(msgspec.Struct):
+    max_input_tokens: Count | None = None
+    reserve_output_tokens: Count | None = None
+
+
+class Estimate(msgspec.Struct):
+    value: Annotated[float, msgspec.Meta(ge=0)]
+    unit: Annotated[str, msgspec.Meta(max_length=30)] = "token"
+    estimator: Annotated[str, msgspec.Meta(max_length=100)] = ""
+
+
+class SourceRef(msgspec.Struct):
+    id: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
+    version: Label = ""
+
+
+class Candidate(msgspec.Struct):
+    id: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
+    source: Key
+    decision: DecisionName
+    version: Annotated[str, msgspec.Meta(max_length=100)] = ""
+    size: Count | None = None
+    required: bool = False
+    bundle: Annotated[str, msgspec.Meta(max_length=100)] | None = None
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON_CHARS)] = ""
+
+
+class ShadowResult(msgspec.Struct):
+    version: Count
+    status: StatusName | None = None
+    selected: list[Annotated[str, msgspec.Meta(max_length=300)]] = []
+
+
+class Trace(msgspec.Struct):
+    """One trace as the runtime sends it. Unknown fields are ignored (newer runtimes)."""
+
+    request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    agent: Key
+    occurred_at: datetime
+    status: StatusName
+    environment: Key | None = None  # optional; when sent it must be the token's environment
+    documents: dict[Key, Count] = {}
+    strategy: Annotated[str, msgspec.Meta(max_length=100)] = ""
+    config_fallback: bool = False
+    task: Task | None = None
+    principal: Label = ""
+    model: ModelInfo | None = None
+    degradation: Annotated[str, msgspec.Meta(max_length=100)] | None = None
+    budget: Budget | None = None
+    input_estimate: Estimate | None = None
+    sources: list[SourceRef] = []
+    candidates: Annotated[list[Candidate], msgspec.Meta(max_length=MAX_CANDIDATES_PER_TRACE)] = []
+    shadow: ShadowResult | None = None
+    # Kept as the runtime's bytes (JSON null when absent) and encrypted as they are.
+    snapshot: msgspec.Raw = msgspec.Raw(b"null")
+
+
+class Batch(msgspec.Struct):
+    traces: list[msgspec.Raw]

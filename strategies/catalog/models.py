@@ -1,0 +1,60 @@
+"""Agents, environments and the manifests their runtimes report."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class Agent(models.Model):
+    key = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["key"]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Environment(models.Model):
+    key = models.SlugField(max_length=100, unique=True)
+    name = models.CharField(max_length=200)
+    position = models.PositiveSmallIntegerField(help_text="Promotion order: lower first.")
+    protected = models.BooleanField(
+        default=False, help_text="Publishing needs a second person's approval."
+    )
+    trace_retention_days = models.PositiveIntegerField(default=30)
+    snapshot_retention_days = models.PositiveIntegerField(default=7)
+
+    class Meta:
+        ordering = ["position", "key"]
+
+    def __str__(self) -> str:
+        return self.key
+
+
+class Manifest(models.Model):
+    """What the runtime in one environment implements (reported by the runtime)."""
+
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="manifests")
+    version = models.PositiveIntegerField()
+    runtime = models.CharField(
+        max_length=200, blank=True, help_text="Runtime build, e.g. bank-assistant 2026.11.3"
+    )
+    body = models.JSONField(help_text="Wire form: providers, tools, handlers, sections, switches.")
+    content_hash = models.CharField(max_length=64)
+    reported_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["environment", "-version"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["environment", "version"], name="manifest_unique_version"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.environment.key} manifest v{self.version}"

@@ -1,0 +1,153 @@
+"""Reads about what exists: environments, agents, and what each environment's runtime
+implements.
+
+The one place that turns a stored manifest into the validator's object, that says "no
+manifest yet", that decides which sections count as sensitive, and that validates a body
+against an environment — the editor, freeze, publish, the runtime's manifest report and the
+health warnings all ask here, so they give the same answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from context_runtime import documents
+from context_runtime.findings import Finding
+from context_runtime.manifest import Manifest as RuntimeManifest
+
+from console.errors import NotFound
+from strategies.catalog.models import Agent, Environment, Manifest
+
+
+def environment_list() -> list[Environment]:
+    """Every environment in promotion order (sg-test, bank-uat, prod)."""
+    return list(Environment.objects.order_by("position", "key"))
+
+
+def environment_get(*, key) -> Environment:
+    """The environment with this key; an unknown one is 404 wherever it is named."""
+    environment = Environment.objects.filter(key=key).first() if isinstance(key, str) else None
+    if environment is None:
+        raise NotFound(
+            f"There is no environment {key}.",
+            details=[Finding("environment", "not_found", f"Unknown environment {key}.").as_dict()],
+        )
+    return environment
+
+
+def agent_keys() -> frozenset[str]:
+    """Every agent key (what `temporalAnchor.agentWhitelist` may name)."""
+    return frozenset(Agent.objects.values_list("key", flat=True))
+
+
+# --- manifests ---------------------------------------------------------------------------------
+def manifest_latest(*, environment: Environment) -> Manifest | None:
+    return environment.manifests.order_by("-version").first()
+
+
+def latest_manifests() -> dict[int, Manifest]:
+    """{environment id: its latest Manifest row}, in one query."""
+    rows = Manifest.objects.order_by("environment_id", "-version").distinct("environment_id")
+    return {row.environment_id: row for row in rows}
+
+
+def runtime_manifest(*, environment: Environment, row: Manifest | None = None):
+    """The environment's latest manifest as the validator's object (None: none reported).
+    Pass `row` when it is already at hand."""
+    row = row or manifest_latest(environment=environment)
+    if row is None:
+        return None
+    return RuntimeManifest.from_dict(row.body, name=environment.key)
+
+
+def no_manifest_finding(environment: Environment) -> Finding:
+    return Finding(
+        "",
+        "no_manifest",
+        f"The {environment.key} runtime has not reported what it implements yet, so nothing "
+        "can be checked against it. Connect the runtime first (PUT /api/v1/runtime/manifest).",
+    )
+
+
+# --- sensitivity -------------------------------------------------------------------------------
+def sensitive_section_keys() -> frozenset[str]:
+    """Sections any environment's runtime declares sensitive. With the sections known to be
+    sensitive (context_runtime.documents.is_sensitive) they make the one rule: a runtime can
+    add a sensitive section, never declassify one for everybody."""
+    keys = set()
+    for row in latest_manifests().values():
+        for entry in row.body.get("sections") or []:
+            if isinstance(entry, dict) and entry.get("sensitive") and "key" in entry:
+                keys.add(entry["key"])
+    return frozenset(keys)
+
+
+def sensitive_sections_on(body) -> list[str]:
+    """Keys of sensitive sections a profile body switches on, in document order."""
+    return documents.sensitive_sections_enabled(body, sensitive=sensitive_section_keys())
+
+
+def sensitive_paths_added(body, *, baseline: list) -> list[str]:
+    """Paths (`sections.<block>.<key>`) of the sensitive sections `body` switches on that
+    none of the `baseline` bodies had on: what needs the permission to enable sensitive
+    sections. Saving a draft compares with its parent and the saved draft; publishing with
+    what is live in the target environment."""
+    sensitive = sensitive_section_keys()
+    already = set()
+    for earlier in baseline:
+        already.update(documents.sensitive_sections_enabled(earlier, sensitive=sensitive))
+    added = [k for k in documents.sensitive_sections_enabled(body, sensitive=sensitive)]
+    added = [k for k in added if k not in already]
+    sections = body.get("sections") if isinstance(body, dict) else None
+    paths = []
+    for block, entries in sections.items() if isinstance(sections, dict) else ():
+        for key in entries if isinstance(entries, dict) else ():
+            if key in added and f"sections.{block}.{key}" not in paths:
+                paths.append(f"sections.{block}.{key}")
+    return paths
+
+
+# --- validation against an environment ---------------------------------------------------------
+@dataclass(frozen=True)
+class ValidationContext:
+    """What validating against an environment needs, read once for many bodies."""
+
+    environment: Environment | None
+    manifest_row: Manifest | None
+    manifest: RuntimeManifest | None
+    agent_keys: frozenset[str]
+    sensitive: frozenset[str]
+
+
+def validation_context(*, environment: Environment | None = None) -> ValidationContext:
+    row = manifest_latest(environment=environment) if environment else None
+    return ValidationContext(
+        environment=environment,
+        manifest_row=row,
+        manifest=runtime_manifest(environment=environment, row=row) if row else None,
+        agent_keys=agent_keys(),
+        sensitive=sensitive_section_keys(),
+    )
+
+
+def body_findings(
+    *,
+    kind: str,
+    body,
+    environment: Environment | None = None,
+    context: ValidationContext | None = None,
+) -> list[Finding]:
+    """Every finding for a body: structure always; with an environment, also against what its
+    runtime implements now (or that it has not reported yet). Pass a `context` from
+    `validation_context` to validate many bodies against one environment."""
+    context = context or validation_context(environment=environment)
+    findings = documents.validate_document(
+        kind,
+        body,
+        context.manifest,
+        agent_keys=context.agent_keys,
+        sensitive=context.sensitive,
+    )
+    if context.environment is not None and context.manifest_row is None:
+        findings.insert(0, no_manifest_finding(context.environment))
+    return findings

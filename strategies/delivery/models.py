@@ -1,0 +1,116 @@
+"""What releases deliver to runtimes: the rendered config payload each one fetches, and the
+webhooks (with their delivery log) that tell them a release changed."""
+
+from __future__ import annotations
+
+import json
+import uuid
+
+from django.db import models
+
+WEBHOOK_EVENT = "release.changed"
+
+
+class ConfigPayload(models.Model):
+    """The rendered config of one agent in one environment (the durable copy of the cache)."""
+
+    agent = models.ForeignKey("strategies.Agent", on_delete=models.CASCADE, related_name="+")
+    environment = models.ForeignKey(
+        "strategies.Environment", on_delete=models.CASCADE, related_name="+"
+    )
+    revision_sum = models.PositiveIntegerField(default=0)
+    etag = models.CharField(max_length=40, blank=True)
+    body = models.BinaryField(default=b"")
+    rendered_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        app_label = "strategies"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["agent", "environment"], name="config_payload_unique_target"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"config {self.agent_id}@{self.environment_id} {self.etag}"
+
+
+class Webhook(models.Model):
+    """A runtime's URL that hears about release changes in one environment."""
+
+    environment = models.ForeignKey(
+        "strategies.Environment", on_delete=models.PROTECT, related_name="+"
+    )
+    url = models.URLField(max_length=500)
+    description = models.CharField(max_length=200, blank=True)
+    # Kept to sign deliveries (HMAC needs it); shown once at creation, never again.
+    secret = models.CharField(max_length=100)
+    created_by = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    deleted_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = "strategies"
+        ordering = ["environment__position", "url"]
+
+    def __str__(self) -> str:
+        return f"{self.environment.key} → {self.url}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.deleted_at is None
+
+
+class WebhookDelivery(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        DELIVERED = "delivered", "Delivered"
+        FAILED = "failed", "Failed"
+
+    webhook = models.ForeignKey(Webhook, on_delete=models.PROTECT, related_name="deliveries")
+    delivery_id = models.UUIDField(default=uuid.uuid4, unique=True)
+    event = models.CharField(max_length=50, default=WEBHOOK_EVENT)
+    body = models.BinaryField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    tries = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        app_label = "strategies"
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"delivery {self.delivery_id} ({self.status})"
+
+    @property
+    def body_text(self) -> str:
+        return bytes(self.body).decode()
+
+    @property
+    def summary(self) -> str:
+        """The change it announces, e.g. "after_sales_consultation v2 → v3 (publish)"."""
+
+        event = json.loads(self.body_text)
+        start = f"v{event['from_version']} → " if event.get("from_version") else ""
+        return f"{event['agent']} / {event['document']} {start}v{event['to_version']} ({event['action']})"
+
+
+class WebhookAttempt(models.Model):
+    delivery = models.ForeignKey(WebhookDelivery, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveSmallIntegerField()
+    started_at = models.DateTimeField()
+    duration_ms = models.PositiveIntegerField(default=0)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    ok = models.BooleanField(default=False)
+
+    class Meta:
+        app_label = "strategies"
+        ordering = ["delivery", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["delivery", "number"], name="webhook_attempt_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.delivery_id} try {self.number}"

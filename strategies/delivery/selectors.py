@@ -1,0 +1,28 @@
+"""Reads of webhooks and their delivery log."""
+
+from __future__ import annotations
+
+from django.core.paginator import Paginator
+from django.db.models import Count, Prefetch, Q
+
+from strategies.delivery.models import Webhook, WebhookAttempt
+
+
+def webhooks_list():
+    return list(
+        Webhook.objects.select_related("environment")
+        .annotate(
+            failed=Count("deliveries", filter=Q(deliveries__status="failed")),
+            delivered=Count("deliveries", filter=Q(deliveries__status="delivered")),
+        )
+        .order_by("deleted_at", "environment__position", "url")
+    )
+
+
+def deliveries_page(*, webhook, status: str = "", page=1):
+    deliveries = webhook.deliveries.prefetch_related(
+        Prefetch("attempts", queryset=WebhookAttempt.objects.order_by("number"))
+    )
+    if status:
+        deliveries = deliveries.filter(status=status)
+    return Paginator(deliveries.order_by("-created_at", "-id"), 25).get_page(page)

@@ -1,0 +1,80 @@
+"""Webhook pages (/releases/webhooks/): register, the delivery log, remove."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods, require_POST
+
+from console.errors import ApplicationError, NotFound
+from console.policy import Capability, requires
+from strategies.catalog.selectors import environment_get, environment_list
+from strategies.delivery import selectors, webhooks
+from strategies.delivery.models import Webhook
+
+
+@requires(Capability.MANAGE_TOKENS, agent_kwarg=None)
+@never_cache
+@require_http_methods(["GET", "POST"])
+def webhook_list(request):
+    created, error = None, None
+    if request.method == "POST":
+        try:
+            created = webhooks.webhook_create(
+                environment=environment_get(key=request.POST.get("environment", "")),
+                url=request.POST.get("url", "").strip(),
+                description=request.POST.get("description", "").strip(),
+                actor=request.user,
+            )
+        except ApplicationError as exc:
+            error = exc
+    return TemplateResponse(
+        request,
+        "releases/webhooks.html",
+        {
+            "webhooks": selectors.webhooks_list(),
+            "created": created,
+            "error": error,
+            "environments": environment_list(),
+        },
+        status=error.status if error else 200,
+    )
+
+
+def _webhook(pk):
+    hook = Webhook.objects.select_related("environment").filter(pk=pk).first()
+    if hook is None:
+        raise NotFound("No such webhook.")
+    return hook
+
+
+@requires(Capability.MANAGE_TOKENS, agent_kwarg=None)
+@require_http_methods(["GET"])
+def webhook_detail(request, pk):
+    hook = _webhook(pk)
+    status = request.GET.get("status", "")
+    query = request.GET.copy()
+    query.pop("page", None)
+    return TemplateResponse(
+        request,
+        "releases/webhook_detail.html",
+        {
+            "webhook": hook,
+            "page_obj": selectors.deliveries_page(
+                webhook=hook, status=status, page=request.GET.get("page", 1)
+            ),
+            "status": status,
+            "querystring": query.urlencode(),
+        },
+    )
+
+
+@requires(Capability.MANAGE_TOKENS, agent_kwarg=None)
+@require_POST
+def webhook_delete(request, pk):
+    hook = _webhook(pk)
+    webhooks.webhook_delete(webhook=hook, actor=request.user)
+    messages.success(request, f"Removed the webhook {hook.url}; its delivery log stays.")
+    return redirect("webhook-list")

@@ -1,0 +1,135 @@
+"""API shapes for agents, documents and versions. Requests are strict: unknown fields are
+refused so a typo never silently does nothing."""
+
+from __future__ import annotations
+
+from context_runtime import vocabulary
+from rest_framework import serializers
+
+from console.api_schema import ErrorDetailSerializer, ErrorSerializer  # noqa: F401 - re-exported
+
+
+class StrictSerializer(serializers.Serializer):
+    """Refuses fields it does not declare (`{"revison": 3}` is an error, not ignored)."""
+
+    def validate(self, attrs):
+        if isinstance(self.initial_data, dict):
+            unknown = sorted(set(self.initial_data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: ["Unknown field."] for name in unknown}, code="unknown_field"
+                )
+        return attrs
+
+
+# --------------------------------------------------------------------------- requests
+
+
+class DraftCreateRequest(StrictSerializer):
+    body = serializers.JSONField(help_text="The document body (RUNTIME_API §5).")
+    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+
+
+class DraftUpdateRequest(StrictSerializer):
+    body = serializers.JSONField()
+    revision = serializers.IntegerField(
+        min_value=1, help_text="The draft revision you loaded; a stale one gets 409."
+    )
+    note = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+
+
+class FreezeRequest(StrictSerializer):
+    revision = serializers.IntegerField(
+        min_value=1, required=False, help_text="Refuse (409) if the draft changed since."
+    )
+    note = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+
+
+class ValidateRequest(StrictSerializer):
+    kind = serializers.ChoiceField(choices=vocabulary.KINDS)
+    body = serializers.JSONField()
+    environment = serializers.CharField(
+        required=False, help_text="Also check against this environment's latest manifest."
+    )
+
+
+# --------------------------------------------------------------------------- responses
+
+
+class VersionSummarySerializer(serializers.Serializer):
+    number = serializers.IntegerField()
+    state = serializers.CharField()
+    revision = serializers.IntegerField()
+    content_hash = serializers.CharField()
+    author = serializers.CharField(source="author_label")
+    note = serializers.CharField()
+    parent = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+    frozen_at = serializers.DateTimeField(allow_null=True)
+    live_in = serializers.SerializerMethodField()
+
+    def get_parent(self, obj) -> int | None:
+        return obj.parent.number if obj.parent_id else None
+
+    def get_live_in(self, obj) -> list[str]:
+        return list(getattr(obj, "live_in", []))
+
+
+class VersionSerializer(VersionSummarySerializer):
+    body = serializers.JSONField()
+
+
+class DocumentSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    kind = serializers.CharField()
+    name = serializers.CharField()
+    latest_version = serializers.SerializerMethodField()
+    draft = serializers.SerializerMethodField()
+    live = serializers.SerializerMethodField()
+
+    def get_latest_version(self, obj) -> int | None:
+        return obj.latest.number if obj.latest else None
+
+    def get_draft(self, obj) -> dict | None:
+        if obj.draft is None:
+            return None
+        return {"number": obj.draft.number, "revision": obj.draft.revision}
+
+    def get_live(self, obj) -> dict[str, int]:
+        return {env: version.number for env, version in obj.live.items()}
+
+
+class AgentSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    documents = serializers.SerializerMethodField()
+
+    def get_documents(self, obj) -> list[dict]:
+        return [{"key": d.key, "kind": d.kind} for d in obj.documents.all()]
+
+
+class ChangeSerializer(serializers.Serializer):
+    path = serializers.CharField()
+    kind = serializers.ChoiceField(choices=["added", "removed", "changed"])
+    before = serializers.JSONField(allow_null=True)
+    after = serializers.JSONField(allow_null=True)
+    summary = serializers.CharField()
+
+
+class DiffSerializer(serializers.Serializer):
+    a = serializers.IntegerField()
+    b = serializers.IntegerField()
+    changes = ChangeSerializer(many=True)
+
+
+class ValidationReportSerializer(serializers.Serializer):
+    valid = serializers.BooleanField(help_text="No errors, and none against the manifest.")
+    errors = ErrorDetailSerializer(many=True)
+    flags = ErrorDetailSerializer(
+        many=True, help_text="Need a capability, e.g. sensitive sections."
+    )
+    manifest_errors = ErrorDetailSerializer(many=True)
+    environment = serializers.CharField(allow_null=True)
+    manifest_version = serializers.IntegerField(allow_null=True)

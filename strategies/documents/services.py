@@ -1,0 +1,318 @@
+"""Writes for agents, documents and versions. Each function is one transaction that also
+writes its audit row; views, API views and commands call these and never write models.
+
+Lifecycle: a document has at most one draft (database constraint). A draft is edited with
+optimistic concurrency on `revision`; `version_freeze` makes it immutable (database trigger).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from context_runtime import canonical, vocabulary
+from django.db import IntegrityError, transaction
+from django.db.models import F, Max
+from django.utils import timezone
+
+from console.audit import audit_record
+from console.errors import Conflict, ValidationFailed
+from console.limits import too_large
+from console.policy import check_user_can_enable_sensitive
+from strategies.catalog.models import Agent
+from strategies.catalog.selectors import sensitive_paths_added
+from strategies.documents.models import Document, Version
+from strategies.documents.selectors import (
+    EXPORT_FIELDS,
+    EXPORT_FORMAT,
+    document_validate,
+)
+
+# A strategy key is a task id the runtime uses: lowercase snake case.
+DOCUMENT_KEY = re.compile(r"[a-z][a-z0-9_]{0,99}")
+# The wire fields of a manifest (RUNTIME_API §2) that validation uses; `runtime` is stored apart.
+
+
+def _version_state(version: Version) -> dict:
+    return {
+        "number": version.number,
+        "state": version.state,
+        "revision": version.revision,
+        "content_hash": version.content_hash,
+        "note": version.note,
+        "body": version.body,
+    }
+
+
+def _check_body(kind: str, body) -> None:
+    """The one validator, as the editor and the API show it; 413 for a body over the limit."""
+    errors = document_validate(kind=kind, body=body).errors
+    if any(e["code"] == "too_large" for e in errors):
+        raise too_large("The document", vocabulary.MAX_BODY_BYTES)
+    if errors:
+        raise ValidationFailed("The document has errors.", details=errors)
+
+
+def _is_person(actor) -> bool:
+    return bool(getattr(actor, "is_authenticated", False))
+
+
+def _check_sensitive(*, document: Document, body, before_bodies: list, actor) -> None:
+    """Switching a sensitive section on needs ENABLE_SENSITIVE. Sections already on in the
+    parent version or in the saved draft stay allowed, so others can keep editing."""
+    if document.kind != vocabulary.PROFILE or not _is_person(actor):
+        return  # commands and the demo loader run with the operator's shell access
+    paths = sensitive_paths_added(body, baseline=before_bodies)
+    check_user_can_enable_sensitive(actor, document.agent, paths)
+
+
+@transaction.atomic
+def draft_create(
+    *,
+    document: Document,
+    body: dict,
+    actor,
+    note: str = "",
+    parent: Version | None = None,
+    author_label: str = "",
+) -> Version:
+    """Open the document's draft. Refused with 409 when one is already open."""
+    _check_body(document.kind, body)
+    if parent is None:
+        parent = document.versions.filter(state=Version.State.FROZEN).order_by("-number").first()
+    _check_sensitive(
+        document=document, body=body, before_bodies=[parent.body] if parent else [], actor=actor
+    )
+    next_number = (document.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+    try:
+        with transaction.atomic():
+            draft = Version.objects.create(
+                document=document,
+                number=next_number,
+                state=Version.State.DRAFT,
+                body=body,
+                content_hash=canonical.content_hash(body),
+                parent=parent,
+                author=actor if getattr(actor, "is_authenticated", False) else None,
+                author_label=author_label or getattr(actor, "username", "") or "system",
+                note=note,
+            )
+    except IntegrityError as exc:
+        current = document.versions.filter(state=Version.State.DRAFT).first()
+        raise Conflict(
+            f"{document} already has an open draft (v{current.number if current else '?'}).",
+            code="draft_exists",
+            extra={"current": _version_state(current) if current else None},
+        ) from exc
+    audit_record(
+        actor=actor,
+        action="draft.create",
+        target=draft,
+        agent=document.agent,
+        after=_version_state(draft),
+    )
+    return draft
+
+
+@transaction.atomic
+def draft_update(
+    *, draft: Version, body: dict, revision: int, actor, note: str | None = None
+) -> Version:
+    """Save a draft if nobody saved it since `revision` was read; else 409 with the current draft."""
+    document = draft.document
+    _check_body(document.kind, body)
+    before = Version.objects.filter(pk=draft.pk).values("body", "note", "revision").first()
+    earlier = [before["body"]] if before else []
+    if draft.parent_id:
+        earlier.append(Version.objects.get(pk=draft.parent_id).body)
+    _check_sensitive(document=document, body=body, before_bodies=earlier, actor=actor)
+    changes = {
+        "body": body,
+        "content_hash": canonical.content_hash(body),
+        "revision": F("revision") + 1,
+        "updated_at": timezone.now(),
+    }
+    if note is not None:
+        changes["note"] = note
+    updated = Version.objects.filter(
+        pk=draft.pk, state=Version.State.DRAFT, revision=revision
+    ).update(**changes)
+    if updated != 1:
+        current = Version.objects.filter(pk=draft.pk).first()
+        raise Conflict(
+            "This draft was changed by someone else since you loaded it. Reload to see their version.",
+            code="stale_revision",
+            extra={"current": _version_state(current) if current else None},
+        )
+    draft.refresh_from_db()
+    audit_record(
+        actor=actor,
+        action="draft.update",
+        target=draft,
+        agent=document.agent,
+        before=before,
+        after={"body": draft.body, "note": draft.note, "revision": draft.revision},
+    )
+    return draft
+
+
+@transaction.atomic
+def version_freeze(
+    *, draft: Version, actor, revision: int | None = None, note: str | None = None
+) -> Version:
+    """Make a draft an immutable version. With `revision`, refuses a stale freeze (409)."""
+    _check_body(draft.document.kind, draft.body)
+    filters = {"pk": draft.pk, "state": Version.State.DRAFT}
+    if revision is not None:
+        filters["revision"] = revision
+    changes = {"state": Version.State.FROZEN, "frozen_at": timezone.now()}
+    if note is not None:
+        changes["note"] = note
+    if Version.objects.filter(**filters).update(**changes) != 1:
+        current = Version.objects.filter(pk=draft.pk).first()
+        raise Conflict(
+            "The draft changed or was already frozen; reload before freezing.",
+            code="stale_revision",
+            extra={"current": _version_state(current) if current else None},
+        )
+    draft.refresh_from_db()
+    audit_record(
+        actor=actor,
+        action="version.freeze",
+        target=draft,
+        agent=draft.document.agent,
+        after=_version_state(draft),
+    )
+    return draft
+
+
+@transaction.atomic
+def draft_discard(*, draft: Version, actor) -> None:
+    state = _version_state(draft)
+    if Version.objects.filter(pk=draft.pk, state=Version.State.DRAFT).delete()[0] != 1:
+        raise Conflict("Only an open draft can be discarded.", code="not_a_draft")
+    audit_record(
+        actor=actor,
+        action="draft.discard",
+        target=("strategies.version", draft.pk, str(draft)),
+        agent=draft.document.agent,
+        before=state,
+    )
+
+
+@transaction.atomic
+def document_create(
+    *, agent: Agent, key: str, kind: str = Document.Kind.STRATEGY, name: str = "", actor
+) -> Document:
+    """Add a strategy (or the profile) to an agent. Its first draft is opened separately."""
+    key = (key or "").strip()
+    if kind == Document.Kind.PROFILE:
+        key = Document.PROFILE_KEY
+    if kind not in Document.Kind.values:
+        raise ValidationFailed(
+            "Unknown document kind.",
+            details=[
+                {"path": "kind", "code": "invalid_choice", "message": "Use strategy or profile."}
+            ],
+        )
+    if not DOCUMENT_KEY.fullmatch(key) or (
+        kind == Document.Kind.STRATEGY and key == Document.PROFILE_KEY
+    ):
+        raise ValidationFailed(
+            "That key cannot name a strategy.",
+            details=[
+                {
+                    "path": "key",
+                    "code": "invalid",
+                    "message": "Use lowercase letters, digits and underscores, e.g. "
+                    "after_sales_consultation ('profile' is reserved).",
+                }
+            ],
+        )
+    if Document.objects.filter(agent=agent, key=key).exists():
+        raise Conflict(f"{agent.key} already has a document named {key}.", code="document_exists")
+    document = Document.objects.create(agent=agent, kind=kind, key=key, name=name or key)
+    audit_record(
+        actor=actor,
+        action="document.create",
+        target=document,
+        agent=agent,
+        after={"key": key, "kind": kind, "name": document.name},
+    )
+    return document
+
+
+def _file_error(name: str, path: str, message: str, code: str = "invalid") -> ValidationFailed:
+    return ValidationFailed(
+        f"{name}: {message}",
+        details=[{"path": f"{name}:{path}" if path else name, "code": code, "message": message}],
+    )
+
+
+def _read_document_file(name: str, text: str) -> dict:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise _file_error(name, "", f"not valid JSON ({exc.msg}, line {exc.lineno}).") from exc
+    if not isinstance(data, dict):
+        raise _file_error(name, "", "expected a JSON object written by export_agent.")
+    unknown = sorted(set(data) - set(EXPORT_FIELDS))
+    if unknown:
+        raise _file_error(name, unknown[0], f"unknown field {unknown[0]}.", "unknown_field")
+    if data.get("format") != EXPORT_FORMAT:
+        raise _file_error(name, "format", f"format must be {EXPORT_FORMAT}.")
+    if data.get("kind") not in Document.Kind.values:
+        raise _file_error(name, "kind", "kind must be strategy or profile.")
+    draft = data.get("draft")
+    if draft is not None and (not isinstance(draft, dict) or "body" not in draft):
+        raise _file_error(name, "draft", "draft must be an object with a body.")
+    return data
+
+
+@transaction.atomic
+def agent_import(*, agent: Agent, files: dict[str, str], actor) -> list[tuple[str, str]]:
+    """Apply exported files to `agent`: a document whose content differs from its open draft
+    (or latest version) gets a draft with the file's content, through the same validation as
+    any edit. Unchanged documents create nothing. One transaction: all files or none."""
+    results = []
+    for name, text in sorted(files.items()):
+        data = _read_document_file(name, text)
+        wanted = data["draft"]["body"] if data.get("draft") else data["body"]
+        note = (data.get("draft") or {}).get("note") or f"Imported from {name}"
+        document = Document.objects.filter(agent=agent, key=data.get("document")).first()
+        if document is None:
+            document = document_create(
+                agent=agent,
+                key=str(data.get("document") or ""),
+                kind=data["kind"],
+                name=data.get("name") or "",
+                actor=actor,
+            )
+        elif document.kind != data["kind"]:
+            raise _file_error(name, "kind", f"{document.key} is a {document.kind} here.")
+        if wanted is None:  # exported before it had any version: only the document
+            results.append((name, "no content"))
+            continue
+        draft = document.versions.filter(state=Version.State.DRAFT).first()
+        current = draft or (
+            document.versions.filter(state=Version.State.FROZEN).order_by("-number").first()
+        )
+        if current is not None and current.content_hash == canonical.content_hash(wanted):
+            results.append((name, "unchanged"))
+            continue
+        try:
+            if draft is not None:
+                draft_update(
+                    draft=draft, body=wanted, revision=draft.revision, note=note, actor=actor
+                )
+                results.append((name, f"draft v{draft.number} updated"))
+            else:
+                created = draft_create(
+                    document=document, body=wanted, note=note, actor=actor, author_label="import"
+                )
+                results.append((name, f"draft v{created.number} opened"))
+        except ValidationFailed as exc:
+            exc.message = f"{name}: {exc.message}"
+            exc.details = [{**d, "path": f"{name}:{d['path']}"} for d in exc.details]
+            raise
+    return results

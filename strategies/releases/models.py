@@ -1,0 +1,115 @@
+"""Releases (environment E serves version V of document D), their history and approval
+requests."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from strategies.catalog.models import Environment
+from strategies.documents.models import Document, Version
+
+
+class Release(models.Model):
+    """Environment E serves version V of document D. `revision` grows with every change and
+    is the condition of every update (publish, approve, rollback): one writer wins."""
+
+    document = models.ForeignKey(Document, on_delete=models.PROTECT, related_name="releases")
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="releases")
+    version = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="releases")
+    revision = models.PositiveIntegerField(default=1)
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["document", "environment__position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["document", "environment"], name="release_unique_target"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.document} @ {self.environment.key} = v{self.version.number} (r{self.revision})"
+        )
+
+
+class ReleaseEvent(models.Model):
+    """Append-only history of a release: every publish, approval applied and rollback."""
+
+    class Action(models.TextChoices):
+        PUBLISH = "publish", "Publish"
+        APPROVE = "approve", "Approved publish"
+        ROLLBACK = "rollback", "Rollback"
+
+    release = models.ForeignKey(Release, on_delete=models.PROTECT, related_name="events")
+    revision = models.PositiveIntegerField(help_text="The release revision this event produced.")
+    action = models.CharField(max_length=20, choices=Action.choices)
+    from_version = models.ForeignKey(
+        Version, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    to_version = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="+")
+    actor = models.CharField(max_length=200)
+    approved_by = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    occurred_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-occurred_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["release", "revision"], name="release_event_unique_revision"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.release}: {self.action} r{self.revision}"
+
+
+class ApprovalRequest(models.Model):
+    """A publish to a protected environment waiting for a second person. Bound to the
+    version's content hash: any change to what would go live voids it."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        VOID = "void", "Void"
+
+    document = models.ForeignKey(
+        Document, on_delete=models.PROTECT, related_name="approval_requests"
+    )
+    environment = models.ForeignKey(
+        Environment, on_delete=models.PROTECT, related_name="approval_requests"
+    )
+    version = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="approval_requests")
+    content_hash = models.CharField(max_length=64)
+    base_revision = models.PositiveIntegerField(
+        default=0, help_text="Release revision when requested (0: none)."
+    )
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    reason = models.TextField(blank=True)
+    requested_at = models.DateTimeField(auto_now_add=True)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-requested_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["document", "environment"],
+                condition=Q(status="pending"),
+                name="approval_one_pending_per_target",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document} v{self.version.number} → {self.environment.key} ({self.status})"

@@ -1,0 +1,268 @@
+"""Reads for releases: the documents × environments grid, previews of what a publish or a
+rollback would change, history, tokens and webhooks. Views call these; they never build
+querysets inline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from context_runtime.diff import diff_bodies
+from context_runtime.findings import Finding, blocking
+from django.core.paginator import Paginator
+
+from console.policy import Capability, user_can
+from strategies.catalog.models import Environment
+from strategies.catalog.selectors import (
+    body_findings,
+    environment_list,
+    manifest_latest,
+    sensitive_sections_on,
+    validation_context,
+)
+from strategies.documents.models import Document, Version
+from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
+
+HISTORY_PAGE_SIZE = 25
+
+
+@dataclass
+class Cell:
+    """One document in one environment: what is live, what waits, what the user may do."""
+
+    environment: Environment
+    release: Release | None
+    pending: ApprovalRequest | None
+    can_publish: bool
+    can_rollback: bool
+    can_approve: bool
+
+    @property
+    def live_number(self) -> int | None:
+        return self.release.version.number if self.release else None
+
+
+@dataclass
+class DocumentRow:
+    document: Document
+    latest: Version | None  # newest version (draft or frozen)
+    cells: list[Cell] = field(default_factory=list)
+
+
+def release_grid(*, user, agent) -> list[DocumentRow]:
+    """Documents (profile first) × environments in promotion order, in four queries."""
+    envs = environment_list()
+    docs = list(Document.objects.filter(agent=agent).order_by("kind", "key"))
+    releases = {
+        (r.document_id, r.environment_id): r
+        for r in Release.objects.filter(document__agent=agent).select_related("version")
+    }
+    pending = {
+        (a.document_id, a.environment_id): a
+        for a in ApprovalRequest.objects.filter(
+            document__agent=agent, status=ApprovalRequest.Status.PENDING
+        ).select_related("version", "requested_by")
+    }
+    latest: dict[int, Version] = {}
+    for version in Version.objects.filter(document__in=docs).order_by("document", "-number"):
+        latest.setdefault(version.document_id, version)
+    may_publish = user_can(user, Capability.PUBLISH, agent)
+    may_request = user_can(user, Capability.REQUEST_PROTECTED_PUBLISH, agent)
+    may_rollback = user_can(user, Capability.ROLLBACK, agent)
+    may_approve = user_can(user, Capability.APPROVE, agent)
+    rows = []
+    for doc in docs:
+        row = DocumentRow(document=doc, latest=latest.get(doc.pk))
+        for env in envs:
+            waiting = pending.get((doc.pk, env.pk))
+            row.cells.append(
+                Cell(
+                    environment=env,
+                    release=releases.get((doc.pk, env.pk)),
+                    pending=waiting,
+                    can_publish=may_request if env.protected else may_publish,
+                    can_rollback=may_rollback and (doc.pk, env.pk) in releases,
+                    can_approve=bool(
+                        may_approve and waiting and waiting.requested_by_id != user.pk
+                    ),
+                )
+            )
+        rows.append(row)
+    return rows
+
+
+def target_findings(*, version: Version, environment: Environment) -> list[Finding]:
+    """Every finding for `version` against what `environment`'s runtime implements now."""
+    return body_findings(kind=version.document.kind, body=version.body, environment=environment)
+
+
+def rollback_targets(release: Release) -> list[Version]:
+    """Versions that were live in this environment before, newest first, except the live one."""
+    ids = ReleaseEvent.objects.filter(release=release).values_list("to_version_id", flat=True)
+    return list(
+        Version.objects.filter(pk__in=ids).exclude(pk=release.version_id).order_by("-number")
+    )
+
+
+def live_release(*, document, environment) -> Release | None:
+    return (
+        Release.objects.select_related("version", "document__agent", "environment")
+        .filter(document=document, environment=environment)
+        .first()
+    )
+
+
+def publishable_versions(*, document) -> list[Version]:
+    return list(document.versions.order_by("-number"))
+
+
+@dataclass
+class ChangePreview:
+    """What a publish or rollback of `version` in `environment` would do."""
+
+    version: Version
+    environment: Environment
+    live: Release | None
+    changes: list
+    findings: list  # every finding against the target manifest
+    blocking: list
+    sensitive: list[str]
+    manifest_version: int | None
+    live_in: list[str]  # environments where this version is live now
+    skipped: list[str]  # earlier environments (promotion order) where it is not live
+
+
+def change_preview(*, version: Version, environment: Environment) -> ChangePreview:
+    live = live_release(document=version.document, environment=environment)
+    findings = target_findings(version=version, environment=environment)
+    live_in = list(
+        Release.objects.filter(version=version)
+        .order_by("environment__position")
+        .values_list("environment__key", flat=True)
+    )
+    manifest_row = manifest_latest(environment=environment)
+    return ChangePreview(
+        version=version,
+        environment=environment,
+        live=live,
+        changes=diff_bodies(
+            version.document.kind, live.version.body if live else None, version.body
+        ),
+        findings=findings,
+        blocking=blocking(findings),
+        sensitive=sensitive_sections_on(version.body)
+        if version.document.kind == Document.Kind.PROFILE
+        else [],
+        manifest_version=manifest_row.version if manifest_row else None,
+        live_in=live_in,
+        skipped=[
+            e.key
+            for e in environment_list()
+            if e.position < environment.position and e.key not in live_in
+        ],
+    )
+
+
+def rollback_choices(*, release: Release) -> list[Version]:
+    return rollback_targets(release)
+
+
+def history_page(*, agent, document_key: str = "", environment_key: str = "", page=1):
+    """Release events of an agent, newest first, filtered from the URL."""
+    events = ReleaseEvent.objects.filter(release__document__agent=agent).select_related(
+        "release__document", "release__environment", "from_version", "to_version"
+    )
+    if document_key:
+        events = events.filter(release__document__key=document_key)
+    if environment_key:
+        events = events.filter(release__environment__key=environment_key)
+    return Paginator(events.order_by("-occurred_at", "-id"), HISTORY_PAGE_SIZE).get_page(page)
+
+
+def pending_approvals(*, agents) -> list[ApprovalRequest]:
+    return list(
+        ApprovalRequest.objects.filter(
+            document__agent__in=agents, status=ApprovalRequest.Status.PENDING
+        )
+        .select_related("document__agent", "environment", "version", "requested_by")
+        .order_by("-requested_at")
+    )
+
+
+def approval_get(*, agent, pk: int) -> ApprovalRequest | None:
+    return (
+        ApprovalRequest.objects.select_related(
+            "document__agent", "environment", "version", "requested_by", "decided_by"
+        )
+        .filter(pk=pk, document__agent=agent)
+        .first()
+    )
+
+
+# --- dashboard ------------------------------------------------------------------------------------
+def dashboard_context(*, user, agents) -> dict:
+    """For each agent card: live versions per document × environment and pending approvals.
+    The template matches `release_cards[i].agent_id` to the card's agent."""
+    envs = environment_list()
+    agent_ids = [a.pk for a in agents]
+    releases = Release.objects.filter(document__agent_id__in=agent_ids).select_related(
+        "document", "version"
+    )
+    live: dict[tuple[int, int], int] = {
+        (r.document_id, r.environment_id): r.version.number for r in releases
+    }
+    pending = pending_approvals(agents=agents)
+    # Health: live releases the environment's runtime no longer supports (its latest manifest).
+
+    warnings = [
+        dict(finding, environment=env.key)
+        for env in envs
+        for finding in live_findings(environment=env, agents=agents)
+    ]
+    docs_by_agent: dict[int, list[Document]] = {}
+    for doc in Document.objects.filter(agent_id__in=agent_ids).order_by("kind", "key"):
+        docs_by_agent.setdefault(doc.agent_id, []).append(doc)
+    cards = []
+    for agent in agents:
+        rows = [
+            {"document": doc, "live": [live.get((doc.pk, env.pk)) for env in envs]}
+            for doc in docs_by_agent.get(agent.pk, [])
+        ]
+        cards.append(
+            {
+                "agent_id": agent.pk,
+                "rows": rows,
+                "pending": [p for p in pending if p.document.agent_id == agent.pk],
+                "warnings": [w for w in warnings if w["agent"] == agent.key],
+            }
+        )
+    return {"release_cards": cards, "release_environments": envs}
+
+
+# --- tokens and webhooks ------------------------------------------------------------------------------
+def live_findings(*, environment: Environment, agents=None) -> list[dict]:
+    """Live releases in `environment` that its latest manifest no longer supports, in the
+    shape of RUNTIME_API §2's `warnings`: [{agent, document, version, errors}]. For the
+    runtime's manifest report and for health warnings."""
+    context = validation_context(environment=environment)
+    if context.manifest is None:
+        return []
+    releases = Release.objects.filter(environment=environment).select_related(
+        "document__agent", "version"
+    )
+    if agents is not None:
+        releases = releases.filter(document__agent__in=agents)
+    warnings = []
+    for release in releases.order_by("document__agent__key", "document__key"):
+        errors = blocking(
+            body_findings(kind=release.document.kind, body=release.version.body, context=context)
+        )
+        if errors:
+            warnings.append(
+                {
+                    "agent": release.document.agent.key,
+                    "document": release.document.key,
+                    "version": release.version.number,
+                    "errors": [e.as_dict() for e in errors],
+                }
+            )
+    return warnings

@@ -1,0 +1,273 @@
+"""Release pages: the documents × environments grid, publish / approve / rollback with a
+preview of what changes, and the history timeline."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+
+from console.errors import ApplicationError, NotFound, ValidationFailed
+from console.policy import Capability, agents_visible_to, requires, user_can
+from strategies.catalog.models import Environment
+from strategies.catalog.selectors import environment_get, environment_list
+from strategies.documents.models import Document
+from strategies.releases import selectors
+from strategies.releases import services as releases
+
+
+# --- lookups from the URL (404 for anything unknown) -------------------------------------------------
+def _document(agent, key: str) -> Document:
+    document = Document.objects.filter(agent=agent, key=key).first()
+    if document is None:
+        raise NotFound(f"{agent.key} has no document '{key}'.")
+    return document
+
+
+def _environment(key: str) -> Environment:
+    return environment_get(key=key)
+
+
+def _int(value, name: str) -> int | None:
+    if value in (None, ""):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError) as exc:
+        raise ValidationFailed(f"{name} must be a whole number.") from exc
+
+
+def _version(document: Document, number) -> object:
+    number = _int(number, "version")
+    version = (
+        document.versions.filter(number=number).first()
+        if number
+        else document.versions.order_by("-number").first()
+    )
+    if version is None:
+        raise NotFound(
+            f"{document.key} has no version {number}."
+            if number
+            else f"{document.key} has no versions yet."
+        )
+    return version
+
+
+def _overview_url(agent) -> str:
+    return f"{reverse('release-overview')}?agent={agent.key}"
+
+
+# --- overview ------------------------------------------------------------------------------------------
+@require_http_methods(["GET"])
+def overview(request):
+    """Per agent: documents × environments (sg-test → bank-uat → prod), live versions,
+    pending approvals and the actions this user may take."""
+    visible = list(agents_visible_to(request.user))
+    chosen = request.GET.get("agent", "")
+    agents = [a for a in visible if a.key == chosen] if chosen else visible
+    grids = [(agent, selectors.release_grid(user=request.user, agent=agent)) for agent in agents]
+    return TemplateResponse(
+        request,
+        "releases/overview.html",
+        {
+            "grids": grids,
+            "visible_agents": visible,
+            "chosen": chosen,
+            "environments": environment_list(),
+            "pending": selectors.pending_approvals(agents=agents),
+            "can_manage_tokens": user_can(request.user, Capability.MANAGE_TOKENS),
+        },
+    )
+
+
+# --- publish ---------------------------------------------------------------------------------------------
+@requires(Capability.VIEW_CONFIG)
+@vary_on_headers("HX-Request")
+@require_http_methods(["GET", "POST"])
+def publish(request, agent, document, environment):
+    """GET: choose a version and see the diff against what is live and the validation
+    against the target runtime; POST: publish (or request approval in a protected env)."""
+    doc = _document(request.agent, document)
+    env = _environment(environment)
+    source = request.POST if request.method == "POST" else request.GET
+    version = _version(doc, source.get("version"))
+    error = None
+    if request.method == "POST":
+        try:
+            outcome = releases.release_publish(
+                version=version,
+                environment=env,
+                actor=request.user,
+                reason=request.POST.get("reason", "").strip(),
+                expected_revision=_int(request.POST.get("revision"), "revision"),
+            )
+        except ApplicationError as exc:
+            error = exc
+        else:
+            if outcome.approval:
+                messages.success(
+                    request,
+                    f"{doc.key} v{version.number} waits for approval in {env.key}: "
+                    "someone else with the approve permission must approve it.",
+                )
+            else:
+                messages.success(request, f"{doc.key} v{version.number} is live in {env.key}.")
+            return redirect(_overview_url(request.agent))
+    preview = selectors.change_preview(version=version, environment=env)
+    context = {
+        "agent": request.agent,
+        "document": doc,
+        "environment": env,
+        "version": version,
+        "versions": selectors.publishable_versions(document=doc),
+        "preview": preview,
+        "error": error,
+        "can_enable_sensitive": user_can(request.user, Capability.ENABLE_SENSITIVE, request.agent),
+    }
+    template = "releases/publish.html"
+    if request.htmx and request.method == "GET":
+        template += "#preview"
+    return TemplateResponse(request, template, context, status=error.status if error else 200)
+
+
+# --- rollback ---------------------------------------------------------------------------------------------
+@requires(Capability.ROLLBACK)
+@vary_on_headers("HX-Request")
+@require_http_methods(["GET", "POST"])
+def rollback(request, agent, document, environment):
+    doc = _document(request.agent, document)
+    env = _environment(environment)
+    release = selectors.live_release(document=doc, environment=env)
+    if release is None:
+        raise NotFound(
+            f"Nothing of {doc.key} is live in {env.key}, so there is nothing to roll back."
+        )
+    choices = selectors.rollback_choices(release=release)
+    source = request.POST if request.method == "POST" else request.GET
+    number = _int(source.get("version"), "version")
+    target = next((v for v in choices if v.number == number), choices[0] if choices else None)
+    error = None
+    if request.method == "POST" and target is not None:
+        try:
+            releases.release_rollback(
+                release=release,
+                to_version=target,
+                actor=request.user,
+                reason=request.POST.get("reason", "").strip(),
+                expected_revision=_int(request.POST.get("revision"), "revision"),
+            )
+        except ApplicationError as exc:
+            error = exc
+        else:
+            messages.success(
+                request,
+                f"{env.key} is back on {doc.key} v{target.number}. The runtime gets it now.",
+            )
+            return redirect(_overview_url(request.agent))
+    context = {
+        "agent": request.agent,
+        "document": doc,
+        "environment": env,
+        "release": release,
+        "choices": choices,
+        "target": target,
+        "preview": selectors.change_preview(version=target, environment=env) if target else None,
+        "error": error,
+    }
+    template = "releases/rollback.html"
+    if request.htmx and request.method == "GET":
+        template += "#preview"
+    return TemplateResponse(request, template, context, status=error.status if error else 200)
+
+
+# --- approvals -----------------------------------------------------------------------------------------------
+@requires(Capability.VIEW_CONFIG)
+@require_http_methods(["GET"])
+def approval_detail(request, agent, pk):
+    approval = selectors.approval_get(agent=request.agent, pk=pk)
+    if approval is None:
+        raise NotFound("No such approval request.")
+    return TemplateResponse(
+        request, "releases/approval.html", _approval_context(request, approval, error=None)
+    )
+
+
+def _approval_context(request, approval, error):
+    return {
+        "agent": request.agent,
+        "approval": approval,
+        "preview": selectors.change_preview(
+            version=approval.version, environment=approval.environment
+        ),
+        "can_decide": user_can(request.user, Capability.APPROVE, request.agent)
+        and approval.requested_by_id != request.user.pk,
+        "is_requester": approval.requested_by_id == request.user.pk,
+        "error": error,
+    }
+
+
+@requires(Capability.APPROVE)
+@require_POST
+def approval_decide(request, agent, pk):
+    approval = selectors.approval_get(agent=request.agent, pk=pk)
+    if approval is None:
+        raise NotFound("No such approval request.")
+    decision = request.POST.get("decision")
+    note = request.POST.get("reason", "").strip()
+    try:
+        if decision == "approve":
+            releases.approval_approve(approval=approval, actor=request.user, note=note)
+            messages.success(
+                request,
+                f"Approved: {approval.document.key} v{approval.version.number} is live in "
+                f"{approval.environment.key}.",
+            )
+        elif decision == "reject":
+            releases.approval_reject(approval=approval, actor=request.user, note=note)
+            messages.info(
+                request,
+                f"Rejected the publish of {approval.document.key} v{approval.version.number}.",
+            )
+        else:
+            raise ValidationFailed("Choose approve or reject.")
+    except ApplicationError as exc:
+        approval = selectors.approval_get(agent=request.agent, pk=pk)
+        return TemplateResponse(
+            request,
+            "releases/approval.html",
+            _approval_context(request, approval, error=exc),
+            status=exc.status,
+        )
+    return redirect(_overview_url(request.agent))
+
+
+# --- history ------------------------------------------------------------------------------------------------
+@requires(Capability.VIEW_CONFIG)
+@require_http_methods(["GET"])
+def history(request, agent):
+    document_key = request.GET.get("document", "")
+    environment_key = request.GET.get("environment", "")
+    page = selectors.history_page(
+        agent=request.agent,
+        document_key=document_key,
+        environment_key=environment_key,
+        page=request.GET.get("page", 1),
+    )
+    query = request.GET.copy()
+    query.pop("page", None)
+    return TemplateResponse(
+        request,
+        "releases/history.html",
+        {
+            "agent": request.agent,
+            "page_obj": page,
+            "querystring": query.urlencode(),
+            "documents": Document.objects.filter(agent=request.agent).order_by("kind", "key"),
+            "environments": environment_list(),
+            "document_key": document_key,
+            "environment_key": environment_key,
+        },
+    )

@@ -1,0 +1,221 @@
+"""The runtime API (RUNTIME_API.md §1, §2): token-authenticated, no session, no CSRF.
+
+`GET config/<agent>` is the hot path: one Redis GET for the token's identity and one for the
+pre-rendered payload bytes; no database query and no serializer on a cache hit. The
+serializers below only document the contract in the OpenAPI schema.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_not_required
+from django.http import HttpResponse, HttpResponseNotModified, JsonResponse
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from console.api_schema import ErrorDetailSerializer, ErrorSerializer
+from console.errors import ApplicationError, NotFound
+from strategies.catalog.models import Environment
+from strategies.delivery import config as runtime_config
+from strategies.runtime.auth import (
+    NotAuthenticated,
+    authenticate_runtime,
+    authorize_runtime,
+    bearer_secret,
+    cached_identity,
+    check_agent_scope,
+)
+from strategies.runtime.manifests import manifest_report
+
+
+class RuntimeTokenAuthentication(BaseAuthentication):
+    """`Authorization: Bearer <runtime token>` → the token's RuntimeIdentity (cached)."""
+
+    def authenticate(self, request):
+        identity = cached_identity(bearer_secret(request._request))
+        if identity is None:
+            raise NotAuthenticated("The runtime token is unknown or revoked.")
+        return identity, None
+
+    def authenticate_header(self, request) -> str:
+        return 'Bearer realm="runtime"'
+
+
+class RuntimeTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "strategies.runtime.api.RuntimeTokenAuthentication"
+    name = "runtimeToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A runtime token (cc_rt_…) for one environment; see docs/runtime-api.md.",
+        }
+
+
+def etag_matches(header: str | None, etag: str) -> bool:
+    """If-None-Match: a list of entity tags or `*` (weak comparison, RFC 9110 §13.1.2)."""
+    if not header:
+        return False
+    for candidate in header.split(","):
+        candidate = candidate.strip()
+        if candidate == "*" or candidate.removeprefix("W/") == etag:
+            return True
+    return False
+
+
+def runtime_view(methods):
+    """A runtime endpoint: token auth only, no session, no CSRF, no login redirect."""
+
+    def decorate(view):
+        view = permission_classes([])(view)
+        view = authentication_classes([RuntimeTokenAuthentication])(view)
+        return login_not_required(api_view(methods)(view))
+
+    return decorate
+
+
+# --- schema-only serializers ----------------------------------------------------------------------
+class LiveDocumentSerializer(serializers.Serializer):
+    version = serializers.IntegerField()
+    body = serializers.JSONField(help_text="The document body (RUNTIME_API §5).")
+
+
+class RuntimeConfigSerializer(serializers.Serializer):
+    agent = serializers.CharField()
+    environment = serializers.CharField()
+    etag = serializers.CharField(help_text='Equal to the ETag header, e.g. "r41-9f2c".')
+    profile = LiveDocumentSerializer(allow_null=True)
+    strategies = serializers.DictField(child=LiveDocumentSerializer())
+    shadow = serializers.DictField(child=LiveDocumentSerializer())
+
+
+class ManifestSectionSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    block = serializers.ChoiceField(choices=["user_context", "query_context"])
+    sensitive = serializers.BooleanField(required=False, default=False)
+
+
+class ManifestSerializer(serializers.Serializer):
+    runtime = serializers.CharField(required=False, help_text="Runtime build, free text.")
+    providers = serializers.ListField(child=serializers.CharField())
+    tools = serializers.ListField(child=serializers.CharField())
+    handlers = serializers.ListField(child=serializers.CharField())
+    sections = ManifestSectionSerializer(many=True)
+    switches = serializers.ListField(child=serializers.CharField())
+
+
+class ManifestWarningSerializer(serializers.Serializer):
+    agent = serializers.CharField()
+    document = serializers.CharField()
+    version = serializers.IntegerField()
+    errors = ErrorDetailSerializer(many=True)
+
+
+class ManifestResultSerializer(serializers.Serializer):
+    version = serializers.IntegerField()
+    warnings = ManifestWarningSerializer(many=True)
+
+
+_ERRORS = {
+    401: OpenApiResponse(ErrorSerializer, description="Missing, unknown or revoked token."),
+    403: OpenApiResponse(ErrorSerializer, description="The token lacks the capability."),
+}
+
+
+# --- §1 live configuration ------------------------------------------------------------------------
+def config_response(request, agent: str) -> HttpResponse:
+    """The hot path: token and payload from the process mirror (Redis on a miss), no
+    database query, no serializer; the database only when Redis lost the payload."""
+    identity = authenticate_runtime(request, "config:read")
+    check_agent_scope(identity, agent)
+    entry = runtime_config.cached_config(agent, identity.environment_id)
+    if entry is None:
+        environment = Environment.objects.get(pk=identity.environment_id)
+        entry = runtime_config.config_load(agent_key=agent, environment=environment)
+        if entry is None:
+            raise NotFound(f"Unknown agent '{agent}'.")
+    etag, body = entry
+    if etag_matches(request.META.get("HTTP_IF_NONE_MATCH"), etag):
+        return HttpResponseNotModified(headers={"ETag": etag})
+    return HttpResponse(
+        b"" if request.method == "HEAD" else body,
+        content_type="application/json",
+        headers={"ETag": etag, "Cache-Control": "no-cache"},
+    )
+
+
+class ConfigView(APIView):
+    """GET config/<agent>. Declared as a DRF view for the schema, but `dispatch` serves the
+    request directly: DRF's request wrapping and negotiation would cost more than the
+    whole lookup (see docs/PERFORMANCE.md)."""
+
+    authentication_classes = [RuntimeTokenAuthentication]
+    permission_classes = []
+
+    @extend_schema(
+        tags=["runtime"],
+        operation_id="runtime_config_retrieve",
+        summary="Live configuration of an agent in the token's environment",
+        description="Every live strategy and the profile of the agent in the token's "
+        "environment, with their version numbers, as one JSON document. Strong ETag; send it "
+        "back as If-None-Match to get 304 while nothing changed (RUNTIME_API.md §1).",
+        parameters=[
+            OpenApiParameter(
+                "If-None-Match",
+                OpenApiTypes.STR,
+                OpenApiParameter.HEADER,
+                description="The ETag you hold; 304 when it is still current.",
+            )
+        ],
+        responses={
+            200: RuntimeConfigSerializer,
+            304: OpenApiResponse(description="Not modified: your ETag is current."),
+            **_ERRORS,
+            404: OpenApiResponse(
+                ErrorSerializer, description="Unknown agent, or outside the token's scope."
+            ),
+        },
+    )
+    def get(self, request, agent: str):
+        return config_response(request, agent)
+
+    def dispatch(self, request, *args, **kwargs):
+        try:
+            if request.method not in ("GET", "HEAD"):
+                return JsonResponse(
+                    {"error": {"code": "method_not_allowed", "message": "Use GET.", "details": []}},
+                    status=405,
+                    headers={"Allow": "GET, HEAD"},
+                )
+            return config_response(request, kwargs["agent"])
+        except ApplicationError as exc:
+            return JsonResponse(exc.as_payload(), status=exc.status)
+
+
+config = login_not_required(ConfigView.as_view())
+
+
+# --- §2 manifest --------------------------------------------------------------------------------------
+@extend_schema(
+    tags=["runtime"],
+    operation_id="runtime_manifest_update",
+    summary="Report what the runtime of the token's environment implements",
+    request=ManifestSerializer,
+    responses={
+        200: ManifestResultSerializer,
+        400: OpenApiResponse(ErrorSerializer, description="Malformed manifest."),
+        **_ERRORS,
+    },
+)
+@runtime_view(["PUT"])
+def manifest(request):
+    identity = authorize_runtime(request.user, "manifest:write")
+    environment = Environment.objects.get(pk=identity.environment_id)
+    report = manifest_report(environment=environment, body=request.data, actor=identity)
+    return Response({"version": report.manifest.version, "warnings": report.warnings})

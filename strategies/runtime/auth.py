@@ -1,0 +1,212 @@
+"""Runtime token authentication for /api/v1/runtime/ (RUNTIME_API.md "Authentication").
+
+`Authorization: Bearer <token>`. Missing/unknown/revoked → 401; valid without the capability
+→ 403; agent outside the token's scope or unknown → 404 (the same answer for both).
+Tokens are looked up by the SHA-256 of the secret; the secret itself is never stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Q
+from django.utils import timezone
+
+from console.errors import ApplicationError, Forbidden, NotFound
+from strategies.delivery.config import cache_key, invalidate, mirror, redis_client
+from strategies.runtime.models import RuntimeToken
+
+TOKEN_PREFIX = "cc_rt_"
+
+
+class NotAuthenticated(ApplicationError):
+    status = 401
+    code = "not_authenticated"
+
+
+@dataclass(frozen=True)
+class RuntimeIdentity:
+    """What a request's token allows: a plain value, cheap to cache (see runtime API)."""
+
+    token_id: int
+    name: str
+    environment_id: int
+    environment_key: str
+    agent_keys: frozenset[str]  # empty: every agent
+    capabilities: frozenset[str]
+    is_runtime_token = True
+
+    @property
+    def pk(self) -> int:
+        return self.token_id
+
+    def covers_agent(self, agent_key: str) -> bool:
+        return not self.agent_keys or agent_key in self.agent_keys
+
+
+def token_hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_secret() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def bearer_secret(request) -> str:
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        raise NotAuthenticated("Send the runtime token as 'Authorization: Bearer <token>'.")
+    return value.strip()
+
+
+def identity_for_secret(secret: str) -> RuntimeIdentity | None:
+    """Database lookup of an active token (callers may cache the result by hash)."""
+
+    token = (
+        RuntimeToken.objects.select_related("environment")
+        .prefetch_related("agents")
+        .filter(token_hash=token_hash(secret), revoked_at__isnull=True)
+        .first()
+    )
+    if token is None:
+        return None
+    return RuntimeIdentity(
+        token_id=token.pk,
+        name=token.name,
+        environment_id=token.environment_id,
+        environment_key=token.environment.key,
+        agent_keys=frozenset(a.key for a in token.agents.all()),
+        capabilities=frozenset(token.capabilities),
+    )
+
+
+def authenticate_runtime(request, capability: str, *, lookup=None) -> RuntimeIdentity:
+    """The token's identity (cached, see `cached_identity`), or 401/403 as the contract says."""
+    identity = (lookup or cached_identity)(bearer_secret(request))
+    if identity is None:
+        raise NotAuthenticated("The runtime token is unknown or revoked.")
+    return authorize_runtime(identity, capability)
+
+
+def authorize_runtime(identity: RuntimeIdentity, capability: str) -> RuntimeIdentity:
+    """403 without the capability; otherwise note the use (for `last_used_at`)."""
+    if capability not in identity.capabilities:
+        raise Forbidden(f"This runtime token lacks the '{capability}' capability.")
+    note_use(identity)
+    return identity
+
+
+def check_agent_scope(identity: RuntimeIdentity, agent_key: str) -> None:
+    """404 for an agent outside the token's scope — the same answer as an unknown agent."""
+    if not identity.covers_agent(agent_key):
+        raise NotFound(f"Unknown agent '{agent_key}'.")
+
+
+# --- cached identities (the config endpoint's hot path makes no database query) ------------
+# Redis holds the identity per token hash: JSON for an active token, "-" for an unknown or
+# revoked one. Fills use SET NX, revocation overwrites with "-": a fill racing a revocation
+# can never resurrect the token.
+IDENTITY_TTL_SECONDS = 3600
+UNKNOWN_TTL_SECONDS = 60
+REVOKED_TTL_SECONDS = 24 * 3600
+LAST_USED_KEY = "rt-last-used"
+LAST_USED_EVERY_SECONDS = 30.0  # per process: at most one Redis write per token this often
+_last_noted: dict[int, float] = {}
+
+
+def _identity_key(hash_hex: str) -> str:
+    return cache_key(f"rtid:{hash_hex}")
+
+
+def _identity_dump(identity: RuntimeIdentity) -> bytes:
+    return json.dumps(
+        [
+            identity.token_id,
+            identity.name,
+            identity.environment_id,
+            identity.environment_key,
+            sorted(identity.agent_keys),
+            sorted(identity.capabilities),
+        ]
+    ).encode()
+
+
+def _identity_load(raw: bytes) -> RuntimeIdentity:
+    token_id, name, env_id, env_key, agents, caps = json.loads(raw)
+    return RuntimeIdentity(token_id, name, env_id, env_key, frozenset(agents), frozenset(caps))
+
+
+def cached_identity(secret: str) -> RuntimeIdentity | None:
+    """`identity_for_secret` behind Redis: one GET on a hit, the database only on a miss."""
+
+    key = _identity_key(token_hash(secret))
+    identity = mirror.get(key)
+    if identity is not None:
+        return identity
+    generation = mirror.generation
+    client = redis_client()
+    raw = client.get(key)
+    if raw is None:
+        identity = identity_for_secret(secret)
+        if identity is None:
+            client.set(key, b"-", ex=UNKNOWN_TTL_SECONDS, nx=True)
+            return None
+        client.set(key, _identity_dump(identity), ex=IDENTITY_TTL_SECONDS, nx=True)
+        return identity
+    if raw == b"-":
+        return None
+    identity = _identity_load(raw)
+    mirror.remember(key, identity, generation)  # only active tokens: unknown ones are unbounded
+    return identity
+
+
+def identity_forget(hash_hex: str, *, revoked: bool) -> None:
+    """After commit of a revocation (tombstone) or a creation (drop a stale 'unknown')."""
+
+    key = _identity_key(hash_hex)
+    if revoked:
+        redis_client().set(key, b"-", ex=REVOKED_TTL_SECONDS)
+    else:
+        redis_client().delete(key)
+    invalidate(key)
+
+
+def note_use(identity: RuntimeIdentity) -> None:
+    """Remember that the token was used; a periodic task copies this to `last_used_at`."""
+
+    now = time.monotonic()
+    if now - _last_noted.get(identity.token_id, -1e9) < LAST_USED_EVERY_SECONDS:
+        return
+    _last_noted[identity.token_id] = now
+    redis_client().hset(
+        cache_key(LAST_USED_KEY), str(identity.token_id), timezone.now().isoformat()
+    )
+
+
+def last_used_pending() -> dict[int, str]:
+    """Uses noted in Redis and not yet copied to the database: {token id: ISO time}."""
+
+    raw = redis_client().hgetall(cache_key(LAST_USED_KEY))
+    return {int(k): v.decode() for k, v in raw.items()}
+
+
+def last_used_flush() -> int:
+    """Move the noted uses into `RuntimeToken.last_used_at` (never moving it backwards)."""
+
+    key = cache_key(LAST_USED_KEY)
+    pipe = redis_client().pipeline(transaction=True)
+    pipe.hgetall(key)
+    pipe.delete(key)
+    raw, _ = pipe.execute()
+    for token_id, when in raw.items():
+        used_at = datetime.fromisoformat(when.decode())
+        RuntimeToken.objects.filter(pk=int(token_id)).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=used_at)
+        ).update(last_used_at=used_at)
+    return len(raw)

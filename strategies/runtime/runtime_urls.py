@@ -1,0 +1,14 @@
+"""Runtime API (/api/v1/runtime/): token-authenticated, see strategies.runtime.api."""
+
+from django.urls import path
+
+from console.policy import PUBLIC
+from strategies.runtime import api as runtime_api
+
+urlpatterns = [
+    path("config/<str:agent>", runtime_api.config, name="runtime-config"),
+    path("manifest", runtime_api.manifest, name="runtime-manifest"),
+]
+
+# Public to the session layer: every request carries a runtime token instead.
+REQUIRED = {"runtime-config": PUBLIC, "runtime-manifest": PUBLIC}

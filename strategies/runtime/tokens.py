@@ -1,0 +1,80 @@
+"""The one place that creates and revokes runtime tokens. The secret is shown once and
+never stored (only its SHA-256); a revocation takes effect at once through the identity
+cache (a tombstone written after commit)."""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from console.audit import actor_label, audit_record
+from console.errors import Conflict, ValidationFailed
+from strategies.runtime.auth import TOKEN_PREFIX, identity_forget, new_secret, token_hash
+from strategies.runtime.models import RuntimeToken
+
+
+@transaction.atomic
+def runtime_token_create(*, name: str, environment, capabilities, agents=(), actor=None):
+    """Create a token; returns (token, secret). The secret is shown once and never stored."""
+    capabilities = sorted(set(capabilities))
+    unknown = [c for c in capabilities if c not in RuntimeToken.CAPABILITIES]
+    if unknown or not capabilities:
+        raise ValidationFailed(
+            "Choose at least one capability among " + ", ".join(RuntimeToken.CAPABILITIES) + ".",
+            details=[
+                {
+                    "path": "capabilities",
+                    "code": "invalid_choice",
+                    "message": f"unknown: {', '.join(unknown)}",
+                }
+            ]
+            if unknown
+            else [
+                {"path": "capabilities", "code": "required", "message": "at least one capability"}
+            ],
+        )
+    secret = new_secret()
+    token = RuntimeToken.objects.create(
+        name=name,
+        environment=environment,
+        capabilities=capabilities,
+        prefix=secret[: len(TOKEN_PREFIX) + 6],
+        token_hash=token_hash(secret),
+        created_by=actor_label(actor),
+    )
+    token.agents.set(agents)
+    hash_hex = token.token_hash
+    transaction.on_commit(lambda: identity_forget(hash_hex, revoked=False))
+    audit_record(
+        actor=actor,
+        action="runtime_token.create",
+        target=token,
+        after={
+            "name": name,
+            "environment": environment.key,
+            "capabilities": capabilities,
+            "agents": sorted(a.key for a in agents),
+        },
+    )
+    return token, secret
+
+
+@transaction.atomic
+def runtime_token_revoke(*, token: RuntimeToken, actor, reason: str = "") -> RuntimeToken:
+    """Revoke at once: the cached identity is replaced by a tombstone after commit."""
+    revoked = RuntimeToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+        revoked_at=timezone.now()
+    )
+    if revoked != 1:
+        raise Conflict("This token is already revoked.", code="already_revoked")
+    token.refresh_from_db()
+    hash_hex = token.token_hash
+    transaction.on_commit(lambda: identity_forget(hash_hex, revoked=True))
+    audit_record(
+        actor=actor,
+        action="runtime_token.revoke",
+        target=token,
+        before={"revoked_at": None},
+        after={"revoked_at": token.revoked_at.isoformat(), "reason": reason},
+    )
+    return token

@@ -1,0 +1,16 @@
+"""Runtime token pages (/releases/tokens/)."""
+
+from django.urls import path
+
+from console.policy import Capability
+from strategies.runtime import views
+
+urlpatterns = [
+    path("releases/tokens/", views.tokens, name="token-list"),
+    path("releases/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
+]
+
+REQUIRED = {
+    "token-list": Capability.MANAGE_TOKENS,
+    "token-revoke": Capability.MANAGE_TOKENS,
+}

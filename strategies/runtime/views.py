@@ -1,0 +1,64 @@
+"""Runtime token pages (/releases/tokens/): list, create (the secret shown once), revoke."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_http_methods, require_POST
+
+from console.errors import ApplicationError, NotFound
+from console.policy import Capability, requires
+from strategies.catalog.models import Agent
+from strategies.catalog.selectors import environment_get, environment_list
+from strategies.runtime.models import RuntimeToken
+from strategies.runtime.selectors import tokens_list
+from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
+
+
+@requires(Capability.MANAGE_TOKENS, agent_kwarg=None)
+@never_cache
+@require_http_methods(["GET", "POST"])
+def tokens(request):
+    """List and create runtime tokens; a new token's secret is shown on this response only."""
+    created, error = None, None
+    if request.method == "POST":
+        try:
+            environment = environment_get(key=request.POST.get("environment", ""))
+            agents = list(Agent.objects.filter(key__in=request.POST.getlist("agents")))
+            created = runtime_token_create(
+                name=request.POST.get("name", ""),
+                environment=environment,
+                capabilities=request.POST.getlist("capabilities"),
+                agents=agents,
+                actor=request.user,
+            )
+        except ApplicationError as exc:
+            error = exc
+    return TemplateResponse(
+        request,
+        "releases/tokens.html",
+        {
+            "tokens": tokens_list(),
+            "created": created,
+            "error": error,
+            "environments": environment_list(),
+            "agents": Agent.objects.order_by("key"),
+            "capabilities": RuntimeToken.CAPABILITIES,
+        },
+        status=error.status if error else 200,
+    )
+
+
+@requires(Capability.MANAGE_TOKENS, agent_kwarg=None)
+@require_POST
+def token_revoke(request, pk):
+    token = RuntimeToken.objects.filter(pk=pk).first()
+    if token is None:
+        raise NotFound("No such runtime token.")
+    runtime_token_revoke(
+        token=token, actor=request.user, reason=request.POST.get("reason", "").strip()
+    )
+    messages.success(request, f"Revoked {token.name} ({token.prefix}…). It stops working now.")
+    return redirect("token-list")
