@@ -8,19 +8,16 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers
 from rest_framework.decorators import (
     api_view,
-    authentication_classes,
     parser_classes,
-    permission_classes,
 )
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import BaseParser
-from rest_framework.permissions import AllowAny
 from rest_framework.response import Response
 
 from console.api_schema import ErrorDetailSerializer, ErrorSerializer
 from console.errors import ValidationFailed
 from console.limits import read_limited_body
-from strategies.runtime.auth import authenticate_runtime
+from strategies.runtime.authentication import runtime_view
 from traces import ingest, selectors, services
 from traces.filters import TraceFilters
 
@@ -58,7 +55,6 @@ class IngestResponse(serializers.Serializer):
         "The environment is the token's. See RUNTIME_API.md §3."
     ),
     tags=["runtime"],
-    auth=[],
     request={"application/json": ingest.batch_json_schema()},
     responses={
         200: IngestResponse,
@@ -68,12 +64,10 @@ class IngestResponse(serializers.Serializer):
         413: OpenApiResponse(ErrorSerializer, description="Body over the byte limit."),
     },
 )
-@api_view(["POST"])
-@authentication_classes([])
-@permission_classes([AllowAny])
+@runtime_view(["POST"], capability="traces:write")
 @parser_classes([_RawJSON])
 def runtime_traces_ingest(request):
-    identity = authenticate_runtime(request, "traces:write")
+    identity = request.user
     body = read_limited_body(
         request, wire.MAX_BATCH_BYTES, what="A trace batch", advice="Split it."
     )

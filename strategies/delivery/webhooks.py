@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from console.audit import actor_label, audit_record
 from console.errors import NotFound, ValidationFailed
+from console.writes import update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.delivery.models import WEBHOOK_EVENT, Webhook, WebhookAttempt, WebhookDelivery
 
@@ -167,13 +168,11 @@ def webhook_create(*, environment: Environment, url: str, description: str = "",
 @transaction.atomic
 def webhook_delete(*, webhook, actor) -> None:
     """Stop deliveries; the webhook and its delivery log stay for the record."""
-    if (
-        Webhook.objects.filter(pk=webhook.pk, deleted_at__isnull=True).update(
-            deleted_at=timezone.now()
-        )
-        != 1
-    ):
-        raise NotFound("This webhook does not exist or was already removed.")
+    update_or_refuse(
+        Webhook.objects.filter(pk=webhook.pk, deleted_at__isnull=True),
+        lambda: NotFound("This webhook does not exist or was already removed."),
+        deleted_at=timezone.now(),
+    )
     audit_record(
         actor=actor,
         action="webhook.delete",

@@ -11,14 +11,15 @@ import json
 import re
 
 from context_runtime import canonical, vocabulary
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from console.audit import audit_record
+from console.audit import actor_label, audit_record
 from console.errors import Conflict, ValidationFailed
 from console.limits import too_large
 from console.policy import check_user_can_enable_sensitive
+from console.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Agent
 from strategies.catalog.selectors import sensitive_paths_added
 from strategies.documents.models import Document, Version
@@ -42,6 +43,15 @@ def _version_state(version: Version) -> dict:
         "note": version.note,
         "body": version.body,
     }
+
+
+def _stale_draft(draft: Version, message: str) -> Conflict:
+    current = Version.objects.filter(pk=draft.pk).first()
+    return Conflict(
+        message,
+        code="stale_revision",
+        extra={"current": _version_state(current) if current else None},
+    )
 
 
 def _check_body(kind: str, body) -> None:
@@ -84,26 +94,28 @@ def draft_create(
         document=document, body=body, before_bodies=[parent.body] if parent else [], actor=actor
     )
     next_number = (document.versions.aggregate(n=Max("number"))["n"] or 0) + 1
-    try:
-        with transaction.atomic():
-            draft = Version.objects.create(
-                document=document,
-                number=next_number,
-                state=Version.State.DRAFT,
-                body=body,
-                content_hash=canonical.content_hash(body),
-                parent=parent,
-                author=actor if getattr(actor, "is_authenticated", False) else None,
-                author_label=author_label or getattr(actor, "username", "") or "system",
-                note=note,
-            )
-    except IntegrityError as exc:
+
+    def draft_exists() -> Conflict:
         current = document.versions.filter(state=Version.State.DRAFT).first()
-        raise Conflict(
+        return Conflict(
             f"{document} already has an open draft (v{current.number if current else '?'}).",
             code="draft_exists",
             extra={"current": _version_state(current) if current else None},
-        ) from exc
+        )
+
+    draft = create_or_refuse(
+        Version,
+        draft_exists,
+        document=document,
+        number=next_number,
+        state=Version.State.DRAFT,
+        body=body,
+        content_hash=canonical.content_hash(body),
+        parent=parent,
+        author=actor if getattr(actor, "is_authenticated", False) else None,
+        author_label=author_label or actor_label(actor),
+        note=note,
+    )
     audit_record(
         actor=actor,
         action="draft.create",
@@ -134,16 +146,15 @@ def draft_update(
     }
     if note is not None:
         changes["note"] = note
-    updated = Version.objects.filter(
-        pk=draft.pk, state=Version.State.DRAFT, revision=revision
-    ).update(**changes)
-    if updated != 1:
-        current = Version.objects.filter(pk=draft.pk).first()
-        raise Conflict(
-            "This draft was changed by someone else since you loaded it. Reload to see their version.",
-            code="stale_revision",
-            extra={"current": _version_state(current) if current else None},
-        )
+    update_or_refuse(
+        Version.objects.filter(pk=draft.pk, state=Version.State.DRAFT, revision=revision),
+        lambda: _stale_draft(
+            draft,
+            "This draft was changed by someone else since you loaded it. "
+            "Reload to see their version.",
+        ),
+        **changes,
+    )
     draft.refresh_from_db()
     audit_record(
         actor=actor,
@@ -168,13 +179,11 @@ def version_freeze(
     changes = {"state": Version.State.FROZEN, "frozen_at": timezone.now()}
     if note is not None:
         changes["note"] = note
-    if Version.objects.filter(**filters).update(**changes) != 1:
-        current = Version.objects.filter(pk=draft.pk).first()
-        raise Conflict(
-            "The draft changed or was already frozen; reload before freezing.",
-            code="stale_revision",
-            extra={"current": _version_state(current) if current else None},
-        )
+    update_or_refuse(
+        Version.objects.filter(**filters),
+        lambda: _stale_draft(draft, "The draft changed or was already frozen; reload first."),
+        **changes,
+    )
     draft.refresh_from_db()
     audit_record(
         actor=actor,

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 
 from context_runtime.findings import blocking
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -27,6 +27,7 @@ from console.policy import (
     check_user_can_roll_back,
 )
 from console.reasons import reason_clean
+from console.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.catalog.selectors import sensitive_paths_added
 from strategies.delivery import config as runtime_config
@@ -103,31 +104,32 @@ def _release_move(
     if before is None:
         if expected_revision not in (None, 0):
             raise _stale(document, environment, "The release changed since you loaded it.")
-        try:
-            with transaction.atomic():
-                release = Release.objects.create(
-                    document=document,
-                    environment=environment,
-                    version=to_version,
-                    revision=1,
-                    updated_by=actor_label,
-                )
-        except IntegrityError as exc:
-            raise _stale(
+        release = create_or_refuse(
+            Release,
+            lambda: _stale(
                 document, environment, "Someone else published here at the same moment."
-            ) from exc
+            ),
+            document=document,
+            environment=environment,
+            version=to_version,
+            revision=1,
+            updated_by=actor_label,
+        )
     else:
         expected = before.revision if expected_revision is None else expected_revision
-        moved = Release.objects.filter(pk=before.pk, revision=expected).update(
-            version=to_version, revision=F("revision") + 1, updated_by=actor_label, updated_at=now
-        )
-        if moved != 1:
-            raise _stale(
+        update_or_refuse(
+            Release.objects.filter(pk=before.pk, revision=expected),
+            lambda: _stale(
                 document,
                 environment,
                 f"The release of {document.key} in {environment.key} changed since you loaded "
                 "it (someone else published or rolled back). Reload and decide again.",
-            )
+            ),
+            version=to_version,
+            revision=F("revision") + 1,
+            updated_by=actor_label,
+            updated_at=now,
+        )
         release = _current(document, environment)
     ReleaseEvent.objects.create(
         release=release,
@@ -238,22 +240,12 @@ def release_publish(
 
 def _approval_create(*, version, environment, live, actor, reason) -> ApprovalRequest:
     document = version.document
-    try:
-        with transaction.atomic():
-            approval = ApprovalRequest.objects.create(
-                document=document,
-                environment=environment,
-                version=version,
-                content_hash=version.content_hash,
-                base_revision=live.revision if live else 0,
-                requested_by=actor,
-                reason=reason,
-            )
-    except IntegrityError as exc:
+
+    def already_waiting() -> Conflict:
         pending = ApprovalRequest.objects.filter(
             document=document, environment=environment, status=ApprovalRequest.Status.PENDING
         ).first()
-        raise Conflict(
+        return Conflict(
             f"A publish of {document.key} to {environment.key} already waits for approval"
             + (
                 f" (v{pending.version.number}, requested by {pending.requested_by})."
@@ -262,7 +254,19 @@ def _approval_create(*, version, environment, live, actor, reason) -> ApprovalRe
             ),
             code="approval_pending",
             extra={"current": approval_state(pending) if pending else None},
-        ) from exc
+        )
+
+    approval = create_or_refuse(
+        ApprovalRequest,
+        already_waiting,
+        document=document,
+        environment=environment,
+        version=version,
+        content_hash=version.content_hash,
+        base_revision=live.revision if live else 0,
+        requested_by=actor,
+        reason=reason,
+    )
     audit_record(
         actor=actor,
         action="approval.request",
@@ -292,16 +296,23 @@ def approval_state(approval: ApprovalRequest) -> dict:
 def _decide(approval: ApprovalRequest, *, actor, status: str, note: str) -> ApprovalRequest:
     """Conditional pending → decided: of two deciders exactly one wins (the other: 409)."""
     check_user_can_decide_approval(actor, approval)
-    decided = ApprovalRequest.objects.filter(
-        pk=approval.pk, status=ApprovalRequest.Status.PENDING
-    ).update(status=status, decided_by=actor, decided_at=timezone.now(), decision_note=note)
-    if decided != 1:
+
+    def already_decided() -> Conflict:
         approval.refresh_from_db()
-        raise Conflict(
+        return Conflict(
             f"This request is already {approval.status}.",
             code="already_decided",
             extra={"current": approval_state(approval)},
         )
+
+    update_or_refuse(
+        ApprovalRequest.objects.filter(pk=approval.pk, status=ApprovalRequest.Status.PENDING),
+        already_decided,
+        status=status,
+        decided_by=actor,
+        decided_at=timezone.now(),
+        decision_note=note,
+    )
     approval.refresh_from_db()
     return approval
 

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse, HttpResponseNotModified, JsonResponse
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
-from rest_framework.authentication import BaseAuthentication
-from rest_framework.decorators import api_view, authentication_classes, permission_classes
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
@@ -22,62 +19,13 @@ from console.api_schema import ErrorDetailSerializer, ErrorSerializer
 from console.errors import ApplicationError, NotFound
 from strategies.catalog.models import Environment
 from strategies.delivery import config as runtime_config
-from strategies.runtime.auth import (
-    NotAuthenticated,
-    authenticate_runtime,
-    authorize_runtime,
-    bearer_secret,
-    cached_identity,
-    check_agent_scope,
+from strategies.runtime.auth import check_agent_scope
+from strategies.runtime.authentication import (
+    RuntimeTokenAuthentication,
+    etag_matches,
+    runtime_view,
 )
 from strategies.runtime.manifests import manifest_report
-
-
-class RuntimeTokenAuthentication(BaseAuthentication):
-    """`Authorization: Bearer <runtime token>` → the token's RuntimeIdentity (cached)."""
-
-    def authenticate(self, request):
-        identity = cached_identity(bearer_secret(request._request))
-        if identity is None:
-            raise NotAuthenticated("The runtime token is unknown or revoked.")
-        return identity, None
-
-    def authenticate_header(self, request) -> str:
-        return 'Bearer realm="runtime"'
-
-
-class RuntimeTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "strategies.runtime.api.RuntimeTokenAuthentication"
-    name = "runtimeToken"
-
-    def get_security_definition(self, auto_schema):
-        return {
-            "type": "http",
-            "scheme": "bearer",
-            "description": "A runtime token (cc_rt_…) for one environment; see docs/runtime-api.md.",
-        }
-
-
-def etag_matches(header: str | None, etag: str) -> bool:
-    """If-None-Match: a list of entity tags or `*` (weak comparison, RFC 9110 §13.1.2)."""
-    if not header:
-        return False
-    for candidate in header.split(","):
-        candidate = candidate.strip()
-        if candidate == "*" or candidate.removeprefix("W/") == etag:
-            return True
-    return False
-
-
-def runtime_view(methods):
-    """A runtime endpoint: token auth only, no session, no CSRF, no login redirect."""
-
-    def decorate(view):
-        view = permission_classes([])(view)
-        view = authentication_classes([RuntimeTokenAuthentication])(view)
-        return login_not_required(api_view(methods)(view))
-
-    return decorate
 
 
 # --- schema-only serializers ----------------------------------------------------------------------
@@ -132,7 +80,7 @@ _ERRORS = {
 def config_response(request, agent: str) -> HttpResponse:
     """The hot path: token and payload from the process mirror (Redis on a miss), no
     database query, no serializer; the database only when Redis lost the payload."""
-    identity = authenticate_runtime(request, "config:read")
+    identity = RuntimeTokenAuthentication.identify(request, "config:read")
     check_agent_scope(identity, agent)
     entry = runtime_config.cached_config(agent, identity.environment_id)
     if entry is None:
@@ -141,7 +89,7 @@ def config_response(request, agent: str) -> HttpResponse:
         if entry is None:
             raise NotFound(f"Unknown agent '{agent}'.")
     etag, body = entry
-    if etag_matches(request.META.get("HTTP_IF_NONE_MATCH"), etag):
+    if etag_matches(request.META.get("HTTP_IF_NONE_MATCH", ""), etag):
         return HttpResponseNotModified(headers={"ETag": etag})
     return HttpResponse(
         b"" if request.method == "HEAD" else body,
@@ -213,9 +161,9 @@ config = login_not_required(ConfigView.as_view())
         **_ERRORS,
     },
 )
-@runtime_view(["PUT"])
+@runtime_view(["PUT"], capability="manifest:write")
 def manifest(request):
-    identity = authorize_runtime(request.user, "manifest:write")
+    identity = request.user
     environment = Environment.objects.get(pk=identity.environment_id)
     report = manifest_report(environment=environment, body=request.data, actor=identity)
     return Response({"version": report.manifest.version, "warnings": report.warnings})

@@ -86,14 +86,6 @@ def identity_for_secret(secret: str) -> RuntimeIdentity | None:
     )
 
 
-def authenticate_runtime(request, capability: str, *, lookup=None) -> RuntimeIdentity:
-    """The token's identity (cached, see `cached_identity`), or 401/403 as the contract says."""
-    identity = (lookup or cached_identity)(bearer_secret(request))
-    if identity is None:
-        raise NotAuthenticated("The runtime token is unknown or revoked.")
-    return authorize_runtime(identity, capability)
-
-
 def authorize_runtime(identity: RuntimeIdentity, capability: str) -> RuntimeIdentity:
     """403 without the capability; otherwise note the use (for `last_used_at`)."""
     if capability not in identity.capabilities:

@@ -4,11 +4,13 @@ cache (a tombstone written after commit)."""
 
 from __future__ import annotations
 
+from context_runtime.findings import Finding
 from django.db import transaction
 from django.utils import timezone
 
 from console.audit import actor_label, audit_record
 from console.errors import Conflict, ValidationFailed
+from console.writes import update_or_refuse
 from strategies.runtime.auth import TOKEN_PREFIX, identity_forget, new_secret, token_hash
 from strategies.runtime.models import RuntimeToken
 
@@ -16,6 +18,12 @@ from strategies.runtime.models import RuntimeToken
 @transaction.atomic
 def runtime_token_create(*, name: str, environment, capabilities, agents=(), actor=None):
     """Create a token; returns (token, secret). The secret is shown once and never stored."""
+    name = name.strip() if isinstance(name, str) else ""
+    if not name:
+        raise ValidationFailed(
+            "Give the token a name that says which runtime uses it.",
+            details=[Finding("name", "required", "A name is required.")],
+        )
     capabilities = sorted(set(capabilities))
     unknown = [c for c in capabilities if c not in RuntimeToken.CAPABILITIES]
     if unknown or not capabilities:
@@ -62,11 +70,11 @@ def runtime_token_create(*, name: str, environment, capabilities, agents=(), act
 @transaction.atomic
 def runtime_token_revoke(*, token: RuntimeToken, actor, reason: str = "") -> RuntimeToken:
     """Revoke at once: the cached identity is replaced by a tombstone after commit."""
-    revoked = RuntimeToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
-        revoked_at=timezone.now()
+    update_or_refuse(
+        RuntimeToken.objects.filter(pk=token.pk, revoked_at__isnull=True),
+        lambda: Conflict("This token is already revoked.", code="already_revoked"),
+        revoked_at=timezone.now(),
     )
-    if revoked != 1:
-        raise Conflict("This token is already revoked.", code="already_revoked")
     token.refresh_from_db()
     hash_hex = token.token_hash
     transaction.on_commit(lambda: identity_forget(hash_hex, revoked=True))

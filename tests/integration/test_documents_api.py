@@ -204,14 +204,14 @@ def test_validate__v3_against_bank_uat__names_missing_handler_without_saving(ops
     assert _versions() == before
 
 
-def test_validate__unknown_environment__400_at_environment(ops):
+def test_validate__unknown_environment__404_at_environment(ops):
     response = _json(
         ops,
         "post",
         f"{API}/validate",
         {"kind": "strategy", "body": strategy_body(), "environment": "mars"},
     )
-    assert response.status_code == 400
+    assert response.status_code == 404  # as everywhere an unknown environment is named
     assert response.json()["error"]["details"][0]["path"] == "environment"
 
 

@@ -72,6 +72,7 @@ def test_ingest__invalid_item__rejected_alone_rest_stored(client, secret):
                     "path": "candidates[2].decision",
                     "code": "invalid_choice",
                     "message": "must be one of " + ", ".join(wire.DECISIONS),
+                    "severity": "error",
                 }
             ],
         }

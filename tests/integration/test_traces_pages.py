@@ -134,8 +134,13 @@ def test_snapshot__without_capability__refused_and_logged(client, support):
     response = client.post("/traces/req-92/snapshot", {"reason": "ticket 4711"})
     assert response.status_code == 403
     assert b"SECRET-BODY-42" not in response.content
-    (entry,) = looks("snapshot.view")
-    assert (entry.outcome, entry.detail["why"]) == ("denied", "capability")
+    # Written the way every refusal is, naming the capability and the trace.
+    (entry,) = looks("access.denied")
+    assert (entry.outcome, entry.detail["capability"], entry.target_id) == (
+        "denied",
+        "view_snapshots",
+        "req-92",
+    )
 
 
 def test_snapshot__without_reason__refused(client, make_user, traces):

@@ -1,0 +1,81 @@
+"""The one way a runtime endpoint authenticates (docs/runtime-contract.md "Authentication"):
+`Authorization: Bearer <runtime token>`; missing, unknown or revoked → 401; valid without the
+capability → 403. Config, manifest and trace ingest all go through `RuntimeTokenAuthentication`
+— declared with `runtime_view`, or called as `identify` on the config endpoint's fast path.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_not_required
+from django.utils.http import parse_etags
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.decorators import api_view, authentication_classes, permission_classes
+from rest_framework.permissions import BasePermission
+
+from strategies.runtime.auth import (
+    NotAuthenticated,
+    RuntimeIdentity,
+    authorize_runtime,
+    bearer_secret,
+    cached_identity,
+)
+
+
+class RuntimeTokenAuthentication(BaseAuthentication):
+    """`Authorization: Bearer <runtime token>` → the token's RuntimeIdentity (cached)."""
+
+    @staticmethod
+    def identify(request, capability: str | None = None) -> RuntimeIdentity:
+        """The identity of the request's token (401), holding `capability` if named (403)."""
+        request = getattr(request, "_request", request)  # a DRF request wraps Django's
+        identity = cached_identity(bearer_secret(request))
+        if identity is None:
+            raise NotAuthenticated("The runtime token is unknown or revoked.")
+        return authorize_runtime(identity, capability) if capability else identity
+
+    def authenticate(self, request):
+        return self.identify(request), None
+
+    def authenticate_header(self, request) -> str:
+        return 'Bearer realm="runtime"'
+
+
+class RuntimeTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "strategies.runtime.authentication.RuntimeTokenAuthentication"
+    name = "runtimeToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "A runtime token (cc_rt_…) for one environment; see "
+            "docs/runtime-contract.md.",
+        }
+
+
+def _holds(capability: str):
+    class HoldsCapability(BasePermission):
+        def has_permission(self, request, view) -> bool:
+            authorize_runtime(request.user, capability)  # 403 in the error shape
+            return True
+
+    return HoldsCapability
+
+
+def runtime_view(methods, *, capability: str):
+    """A runtime endpoint: token auth only (no session, no CSRF, no login redirect), and the
+    token must hold `capability`; the view gets the RuntimeIdentity as `request.user`."""
+
+    def decorate(view):
+        view = permission_classes([_holds(capability)])(view)
+        view = authentication_classes([RuntimeTokenAuthentication])(view)
+        return login_not_required(api_view(methods)(view))
+
+    return decorate
+
+
+def etag_matches(header: str, etag: str) -> bool:
+    """If-None-Match (RFC 9110 §13.1.2, weak comparison) through Django's own parser."""
+    tags = parse_etags(header) if header else []
+    return "*" in tags or any(tag.removeprefix("W/") == etag for tag in tags)
