@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 
 from console.policy import role_names, user_can_anywhere
 
 # (label, url name, the URL prefix that marks it active, the capability — on at least one
-# agent — that shows it). Items whose URL does not exist are left out.
+# agent — that shows it).
 NAV = [
     ("Dashboard", "dashboard", None, None),
     ("Agents", "agent-list", "/agents/", None),
@@ -16,13 +16,6 @@ NAV = [
     ("Audit", "audit-list", "/audit/", "view_audit"),
     ("Access", "access-overview", "/access/", "manage_grants"),
 ]
-
-
-def _url(name: str) -> str | None:
-    try:
-        return reverse(name)
-    except NoReverseMatch:
-        return None
 
 
 class NavItem:
@@ -40,16 +33,16 @@ def layout(request):
     path = request.path
     items = []
     for label, name, prefix, capability in NAV:
-        url = _url(name)
-        if url is None or (capability and not user_can_anywhere(user, capability)):
+        if capability and not user_can_anywhere(user, capability):
             continue
+        url = reverse(name)
         active = path.startswith(prefix) if prefix else path == url
         items.append(NavItem(label, url, active))
     roles = role_names(user)
     summary = ", ".join(r.replace("@*", " (all agents)").replace("@", " on ") for r in roles)
     return {
         "nav_items": items,
-        "trace_search_url": _url("trace-search")
+        "trace_search_url": reverse("trace-search")
         if user_can_anywhere(user, "view_traces")
         else None,
         "user_roles_summary": summary,

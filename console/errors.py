@@ -1,6 +1,6 @@
 """One family of application errors, mapped once to API errors and to UI messages.
 
-API error shape (RUNTIME_API.md): {"error": {"code", "message", "details": [{path, code, message}]}}
+API error shape (docs/runtime-contract.md): {"error": {"code", "message", "details": [{path, code, message}]}}
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from enum import StrEnum
 from functools import wraps
 
 from context_runtime.findings import Finding
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import QuerySet
 
 from console.audit import access_record
@@ -167,7 +167,7 @@ def refuse(error, *, user, capability, agent=None, target=None):
     deferred = _deferred_denials.get()
     if connection.in_atomic_block and deferred is not None:
         deferred.append(error)
-    else:  # outside a transaction; or, with no unit of work around, inside the caller's
+    else:  # outside a transaction, or in one opened without a unit of work (a bare script)
         denial_record(error)
     raise error
 
@@ -177,9 +177,13 @@ _deferred_denials: ContextVar[list | None] = ContextVar("deferred_denials", defa
 
 @contextmanager
 def denials_logged():
-    """Around one unit of work (a request): refusals raised inside its transactions are
-    written to the access log when it ends, even where a view turned the error into a
-    message instead of letting it rise."""
+    """Around one unit of work (a request, a service called from a command or a task):
+    refusals raised inside its transactions are written to the access log when it ends, even
+    where a view turned the error into a message instead of letting it rise. Nested units
+    hand their refusals to the outermost one."""
+    if _deferred_denials.get() is not None:
+        yield
+        return
     token = _deferred_denials.set([])
     try:
         yield
@@ -188,6 +192,18 @@ def denials_logged():
         _deferred_denials.reset(token)
         for error in deferred:
             denial_record(error)
+
+
+def service_transaction(func):
+    """The transaction of a service: atomic, and a refusal raised inside it is written to the
+    access log once the transaction is over (it would roll back with it otherwise)."""
+
+    @wraps(func)
+    def run(*args, **kwargs):
+        with denials_logged(), transaction.atomic():
+            return func(*args, **kwargs)
+
+    return run
 
 
 def denial_record(error: Exception) -> None:

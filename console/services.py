@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from django.db import transaction
-
 from console.audit import audit_record
 from console.errors import Conflict, ValidationFailed
 from console.models import Grant, Role
-from console.policy import STANDARD_ROLES, Capability, check_user_can, forget_cached_grants
+from console.policy import (
+    STANDARD_ROLES,
+    Capability,
+    check_user_can,
+    forget_cached_grants,
+    service_transaction,
+)
 from console.reasons import reason_clean
 
 
@@ -79,7 +83,7 @@ def _check_role_name(name: str, *, exclude_pk=None) -> str:
     return name
 
 
-@transaction.atomic
+@service_transaction
 def role_create(*, actor, name: str, description: str = "", capabilities=()) -> Role:
     """Create a role. A new role holds exactly the capabilities given — none by default."""
 
@@ -93,7 +97,7 @@ def role_create(*, actor, name: str, description: str = "", capabilities=()) -> 
     return role
 
 
-@transaction.atomic
+@service_transaction
 def role_update(
     *, actor, role: Role, name: str | None = None, description: str | None = None, capabilities=None
 ) -> Role:
@@ -121,7 +125,7 @@ def role_update(
     return role
 
 
-@transaction.atomic
+@service_transaction
 def grant_create(*, actor, role: Role, agent=None, user=None, group=None, reason: str) -> Grant:
     """Give a role to a user or a group on one agent (or on all agents when agent is None)."""
 
@@ -147,7 +151,7 @@ def grant_create(*, actor, role: Role, agent=None, user=None, group=None, reason
     return grant
 
 
-@transaction.atomic
+@service_transaction
 def grant_revoke(*, actor, grant: Grant, reason: str) -> None:
     """Take a role away. Needs MANAGE_GRANTS where the grant applies (404 out of scope)."""
 

@@ -52,7 +52,7 @@ class IngestResponse(serializers.Serializer):
         f"request (413 beyond), at most {wire.MAX_CANDIDATES_PER_TRACE} candidates per trace. "
         "Invalid traces are rejected one by one with errors at paths relative to the trace; "
         "a request_id already stored is a duplicate. 200 means every accepted trace is committed. "
-        "The environment is the token's. See RUNTIME_API.md §3."
+        "The environment is the token's. See docs/runtime-contract.md §3."
     ),
     tags=["runtime"],
     request={"application/json": ingest.batch_json_schema()},

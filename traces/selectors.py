@@ -9,7 +9,7 @@ from datetime import timedelta
 from context_runtime.wire import DECISIONS, STATUSES
 from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, QuerySet, Sum
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 
@@ -137,12 +137,9 @@ def trace_export(trace: Trace) -> dict:
 
 
 # --- the trace page -------------------------------------------------------------------------------
-def _url(name: str, query: str = "", **kwargs) -> str | None:
-    """A link to another app's page, or None while that page does not exist."""
-    try:
-        return reverse(name, kwargs=kwargs) + query
-    except NoReverseMatch:
-        return None
+def _url(name: str, query: str = "", **kwargs) -> str:
+    """A link to another app's page."""
+    return reverse(name, kwargs=kwargs) + query
 
 
 @dataclass

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from console.audit import access_record
 from console.errors import NotFound, ValidationFailed
-from console.policy import Capability, check_user_can
+from console.policy import Capability, check_user_can, service_transaction
 from console.reasons import reason_clean
 from strategies.catalog.models import Agent, Environment
 from traces import crypto
@@ -153,7 +153,7 @@ def _copy(cursor, table: str, columns: str, rows) -> None:
 def _scope_errors(trace: WireTrace, identity, agent_ids: dict[str, int]) -> list[dict]:
     errors = []
     if trace.agent not in agent_ids or not identity.covers_agent(trace.agent):
-        # Unknown and out of the token's scope get the same answer (RUNTIME_API.md).
+        # Unknown and out of the token's scope get the same answer (docs/runtime-contract.md).
         errors.append(
             error("agent", "unknown_agent", f"unknown agent '{trace.agent}' for this token")
         )
@@ -168,7 +168,7 @@ def _scope_errors(trace: WireTrace, identity, agent_ids: dict[str, int]) -> list
     return errors
 
 
-@transaction.atomic
+@service_transaction
 def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     """Store the valid traces of a parsed batch with COPY, in one transaction.
 

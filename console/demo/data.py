@@ -49,7 +49,7 @@ BANK_PROFILE: dict = {
     },
 }
 
-# A manifest in the wire form of RUNTIME_API §2 that implements everything the demo uses.
+# A manifest in the wire form of docs/runtime-contract.md §2 that implements everything the demo uses.
 DEMO_MANIFEST: dict = {
     "providers": [
         "task_state",

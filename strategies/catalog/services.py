@@ -6,14 +6,14 @@ from context_runtime import canonical
 from context_runtime.findings import blocking
 from context_runtime.manifest import Manifest as RuntimeManifest
 from context_runtime.manifest import validate_manifest
-from django.db import transaction
 
 from console.audit import audit_record
 from console.errors import ValidationFailed
+from console.policy import service_transaction
 from strategies.catalog.models import Environment, Manifest
 
 
-@transaction.atomic
+@service_transaction
 def manifest_record(
     *, environment: Environment, body: dict, runtime: str = "", reported_by: str = "", actor=None
 ) -> tuple[Manifest, bool]:

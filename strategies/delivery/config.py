@@ -1,4 +1,4 @@
-"""The runtime's live configuration (RUNTIME_API §1): rendered once per release change.
+"""The runtime's live configuration (docs/runtime-contract.md §1): rendered once per release change.
 
 Every release change (publish, approval applied, rollback) calls `payload_refresh` inside
 its own transaction: it locks the (agent, environment) payload row, renders the JSON bytes

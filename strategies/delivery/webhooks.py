@@ -1,4 +1,4 @@
-"""Webhooks (RUNTIME_API §4): after a release change commits, POST it to the runtimes.
+"""Webhooks (docs/runtime-contract.md §4): after a release change commits, POST it to the runtimes.
 
 Deliveries are an outbox: the release service writes one `WebhookDelivery` per registered
 webhook in its own transaction, and schedules the Celery task after commit. The task signs
@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from console.audit import actor_label, audit_record
 from console.errors import NotFound, ValidationFailed
+from console.policy import service_transaction
 from console.writes import update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.delivery.models import WEBHOOK_EVENT, Webhook, WebhookAttempt, WebhookDelivery
@@ -138,7 +139,7 @@ def deliveries_send(delivery_ids: list[int]) -> None:
 
 
 # --- registering and removing webhooks -------------------------------------------------------
-@transaction.atomic
+@service_transaction
 def webhook_create(*, environment: Environment, url: str, description: str = "", actor):
     """Register a URL; returns (webhook, secret). The secret is shown once."""
     try:
@@ -165,7 +166,7 @@ def webhook_create(*, environment: Environment, url: str, description: str = "",
     return hook, secret
 
 
-@transaction.atomic
+@service_transaction
 def webhook_delete(*, webhook, actor) -> None:
     """Stop deliveries; the webhook and its delivery log stay for the record."""
     update_or_refuse(

@@ -26,7 +26,7 @@ class StrictSerializer(serializers.Serializer):
 
 
 class DraftCreateRequest(StrictSerializer):
-    body = serializers.JSONField(help_text="The document body (RUNTIME_API §5).")
+    body = serializers.JSONField(help_text="The document body (docs/runtime-contract.md §5).")
     note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
 
 

@@ -11,14 +11,13 @@ import json
 import re
 
 from context_runtime import canonical, vocabulary
-from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
 from console.audit import actor_label, audit_record
 from console.errors import Conflict, ValidationFailed
 from console.limits import too_large
-from console.policy import check_user_can_enable_sensitive
+from console.policy import check_user_can_enable_sensitive, service_transaction
 from console.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Agent
 from strategies.catalog.selectors import sensitive_paths_added
@@ -31,7 +30,7 @@ from strategies.documents.selectors import (
 
 # A strategy key is a task id the runtime uses: lowercase snake case.
 DOCUMENT_KEY = re.compile(r"[a-z][a-z0-9_]{0,99}")
-# The wire fields of a manifest (RUNTIME_API §2) that validation uses; `runtime` is stored apart.
+# The wire fields of a manifest (docs/runtime-contract.md §2) that validation uses; `runtime` is stored apart.
 
 
 def _version_state(version: Version) -> dict:
@@ -76,7 +75,7 @@ def _check_sensitive(*, document: Document, body, before_bodies: list, actor) ->
     check_user_can_enable_sensitive(actor, document.agent, paths)
 
 
-@transaction.atomic
+@service_transaction
 def draft_create(
     *,
     document: Document,
@@ -126,7 +125,7 @@ def draft_create(
     return draft
 
 
-@transaction.atomic
+@service_transaction
 def draft_update(
     *, draft: Version, body: dict, revision: int, actor, note: str | None = None
 ) -> Version:
@@ -167,7 +166,7 @@ def draft_update(
     return draft
 
 
-@transaction.atomic
+@service_transaction
 def version_freeze(
     *, draft: Version, actor, revision: int | None = None, note: str | None = None
 ) -> Version:
@@ -195,7 +194,7 @@ def version_freeze(
     return draft
 
 
-@transaction.atomic
+@service_transaction
 def draft_discard(*, draft: Version, actor) -> None:
     state = _version_state(draft)
     if Version.objects.filter(pk=draft.pk, state=Version.State.DRAFT).delete()[0] != 1:
@@ -209,7 +208,7 @@ def draft_discard(*, draft: Version, actor) -> None:
     )
 
 
-@transaction.atomic
+@service_transaction
 def document_create(
     *, agent: Agent, key: str, kind: str = Document.Kind.STRATEGY, name: str = "", actor
 ) -> Document:
@@ -278,7 +277,7 @@ def _read_document_file(name: str, text: str) -> dict:
     return data
 
 
-@transaction.atomic
+@service_transaction
 def agent_import(*, agent: Agent, files: dict[str, str], actor) -> list[tuple[str, str]]:
     """Apply exported files to `agent`: a document whose content differs from its open draft
     (or latest version) gets a draft with the file's content, through the same validation as

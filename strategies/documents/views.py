@@ -11,7 +11,7 @@ from django.contrib import messages
 from django.core.paginator import Paginator
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -48,13 +48,10 @@ def agent_tabs(agent, active: str, user=None) -> list[dict]:
     for label, name, how, capability in AGENT_TABS:
         if user is not None and not user_can(user, capability, agent):
             continue
-        try:
-            if how == "kwarg":
-                url = reverse(name, kwargs={"agent": agent.key})
-            else:
-                url = f"{reverse(name)}?{urlencode({'agent': agent.key})}"
-        except NoReverseMatch:
-            continue
+        if how == "kwarg":
+            url = reverse(name, kwargs={"agent": agent.key})
+        else:
+            url = f"{reverse(name)}?{urlencode({'agent': agent.key})}"
         tabs.append({"label": label, "url": url, "active": name == active})
     return tabs
 

@@ -10,7 +10,7 @@ from context_runtime.diff import diff_bodies
 from context_runtime.findings import Finding, blocking
 from django.core.paginator import Paginator
 
-from console.policy import Capability, user_can
+from console.policy import Capability, user_can, user_can_decide_approval, user_can_publish_to
 from strategies.catalog.models import Environment
 from strategies.catalog.selectors import (
     body_findings,
@@ -60,15 +60,13 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
         (a.document_id, a.environment_id): a
         for a in ApprovalRequest.objects.filter(
             document__agent=agent, status=ApprovalRequest.Status.PENDING
-        ).select_related("version", "requested_by")
+        ).select_related("version", "requested_by", "document__agent")
     }
     latest: dict[int, Version] = {}
     for version in Version.objects.filter(document__in=docs).order_by("document", "-number"):
         latest.setdefault(version.document_id, version)
-    may_publish = user_can(user, Capability.PUBLISH, agent)
-    may_request = user_can(user, Capability.REQUEST_PROTECTED_PUBLISH, agent)
+    may_publish = {env.pk: user_can_publish_to(user, env, agent) for env in envs}
     may_rollback = user_can(user, Capability.ROLLBACK, agent)
-    may_approve = user_can(user, Capability.APPROVE, agent)
     rows = []
     for doc in docs:
         row = DocumentRow(document=doc, latest=latest.get(doc.pk))
@@ -79,11 +77,9 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
                     environment=env,
                     release=releases.get((doc.pk, env.pk)),
                     pending=waiting,
-                    can_publish=may_request if env.protected else may_publish,
+                    can_publish=may_publish[env.pk],
                     can_rollback=may_rollback and (doc.pk, env.pk) in releases,
-                    can_approve=bool(
-                        may_approve and waiting and waiting.requested_by_id != user.pk
-                    ),
+                    can_approve=bool(waiting and user_can_decide_approval(user, waiting)),
                 )
             )
         rows.append(row)
@@ -241,7 +237,7 @@ def dashboard_context(*, user, agents) -> dict:
 # --- tokens and webhooks ------------------------------------------------------------------------------
 def live_findings(*, environment: Environment, agents=None) -> list[dict]:
     """Live releases in `environment` that its latest manifest no longer supports, in the
-    shape of RUNTIME_API §2's `warnings`: [{agent, document, version, errors}]. For the
+    shape of docs/runtime-contract.md §2's `warnings`: [{agent, document, version, errors}]. For the
     runtime's manifest report and for health warnings."""
     context = validation_context(environment=environment)
     if context.manifest is None:

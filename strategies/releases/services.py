@@ -25,6 +25,7 @@ from console.policy import (
     check_user_can_enable_sensitive,
     check_user_can_publish_to,
     check_user_can_roll_back,
+    service_transaction,
 )
 from console.reasons import reason_clean
 from console.writes import create_or_refuse, update_or_refuse
@@ -189,7 +190,7 @@ class PublishOutcome:
     approval: ApprovalRequest | None = None  # set when it waits for a second person
 
 
-@transaction.atomic
+@service_transaction
 def release_publish(
     *,
     version: Version,
@@ -317,7 +318,7 @@ def _decide(approval: ApprovalRequest, *, actor, status: str, note: str) -> Appr
     return approval
 
 
-@transaction.atomic
+@service_transaction
 def approval_approve(*, approval: ApprovalRequest, actor, note: str = "") -> Release:
     """A second person approves: the version goes live (bound to the hash and base revision)."""
     approval = _decide(approval, actor=actor, status=ApprovalRequest.Status.APPROVED, note=note)
@@ -352,7 +353,7 @@ def approval_approve(*, approval: ApprovalRequest, actor, note: str = "") -> Rel
     return release
 
 
-@transaction.atomic
+@service_transaction
 def approval_reject(*, approval: ApprovalRequest, actor, note: str) -> ApprovalRequest:
     note = reason_clean(note, ask="Say why you reject it (the requester reads this).", path="note")
     approval = _decide(approval, actor=actor, status=ApprovalRequest.Status.REJECTED, note=note)
@@ -367,7 +368,7 @@ def approval_reject(*, approval: ApprovalRequest, actor, note: str) -> ApprovalR
 
 
 # --- rollback ----------------------------------------------------------------------------------------
-@transaction.atomic
+@service_transaction
 def release_rollback(
     *,
     release: Release,

@@ -11,7 +11,13 @@ from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from console.errors import ApplicationError, NotFound, ValidationFailed
-from console.policy import Capability, agents_visible_to, requires, user_can
+from console.policy import (
+    Capability,
+    agents_visible_to,
+    requires,
+    user_can,
+    user_can_decide_approval,
+)
 from strategies.catalog.models import Environment
 from strategies.catalog.selectors import environment_get, environment_list
 from strategies.documents.models import Document
@@ -202,8 +208,7 @@ def _approval_context(request, approval, error):
         "preview": selectors.change_preview(
             version=approval.version, environment=approval.environment
         ),
-        "can_decide": user_can(request.user, Capability.APPROVE, request.agent)
-        and approval.requested_by_id != request.user.pk,
+        "can_decide": user_can_decide_approval(request.user, approval),
         "is_requester": approval.requested_by_id == request.user.pk,
         "error": error,
     }

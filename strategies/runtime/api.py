@@ -1,4 +1,4 @@
-"""The runtime API (RUNTIME_API.md §1, §2): token-authenticated, no session, no CSRF.
+"""The runtime API (docs/runtime-contract.md §1, §2): token-authenticated, no session, no CSRF.
 
 `GET config/<agent>` is the hot path: one Redis GET for the token's identity and one for the
 pre-rendered payload bytes; no database query and no serializer on a cache hit. The
@@ -31,7 +31,7 @@ from strategies.runtime.manifests import manifest_report
 # --- schema-only serializers ----------------------------------------------------------------------
 class LiveDocumentSerializer(serializers.Serializer):
     version = serializers.IntegerField()
-    body = serializers.JSONField(help_text="The document body (RUNTIME_API §5).")
+    body = serializers.JSONField(help_text="The document body (docs/runtime-contract.md §5).")
 
 
 class RuntimeConfigSerializer(serializers.Serializer):
@@ -112,7 +112,7 @@ class ConfigView(APIView):
         summary="Live configuration of an agent in the token's environment",
         description="Every live strategy and the profile of the agent in the token's "
         "environment, with their version numbers, as one JSON document. Strong ETag; send it "
-        "back as If-None-Match to get 304 while nothing changed (RUNTIME_API.md §1).",
+        "back as If-None-Match to get 304 while nothing changed (docs/runtime-contract.md §1).",
         parameters=[
             OpenApiParameter(
                 "If-None-Match",

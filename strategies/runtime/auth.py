@@ -1,4 +1,4 @@
-"""Runtime token authentication for /api/v1/runtime/ (RUNTIME_API.md "Authentication").
+"""Runtime token authentication for /api/v1/runtime/ (docs/runtime-contract.md "Authentication").
 
 `Authorization: Bearer <token>`. Missing/unknown/revoked → 401; valid without the capability
 → 403; agent outside the token's scope or unknown → 404 (the same answer for both).

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import transaction
-
 from console.audit import actor_label
+from console.policy import service_transaction
 from strategies.catalog.models import Environment, Manifest
 from strategies.catalog.services import manifest_record
 from strategies.releases.selectors import live_findings
@@ -19,9 +18,9 @@ class ManifestReport:
     warnings: list[dict]
 
 
-@transaction.atomic
+@service_transaction
 def manifest_report(*, environment: Environment, body, actor) -> ManifestReport:
-    """A runtime reports what it implements (RUNTIME_API §2): stored by the one manifest
+    """A runtime reports what it implements (docs/runtime-contract.md §2): stored by the one manifest
     service (an identical manifest keeps its version), then the live releases it no longer
     supports come back as warnings."""
     manifest, created = manifest_record(

@@ -10,12 +10,13 @@ from django.utils import timezone
 
 from console.audit import actor_label, audit_record
 from console.errors import Conflict, ValidationFailed
+from console.policy import service_transaction
 from console.writes import update_or_refuse
 from strategies.runtime.auth import TOKEN_PREFIX, identity_forget, new_secret, token_hash
 from strategies.runtime.models import RuntimeToken
 
 
-@transaction.atomic
+@service_transaction
 def runtime_token_create(*, name: str, environment, capabilities, agents=(), actor=None):
     """Create a token; returns (token, secret). The secret is shown once and never stored."""
     name = name.strip() if isinstance(name, str) else ""
@@ -67,7 +68,7 @@ def runtime_token_create(*, name: str, environment, capabilities, agents=(), act
     return token, secret
 
 
-@transaction.atomic
+@service_transaction
 def runtime_token_revoke(*, token: RuntimeToken, actor, reason: str = "") -> RuntimeToken:
     """Revoke at once: the cached identity is replaced by a tombstone after commit."""
     update_or_refuse(

@@ -1,4 +1,4 @@
-"""Benchmark of the runtime config endpoint (RUNTIME_API §1) against a bare Django JSON view.
+"""Benchmark of the runtime config endpoint (docs/runtime-contract.md §1) against a bare Django JSON view.
 
     python -m tests.bench.bench_config [--seconds 10] [--clients 32] [--workers 1] [--threads 1]
 

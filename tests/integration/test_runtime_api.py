@@ -1,4 +1,4 @@
-"""The runtime contract (RUNTIME_API §1, §2): config with ETags from the cache, manifests."""
+"""The runtime contract (docs/runtime-contract.md §1, §2): config with ETags from the cache, manifests."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""POST /api/v1/runtime/traces, end to end against PostgreSQL (RUNTIME_API.md §3)."""
+"""POST /api/v1/runtime/traces, end to end against PostgreSQL (docs/runtime-contract.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Webhooks (RUNTIME_API §4) delivered by a real Celery worker to a local receiver."""
+"""Webhooks (docs/runtime-contract.md §4) delivered by a real Celery worker to a local receiver."""
 
 from __future__ import annotations
 

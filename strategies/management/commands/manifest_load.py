@@ -1,4 +1,4 @@
-"""Record what an environment's runtime implements from a JSON file (RUNTIME_API §2 wire form)."""
+"""Record what an environment's runtime implements from a JSON file (docs/runtime-contract.md §2 wire form)."""
 
 from __future__ import annotations
 
