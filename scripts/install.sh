@@ -16,7 +16,7 @@ if sys.argv[1] == "dev":
     deps += project["optional-dependencies"]["dev"]
 print("\n".join(deps))
 PY
-stamp=.venv/.installed-$(sha256sum .venv/requirements.txt | cut -c1-16)
+stamp=.venv/.installed-$(cat .venv/requirements.txt sdk/pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -r .venv/requirements.txt

@@ -25,5 +25,11 @@ echo "database: $DATABASE_URL  broker: $REDIS_URL"
 mkdir -p .data
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+.venv/bin/lint-imports
+
+# The runtime SDK on its own: a clean virtual environment with only sdk/ (no Django).
+[ -x .venv-sdk/bin/python ] || python3 -m venv .venv-sdk
+.venv-sdk/bin/python -m pip install --quiet --disable-pip-version-check "./sdk[test]"
+(cd sdk && ../.venv-sdk/bin/python -m pytest -q)
 .venv/bin/python manage.py spectacular --validate --fail-on-warn --file .data/openapi.yaml
 .venv/bin/python -m pytest "$@"

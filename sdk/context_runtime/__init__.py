@@ -7,6 +7,13 @@
 - ``documents``   the one validator per document kind
 - ``diff``        field-by-field changes between two bodies, in words
 - ``wire``        statuses, decisions and the msgspec structs of a trace batch
+- ``engine``      the selection engine: required first, optional by priority, bundles whole,
+                  explicit failure statuses (pure, deterministic, no I/O)
+- ``client``      the config client: ETag polling, webhook refresh, last good copy in memory
+                  and on disk; a read on the request path is a memory read
+- ``reporter``    the trace reporter: bounded queue, batches in the background, retries
+- ``webhook``     verifying the console's webhook signature
+- ``manifest_report``  declaring what the runtime implements, from what it registered
 
 The normative contract is ``docs/runtime-contract.md`` in the console's repository.
 """

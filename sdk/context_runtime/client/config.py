@@ -1,0 +1,852 @@
+"""The config client: the agent's live configuration (RUNTIME_API §1), always readable.
+
+A background thread polls ``GET config/{agent}`` with ``If-None-Match`` and refreshes at once
+when the console's webhook says a release changed (:meth:`ConfigClient.handle_webhook`).
+Every payload is checked with the same validator the console uses before it replaces the
+last good copy; the last good copy is kept in memory and in a file (written atomically), so a
+restart while the console is down starts from it, or from a bootstrap file shipped with the
+runtime.
+
+Reading is a memory read: :meth:`ConfigClient.snapshot` returns the current immutable
+:class:`ConfigSnapshot` (one attribute read, no lock, no I/O). The background thread builds
+a new snapshot and swaps the reference; a reader holds a consistent snapshot for as long as it
+keeps it. Every snapshot says where its value came from (:class:`Resolution`, after
+OpenFeature's resolution reasons), and the trace carries it
+(:meth:`Resolution.trace_fields`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import logging
+import os
+import random
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+import msgspec
+
+from context_runtime.client import http
+from context_runtime.client.http import TransportError
+from context_runtime.documents import validate_document
+from context_runtime.findings import Finding, blocking
+from context_runtime.vocabulary import PROFILE, STRATEGY
+from context_runtime.webhook import (
+    DeliveryLog,
+    WebhookRefused,
+    WebhookResult,
+    read_delivery,
+)
+
+logger = logging.getLogger("context_runtime.client")
+
+# ---------------------------------------------------------------- resolution reasons
+
+FRESH = "fresh"  # confirmed by the console at the last attempt, within ``stale_after``
+CACHED = "cached"  # the disk copy of an earlier run; the console not reached since start
+STALE = "stale"  # from the console, but the latest attempts failed (or it is too old)
+BOOTSTRAP = "bootstrap"  # the bootstrap file; the console never reached
+ERROR = "error"  # no good copy at all: nothing to serve, readers get defaults
+REASONS = (FRESH, CACHED, STALE, BOOTSTRAP, ERROR)
+
+# Where the served bytes came from (``ConfigSnapshot.source``).
+SOURCE_CONSOLE = "console"
+SOURCE_DISK = "disk"
+SOURCE_BOOTSTRAP = "bootstrap"
+
+# Findings the runtime side does not act on. The contract: "unknown fields are refused by the
+# console's validator and ignored by runtimes". Sections and switches are judged without a
+# manifest here, against document 000's list, so a section or switch the runtime declared
+# itself (and the console checked against that manifest) must not make the runtime refuse it.
+TOLERATED_CODES = frozenset({"unknown_field", "unknown_section", "unknown_switch"})
+
+CACHE_FORMAT = "context_runtime.config_cache/1"
+
+
+class Resolution(NamedTuple):
+    """Where a read's value came from.
+
+    ``reason`` is one of ``fresh``, ``cached``, ``stale``, ``bootstrap``, ``error``;
+    ``age_seconds`` is the time since the console last confirmed the value (``None`` for a
+    bootstrap file or no value); ``fallback`` is the contract's ``config_fallback``: true for
+    everything but ``fresh``.
+    """
+
+    reason: str
+    age_seconds: float | None
+    fallback: bool
+
+    def trace_fields(self) -> dict[str, Any]:
+        """The trace fields: ``config_fallback`` (the contract's boolean) and the proposed
+        optional ``config_resolution`` and ``config_age_seconds``."""
+        age = None if self.age_seconds is None else round(self.age_seconds, 3)
+        return {
+            "config_fallback": self.fallback,
+            "config_resolution": self.reason,
+            "config_age_seconds": age,
+        }
+
+
+# ---------------------------------------------------------------- read-only bodies
+
+_READ_ONLY = (
+    "configuration bodies are shared by every request and read-only; "
+    "use copy.deepcopy(body) for a mutable copy"
+)
+
+
+def _refuse(self, *args, **kwargs):
+    raise TypeError(_READ_ONLY)
+
+
+class FrozenDict(dict):
+    """A ``dict`` that refuses changes (still ``isinstance(x, dict)``, still JSON)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    clear = pop = popitem = setdefault = update = _refuse
+
+    def __copy__(self) -> dict:
+        return dict(self)
+
+    def __deepcopy__(self, memo) -> dict:
+        return {key: copy.deepcopy(value, memo) for key, value in self.items()}
+
+    def __reduce__(self):
+        return (dict, (dict(self),))
+
+
+class FrozenList(list):
+    """A ``list`` that refuses changes (still ``isinstance(x, list)``, still JSON)."""
+
+    __slots__ = ()
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = reverse = sort = clear = _refuse
+
+    def __copy__(self) -> list:
+        return list(self)
+
+    def __deepcopy__(self, memo) -> list:
+        return [copy.deepcopy(value, memo) for value in self]
+
+    def __reduce__(self):
+        return (list, (list(self),))
+
+
+def freeze(value):
+    """A deep read-only copy of a JSON-like value."""
+    if isinstance(value, dict):
+        return FrozenDict({key: freeze(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return FrozenList(freeze(item) for item in value)
+    return value
+
+
+# ---------------------------------------------------------------- snapshot
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One released document as the runtime serves it: its key (``"profile"`` or the strategy
+    key), its version number and its read-only body."""
+
+    key: str
+    version: int
+    body: Mapping[str, Any]
+
+
+_NO_DOCUMENTS: Mapping[str, Document] = MappingProxyType({})
+
+
+class ConfigSnapshot:
+    """One consistent configuration of the agent, immutable.
+
+    ``strategy(key)``, ``shadow(key)``, ``profile``, ``etag`` read the configuration;
+    ``resolution`` says where it came from, with its age measured when it is read.
+    A snapshot without configuration (``has_config`` false) answers ``None`` everywhere.
+    """
+
+    __slots__ = (
+        "agent",
+        "environment",
+        "etag",
+        "profile",
+        "strategies",
+        "shadows",
+        "source",
+        "_state",
+        "_confirmed",
+        "_stale_after",
+        "_payload",
+    )
+
+    def __init__(
+        self,
+        *,
+        agent: str,
+        environment: str | None = None,
+        etag: str | None = None,
+        profile: Document | None = None,
+        strategies: Mapping[str, Document] = _NO_DOCUMENTS,
+        shadows: Mapping[str, Document] = _NO_DOCUMENTS,
+        source: str | None = None,
+        state: str = ERROR,
+        confirmed: float | None = None,
+        stale_after: float = float("inf"),
+        payload: Mapping | None = None,
+    ):
+        setter = object.__setattr__
+        setter(self, "agent", agent)
+        setter(self, "environment", environment)
+        setter(self, "etag", etag)
+        setter(self, "profile", profile)
+        setter(self, "strategies", strategies)
+        setter(self, "shadows", shadows)
+        setter(self, "source", source)
+        setter(self, "_state", state)
+        setter(self, "_confirmed", confirmed)  # time.monotonic() of the last confirmation
+        setter(self, "_stale_after", stale_after)
+        setter(self, "_payload", payload)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("a ConfigSnapshot is immutable")
+
+    __delattr__ = __setattr__
+
+    def strategy(self, key: str) -> Document | None:
+        return self.strategies.get(key)
+
+    def shadow(self, key: str) -> Document | None:
+        return self.shadows.get(key)
+
+    @property
+    def has_config(self) -> bool:
+        return self.source is not None
+
+    @property
+    def documents(self) -> dict[str, int]:
+        """The trace's ``documents`` field: profile and strategy versions served."""
+        versions = {key: doc.version for key, doc in self.strategies.items()}
+        if self.profile is not None:
+            versions[PROFILE] = self.profile.version
+        return versions
+
+    @property
+    def payload(self) -> Mapping | None:
+        """The §1 payload this snapshot was built from (read-only)."""
+        return self._payload
+
+    @property
+    def resolution(self) -> Resolution:
+        state, confirmed = self._state, self._confirmed
+        if confirmed is None:
+            return Resolution(state, None, state != FRESH)
+        age = max(0.0, time.monotonic() - confirmed)
+        if state == FRESH:
+            if age <= self._stale_after:
+                return Resolution(FRESH, age, False)
+            state = STALE
+        return Resolution(state, age, True)
+
+    def _with(self, *, state: str, confirmed: float | None) -> ConfigSnapshot:
+        return ConfigSnapshot(
+            agent=self.agent,
+            environment=self.environment,
+            etag=self.etag,
+            profile=self.profile,
+            strategies=self.strategies,
+            shadows=self.shadows,
+            source=self.source,
+            state=state,
+            confirmed=confirmed,
+            stale_after=self._stale_after,
+            payload=self._payload,
+        )
+
+    def __repr__(self) -> str:
+        res = self.resolution
+        return (
+            f"<ConfigSnapshot {self.agent} etag={self.etag} source={self.source} "
+            f"reason={res.reason} strategies={sorted(self.strategies)}>"
+        )
+
+
+# ---------------------------------------------------------------- payload validation
+
+
+def validate_config_payload(
+    payload,
+    *,
+    agent: str | None = None,
+    environment: str | None = None,
+    tolerated: Iterable[str] = TOLERATED_CODES,
+) -> list[Finding]:
+    """The findings that make a §1 payload unusable, paths from the payload's root
+    (``strategies.after_sales.body.budget.max_input_tokens``).
+
+    Checks the envelope (``agent``, ``environment``, ``etag``, ``profile``, ``strategies``,
+    ``shadow``) and every body with :func:`~context_runtime.documents.validate_document`
+    without a manifest; findings whose code is in ``tolerated`` and non-blocking ones (flags)
+    are left out. Unknown envelope fields are ignored.
+    """
+    tolerated = frozenset(tolerated)
+    if not isinstance(payload, dict):
+        return [_finding("", "invalid_type", "The configuration must be a JSON object.")]
+    problems: list[Finding] = []
+    for field in ("agent", "etag"):
+        value = payload.get(field)
+        if not isinstance(value, str) or not value:
+            problems.append(_finding(field, "required", f"{field} must be non-empty text."))
+    if agent is not None and isinstance(payload.get("agent"), str) and payload["agent"] != agent:
+        problems.append(
+            _finding("agent", "wrong_agent", f"This is the configuration of {payload['agent']}.")
+        )
+    env = payload.get("environment")
+    if env is not None and not isinstance(env, str):
+        problems.append(_finding("environment", "invalid_type", "environment must be text."))
+    elif environment is not None and env != environment:
+        problems.append(
+            _finding(
+                "environment",
+                "wrong_environment",
+                f"This configuration is for environment {env}, not {environment}.",
+            )
+        )
+    if "profile" not in payload:
+        problems.append(_finding("profile", "required", "profile is required (null if none)."))
+    elif payload["profile"] is not None:
+        problems += _released("profile", payload["profile"], PROFILE, tolerated)
+    for field, required in (("strategies", True), ("shadow", False)):
+        if field not in payload:
+            if required:
+                problems.append(_finding(field, "required", f"{field} is required."))
+            continue
+        entries = payload[field]
+        if not isinstance(entries, dict):
+            problems.append(
+                _finding(field, "invalid_type", f"{field} must map strategy keys to versions.")
+            )
+            continue
+        for key, entry in entries.items():
+            if not isinstance(key, str) or not key.strip():
+                problems.append(_finding(field, "empty", f"{field} has an empty strategy key."))
+                continue
+            problems += _released(f"{field}.{key}", entry, STRATEGY, tolerated)
+    return problems
+
+
+def _released(path: str, entry, kind: str, tolerated: frozenset[str]) -> list[Finding]:
+    if not isinstance(entry, dict):
+        return [_finding(path, "invalid_type", f"{path} must be {{version, body}}.")]
+    problems = []
+    version = entry.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        problems.append(
+            _finding(f"{path}.version", "invalid_type", f"{path}.version must be a whole number.")
+        )
+    if "body" not in entry:
+        return [*problems, _finding(f"{path}.body", "required", f"{path}.body is required.")]
+    for finding in blocking(validate_document(kind, entry["body"])):
+        if finding.code in tolerated:
+            continue
+        where = f"{path}.body.{finding.path}" if finding.path else f"{path}.body"
+        problems.append(Finding(where, finding.code, finding.message, finding.severity))
+    return problems
+
+
+def _finding(path: str, code: str, message: str) -> Finding:
+    return Finding(path=path, code=code, message=message)
+
+
+def _summary(findings: list[Finding], limit: int = 5) -> str:
+    parts = [f"{f.path or '(root)'}: {f.message}" for f in findings[:limit]]
+    more = len(findings) - limit
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def _documents(entries: Mapping) -> Mapping[str, Document]:
+    return MappingProxyType(
+        {
+            key: Document(key=key, version=entry["version"], body=entry["body"])
+            for key, entry in entries.items()
+        }
+    )
+
+
+# ---------------------------------------------------------------- the client
+
+
+class ConfigClient:
+    """Keeps the live configuration of one agent (RUNTIME_API §1) in memory.
+
+    >>> client = ConfigClient("https://console", token, "assistant_professional",
+    ...                       cache_path="/var/lib/app/config.json")
+    >>> client.start(wait=2.0)            # background polling; wait for a first answer
+    >>> snap = client.snapshot()           # on the request path: a memory read
+    >>> snap.strategy("after_sales_consultation"), snap.resolution.reason
+
+    ``poll_interval`` seconds between polls while all is well; after failures the wait grows
+    from ``backoff_initial`` to ``backoff_max`` (doubling, with jitter). ``timeout`` bounds
+    every network call. A copy not confirmed for ``stale_after`` seconds (default: two poll
+    intervals plus the timeout) reads as ``stale``. ``webhook_secret`` (one secret, or several
+    during a rotation) enables :meth:`handle_webhook`. ``on_change(snapshot)`` is called in
+    the background thread after a new configuration was taken.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        agent: str,
+        *,
+        environment: str | None = None,
+        poll_interval: float = 30.0,
+        timeout: float = 5.0,
+        cache_path: str | os.PathLike | None = None,
+        bootstrap_path: str | os.PathLike | None = None,
+        webhook_secret: str | bytes | Iterable[str | bytes] | None = None,
+        stale_after: float | None = None,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 120.0,
+        max_response_bytes: int = http.DEFAULT_MAX_RESPONSE_BYTES,
+        tolerated_codes: Iterable[str] = TOLERATED_CODES,
+        on_change: Callable[[ConfigSnapshot], None] | None = None,
+    ):
+        if poll_interval <= 0 or timeout <= 0:
+            raise ValueError("poll_interval and timeout must be positive")
+        self.agent = agent
+        self.environment = environment
+        self._url = http.runtime_url(base_url, "config/" + http.quote_segment(agent))
+        self._token = token
+        self.poll_interval = poll_interval
+        self.timeout = timeout
+        self.stale_after = stale_after if stale_after is not None else 2 * poll_interval + timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = max(backoff_max, backoff_initial)
+        self._max_response_bytes = max_response_bytes
+        self._tolerated = frozenset(tolerated_codes)
+        self._on_change = on_change
+        self.cache_path = Path(cache_path) if cache_path is not None else None
+        self.bootstrap_path = Path(bootstrap_path) if bootstrap_path is not None else None
+        self._webhook_secrets = _secrets(webhook_secret)
+        self._deliveries = DeliveryLog()
+
+        self._snapshot = ConfigSnapshot(agent=agent, environment=environment)
+        self._fetch_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._first_attempt = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._wanted_etag: str | None = None  # announced by a webhook, not yet seen
+
+        # Status, written by the background thread only (plain values; read without a lock).
+        self._last_error: str | None = None
+        self._last_error_at: float | None = None
+        self._last_success_at: float | None = None
+        self._consecutive_failures = 0
+        self._polls = 0
+        self._rejected_payloads = 0
+        self._rejected_etag: str | None = None
+        self._rejected_reason = ""
+        self._last_disk_error: str | None = None
+        self._disk_confirmed_at = 0.0
+
+        self._load_initial()
+
+    # ------------------------------------------------------------ reading (request path)
+
+    def snapshot(self) -> ConfigSnapshot:
+        """The current configuration: a memory read, never blocks, never raises."""
+        return self._snapshot
+
+    @property
+    def ready(self) -> bool:
+        """True once a good copy exists (from the console, the disk copy or bootstrap)."""
+        return self._snapshot.source is not None
+
+    def wait_ready(self, timeout: float | None = None) -> bool:
+        return self._ready.wait(timeout)
+
+    def status(self) -> dict[str, Any]:
+        """For readiness and health endpoints: ``ready``, ``reason``, ``age_seconds``,
+        ``fallback``, ``source``, ``etag``, ``last_error`` and counters."""
+        snap = self._snapshot
+        res = snap.resolution
+        return {
+            "agent": self.agent,
+            "environment": snap.environment or self.environment,
+            "ready": snap.has_config,
+            "reason": res.reason,
+            "age_seconds": res.age_seconds,
+            "fallback": res.fallback,
+            "source": snap.source,
+            "etag": snap.etag,
+            "last_error": self._last_error,
+            "last_error_at": self._last_error_at,
+            "last_success_at": self._last_success_at,
+            "consecutive_failures": self._consecutive_failures,
+            "polls": self._polls,
+            "rejected_payloads": self._rejected_payloads,
+            "last_disk_error": self._last_disk_error,
+            "running": self._thread is not None and self._thread.is_alive(),
+        }
+
+    # ------------------------------------------------------------ lifecycle
+
+    def start(self, wait: float | None = None) -> bool:
+        """Start the background thread (idempotent). With ``wait``, wait up to that many
+        seconds for the first answer of the console (or failure); returns :attr:`ready`."""
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._thread = threading.Thread(
+                target=self._run, name=f"context-runtime-config-{self.agent}", daemon=True
+            )
+            self._thread.start()
+        if wait:
+            self._first_attempt.wait(wait)
+        return self.ready
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def __enter__(self) -> ConfigClient:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def request_refresh(self) -> None:
+        """Ask the background thread to poll now (returns at once)."""
+        self._wake.set()
+
+    def refresh_now(self) -> bool:
+        """Poll once in the calling thread (for scripts and tests; never on the request
+        path). True if the console answered with a good configuration or a 304."""
+        return self._refresh_once()
+
+    # ------------------------------------------------------------ webhook
+
+    def handle_webhook(self, headers: Mapping[str, str], body: bytes) -> WebhookResult:
+        """Check a console webhook delivery (RUNTIME_API §4) and, for a ``release.changed``
+        of this agent, wake the background thread to refresh. Returns at once with the HTTP
+        status to answer (202 refresh scheduled, 200 nothing to do, 401/400 refused, 503
+        when the client is not started, so the console retries);
+        never raises and never touches the network."""
+        try:
+            delivery = read_delivery(self._webhook_secrets, headers, body)
+        except WebhookRefused as refused:
+            logger.warning("Webhook refused (%s): %s", refused.outcome, refused.message)
+            return refused.result()
+        except Exception:  # a webhook must never break the runtime's web server
+            logger.exception("Webhook could not be read")
+            return WebhookResult(400, "malformed", "The delivery could not be read.")
+        if delivery.event != "release.changed":
+            return WebhookResult(200, "ignored_event", f"{delivery.event} is not acted on.")
+        if delivery.agent != self.agent:
+            return WebhookResult(200, "ignored_agent", f"This runtime serves {self.agent}.")
+        environment = self._snapshot.environment or self.environment
+        if environment is not None and delivery.environment not in (None, environment):
+            return WebhookResult(
+                200, "ignored_environment", f"This runtime serves environment {environment}."
+            )
+        if not self._deliveries.first_time(delivery.delivery):
+            return WebhookResult(200, "duplicate", "This delivery was handled already.")
+        if delivery.etag is not None and delivery.etag == self._snapshot.etag:
+            return WebhookResult(200, "already_current", "This configuration is served already.")
+        if self._thread is None or not self._thread.is_alive():
+            # Nobody would refresh: say so, and the console retries the delivery later.
+            self._deliveries.forget(delivery.delivery)
+            return WebhookResult(503, "not_running", "The config client is not started.")
+        self._wanted_etag = delivery.etag
+        self._wake.set()
+        logger.info(
+            "Webhook %s: %s %s → refreshing", delivery.delivery, delivery.action, delivery.etag
+        )
+        return WebhookResult(202, "refresh_scheduled", "The configuration is being refreshed.")
+
+    # ------------------------------------------------------------ background thread
+
+    def _run(self) -> None:
+        quick_rechecks = 0
+        while not self._stop.is_set():
+            self._wake.clear()
+            wanted = self._wanted_etag
+            try:
+                ok = self._refresh_once()
+            except Exception as error:  # the poller must survive anything
+                logger.exception("Config refresh failed unexpectedly")
+                self._note_failure(f"unexpected {type(error).__name__}: {error}")
+                ok = False
+            self._first_attempt.set()
+            if ok:
+                delay = self.poll_interval * random.uniform(0.9, 1.1)
+                # A webhook announced an etag the console did not serve yet (its caches may
+                # lag by a moment): look again soon, a few times.
+                if wanted is not None and self._snapshot.etag != wanted and quick_rechecks < 3:
+                    quick_rechecks += 1
+                    delay = min(delay, 0.25 * 2 ** (quick_rechecks - 1))
+                else:
+                    quick_rechecks = 0
+                    if self._wanted_etag == wanted:
+                        self._wanted_etag = None
+            else:
+                delay = http.backoff_delay(
+                    self._consecutive_failures, self.backoff_initial, self.backoff_max
+                )
+            self._wake.wait(delay)
+
+    def _refresh_once(self) -> bool:
+        with self._fetch_lock:
+            self._polls += 1
+            current = self._snapshot
+            headers = {"If-None-Match": current.etag} if current.etag else {}
+            try:
+                response = http.request(
+                    "GET",
+                    self._url,
+                    token=self._token,
+                    timeout=self.timeout,
+                    headers=headers,
+                    max_response_bytes=self._max_response_bytes,
+                )
+            except TransportError as error:
+                self._note_failure(str(error))
+                return False
+            if response.status == 304 and current.has_config:
+                self._confirm(current)
+                return True
+            if response.status != 200:
+                self._note_failure(response.error_summary())
+                return False
+            return self._take(response)
+
+    def _take(self, response: http.Response) -> bool:
+        try:
+            payload = msgspec.json.decode(response.body)
+        except (msgspec.DecodeError, ValueError) as error:
+            self._note_failure(f"the console answered with invalid JSON: {error}")
+            return False
+        etag = payload.get("etag") if isinstance(payload, dict) else None
+        if etag is not None and etag == self._rejected_etag:
+            self._note_failure(f"configuration {etag} was rejected: {self._rejected_reason}")
+            return False
+        snapshot, problems = self._build(payload, SOURCE_CONSOLE, FRESH, time.monotonic())
+        if snapshot is None:
+            self._rejected_payloads += 1
+            self._rejected_etag = etag if isinstance(etag, str) else None
+            self._rejected_reason = _summary(problems)
+            self._note_failure(f"rejected configuration {etag}: {self._rejected_reason}")
+            return False
+        header_etag = response.header("ETag")
+        if header_etag and header_etag not in (snapshot.etag, f"W/{snapshot.etag}"):
+            logger.warning(
+                "Config of %s: ETag header %s differs from the payload's etag %s; using the "
+                "payload's",
+                self.agent,
+                header_etag,
+                snapshot.etag,
+            )
+        previous = self._snapshot
+        self._snapshot = snapshot
+        self._ready.set()
+        self._note_success()
+        self._write_cache(payload)
+        if previous.etag != snapshot.etag:
+            logger.info(
+                "Config of %s: now %s (was %s, %s)",
+                self.agent,
+                snapshot.etag,
+                previous.etag,
+                _versions(snapshot),
+            )
+            self._changed(snapshot)
+        return True
+
+    def _confirm(self, current: ConfigSnapshot) -> None:
+        now = time.monotonic()
+        self._snapshot = current._with(state=FRESH, confirmed=now)
+        self._note_success()
+        # Keep the disk copy's confirmation time roughly current, so a restart knows its age,
+        # without rewriting the file on every poll.
+        if self.cache_path is not None and time.time() - self._disk_confirmed_at > max(
+            60.0, self.poll_interval
+        ):
+            payload = current.payload
+            if payload is not None:
+                self._write_cache(payload)
+
+    def _note_success(self) -> None:
+        if self._consecutive_failures:
+            logger.info(
+                "Config of %s: console reachable again after %d failed attempt(s)",
+                self.agent,
+                self._consecutive_failures,
+            )
+        self._consecutive_failures = 0
+        self._last_success_at = time.time()
+
+    def _note_failure(self, message: str) -> None:
+        self._consecutive_failures += 1
+        repeated = message == self._last_error
+        self._last_error = message
+        self._last_error_at = time.time()
+        current = self._snapshot
+        if current._state == FRESH:
+            self._snapshot = current._with(state=STALE, confirmed=current._confirmed)
+        level = logging.DEBUG if repeated and self._consecutive_failures > 1 else logging.WARNING
+        logger.log(
+            level,
+            "Config of %s: %s; serving %s (attempt %d)",
+            self.agent,
+            message,
+            f"{current.etag} ({current.source})" if current.has_config else "nothing",
+            self._consecutive_failures,
+        )
+
+    def _changed(self, snapshot: ConfigSnapshot) -> None:
+        if self._on_change is None:
+            return
+        try:
+            self._on_change(snapshot)
+        except Exception:
+            logger.exception("on_change callback failed")
+
+    def _build(
+        self, payload, source: str, state: str, confirmed: float | None
+    ) -> tuple[ConfigSnapshot | None, list[Finding]]:
+        problems = validate_config_payload(
+            payload, agent=self.agent, environment=self.environment, tolerated=self._tolerated
+        )
+        if problems:
+            return None, problems
+        payload = freeze(payload)  # bodies are shared by every reader: make them read-only
+        profile = payload.get("profile")
+        snapshot = ConfigSnapshot(
+            agent=self.agent,
+            environment=payload.get("environment") or self.environment,
+            etag=payload["etag"],
+            profile=(
+                Document(key=PROFILE, version=profile["version"], body=profile["body"])
+                if profile is not None
+                else None
+            ),
+            strategies=_documents(payload["strategies"]),
+            shadows=_documents(payload.get("shadow") or {}),
+            source=source,
+            state=state,
+            confirmed=confirmed,
+            stale_after=self.stale_after,
+            payload=payload,
+        )
+        return snapshot, []
+
+    # ------------------------------------------------------------ disk copy and bootstrap
+
+    def _load_initial(self) -> None:
+        for path, source in ((self.cache_path, SOURCE_DISK), (self.bootstrap_path, BOOTSTRAP)):
+            if path is None:
+                continue
+            snapshot = self._load_file(path, source)
+            if snapshot is not None:
+                self._snapshot = snapshot
+                self._ready.set()
+                logger.info(
+                    "Config of %s: starting from %s %s (%s)",
+                    self.agent,
+                    "the disk copy" if source == SOURCE_DISK else "the bootstrap file",
+                    snapshot.etag,
+                    path,
+                )
+                return
+
+    def _load_file(self, path: Path, source: str) -> ConfigSnapshot | None:
+        try:
+            data = msgspec.json.decode(path.read_bytes())
+        except FileNotFoundError:
+            if source == BOOTSTRAP:
+                logger.warning("Config bootstrap file %s does not exist", path)
+            return None
+        except (OSError, msgspec.DecodeError, ValueError) as error:
+            logger.warning("Config file %s cannot be read: %s", path, error)
+            return None
+        confirmed_wall = None
+        if isinstance(data, dict) and data.get("format") == CACHE_FORMAT:
+            confirmed_wall = data.get("confirmed_at")
+            data = data.get("payload")
+        state, confirmed = (CACHED if source == SOURCE_DISK else BOOTSTRAP), None
+        if source == SOURCE_DISK and isinstance(confirmed_wall, int | float):
+            # Age survives the restart: seconds since the console last confirmed this copy.
+            confirmed = time.monotonic() - max(0.0, time.time() - confirmed_wall)
+        snapshot, problems = self._build(data, source, state, confirmed)
+        if snapshot is None:
+            logger.warning("Config file %s is not usable: %s", path, _summary(problems))
+        return snapshot
+
+    def _write_cache(self, payload) -> None:
+        if self.cache_path is None:
+            return
+        now = time.time()
+        document = {"format": CACHE_FORMAT, "agent": self.agent, "confirmed_at": now}
+        document["payload"] = payload
+        try:
+            write_atomically(self.cache_path, msgspec.json.encode(document))
+        except (OSError, TypeError, ValueError) as error:
+            self._last_disk_error = f"{type(error).__name__}: {error}"
+            logger.warning("Config of %s: cannot write %s: %s", self.agent, self.cache_path, error)
+            return
+        self._disk_confirmed_at = now
+        self._last_disk_error = None
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader (or a crash) sees the old file or the new
+    one, never a half: a temporary file in the same directory, fsync, rename, fsync the
+    directory."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    try:
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dir_fd)
+    except OSError:
+        pass
+    finally:
+        os.close(dir_fd)
+
+
+def _secrets(secret) -> tuple[bytes, ...]:
+    if secret is None:
+        return ()
+    if isinstance(secret, str | bytes):
+        secret = [secret]
+    return tuple(s.encode() if isinstance(s, str) else bytes(s) for s in secret if s)
+
+
+def _versions(snapshot: ConfigSnapshot) -> str:
+    return ", ".join(f"{key} v{version}" for key, version in snapshot.documents.items()) or "empty"

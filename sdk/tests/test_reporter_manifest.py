@@ -1,0 +1,202 @@
+"""The manifest reporter (RUNTIME_API §2): what the runtime registered in code is what it
+declares, and reporting it never breaks the runtime's start-up."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+from context_runtime.documents import validate_document
+from context_runtime.manifest_report import (
+    ManifestReportError,
+    Registry,
+    report_manifest,
+    report_manifest_in_background,
+)
+from test_client_fake_console import HANG, TOKEN, FakeConsole, dead_url
+
+RUNTIME = "bank-assistant 2026.11.3"
+
+
+@pytest.fixture
+def console():
+    fake = FakeConsole()
+    yield fake
+    fake.close()
+
+
+def fetch_order(request):
+    return {"order": request}
+
+
+def bank_registry() -> Registry:
+    registry = Registry()
+    for source in ("task_state", "order_delivery", "applicable_policy", "recent_dialogue"):
+        registry.register_provider(source, fetch_order if source == "order_delivery" else None)
+
+    @registry.tool("lookup_order")
+    def lookup_order(order_id):
+        return order_id
+
+    registry.register_tool("search_policy")
+    registry.register_handler("general_policy_only", lambda request: None)
+    registry.register_section("high_level_profile", "user_context", sensitive=False)
+    registry.register_section("personal_particulars", "user_context")
+    for switch in ("temporalAnchor.enabled", "toolPrefilter.enabled"):
+        registry.register_switch(switch)
+    return registry
+
+
+def test_registry__registered_code__declared_in_manifest_body():
+    registry = bank_registry()
+
+    body = registry.manifest_body(RUNTIME)
+
+    assert body == {
+        "runtime": RUNTIME,
+        "providers": ["applicable_policy", "order_delivery", "recent_dialogue", "task_state"],
+        "tools": ["lookup_order", "search_policy"],
+        "handlers": ["general_policy_only"],
+        "sections": [
+            {"key": "high_level_profile", "block": "user_context", "sensitive": False},
+            {"key": "personal_particulars", "block": "user_context", "sensitive": True},
+        ],
+        "switches": ["temporalAnchor.enabled", "toolPrefilter.enabled"],
+    }
+    assert registry.get_provider("order_delivery") is fetch_order
+    assert registry.get_tool("lookup_order")("A1") == "A1"
+
+
+def test_registry__manifest__checks_strategies_against_this_runtime():
+    manifest = bank_registry().manifest(RUNTIME)
+    body = {"required": ["task_state", "inventory"], "budget": {"max_input_tokens": 1000}}
+
+    findings = validate_document("strategy", body, manifest)
+
+    assert [(f.path, f.code) for f in findings] == [("required[1]", "unknown_source")]
+
+
+def test_registry__same_name_other_function__raises():
+    registry = Registry()
+    registry.register_provider("task_state", fetch_order)
+    registry.register_provider("task_state", fetch_order)  # same function: harmless
+
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register_provider("task_state", lambda request: None)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda r: r.register_provider("", None),
+        lambda r: r.register_section("x", "other_block"),
+        lambda r: r.register_switch("  "),
+    ],
+)
+def test_registry__invalid_name_or_block__raises(call):
+    with pytest.raises(ValueError):
+        call(Registry())
+
+
+def test_registry__section_known_sensitive_declared_not__stays_sensitive(caplog):
+    registry = Registry()
+
+    registry.register_section("user_emails", "user_context", sensitive=False)
+
+    assert registry.manifest_body("r")["sections"][0]["sensitive"] is True
+    assert "sensitive by document 000" in caplog.text
+
+
+def test_manifest_report__console_up__puts_manifest_and_returns_version(console):
+    result = report_manifest(console.url, TOKEN, bank_registry(), RUNTIME)
+
+    assert result.version == 1
+    assert result.warnings == []
+    assert console.manifests == [bank_registry().manifest_body(RUNTIME)]
+
+
+def test_manifest_report__warnings__returned_and_logged(console, caplog):
+    console.manifest_warnings = [
+        {
+            "agent": "assistant_professional",
+            "document": "after_sales_consultation",
+            "version": 3,
+            "errors": [{"path": "allowed_tools[1]", "code": "unknown_tool", "message": "..."}],
+        }
+    ]
+
+    result = report_manifest(console.url, TOKEN, bank_registry(), RUNTIME)
+
+    assert result.warnings[0]["document"] == "after_sales_consultation"
+    assert "no longer supported" in caplog.text
+
+
+def test_manifest_report__console_fails_twice__retries_and_succeeds(console):
+    console.fail_next["manifest"] = [500, 503]
+
+    result = report_manifest(
+        console.url, TOKEN, bank_registry(), RUNTIME, backoff_initial=0.01, backoff_max=0.02
+    )
+
+    assert result.version == 1
+    assert len(console.manifests) == 1
+
+
+def test_manifest_report__console_down__returns_none_without_raising():
+    started = time.monotonic()
+
+    result = report_manifest(
+        dead_url(), TOKEN, bank_registry(), RUNTIME, attempts=3, backoff_initial=0.01
+    )
+
+    assert result is None
+    assert time.monotonic() - started < 1.0
+
+
+def test_manifest_report__console_down_and_raise_asked__raises():
+    with pytest.raises(ManifestReportError, match="cannot reach"):
+        report_manifest(
+            dead_url(),
+            TOKEN,
+            bank_registry(),
+            RUNTIME,
+            attempts=2,
+            backoff_initial=0.01,
+            raise_on_failure=True,
+        )
+
+
+def test_manifest_report__refused_400__not_retried(console, caplog):
+    console.fail_next["manifest"] = [400, 400, 400]
+    caplog.set_level(logging.ERROR, logger="context_runtime.manifest")
+
+    result = report_manifest(console.url, TOKEN, bank_registry(), RUNTIME, backoff_initial=0.01)
+
+    assert result is None
+    assert console.fail_next["manifest"] == [400, 400]  # asked once
+    assert "HTTP 400" in caplog.text
+
+
+def test_manifest_report__console_slow__bounded_by_timeout(console):
+    console.modes["manifest"] = HANG
+
+    started = time.monotonic()
+    result = report_manifest(console.url, TOKEN, bank_registry(), RUNTIME, timeout=0.2, attempts=1)
+
+    assert result is None
+    assert time.monotonic() - started < 1.0
+
+
+def test_manifest_report__in_background__start_up_not_blocked(console):
+    console.modes["manifest"] = HANG
+    console.hang_seconds = 0.5
+
+    started = time.monotonic()
+    thread = report_manifest_in_background(
+        console.url, TOKEN, bank_registry(), RUNTIME, timeout=2.0, attempts=1
+    )
+
+    assert time.monotonic() - started < 0.25  # the console answers only after 0.5 s
+    thread.join(3)
+    assert len(console.manifests) == 1
