@@ -96,6 +96,11 @@ class CandidateOut(serializers.Serializer):
     bundle = serializers.CharField()
     decision = serializers.CharField()
     reason = serializers.CharField()
+    outcome = serializers.ChoiceField(choices=list(wire.OUTCOMES), allow_null=True)
+    relevance = serializers.FloatField(allow_null=True)
+    depends_on = serializers.ListField(child=serializers.CharField())
+    conflicts_with = serializers.ListField(child=serializers.CharField())
+    note = serializers.CharField()
 
 
 class TraceSummaryOut(serializers.Serializer):
@@ -120,6 +125,10 @@ class TraceOut(serializers.Serializer):
     documents = serializers.DictField(child=serializers.IntegerField())
     strategy = serializers.CharField()
     config_fallback = serializers.BooleanField()
+    config_resolution = serializers.ChoiceField(
+        choices=list(wire.RESOLUTIONS), allow_null=True, help_text="Where the config came from."
+    )
+    config_age_seconds = serializers.FloatField(allow_null=True)
     task = serializers.DictField()
     principal = serializers.CharField()
     model = serializers.DictField()

@@ -32,6 +32,37 @@ STATUS_EXPLAINED = {
 }
 
 # Fetched, then left out by a rule of the strategy.
+def config_source(trace) -> tuple[str, bool]:
+    """Where the runtime's configuration came from, in words, and whether it was a fallback
+    (the SDK's resolution reason and age when the runtime sent them)."""
+    age = _age(trace.config_age_seconds)
+    words = {
+        "fresh": ("live configuration, confirmed by the console", False),
+        "cached": (
+            f"the runtime's saved copy{age}: it had not reached the console since it started",
+            True,
+        ),
+        "stale": (f"the runtime's last good copy{age}: the console did not answer", True),
+        "bootstrap": ("the runtime's bootstrap file: it had never reached the console", True),
+        "error": ("no configuration: the runtime had no good copy at all", True),
+    }
+    if trace.config_resolution in words:
+        return words[trace.config_resolution]
+    if trace.config_fallback:
+        return ("the runtime's last-known-good copy: it could not reach the console", True)
+    return ("live configuration", False)
+
+
+def _age(seconds) -> str:
+    if seconds is None:
+        return ""
+    if seconds < 90:
+        return f", {seconds:.0f} s old"
+    if seconds < 90 * 60:
+        return f", {seconds / 60:.0f} min old"
+    return f", {seconds / 3600:.1f} h old"
+
+
 STRATEGY_DECISIONS = ("over_budget", "dependency_missing", "not_applicable", "irrelevant")
 
 

@@ -51,6 +51,12 @@ class Trace(models.Model):
     config_fallback = models.BooleanField(
         default=False, help_text="The runtime served from its last-known-good copy."
     )
+    config_resolution = models.CharField(
+        max_length=20, blank=True, help_text="fresh, cached, stale, bootstrap or error."
+    )
+    config_age_seconds = models.FloatField(
+        null=True, blank=True, help_text="Age of the runtime's configuration copy."
+    )
     task_id = models.CharField(max_length=200, blank=True)
     task_revision = models.BigIntegerField(null=True, blank=True)
     principal = models.CharField(max_length=200, blank=True, help_text="An internal reference.")
@@ -117,6 +123,12 @@ class Candidate(models.Model):
     bundle = models.CharField(max_length=100, blank=True)
     decision = models.CharField(max_length=30, choices=Decision.choices, db_collation="C")
     reason = models.CharField(max_length=200, blank=True)
+    # What the engine needs to replay this decision without the providers (optional).
+    outcome = models.CharField(max_length=20, blank=True, help_text="The provider's outcome.")
+    relevance = models.FloatField(null=True, blank=True)
+    depends_on = models.JSONField(default=list, blank=True)
+    conflicts_with = models.JSONField(default=list, blank=True)
+    note = models.CharField(max_length=200, blank=True, help_text="The provider's words.")
 
     class Meta:
         ordering = ["trace", "position"]

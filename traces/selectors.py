@@ -16,7 +16,7 @@ from django.utils.functional import cached_property
 from console.errors import Forbidden, NotFound
 from console.policy import Capability, agents_where, user_can, user_can_anywhere
 from strategies.releases.models import Release
-from traces.diagnosis import STATUS_EXPLAINED, where_to_look
+from traces.diagnosis import STATUS_EXPLAINED, config_source, where_to_look
 from traces.filters import TraceFilters
 from traces.models import Candidate, HourlyRollup, Snapshot, Trace
 
@@ -97,6 +97,8 @@ def trace_export(trace: Trace) -> dict:
         "documents": trace.documents,
         "strategy": trace.strategy,
         "config_fallback": trace.config_fallback,
+        "config_resolution": trace.config_resolution or None,
+        "config_age_seconds": trace.config_age_seconds,
         "task": {"id": trace.task_id, "revision": trace.task_revision},
         "principal": trace.principal,
         "model": {
@@ -128,6 +130,11 @@ def trace_export(trace: Trace) -> dict:
                 "bundle": c.bundle,
                 "decision": c.decision,
                 "reason": c.reason,
+                "outcome": c.outcome or None,
+                "relevance": c.relevance,
+                "depends_on": c.depends_on,
+                "conflicts_with": c.conflicts_with,
+                "note": c.note,
             }
             for c in trace.candidates.order_by("position")
         ],
@@ -228,8 +235,11 @@ def trace_page_context(*, user, trace: Trace) -> dict:
     excluded = sum(
         g.size for g in groups if g.decision not in ("selected", "not_fetched", "no_access")
     )
+    config_words, config_fallback = config_source(trace)
     return {
         "trace": trace,
+        "config_source": config_words,
+        "config_is_fallback": config_fallback,
         "status_explained": STATUS_EXPLAINED.get(trace.status, ""),
         "versions": versions_used(trace),
         "groups": groups,

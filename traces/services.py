@@ -26,13 +26,15 @@ from traces.models import Snapshot, Trace
 PURGE_BATCH = 5_000
 
 # Traces are COPYed into a session temp table (emptied at every commit: each batch starts
-# clean, no catalog churn), then moved with ON CONFLICT so a stored request_id is skipped.
+# clean, no catalog churn; its name changes with its columns, as a pooled connection may
+# still hold the previous shape), then moved with ON CONFLICT so a stored request_id is skipped.
 # Candidates are COPYed straight into their table, only for the traces actually inserted.
 _TEMP_TABLES = """
-CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in (
+CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v2 (
     request_id varchar(200), agent_id bigint, environment_id bigint, occurred_at timestamptz,
     received_at timestamptz, strategy varchar(100), strategy_version integer,
-    profile_version integer, documents jsonb, config_fallback boolean, task_id varchar(200),
+    profile_version integer, documents jsonb, config_fallback boolean,
+    config_resolution varchar(20), config_age_seconds double precision, task_id varchar(200),
     task_revision bigint, principal varchar(200), model_name varchar(200),
     model_adapter varchar(200), model_context_window integer, status varchar(30),
     degradation varchar(100), budget_max_input_tokens integer,
@@ -47,12 +49,16 @@ CREATE TEMP TABLE IF NOT EXISTS ingest_snapshot_in (
 """
 TRACE_COLUMNS = (
     "request_id, agent_id, environment_id, occurred_at, received_at, strategy, "
-    "strategy_version, profile_version, documents, config_fallback, task_id, task_revision, "
+    "strategy_version, profile_version, documents, config_fallback, config_resolution, "
+    "config_age_seconds, task_id, task_revision, "
     "principal, model_name, model_adapter, model_context_window, status, degradation, "
     "budget_max_input_tokens, budget_reserve_output_tokens, input_estimate, "
     "input_estimate_unit, input_estimate_estimator, sources, shadow, snapshot_expires_at"
 )
-CANDIDATE_COLUMNS = "position, item_id, source, version, size, required, bundle, decision, reason"
+CANDIDATE_COLUMNS = (
+    "position, item_id, source, version, size, required, bundle, decision, reason, outcome, "
+    "relevance, depends_on, conflicts_with, note"
+)
 SNAPSHOT_COLUMNS = "ciphertext, key_id, created_at, expires_at"
 
 # One statement: the traces not yet stored, and their snapshots. A request_id already
@@ -60,7 +66,7 @@ SNAPSHOT_COLUMNS = "ciphertext, key_id, created_at, expires_at"
 _MOVE_FROM_TEMP = f"""
 WITH inserted AS (
     INSERT INTO traces_trace ({TRACE_COLUMNS})
-    SELECT {TRACE_COLUMNS} FROM ingest_trace_in
+    SELECT {TRACE_COLUMNS} FROM ingest_trace_in_v2
     ON CONFLICT (request_id) DO NOTHING
     RETURNING id, request_id
 ), snapshots AS (
@@ -106,6 +112,8 @@ def trace_row(
         trace.documents.get("profile"),
         _json(trace.documents),
         trace.config_fallback,
+        trace.config_resolution or "",
+        trace.config_age_seconds,
         task.id if task else "",
         task.revision if task else None,
         trace.principal,
@@ -139,6 +147,11 @@ def candidate_rows(trace: WireTrace, trace_id: int) -> list[tuple]:
             c.bundle or "",
             c.decision,
             c.reason,
+            c.outcome or "",
+            c.relevance,
+            _json(c.depends_on),
+            _json(c.conflicts_with),
+            c.note,
         )
         for position, c in enumerate(trace.candidates)
     ]
@@ -217,7 +230,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     with connection.cursor() as cursor:
         cursor.execute(_TEMP_TABLES)
         raw = cursor.cursor  # the psycopg 3 cursor: COPY goes through it
-        _copy(raw, "ingest_trace_in", TRACE_COLUMNS, traces)
+        _copy(raw, "ingest_trace_in_v2", TRACE_COLUMNS, traces)
         if snapshots:
             _copy(raw, "ingest_snapshot_in", "request_id, " + SNAPSHOT_COLUMNS, snapshots)
         cursor.execute(_MOVE_FROM_TEMP)

@@ -33,6 +33,8 @@ DecisionName = Literal[
     "conflict",
 ]
 STATUSES: tuple[str, ...] = get_args(StatusName)
+ResolutionName = Literal["fresh", "cached", "stale", "bootstrap", "error"]
+RESOLUTIONS: tuple[str, ...] = get_args(ResolutionName)
 DECISIONS: tuple[str, ...] = get_args(DecisionName)
 
 Key = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
@@ -67,8 +69,18 @@ class SourceRef(msgspec.Struct):
     version: Label = ""
 
 
+OutcomeName = Literal["fetched", "not_fetched", "no_access", "not_applicable"]
+OUTCOMES: tuple[str, ...] = get_args(OutcomeName)
+ItemId = Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
+MAX_LINKS = 50  # depends_on / conflicts_with ids per candidate
+
+
 class Candidate(msgspec.Struct):
-    id: Annotated[str, msgspec.Meta(min_length=1, max_length=300)]
+    """One candidate and the engine's decision. The fields after `reason` are optional and
+    carry what the engine needs to replay the decision without the providers (impact preview
+    on retained traffic): the provider's outcome, the relevance score and the links."""
+
+    id: ItemId
     source: Key
     decision: DecisionName
     version: Annotated[str, msgspec.Meta(max_length=100)] = ""
@@ -76,6 +88,11 @@ class Candidate(msgspec.Struct):
     required: bool = False
     bundle: Annotated[str, msgspec.Meta(max_length=100)] | None = None
     reason: Annotated[str, msgspec.Meta(max_length=MAX_REASON_CHARS)] = ""
+    outcome: OutcomeName | None = None
+    relevance: Annotated[float, msgspec.Meta(ge=0, le=1)] | None = None
+    depends_on: Annotated[list[ItemId], msgspec.Meta(max_length=MAX_LINKS)] = []
+    conflicts_with: Annotated[list[ItemId], msgspec.Meta(max_length=MAX_LINKS)] = []
+    note: Annotated[str, msgspec.Meta(max_length=MAX_REASON_CHARS)] = ""
 
 
 class ShadowResult(msgspec.Struct):
@@ -95,6 +112,10 @@ class Trace(msgspec.Struct):
     documents: dict[Key, Count] = {}
     strategy: Annotated[str, msgspec.Meta(max_length=100)] = ""
     config_fallback: bool = False
+    # Where the runtime's configuration came from (the SDK's resolution reasons) and how old
+    # it was; `config_fallback` stays the contract's boolean (true for all but "fresh").
+    config_resolution: ResolutionName | None = None
+    config_age_seconds: Annotated[float, msgspec.Meta(ge=0)] | None = None
     task: Task | None = None
     principal: Label = ""
     model: ModelInfo | None = None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+
 import orjson
 import pytest
 from context_runtime import wire
@@ -197,3 +199,55 @@ def test_ingest__same_request_id_from_concurrent_batches__stored_once(env):
     assert sorted(r["accepted"] for r in results) == [0, 0, 0, 1]
     assert Trace.objects.filter(request_id="req-race").count() == 1
     assert Candidate.objects.count() == 3
+
+
+def test_ingest__config_source_and_replay_fields__stored_and_exported(client, secret, make_user):
+    payload = trace_payload(
+        "req-stale",
+        config_fallback=True,
+        config_resolution="stale",
+        config_age_seconds=184.5,
+        candidates=[
+            candidate(
+                "order:A1042",
+                source="order_delivery",
+                decision="not_fetched",
+                outcome="not_fetched",
+                note="order service timed out after 2,000 ms",
+            ),
+            candidate(
+                "old-chat",
+                source="recent_dialogue",
+                decision="irrelevant",
+                required=False,
+                outcome="fetched",
+                relevance=0.05,
+                depends_on=["task_state:T9"],
+            ),
+        ],
+    )
+    assert post_batch(client, secret, [payload]).json()["accepted"] == 1
+    trace = Trace.objects.get(request_id="req-stale")
+    assert (trace.config_resolution, trace.config_age_seconds) == ("stale", 184.5)
+    old_chat = trace.candidates.get(item_id="old-chat")
+    assert (old_chat.outcome, old_chat.relevance, old_chat.depends_on) == (
+        "fetched",
+        0.05,
+        ["task_state:T9"],
+    )
+    client.force_login(make_user("sup", support="assistant_professional"))
+    page = client.get("/traces/req-stale/")
+    shown = html.unescape(page.content.decode())
+    assert "the runtime's last good copy, 3 min old: the console did not answer" in shown
+    exported = client.get("/api/v1/traces/req-stale").json()
+    assert exported["config_resolution"] == "stale"
+    assert exported["candidates"][0]["note"] == "order service timed out after 2,000 ms"
+
+
+def test_ingest__replay_fields_out_of_range__rejected_alone(client, secret):
+    bad = trace_payload(
+        "req-bad", candidates=[candidate("old-chat", relevance=1.5, outcome="maybe")]
+    )
+    body = post_batch(client, secret, [bad, trace_payload("req-ok")]).json()
+    assert body["accepted"] == 1
+    assert body["rejected"][0]["errors"][0]["path"].startswith("candidates[0].")
