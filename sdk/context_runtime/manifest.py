@@ -13,7 +13,7 @@ from context_runtime.vocabulary import BLOCKS
 
 @dataclass(frozen=True)
 class Manifest:
-    """What the runtime of one environment implements (RUNTIME_API §2)."""
+    """What the runtime of one environment implements (docs/runtime-contract.md §2)."""
 
     providers: frozenset[str]
     tools: frozenset[str]
@@ -75,7 +75,7 @@ class Manifest:
 
 
 def validate_manifest(data) -> list[Finding]:
-    """Check the wire form of a manifest (RUNTIME_API §2) as a runtime sends it.
+    """Check the wire form of a manifest (docs/runtime-contract.md §2) as a runtime sends it.
 
     Unknown top-level fields are ignored: runtimes of other teams may report more than this
     console knows, and ``runtime`` is free text.

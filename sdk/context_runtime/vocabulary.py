@@ -66,7 +66,7 @@ KNOWN_SWITCHES: dict[str, object] = {
 }
 AGENT_WHITELIST_SWITCH = "temporalAnchor.agentWhitelist"
 
-# Top-level fields in the order of the RUNTIME_API §5 tables; findings follow this order.
+# Top-level fields in the order of the docs/runtime-contract.md §5 tables; findings follow this order.
 STRATEGY_FIELDS = (
     "required",
     "optional",
