@@ -7,11 +7,14 @@ made with the trigger disabled.
 
 from __future__ import annotations
 
+import pgtrigger
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
+
+from console.guards import APPEND_ONLY_REFUSAL, Guard
 
 
 class Role(models.Model):
@@ -120,6 +123,20 @@ class ChainedRecord(models.Model):
     class Meta:
         abstract = True
         ordering = ["-id"]
+        # Append-only in the database: no session setting switches these off (see Guard).
+        triggers = [
+            Guard(
+                name="append_only",
+                operation=pgtrigger.Update | pgtrigger.Delete,
+                func=APPEND_ONLY_REFUSAL,
+            ),
+            Guard(
+                name="no_truncate",
+                operation=pgtrigger.Truncate,
+                level=pgtrigger.Statement,
+                func=APPEND_ONLY_REFUSAL,
+            ),
+        ]
 
 
 class AuditRecord(ChainedRecord):

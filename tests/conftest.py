@@ -33,28 +33,35 @@ CHROMIUM_FLAGS = [
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup, django_db_blocker):
-    """Let the test database be emptied between transactional tests (the append-only logs
-    refuse TRUNCATE elsewhere), then reconnect so every session sees the setting."""
-    from django.db import connection
+def django_db_setup(django_db_setup):
+    """Empty the database between transactional tests through a path only a superuser has.
 
-    with django_db_blocker.unblock():
-        with connection.cursor() as cursor:
-            cursor.execute(
-                f"ALTER DATABASE \"{connection.settings_dict['NAME']}\" SET console.allow_truncate = 'on'"
-            )
-        connection.close()
+    pytest-django empties it with Django's flush (one TRUNCATE of every table), which the
+    append-only logs refuse to every session: their triggers have no switch a session can
+    set. The tests connect as a superuser, so the flush runs, for its own transaction only,
+    with `session_replication_role = replica` — a superuser-only setting under which
+    ordinary triggers do not fire. Production's application role is not a superuser (nor
+    the tables' owner, who could `ALTER TABLE ... DISABLE TRIGGER`): it has no such path
+    (docs/access-and-audit.md, tests/integration/test_database_guards.py).
+    """
+    from django.db.backends.postgresql.operations import DatabaseOperations
 
+    flush = DatabaseOperations.execute_sql_flush
 
-@pytest.fixture(autouse=True)
-def _fresh_login_throttle():
-    """Every test signs in from 127.0.0.1: forget earlier tests' failed-login counters."""
-    from django.core.cache import cache
+    def flush_with_triggers_off(self, sql_list):
+        # execute_sql_flush runs the statements in one transaction: SET LOCAL ends with it.
+        flush(
+            self,
+            [
+                "SET LOCAL session_replication_role = replica",
+                *sql_list,
+                "SET LOCAL session_replication_role = DEFAULT",
+            ],
+        )
 
-    client = cache._cache.get_client(None, write=True)
-    stale = list(client.scan_iter(match="*login-fail:*", count=1000))
-    if stale:
-        client.delete(*stale)
+    DatabaseOperations.execute_sql_flush = flush_with_triggers_off
+    yield
+    DatabaseOperations.execute_sql_flush = flush
 
 
 # --- users and grants ------------------------------------------------------------------------

@@ -3,14 +3,20 @@
 A document (a task strategy or the agent's context profile) has numbered versions. At most
 one version per document is an editable draft; freezing makes it immutable, and a database
 trigger refuses any UPDATE or DELETE of a frozen version.
+
+`Guard` (the database triggers that refuse a change, declared in a model's `Meta.triggers`)
+lives here too: it guards this module's versions and, imported from here, the audit, access
+and release logs.
 """
 
 from __future__ import annotations
 
+import pgtrigger
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from console.guards import Guard
 from strategies.catalog.models import Agent
 
 
@@ -82,6 +88,17 @@ class Version(models.Model):
             ),
         ]
         indexes = [models.Index(fields=["document", "state"])]
+        triggers = [
+            Guard(
+                name="frozen_version_immutable",
+                operation=pgtrigger.Update | pgtrigger.Delete,
+                condition=pgtrigger.Q(old__state="frozen"),
+                func=(
+                    "RAISE EXCEPTION 'version % of document % is frozen and cannot be changed',"
+                    " OLD.number, OLD.document_id USING ERRCODE = 'integrity_constraint_violation';"
+                ),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.document} v{self.number} ({self.state})"

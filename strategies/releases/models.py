@@ -3,10 +3,12 @@ requests."""
 
 from __future__ import annotations
 
+import pgtrigger
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from console.guards import APPEND_ONLY_REFUSAL, Guard
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document, Version
 
@@ -61,6 +63,20 @@ class ReleaseEvent(models.Model):
         constraints = [
             models.UniqueConstraint(
                 fields=["release", "revision"], name="release_event_unique_revision"
+            ),
+        ]
+        # Append-only in the database: no session setting switches these off (see Guard).
+        triggers = [
+            Guard(
+                name="append_only",
+                operation=pgtrigger.Update | pgtrigger.Delete,
+                func=APPEND_ONLY_REFUSAL,
+            ),
+            Guard(
+                name="no_truncate",
+                operation=pgtrigger.Truncate,
+                level=pgtrigger.Statement,
+                func=APPEND_ONLY_REFUSAL,
             ),
         ]
 
