@@ -1,0 +1,28 @@
+"""The one exception of the engine: input it cannot select from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from context_runtime.findings import Finding
+
+_SHOWN_IN_MESSAGE = 5
+
+
+class EngineInputError(ValueError):
+    """The strategy, the candidates or an argument of :func:`~context_runtime.engine.select`
+    is malformed: a negative size, a duplicate id, a dependency cycle, an unknown source...
+
+    ``findings`` lists every problem found, each with a ``path`` into the input
+    (``candidates[3].size``, ``strategy.budget.max_input_tokens``) and a sentence that names
+    the item.  The engine raises rather than return a selection it cannot stand behind: a
+    wrong package handed to the model looks exactly like a right one.
+    """
+
+    def __init__(self, findings: Iterable[Finding]):
+        self.findings: list[Finding] = list(findings)
+        shown = "; ".join(f"{f.path}: {f.message}" for f in self.findings[:_SHOWN_IN_MESSAGE])
+        more = len(self.findings) - _SHOWN_IN_MESSAGE
+        if more > 0:
+            shown += f"; and {more} more"
+        super().__init__(f"The selection input is invalid: {shown}")
