@@ -1,8 +1,11 @@
 """`make bench`: every benchmark script, one after the other (figures → docs/PERFORMANCE.md).
 
-python -m tests.bench            # both
-python -m tests.bench config     # only the runtime config endpoint
-python -m tests.bench traces     # only trace ingest and lookup
+python -m tests.bench               # all of them
+python -m tests.bench config        # the runtime config endpoint
+python -m tests.bench traces        # trace ingest and lookup
+python -m tests.bench engine        # the SDK's selection engine (50 and 500 candidates)
+python -m tests.bench client        # a config read on the runtime's request path
+python -m tests.bench propagation   # publish → polling client / webhook → client
 """
 
 from __future__ import annotations
@@ -10,7 +13,14 @@ from __future__ import annotations
 import subprocess
 import sys
 
-BENCHES = {"config": "tests.bench.bench_config", "traces": "tests.bench.bench_traces"}
+# name → module (run with -m) or script path (the SDK's, which run without Django)
+BENCHES = {
+    "config": "tests.bench.bench_config",
+    "traces": "tests.bench.bench_traces",
+    "engine": "sdk/bench/bench_engine.py",
+    "client": "sdk/bench/bench_client.py",
+    "propagation": "tests.bench.bench_propagation",
+}
 
 
 def main() -> int:
@@ -22,7 +32,9 @@ def main() -> int:
     status = 0
     for name in chosen:
         print(f"\n=== {name} ===", flush=True)
-        status |= subprocess.call([sys.executable, "-m", BENCHES[name]])
+        target = BENCHES[name]
+        command = [target] if target.endswith(".py") else ["-m", target]
+        status |= subprocess.call([sys.executable, *command])
     return status
 
 
