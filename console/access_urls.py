@@ -1,4 +1,5 @@
-"""Pages: access management (roles, grants, who has what), the audit log, the access log."""
+"""Pages: access management (roles, grants, who has what, locked sign-ins), the audit log,
+the access log."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ urlpatterns = [
     path("access/roles/<int:pk>/edit/", views.role_edit, name="role-edit"),
     path("access/grants/new/", views.grant_create, name="grant-create"),
     path("access/grants/<int:pk>/revoke/", views.grant_revoke, name="grant-revoke"),
+    path("access/sign-in-locks/", views.login_lock_list, name="login-lock-list"),
+    path("access/sign-in-locks/unlock/", views.login_lock_clear, name="login-lock-clear"),
     path("audit/", views.audit_list, name="audit-list"),
     path("audit/<int:pk>/", views.audit_detail, name="audit-detail"),
     path("audit/access/", views.access_log_list, name="access-log-list"),
@@ -24,6 +27,8 @@ REQUIRED = {
     "role-edit": Everywhere(Capability.MANAGE_GRANTS),
     "grant-create": Capability.MANAGE_GRANTS,
     "grant-revoke": Capability.MANAGE_GRANTS,
+    "login-lock-list": Everywhere(Capability.MANAGE_GRANTS),
+    "login-lock-clear": Everywhere(Capability.MANAGE_GRANTS),
     "audit-list": Capability.VIEW_AUDIT,
     "audit-detail": Capability.VIEW_AUDIT,
     "access-log-list": Capability.VIEW_AUDIT,

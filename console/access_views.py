@@ -1,4 +1,5 @@
-"""Pages for admins: who has what (roles, grants), the audit log and the access log.
+"""Pages for admins: who has what (roles, grants), locked sign-ins, the audit log and the
+access log.
 
 Thin views: parse input, ask the policy, call a service or a read helper, render.
 """
@@ -31,7 +32,7 @@ from console.policy import (
     requires,
     user_can,
 )
-from console.selectors import change_rows, logs_filter, logs_visible_to
+from console.selectors import change_rows, login_locks_current, logs_filter, logs_visible_to
 from strategies.documents.models import Document
 
 PAGE_SIZE = 50
@@ -264,6 +265,46 @@ def grant_revoke(request, pk: int):
     else:
         messages.success(request, f"Revoked: {label}.")
     return redirect("access-overview")
+
+
+# --- locked sign-ins ------------------------------------------------------------------------------
+@require_GET
+@requires(Everywhere(Capability.MANAGE_GRANTS), agent_kwarg=None)
+def login_lock_list(request):
+    """Usernames locked out of sign-in from one address (django-axes), each with Unlock."""
+    locks = login_locks_current()
+    for n, lock in enumerate(locks):
+        where = lock["ip_address"] or "an unknown address"
+        lock["dialog_id"] = f"unlock-{n}"
+        lock["hidden"] = [("username", lock["username"]), ("ip_address", lock["ip_address"] or "")]
+        lock["unlock_lines"] = [
+            f"{lock['username']} can sign in from {where} again at once; "
+            f"the {lock['failures']} failed sign-ins from there are forgotten.",
+            "Other addresses are not affected.",
+        ]
+    return TemplateResponse(request, "console/login_lock_list.html", {"locks": locks})
+
+
+@require_POST
+@requires(Everywhere(Capability.MANAGE_GRANTS), agent_kwarg=None)
+def login_lock_clear(request):
+    username = request.POST.get("username", "")
+    ip_address = request.POST.get("ip_address", "") or None
+    try:
+        services.login_lock_clear(
+            username=username,
+            ip_address=ip_address,
+            actor=request.user,
+            reason=request.POST.get("reason", ""),
+        )
+    except ApplicationError as error:
+        if error.status in (403, 404):
+            raise
+        messages.error(request, error.message)
+    else:
+        where = ip_address or "an unknown address"
+        messages.success(request, f"Unlocked: {username} can sign in from {where} again.")
+    return redirect("login-lock-list")
 
 
 # --- the logs -------------------------------------------------------------------------------------

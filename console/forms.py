@@ -1,4 +1,5 @@
-"""Forms of the console's own pages: login (throttled), roles, grants, log filters."""
+"""Forms of the console's own pages: sign-in (locked out by django-axes), roles, grants,
+log filters."""
 
 from __future__ import annotations
 
@@ -7,102 +8,71 @@ from datetime import datetime, time, timedelta
 from django import forms
 from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
-from django.contrib.auth import get_user_model
+from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.models import AnonymousUser, Group
-from django.core.cache import cache
 from django.utils import timezone
 
 from console.audit import access_record
 from console.models import Role
 from console.policy import CAPABILITY_LABELS, Capability
-from console.request_context import client_ip
 from strategies.catalog.models import Agent
 
 
-# --- login throttling ---------------------------------------------------------------------------
-# Failed logins are counted in the cache (Redis) per username and per client IP, over a
-# sliding window that restarts at the first failure. Past the limit, the login is refused —
-# even with the right password — until the window ends, so guessing cannot continue.
-def _throttle_keys(username: str, ip: str | None) -> list[tuple[str, int]]:
-    conf = settings.LOGIN_THROTTLE
-    keys = [(f"login-fail:user:{username.strip().lower()}", conf["max_failures"])]
-    if ip:
-        keys.append((f"login-fail:ip:{ip}", conf["max_failures_per_ip"]))
-    return keys
+# --- sign-in -------------------------------------------------------------------------------
+# Lockout is django-axes' (settings: AXES_*): 5 failures for one username from one address
+# lock that pair for 15 minutes. The forms below write the access-log row of each attempt.
+def lockout_message() -> str:
+    minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
+    return (
+        "Too many failed sign-ins for this account from this address. "
+        f"Wait {minutes} minutes, or ask an admin to unlock it."
+    )
 
 
-def login_locked(username: str, ip: str | None) -> bool:
-    return any((cache.get(key) or 0) >= limit for key, limit in _throttle_keys(username, ip))
-
-
-def login_failure_count(username: str, ip: str | None) -> None:
-    window = settings.LOGIN_THROTTLE["window_seconds"]
-    for key, _limit in _throttle_keys(username, ip):
-        if not cache.add(key, 1, timeout=window):
-            try:
-                cache.incr(key)
-            except ValueError:  # expired between add and incr
-                cache.add(key, 1, timeout=window)
-
-
-def login_failures_forget(username: str) -> None:
-    cache.delete(_throttle_keys(username, None)[0][0])
-
-
-class ThrottledLoginMixin:
-    """AuthenticationForm with throttling and an access-log row for each failed attempt."""
-
-    error_messages = {
-        **AuthenticationForm.error_messages,
-        "locked": (
-            "Too many failed sign-ins for this account or from this address. "
-            "Wait %(minutes)s minutes, or ask an admin to check the access log."
-        ),
-    }
+class SignInMixin:
+    """AuthenticationForm that asks django-axes' backend whether the username may sign in
+    from this address, and writes an access-log row for each failed or refused attempt
+    (`auth.login` / `denied`, why: `invalid_credentials` or `locked`)."""
 
     def clean(self):
-        username = self.cleaned_data.get("username") or ""
-        ip = client_ip(self.request) if self.request else None
-        if username and login_locked(username, ip):
+        username = self.cleaned_data.get("username")
+        password = self.cleaned_data.get("password")
+        if username is None or not password:
+            return self.cleaned_data
+        try:
+            self._authenticate(username, password)
+        except forms.ValidationError as error:
             access_record(
                 actor=AnonymousUser(),
                 action="auth.login",
                 target=("auth.user", username, username),
                 outcome="denied",
-                detail={"why": "locked"},
+                detail={"why": "locked" if error.code == "locked" else "invalid_credentials"},
             )
-            raise forms.ValidationError(
-                self.error_messages["locked"],
-                code="locked",
-                params={"minutes": settings.LOGIN_THROTTLE["window_seconds"] // 60},
-            )
-        try:
-            cleaned = super().clean()
-        except forms.ValidationError:
-            if username:
-                login_failure_count(username, ip)
-                access_record(
-                    actor=AnonymousUser(),
-                    action="auth.login",
-                    target=("auth.user", username, username),
-                    outcome="denied",
-                    detail={"why": "invalid_credentials"},
-                )
             raise
-        login_failures_forget(username)
-        return cleaned
+        return self.cleaned_data
+
+    def _authenticate(self, username: str, password: str) -> None:
+        # AuthenticationForm.clean, plus axes' "why": its backend fills `response_context`
+        # when it refuses a locked pair (before any password is checked).
+        refusal: dict = {}
+        self.user_cache = authenticate(
+            self.request, username=username, password=password, response_context=refusal
+        )
+        if self.user_cache is None:
+            if refusal:
+                raise forms.ValidationError(lockout_message(), code="locked")
+            raise self.get_invalid_login_error()
+        self.confirm_login_allowed(self.user_cache)
 
 
-class LoginForm(ThrottledLoginMixin, AuthenticationForm):
+class LoginForm(SignInMixin, AuthenticationForm):
     pass
 
 
-class AdminLoginForm(ThrottledLoginMixin, AdminAuthenticationForm):
-    error_messages = {
-        **AdminAuthenticationForm.error_messages,
-        "locked": ThrottledLoginMixin.error_messages["locked"],
-    }
+class AdminLoginForm(SignInMixin, AdminAuthenticationForm):
+    pass
 
 
 # --- roles and grants ---------------------------------------------------------------------------

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
-from django.db.models import Q
+from axes.helpers import get_cool_off, get_failure_limit
+from axes.models import AccessAttempt
+from django.db.models import Max, Q, Sum
+from django.utils import timezone
 
 from console.policy import Capability, agents_where, user_can
 
@@ -61,3 +64,18 @@ def change_rows(changes: list[dict]) -> list[dict]:
             }
         )
     return rows
+
+
+def login_locks_current() -> list[dict]:
+    """Username and address pairs locked out of sign-in now (django-axes' failures within the
+    cool-off reached the limit), newest first: username, ip_address, failures, since (the
+    failure that set the lock) and until (when it lifts by itself at the latest)."""
+    cool_off = get_cool_off()
+    locks = (
+        AccessAttempt.objects.filter(attempt_time__gte=timezone.now() - cool_off)
+        .values("username", "ip_address")
+        .annotate(failures=Sum("failures_since_start"), since=Max("attempt_time"))
+        .filter(failures__gte=get_failure_limit(None, None))
+        .order_by("-since", "username")
+    )
+    return [{**lock, "until": lock["since"] + cool_off} for lock in locks]

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from axes.models import AccessAttempt
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_ipv46_address
+
 from console.audit import audit_record
 from console.errors import Conflict, ValidationFailed
 from console.models import Grant, Role
@@ -190,3 +194,49 @@ def _keep_one_console_admin(*, without: Grant) -> None:
             "grant that to someone else first.",
             code="last_console_admin",
         )
+
+
+# --- sign-in lockouts ----------------------------------------------------------------------------
+@service_transaction
+def login_lock_clear(*, username: str, ip_address: str | None, actor, reason: str) -> int:
+    """Unlock sign-in for one username from one address: django-axes forgets that pair's
+    failures (other addresses are left as they are). Needs MANAGE_GRANTS on all agents and a
+    reason; audited. Returns the number of failures forgotten."""
+
+    check_user_can(actor, Capability.MANAGE_GRANTS)
+    reason = reason_clean(reason, ask="Give a reason (it is recorded in the audit log).")
+    if not username:
+        raise ValidationFailed(
+            "Which username?",
+            details=[{"path": "username", "code": "required", "message": "Name the username."}],
+        )
+    if ip_address is not None:
+        try:
+            validate_ipv46_address(ip_address)
+        except ValidationError:
+            raise ValidationFailed(
+                "Not an IP address.",
+                details=[
+                    {"path": "ip_address", "code": "invalid", "message": "An IPv4 or IPv6 address."}
+                ],
+            ) from None
+    # The database handler's rows are the truth (AXES_HANDLER); `ip_address=None` matches
+    # attempts whose address was unknown.
+    attempts = AccessAttempt.objects.select_for_update().filter(
+        username=username, ip_address=ip_address
+    )
+    failures = sum(a.failures_since_start for a in attempts)
+    if not failures:
+        raise Conflict(
+            f"{username} is not locked out from {ip_address or 'an unknown address'} any more.",
+            code="not_locked",
+        )
+    attempts.delete()
+    audit_record(
+        actor=actor,
+        action="auth.unlock",
+        target=("auth.user", username, username),
+        before={"username": username, "ip_address": ip_address, "failures": failures},
+        after={"reason": reason},
+    )
+    return failures

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.http import JsonResponse
+from django.shortcuts import render
 from django.template.response import TemplateResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -16,7 +17,7 @@ from rest_framework.reverse import reverse
 
 from console.audit import access_record
 from console.demo.users import DEMO_USERS
-from console.forms import LoginForm
+from console.forms import LoginForm, lockout_message
 from console.health import health_report
 from console.policy import agents_visible_to
 from strategies.catalog.selectors import environment_list
@@ -32,8 +33,8 @@ def demo_logins() -> list[tuple[str, str]]:
 
 
 class LoginView(auth_views.LoginView):
-    """Sign-in, throttled per username and per IP (console.forms.LoginForm); each failed and
-    each successful sign-in is written to the access log."""
+    """Sign-in (console.forms.LoginForm), locked out per username and address by django-axes;
+    each failed and each successful sign-in is written to the access log."""
 
     template_name = "registration/login.html"
     redirect_authenticated_user = True
@@ -48,6 +49,21 @@ class LoginView(auth_views.LoginView):
         context = super().get_context_data(**kwargs)
         context["demo_logins"] = demo_logins()
         return context
+
+
+def login_lockout_response(request, original_response=None, credentials=None):
+    """AXES_LOCKOUT_CALLABLE: the sign-in page again, saying why and for how long, with the
+    username as typed (status 429). The console's and the break-glass admin's sign-ins alike."""
+    username = request.POST.get("username", "")
+    context = {
+        "form": LoginForm(request, initial={"username": username}),
+        "lockout_message": lockout_message(),
+        "next": request.POST.get("next") or request.GET.get("next", ""),
+        "demo_logins": demo_logins(),
+    }
+    return render(
+        request, LoginView.template_name, context, status=settings.AXES_HTTP_RESPONSE_CODE
+    )
 
 
 def dashboard(request):

@@ -31,6 +31,7 @@ STATUS_EXPLAINED = {
     ),
 }
 
+
 # Fetched, then left out by a rule of the strategy.
 def config_source(trace) -> tuple[str, bool]:
     """Where the runtime's configuration came from, in words, and whether it was a fallback

@@ -433,15 +433,29 @@ def draft_edit(request, agent, document):
     return redirect(f"{url}?environment={environment_key}" if environment_key else url)
 
 
+def _open_draft(request, document: str, *, missing: str, code: str | None = None):
+    """(document, its open draft) for an action on the draft; 409 with `missing` when the
+    draft was frozen or discarded since the page was loaded."""
+    doc = selectors.document_get(agent=request.agent, key=document)
+    draft = selectors.draft_get(document=doc)
+    if draft is None:
+        raise Conflict(missing, code=code)
+    return doc, draft
+
+
+def _back_to_profile(request, doc) -> bool:
+    """The profile grid's Freeze and Discard buttons send next=profile to come back to it."""
+    return doc.kind == vocabulary.PROFILE and request.POST.get("next") == "profile"
+
+
 @require_POST
 @requires(Capability.EDIT_DRAFTS)
 def draft_validate(request, agent, document):
     """As-you-type: findings at their paths, and the other half of the editor brought in
     line with what was typed (htmx out-of-band swap)."""
-    doc = selectors.document_get(agent=request.agent, key=document)
-    draft = selectors.draft_get(document=doc)
-    if draft is None:
-        raise Conflict("The draft was frozen or discarded meanwhile; reload the page.")
+    doc, draft = _open_draft(
+        request, document, missing="The draft was frozen or discarded meanwhile; reload the page."
+    )
     body, problem, edited = _editor_body(request, doc, draft)
     context = _editor_context(
         request,
@@ -460,10 +474,9 @@ def draft_validate(request, agent, document):
 @require_POST
 @requires(Capability.EDIT_DRAFTS)
 def draft_freeze(request, agent, document):
-    doc = selectors.document_get(agent=request.agent, key=document)
-    draft = selectors.draft_get(document=doc)
-    if draft is None:
-        raise Conflict("There is no open draft to freeze.", code="no_draft")
+    doc, draft = _open_draft(
+        request, document, missing="There is no open draft to freeze.", code="no_draft"
+    )
     revision = request.POST.get("revision", "")
     frozen = services.version_freeze(
         draft=draft,
@@ -472,7 +485,7 @@ def draft_freeze(request, agent, document):
         actor=request.user,
     )
     messages.success(request, f"Version {frozen.number} frozen. It can no longer change.")
-    if doc.kind == vocabulary.PROFILE and request.POST.get("next") == "profile":
+    if _back_to_profile(request, doc):
         return redirect("agent-detail", agent=agent)
     return redirect("version-detail", agent=agent, document=document, number=frozen.number)
 
@@ -480,12 +493,11 @@ def draft_freeze(request, agent, document):
 @require_POST
 @requires(Capability.EDIT_DRAFTS)
 def draft_discard(request, agent, document):
-    doc = selectors.document_get(agent=request.agent, key=document)
-    draft = selectors.draft_get(document=doc)
-    if draft is None:
-        raise Conflict("There is no open draft to discard.", code="no_draft")
+    doc, draft = _open_draft(
+        request, document, missing="There is no open draft to discard.", code="no_draft"
+    )
     services.draft_discard(draft=draft, actor=request.user)
     messages.success(request, f"Draft v{draft.number} discarded.")
-    if doc.kind == vocabulary.PROFILE and request.POST.get("next") == "profile":
+    if _back_to_profile(request, doc):
         return redirect("agent-detail", agent=agent)
     return redirect("document-detail", agent=agent, document=document)

@@ -66,6 +66,38 @@ def _overview_url(agent) -> str:
     return f"{reverse('release-overview')}?agent={agent.key}"
 
 
+def _approval(request, pk):
+    approval = selectors.approval_get(agent=request.agent, pk=pk)
+    if approval is None:
+        raise NotFound("No such approval request.")
+    return approval
+
+
+# --- what the publish and rollback pages share ----------------------------------------------------
+def _asked_version(request):
+    """The version chosen on a publish or rollback page: the form's on POST, the version
+    picker's (?version=) on GET."""
+    source = request.POST if request.method == "POST" else request.GET
+    return source.get("version")
+
+
+def _confirmed(request) -> dict:
+    """What the confirm dialog sends with every release move: the reason (kept in the history
+    and the audit log) and the release revision the person saw (a stale one gets 409)."""
+    return {
+        "reason": request.POST.get("reason", "").strip(),
+        "expected_revision": _int(request.POST.get("revision"), "revision"),
+    }
+
+
+def _page_or_preview(request, template: str, context: dict, error) -> TemplateResponse:
+    """The whole page, or only its #preview partial when htmx asks for another version's
+    preview (GET); with the refusal's status when a POST was refused."""
+    if request.htmx and request.method == "GET":
+        template += "#preview"
+    return TemplateResponse(request, template, context, status=error.status if error else 200)
+
+
 # --- overview ------------------------------------------------------------------------------------------
 @require_http_methods(["GET"])
 def overview(request):
@@ -98,17 +130,12 @@ def publish(request, agent, document, environment):
     against the target runtime; POST: publish (or request approval in a protected env)."""
     doc = _document(request.agent, document)
     env = _environment(environment)
-    source = request.POST if request.method == "POST" else request.GET
-    version = _version(doc, source.get("version"))
+    version = _version(doc, _asked_version(request))
     error = None
     if request.method == "POST":
         try:
             outcome = releases.release_publish(
-                version=version,
-                environment=env,
-                actor=request.user,
-                reason=request.POST.get("reason", "").strip(),
-                expected_revision=_int(request.POST.get("revision"), "revision"),
+                version=version, environment=env, actor=request.user, **_confirmed(request)
             )
         except ApplicationError as exc:
             error = exc
@@ -133,10 +160,7 @@ def publish(request, agent, document, environment):
         "error": error,
         "can_enable_sensitive": user_can(request.user, Capability.ENABLE_SENSITIVE, request.agent),
     }
-    template = "releases/publish.html"
-    if request.htmx and request.method == "GET":
-        template += "#preview"
-    return TemplateResponse(request, template, context, status=error.status if error else 200)
+    return _page_or_preview(request, "releases/publish.html", context, error)
 
 
 # --- rollback ---------------------------------------------------------------------------------------------
@@ -152,18 +176,13 @@ def rollback(request, agent, document, environment):
             f"Nothing of {doc.key} is live in {env.key}, so there is nothing to roll back."
         )
     choices = selectors.rollback_choices(release=release)
-    source = request.POST if request.method == "POST" else request.GET
-    number = _int(source.get("version"), "version")
+    number = _int(_asked_version(request), "version")
     target = next((v for v in choices if v.number == number), choices[0] if choices else None)
     error = None
     if request.method == "POST" and target is not None:
         try:
             releases.release_rollback(
-                release=release,
-                to_version=target,
-                actor=request.user,
-                reason=request.POST.get("reason", "").strip(),
-                expected_revision=_int(request.POST.get("revision"), "revision"),
+                release=release, to_version=target, actor=request.user, **_confirmed(request)
             )
         except ApplicationError as exc:
             error = exc
@@ -183,19 +202,14 @@ def rollback(request, agent, document, environment):
         "preview": selectors.change_preview(version=target, environment=env) if target else None,
         "error": error,
     }
-    template = "releases/rollback.html"
-    if request.htmx and request.method == "GET":
-        template += "#preview"
-    return TemplateResponse(request, template, context, status=error.status if error else 200)
+    return _page_or_preview(request, "releases/rollback.html", context, error)
 
 
 # --- approvals -----------------------------------------------------------------------------------------------
 @requires(Capability.VIEW_CONFIG)
 @require_http_methods(["GET"])
 def approval_detail(request, agent, pk):
-    approval = selectors.approval_get(agent=request.agent, pk=pk)
-    if approval is None:
-        raise NotFound("No such approval request.")
+    approval = _approval(request, pk)
     return TemplateResponse(
         request, "releases/approval.html", _approval_context(request, approval, error=None)
     )
@@ -217,9 +231,7 @@ def _approval_context(request, approval, error):
 @requires(Capability.APPROVE)
 @require_POST
 def approval_decide(request, agent, pk):
-    approval = selectors.approval_get(agent=request.agent, pk=pk)
-    if approval is None:
-        raise NotFound("No such approval request.")
+    approval = _approval(request, pk)
     decision = request.POST.get("decision")
     note = request.POST.get("reason", "").strip()
     try:

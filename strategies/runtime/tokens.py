@@ -16,6 +16,13 @@ from strategies.runtime.auth import TOKEN_PREFIX, identity_forget, new_secret, t
 from strategies.runtime.models import RuntimeToken
 
 
+def _identity_forget_after_commit(token: RuntimeToken, *, revoked: bool) -> None:
+    """Once the change is committed, replace the token's cached identity: by a tombstone on
+    revocation, by nothing on creation (a stale 'unknown' goes). A rollback leaves the cache."""
+    hash_hex = token.token_hash
+    transaction.on_commit(lambda: identity_forget(hash_hex, revoked=revoked))
+
+
 @service_transaction
 def runtime_token_create(*, name: str, environment, capabilities, agents=(), actor=None):
     """Create a token; returns (token, secret). The secret is shown once and never stored."""
@@ -52,8 +59,7 @@ def runtime_token_create(*, name: str, environment, capabilities, agents=(), act
         created_by=actor_label(actor),
     )
     token.agents.set(agents)
-    hash_hex = token.token_hash
-    transaction.on_commit(lambda: identity_forget(hash_hex, revoked=False))
+    _identity_forget_after_commit(token, revoked=False)
     audit_record(
         actor=actor,
         action="runtime_token.create",
@@ -77,8 +83,7 @@ def runtime_token_revoke(*, token: RuntimeToken, actor, reason: str = "") -> Run
         revoked_at=timezone.now(),
     )
     token.refresh_from_db()
-    hash_hex = token.token_hash
-    transaction.on_commit(lambda: identity_forget(hash_hex, revoked=True))
+    _identity_forget_after_commit(token, revoked=True)
     audit_record(
         actor=actor,
         action="runtime_token.revoke",

@@ -7,6 +7,7 @@ import json
 
 import pytest
 from context_runtime import vocabulary
+from django.contrib.auth.models import User
 
 from console.demo import data
 from console.models import AuditRecord
@@ -19,7 +20,7 @@ DOC = f"{API}/documents/after_sales_consultation"
 
 @pytest.fixture
 def ops(client, demo_world):
-    assert client.login(username="ops", password="ops-demo")
+    client.force_login(User.objects.get(username="ops"))
     return client
 
 
@@ -154,7 +155,7 @@ def test_agent_out_of_scope__404_like_missing(ops):
 
 
 def test_viewer__create_draft__403_and_nothing_written(client, demo_world):
-    client.login(username="viewer", password="viewer-demo")
+    client.force_login(User.objects.get(username="viewer"))
     before = _versions()
     response = _json(
         client,
@@ -178,7 +179,7 @@ def test_profile_draft__operator_enables_sensitive_section__403_names_section(op
 
 
 def test_profile_draft__admin_enables_sensitive_section__saved(client, demo_world):
-    client.login(username="admin", password="admin-demo")
+    client.force_login(User.objects.get(username="admin"))
     body = json.loads(json.dumps(data.BANK_PROFILE))
     body["sections"]["user_context"]["personal_particulars"] = True
     response = _json(client, "post", f"{API}/documents/profile/draft/", {"body": body})

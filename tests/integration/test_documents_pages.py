@@ -4,6 +4,7 @@ as-you-type validation, stale saves and the compare page."""
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
@@ -18,7 +19,7 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 
 @pytest.fixture
 def ops(client, demo_world):
-    assert client.login(username="ops", password="ops-demo")
+    client.force_login(User.objects.get(username="ops"))
     return client
 
 
@@ -200,7 +201,7 @@ def test_version_compare__any_two_versions__plain_words(ops):
 
 
 def test_viewer__draft_edit__403(client, demo_world):
-    client.login(username="viewer", password="viewer-demo")
+    client.force_login(User.objects.get(username="viewer"))
     response = client.get("/agents/assistant_lite/documents/profile/draft/")
     assert response.status_code == 403
 
@@ -288,7 +289,7 @@ def test_draft_validate__json_nested_too_deep__readable_error(ops):
 
 
 def test_profile_grid__agent_whitelist_unset__empty_box_not_none(client, demo_world):
-    client.login(username="viewer", password="viewer-demo")
+    client.force_login(User.objects.get(username="viewer"))
     html = client.get("/agents/assistant_lite/").content.decode()
     box = html.split('name="switches.temporalAnchor.agentWhitelist"')[1].split(">")[0]
     assert 'value=""' in box and "disabled" in box

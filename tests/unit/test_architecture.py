@@ -35,7 +35,8 @@ def test_imports__every_project_module__no_module_imports_itself_back():
     try:
         graphlib.TopologicalSorter(dependencies).prepare()
     except graphlib.CycleError as error:
-        raise AssertionError("Modules import each other in a circle: " + " → ".join(error.args[1]))
+        cycle = " → ".join(error.args[1])
+        raise AssertionError(f"Modules import each other in a circle: {cycle}") from None
 
 
 def test_imports_inside_functions__few_and_each_with_its_reason():

@@ -25,9 +25,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="candidate",
             name="outcome",
-            field=models.CharField(
-                blank=True, help_text="The provider's outcome.", max_length=20
-            ),
+            field=models.CharField(blank=True, help_text="The provider's outcome.", max_length=20),
         ),
         migrations.AddField(
             model_name="candidate",

@@ -2,30 +2,21 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import CommandError
 
 from console.errors import ApplicationError
-from strategies.catalog.models import Agent
 from strategies.documents import services
+from strategies.management.agent_directory import AgentDirectoryCommand
 
 
-class Command(BaseCommand):
+class Command(AgentDirectoryCommand):
     help = (
         "Import DIR/*.json into an agent: each changed document gets a draft (validated like "
         "any edit); unchanged documents create nothing. All files or none are applied."
     )
+    directory_help = "A directory written by export_agent."
 
-    def add_arguments(self, parser):
-        parser.add_argument("agent", help="Agent key, e.g. assistant_professional.")
-        parser.add_argument("directory", help="A directory written by export_agent.")
-
-    def handle(self, *args, **options):
-        agent = Agent.objects.filter(key=options["agent"]).first()
-        if agent is None:
-            raise CommandError(f"There is no agent {options['agent']}.")
-        directory = Path(options["directory"])
+    def handle_agent(self, agent, directory):
         if not directory.is_dir():
             raise CommandError(f"{directory} is not a directory.")
         files = {
