@@ -504,8 +504,8 @@ class TraceReporter:
                 return
             if not self._closing.is_set():
                 self._closing.wait(limit - now)
-            else:  # closing: keep trying, but not in a tight loop
-                time.sleep(min(limit - now, 0.05))
+            else:  # closing: keep the backoff, cut only at close()'s deadline
+                time.sleep(limit - now)
                 return
 
     def _past_deadline(self) -> bool:
