@@ -842,7 +842,6 @@ class ContextAssembly:
         fields: dict[str, Any] = {}
         if selection is not None:
             fields = selection.trace_fields()
-            fields["candidates"] = _wire_candidates(selection, candidates)
             fields["sources"] = [
                 wire.SourceRef(id=item.id, version=item.version) for item in selection.selected
             ]
@@ -944,24 +943,6 @@ def _default_note(selection: Selection) -> str:
         "Answer only in general terms, make no statement that depends on the missing "
         "information, and tell the user what is missing."
     )
-
-
-def _wire_candidates(selection: Selection, candidates: Sequence[CandidateItem]):
-    """The decisions with the provider's outcome, relevance, links and note, so the console
-    can replay the decision without the providers."""
-    wired = []
-    for decision, item in zip(selection.decisions, candidates, strict=True):
-        wired.append(
-            msgspec.structs.replace(
-                decision.to_wire(),
-                outcome=item.outcome,
-                relevance=item.relevance,
-                depends_on=list(item.depends_on[:_MAX_LINKS]),
-                conflicts_with=list(item.conflicts_with[:_MAX_LINKS]),
-                note=_short(item.note),
-            )
-        )
-    return wired
 
 
 def _state_of(callback_context) -> Mapping:

@@ -118,6 +118,38 @@ def test_order_A1042_r12__selected__trace_carries_its_version_and_required_flag(
     assert order.decision == "selected"
 
 
+def test_old_product_introduction__in_the_trace__carries_what_a_replay_needs():
+    selection = select(strategy=STRATEGY, candidates=A1042)
+
+    old = next(c for c in selection.wire_candidates() if c.id == OLD_INTRO.id)
+    assert (old.decision, old.outcome, old.relevance, old.note) == (
+        "irrelevant",
+        OLD_INTRO.outcome,
+        OLD_INTRO.relevance,
+        OLD_INTRO.note,
+    )
+    # Replaying from the trace alone gives the same decisions.
+    replayed = select(
+        strategy=STRATEGY,
+        candidates=[
+            CandidateItem(
+                id=c.id,
+                source=c.source,
+                version=c.version,
+                size=c.size,
+                relevance=c.relevance,
+                bundle=next(i.bundle for i in A1042 if i.id == c.id),
+                depends_on=tuple(c.depends_on),
+                conflicts_with=tuple(c.conflicts_with),
+                outcome=c.outcome,
+                note=c.note,
+            )
+            for c in selection.wire_candidates()
+        ],
+    )
+    assert replayed.decisions == selection.decisions
+
+
 def test_consultation_A1042__trace_fields__a_valid_trace_for_the_console():
     selection = select(strategy=STRATEGY, candidates=A1042, context_window=128_000)
 

@@ -130,6 +130,7 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
     available_tokens: int
     used_tokens: int
     estimator: str
+    candidates: tuple[CandidateItem, ...] = ()  # as given, for the replay fields of the trace
 
     @property
     def usable(self) -> bool:
@@ -146,8 +147,20 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
         return tuple(item.id for item in self.selected)
 
     def wire_candidates(self) -> list[wire.Candidate]:
-        """The decisions as the trace's ``candidates`` (RUNTIME_API §3)."""
-        return [decision.to_wire() for decision in self.decisions]
+        """The decisions as the trace's ``candidates`` (docs/runtime-contract.md §3), each with
+        what the engine needs to replay it without the providers: the provider's outcome,
+        the relevance score, the links and the provider's note."""
+        return [
+            msgspec.structs.replace(
+                decision.to_wire(),
+                outcome=item.outcome,
+                relevance=item.relevance,
+                depends_on=list(item.depends_on[: wire.MAX_LINKS]),
+                conflicts_with=list(item.conflicts_with[: wire.MAX_LINKS]),
+                note=reasons.short(item.note),
+            )
+            for decision, item in zip(self.decisions, self.candidates, strict=True)
+        ]
 
     def trace_fields(self) -> dict:
         """The trace fields the selection fills, ready for ``wire.Trace(**fields, ...)``."""
@@ -233,6 +246,7 @@ def select(
         available_tokens=available,
         used_tokens=used,
         estimator=estimator.name,
+        candidates=items,
     )
 
 
