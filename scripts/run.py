@@ -1,6 +1,7 @@
-"""Start the console: migrate, load demo data, then web server, worker and beat.
+"""Start the console: migrate, load demo data, then web server, worker and beat, and (in demo
+mode) the simulated demo traffic once the web server answers.
 
-Stops all three on Ctrl-C. PORT (default 8000) and HOST (default 127.0.0.1) pick the address.
+Stops them all on Ctrl-C. PORT (default 8000) and HOST (default 127.0.0.1) pick the address.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import embedded  # scripts/embedded.py, beside this file
@@ -25,6 +27,21 @@ def manage(*args: str, capture: bool = False) -> str:
     if result.returncode != 0:
         sys.exit(result.returncode)
     return result.stdout or ""
+
+
+def wait_for_web(url: str, procs: list, timeout: float = 60.0) -> bool:
+    """Wait until the web server answers /healthz (False if it did not in time, or a process
+    exited meanwhile)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and all(p.poll() is None for p in procs):
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:  # noqa: S310
+                if response.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.5)
+    return False
 
 
 def embedded_services() -> None:
@@ -49,7 +66,8 @@ def main() -> None:
     print("Preparing the database…", flush=True)
     manage("migrate", "--no-input", "-v", "0")
     demo_output = ""
-    if os.environ.get("CONSOLE_ENV", "development") != "production":
+    demo = os.environ.get("CONSOLE_ENV", "development") != "production"
+    if demo:
         demo_output = manage("load_demo", capture=True)
     procs = [
         subprocess.Popen(
@@ -86,23 +104,35 @@ def main() -> None:
         ),
         subprocess.Popen([PY, "-m", "celery", "-A", "console", "beat", "-l", "INFO"], cwd=ROOT),
     ]
-    time.sleep(2)
+    local = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host  # noqa: S104
+    console_url = f"http://{local}:{port}"
+    # Optional: the console keeps running if the demo traffic stops.
+    extras: list[subprocess.Popen] = []
+    if wait_for_web(console_url, procs) and demo:
+        extras.append(
+            subprocess.Popen([PY, "manage.py", "demo_traffic", "--console", console_url], cwd=ROOT)
+        )
     print("\n" + "=" * 64)
     print(f"Context Console is running at http://{host}:{port}/")
     if demo_output:
         print(demo_output.rstrip())
-    print("Press Ctrl-C to stop (web server, worker and beat).")
+    if extras:
+        print("Demo traffic: simulated runtimes send requests through the engine to every")
+        print("environment (manage.py demo_traffic); publish or roll back to see traces change.")
+    print("Press Ctrl-C to stop (web server, worker, beat and demo traffic).")
     print("=" * 64 + "\n", flush=True)
 
     def stop(*_):
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        # The demo traffic first, so that it can flush its traces while the web server is up.
+        for group in (extras, procs):
+            for proc in group:
+                if proc.poll() is None:
+                    proc.terminate()
+            for proc in group:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
         sys.exit(0)
 
     signal.signal(signal.SIGINT, stop)

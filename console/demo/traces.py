@@ -1,439 +1,123 @@
 """Demo traces (DEMO.md): req-92 … req-97 plus deterministic background traffic.
 
-Written through the real ingest path (parse → COPY), so re-running stores nothing new:
-every request_id comes back as a duplicate.
+Every trace is a seed scenario run through the selection engine with the live configuration
+of its environment (``console.demo.traffic``), so its decisions, reasons and status are the
+engine's. They are stored through the runtime's ingest path (the encoded batch is parsed and
+stored as that environment's runtime would send it); request ids are stable, so re-running
+stores nothing new: every one comes back as a duplicate.
 """
 
 from __future__ import annotations
 
 import random
-from datetime import datetime, timedelta
+from collections import defaultdict
+from datetime import timedelta
 
+import msgspec
 import orjson
 from context_runtime import wire
+from context_runtime.client import FRESH, STALE, Resolution
 from django.utils import timezone
 
-from strategies.catalog.models import Environment
+from console.demo import traffic
+from console.demo.documents import ENVIRONMENTS
+from strategies.catalog.models import Agent, Environment
+from strategies.delivery.config import payload_render
 from strategies.runtime.auth import RuntimeIdentity
 from traces import ingest, services
 
-STRATEGY = "after_sales_consultation"
-MODEL = {"name": "model-x", "adapter": "adapter-x", "context_window": 128000}
+# DEMO.md's trace table: request_id, environment, minutes ago, scenario, request. The
+# environment is chosen for what is live there: sg-test runs v3 (policy required, budget
+# 8,000, general_policy_only for a missing order), prod runs v2.
+SUPPORT_TRACES = (
+    ("req-92", "sg-test", 42, traffic.CONSULTATION, traffic.SEED),
+    ("req-93", "sg-test", 37, traffic.ORDER_TIMEOUT, traffic.SEED),
+    ("req-94", "sg-test", 31, traffic.POLICY_TOO_LARGE, traffic.SEED),
+    ("req-95", "sg-test", 24, traffic.POLICY_CONFLICT, traffic.SEED),
+    ("req-96", "prod", 16, traffic.PERMISSION_UNAVAILABLE, traffic.SEED),
+    (
+        "req-97",
+        "sg-test",
+        9,
+        traffic.CONSULTATION,
+        traffic.Request(
+            task="T11", revision=2, order="A1077", order_revision="r3", principal="shop-a/user-903"
+        ),
+    ),
+)
+
+# Background traffic: how many, over how many days, and how it is spread over environments.
+BACKGROUND_COUNT = 360
+BACKGROUND_DAYS = 7
+BACKGROUND_SEED = 6
+ENVIRONMENT_WEIGHTS = {"sg-test": 4, "bank-uat": 3, "prod": 3}
 
 
-def _c(item, source, version, size, decision, reason, *, required=False, bundle=None) -> dict:
-    candidate = {
-        "id": item,
-        "source": source,
-        "version": version,
-        "size": size,
-        "required": required,
-        "decision": decision,
-        "reason": reason,
-    }
-    if bundle:
-        candidate["bundle"] = bundle
-    return candidate
+def live_configs() -> dict[str, dict]:
+    """The runtime payload (RUNTIME_API §1) of the demo agent in each environment where the
+    strategy is live, as a runtime there would fetch it now."""
+    agent = Agent.objects.get(key=traffic.AGENT)
+    configs = {}
+    for env in Environment.objects.filter(key__in=[key for key, *_ in ENVIRONMENTS]):
+        config = orjson.loads(payload_render(agent=agent, environment=env).body)
+        if traffic.STRATEGY in config["strategies"]:
+            configs[env.key] = config
+    return configs
 
 
-def _trace(request_id, env, at, *, version=3, status="ready", estimate, candidates, **extra):
-    trace = {
-        "request_id": request_id,
-        "agent": "assistant_professional",
-        "environment": env,
-        "occurred_at": at.isoformat(),
-        "documents": {"profile": 1, STRATEGY: version},
-        "strategy": STRATEGY,
-        "config_fallback": False,
-        "principal": "shop-a/user-417",
-        "model": MODEL,
-        "status": status,
-        "degradation": None,
-        "budget": {
-            "max_input_tokens": 8000 if version == 3 else 6000,
-            "reserve_output_tokens": 1000,
-        },
-        "input_estimate": {"value": estimate, "unit": "token", "estimator": "adapter-x"},
-        "candidates": candidates,
-        "shadow": None,
-        "snapshot": None,
-    }
-    trace.update(extra)
-    return trace
-
-
-def _sources(order: str, revision: str) -> list[dict]:
-    """Source versions as document 003 lists them: order revision, policy, permission epoch."""
-    return [
-        {"id": f"order:{order}", "version": revision},
-        {"id": "P7", "version": "v2"},
-        {"id": "permission", "version": "epoch-7"},
-    ]
-
-
-def _snapshot(question: str, evidence: list[str]) -> dict:
-    return {
-        "model": "model-x",
-        "messages": [
-            {
-                "role": "system",
-                "content": "You are the bank's after-sales assistant. Cite evidence.",
-            },
-            {"role": "user", "content": "<evidence>" + " | ".join(evidence) + "</evidence>"},
-            {"role": "model", "content": "Understood."},
-            {"role": "user", "content": question},
-        ],
-        "tools": ["lookup_order", "search_policy"],
-    }
-
-
-def scenario(now: datetime) -> dict[str, list[dict]]:
+def scenario(now, configs: dict[str, dict]) -> dict[str, list[wire.Trace]]:
     """The six traces support will paste, by environment."""
-    task = _c("task_state:T9", "task_state", "4", 310, "selected", "required", required=True)
-    order = _c("order:A1042", "order_delivery", "r12", 640, "selected", "required", required=True)
-    policy = _c(
-        "P7-v2",
-        "applicable_policy",
-        "v2",
-        2100,
-        "selected",
-        "required",
-        required=True,
-        bundle="policy-P7",
-    )
-    dialogue = _c(
-        "chat:e-318", "recent_dialogue", "e-318", 1150, "selected", "recent turns on A1042"
-    )
-    old_chat = _c(
-        "old-chat", "recent_dialogue", "e-311", 900, "irrelevant", "older product introduction"
-    )
-    base = {"task": {"id": "T9", "revision": 4}}
-    sources = _sources("A1042", "r12")
-    sg_test = [
-        _trace(
-            "req-92",
-            "sg-test",
-            now - timedelta(minutes=42),
-            estimate=6200,
-            candidates=[task, order, policy, dialogue, old_chat],
-            sources=sources,
-            snapshot=_snapshot(
-                "Is my A1042 delivery covered by the return policy?",
-                ["order A1042 r12: delivered 2026-11-02, quality not yet verified", "P7 v2 §3"],
-            ),
-            **base,
-        ),
-        _trace(
-            "req-93",
-            "sg-test",
-            now - timedelta(minutes=37),
-            status="degraded",
-            degradation="general_policy_only",
-            estimate=3900,
-            candidates=[
-                task,
-                _c(
-                    "order:A1042",
-                    "order_delivery",
-                    "",
-                    None,
-                    "not_fetched",
-                    "order service timed out after 2,000 ms",
-                    required=True,
-                ),
-                policy,
-                dialogue,
-            ],
-            sources=[{"id": "P7", "version": "v2"}, {"id": "permission", "version": "epoch-7"}],
-            **base,
-        ),
-        _trace(
-            "req-94",
-            "sg-test",
-            now - timedelta(minutes=31),
-            status="budget_exceeded",
-            estimate=12150,
-            candidates=[
-                task,
-                order,
-                _c(
-                    "P7-v2#terms",
-                    "applicable_policy",
-                    "v2",
-                    2300,
-                    "over_budget",
-                    "indivisible bundle policy-P7 (7,500 tokens) does not fit the 4,050 left",
-                    required=True,
-                    bundle="policy-P7",
-                ),
-                _c(
-                    "P7-v2#annex-b",
-                    "applicable_policy",
-                    "v2",
-                    5200,
-                    "over_budget",
-                    "indivisible bundle policy-P7 (7,500 tokens) does not fit the 4,050 left",
-                    required=True,
-                    bundle="policy-P7",
-                ),
-                old_chat,
-            ],
-            sources=sources,
-            snapshot=_snapshot(
-                "Which clauses of the policy apply to my refund?",
-                ["order A1042 r12", "(policy P7 bundle left out: over budget)"],
-            ),
-            **base,
-        ),
-        _trace(
-            "req-95",
-            "sg-test",
-            now - timedelta(minutes=24),
-            status="source_conflict",
-            estimate=5400,
-            candidates=[
-                task,
-                order,
-                _c(
-                    "P7-v2",
-                    "applicable_policy",
-                    "v2",
-                    2100,
-                    "conflict",
-                    "P7 v2 and v3 both claim to apply on the order date 2026-11-02",
-                    required=True,
-                    bundle="policy-P7",
-                ),
-                _c(
-                    "P7-v3",
-                    "applicable_policy",
-                    "v3",
-                    2250,
-                    "conflict",
-                    "P7 v2 and v3 both claim to apply on the order date 2026-11-02",
-                    required=True,
-                    bundle="policy-P7",
-                ),
-            ],
-            sources=[*sources, {"id": "P7", "version": "v3"}],
-            **base,
-        ),
-        _trace(
-            "req-97",
-            "sg-test",
-            now - timedelta(minutes=9),
-            estimate=6050,
-            candidates=[
-                _c("task_state:T11", "task_state", "2", 280, "selected", "required", required=True),
-                _c(
-                    "order:A1077",
-                    "order_delivery",
-                    "r3",
-                    610,
-                    "selected",
-                    "required",
-                    required=True,
-                ),
-                policy,
-                _c(
-                    "chat:e-402",
-                    "recent_dialogue",
-                    "e-402",
-                    1020,
-                    "selected",
-                    "recent turns on A1077",
-                ),
-            ],
-            task={"id": "T11", "revision": 2},
-            principal="shop-a/user-903",
-            sources=_sources("A1077", "r3"),
-        ),
-    ]
-    prod = [
-        _trace(
-            "req-96",
-            "prod",
-            now - timedelta(minutes=16),
-            version=2,
-            status="missing_required_data",
-            estimate=2400,
-            candidates=[
-                task,
-                _c(
-                    "order:A1042",
-                    "order_delivery",
-                    "",
-                    None,
-                    "no_access",
-                    "permission check unavailable; never defaulted to allow",
-                    required=True,
-                ),
-                _c("P7-v2", "applicable_policy", "v2", 2100, "selected", "optional, fits"),
-            ],
-            sources=[{"id": "P7", "version": "v2"}],
-            **base,
-        ),
-    ]
-    return {"sg-test": sg_test, "prod": prod}
-
-
-# Background traffic: (environment, strategy version, weight per status).
-_ENV_VERSIONS = {"sg-test": [3, 3, 3, 2], "bank-uat": [2, 2, 1], "prod": [2, 2, 2, 1]}
-_STATUS_WEIGHTS = [
-    ("ready", 80),
-    ("degraded", 7),
-    ("budget_exceeded", 5),
-    ("missing_required_data", 5),
-    ("source_conflict", 3),
-]
-
-
-def background(now: datetime, *, count: int = 360, seed: int = 6) -> dict[str, list[dict]]:
-    """Deterministic request ids and contents; times spread over the last three days."""
-    rng = random.Random(seed)
-    statuses = [s for s, w in _STATUS_WEIGHTS for _ in range(w)]
-    by_env: dict[str, list[dict]] = {env: [] for env in _ENV_VERSIONS}
-    for n in range(count):
-        env = rng.choice(list(_ENV_VERSIONS))
-        version = rng.choice(_ENV_VERSIONS[env])
-        status = rng.choice(statuses)
-        order = f"A{1100 + rng.randrange(800)}"
-        at = now - timedelta(minutes=60 + rng.randrange(3 * 24 * 60))
-        candidates = [
-            _c(
-                f"task_state:T{20 + n}",
-                "task_state",
-                str(rng.randrange(1, 9)),
-                300,
-                "selected",
-                "required",
-                required=True,
-            ),
-            _c(
-                f"order:{order}",
-                "order_delivery",
-                f"r{rng.randrange(1, 30)}",
-                600,
-                "selected",
-                "required",
-                required=True,
-            ),
-            _c(
-                "P7-v2",
-                "applicable_policy",
-                "v2",
-                2100,
-                "selected",
-                "required" if version == 3 else "optional, fits",
-                required=version == 3,
-                bundle="policy-P7",
-            ),
-            _c(
-                f"chat:e-{500 + n}",
-                "recent_dialogue",
-                f"e-{500 + n}",
-                900,
-                rng.choice(["selected", "irrelevant", "over_budget"]),
-                "by relevance and budget",
-            ),
-            _c("memory:pref", "memory", "m-2", 250, "not_applicable", "not used by this task"),
-        ]
-        extra = {}
-        if status == "degraded":
-            candidates[1] = _c(
-                f"order:{order}",
-                "order_delivery",
-                "",
-                None,
-                "not_fetched",
-                "order service timed out",
-                required=True,
+    by_env: dict[str, list[wire.Trace]] = defaultdict(list)
+    for request_id, env_key, minutes_ago, seed_scenario, request in SUPPORT_TRACES:
+        if env_key not in configs:
+            continue
+        by_env[env_key].append(
+            traffic.run(
+                seed_scenario,
+                config=configs[env_key],
+                request_id=request_id,
+                occurred_at=now - timedelta(minutes=minutes_ago),
+                request=request,
             )
-            extra["degradation"] = "general_policy_only"
-        elif status == "missing_required_data":
-            candidates[1] = _c(
-                f"order:{order}",
-                "order_delivery",
-                "",
-                None,
-                "no_access",
-                "permission check unavailable",
-                required=True,
-            )
-        elif status == "budget_exceeded":
-            candidates[2] = _c(
-                "P7-v2",
-                "applicable_policy",
-                "v2",
-                7400,
-                "over_budget",
-                "indivisible bundle does not fit",
-                required=True,
-                bundle="policy-P7",
-            )
-        elif status == "source_conflict":
-            candidates[2] = _c(
-                "P7-v2",
-                "applicable_policy",
-                "v2",
-                2100,
-                "conflict",
-                "v2 and v3 both apply on the order date",
-                required=True,
-            )
-            candidates.append(
-                _c(
-                    "P7-v3",
-                    "applicable_policy",
-                    "v3",
-                    2250,
-                    "conflict",
-                    "v2 and v3 both apply on the order date",
-                    required=True,
-                )
-            )
-        by_env[env].append(
-            _trace(
-                f"bg-{env}-{n:04d}",
-                env,
-                at,
-                version=version,
-                status=status,
-                estimate=rng.randrange(2500, 7800),
-                candidates=candidates,
-                task={"id": f"T{20 + n}", "revision": rng.randrange(1, 6)},
-                principal=f"shop-{rng.choice('abc')}/user-{rng.randrange(100, 999)}",
-                sources=[
-                    {"id": f"order:{order}", "version": f"r{rng.randrange(1, 30)}"},
-                    {"id": "P7", "version": "v2"},
-                ],
-                config_fallback=rng.random() < 0.03,
-                **extra,
-            )
-        )
-    lite = by_env.setdefault("sg-test", [])
-    for n in range(12):
-        lite.append(
-            {
-                "request_id": f"lite-{n:03d}",
-                "agent": "assistant_lite",
-                "occurred_at": (now - timedelta(hours=2 + n * 5)).isoformat(),
-                "documents": {"profile": 1},
-                "status": "ready",
-                "model": MODEL,
-                "candidates": [
-                    _c("memory:pref", "memory", "m-2", 250, "selected", "profile memory")
-                ],
-            }
         )
     return by_env
 
 
-def ingest_as_runtime(environment, traces: list[dict]) -> services.IngestResult:
-    """Send traces through the runtime's ingest path, as that environment's runtime would."""
+def background(now, configs: dict[str, dict]) -> dict[str, list[wire.Trace]]:
+    """Weighted-random seed scenarios over the last days; ids and contents come from a
+    seeded random generator, so every run produces the same request ids."""
+    rng = random.Random(BACKGROUND_SEED)
+    keys, weights = list(ENVIRONMENT_WEIGHTS), list(ENVIRONMENT_WEIGHTS.values())
+    by_env: dict[str, list[wire.Trace]] = defaultdict(list)
+    for n in range(BACKGROUND_COUNT):
+        (env_key,) = rng.choices(keys, weights=weights)
+        seed_scenario, request = traffic.pick(rng, n)
+        occurred_at = now - timedelta(minutes=60 + rng.randrange(BACKGROUND_DAYS * 24 * 60 - 60))
+        # Now and then the runtime could not reach the console and ran on its last good copy.
+        if rng.random() < 0.03:
+            resolution = Resolution(STALE, round(rng.uniform(90, 900), 1), True)
+        else:
+            resolution = Resolution(FRESH, round(rng.uniform(0, 30), 1), False)
+        if env_key in configs:
+            by_env[env_key].append(
+                traffic.run(
+                    seed_scenario,
+                    config=configs[env_key],
+                    request_id=f"bg-{env_key}-{n:04d}",
+                    occurred_at=occurred_at,
+                    request=request,
+                    resolution=resolution,
+                )
+            )
+    return by_env
+
+
+def ingest_as_runtime(environment, traces: list[wire.Trace]) -> services.IngestResult:
+    """Store traces through the runtime's ingest path, as that environment's runtime would
+    send them (encoded batches, parsed and stored with a traces:write identity there)."""
     identity = RuntimeIdentity(
         token_id=0,
-        name="demo-runtime",
+        name=f"demo loader ({environment.key})",
         environment_id=environment.pk,
         environment_key=environment.key,
         agent_keys=frozenset(),
@@ -442,7 +126,7 @@ def ingest_as_runtime(environment, traces: list[dict]) -> services.IngestResult:
     total = services.IngestResult()
     for start in range(0, len(traces), wire.MAX_TRACES_PER_BATCH):
         chunk = traces[start : start + wire.MAX_TRACES_PER_BATCH]
-        batch = ingest.parse_batch(orjson.dumps({"traces": chunk}))
+        batch = ingest.parse_batch(msgspec.json.encode({"traces": chunk}))
         result = services.trace_batch_store(identity=identity, batch=batch)
         total.accepted += result.accepted
         total.duplicates += result.duplicates
@@ -450,17 +134,17 @@ def ingest_as_runtime(environment, traces: list[dict]) -> services.IngestResult:
     return total
 
 
-def load(stdout=None) -> None:
+def load(*, stdout=None) -> None:
     now = timezone.now().replace(microsecond=0)
     environments = {e.key: e for e in Environment.objects.all()}
+    configs = live_configs()
     accepted = 0
-    for part in (scenario(now), background(now)):
+    for part in (scenario(now, configs), background(now, configs)):
         for env_key, traces in part.items():
-            if env_key in environments:
-                result = ingest_as_runtime(environments[env_key], traces)
-                if result.rejected:
-                    raise RuntimeError(f"demo traces rejected: {result.as_dict()['rejected'][:3]}")
-                accepted += result.accepted
-    services.rollup_recent_hours(lookback_hours=24 * 4, now=now)
+            result = ingest_as_runtime(environments[env_key], traces)
+            if result.rejected:
+                raise RuntimeError(f"demo traces rejected: {result.as_dict()['rejected'][:3]}")
+            accepted += result.accepted
+    services.rollup_recent_hours(lookback_hours=24 * (BACKGROUND_DAYS + 1), now=now)
     if stdout is not None:
-        stdout.write(f"Demo traces: {accepted} new.")
+        stdout.write(f"Demo traces: {accepted} new, produced by the selection engine.")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from console.models import AccessLogEntry
+from strategies.catalog.models import Environment
+from tests.factories_traces import post_batch, runtime_token, trace_payload
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -23,7 +25,8 @@ def test_support_pastes_req_92__one_page_explains_it__look_in_access_log(demo_wo
     assert "older product introduction" in candidates.inner_text()
     assert candidates.locator("[data-decision-group=irrelevant]").count() == 1
     assert "model-x" in page.locator("#where-to-look").inner_text()
-    assert "view snapshots" in page.locator("#snapshot").inner_text()
+    # The demo's strategy versions do not allow snapshots (snapshot.allowed), so none was sent.
+    assert "sent no snapshot" in page.locator("#snapshot").inner_text()
     assert AccessLogEntry.objects.filter(
         actor_label="support", action="trace.view", target_id="req-92"
     ).exists()
@@ -38,9 +41,14 @@ def test_support_opens_req_93__degraded_names_handler_and_provider(demo_world, l
     assert "order_delivery provider" in where
 
 
-def test_admin_views_snapshot__reason_required__shown_and_logged(demo_world, login):
+def test_admin_views_snapshot__reason_required__shown_and_logged(demo_world, login, client):
+    # req-92 has no snapshot (its strategy does not allow one); a runtime whose does sends it.
+    secret = runtime_token(Environment.objects.get(key="sg-test"))
+    snapshot = {"messages": ["order A1042 r12: delivered 2026-11-02, quality not yet verified"]}
+    response = post_batch(client, secret, [trace_payload("req-snap", snapshot=snapshot)])
+    assert response.json()["accepted"] == 1
     page = login("admin", "admin-demo")
-    page.goto(page.url + "traces/req-92/")
+    page.goto(page.url + "traces/req-snap/")
     page.click("#snapshot-view summary")
     page.fill("#snapshot-view-reason", "ticket 4711: wrong policy quoted")
     page.click("#snapshot-view button[type=submit]")

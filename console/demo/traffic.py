@@ -1,0 +1,233 @@
+"""Simulated demo traffic: the seed's requests as provider outputs, run through the engine.
+
+A scenario is what the providers returned for one request of document 003's consultation
+(task T9 revision 4, order A1042 r12, policy P7 v2 as the indivisible bundle ``policy-P7``,
+the recent dialogue with an older product introduction) and what went wrong with them:
+nothing, an order service timeout, a policy bundle too large, two policy versions that both
+apply, a permission check that did not answer. :func:`run` hands the candidates to the
+selection engine with an environment's live configuration (the runtime payload of
+RUNTIME_API §1) and returns the trace the runtime would report. Every decision, reason,
+status and estimate in it is the engine's; nothing here says what should be selected.
+
+Used by the demo loader (``console.demo.traces``: req-92 … req-97 and the background
+traffic) and by ``manage.py demo_traffic`` (live traffic against a running console).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+import msgspec
+from context_runtime import wire
+from context_runtime.client import FRESH, Resolution
+from context_runtime.engine import (
+    FETCHED,
+    NO_ACCESS,
+    NOT_FETCHED,
+    CandidateItem,
+    Strategy,
+    context_sections,
+    select,
+)
+
+AGENT = "assistant_professional"
+STRATEGY = "after_sales_consultation"
+MODEL = wire.ModelInfo(name="model-x", adapter="adapter-x", context_window=128_000)
+# What the request holds besides the candidates: system prompt, tool definitions and the
+# question, plus each contextSection the profile switches on (document 000 §3's preamble).
+PROMPT_TOKENS = 1_280
+SECTION_TOKENS = 60
+
+
+@dataclass(frozen=True)
+class Request:
+    """Who asks about which task and order; the seed's request A1042 unless told otherwise.
+    ``size_factor`` scales what the providers return (background traffic varies it)."""
+
+    task: str = "T9"
+    revision: int = 4
+    order: str = "A1042"
+    order_revision: str = "r12"
+    principal: str = "shop-a/user-417"
+    size_factor: float = 1.0
+
+
+SEED = Request()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What the providers returned for the seed request; ``weight``: how often the
+    background traffic picks it."""
+
+    name: str
+    weight: int
+    candidates: tuple[CandidateItem, ...]
+
+
+_as = msgspec.structs.replace
+_TASK = CandidateItem(id="task_state:T9", source="task_state", version="4", size=310)
+_ORDER = CandidateItem(
+    id="order:A1042",
+    source="order_delivery",
+    version="r12",
+    size=640,
+    note="quality not yet verified",
+)
+_POLICY = CandidateItem(
+    id="P7", source="applicable_policy", version="v2", size=2100, bundle="policy-P7"
+)
+_DIALOGUE = CandidateItem(
+    id="chat:e-318", source="recent_dialogue", version="e-318", size=1150, relevance=0.82
+)
+_OLD_CHAT = CandidateItem(
+    id="old-chat",
+    source="recent_dialogue",
+    version="e-311",
+    size=900,
+    relevance=0.05,
+    note="older product introduction",
+)
+
+CONSULTATION = Scenario("consultation", 75, (_TASK, _ORDER, _POLICY, _DIALOGUE, _OLD_CHAT))
+ORDER_TIMEOUT = Scenario(
+    "order_timeout",
+    8,
+    (
+        _TASK,
+        _as(
+            _ORDER,
+            version="",
+            size=None,
+            outcome=NOT_FETCHED,
+            note="order service timed out after 2,000 ms",
+        ),
+        _POLICY,
+        _DIALOGUE,
+    ),
+)
+POLICY_TOO_LARGE = Scenario(
+    "policy_too_large",
+    5,
+    (
+        _TASK,
+        _ORDER,
+        _as(_POLICY, id="P7#terms", size=2300),
+        _as(_POLICY, id="P7#annex-b", size=5200),
+        _OLD_CHAT,
+    ),
+)
+POLICY_CONFLICT = Scenario(
+    "policy_conflict", 4, (_TASK, _ORDER, _POLICY, _as(_POLICY, version="v3", size=2250), _DIALOGUE)
+)
+PERMISSION_UNAVAILABLE = Scenario(
+    "permission_unavailable",
+    8,
+    (
+        _TASK,
+        _as(_ORDER, version="", size=None, outcome=NO_ACCESS, note="permission check unavailable"),
+        _POLICY,
+    ),
+)
+SCENARIOS = (CONSULTATION, ORDER_TIMEOUT, POLICY_TOO_LARGE, POLICY_CONFLICT, PERMISSION_UNAVAILABLE)
+
+
+def pick(rng: random.Random, n: int) -> tuple[Scenario, Request]:
+    """A weighted-random scenario and a request of task ``T<n>`` for it."""
+    (scenario,) = rng.choices(SCENARIOS, weights=[s.weight for s in SCENARIOS])
+    request = Request(
+        task=f"T{20 + n}",
+        revision=rng.randrange(1, 6),
+        order=f"A{1100 + rng.randrange(800)}",
+        order_revision=f"r{rng.randrange(1, 30)}",
+        principal=f"shop-{rng.choice('abc')}/user-{rng.randrange(100, 1000)}",
+        size_factor=round(rng.uniform(0.85, 1.15), 2),
+    )
+    return scenario, request
+
+
+def run(
+    scenario: Scenario,
+    *,
+    config: Mapping,
+    request_id: str,
+    occurred_at: datetime,
+    request: Request = SEED,
+    resolution: Resolution | None = None,
+) -> wire.Trace:
+    """The trace of one request: ``scenario``'s candidates for ``request`` through the engine
+    with ``config``, the agent's live configuration as the runtime payload carries it
+    (``strategies``/``profile``/``shadow`` with version and body). ``resolution`` says where
+    the runtime's configuration came from (default: fresh).
+
+    A runtime asks only the providers of its strategy's sources, so candidates of other
+    sources are left out. Raises ``KeyError`` when the configuration has no version of the
+    strategy.
+    """
+    document = config["strategies"][STRATEGY]
+    strategy = Strategy.from_body(document["body"])
+    profile = config.get("profile")
+    fixed = PROMPT_TOKENS
+    if profile is not None:
+        sections = context_sections(profile["body"])
+        fixed += SECTION_TOKENS * sum(len(keys) for keys in sections.values())
+    candidates = tuple(
+        _for(item, request) for item in scenario.candidates if item.source in strategy.sources
+    )
+    selection = select(
+        strategy=strategy,
+        candidates=candidates,
+        context_window=MODEL.context_window,
+        fixed_input_tokens=fixed,
+    )
+    fields = selection.trace_fields()  # the candidates carry the replay fields
+    documents = {STRATEGY: document["version"]}
+    if profile is not None:
+        documents["profile"] = profile["version"]
+    shadow = None
+    shadow_document = (config.get("shadow") or {}).get(STRATEGY)
+    if shadow_document is not None:
+        shadow_strategy = Strategy.from_body(shadow_document["body"])
+        shadow = select(
+            strategy=shadow_strategy,
+            candidates=[
+                _for(item, request)
+                for item in scenario.candidates
+                if item.source in shadow_strategy.sources
+            ],
+            context_window=MODEL.context_window,
+            fixed_input_tokens=fixed,
+        ).shadow_result(shadow_document["version"])
+    resolution = resolution or Resolution(FRESH, 0.0, False)
+    return wire.Trace(
+        request_id=request_id,
+        agent=config.get("agent") or AGENT,
+        environment=config.get("environment"),
+        occurred_at=occurred_at,
+        documents=documents,
+        strategy=STRATEGY,
+        task=wire.Task(id=request.task, revision=request.revision),
+        principal=request.principal,
+        model=MODEL,
+        sources=[wire.SourceRef(id=item.id, version=item.version) for item in selection.selected],
+        shadow=shadow,
+        **resolution.trace_fields(),
+        **fields,
+    )
+
+
+def _for(item: CandidateItem, request: Request) -> CandidateItem:
+    """The seed's item as the providers return it for ``request``."""
+    changes: dict = {}
+    if item.source == "task_state":
+        changes = {"id": f"task_state:{request.task}", "version": str(request.revision)}
+    elif item.source == "order_delivery":
+        changes = {"id": f"order:{request.order}"}
+        if item.outcome == FETCHED:
+            changes["version"] = request.order_revision
+    if item.size is not None and request.size_factor != 1.0:
+        changes["size"] = round(item.size * request.size_factor)
+    return _as(item, **changes) if changes else item

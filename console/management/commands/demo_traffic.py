@@ -1,0 +1,234 @@
+"""Live demo traffic: one simulated runtime per environment, talking to a running console.
+
+Each runtime has its own runtime token (config:read, traces:write, created by the system as
+"demo traffic (<env>)"; older tokens of that name are revoked first), keeps the agent's live
+configuration with a ``ConfigClient`` and reports with a ``TraceReporter``, exactly as a real
+runtime does over HTTP. Every ``--interval`` seconds each one runs a weighted-random seed
+scenario through the selection engine with the configuration it holds at that moment
+(``console.demo.traffic``), so publishing or rolling back a version changes the traces that
+follow within a poll interval. One line per minute per environment; SIGTERM or SIGINT stops
+it after flushing the reporters. ``scripts/run.py`` starts it once the web server answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import signal
+import threading
+import time
+from collections import Counter
+from datetime import UTC, datetime
+
+from context_runtime import wire
+from context_runtime.client import ConfigClient, ConfigSnapshot
+from context_runtime.reporter import TraceReporter
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import connection
+
+from console.demo import traffic
+from strategies.catalog.models import Environment
+from strategies.runtime.models import RuntimeToken
+from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
+
+logger = logging.getLogger("console.demo_traffic")
+CAPABILITIES = ("config:read", "traces:write")
+REPORT_EVERY_SECONDS = 60.0
+
+
+def token_name(environment_key: str) -> str:
+    return f"demo traffic ({environment_key})"
+
+
+def default_console() -> str:
+    host = os.environ.get("HOST", "127.0.0.1")
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 - listening everywhere: talk to it locally
+        host = "127.0.0.1"
+    return f"http://{host}:{os.environ.get('PORT', '8000')}"
+
+
+def simulate_request(
+    snapshot: ConfigSnapshot, *, environment: str, n: int, rng: random.Random, now=None
+) -> wire.Trace | None:
+    """Request ``n`` of the demo runtime in ``environment``: a weighted-random seed scenario
+    through the engine with the configuration the runtime holds now (``snapshot``). ``None``
+    while it holds no configuration of the strategy."""
+    payload = snapshot.payload
+    if payload is None or snapshot.strategy(traffic.STRATEGY) is None:
+        return None
+    now = now or datetime.now(UTC)
+    scenario, request = traffic.pick(rng, n)
+    return traffic.run(
+        scenario,
+        config=payload,
+        request_id=f"live-{environment}-{now:%Y%m%dT%H%M%S}-{n}",
+        occurred_at=now,
+        request=request,
+        resolution=snapshot.resolution,
+    )
+
+
+class DemoRuntime:
+    """One environment's simulated runtime: its config client, reporter and counters."""
+
+    def __init__(self, environment: str, secret: str, console: str, *, poll: float, seed):
+        self.environment = environment
+        self.client = ConfigClient(
+            console, secret, traffic.AGENT, environment=environment, poll_interval=poll
+        )
+        self.reporter = TraceReporter(console, secret, close_at_exit=False)
+        self.rng = random.Random(None if seed is None else f"{seed}-{environment}")
+        self.total = 0
+        self.minute: Counter = Counter()
+        self.versions: set[int] = set()
+
+    def request(self, n: int) -> None:
+        snapshot = self.client.snapshot()  # one consistent configuration for the request
+        try:
+            trace = simulate_request(snapshot, environment=self.environment, n=n, rng=self.rng)
+        except Exception:  # a runtime answers every request, whatever happens
+            logger.exception("demo request %s in %s failed", n, self.environment)
+            self.minute["error"] += 1
+            return
+        if trace is None:
+            self.minute["no configuration"] += 1
+            return
+        self.reporter.report(
+            trace, resolution=snapshot, strategy=snapshot.strategy(traffic.STRATEGY)
+        )
+        self.total += 1
+        self.minute[trace.status] += 1
+        self.versions.add(trace.documents[traffic.STRATEGY])
+
+    def summary(self) -> str:
+        counts = ", ".join(f"{status} {count}" for status, count in self.minute.most_common())
+        versions = "/".join(f"v{v}" for v in sorted(self.versions)) or "no version"
+        requests = sum(self.minute.values())
+        line = f"demo traffic {self.environment}: {requests} requests on {versions} ({counts})"
+        self.minute.clear()
+        self.versions.clear()
+        return line
+
+    def stop(self, timeout: float) -> dict:
+        self.reporter.flush(timeout=timeout)
+        self.reporter.close(timeout=5.0)
+        self.client.stop()
+        return self.reporter.stats()
+
+
+class Command(BaseCommand):
+    help = (
+        "Simulated runtimes for the demo: every --interval seconds, one request per environment "
+        "through the selection engine with that environment's live configuration, reported to "
+        "the console. Runs until SIGTERM/SIGINT, or --once N requests per environment."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--console",
+            default=default_console(),
+            help="the console's base URL (default from HOST and PORT: %(default)s)",
+        )
+        parser.add_argument(
+            "--interval", type=float, default=2.0, help="seconds between requests (default 2)"
+        )
+        parser.add_argument(
+            "--once", type=int, metavar="N", help="run N requests per environment, then exit"
+        )
+        parser.add_argument(
+            "--poll", type=float, default=2.0, help="config poll interval, seconds (default 2)"
+        )
+        parser.add_argument("--seed", type=int, help="seed the scenario choice (repeatable runs)")
+        parser.add_argument(
+            "--wait-ready", type=float, default=30.0, help="seconds to wait for a first config"
+        )
+
+    def handle(self, *args, **options):
+        if settings.PRODUCTION or not settings.DEMO_MODE:
+            raise CommandError(
+                "demo_traffic refuses to run with production settings (CONSOLE_ENV=production)."
+            )
+        if options["once"] is not None and options["once"] < 1:
+            raise CommandError("--once needs a number of requests of at least 1.")
+        stop = threading.Event()
+        previous = {
+            signum: signal.signal(signum, lambda *_: stop.set())
+            for signum in (signal.SIGTERM, signal.SIGINT)
+        }
+        try:
+            self._run(options, stop)
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _run(self, options, stop: threading.Event) -> None:
+        runtimes = [
+            DemoRuntime(
+                env.key,
+                self._fresh_token(env),
+                options["console"],
+                poll=options["poll"],
+                seed=options["seed"],
+            )
+            for env in Environment.objects.order_by("position")
+        ]
+        connection.close()  # from here on only HTTP, as a runtime: hold no database connection
+        if not runtimes:
+            raise CommandError("No environments: run load_demo first.")
+        for runtime in runtimes:
+            runtime.client.start()
+        deadline = time.monotonic() + options["wait_ready"]
+        for runtime in runtimes:
+            runtime.client.wait_ready(max(0.0, deadline - time.monotonic()))
+        self._say(
+            f"Demo traffic: {len(runtimes)} simulated runtimes against {options['console']}, "
+            f"one request each every {options['interval']:g} s."
+        )
+        try:
+            self._loop(runtimes, stop, options["interval"], options["once"])
+        finally:
+            undelivered = 0
+            for runtime in runtimes:
+                stats = runtime.stop(timeout=10.0 if options["once"] else 3.0)
+                undelivered += stats["queued"] - stats["delivered"]
+                self._say(
+                    f"demo traffic {runtime.environment}: stopped after {runtime.total} requests "
+                    f"({stats['delivered']} delivered, {stats['rejected']} rejected, "
+                    f"{stats['dropped']} dropped)"
+                )
+        if options["once"] is not None and undelivered:
+            raise CommandError(f"{undelivered} demo traces were not delivered to the console.")
+
+    def _loop(self, runtimes, stop: threading.Event, interval: float, once: int | None) -> None:
+        n = 0
+        next_at = last_report = time.monotonic()
+        while not stop.is_set():
+            n += 1
+            for runtime in runtimes:
+                runtime.request(n)
+            if once is not None and n >= once:
+                return
+            if time.monotonic() - last_report >= REPORT_EVERY_SECONDS:
+                last_report = time.monotonic()
+                for runtime in runtimes:
+                    self._say(runtime.summary())
+            next_at += interval
+            stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def _fresh_token(self, environment) -> str:
+        """A new token for this environment's demo runtime; older ones stop working."""
+        name = token_name(environment.key)
+        for old in RuntimeToken.objects.filter(
+            name=name, environment=environment, revoked_at__isnull=True
+        ):
+            runtime_token_revoke(token=old, actor=None, reason="demo traffic restarted")
+        _, secret = runtime_token_create(
+            name=name, environment=environment, capabilities=CAPABILITIES, actor=None
+        )
+        return secret
+
+    def _say(self, line: str) -> None:
+        self.stdout.write(line)
+        self.stdout.flush()

@@ -1,0 +1,219 @@
+"""Demo traffic through the engine: the demo's traces are the selection engine's.
+
+- after load_demo, req-92 … req-97 have DEMO.md's statuses, and a second run stores nothing;
+- replay: every stored trace's decisions are what the engine returns when it runs again on
+  the stored candidates (provider outcome, relevance, links) with the stored strategy version;
+- demo_traffic as a real process against a real console process: publishing v3 to bank-uat
+  changes the traces that follow; SIGTERM stops it after flushing.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+from context_runtime.engine import CandidateItem, Strategy, select
+from django.core.management import call_command
+
+from console.demo.data import DEMO_MANIFEST
+from console.demo.traces import BACKGROUND_COUNT, SUPPORT_TRACES
+from strategies.catalog.models import Environment
+from strategies.catalog.services import manifest_record
+from strategies.documents.models import Version
+from strategies.releases.services import release_publish
+from strategies.runtime.models import RuntimeToken
+from tests.runtime_sim import ROOT, ConsoleServer, wait_until
+from traces.models import Snapshot, Trace
+
+STRATEGY = "after_sales_consultation"
+EXPECTED = {  # DEMO.md's trace table
+    "req-92": ("sg-test", "ready", ""),
+    "req-93": ("sg-test", "degraded", "general_policy_only"),
+    "req-94": ("sg-test", "budget_exceeded", ""),
+    "req-95": ("sg-test", "source_conflict", ""),
+    "req-96": ("prod", "missing_required_data", ""),
+    "req-97": ("sg-test", "ready", ""),
+}
+
+
+def load_demo() -> str:
+    out = io.StringIO()
+    call_command("load_demo", "--quiet-logins", stdout=out)
+    return out.getvalue()
+
+
+@pytest.mark.django_db
+def test_load_demo__support_traces__demo_statuses_from_engine__second_run_adds_nothing():
+    load_demo()
+
+    traces = {
+        t.request_id: t
+        for t in Trace.objects.filter(request_id__in=EXPECTED).select_related("environment")
+    }
+    assert {
+        request_id: (t.environment.key, t.status, t.degradation) for request_id, t in traces.items()
+    } == EXPECTED
+    old_chat = traces["req-92"].candidates.get(item_id="old-chat")
+    assert (old_chat.decision, old_chat.required, old_chat.outcome) == (
+        "irrelevant",
+        False,
+        "fetched",
+    )
+    assert (
+        old_chat.reason == "relevance 0.05 is below the threshold 0.20 (older product introduction)"
+    )
+    order = traces["req-93"].candidates.get(item_id="order:A1042")
+    assert order.decision == "not_fetched" and "general_policy_only takes over" in order.reason
+    assert traces["req-96"].candidates.get(item_id="order:A1042").decision == "no_access"
+    # v3 does not allow snapshots (snapshot.allowed is not true): none was kept.
+    assert not Snapshot.objects.exists()
+    background = Trace.objects.filter(request_id__startswith="bg-")
+    assert background.count() > 300
+    assert set(background.values_list("environment__key", flat=True)) == {
+        "sg-test",
+        "bank-uat",
+        "prod",
+    }
+    assert set(background.values_list("status", flat=True)) >= {
+        "ready",
+        "degraded",
+        "budget_exceeded",
+        "missing_required_data",
+        "source_conflict",
+    }
+
+    count = Trace.objects.count()
+    assert "Demo traces: 0 new" in load_demo()
+    assert Trace.objects.count() == count
+
+
+@pytest.mark.django_db
+def test_demo_traces__replayed_through_engine__same_decisions():
+    load_demo()
+    versions = {
+        (v.document.agent_id, v.document.key, v.number): v.body
+        for v in Version.objects.select_related("document")
+    }
+    traces = Trace.objects.filter(strategy=STRATEGY).prefetch_related("candidates")
+    assert traces.count() == BACKGROUND_COUNT + len(SUPPORT_TRACES)
+    for trace in traces:
+        body = versions[(trace.agent_id, trace.strategy, trace.strategy_version)]
+        rows = sorted(trace.candidates.all(), key=lambda c: c.position)
+        candidates = [
+            CandidateItem(
+                id=c.item_id,
+                source=c.source,
+                version=c.version,
+                size=c.size,
+                relevance=c.relevance,
+                bundle=c.bundle or None,
+                depends_on=tuple(c.depends_on),
+                conflicts_with=tuple(c.conflicts_with),
+                outcome=c.outcome,
+                note=c.note,
+            )
+            for c in rows
+        ]
+        selected = sum(c.size for c in rows if c.decision == "selected")
+        again = select(
+            strategy=Strategy.from_body(body),
+            candidates=candidates,
+            context_window=trace.model_context_window,
+            fixed_input_tokens=int(trace.input_estimate) - selected,
+        )
+        assert (again.status, again.degradation or "") == (trace.status, trace.degradation)
+        assert again.max_input_tokens == trace.budget_max_input_tokens
+        assert [
+            (d.id, d.decision, d.reason, d.required, d.bundle or "") for d in again.decisions
+        ] == [(c.item_id, c.decision, c.reason, c.required, c.bundle) for c in rows], (
+            trace.request_id
+        )
+
+
+def _database_url(settings_dict: dict) -> str:
+    host, user = settings_dict.get("HOST") or "", settings_dict["USER"]
+    if settings_dict.get("PASSWORD"):
+        user = f"{user}:{settings_dict['PASSWORD']}"
+    if host and not host.startswith("/"):
+        port = settings_dict.get("PORT") or 5432
+        return f"postgresql://{user}@{host}:{port}/{settings_dict['NAME']}"
+    return f"postgresql://{user}@/{settings_dict['NAME']}?host={host}"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_traffic__real_console__publish_v3_to_bank_uat__next_traces_carry_v3(
+    settings, tmp_path
+):
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+
+    load_demo()
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(connection.settings_dict),
+        "REDIS_URL": settings.REDIS_URL,
+        "CACHE_PREFIX": settings.CACHES["default"]["KEY_PREFIX"],
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+    }
+    console = ConsoleServer(env, log_path=tmp_path / "console.log").start()
+    command = [sys.executable, "manage.py", "demo_traffic", "--console", console.url]
+    traffic = None
+    try:
+        once = subprocess.run(
+            [*command, "--once", "2", "--interval", "0"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert once.returncode == 0, once.stderr
+        live = Trace.objects.filter(request_id__startswith="live-")
+        assert sorted(live.values_list("environment__key", "strategy_version")) == sorted(
+            [("sg-test", 3), ("bank-uat", 2), ("prod", 2)] * 2
+        )
+        assert (
+            RuntimeToken.objects.filter(
+                name__startswith="demo traffic (", revoked_at__isnull=True
+            ).count()
+            == 3
+        )
+
+        traffic = subprocess.Popen(
+            [*command, "--interval", "0.2", "--poll", "0.5"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        bank_uat = Trace.objects.filter(request_id__startswith="live-bank-uat-")
+        seen = bank_uat.count()
+        assert wait_until(lambda: bank_uat.count() > seen, timeout=30, interval=0.2)
+        # The runtime of bank-uat catches up on the handler; then v3 may go live there.
+        uat = Environment.objects.get(key="bank-uat")
+        manifest_record(environment=uat, body=DEMO_MANIFEST, runtime="bank-assistant 2026.12.1")
+        v3 = Version.objects.get(document__key=STRATEGY, number=3)
+        ops = get_user_model().objects.get(username="ops")
+        release_publish(version=v3, environment=uat, actor=ops, reason="handler implemented")
+        assert wait_until(
+            lambda: bank_uat.filter(strategy_version=3).exists(), timeout=30, interval=0.2
+        )
+
+        traffic.send_signal(signal.SIGTERM)
+        out, err = traffic.communicate(timeout=30)
+        assert traffic.returncode == 0, err
+        assert "demo traffic bank-uat: stopped after" in out
+        assert "0 dropped" in out and ", 0 rejected" in out
+    finally:
+        if traffic is not None and traffic.poll() is None:
+            traffic.kill()
+            traffic.wait()
+        console.stop()
+    # Only the old tokens were revoked: the second run replaced the first run's three.
+    assert RuntimeToken.objects.filter(name__startswith="demo traffic (").count() == 6
