@@ -13,12 +13,13 @@ from django.utils.decorators import method_decorator
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import generics, status
 from rest_framework.decorators import api_view
+from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 
 from console import services
 from console.errors import NotFound, ValidationFailed
 from console.models import AccessLogEntry, AuditRecord, Grant, Role
-from console.policy import Capability, agents_where, requires
+from console.policy import Capability, agents_where, refuse, requires
 from console.selectors import logs_filter, logs_visible_to
 from console.serializers import (
     AccessLogEntrySerializer,
@@ -41,6 +42,13 @@ ERRORS = {
 }
 MANAGERS = requires(Capability.MANAGE_GRANTS, agent_kwarg=None, anywhere=True)
 AUDITORS = requires(Capability.VIEW_AUDIT, agent_kwarg=None, anywhere=True)
+
+
+class OperatorPagination(LimitOffsetPagination):
+    """The pages of every paginated operator list (the logs here, traces, agents, documents
+    and versions): ?limit= as asked, at most `max_limit` rows (a larger ask gets that many)."""
+
+    max_limit = 200
 
 
 def _valid(serializer_class, data):
@@ -172,7 +180,13 @@ def grant_detail(request, pk: int):
         services.grant_revoke(actor=request.user, grant=grant, reason=data["reason"])
         return Response(status=status.HTTP_204_NO_CONTENT)
     if not _grants_visible_to(request.user).filter(pk=grant.pk).exists():
-        raise NotFound("Not found.")
+        refuse(  # a grant on an agent the user does not manage
+            NotFound("Not found."),
+            user=request.user,
+            capability=Capability.MANAGE_GRANTS,
+            agent=grant.agent,
+            target=grant,
+        )
     return Response(GrantSerializer(grant).data)
 
 
@@ -181,6 +195,7 @@ class _LogList(generics.ListAPIView):
     """Rows of agents where you hold VIEW_AUDIT, newest first, filtered like the pages."""
 
     model = None
+    pagination_class = OperatorPagination
 
     def get_queryset(self):
         params = LogFilterSerializer(data=self.request.query_params)

@@ -29,10 +29,12 @@ from console.policy import (
     agents_where,
     capabilities_on,
     check_user_can,
+    refuse,
     requires,
     user_can,
 )
 from console.selectors import change_rows, login_locks_current, logs_filter, logs_visible_to
+from strategies.catalog.models import Agent
 from strategies.documents.models import Document
 
 PAGE_SIZE = 50
@@ -85,7 +87,12 @@ def access_overview(request):
     if only:  # one agent's access (linked from the agent's page); unknown = out of scope
         agents = [a for a in agents if a.key == only]
         if not agents:
-            raise NotFound("Not found.")
+            refuse(
+                NotFound("Not found."),
+                user=request.user,
+                capability=Capability.MANAGE_GRANTS,
+                agent=Agent.objects.filter(key=only).first(),
+            )
     grants = list(_grants_managed_by(request.user, agents))
     roles = list(Role.objects.all())
     manages_all = user_can(request.user, Capability.MANAGE_GRANTS)
@@ -348,7 +355,17 @@ def audit_detail(request, pk: int):
     """One change with its field-level before/after (a fragment for the list's expander)."""
     record = logs_visible_to(request.user, AuditRecord).filter(pk=pk).first()
     if record is None:
-        raise NotFound("No such audit record.")
+        error = NotFound("No such audit record.")
+        hidden = AuditRecord.objects.filter(pk=pk).values_list("agent_key", flat=True).first()
+        if hidden is None:
+            raise error
+        refuse(  # a row that exists, of an agent (or console-wide) out of the user's scope
+            error,
+            user=request.user,
+            capability=Capability.VIEW_AUDIT,
+            agent=hidden,
+            target=("console.auditrecord", pk, f"audit record #{pk}"),
+        )
     template = "console/audit_detail.html"
     if request.htmx:
         template += "#changes"

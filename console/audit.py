@@ -2,21 +2,25 @@
 
 Services call `audit_record(...)` inside their own transaction, so a change and its audit
 row commit or roll back together. Rows are hash-chained: a transaction-scoped advisory lock
-serialises writers per log, so each row's `prev_hash` is the hash of the row before it.
+serialises writers per log, so each row's `prev_hash` is the hash of the row before it (and
+rows commit in id order). `chain_head` reads a chain's newest row for the checkpoints that
+anchor it; `chain_verify` walks a chain and checks it still reaches them.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
 from django.utils import timezone
 
-from console.models import AccessLogEntry, AuditRecord, Grant
-from console.request_context import current_request
+from console.models import AccessLogEntry, AuditRecord, ChainCheckpoint, Grant
+from console.request_context import current_request, ip_normalise
 
 GENESIS = "0" * 64
 # Fields covered by the hash, in order. Adding a field means a new chain version.
@@ -39,6 +43,8 @@ _EXTRA_HASHED = {
     "AccessLogEntry": ("outcome", "reason", "detail"),
 }
 _LOCK_KEYS = {"AuditRecord": 7_201_001, "AccessLogEntry": 7_201_002}
+# The chained logs by their name in checkpoints (and in `audit_verify --anchor`).
+CHAIN_LOGS = {ChainCheckpoint.Log.AUDIT: AuditRecord, ChainCheckpoint.Log.ACCESS: AccessLogEntry}
 
 
 def _jsonable(value: Any) -> Any:
@@ -127,7 +133,13 @@ def _append(model, fields: dict[str, Any]):
     name = model.__name__
     with transaction.atomic():
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_LOCK_KEYS[name]])
+            # The address is hashed as PostgreSQL hands it back (`host(inet)`), so the hash
+            # covers exactly what audit_verify reads, whatever form it arrived in.
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s), host(%s::inet)",
+                [_LOCK_KEYS[name], fields["ip"]],
+            )
+            fields["ip"] = cursor.fetchone()[1]
         last = model.objects.order_by("-id").values_list("hash", flat=True).first()
         prev = last or GENESIS
         fields["prev_hash"] = prev
@@ -144,7 +156,7 @@ def _context_fields(actor, target, agent) -> dict[str, Any]:
         **describe_target(target),
         "agent_key": agent_key,
         "request_id": ctx.request_id,
-        "ip": ctx.ip,
+        "ip": ip_normalise(ctx.ip),  # None for anything that is not an address
     }
 
 
@@ -173,15 +185,103 @@ def access_record(
     return _append(AccessLogEntry, fields)
 
 
-def chain_verify(model) -> tuple[int, Any]:
-    """Walk a log's chain in id order. Returns (rows checked, first broken row or None)."""
+def chain_head(model) -> tuple[int, str, int]:
+    """(id, hash, rows up to it) of a log's newest row; (0, GENESIS, 0) for an empty log.
+    Rows commit in id order (the writers' lock), so no row below the head can appear later."""
+    head = model.objects.order_by("-id").values_list("id", "hash").first()
+    if head is None:
+        return 0, GENESIS, 0
+    return head[0], head[1], model.objects.filter(id__lte=head[0]).count()
+
+
+@dataclass
+class ChainBreak:
+    row: Any
+    kind: str  # "content": the row's hash does not match it; "link": nor its prev_hash the row before
+
+
+@dataclass
+class ChainReport:
+    """What `chain_verify` found in one log."""
+
+    checked: int = 0  # rows walked
+    intact_before: int = 0  # rows before the first break
+    last_id: int = 0
+    breaks: list[ChainBreak] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # checkpoints or anchors not reached
+    reached: ChainCheckpoint | None = None  # the newest checkpoint the chain reaches
+    anchors_matched: list[int] = field(default_factory=list)
+
+    @property
+    def intact(self) -> bool:
+        return not self.breaks and not self.problems
+
+
+def _checkpoint_words(checkpoint: ChainCheckpoint) -> str:
+    return (
+        f"checkpoint #{checkpoint.pk} of {checkpoint.created_at:%Y-%m-%d %H:%M:%S} UTC recorded "
+        f"{checkpoint.row_count} records up to #{checkpoint.last_id}"
+    )
+
+
+def chain_verify(model, anchors: Iterable[tuple[int, str]] = ()) -> ChainReport:
+    """Walk a log's chain in id order and check it against its checkpoints (and `anchors`,
+    (id, hash) pairs taken from the application log).
+
+    Gaps are found by the hashes, not the ids (a rolled-back insert skips an id): each row's
+    `prev_hash` must be the hash of the row before it — a deleted or rewritten row breaks
+    that link — and its own hash must match its content. The tail is found by the
+    checkpoints: each checkpointed row must still exist with its hash and the same number of
+    rows up to it, so deleting the newest rows (or rewriting the chain) no longer goes
+    unnoticed. The walk goes on after a break, so one report shows everything."""
     name = model.__name__
+    log = next(key for key, chained in CHAIN_LOGS.items() if chained is model)
+    # Checkpoints first: the rows they name committed before them, so the walk (a later
+    # snapshot) sees every one that still exists.
+    checkpoints = list(ChainCheckpoint.objects.filter(log=log, last_id__gt=0).order_by("id"))
+    expected: dict[int, list] = {}
+    for checkpoint in checkpoints:
+        expected.setdefault(checkpoint.last_id, []).append(checkpoint)
+    anchored = dict(anchors)
+    report = ChainReport()
     prev = GENESIS
-    checked = 0
     for row in model.objects.order_by("id").iterator(chunk_size=2000):
+        report.checked += 1
+        report.last_id = row.pk
         fields = {n: getattr(row, n) for n in CHAIN_FIELDS + _EXTRA_HASHED[name]}
-        if row.prev_hash != prev or record_hash(name, fields, prev) != row.hash:
-            return checked, row
+        if row.prev_hash != prev:
+            report.breaks.append(ChainBreak(row, "link"))
+        elif record_hash(name, fields, row.prev_hash) != row.hash:
+            report.breaks.append(ChainBreak(row, "content"))
+        elif not report.breaks:
+            report.intact_before += 1
         prev = row.hash
-        checked += 1
-    return checked, None
+        for checkpoint in expected.pop(row.pk, []):
+            if checkpoint.last_hash != row.hash:
+                report.problems.append(
+                    f"{_checkpoint_words(checkpoint)} (hash {checkpoint.last_hash[:16]}…), but "
+                    f"record #{row.pk} no longer has the checkpointed hash"
+                )
+            elif checkpoint.row_count != report.checked:
+                report.problems.append(
+                    f"{_checkpoint_words(checkpoint)}, but the log now has {report.checked} "
+                    "records up to it: records were removed or added before it"
+                )
+            else:
+                report.reached = checkpoint
+        if row.pk in anchored:
+            if anchored.pop(row.pk) != row.hash:
+                report.problems.append(f"record #{row.pk} no longer has the anchored hash")
+            else:
+                report.anchors_matched.append(row.pk)
+    for last_id, missing in sorted(expected.items()):
+        where = "TAIL MISSING: " if last_id > report.last_id else ""
+        ends = f"#{report.last_id}" if report.checked else "nothing"
+        for checkpoint in missing:
+            report.problems.append(
+                f"{where}{_checkpoint_words(checkpoint)}, but record #{last_id} is gone; the "
+                f"chain now ends at {ends} after {report.checked} records"
+            )
+    for last_id in sorted(anchored):
+        report.problems.append(f"record #{last_id} (anchored) is gone")
+    return report

@@ -1,7 +1,12 @@
-"""Readiness checks for /healthz: the database and the broker, each with a short timeout."""
+"""Readiness checks for /healthz: the database and the broker, each with a short timeout.
+
+What failed and why (exception text, with hosts and ports) is for signed-in users and the
+application log; anonymous callers (load balancers, probes) get the status of each check
+only (`health_public`)."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 import redis
@@ -29,6 +34,9 @@ def check_broker() -> tuple[bool, str]:
         return False, f"{type(exc).__name__}: {exc}"
 
 
+logger = logging.getLogger(__name__)
+
+
 def health_report() -> tuple[bool, dict]:
     started = time.perf_counter()
     db_ok, db_detail = check_database()
@@ -42,4 +50,19 @@ def health_report() -> tuple[bool, dict]:
         },
         "failed": [name for name, good in (("database", db_ok), ("broker", broker_ok)) if not good],
         "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+    }
+
+
+def health_public(report: dict) -> dict:
+    """The report as an anonymous caller sees it: the same shape without any `detail` (the
+    exception texts name hosts and ports). The details go to the application log instead."""
+    for name, check in report["checks"].items():
+        if not check["ok"]:
+            logger.warning("health check %s failed: %s", name, check.get("detail", ""))
+    return {
+        **report,
+        "checks": {
+            name: {key: value for key, value in check.items() if key != "detail"}
+            for name, check in report["checks"].items()
+        },
     }

@@ -2,7 +2,8 @@
 
 Both logs are append-only (a trigger refuses UPDATE, DELETE and TRUNCATE) and hash-chained:
 each row stores the hash of the previous row, so `manage.py audit_verify` finds an edit
-made with the trigger disabled.
+made with the trigger disabled; checkpoints of each chain's head (append-only too) make a
+deleted tail visible.
 """
 
 from __future__ import annotations
@@ -176,6 +177,32 @@ class AccessLogEntry(ChainedRecord):
 
     def __str__(self) -> str:
         return f"{self.occurred_at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.target_label}"
+
+
+class ChainCheckpoint(models.Model):
+    """The head of one log's hash chain at a moment: its last row's id and hash and how many
+    rows the chain had up to it. Written every AUDIT_CHECKPOINT_MINUTES by the
+    `console.chain_checkpoint` task (which also writes the head to the application log), and
+    append-only like the logs: `audit_verify` refuses a chain that no longer reaches its
+    checkpoints, so deleting the newest rows of a log is no longer silent."""
+
+    class Log(models.TextChoices):
+        AUDIT = "audit", "audit log"
+        ACCESS = "access", "access log"
+
+    log = models.CharField(max_length=20, choices=Log.choices)
+    last_id = models.BigIntegerField(help_text="The chain's newest row (0: the log was empty).")
+    last_hash = models.CharField(max_length=64)
+    row_count = models.BigIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [models.Index(fields=["log", "-id"])]
+        triggers = ChainedRecord.Meta.triggers
+
+    def __str__(self) -> str:
+        return f"{self.get_log_display()} @ #{self.last_id} ({self.row_count} rows)"
 
 
 class WorkerHeartbeat(models.Model):

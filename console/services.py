@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from axes.models import AccessAttempt
-from django.core.exceptions import ValidationError
-from django.core.validators import validate_ipv46_address
+import logging
 
-from console.audit import audit_record
+from axes.models import AccessAttempt
+from django.db import transaction
+
+from console.audit import CHAIN_LOGS, audit_record, chain_head
 from console.errors import Conflict, ValidationFailed
-from console.models import Grant, Role
+from console.models import ChainCheckpoint, Grant, Role
 from console.policy import (
     STANDARD_ROLES,
     Capability,
@@ -17,6 +18,7 @@ from console.policy import (
     service_transaction,
 )
 from console.reasons import reason_clean
+from console.request_context import ip_normalise
 
 
 def standard_roles_ensure() -> None:
@@ -211,15 +213,15 @@ def login_lock_clear(*, username: str, ip_address: str | None, actor, reason: st
             details=[{"path": "username", "code": "required", "message": "Name the username."}],
         )
     if ip_address is not None:
-        try:
-            validate_ipv46_address(ip_address)
-        except ValidationError:
+        # The form django-axes stored it in (console.request_context.client_ip).
+        ip_address = ip_normalise(ip_address)
+        if ip_address is None:
             raise ValidationFailed(
                 "Not an IP address.",
                 details=[
                     {"path": "ip_address", "code": "invalid", "message": "An IPv4 or IPv6 address."}
                 ],
-            ) from None
+            )
     # The database handler's rows are the truth (AXES_HANDLER); `ip_address=None` matches
     # attempts whose address was unknown.
     attempts = AccessAttempt.objects.select_for_update().filter(
@@ -240,3 +242,45 @@ def login_lock_clear(*, username: str, ip_address: str | None, actor, reason: st
         after={"reason": reason},
     )
     return failures
+
+
+# --- anchoring the audit chains ------------------------------------------------------------------
+anchor_log = logging.getLogger("console.audit.anchor")
+
+
+def chain_checkpoints_write() -> list[ChainCheckpoint]:
+    """Anchor the head of the audit log's and the access log's hash chains: an append-only
+    checkpoint row each (audit_verify then reports a chain that no longer reaches it — a
+    deleted tail), and the head on the `console.audit.anchor` logger, whose lines production
+    ships off the database host: a checkpoint deleted or rewritten together with the rows it
+    names is still caught there (`audit_verify --anchor LOG:ID:HASH`)."""
+    saved = []
+    with transaction.atomic():
+        for log, model in CHAIN_LOGS.items():
+            last_id, last_hash, row_count = chain_head(model)
+            saved.append(
+                ChainCheckpoint.objects.create(
+                    log=log, last_id=last_id, last_hash=last_hash, row_count=row_count
+                )
+            )
+    for checkpoint in saved:
+        anchor_log.info(
+            "%s head #%s, %s records, hash %s (checkpoint #%s); verify with "
+            "`manage.py audit_verify --anchor %s:%s:%s`",
+            checkpoint.get_log_display(),
+            checkpoint.last_id,
+            checkpoint.row_count,
+            checkpoint.last_hash,
+            checkpoint.pk,
+            checkpoint.log,
+            checkpoint.last_id,
+            checkpoint.last_hash,
+            extra={
+                "chain_log": checkpoint.log,
+                "chain_last_id": checkpoint.last_id,
+                "chain_last_hash": checkpoint.last_hash,
+                "chain_row_count": checkpoint.row_count,
+                "checkpoint_id": checkpoint.pk,
+            },
+        )
+    return saved

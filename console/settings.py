@@ -43,6 +43,16 @@ def env_bool(name: str, default: bool) -> bool:
     raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
 
 
+def env_count(name: str, default: int, *, minimum: int = 0) -> int:
+    """A whole number from the environment (at least `minimum`); anything else stops the start."""
+    value = os.environ.get(name, "").strip()
+    if not value:
+        return default
+    if not value.isdigit() or int(value) < minimum:
+        raise ImproperlyConfigured(f"{name} must be a whole number >= {minimum}, not {value!r}")
+    return int(value)
+
+
 # --- core -------------------------------------------------------------------------------
 # The development key is only ever used outside production (env() refuses it there).
 SECRET_KEY = env("SECRET_KEY", None if PRODUCTION else "dev-only-insecure-key-not-for-production")
@@ -62,6 +72,10 @@ SNAPSHOT_KEYS = [
     for k in (env("SNAPSHOT_KEYS", None if PRODUCTION else "") or "").split(",")
     if k.strip()
 ]
+if PRODUCTION and not SNAPSHOT_KEYS:  # e.g. SNAPSHOT_KEYS="," — never the development key
+    raise ImproperlyConfigured(
+        "SNAPSHOT_KEYS is required in production: comma-separated Fernet keys, newest first"
+    )
 if not SNAPSHOT_KEYS:
     # Development only: a fixed, obviously-non-secret key so demo snapshots decrypt across restarts.
     SNAPSHOT_KEYS = ["ZGV2LW9ubHktc25hcHNob3Qta2V5LW5vdC1zZWNyZXQ="]
@@ -159,7 +173,9 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": _cache_location,
         "KEY_PREFIX": env("CACHE_PREFIX", "console") or "console",
-        "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        # Short: a request never waits long on a hung Redis (it reads PostgreSQL instead,
+        # strategies.delivery.config.redis_call), and skips Redis for a while after an error.
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
     }
 }
 
@@ -174,6 +190,8 @@ CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_QUEUE", "console") or "console"
+# Minutes between two anchors of the audit chains (console.chain_checkpoint, below).
+AUDIT_CHECKPOINT_MINUTES = env_count("AUDIT_CHECKPOINT_MINUTES", 15, minimum=1)
 # Every periodic task, in one place; `celery -A console beat` runs them.
 CELERY_BEAT_SCHEDULE: dict = {
     "traces-purge-expired": {"task": "traces.purge_expired", "schedule": 15 * 60.0},
@@ -181,6 +199,23 @@ CELERY_BEAT_SCHEDULE: dict = {
     "strategies.flush_token_last_used": {
         "task": "strategies.flush_token_last_used",
         "schedule": 60.0,
+    },
+    # PostgreSQL is the truth of the runtime read path: rewrite in Redis (and every mirror)
+    # what a lost push after commit left stale — payloads, revoked tokens' tombstones.
+    "strategies.reconcile_runtime_cache": {
+        "task": "strategies.reconcile_runtime_cache",
+        "schedule": 30.0,
+    },
+    # Webhook deliveries left pending by a lost message (a broker error at commit).
+    "strategies.relay_webhook_deliveries": {
+        "task": "strategies.relay_webhook_deliveries",
+        "schedule": 60.0,
+    },
+    # The audit and access logs' chain heads: a checkpoint row and a line on the
+    # `console.audit.anchor` logger (audit_verify checks the chains reach them).
+    "console-chain-checkpoint": {
+        "task": "console.chain_checkpoint",
+        "schedule": AUDIT_CHECKPOINT_MINUTES * 60.0,
     },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".data" / "celerybeat-schedule")
@@ -221,6 +256,11 @@ AXES_RESET_ON_SUCCESS = True
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 # The one place that decides the client address (also used by the access log).
 AXES_CLIENT_IP_CALLABLE = "console.request_context.client_ip"
+# How many reverse proxies in front of the console append the address they saw to
+# X-Forwarded-For. 0 (the default): the header is ignored and REMOTE_ADDR is the client;
+# N: the N-th entry from the right (what the outermost of our proxies wrote). Anything to
+# its left is what the client sent and is never trusted.
+TRUSTED_PROXY_HOPS = env_count("TRUSTED_PROXY_HOPS", 0)
 # The sign-in page again, with the lockout message and the username as typed (status 429).
 AXES_LOCKOUT_CALLABLE = "console.views.login_lockout_response"
 AXES_HTTP_RESPONSE_CODE = 429
@@ -296,6 +336,10 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO") or "INFO"},
     "loggers": {"django.db.backends": {"level": "WARNING"}},
 }
+
+# Webhook targets: private, loopback and link-local addresses are refused at registration and
+# at delivery unless this is on (tests, on-premise receivers); see strategies/delivery/webhooks.py.
+WEBHOOK_ALLOW_PRIVATE_TARGETS = env_bool("WEBHOOK_ALLOW_PRIVATE_TARGETS", False)
 
 DEMO_MODE = env_bool("CONSOLE_DEMO", not PRODUCTION)
 TRACE_RETENTION_DEFAULT = timedelta(days=30)

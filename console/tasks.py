@@ -7,6 +7,7 @@ from django.core.cache import cache
 from django.db import connection
 
 from console.models import WorkerHeartbeat
+from console.services import chain_checkpoints_write
 
 
 @shared_task(name="console.heartbeat")
@@ -20,3 +21,10 @@ def heartbeat(marker: str) -> str:
 
     WorkerHeartbeat.objects.update_or_create(marker=marker, defaults={"seen_at": now})
     return marker
+
+
+@shared_task(name="console.chain_checkpoint")
+def chain_checkpoint() -> list[int]:
+    """Beat, every AUDIT_CHECKPOINT_MINUTES: anchor the audit chains' heads (checkpoint rows
+    and a line on the `console.audit.anchor` logger). Returns the checkpoint ids."""
+    return [checkpoint.pk for checkpoint in chain_checkpoints_write()]

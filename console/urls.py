@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
@@ -24,7 +25,13 @@ urlpatterns = [
     path("django-admin/", admin.site.urls),
     path("api/v1/", views.api_root, name="api-root"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
+    # The docs page is a page: signed-out visitors go to sign-in like everywhere else (its own
+    # permission check would answer a bare 403). /api/schema/ stays an API (401/403 JSON).
+    path(
+        "api/docs/",
+        login_required(SpectacularSwaggerView.as_view(url_name="schema")),
+        name="swagger-ui",
+    ),
 ]
 
 PAGES = (

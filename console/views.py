@@ -18,7 +18,7 @@ from rest_framework.reverse import reverse
 from console.audit import access_record
 from console.demo.users import DEMO_USERS
 from console.forms import LoginForm, lockout_message
-from console.health import health_report
+from console.health import health_public, health_report
 from console.policy import agents_visible_to
 from strategies.catalog.selectors import environment_list
 from strategies.releases.selectors import dashboard_context as strategies_part
@@ -84,8 +84,11 @@ def dashboard(request):
 @never_cache
 @require_GET
 def healthz(request):
-    """Readiness: 200 when the database and the broker answer, else 503 naming what failed."""
+    """Readiness: 200 when the database and the broker answer, else 503 naming what failed.
+    Why a check failed (exception text with hosts and ports) only for signed-in users."""
     ok, report = health_report()
+    if not request.user.is_authenticated:
+        report = health_public(report)
     return JsonResponse(report, status=200 if ok else 503)
 
 

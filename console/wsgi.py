@@ -1,6 +1,199 @@
+"""WSGI entry point: Django, with a dispatcher in front of it for the one hot route.
+
+`GET|HEAD /api/v1/runtime/config/<agent>` is what every runtime replica polls. When this
+process's mirror holds the token's identity and the agent's pre-rendered payload, the
+dispatcher answers it without Django's request cycle (`strategies.runtime.api.config_fast`:
+the same authentication, scope, ETag/304 and error shape), adding the headers the middleware
+stack adds on that route (X-Request-ID, the security headers, Content-Length). Everything
+else — other routes and methods, a token or payload not mirrored, a host Django would refuse,
+an HTTP request that must be redirected to HTTPS, a middleware stack it was not checked
+against — goes to Django unchanged. tests/integration/test_config_dispatcher.py compares
+both answers byte for byte.
+"""
+
+from __future__ import annotations
+
+import logging
 import os
+import uuid
 
 from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-application = get_wsgi_application()
+django_application = get_wsgi_application()
+
+# Django is set up only now (get_wsgi_application), so these imports come after it.
+from django.conf import settings  # noqa: E402
+from django.core.exceptions import DisallowedHost  # noqa: E402
+from django.core.handlers.wsgi import WSGIRequest  # noqa: E402
+from django.urls import reverse  # noqa: E402
+
+from strategies.runtime.api import config_fast  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+# What each middleware does on the config route (a GET or HEAD of a login_not_required view
+# that touches no session, cookie or message, and catches its own errors), checked one by one.
+# A stack with anything else turns the dispatcher off: a new middleware may change answers.
+MIDDLEWARE_ACCOUNTED_FOR = {
+    # headers (below); the HTTPS redirect → Django
+    "django.middleware.security.SecurityMiddleware",
+    # serves STATIC_URL only
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    # the session is read (LoginRequiredMiddleware asks for the user): Vary: Cookie (below);
+    # a request with cookies → Django (a stale session cookie gets a deleting Set-Cookie)
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    # host check (below), Content-Length; PREPEND_WWW / DISALLOWED_USER_AGENTS → off
+    "django.middleware.common.CommonMiddleware",
+    # GET: nothing; a cookie only when a token is asked for
+    "django.middleware.csrf.CsrfViewMiddleware",
+    # the user is lazy
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # the view is login_not_required (the user is still looked at: see sessions)
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    # stores only messages that were added
+    "django.contrib.messages.middleware.MessageMiddleware",
+    # X-Frame-Options (below)
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # sets request.htmx
+    "django_htmx.middleware.HtmxMiddleware",
+    # X-Request-ID (below); a runtime's refusals are not access-logged
+    "console.middleware.RequestIdMiddleware",
+    # exceptions only; the view answers its own
+    "console.middleware.ApplicationErrorMiddleware",
+    # acts on locked sign-ins only
+    "axes.middleware.AxesMiddleware",
+}
+_REASONS = {200: "200 OK", 304: "304 Not Modified", 403: "403 Forbidden", 404: "404 Not Found"}
+_HOSTS_REMEMBERED = 256
+
+
+class ConfigDispatcher:
+    """The WSGI application: the config route from the mirror, everything else to Django."""
+
+    def __init__(self, app):
+        self.app = app
+        # "/api/v1/runtime/config/" from the URL map (the one place that names the route).
+        self.prefix = reverse("runtime-config", kwargs={"agent": "-"}).removesuffix("-")
+        self.enabled = self._stack_checked()
+        self._hosts: dict[tuple, bool] = {}
+        self._secure_headers = self._middleware_headers(secure=True)
+        self._plain_headers = self._middleware_headers(secure=False)
+
+    @staticmethod
+    def _stack_checked() -> bool:
+        unknown = [m for m in settings.MIDDLEWARE if m not in MIDDLEWARE_ACCOUNTED_FOR]
+        if unknown or settings.PREPEND_WWW or settings.DISALLOWED_USER_AGENTS:
+            log.warning(
+                "config dispatcher off: check what %s does on the config route, then add it "
+                "to console.wsgi.MIDDLEWARE_ACCOUNTED_FOR",
+                ", ".join(unknown) or "PREPEND_WWW / DISALLOWED_USER_AGENTS",
+            )
+            return False
+        return True
+
+    @staticmethod
+    def _middleware_headers(*, secure: bool) -> tuple[list, list]:  # (frame, outer)
+        """What the middleware adds after the view, in its order: XFrameOptionsMiddleware's
+        header, then (after CommonMiddleware's Content-Length) SessionMiddleware's Vary and
+        SecurityMiddleware's headers. RequestIdMiddleware's X-Request-ID comes first."""
+        middleware = settings.MIDDLEWARE
+        frame = []
+        if "django.middleware.clickjacking.XFrameOptionsMiddleware" in middleware:
+            frame.append(("X-Frame-Options", settings.X_FRAME_OPTIONS.upper()))
+        security = []
+        if {
+            "django.contrib.sessions.middleware.SessionMiddleware",
+            "django.contrib.auth.middleware.LoginRequiredMiddleware",
+        } <= set(middleware):
+            security.append(("Vary", "Cookie"))
+        if "django.middleware.security.SecurityMiddleware" in middleware:
+            if secure and settings.SECURE_HSTS_SECONDS:
+                sts = f"max-age={settings.SECURE_HSTS_SECONDS}"
+                if settings.SECURE_HSTS_INCLUDE_SUBDOMAINS:
+                    sts += "; includeSubDomains"
+                if settings.SECURE_HSTS_PRELOAD:
+                    sts += "; preload"
+                security.append(("Strict-Transport-Security", sts))
+            if settings.SECURE_CONTENT_TYPE_NOSNIFF:
+                security.append(("X-Content-Type-Options", "nosniff"))
+            policy = settings.SECURE_REFERRER_POLICY
+            if policy:
+                values = (
+                    [v.strip() for v in policy.split(",")] if isinstance(policy, str) else policy
+                )
+                security.append(("Referrer-Policy", ",".join(values)))
+            if settings.SECURE_CROSS_ORIGIN_OPENER_POLICY:
+                security.append(
+                    ("Cross-Origin-Opener-Policy", settings.SECURE_CROSS_ORIGIN_OPENER_POLICY)
+                )
+        return frame, security
+
+    def _is_secure(self, environ) -> bool:
+        """HttpRequest.is_secure, on the environ."""
+        if settings.SECURE_PROXY_SSL_HEADER:
+            header, secure_value = settings.SECURE_PROXY_SSL_HEADER
+            value = environ.get(header)
+            if value is not None:
+                return value.split(",", 1)[0].strip() == secure_value
+        return environ.get("wsgi.url_scheme") == "https"
+
+    def _host_allowed(self, environ) -> bool:
+        """Whether Django's request.get_host() accepts this request's host (remembered)."""
+        key = (
+            environ.get("HTTP_HOST"),
+            environ.get("HTTP_X_FORWARDED_HOST"),
+            environ.get("SERVER_NAME"),
+            environ.get("SERVER_PORT"),
+        )
+        allowed = self._hosts.get(key)
+        if allowed is None:
+            try:
+                WSGIRequest(dict(environ)).get_host()  # a copy: WSGIRequest writes to it
+                allowed = True
+            except DisallowedHost:
+                allowed = False
+            if len(self._hosts) < _HOSTS_REMEMBERED:
+                self._hosts[key] = allowed
+        return allowed
+
+    def __call__(self, environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        if (
+            self.enabled
+            and path.startswith(self.prefix)
+            and environ.get("REQUEST_METHOD") in ("GET", "HEAD")
+        ):
+            answer = self._config(environ, path[len(self.prefix) :])
+            if answer is not None:
+                status, headers, body = answer
+                start_response(status, headers)
+                return [body]
+        return self.app(environ, start_response)
+
+    def _config(self, environ, agent: str):
+        if not agent or "/" in agent or not agent.isascii():
+            return None  # not this route, or a path Django decodes differently
+        if "HTTP_COOKIE" in environ:
+            return None  # a browser: sessions and CSRF cookies are Django's business
+        secure = self._is_secure(environ)
+        if (settings.SECURE_SSL_REDIRECT and not secure) or not self._host_allowed(environ):
+            return None  # Django redirects or refuses
+        answer = config_fast(environ, agent)
+        if answer is None:
+            return None
+        status, headers, body = answer
+        incoming = environ.get("HTTP_X_REQUEST_ID", "")[:100]
+        request_id = incoming if incoming.isprintable() and incoming else uuid.uuid4().hex
+        frame, outer = self._secure_headers if secure else self._plain_headers
+        headers = [
+            *headers,
+            ("X-Request-ID", request_id),
+            *frame,
+            ("Content-Length", str(len(body))),
+            *outer,
+        ]
+        return _REASONS[status], headers, body
+
+
+application = ConfigDispatcher(django_application)

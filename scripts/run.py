@@ -1,13 +1,32 @@
 """Start the console: migrate, load demo data, then web server, worker and beat, and (in demo
-mode) the simulated demo traffic once the web server answers.
+mode) the simulated demo traffic; print the banner once every one of them answers.
 
-Stops them all on Ctrl-C. PORT (default 8000) and HOST (default 127.0.0.1) pick the address.
+PORT (default 8000) and HOST (default 127.0.0.1) pick the address; VERBOSE=1 shows the start-up
+logs of the web server, worker and beat (warnings only otherwise). Without DATABASE_URL /
+REDIS_URL the embedded PostgreSQL and Redis start (scripts/embedded.py), with data in `.data/`
+or `$CONSOLE_DATA_DIR`.
+
+Stopping (Ctrl-C, SIGTERM) stops everything this command started, always:
+
+- the children (granian and its workers, the Celery worker and beat, the demo traffic) share one
+  process group of their own, so the terminal's Ctrl-C reaches only this launcher, which stops
+  them in order — demo traffic first (it flushes its traces while the web server is up), then
+  the others — with SIGTERM, waits up to STOP_SECONDS, then SIGKILLs the whole group;
+- that group is led by a watchdog (`run.py _watchdog`) reading a pipe from this launcher: if the
+  launcher dies without stopping them (kill -9, the OOM killer), the pipe closes and the
+  watchdog stops the group and releases the embedded engines itself;
+- the embedded engines are stopped when their last user (this launcher) releases them.
+
+A start refuses with one line when the port is taken, before it starts anything.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,133 +34,368 @@ import urllib.request
 from pathlib import Path
 
 import embedded  # scripts/embedded.py, beside this file
+import psutil  # a dependency of pgserver, like in embedded.py
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
+STOP_SECONDS = 10.0
+READY_SECONDS = float(os.environ.get("READY_TIMEOUT", "180"))
 
 
-def manage(*args: str, capture: bool = False) -> str:
-    result = subprocess.run(
-        [PY, "manage.py", *args], cwd=ROOT, text=True, stdout=subprocess.PIPE if capture else None
-    )
-    if result.returncode != 0:
-        sys.exit(result.returncode)
-    return result.stdout or ""
+class Stop(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by the SIGINT/SIGTERM/SIGHUP handler to unwind into the stop sequence."""
 
 
-def wait_for_web(url: str, procs: list, timeout: float = 60.0) -> bool:
-    """Wait until the web server answers /healthz (False if it did not in time, or a process
-    exited meanwhile)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and all(p.poll() is None for p in procs):
+class Launcher:
+    def __init__(self) -> None:
+        self.host = os.environ.get("HOST", "").strip() or "127.0.0.1"
+        self.port = os.environ.get("PORT", "").strip() or "8000"
+        self.verbose = os.environ.get("VERBOSE", "").strip().lower() in {"1", "true", "yes"}
+        self.demo = os.environ.get("CONSOLE_ENV", "development") != "production"
+        self.embedded = False  # registered as a user of the embedded engines
+        self.watchdog: subprocess.Popen | None = None
+        self.procs: dict[str, subprocess.Popen] = {}  # web, worker, beat
+        self.extras: dict[str, subprocess.Popen] = {}  # demo traffic
+        self.stopping = False
+        self.hurry = False  # a second Ctrl-C: skip the graceful waits
+
+    # --- signals ------------------------------------------------------------------------------
+
+    def on_signal(self, signum, _frame) -> None:
+        if self.stopping:  # a second Ctrl-C while stopping: no more waiting
+            self.hurry = True
+            if self.watchdog is not None:
+                kill_group(self.watchdog.pid, signal.SIGKILL)
+            return
+        self.stopping = True
+        raise Stop(signal.Signals(signum).name)
+
+    # --- the address --------------------------------------------------------------------------
+
+    @property
+    def local_url(self) -> str:
+        """How a client on this machine reaches the web server."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host  # noqa: S104
+        return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
+
+    def port_problem(self) -> str | None:
+        """None when HOST:PORT can be listened on; else one line saying why not. Binds without
+        SO_REUSEPORT, so a server already listening there (granian uses SO_REUSEPORT, which
+        would let a second one bind beside it) is found."""
         try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=2) as response:  # noqa: S310
-                if response.status == 200:
-                    return True
-        except OSError:
-            pass
-        time.sleep(0.5)
-    return False
+            port = int(self.port)
+            infos = socket.getaddrinfo(self.host, port, type=socket.SOCK_STREAM)
+        except (ValueError, OSError) as exc:
+            return f"cannot listen on {self.host}:{self.port}: {exc}"
+        family, _, _, _, address = infos[0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+                probe.listen(1)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return (
+                        f"cannot start: {self.host}:{self.port} is already in use (another "
+                        "`make run`?); stop it first or choose another port, e.g. PORT=8001 make run"
+                    )
+                return f"cannot listen on {self.host}:{self.port}: {exc.strerror}"
+        return None
 
+    # --- starting -----------------------------------------------------------------------------
 
-def embedded_services() -> None:
-    """Without DATABASE_URL / REDIS_URL, start the embedded engines and pass their URLs on."""
-    if os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"):
-        return
-    try:
-        if not os.environ.get("DATABASE_URL"):
-            print("Starting the embedded PostgreSQL (data in .data/)…", flush=True)
-            os.environ["DATABASE_URL"] = embedded.postgres_url()
-        if not os.environ.get("REDIS_URL"):
-            os.environ["REDIS_URL"] = embedded.redis_url()
-    except embedded.EmbeddedServiceError as exc:
-        sys.exit(f"cannot start the embedded services: {exc}")
+    def child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(HOST=self.host, PORT=self.port)
+        env.setdefault("CONSOLE_DEMO_TOKEN_FILE", str(embedded.DATA_DIR / "demo-runtime-token"))
+        if not self.verbose:
+            env.setdefault("LOG_LEVEL", "WARNING")
+        return env
 
-
-def main() -> None:
-    host = os.environ.get("HOST", "127.0.0.1")
-    port = os.environ.get("PORT", "8000")
-    (ROOT / ".data").mkdir(exist_ok=True)
-    embedded_services()
-    print("Preparing the database…", flush=True)
-    manage("migrate", "--no-input", "-v", "0")
-    demo_output = ""
-    demo = os.environ.get("CONSOLE_ENV", "development") != "production"
-    if demo:
-        demo_output = manage("load_demo", capture=True)
-    procs = [
-        subprocess.Popen(
-            [
-                PY,
-                "-m",
-                "granian",
-                "--interface",
-                "wsgi",
-                "--host",
-                host,
-                "--port",
-                port,
-                "--workers",
-                os.environ.get("WEB_WORKERS", "2"),
-                "console.wsgi:application",
-            ],
+    def manage(self, *args: str, capture: bool = False) -> str:
+        result = subprocess.run(
+            [PY, "manage.py", *args],
             cwd=ROOT,
-        ),
-        subprocess.Popen(
-            [
-                PY,
-                "-m",
-                "celery",
-                "-A",
-                "console",
-                "worker",
-                "-l",
-                "INFO",
-                "--concurrency",
-                os.environ.get("WORKER_CONCURRENCY", "2"),
-            ],
-            cwd=ROOT,
-        ),
-        subprocess.Popen([PY, "-m", "celery", "-A", "console", "beat", "-l", "INFO"], cwd=ROOT),
-    ]
-    local = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host  # noqa: S104
-    console_url = f"http://{local}:{port}"
-    # Optional: the console keeps running if the demo traffic stops.
-    extras: list[subprocess.Popen] = []
-    if wait_for_web(console_url, procs) and demo:
-        extras.append(
-            subprocess.Popen([PY, "manage.py", "demo_traffic", "--console", console_url], cwd=ROOT)
+            env=self.child_env(),
+            text=True,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if capture else None,
         )
-    print("\n" + "=" * 64)
-    print(f"Context Console is running at http://{host}:{port}/")
-    if demo_output:
-        print(demo_output.rstrip())
-    if extras:
-        print("Demo traffic: simulated runtimes send requests through the engine to every")
-        print("environment (manage.py demo_traffic); publish or roll back to see traces change.")
-    print("Press Ctrl-C to stop (web server, worker, beat and demo traffic).")
-    print("=" * 64 + "\n", flush=True)
+        if result.returncode != 0:
+            raise SystemExit(
+                f"cannot start: `manage.py {args[0]}` failed (exit {result.returncode})"
+            )
+        return result.stdout or ""
 
-    def stop(*_):
-        # The demo traffic first, so that it can flush its traces while the web server is up.
-        for group in (extras, procs):
-            for proc in group:
-                if proc.poll() is None:
+    def start_embedded(self) -> None:
+        """Without DATABASE_URL / REDIS_URL, start (or reuse) the embedded engines."""
+        if os.environ.get("DATABASE_URL") and os.environ.get("REDIS_URL"):
+            return
+        print(
+            f"Starting the embedded PostgreSQL and Redis (data in {embedded.DATA_DIR})…", flush=True
+        )
+        self.embedded = True  # a Ctrl-C in the middle still releases them
+        try:
+            urls = embedded.acquire(os.getpid())
+        except embedded.EmbeddedServiceError as exc:
+            self.embedded = False  # a failed start already stopped what it started
+            raise SystemExit(f"cannot start the embedded services: {exc}") from None
+        for name, url in urls.items():
+            os.environ.setdefault(name, url)
+
+    def spawn(self, *args: str) -> subprocess.Popen:
+        """A child in the watchdog's process group, reading nothing from the terminal."""
+        assert self.watchdog is not None
+        return subprocess.Popen(
+            [PY, *args],
+            cwd=ROOT,
+            env=self.child_env(),
+            stdin=subprocess.DEVNULL,
+            process_group=self.watchdog.pid,
+        )
+
+    def start_children(self) -> None:
+        level = "INFO" if self.verbose else "WARNING"
+        self.watchdog = subprocess.Popen(
+            [PY, __file__, "_watchdog", str(os.getpid()), "1" if self.embedded else "0"],
+            cwd=ROOT,
+            env=self.child_env(),
+            stdin=subprocess.PIPE,  # its only end of the pipe: EOF when this launcher is gone
+            process_group=0,  # leads the children's group
+        )
+        self.procs["web server"] = self.spawn(
+            "-m",
+            "granian",
+            "--interface",
+            "wsgi",
+            "--host",
+            self.host,
+            "--port",
+            self.port,
+            "--workers",
+            os.environ.get("WEB_WORKERS", "2"),
+            "--log-level",
+            level.lower(),
+            "console.wsgi:application",
+        )
+        self.procs["worker"] = self.spawn(
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "worker",
+            "-l",
+            level,
+            "-n",
+            f"console-worker-{self.port}@%h",
+            "--concurrency",
+            os.environ.get("WORKER_CONCURRENCY", "2"),
+        )
+        self.procs["beat"] = self.spawn(
+            "-m",
+            "celery",
+            "-A",
+            "console",
+            "beat",
+            "-l",
+            level,
+            "-s",
+            str(embedded.DATA_DIR / "celerybeat-schedule"),
+            "--enable-remote-control",
+            "-n",
+            f"console-beat-{self.port}@%h",
+        )
+
+    def check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise SystemExit(f"the {name} exited (code {proc.returncode}); stopping the others")
+
+    def wait_until(self, what: str, ready, deadline: float) -> None:
+        while not ready():
+            self.check_alive()
+            if time.monotonic() > deadline:
+                raise SystemExit(
+                    f"cannot start: the {what} did not answer in {READY_SECONDS:.0f} s"
+                )
+            time.sleep(0.5)
+
+    def web_answers(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.local_url}/healthz", timeout=3) as response:  # noqa: S310
+                return response.status == 200
+        except OSError:
+            return False
+
+    def celery_answers(self) -> bool:
+        """The worker and beat answer a remote-control ping."""
+        from celery import Celery
+
+        names = [f"console-worker-{self.port}@{socket.gethostname()}"]
+        names.append(f"console-beat-{self.port}@{socket.gethostname()}")
+        app = Celery("ping", broker=os.environ["REDIS_URL"], set_as_current=False)
+        try:
+            replies = app.control.ping(destination=names, timeout=1.0)
+        except Exception:  # the broker is not there yet: not ready
+            return False
+        finally:
+            app.close()
+        answered = {name for reply in replies for name in reply}
+        return set(names) <= answered
+
+    # --- stopping -----------------------------------------------------------------------------
+
+    def _wait(self, procs, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        for proc in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()) if not self.hurry else 0)
+
+    def stop_children(self) -> None:
+        # The demo traffic first, so that it flushes its traces while the web server is up.
+        for group in (self.extras.values(), self.procs.values()):
+            running = [p for p in group if p.poll() is None]
+            for proc in running:
+                with contextlib.suppress(ProcessLookupError):
                     proc.terminate()
-            for proc in group:
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-        sys.exit(0)
+            self._wait(running, STOP_SECONDS)
+        if self.watchdog is not None:
+            # Whatever is left of the group (a granian worker that outlived its parent, a
+            # child that ignored SIGTERM, the watchdog itself) goes now.
+            kill_group(self.watchdog.pid, signal.SIGKILL)
+            for proc in (self.watchdog, *self.procs.values(), *self.extras.values()):
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=5)
+            wait_group_empty(self.watchdog.pid, 5)
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    while all(p.poll() is None for p in procs):
-        time.sleep(1)
-    print("A console process exited; stopping the others.", file=sys.stderr)
-    stop()
+    # --- the whole run ------------------------------------------------------------------------
+
+    def run(self) -> int:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, self.on_signal)
+        problem = self.port_problem()
+        if problem:
+            print(problem, file=sys.stderr)
+            return 1
+        failure, code = "", 0
+        try:
+            self._run()
+        except Stop:
+            print("\nStopping…", flush=True)
+        except SystemExit as exc:
+            failure, code = (exc.code, 1) if isinstance(exc.code, str) else ("", exc.code or 0)
+        finally:
+            self.stopping = True
+            started = self.watchdog is not None
+            self.stop_children()
+            if self.embedded:
+                released = embedded.release(os.getpid())
+                if started:
+                    print(released, flush=True)
+            if started:
+                print("Context Console stopped.", flush=True)
+        if failure:  # last, so that it is the line the operator reads
+            print(failure, file=sys.stderr, flush=True)
+        return code
+
+    def _run(self) -> None:
+        embedded.DATA_DIR.mkdir(parents=True, exist_ok=True)
+        self.start_embedded()
+        print("Preparing the database…", flush=True)
+        self.manage("migrate", "--no-input", "-v", "0")
+        demo_output = self.manage("load_demo", capture=True) if self.demo else ""
+        problem = self.port_problem()  # again: the migrations took a while
+        if problem:
+            raise SystemExit(problem)
+        print("Starting the web server, worker and beat…", flush=True)
+        self.start_children()
+        deadline = time.monotonic() + READY_SECONDS
+        self.wait_until("web server", self.web_answers, deadline)
+        self.wait_until("Celery worker and beat", self.celery_answers, deadline)
+        if self.demo:
+            self.extras["demo traffic"] = self.spawn(
+                "manage.py", "demo_traffic", "--console", self.local_url
+            )
+        self.banner(demo_output)
+        while True:
+            self.check_alive()
+            time.sleep(1)
+
+    def banner(self, demo_output: str) -> None:
+        line = "=" * 72
+        print(f"\n{line}")
+        print(f"Context Console is running at {self.local_url}/")
+        if self.host in ("0.0.0.0", "::"):  # noqa: S104
+            print(f"  (listening on every address of this machine, port {self.port})")
+        for text in demo_output.rstrip().splitlines():
+            if text.strip() != "Demo data loaded.":
+                print(text)
+        if self.extras:
+            print("Demo traffic: simulated runtimes send requests through the engine to every")
+            print(
+                "environment (manage.py demo_traffic); publish or roll back to see traces change."
+            )
+        where = f"data in {embedded.DATA_DIR}" if self.embedded else "DATABASE_URL / REDIS_URL"
+        print(
+            f"Database and broker: {'embedded PostgreSQL and Redis, ' if self.embedded else ''}{where}"
+        )
+        stops = "web server, worker, beat, demo traffic"
+        if self.embedded:
+            stops += " and the embedded PostgreSQL and Redis"
+        print(f"Press Ctrl-C to stop everything ({stops}).")
+        print(f"{line}\n", flush=True)
+
+
+# --- the process group -----------------------------------------------------------------------
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes of process group `pgid`."""
+    members = []
+    for proc in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, ProcessLookupError, PermissionError):
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                members.append(proc.pid)
+    return members
+
+
+def kill_group(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def wait_group_empty(pgid: int, timeout: float, *, ignore: int | None = None) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while (left := [p for p in group_members(pgid) if p != ignore]) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def watchdog(launcher_pid: int, release_embedded: bool) -> int:
+    """Lead the children's process group; when the launcher is gone without stopping them
+    (its end of our stdin closes), stop the group: SIGTERM, STOP_SECONDS, SIGKILL."""
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        while sys.stdin.buffer.read(4096):
+            pass
+    group = os.getpgrp()
+    kill_group(group, signal.SIGTERM)  # we ignore it
+    for pid in wait_group_empty(group, STOP_SECONDS, ignore=os.getpid()):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    wait_group_empty(group, 5, ignore=os.getpid())
+    if release_embedded:
+        with contextlib.suppress(Exception):
+            embedded.release(launcher_pid)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:2] == ["_watchdog"]:
+        return watchdog(int(argv[2]), argv[3] == "1")
+    return Launcher().run()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv))

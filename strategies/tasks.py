@@ -5,15 +5,20 @@ from __future__ import annotations
 from celery import shared_task
 
 from strategies.delivery import webhooks
-from strategies.runtime.auth import last_used_flush
+from strategies.delivery.config import cache_reconcile
+from strategies.runtime.auth import last_used_flush, revocations_reconcile
 
 
 @shared_task(
     name=webhooks.DELIVER_TASK, bind=True, autoretry_for=(), max_retries=webhooks.MAX_TRIES
 )
 def deliver_webhook(self, delivery_id: int) -> str:
-    """One try of a webhook delivery; schedules the next one with exponential backoff."""
-    status, tries = webhooks.delivery_try(delivery_id=delivery_id)
+    """One try of a webhook delivery; schedules the next one with exponential backoff.
+
+    The task's id names its claim on the try, so a message redelivered after its worker died
+    takes its unfinished try over; a duplicate message finds the try `BUSY` and stops.
+    """
+    status, tries = webhooks.delivery_try(delivery_id=delivery_id, claimant=self.request.id or "")
     if status == webhooks.WebhookDelivery.Status.PENDING:
         raise self.retry(countdown=webhooks.retry_delay(tries))
     return status
@@ -23,3 +28,16 @@ def deliver_webhook(self, delivery_id: int) -> str:
 def flush_token_last_used() -> int:
     """Copy the runtime tokens' last-used times from Redis to the database."""
     return last_used_flush()
+
+
+@shared_task(name="strategies.reconcile_runtime_cache", autoretry_for=())
+def reconcile_runtime_cache() -> int:
+    """Make Redis and every process's mirror follow PostgreSQL: payloads whose push after
+    commit was lost, tombstones of revocations whose push was lost. Returns the repairs."""
+    return cache_reconcile() + revocations_reconcile()
+
+
+@shared_task(name="strategies.relay_webhook_deliveries", autoretry_for=())
+def relay_webhook_deliveries() -> int:
+    """Queue again the webhook deliveries left pending by a lost message."""
+    return webhooks.deliveries_relay()

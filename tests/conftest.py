@@ -67,35 +67,20 @@ def django_db_setup(django_db_setup):
 # --- users and grants ------------------------------------------------------------------------
 @pytest.fixture
 def make_user(db):
-    """make_user("ops", operator="assistant_professional", admin=None) → a user with grants.
+    """make_user("ops", operator="assistant_professional", admin=None) → a user with grants
+    (tests.factories.user_with_grants), signing in with `<username>-pass-1` unless given a
+    password. Each keyword is a role name; its value is an agent (object or key) or None for
+    all agents."""
+    from tests.factories import user_with_grants
 
-    Each keyword is a role name; its value is an agent (object or key) or None for all agents.
-    """
-    from django.contrib.auth import get_user_model
-
-    from console.models import Grant, Role
-    from console.services import standard_roles_ensure
-    from strategies.catalog.models import Agent
-
-    # Transactional tests empty every table, migration data included.
-    standard_roles_ensure()
-
-    def _make(username: str, password: str | None = None, **grants):
-        user = get_user_model().objects.create_user(
-            username=username, password=password or f"{username}-pass-1"
-        )
-        for role_name, agent in grants.items():
-            if isinstance(agent, str):
-                agent = Agent.objects.get(key=agent)
-            Grant.objects.create(user=user, role=Role.objects.get(name=role_name), agent=agent)
-        return user
-
-    return _make
+    return user_with_grants
 
 
 @pytest.fixture
 def demo_world(db):
-    """The DEMO.md world, loaded by the same command the run command uses."""
+    """The whole DEMO.md world, loaded by the same command the run command uses — for the
+    browser tests that tell the demo's story and the tests of `load_demo` itself; every other
+    test builds what it needs with tests.factories."""
     from django.core.management import call_command
 
     call_command("load_demo", "--quiet-logins", stdout=open(os.devnull, "w"))  # noqa: SIM115

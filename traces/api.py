@@ -10,10 +10,10 @@ from rest_framework.decorators import (
     api_view,
     parser_classes,
 )
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
+from console.access_api import OperatorPagination
 from console.api_schema import ErrorDetailSerializer, ErrorSerializer
 from console.errors import ValidationFailed
 from console.limits import read_limited_body
@@ -39,9 +39,22 @@ class _Rejected(serializers.Serializer):
 class IngestResponse(serializers.Serializer):
     accepted = serializers.IntegerField(help_text="Traces stored and committed.")
     duplicates = serializers.ListField(
-        child=serializers.CharField(), help_text="request_ids already stored; not stored again."
+        child=serializers.CharField(),
+        help_text=(
+            "request_ids already stored in this environment (or repeated in the batch) by a "
+            "runtime within this token's scope; not stored again."
+        ),
     )
     rejected = _Rejected(many=True)
+    snapshots_dropped = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text=(
+            "request_ids of accepted traces whose snapshot was not stored: the strategy "
+            'version the trace names does not say "snapshot": {"allowed": true}. '
+            "Present only when there is at least one."
+        ),
+    )
 
 
 @extend_schema(
@@ -51,8 +64,10 @@ class IngestResponse(serializers.Serializer):
         f"Up to {wire.MAX_TRACES_PER_BATCH} traces and {wire.MAX_BATCH_BYTES} bytes per "
         f"request (413 beyond), at most {wire.MAX_CANDIDATES_PER_TRACE} candidates per trace. "
         "Invalid traces are rejected one by one with errors at paths relative to the trace; "
-        "a request_id already stored is a duplicate. 200 means every accepted trace is committed. "
-        "The environment is the token's. See docs/runtime-contract.md §3."
+        "a request_id already stored in the environment is a duplicate (request ids are "
+        "unique per environment). 200 means every accepted trace is committed. The "
+        "environment is the token's; a snapshot is kept only when the trace's strategy "
+        "version allows it. See docs/runtime-contract.md §3."
     ),
     tags=["runtime"],
     request={"application/json": ingest.batch_json_schema()},
@@ -171,7 +186,7 @@ def trace_list(request):
     services.trace_look_record(
         actor=request.user, action="trace.list", detail={"filters": filters.as_dict(), "api": True}
     )
-    paginator = LimitOffsetPagination()
+    paginator = OperatorPagination()  # at most OperatorPagination.max_limit rows
     page = paginator.paginate_queryset(queryset, request)
     return paginator.get_paginated_response(TraceSummaryOut(page, many=True).data)
 
@@ -179,12 +194,30 @@ def trace_list(request):
 @extend_schema(
     operation_id="traces_retrieve",
     summary="One trace by request_id",
-    responses={200: TraceOut, 404: OpenApiResponse(ErrorSerializer)},
+    description=(
+        "A request_id is unique per environment: when the same id exists in several "
+        "environments you may see, name one with `environment` (else 409 `ambiguous`, whose "
+        "details list the environments)."
+    ),
+    parameters=[
+        OpenApiParameter(
+            "environment", str, description="environment key, when the id is in several"
+        )
+    ],
+    responses={
+        200: TraceOut,
+        404: OpenApiResponse(ErrorSerializer),
+        409: OpenApiResponse(ErrorSerializer, description="In several environments."),
+    },
     tags=["traces"],
 )
 @api_view(["GET"])
 def trace_detail(request, request_id: str):
-    trace = selectors.trace_get_visible(user=request.user, request_id=request_id)
+    trace = selectors.trace_get_visible(
+        user=request.user,
+        request_id=request_id,
+        environment=(request.query_params.get("environment") or "").strip(),
+    )
     services.trace_look_record(
         actor=request.user, action="trace.view", trace=trace, detail={"api": True}
     )

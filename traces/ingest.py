@@ -1,22 +1,31 @@
 """Parsing and validating a trace batch (docs/runtime-contract.md §3), without Django.
 
 The hot path decodes each trace with msgspec straight into the contract's typed structs
-(`context_runtime.wire`, which runtimes build their traces with; no serializer per field), so a batch of 1,000 traces × 50 candidates is checked in milliseconds. A trace that
-does not fit comes back with its error at a path relative to the trace
-(`candidates[2].decision`); the others go on to be stored.
+(`context_runtime.wire`, which runtimes build their traces with; no serializer per field), so
+a batch of 1,000 traces × 50 candidates is checked in milliseconds. A trace that does not fit
+comes back with its error at a path relative to the trace (`candidates[2].decision`); the
+others go on to be stored.
+
+Every value is bounded to what the store holds (docs/runtime-contract.md §3): the structs
+bound lengths and numbers to their columns; here a string PostgreSQL cannot keep (a NUL
+character, invalid UTF-8, a lone surrogate) is refused with its path, one trace at a time.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 import msgspec
 import orjson
 from context_runtime.findings import Finding
 from context_runtime.wire import (
     DECISIONS,
+    MAX_CLOCK_SKEW_SECONDS,
     MAX_TRACES_PER_BATCH,
+    REQUEST_ID_RULE,
     STATUSES,
     Batch,
     Trace,
@@ -73,6 +82,13 @@ def _msgspec_error(exc: msgspec.ValidationError) -> Finding:
     if missing:
         name = missing.group("field")
         return error(f"{path}.{name}" if path else name, "required", "this field is required")
+    if "matching regex" in message:
+        rule = REQUEST_ID_RULE if path == "request_id" else message.replace("`", "")
+        return error(path, "invalid_format", f"must be {rule}")
+    if message == "Number out of range":
+        return error(path, "out_of_range", "must be a number within a 64-bit float's range")
+    if re.match(r"Expected `(int|float)` [<>]", message):
+        return error(path, "out_of_range", message.replace("Expected", "must be").replace("`", ""))
     if message.startswith("Invalid enum value"):
         choices = DECISIONS if path.endswith("decision") else STATUSES
         return error(path, "invalid_choice", "must be one of " + ", ".join(choices))
@@ -103,12 +119,144 @@ def _semantic_errors(trace: Trace) -> list[Finding]:
     return errors
 
 
+def occurred_at_errors(trace: Trace, *, now: datetime, retention_days: int) -> list[Finding]:
+    """occurred_at within [now − the environment's retention, now + the allowed clock skew]:
+    a later time is a broken clock (and year 10000 would break every read), an earlier one
+    would be purged at once."""
+    if trace.occurred_at > now + timedelta(seconds=MAX_CLOCK_SKEW_SECONDS):
+        return [
+            error(
+                "occurred_at",
+                "out_of_range",
+                f"is in the future: at most {MAX_CLOCK_SKEW_SECONDS // 60} minutes ahead of "
+                f"the console's clock ({now:%Y-%m-%dT%H:%M:%SZ}); check the runtime's clock",
+            )
+        ]
+    if trace.occurred_at < now - timedelta(days=retention_days):
+        return [
+            error(
+                "occurred_at",
+                "out_of_range",
+                f"is older than this environment's trace retention ({retention_days} days)",
+            )
+        ]
+    return []
+
+
+# --- strings the store cannot keep ------------------------------------------------------------
+_NUL_ESCAPE = b"\\u0000"  # how JSON writes a NUL character (a raw one is invalid JSON)
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_TRACE_FIELDS = frozenset(Trace.__struct_fields__)
+
+
+def _string_problem(text: str, *, nul_ok: bool) -> str | None:
+    if not nul_ok and "\x00" in text:
+        return "holds a NUL character (\\u0000), which the store cannot keep"
+    if _SURROGATE.search(text):
+        return "is not valid Unicode (invalid UTF-8, or a lone surrogate \\ud800–\\udfff)"
+    return None
+
+
+def _string_findings(value, path: str, *, nul_ok: bool = False):
+    """Each string (and key) of a decoded JSON value that the store cannot keep, by path."""
+    if isinstance(value, str):
+        problem = _string_problem(value, nul_ok=nul_ok)
+        if problem:
+            yield error(path, "invalid_string", problem)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            problem = _string_problem(key, nul_ok=nul_ok)
+            if problem:
+                yield error(path, "invalid_string", "a key " + problem)
+            yield from _string_findings(item, f"{path}.{key}" if path else key, nul_ok=nul_ok)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _string_findings(item, f"{path}[{i}]", nul_ok=nul_ok)
+
+
+def _trace_string_findings(decoded) -> list[Finding]:
+    """The fields of a trace (unknown ones are ignored, as by the decoder); the snapshot is
+    stored as bytes, so a NUL character is fine there."""
+    if not isinstance(decoded, dict):
+        return []
+    return [
+        finding
+        for name, value in decoded.items()
+        if name in _TRACE_FIELDS
+        for finding in _string_findings(value, name, nul_ok=name == "snapshot")
+    ]
+
+
+def _lenient_loads(raw: bytes):
+    """Decode JSON that msgspec refuses for its strings only: invalid UTF-8 bytes and lone
+    surrogate escapes come back as lone surrogates, for `_string_findings` to point at."""
+    return json.loads(bytes(raw).decode("utf-8", "surrogateescape"), parse_constant=_no_constant)
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _undecodable(raw: bytes, exc: msgspec.DecodeError) -> tuple[str | None, list[Finding]]:
+    """A trace msgspec cannot decode although the batch is JSON: name the bad strings."""
+    try:
+        decoded = _lenient_loads(raw)
+    except (ValueError, RecursionError):
+        return None, [error("", "malformed_json", f"the trace is not valid JSON: {exc}")]
+    request_id = decoded.get("request_id") if isinstance(decoded, dict) else None
+    findings = _trace_string_findings(decoded) or [
+        error("", "malformed_json", f"the trace is not valid JSON: {exc}")
+    ]
+    return request_id if isinstance(request_id, str) else None, findings
+
+
+def _snapshot_findings(trace: Trace) -> list[Finding]:
+    """The snapshot is kept as the runtime's bytes, which msgspec does not check: they must
+    be UTF-8 for the page to show them."""
+    raw = bytes(trace.snapshot)
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        found = list(_string_findings(_lenient_loads(raw), "snapshot", nul_ok=True))
+        return found or [error("snapshot", "invalid_string", "is not valid UTF-8")]
+    return []
+
+
+def _lenient_envelope(body: bytes, exc: msgspec.DecodeError) -> list[bytes]:
+    """The batch's traces when msgspec refused the body for a string only (a lone surrogate
+    escape is valid JSON syntax that msgspec will not decode): each trace re-encoded on its
+    own, so the bad ones are refused one by one and the rest stand."""
+    try:
+        decoded = _lenient_loads(body)
+    except RecursionError:
+        raise BatchRefused("malformed_json", "The JSON is nested too deeply.", "") from None
+    except ValueError:
+        raise BatchRefused("malformed_json", f"The body is not valid JSON: {exc}", "") from exc
+    traces = decoded.get("traces") if isinstance(decoded, dict) else None
+    if not isinstance(traces, list):
+        raise BatchRefused("validation_failed", "Send an object with a 'traces' list.")
+    return [_reencoded(trace) for trace in traces]
+
+
+def _reencoded(trace) -> bytes:
+    try:
+        return json.dumps(trace, separators=(",", ":"), allow_nan=False).encode()
+    except ValueError:  # a number beyond a float (1e999): refused by the trace decoder
+        return json.dumps(trace, separators=(",", ":")).encode()
+
+
 def _request_id_of(raw: bytes) -> str | None:
     """Best effort, for the rejection report of a trace that did not decode."""
     try:
-        value = orjson.loads(bytes(raw)).get("request_id")
-    except (orjson.JSONDecodeError, AttributeError, RecursionError):
+        decoded = orjson.loads(bytes(raw))
+    except orjson.JSONDecodeError:  # e.g. 1e999, which orjson refuses: read it leniently
+        try:
+            decoded = _lenient_loads(raw)
+        except (ValueError, RecursionError):
+            return None
+    except RecursionError:
         return None
+    value = decoded.get("request_id") if isinstance(decoded, dict) else None
     return value if isinstance(value, str) else None
 
 
@@ -117,24 +265,26 @@ def parse_batch(body: bytes) -> ParsedBatch:
     if not body.strip():
         raise BatchRefused("malformed_json", 'The request body is empty; send {"traces": [...]}.')
     try:
-        batch = _batch_decoder.decode(body)
+        traces = _batch_decoder.decode(body).traces
     except msgspec.ValidationError as exc:
         detail = _msgspec_error(exc)
         raise BatchRefused(
             "validation_failed", "Send an object with a 'traces' list.", detail.path or "traces"
         ) from exc
     except msgspec.DecodeError as exc:
-        raise BatchRefused("malformed_json", f"The body is not valid JSON: {exc}", "") from exc
+        traces = _lenient_envelope(body, exc)
     except RecursionError:  # absurd nesting is bad input, not a crash
         raise BatchRefused("malformed_json", "The JSON is nested too deeply.", "") from None
-    if len(batch.traces) > MAX_TRACES_PER_BATCH:
+    if len(traces) > MAX_TRACES_PER_BATCH:
         raise BatchRefused(
             "too_many_traces",
             f"A batch carries at most {MAX_TRACES_PER_BATCH} traces; this one has "
-            f"{len(batch.traces)}. Split it.",
+            f"{len(traces)}. Split it.",
         )
+    # A NUL character can only come as the escape \u0000: look closer only when one is there.
+    look_for_nul = _NUL_ESCAPE in body
     valid, rejected = [], []
-    for index, raw in enumerate(batch.traces):
+    for index, raw in enumerate(traces):
         try:
             trace = _trace_decoder.decode(raw)
         except msgspec.ValidationError as exc:
@@ -144,12 +294,19 @@ def parse_batch(body: bytes) -> ParsedBatch:
             too_deep = error("", "too_deep", "the trace is nested too deeply")
             rejected.append(Rejection(index, None, [too_deep]))
             continue
+        except msgspec.DecodeError as exc:  # invalid UTF-8 or a lone surrogate in a string
+            rejected.append(Rejection(index, *_undecodable(raw, exc)))
+            continue
         problems = _semantic_errors(trace)
+        if look_for_nul and not problems:
+            problems = _trace_string_findings(orjson.loads(bytes(raw)))
+        if not problems and snapshot_bytes(trace) is not None:
+            problems = _snapshot_findings(trace)
         if problems:
             rejected.append(Rejection(index, trace.request_id, problems))
         else:
             valid.append((index, trace))
-    return ParsedBatch(valid=valid, rejected=rejected, size=len(batch.traces))
+    return ParsedBatch(valid=valid, rejected=rejected, size=len(traces))
 
 
 def snapshot_bytes(trace: Trace) -> bytes | None:

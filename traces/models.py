@@ -34,8 +34,8 @@ class Decision(models.TextChoices):
 
 class Trace(models.Model):
     # Byte-wise collation on the indexed identifiers: exact matches only, and index inserts
-    # and lookups never pay for locale-aware comparison.
-    request_id = models.CharField(max_length=200, unique=True, db_collation="C")
+    # and lookups never pay for locale-aware comparison. Unique per environment (below).
+    request_id = models.CharField(max_length=200, db_collation="C")
     agent = models.ForeignKey(
         "strategies.Agent", on_delete=models.PROTECT, related_name="+", db_index=False
     )
@@ -78,6 +78,15 @@ class Trace(models.Model):
 
     class Meta:
         ordering = ["-occurred_at", "-id"]
+        constraints = [
+            # A request_id is unique per environment (docs/runtime-contract.md §3): sg-test and
+            # prod may both have req-92. request_id leads, so the trace page and search (by
+            # request_id alone, in every environment the user may see) use this index too;
+            # it is also the ingest's ON CONFLICT target.
+            models.UniqueConstraint(
+                fields=["request_id", "environment"], name="trace_request_id_per_environment"
+            ),
+        ]
         indexes = [
             models.Index(
                 fields=["agent", "environment", "-occurred_at"], name="trace_agent_env_time"

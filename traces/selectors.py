@@ -12,15 +12,17 @@ from django.db.models import Exists, OuterRef, QuerySet, Sum
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
+from django.utils.http import urlencode
 
-from console.errors import Forbidden, NotFound
-from console.policy import Capability, agents_where, user_can, user_can_anywhere
+from console.errors import Conflict, Forbidden, NotFound
+from console.policy import Capability, agents_where, refuse, user_can, user_can_anywhere
 from strategies.releases.models import Release
 from traces.diagnosis import STATUS_EXPLAINED, config_source, where_to_look
 from traces.filters import TraceFilters
 from traces.models import Candidate, HourlyRollup, Snapshot, Trace
 
 LIST_COUNT_CAP = 10_000  # counting tens of millions of rows for a page footer is not worth it
+MAX_MATCHES = 50  # one request_id in more environments than this is not a real case
 DASHBOARD_TRACES_PER_AGENT = 5
 DASHBOARD_DAYS = 7
 
@@ -28,7 +30,11 @@ DASHBOARD_DAYS = 7
 def trace_access_check(user) -> None:
     """Deny by default: without the capability on any agent there is no trace to show."""
     if not user_can_anywhere(user, Capability.VIEW_TRACES):
-        raise Forbidden("You have no grant to view traces. Ask an admin for the support role.")
+        refuse(
+            Forbidden("You have no grant to view traces. Ask an admin for the support role."),
+            user=user,
+            capability=Capability.VIEW_TRACES,
+        )
 
 
 def trace_scope(user) -> QuerySet:
@@ -71,19 +77,84 @@ def trace_page_of(queryset: QuerySet, page_number, per_page: int = 50):
     return CappedPaginator(queryset, per_page).get_page(page_number)
 
 
-def trace_find(*, user, text: str) -> Trace | None:
-    """A pasted request_id: trimmed, exact. None when missing or out of scope."""
+def trace_matches(*, user, request_id: str, environment: str = "") -> list[Trace]:
+    """The traces with exactly this request_id that the user may see: one per environment
+    (a request_id is unique per environment), in promotion order; only `environment`'s when
+    given. One query, on the (request_id, environment) unique index."""
+    queryset = (
+        trace_scope(user).select_related("agent", "environment").filter(request_id=request_id)
+    )
+    if environment:
+        queryset = queryset.filter(environment__key=environment)
+    return list(queryset.order_by("environment__position", "environment__key")[:MAX_MATCHES])
+
+
+def trace_find(*, user, text: str, environment: str = "") -> list[Trace]:
+    """A pasted request_id: trimmed, exact. Empty when missing or out of scope."""
     text = (text or "").strip()
     if not text:
-        return None
-    return trace_scope(user).select_related("agent", "environment").filter(request_id=text).first()
+        return []
+    return trace_matches(user=user, request_id=text, environment=(environment or "").strip())
 
 
-def trace_get_visible(*, user, request_id: str) -> Trace:
-    trace = trace_find(user=user, text=request_id)
-    if trace is None:
-        raise NotFound(f"No trace with request_id '{request_id.strip()}'.")
-    return trace
+class TraceAmbiguous(Conflict):
+    """The request_id exists in several environments the user may see: they choose one."""
+
+    code = "ambiguous"
+
+    def __init__(self, request_id: str, matches: list[Trace]):
+        keys = [trace.environment.key for trace in matches]
+        super().__init__(
+            f"request_id '{request_id}' exists in {len(keys)} environments "
+            f"({', '.join(keys)}); choose one with ?environment=.",
+            details=[{"path": "environment", "code": "ambiguous", "message": key} for key in keys],
+        )
+        self.request_id, self.matches = request_id, matches
+
+
+def trace_get_visible(*, user, request_id: str, environment: str = "") -> Trace:
+    """The one trace a URL names: its exact request_id (as stored: not trimmed), in
+    `environment` when given. Several environments and none given → TraceAmbiguous."""
+    matches = trace_matches(user=user, request_id=request_id, environment=environment)
+    if not matches:
+        where = f" in environment '{environment}'" if environment else ""
+        _refuse_if_out_of_scope(
+            NotFound(f"No trace with request_id '{request_id}'{where}."),
+            user=user,
+            request_id=request_id,
+            environment=environment,
+        )
+    if len(matches) > 1:
+        raise TraceAmbiguous(request_id, matches)
+    return matches[0]
+
+
+def _refuse_if_out_of_scope(error, *, user, request_id: str, environment: str = ""):
+    """Raise `error` (the 404 of a missing trace); when the trace exists but belongs to an
+    agent out of the user's scope, as a refusal written to the access log."""
+    hidden = Trace.objects.filter(request_id=request_id).select_related("agent")
+    if environment:
+        hidden = hidden.filter(environment__key=environment)
+    hidden = hidden.first()
+    if hidden is None:
+        raise error
+    refuse(
+        error,
+        user=user,
+        capability=Capability.VIEW_TRACES,
+        agent=hidden.agent,
+        target=("trace", hidden.request_id, hidden.request_id),
+    )
+
+
+def trace_links(trace: Trace) -> dict[str, str]:
+    """The trace's own pages, naming its environment (the same request_id may exist in
+    another one)."""
+    query = "?" + urlencode({"environment": trace.environment.key})
+    return {
+        name: reverse(f"trace-{name}", kwargs={"request_id": trace.request_id}) + query
+        for name in ("detail", "export", "snapshot")
+    }
 
 
 def trace_export(trace: Trace) -> dict:
@@ -238,6 +309,7 @@ def trace_page_context(*, user, trace: Trace) -> dict:
     config_words, config_fallback = config_source(trace)
     return {
         "trace": trace,
+        "links": trace_links(trace),
         "config_source": config_words,
         "config_is_fallback": config_fallback,
         "status_explained": STATUS_EXPLAINED.get(trace.status, ""),

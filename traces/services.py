@@ -7,9 +7,10 @@ would grow with every request); looks at traces and snapshots go to the access l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import msgspec
+from context_runtime.reporter import snapshot_allowed
 from context_runtime.wire import Trace as WireTrace
 from django.db import connection, transaction
 from django.utils import timezone
@@ -19,8 +20,9 @@ from console.errors import NotFound, ValidationFailed
 from console.policy import Capability, check_user_can, service_transaction
 from console.reasons import reason_clean
 from strategies.catalog.models import Agent, Environment
+from strategies.documents.models import Document, Version
 from traces import crypto
-from traces.ingest import ParsedBatch, Rejection, error, snapshot_bytes
+from traces.ingest import ParsedBatch, Rejection, error, occurred_at_errors, snapshot_bytes
 from traces.models import Snapshot, Trace
 
 PURGE_BATCH = 5_000
@@ -62,12 +64,13 @@ CANDIDATE_COLUMNS = (
 SNAPSHOT_COLUMNS = "ciphertext, key_id, created_at, expires_at"
 
 # One statement: the traces not yet stored, and their snapshots. A request_id already
-# stored (or being stored by a concurrent batch) is skipped by ON CONFLICT.
+# stored in this environment (or being stored by a concurrent batch) is skipped by ON
+# CONFLICT; a batch is one environment's, so the snapshots join on request_id alone.
 _MOVE_FROM_TEMP = f"""
 WITH inserted AS (
     INSERT INTO traces_trace ({TRACE_COLUMNS})
     SELECT {TRACE_COLUMNS} FROM ingest_trace_in_v2
-    ON CONFLICT (request_id) DO NOTHING
+    ON CONFLICT (environment_id, request_id) DO NOTHING
     RETURNING id, request_id
 ), snapshots AS (
     INSERT INTO traces_snapshot (trace_id, {SNAPSHOT_COLUMNS})
@@ -83,13 +86,18 @@ class IngestResult:
     accepted: int = 0
     duplicates: list[str] = field(default_factory=list)
     rejected: list[Rejection] = field(default_factory=list)
+    # Stored traces whose snapshot was not: their strategy version does not allow snapshots.
+    snapshots_dropped: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return {
+        result = {
             "accepted": self.accepted,
             "duplicates": self.duplicates,
             "rejected": [r.as_dict() for r in sorted(self.rejected, key=lambda r: r.index)],
         }
+        if self.snapshots_dropped:  # absent when empty: the response of earlier consoles
+            result["snapshots_dropped"] = self.snapshots_dropped
+        return result
 
 
 def _json(value) -> str:
@@ -105,7 +113,9 @@ def trace_row(
         trace.request_id,
         agent_id,
         environment_id,
-        trace.occurred_at,
+        # In UTC: PostgreSQL refuses offsets beyond ±15:59, which datetime allows. Bounded
+        # by occurred_at_errors first, so the conversion cannot overflow.
+        trace.occurred_at.astimezone(UTC),
         received_at,
         trace.strategy,
         trace.documents.get(trace.strategy) if trace.strategy else None,
@@ -181,12 +191,69 @@ def _scope_errors(trace: WireTrace, identity, agent_ids: dict[str, int]) -> list
     return errors
 
 
+def _strategy_version(trace: WireTrace) -> int | None:
+    return trace.documents.get(trace.strategy) if trace.strategy else None
+
+
+def _snapshots_allowed(traces: list[WireTrace], agent_ids: dict[str, int]) -> set[tuple]:
+    """(agent key, strategy, version) of the traces' strategy versions whose body says
+    `"snapshot": {"allowed": true}` (the SDK's rule, `snapshot_allowed`). One query."""
+    named = {
+        (trace.agent, trace.strategy, _strategy_version(trace))
+        for trace in traces
+        if _strategy_version(trace) is not None
+    }
+    if not named:
+        return set()
+    rows = Version.objects.filter(
+        document__kind=Document.Kind.STRATEGY,
+        document__agent_id__in={agent_ids[agent] for agent, _, _ in named},
+        document__key__in={strategy for _, strategy, _ in named},
+        number__in={number for _, _, number in named},
+        state=Version.State.FROZEN,
+    ).values_list("document__agent__key", "document__key", "number", "body")
+    return {
+        (agent, key, number)
+        for agent, key, number, body in rows
+        if (agent, key, number) in named and snapshot_allowed(body)
+    }
+
+
+def _not_stored(identity, environment, request_ids: list[str], indexes: dict[str, int]):
+    """Split the traces ON CONFLICT skipped: a duplicate when the stored trace is one the token
+    could have written (its agent in the token's scope); otherwise a rejection that names no
+    other agent — the duplicates list never reveals traces outside the token's scope."""
+    if not request_ids:
+        return [], []
+    owners = dict(
+        Trace.objects.filter(environment=environment, request_id__in=request_ids).values_list(
+            "request_id", "agent__key"
+        )
+    )
+    duplicates, rejected = [], []
+    for request_id in request_ids:
+        owner = owners.get(request_id)
+        if owner is None or identity.covers_agent(owner):
+            duplicates.append(request_id)
+        else:
+            taken = error(
+                "request_id",
+                "request_id_taken",
+                f"already used in environment '{environment.key}' by a runtime outside this "
+                "token's scope; request ids are unique per environment",
+            )
+            rejected.append(Rejection(indexes[request_id], request_id, [taken]))
+    return duplicates, rejected
+
+
 @service_transaction
 def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     """Store the valid traces of a parsed batch with COPY, in one transaction.
 
-    The environment is the token's. A request_id already stored, or repeated in the batch,
-    is reported as a duplicate and not stored again. Returns once committed.
+    The environment is the token's; a request_id is unique per environment. One already
+    stored there, or repeated in the batch, is reported as a duplicate (when within the
+    token's scope) and not stored again. A snapshot is stored only when the trace's strategy
+    version allows it. Returns once committed.
     """
 
     result = IngestResult(rejected=list(batch.rejected))
@@ -199,18 +266,32 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
 
     seen: set[str] = set()
     accepted: dict[str, WireTrace] = {}
-    traces, snapshots = [], []
+    indexes: dict[str, int] = {}
+    in_scope = []
     for index, trace in batch.valid:
-        problems = _scope_errors(trace, identity, agent_ids)
+        problems = _scope_errors(trace, identity, agent_ids) or occurred_at_errors(
+            trace, now=now, retention_days=environment.trace_retention_days
+        )
         if problems:
             result.rejected.append(Rejection(index, trace.request_id, problems))
-            continue
+        else:
+            in_scope.append((index, trace))
+    allowed = _snapshots_allowed(
+        [trace for _, trace in in_scope if snapshot_bytes(trace) is not None], agent_ids
+    )
+    dropped: list[str] = []
+    traces, snapshots = [], []
+    for index, trace in in_scope:
         if trace.request_id in seen:
             result.duplicates.append(trace.request_id)
             continue
         seen.add(trace.request_id)
         accepted[trace.request_id] = trace
+        indexes[trace.request_id] = index
         snapshot = snapshot_bytes(trace)
+        if snapshot and (trace.agent, trace.strategy, _strategy_version(trace)) not in allowed:
+            dropped.append(trace.request_id)
+            snapshot = None
         traces.append(
             trace_row(
                 trace,
@@ -247,7 +328,12 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         )
     stored = {request_id for _, request_id in inserted}
     result.accepted = len(stored)
-    result.duplicates.extend(row[0] for row in traces if row[0] not in stored)
+    duplicates, taken = _not_stored(
+        identity, environment, [row[0] for row in traces if row[0] not in stored], indexes
+    )
+    result.duplicates.extend(duplicates)
+    result.rejected.extend(taken)
+    result.snapshots_dropped = [request_id for request_id in dropped if request_id in stored]
     return result
 
 

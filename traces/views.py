@@ -1,7 +1,8 @@
 """Trace pages: search by request_id, list with filters, one trace, its export and snapshot.
 
 Every look (page view, search, list, export, snapshot) is written to the access log. A trace
-of an agent the user may not investigate answers exactly like a missing one.
+of an agent the user may not investigate answers exactly like a missing one. A request_id is
+unique per environment: when the user may see it in several, they choose (`?environment=`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from django.http import HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -26,12 +28,17 @@ from traces.filters import TraceFilters
 
 @require_GET
 def trace_search(request):
-    """A pasted request_id, trimmed and matched exactly: straight to the trace."""
+    """A pasted request_id, trimmed and matched exactly: straight to the trace, or a choice
+    when the user may see it in several environments."""
     selectors.trace_access_check(request.user)
     text = (request.GET.get("q") or "").strip()
     if not text:
         return TemplateResponse(request, "traces/search.html", {"q": ""})
-    trace = selectors.trace_find(user=request.user, text=text)
+    environment = (request.GET.get("environment") or "").strip()
+    matches = selectors.trace_find(user=request.user, text=text, environment=environment)
+    if len(matches) > 1:
+        return _choose(request, text, matches)
+    trace = matches[0] if matches else None
     services.trace_look_record(
         actor=request.user,
         action="trace.search",
@@ -39,11 +46,39 @@ def trace_search(request):
         detail={"q": text[:200], "found": trace is not None},
     )
     if trace is not None:
-        return HttpResponseRedirect(
-            reverse("trace-detail", kwargs={"request_id": trace.request_id})
-        )
+        url = reverse("trace-detail", kwargs={"request_id": trace.request_id})
+        if environment:
+            url += "?" + urlencode({"environment": environment})
+        return HttpResponseRedirect(url)
     return TemplateResponse(
         request, "traces/search.html", {"q": text, "not_found": True}, status=404
+    )
+
+
+def _choose(request, request_id: str, matches) -> TemplateResponse:
+    """The request_id exists in several environments the user may see: list them."""
+    services.trace_look_record(
+        actor=request.user,
+        action="trace.search",
+        detail={
+            "q": request_id[:200],
+            "found": True,
+            "environments": [trace.environment.key for trace in matches],
+        },
+    )
+    context = {
+        "q": request_id,
+        "matches": [(trace, selectors.trace_links(trace)["detail"]) for trace in matches],
+    }
+    return TemplateResponse(request, "traces/search.html", context)
+
+
+def _visible(request, request_id: str):
+    """The trace the URL names; `?environment=` picks one of several (else TraceAmbiguous)."""
+    return selectors.trace_get_visible(
+        user=request.user,
+        request_id=request_id,
+        environment=(request.GET.get("environment") or "").strip(),
     )
 
 
@@ -78,7 +113,10 @@ def trace_list(request):
 
 @require_GET
 def trace_detail(request, request_id: str):
-    trace = selectors.trace_get_visible(user=request.user, request_id=request_id)
+    try:
+        trace = _visible(request, request_id)
+    except selectors.TraceAmbiguous as ambiguous:
+        return _choose(request, request_id, ambiguous.matches)
     services.trace_look_record(actor=request.user, action="trace.view", trace=trace)
     context = selectors.trace_page_context(user=request.user, trace=trace)
     return TemplateResponse(request, "traces/detail.html", context)
@@ -87,7 +125,10 @@ def trace_detail(request, request_id: str):
 @require_GET
 def trace_export(request, request_id: str):
     """The trace as JSON (references and reasons; the snapshot is never exported)."""
-    trace = selectors.trace_get_visible(user=request.user, request_id=request_id)
+    try:
+        trace = _visible(request, request_id)
+    except selectors.TraceAmbiguous as ambiguous:
+        return _choose(request, request_id, ambiguous.matches)
     services.trace_look_record(actor=request.user, action="trace.export", trace=trace)
     response = JsonResponse(selectors.trace_export(trace), json_dumps_params={"indent": 2})
     response["Content-Disposition"] = f'attachment; filename="trace-{trace.pk}.json"'
@@ -96,9 +137,14 @@ def trace_export(request, request_id: str):
 
 @require_POST
 def trace_snapshot(request, request_id: str):
-    """Decrypt and show the snapshot: needs the capability and a typed reason, logged."""
-    trace = selectors.trace_get_visible(user=request.user, request_id=request_id)
-    context = {"trace": trace, "snapshot": selectors.snapshot_state(user=request.user, trace=trace)}
+    """Decrypt and show the snapshot: needs the capability and a typed reason, logged.
+    The form names the environment; without it, an id in several answers 409."""
+    trace = _visible(request, request_id)
+    context = {
+        "trace": trace,
+        "links": selectors.trace_links(trace),
+        "snapshot": selectors.snapshot_state(user=request.user, trace=trace),
+    }
     try:
         revealed = services.snapshot_reveal(
             user=request.user, trace=trace, reason=request.POST.get("reason", "")

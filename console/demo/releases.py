@@ -1,8 +1,12 @@
 """Demo releases (DEMO.md): what is live where, one pending approval for prod, and a
-runtime token for the sg-test demo runtime. Idempotent; runs after console.demo.documents and
-console.demo.users, whose versions and users it releases."""
+runtime token for the sg-test demo runtime that stays the same across restarts (`demo_token`).
+Idempotent; runs after console.demo.documents and console.demo.users, whose versions and users
+it releases."""
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 from django.contrib.auth import get_user_model
 
@@ -10,6 +14,7 @@ from strategies.catalog.models import Environment
 from strategies.documents.models import Document
 from strategies.releases.models import ApprovalRequest, Release
 from strategies.releases.services import approval_approve, release_publish
+from strategies.runtime.auth import token_hash
 from strategies.runtime.models import RuntimeToken
 from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
 
@@ -44,7 +49,6 @@ def _go_live(version, environment, ops, approver, reason: str) -> None:
 def load(stdout=None) -> None:
     User = get_user_model()
     ops, ops2 = User.objects.get(username="ops"), User.objects.get(username="ops2")
-    admin = User.objects.get(username="admin")
     profile, strategy = demo_versions()
     envs = {e.key: e for e in Environment.objects.all()}
     strategy_doc = strategy[1].document
@@ -67,20 +71,101 @@ def load(stdout=None) -> None:
             reason="Document 003's strategy; bank-uat's runtime is catching up on the handler.",
         )
 
-    # A fresh token for the demo runtime on every run; the previous one stops working.
-
-    for old in RuntimeToken.objects.filter(name=DEMO_TOKEN_NAME, revoked_at__isnull=True):
-        runtime_token_revoke(token=old, actor=admin)
-    _, secret = runtime_token_create(
-        name=DEMO_TOKEN_NAME,
-        environment=envs["sg-test"],
-        capabilities=list(RuntimeToken.CAPABILITIES),
-        actor=admin,
-    )
+    token, secret, reused = demo_token(envs["sg-test"], token_file=demo_token_file())
     if stdout is not None:
-        stdout.write(
-            "Demo runtime token for sg-test (config:read, manifest:write, traces:write), "
-            f"shown once:\n  {secret}\n"
-            "  try: curl -H 'Authorization: Bearer <token>' "
-            f"http://127.0.0.1:8000/api/v1/runtime/config/{AGENT}"
+        stdout.write(demo_token_lines(token, secret, reused=reused))
+
+
+def demo_token_file() -> Path | None:
+    """Where the demo runtime token's secret is kept between starts: `scripts/run.py` sets
+    CONSOLE_DEMO_TOKEN_FILE to `<data dir>/demo-runtime-token`. Unset (tests, a bare
+    `manage.py load_demo`), the secret is kept nowhere."""
+    value = os.environ.get("CONSOLE_DEMO_TOKEN_FILE", "").strip()
+    return Path(value) if value else None
+
+
+def _stored_secret(token_file: Path | None) -> str:
+    if token_file is None:
+        return ""
+    try:
+        secret = token_file.read_text().strip()
+    except OSError:
+        return ""
+    if secret:
+        token_file.chmod(0o600)
+    return secret
+
+
+def _store_secret(token_file: Path, secret: str) -> None:
+    """Written 0600 through a rename, so a kill never leaves a half-written file."""
+    token_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = token_file.with_name(f".{token_file.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(secret + "\n")
+    os.replace(tmp, token_file)
+
+
+def demo_token(environment, *, token_file: Path | None):
+    """The demo runtime's token, stable across restarts: (token, secret or None, reused).
+
+    The token whose secret is in `token_file` stays while it is active (a runtime wired to the
+    demo keeps working after a restart). Without a usable secret a new token replaces the
+    demo token(s) and its secret is stored; with no file at all an active token is kept (its
+    secret was shown when it was made). Automated: recorded as the system, never a person."""
+    active = RuntimeToken.objects.filter(name=DEMO_TOKEN_NAME, revoked_at__isnull=True)
+    stored = _stored_secret(token_file)
+    keep = active.filter(token_hash=token_hash(stored)).first() if stored else None
+    if keep is None and token_file is None:
+        keep = active.order_by("-created_at").first()
+        stored = ""
+    if keep is not None:
+        for other in active.exclude(pk=keep.pk):
+            runtime_token_revoke(
+                token=other, actor=None, reason="another demo runtime token is in use"
+            )
+        return keep, stored or None, True
+    for old in active:
+        runtime_token_revoke(
+            token=old, actor=None, reason="its secret is not in the demo token file; replaced"
         )
+    token, secret = runtime_token_create(
+        name=DEMO_TOKEN_NAME,
+        environment=environment,
+        capabilities=list(RuntimeToken.CAPABILITIES),
+        actor=None,
+    )
+    if token_file is not None:
+        _store_secret(token_file, secret)
+    return token, secret, False
+
+
+def console_url() -> str:
+    """The address `scripts/run.py` serves (HOST, PORT), as a local client reaches it."""
+    host = os.environ.get("HOST", "").strip() or "127.0.0.1"
+    if host in ("0.0.0.0", "::"):  # noqa: S104 - listening everywhere: talk to it locally
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{os.environ.get('PORT', '').strip() or '8000'}"
+
+
+def demo_token_lines(token, secret: str | None, *, reused: bool) -> str:
+    capabilities = ", ".join(token.capabilities)
+    if secret is None:
+        return (
+            f"Demo runtime token for sg-test ({capabilities}): {token.prefix}…, made earlier; "
+            "its secret was shown then."
+        )
+    token_file = demo_token_file()
+    if token_file is None:
+        kept = "shown once"
+    elif reused:
+        kept = f"the same as at the last start (kept in {token_file})"
+    else:
+        kept = f"new, kept in {token_file} for the next starts"
+    return (
+        f"Demo runtime token for sg-test ({capabilities}), {kept}:\n  {secret}\n"
+        f"  try: curl -H 'Authorization: Bearer {secret}' "
+        f"{console_url()}/api/v1/runtime/config/{AGENT}"
+    )

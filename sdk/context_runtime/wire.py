@@ -19,6 +19,28 @@ MAX_BATCH_BYTES = 16 * 1024 * 1024
 MAX_CANDIDATES_PER_TRACE = 500
 MAX_REASON_CHARS = 200
 
+# A request_id is what the console's URLs, search and logs carry: 1–200 characters from a
+# set every id scheme in use fits (UUIDs, `req-92`, ADK invocation ids `e-<uuid>` and the
+# ADK integration's `<id>#2` for later model calls, `sim-123-4`, `svc:GET@node_7`), and
+# nothing a URL path or a log line would change: no slash, space, control character,
+# `?`, `%` or non-ASCII; `.` and `..` alone are path segments, so refused too.
+REQUEST_ID_CHARS = "A-Za-z0-9._:@#-"
+MAX_REQUEST_ID_CHARS = 200
+# `$(?!\n)`: the very end (Python's `$` also matches before a final newline); the pattern is
+# the same in Python and in the JSON Schema (ECMA-262) of the OpenAPI document.
+REQUEST_ID_PATTERN = rf"^(?!\.\.?$)[{REQUEST_ID_CHARS}]{{1,{MAX_REQUEST_ID_CHARS}}}$(?!\n)"
+REQUEST_ID_RULE = (
+    f"1–{MAX_REQUEST_ID_CHARS} ASCII letters, digits and . _ : @ # - "
+    "(no slash, space or control character; not '.' or '..')"
+)
+# occurred_at: at most this far ahead of the console's clock (clock skew), and not older than
+# the environment's trace retention (such a trace would be purged at once).
+MAX_CLOCK_SKEW_SECONDS = 300
+
+# What the store holds: PostgreSQL `integer` and `bigint` columns.
+MAX_INT32 = 2**31 - 1
+MAX_INT64 = 2**63 - 1
+
 StatusName = Literal[
     "ready", "missing_required_data", "budget_exceeded", "source_conflict", "degraded"
 ]
@@ -39,12 +61,21 @@ DECISIONS: tuple[str, ...] = get_args(DecisionName)
 
 Key = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
 Label = Annotated[str, msgspec.Meta(max_length=200)]
-Count = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT32)]
+RequestId = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=1,
+        max_length=MAX_REQUEST_ID_CHARS,
+        pattern=REQUEST_ID_PATTERN,
+        description=REQUEST_ID_RULE,
+    ),
+]
 
 
 class Task(msgspec.Struct):
     id: Label = ""
-    revision: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    revision: Annotated[int, msgspec.Meta(ge=0, le=MAX_INT64)] | None = None
 
 
 class ModelInfo(msgspec.Struct):
@@ -104,8 +135,9 @@ class ShadowResult(msgspec.Struct):
 class Trace(msgspec.Struct):
     """One trace as the runtime sends it. Unknown fields are ignored (newer runtimes)."""
 
-    request_id: Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
+    request_id: RequestId
     agent: Key
+    # With a timezone; within MAX_CLOCK_SKEW_SECONDS ahead and the environment's retention.
     occurred_at: datetime
     status: StatusName
     environment: Key | None = None  # optional; when sent it must be the token's environment

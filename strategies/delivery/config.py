@@ -10,12 +10,20 @@ The ETag is `"r<sum of the release revisions>-<4 hex of the payload hash>"`. Rev
 grow, so the sum grows with every change of any release of that agent in that environment
 and with nothing else; it also orders payloads, so an older payload never overwrites a newer
 one in the cache (see `_CACHE_SET_IF_NEWER`).
+
+PostgreSQL is the truth; Redis and the process mirrors are caches of it. Nothing that talks to
+Redis may fail a request or a commit: the pushes after commit are robust `on_commit`
+callbacks, every request-time Redis call goes through `redis_call` (an error, or a recent
+one, is a miss and the caller reads PostgreSQL), mirror entries live at most
+`MIRROR_TTL_SECONDS`, and the beat task `strategies.reconcile_runtime_cache` rewrites what a
+lost push left behind (`cache_reconcile`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import time
@@ -24,14 +32,26 @@ from dataclasses import dataclass
 import redis
 from django.conf import settings
 from django.core.cache import cache
+from django.core.signals import setting_changed
 from django.db import transaction
+from django.dispatch import receiver
 
 from strategies.catalog.models import Agent
 from strategies.delivery.models import ConfigPayload
 from strategies.documents.models import Document
 from strategies.releases.models import Release
 
+log = logging.getLogger(__name__)
+
 CACHE_TTL_SECONDS = 7 * 24 * 3600  # a refill from the database is cheap; keep memory bounded
+# A mirror entry is re-read from Redis at least this often, even when no invalidation came
+# (one lost publish, a blip): the bound on how long a process can serve what Redis no longer
+# holds. One Redis GET per key and process this often costs nothing.
+MIRROR_TTL_SECONDS = 10.0
+# After a Redis error, request-time calls skip Redis this long (a stopped or hung server
+# costs one failed call per process per interval, not one per request).
+REDIS_RETRY_AFTER_SECONDS = 2.0
+REDIS_ERRORS = (redis.RedisError, OSError)
 
 
 @dataclass(frozen=True)
@@ -88,7 +108,9 @@ def payload_refresh(*, agent, environment) -> RenderedConfig:
     row.revision_sum, row.etag, row.body = rendered.revision_sum, rendered.etag, rendered.body
     row.save(update_fields=["revision_sum", "etag", "body", "rendered_at"])
     key = (agent.key, environment.pk)
-    transaction.on_commit(lambda: cache_put(*key, rendered))
+    # Robust: a Redis error after commit is logged, never raised into the committed change
+    # (the request, the other callbacks); the reconcile task pushes what this did not.
+    transaction.on_commit(lambda: cache_put(*key, rendered), robust=True)
     return rendered
 
 
@@ -105,8 +127,56 @@ def redis_client():
     return _client
 
 
+_key_prefix: str | None = None
+
+
 def cache_key(name: str) -> str:
-    return cache.make_key(name)
+    """`cache.make_key(name)`, without its cost on the hot path (the prefix is computed once;
+    a cache with its own KEY_FUNCTION goes through make_key every time)."""
+    global _key_prefix
+    if _key_prefix is None:
+        prefix = cache.make_key("probe").removesuffix("probe")
+        _key_prefix = prefix if cache.make_key("other") == prefix + "other" else ""
+    return _key_prefix + name if _key_prefix else cache.make_key(name)
+
+
+@receiver(setting_changed)
+def _cache_settings_changed(*, setting, **kwargs) -> None:
+    """A test that swaps CACHES gets a client and key prefix of the new cache."""
+    global _client, _key_prefix
+    if setting == "CACHES":
+        _client, _key_prefix = None, None
+
+
+REDIS_UNAVAILABLE = object()
+_redis_down_until = 0.0
+
+
+def redis_call(action, default=None):
+    """`action(client)`, or `default` when Redis fails (or failed less than
+    REDIS_RETRY_AFTER_SECONDS ago). For request-time and after-commit calls only: what they
+    would have read comes from PostgreSQL, what they would have written the reconcile task
+    writes. Periodic tasks call `redis_client()` directly and fail loudly."""
+    global _redis_down_until
+    if _redis_down_until and time.monotonic() < _redis_down_until:
+        return default
+    try:
+        result = action(redis_client())
+    except REDIS_ERRORS as exc:
+        if not _redis_down_until:
+            log.warning("Redis unavailable, reading PostgreSQL instead: %s", exc)
+        _redis_down_until = time.monotonic() + REDIS_RETRY_AFTER_SECONDS
+        return default
+    if _redis_down_until:
+        log.warning("Redis available again")
+        _redis_down_until = 0.0
+    return result
+
+
+def redis_circuit_reset() -> None:
+    """Forget a recent Redis error (tests; the next call tries Redis again)."""
+    global _redis_down_until
+    _redis_down_until = 0.0
 
 
 # --- the process-local mirror ------------------------------------------------------------------
@@ -114,20 +184,21 @@ class LocalMirror:
     """A process-local copy of hot Redis values (payloads, token identities).
 
     On a loaded machine one Redis round trip costs as much as a whole bare Django request,
-    so the hot path reads from this dict. It is exact, not a TTL cache: every writer
-    publishes the key it changed on INVALIDATIONS after writing Redis, a listener thread
-    in each process drops that key, and the writer's own process drops it synchronously.
-    While the listener is not subscribed (starting, or Redis unreachable) the mirror is
-    bypassed and every read goes to Redis. A value read from Redis is only remembered if
-    no invalidation arrived meanwhile (the generation check), so a slow reader can never
-    park a stale value.
+    so the hot path reads from this dict. Every writer publishes the key it changed on
+    INVALIDATIONS after writing Redis, a listener thread in each process drops that key, and
+    the writer's own process drops it synchronously. While the listener is not subscribed
+    (starting, or Redis unreachable) the mirror is bypassed and every read goes to Redis. A
+    value read from Redis is only remembered if no invalidation arrived meanwhile (the
+    generation check), so a slow reader can never park a stale value. An entry lives at
+    most MIRROR_TTL_SECONDS: a lost invalidation heals by itself.
     """
 
     MAX_ENTRIES = 10_000
+    clock = staticmethod(time.monotonic)  # tests move it
 
     def __init__(self, channel: str):
         self.channel = channel
-        self._values: dict[str, object] = {}
+        self._values: dict[str, tuple[object, float]] = {}
         self.generation = 0
         self.healthy = False
         self._pid = None
@@ -136,13 +207,19 @@ class LocalMirror:
     def get(self, key: str):
         if self._pid != os.getpid():
             self._start()
-        return self._values.get(key) if self.healthy else None
+        entry = self._values.get(key)
+        if entry is None or not self.healthy:
+            return None
+        value, expires_at = entry
+        if self.clock() >= expires_at:
+            return None
+        return value
 
     def remember(self, key: str, value, generation: int) -> None:
         if self.healthy and generation == self.generation:
             if len(self._values) >= self.MAX_ENTRIES:
                 self._values.clear()
-            self._values[key] = value
+            self._values[key] = (value, self.clock() + MIRROR_TTL_SECONDS)
 
     def forget(self, key: str) -> None:
         self.generation += 1
@@ -192,9 +269,10 @@ mirror = LocalMirror(channel="")  # channel set on first use (needs the cache pr
 
 
 def invalidate(key: str) -> None:
-    """After writing `key` in Redis: drop it here at once and in every other process."""
+    """After writing `key` in Redis: drop it here at once and in every other process (a
+    publish that fails is healed by the mirror entries' lifetime)."""
     mirror.forget(key)
-    redis_client().publish(cache_key(INVALIDATIONS), key)
+    redis_call(lambda client: client.publish(cache_key(INVALIDATIONS), key))
 
 
 def _config_key(agent_key: str, environment_id: int) -> str:
@@ -213,23 +291,38 @@ return 1
 """
 
 
-def cache_put(agent_key: str, environment_id: int, rendered: RenderedConfig) -> None:
+def cache_put(agent_key: str, environment_id: int, rendered: RenderedConfig) -> bool:
+    """Push a payload to Redis (set-if-newer) and invalidate it everywhere; False when Redis
+    did not take it (an error: the reconcile task retries; or it holds a newer one)."""
     value = b"%d|%s|%s" % (rendered.revision_sum, rendered.etag.encode(), rendered.body)
     key = _config_key(agent_key, environment_id)
-    redis_client().eval(
-        _CACHE_SET_IF_NEWER, 1, key, rendered.revision_sum, value, CACHE_TTL_SECONDS
+    mirror.forget(key)  # this process stops serving the old one whatever Redis does
+    stored = redis_call(
+        lambda client: client.eval(
+            _CACHE_SET_IF_NEWER, 1, key, rendered.revision_sum, value, CACHE_TTL_SECONDS
+        ),
+        default=REDIS_UNAVAILABLE,
     )
+    if stored is REDIS_UNAVAILABLE:
+        return False
     invalidate(key)
+    return stored == 1
+
+
+def mirrored_config(agent_key: str, environment_id: int) -> tuple[str, bytes] | None:
+    """(etag, body) from this process's mirror only, or None (no I/O at all)."""
+    return mirror.get(_config_key(agent_key, environment_id))
 
 
 def cached_config(agent_key: str, environment_id: int) -> tuple[str, bytes] | None:
-    """(etag, body) from the local mirror or Redis, or None on a miss. The hot path."""
+    """(etag, body) from the local mirror or Redis, or None on a miss (or when Redis is
+    unavailable: the caller reads the stored payload). The hot path."""
     key = _config_key(agent_key, environment_id)
     entry = mirror.get(key)
     if entry is not None:
         return entry
     generation = mirror.generation
-    value = redis_client().get(key)
+    value = redis_call(lambda client: client.get(key))
     if value is None:
         return None
     _, etag, body = value.split(b"|", 2)
@@ -239,8 +332,8 @@ def cached_config(agent_key: str, environment_id: int) -> tuple[str, bytes] | No
 
 
 def config_load(*, agent_key: str, environment) -> tuple[str, bytes] | None:
-    """A cache miss: the stored payload (rendered now if it never was), pushed to the cache.
-    None when the agent does not exist."""
+    """A cache miss: the stored payload (rendered now if it never was), pushed to the cache
+    when Redis is there. None when the agent does not exist."""
 
     agent = Agent.objects.filter(key=agent_key).first()
     if agent is None:
@@ -259,6 +352,38 @@ def cache_forget(agent_key: str, environment_id: int) -> None:
     key = _config_key(agent_key, environment_id)
     redis_client().delete(key)
     invalidate(key)
+
+
+def cache_reconcile(batch: int = 500) -> int:
+    """Make Redis (and, through invalidations, every mirror) follow the stored payloads:
+    a cached payload whose ETag differs from its `ConfigPayload` row and is not newer is
+    replaced. A key Redis does not hold is left alone (the next read fills it from
+    PostgreSQL). Returns how many were replaced. Run by beat; fails loudly without Redis."""
+    client = redis_client()
+    rows = list(
+        ConfigPayload.objects.exclude(etag="")
+        .order_by("pk")
+        .values_list("pk", "agent__key", "environment_id", "revision_sum", "etag")
+    )
+    repaired = 0
+    for start in range(0, len(rows), batch):
+        chunk = rows[start : start + batch]
+        cached = client.mget(
+            [_config_key(agent_key, env_id) for _, agent_key, env_id, _, _ in chunk]
+        )
+        for (pk, agent_key, env_id, revision_sum, etag), value in zip(chunk, cached, strict=True):
+            if value is None:
+                continue
+            stored_sum, stored_etag, _ = value.split(b"|", 2)
+            if stored_etag.decode() == etag or int(stored_sum) > revision_sum:
+                continue  # current, or a newer render committed since the rows were read
+            body = ConfigPayload.objects.values_list("body", flat=True).get(pk=pk)
+            if cache_put(agent_key, env_id, RenderedConfig(revision_sum, etag, bytes(body))):
+                log.warning(
+                    "reconciled the cached config of %s in environment %s", agent_key, env_id
+                )
+                repaired += 1
+    return repaired
 
 
 def cache_clear_all() -> int:

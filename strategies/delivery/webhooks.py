@@ -5,23 +5,44 @@ webhook in its own transaction, and schedules the Celery task after commit. The 
 the stored body, POSTs it and records every try (`WebhookAttempt`). A non-2xx answer or a
 timeout is retried with exponential backoff, at most `MAX_TRIES` tries in all. The delivery
 id travels as `X-Console-Delivery`: the same on every try, so receivers can de-duplicate.
+
+Targets (docs/runtime-api.md §4): the console calls public addresses only. A URL whose host
+is, or resolves to, a private, loopback, link-local, reserved, multicast or unspecified
+address (IPv4-mapped IPv6 included) is refused at registration and again at every try,
+unless `WEBHOOK_ALLOW_PRIVATE_TARGETS` is on (tests, on-premise receivers); the cloud
+metadata address never. A try resolves the host once, checks every address and connects to
+a checked one (so a DNS answer that changes between check and connect cannot switch it),
+with the URL's host in the Host header and as TLS server name. Redirects are not followed
+(a 3xx is a failed try), and a try ends at `TRY_DEADLINE_SECONDS` whatever the receiver does.
+
+A try holds no row lock and no transaction while it POSTs: it claims the next try number in
+one short transaction (a conditional UPDATE, so of two concurrent tasks one claims and the
+other stops), POSTs, then writes the outcome in a second short transaction.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import http.client
+import io
+import ipaddress
+import logging
 import os
 import secrets
+import socket
+import ssl
 import time
-import urllib.error
-import urllib.request
+from dataclasses import dataclass
+from datetime import timedelta
+from urllib.parse import urlsplit
 
 from celery import current_app
 from django.conf import settings
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.core.validators import URLValidator
 from django.db import transaction
+from django.db.models import F, Max
 from django.utils import timezone
 
 from console.audit import actor_label, audit_record
@@ -31,12 +52,27 @@ from console.writes import update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.delivery.models import WEBHOOK_EVENT, Webhook, WebhookAttempt, WebhookDelivery
 
+log = logging.getLogger(__name__)
+
 MAX_TRIES = 5
-TIMEOUT_SECONDS = 5
+# The whole of one try — resolution, connect, TLS, sending, the answer's status and headers.
+TRY_DEADLINE_SECONDS = 10.0
+# A claimed try still "in progress" this long after it started was abandoned (its worker
+# stopped): the deadline plus room for the two short transactions around the POST.
+CLAIM_STALE_AFTER_SECONDS = 60.0
 EVENT = WEBHOOK_EVENT
 DELIVER_TASK = "strategies.deliver_webhook"
 # First retry after this many seconds, then doubling (10, 20, 40, 80). Tests shorten it.
 RETRY_BASE_SECONDS = float(os.environ.get("WEBHOOK_RETRY_BASE_SECONDS", "10"))
+BUSY = "busy"  # another task holds this try: nothing to do (not a delivery status)
+IN_PROGRESS = "in progress"
+_ABANDONED = "abandoned: the worker stopped during this try"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+# Never a receiver, whatever the setting says.
+_METADATA_ADDRESSES = frozenset(
+    ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254")
+)
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
 def new_webhook_secret() -> str:
@@ -52,72 +88,339 @@ def retry_delay(tries_done: int) -> float:
     return RETRY_BASE_SECONDS * (2 ** (tries_done - 1))
 
 
-def post_once(delivery: WebhookDelivery) -> WebhookAttempt:
-    """One try: POST the stored body, record the attempt (ok = a 2xx answer in time)."""
+# --- which targets the console calls -----------------------------------------------------------
+class TargetRefused(Exception):
+    """The URL's host is, or resolves to, an address the console does not call."""
+
+
+class TargetUnresolved(Exception):
+    """The URL's host does not resolve (now): a try fails and is retried."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A webhook URL resolved once: the checked addresses to connect to, in order."""
+
+    scheme: str
+    host: str  # as in the URL, without brackets
+    port: int
+    path: str  # path and query, as sent in the request line
+    addresses: tuple[str, ...]
+
+    @property
+    def host_header(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == _DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
+
+
+def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries (IPv4-mapped, 6to4, NAT64), if any."""
+    if ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    if ip.sixtofour is not None:
+        return ip.sixtofour
+    if ip in _NAT64:
+        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
+    return None
+
+
+def address_refusal(address: str) -> str | None:
+    """Why the console does not call `address` (a sentence fragment), or None."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 scope id is not part of it
+    if isinstance(ip, ipaddress.IPv6Address):
+        ip = _embedded_ipv4(ip) or ip
+    if ip in _METADATA_ADDRESSES:
+        return "the cloud metadata address"
+    if ip.is_unspecified:
+        return "an unspecified address"
+    if ip.is_multicast:
+        return "a multicast address"
+    if settings.WEBHOOK_ALLOW_PRIVATE_TARGETS:
+        return None
+    for refused, label in (
+        (ip.is_loopback, "a loopback address"),
+        (ip.is_link_local, "a link-local address"),
+        (ip.is_private, "a private address"),
+        (ip.is_reserved, "a reserved address"),
+        (not ip.is_global, "not a public address"),
+    ):
+        if refused:
+            return label
+    return None
+
+
+def target_resolve(url: str) -> Target:
+    """Resolve the URL's host once and check every address (TargetRefused, TargetUnresolved)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or not parts.hostname:
+        raise TargetRefused("not an http(s) URL")
+    try:
+        port = parts.port or _DEFAULT_PORTS[scheme]
+    except ValueError as exc:
+        raise TargetRefused("the port is not a number from 1 to 65535") from exc
+    host = parts.hostname
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise TargetUnresolved(f"{host} does not resolve ({exc})") from exc
+    addresses = tuple(dict.fromkeys(info[4][0] for info in infos))
+    if not addresses:
+        raise TargetUnresolved(f"{host} does not resolve")
+    for address in addresses:
+        reason = address_refusal(address)
+        if reason:
+            where = address if address == host else f"{host} resolves to {address}"
+            raise TargetRefused(f"{where}, {reason}")
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return Target(scheme=scheme, host=host, port=port, path=path, addresses=addresses)
+
+
+# --- one POST within one deadline ----------------------------------------------------------------
+def tls_context() -> ssl.SSLContext:
+    """The TLS settings of a try: the system's trust store, the host name checked."""
+    return ssl.create_default_context()
+
+
+class _DeadlineReader(io.RawIOBase):
+    """Reads from the socket, each read waiting at most until the try's deadline."""
+
+    def __init__(self, sock, deadline: float):
+        self._sock, self._deadline = sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:
+        remaining = self._deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the try's deadline passed")
+        self._sock.settimeout(remaining)
+        return self._sock.recv_into(buffer)
+
+
+class _DeadlineSocket:
+    """What `http.client.HTTPResponse` reads the answer from: the socket, behind the deadline."""
+
+    def __init__(self, sock, deadline: float):
+        self._sock, self._deadline = sock, deadline
+
+    def makefile(self, mode="rb", *args, **kwargs):
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+
+def _answer_read_until(deadline: float):
+    """An `HTTPConnection.response_class` whose reads all end by `deadline`."""
+
+    def response(sock, *args, **kwargs):
+        return http.client.HTTPResponse(_DeadlineSocket(sock, deadline), *args, **kwargs)
+
+    return response
+
+
+def _remaining(deadline: float) -> float:
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError("the try's deadline passed")
+    return remaining
+
+
+class _PinnedHTTPSConnection(http.client.HTTPSConnection):
+    """TLS to a checked address, with the URL's host name as server name (SNI) and as the
+    name the certificate must carry."""
+
+    def __init__(self, address: str, port: int, *, server_hostname: str, deadline: float):
+        super().__init__(address, port, timeout=_remaining(deadline), context=tls_context())
+        self._server_hostname, self._deadline = server_hostname, deadline
+
+    def connect(self) -> None:
+        http.client.HTTPConnection.connect(self)  # TCP to the pinned address
+        self.sock.settimeout(_remaining(self._deadline))  # the handshake, as a whole
+        self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_hostname)
+
+
+def _connection(target: Target, address: str, deadline: float) -> http.client.HTTPConnection:
+    if target.scheme == "https":
+        conn = _PinnedHTTPSConnection(
+            address, target.port, server_hostname=target.host, deadline=deadline
+        )
+    else:
+        conn = http.client.HTTPConnection(address, target.port, timeout=_remaining(deadline))
+    conn.response_class = _answer_read_until(deadline)
+    return conn
+
+
+def _post(target: Target, body: bytes, headers: dict, deadline: float) -> tuple[int, str]:
+    """POST to the first checked address that accepts a connection: (status, Location)."""
+    connect_error: OSError | None = None
+    for address in target.addresses:
+        conn = _connection(target, address, deadline)
+        try:
+            try:
+                conn.connect()
+            except ssl.SSLError:
+                raise  # the receiver answered: its certificate is wrong, not its address
+            except OSError as exc:
+                connect_error = exc
+                continue
+            conn.sock.settimeout(_remaining(deadline))  # sendall: a total, not per chunk
+            conn.request("POST", target.path, body=body, headers=headers)
+            response = conn.getresponse()
+            return response.status, response.getheader("Location") or ""
+        finally:
+            conn.close()
+    raise connect_error or OSError("no address to connect to")
+
+
+@dataclass(frozen=True)
+class TryOutcome:
+    ok: bool
+    status_code: int | None = None
+    error: str = ""
+    final: bool = False  # no later try can do better (a refused target)
+    duration_ms: int = 0
+
+
+def post_once(delivery: WebhookDelivery) -> TryOutcome:
+    """One try: resolve and check the target, POST the stored body, within the deadline.
+    Touches no database; ok = a 2xx answer in time. Redirects are not followed."""
     body = bytes(delivery.body)
     webhook = delivery.webhook
-    # webhook_create admits only http(s) URLs.
-    request = urllib.request.Request(  # noqa: S310
-        webhook.url,
-        data=body,
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "User-Agent": "context-console-webhooks/1",
-            "X-Console-Event": delivery.event,
-            "X-Console-Delivery": str(delivery.delivery_id),
-            "X-Console-Signature": signature(webhook.secret, body),
-        },
-    )
-    started, clock = timezone.now(), time.monotonic()
-    status_code, error = None, ""
+    clock = time.monotonic()
+    deadline = clock + TRY_DEADLINE_SECONDS
+
+    def outcome(**fields) -> TryOutcome:
+        fields["error"] = fields.get("error", "")[:500]
+        return TryOutcome(duration_ms=int((time.monotonic() - clock) * 1000), **fields)
+
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_SECONDS) as response:  # noqa: S310
-            status_code = response.status
-    except urllib.error.HTTPError as exc:
-        status_code, error = exc.code, f"HTTP {exc.code}"
-    except (urllib.error.URLError, TimeoutError, OSError) as exc:
-        error = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"[:500]
-    return WebhookAttempt(
-        delivery=delivery,
-        number=delivery.tries + 1,
-        started_at=started,
-        duration_ms=int((time.monotonic() - clock) * 1000),
-        status_code=status_code,
-        error=error,
-        ok=status_code is not None and 200 <= status_code < 300,
-    )
-
-
-def delivery_try(*, delivery_id: int) -> tuple[str, int]:
-    """Make the next try of a delivery; returns (status, tries so far).
-
-    The row lock is held during the POST so a duplicate task (a redelivered message) waits
-    and then sees the outcome instead of posting twice.
-    """
-
-    with transaction.atomic():
-        delivery = (
-            WebhookDelivery.objects.select_for_update(of=("self",))
-            .select_related("webhook")
-            .filter(pk=delivery_id)
-            .first()
+        target = target_resolve(webhook.url)
+    except TargetRefused as exc:
+        log.warning("webhook %s: target refused: %s", webhook.pk, exc)
+        return outcome(ok=False, error=f"refused: {exc}", final=True)
+    except TargetUnresolved as exc:
+        return outcome(ok=False, error=str(exc))
+    headers = {
+        "Host": target.host_header,
+        "Content-Type": "application/json",
+        "User-Agent": "context-console-webhooks/1",
+        "X-Console-Event": delivery.event,
+        "X-Console-Delivery": str(delivery.delivery_id),
+        "X-Console-Signature": signature(webhook.secret, body),
+        "Connection": "close",
+    }
+    try:
+        status, location = _post(target, body, headers, deadline)
+    except TimeoutError as exc:
+        if time.monotonic() >= deadline - 0.05:
+            return outcome(ok=False, error=f"deadline: no answer within {TRY_DEADLINE_SECONDS:g} s")
+        return outcome(ok=False, error=f"TimeoutError: {exc}")
+    except (OSError, http.client.HTTPException) as exc:
+        return outcome(ok=False, error=f"{type(exc).__name__}: {exc}")
+    if 300 <= status < 400:
+        log.warning("webhook %s: HTTP %s redirect to %r not followed", webhook.pk, status, location)
+        return outcome(
+            ok=False,
+            status_code=status,
+            error=f"HTTP {status}: redirect to {location or '(no Location)'} not followed",
         )
+    ok = 200 <= status < 300
+    return outcome(ok=ok, status_code=status, error="" if ok else f"HTTP {status}")
+
+
+# --- a try: claim, POST with nothing open, record -------------------------------------------------
+def _in_progress(claimant: str) -> str:
+    return f"{IN_PROGRESS} (task {claimant or '?'})"
+
+
+def _delivery_claim(delivery_id: int, claimant: str):
+    """Claim the next try in one short transaction: (delivery, attempt) or (status, tries).
+
+    The claim is a conditional UPDATE of the try counter: of two tasks that read the same
+    counter one claims, the other finds no row and stops. A try still in progress belongs to
+    its task; it is taken over only by the same task (its worker died, the message came
+    back) or once it is older than any try can be (`CLAIM_STALE_AFTER_SECONDS`).
+    """
+    with transaction.atomic():
+        delivery = WebhookDelivery.objects.select_related("webhook").filter(pk=delivery_id).first()
         if delivery is None:  # e.g. a message that outlived its database (tests, restores)
             return "missing", 0
         if delivery.status != WebhookDelivery.Status.PENDING:
             return delivery.status, delivery.tries
-        attempt = post_once(delivery)
-        attempt.save()
-        delivery.tries = attempt.number
-        if attempt.ok:
-            delivery.status = WebhookDelivery.Status.DELIVERED
-        elif delivery.tries >= MAX_TRIES or not delivery.webhook.is_active:
-            delivery.status = WebhookDelivery.Status.FAILED
-        if delivery.status != WebhookDelivery.Status.PENDING:
-            delivery.finished_at = timezone.now()
-        delivery.save(update_fields=["tries", "status", "finished_at"])
-        return delivery.status, delivery.tries
+        current = (
+            WebhookAttempt.objects.filter(
+                delivery=delivery, number=delivery.tries, error__startswith=IN_PROGRESS
+            ).first()
+            if delivery.tries
+            else None
+        )
+        if current is not None:
+            mine = bool(claimant) and current.error == _in_progress(claimant)
+            stale = current.started_at < timezone.now() - timedelta(
+                seconds=CLAIM_STALE_AFTER_SECONDS
+            )
+            if not (mine or stale):
+                return BUSY, delivery.tries
+        claimed = WebhookDelivery.objects.filter(
+            pk=delivery.pk, status=WebhookDelivery.Status.PENDING, tries=delivery.tries
+        ).update(tries=F("tries") + 1)
+        if not claimed:
+            return BUSY, delivery.tries
+        if current is not None:
+            WebhookAttempt.objects.filter(pk=current.pk, error=current.error).update(
+                error=_ABANDONED
+            )
+        delivery.tries += 1
+        attempt = WebhookAttempt.objects.create(
+            delivery=delivery,
+            number=delivery.tries,
+            started_at=timezone.now(),
+            error=_in_progress(claimant),
+        )
+        return delivery, attempt
+
+
+def _outcome_record(delivery: WebhookDelivery, attempt: WebhookAttempt, outcome: TryOutcome):
+    """Write a try's outcome in one short transaction; returns (status, tries)."""
+    with transaction.atomic():
+        WebhookAttempt.objects.filter(pk=attempt.pk).update(
+            status_code=outcome.status_code,
+            error=outcome.error,
+            ok=outcome.ok,
+            duration_ms=outcome.duration_ms,
+        )
+        pending = WebhookDelivery.objects.filter(
+            pk=delivery.pk, status=WebhookDelivery.Status.PENDING
+        )
+        if outcome.ok:
+            pending.update(status=WebhookDelivery.Status.DELIVERED, finished_at=timezone.now())
+        elif (
+            outcome.final
+            or attempt.number >= MAX_TRIES
+            or not Webhook.objects.filter(pk=delivery.webhook_id, deleted_at__isnull=True).exists()
+        ):
+            pending.filter(tries=attempt.number).update(
+                status=WebhookDelivery.Status.FAILED, finished_at=timezone.now()
+            )
+        status, tries = WebhookDelivery.objects.values_list("status", "tries").get(pk=delivery.pk)
+    if status == WebhookDelivery.Status.PENDING and tries != attempt.number:
+        return BUSY, tries  # a later try was claimed meanwhile: its task goes on
+    return status, tries
+
+
+def delivery_try(*, delivery_id: int, claimant: str = "") -> tuple[str, int]:
+    """Make the next try of a delivery; returns (status, tries so far). `claimant` names the
+    task (its id): a redelivered message may take over its own unfinished try.
+
+    Status `BUSY`: another task holds the try (or made a later one); the caller stops — that
+    task schedules whatever comes next. No lock and no transaction is open during the POST.
+    """
+    claim = _delivery_claim(delivery_id, claimant)
+    if isinstance(claim[0], str):
+        return claim
+    delivery, attempt = claim
+    outcome = post_once(delivery)
+    return _outcome_record(delivery, attempt, outcome)
 
 
 def deliveries_create(*, environment, payload: bytes) -> list[int]:
@@ -138,17 +441,81 @@ def deliveries_send(delivery_ids: list[int]) -> None:
         current_app.send_task(DELIVER_TASK, args=(delivery_id,), queue=queue)
 
 
+# A pending delivery whose next try is this much overdue lost its message; the relay queues it.
+RELAY_GRACE = timedelta(minutes=2)
+
+
+def deliveries_relay(*, grace: timedelta = RELAY_GRACE, send=deliveries_send) -> int:
+    """Queue again every pending delivery whose next try is overdue by more than `grace`:
+    its message was lost (the broker failed at commit or at a retry, a worker died holding
+    it). The outbox row is the truth; a message that turns up late finds the try claimed or
+    done (see `_delivery_claim`). Returns how many were queued. Run by beat."""
+    now = timezone.now()
+    due = []
+    pending = (
+        WebhookDelivery.objects.filter(status=WebhookDelivery.Status.PENDING)
+        .annotate(last_try=Max("attempts__started_at"))
+        .order_by("pk")
+        .values_list("pk", "tries", "created_at", "last_try")
+    )
+    for pk, tries, created_at, last_try in pending:
+        if tries == 0 or last_try is None:
+            expected = created_at  # queued after commit: runs at once
+        else:  # the retry after the last try, or the takeover of a try whose worker died
+            wait = max(retry_delay(tries), CLAIM_STALE_AFTER_SECONDS) + TRY_DEADLINE_SECONDS
+            expected = last_try + timedelta(seconds=wait)
+        if expected + grace <= now:
+            due.append(pk)
+    if due:
+        log.warning("relaying %d webhook deliveries whose message was lost", len(due))
+        send(due)
+    return len(due)
+
+
 # --- registering and removing webhooks -------------------------------------------------------
-@service_transaction
-def webhook_create(*, environment: Environment, url: str, description: str = "", actor):
-    """Register a URL; returns (webhook, secret). The secret is shown once."""
+def _url_refused(message: str, code: str, detail: str) -> ValidationFailed:
+    return ValidationFailed(message, details=[{"path": "url", "code": code, "message": detail}])
+
+
+def webhook_url_check(url: str) -> None:
+    """Refuse (ValidationFailed on `url`) what the console would not deliver to: not an
+    http(s) URL, a host that does not resolve, or an internal address (see the module)."""
     try:
         URLValidator(schemes=["http", "https"])(url)
     except DjangoValidationError as exc:
-        raise ValidationFailed(
+        raise _url_refused(
             "Enter a full http(s) URL, e.g. https://runtime.example.com/hooks/console.",
-            details=[{"path": "url", "code": "invalid", "message": "not an http(s) URL"}],
+            "invalid",
+            "not an http(s) URL",
         ) from exc
+    try:
+        target_resolve(url)
+    except TargetRefused as exc:
+        raise _url_refused(
+            f"The console does not send webhooks to internal addresses: {exc}. Use the "
+            "receiver's public address (on-premise receivers: an operator can allow private "
+            "addresses with WEBHOOK_ALLOW_PRIVATE_TARGETS=true).",
+            "internal_address",
+            str(exc),
+        ) from exc
+    except TargetUnresolved as exc:
+        raise _url_refused(
+            f"The console cannot resolve this URL's host: {exc}. Check the name, or register "
+            "the webhook once it resolves.",
+            "unresolvable",
+            str(exc),
+        ) from exc
+
+
+def webhook_create(*, environment: Environment, url: str, description: str = "", actor):
+    """Register a URL; returns (webhook, secret). The secret is shown once. The host is
+    resolved and checked before the transaction (no lookup while it is open)."""
+    webhook_url_check(url)
+    return _webhook_store(environment=environment, url=url, description=description, actor=actor)
+
+
+@service_transaction
+def _webhook_store(*, environment: Environment, url: str, description: str, actor):
     secret = new_webhook_secret()
     hook = Webhook.objects.create(
         environment=environment,

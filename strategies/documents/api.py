@@ -6,9 +6,9 @@ from __future__ import annotations
 from context_runtime import vocabulary
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 
+from console.access_api import OperatorPagination
 from console.errors import NotFound, ValidationFailed
 from console.limits import check_request_size
 from console.policy import Capability, requires
@@ -54,7 +54,7 @@ def _parse(request, serializer_class) -> dict:
 
 
 def _page(request, items, serializer_class) -> Response:
-    paginator = LimitOffsetPagination()
+    paginator = OperatorPagination()  # at most OperatorPagination.max_limit rows
     page = paginator.paginate_queryset(items, request)
     return paginator.get_paginated_response(serializer_class(page, many=True).data)
 

@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from console.errors import Conflict, Forbidden, PayloadTooLarge, ValidationFailed
-from console.policy import Capability, requires, user_can
+from console.policy import Capability, check_user_can, requires, user_can
 from strategies.catalog.selectors import environment_list
 from strategies.documents import selectors, services
 from strategies.documents.forms import (
@@ -167,8 +167,12 @@ def agent_strategies(request, agent):
     form = NewStrategyForm(request.POST or None)
     status = 200
     if request.method == "POST":
-        if not _can(request, Capability.EDIT_DRAFTS):
-            raise Forbidden("You cannot add strategies to this agent.")
+        check_user_can(
+            request.user,
+            Capability.EDIT_DRAFTS,
+            request.agent,
+            message="You cannot add strategies to this agent.",
+        )
         if form.is_valid():
             try:
                 document = services.document_create(
@@ -327,6 +331,18 @@ def _editor_body(request, doc, draft):
     return form.body_over(body if problem is None else draft.body), problem, "form"
 
 
+def _field_findings(report) -> dict[str, list[dict]]:
+    """Per structured field, its findings with what each one blocks: "save" (the structure)
+    or only "publish" (what the chosen environment's runtime lacks); the editor shows them in
+    different styles and words."""
+    save, publish = errors_by_field(report.errors), errors_by_field(report.manifest_errors)
+    return {
+        name: [{"message": m, "blocks": "save"} for m in save[name]]
+        + [{"message": m, "blocks": "publish"} for m in publish.get(name, [])]
+        for name in save
+    }
+
+
 def _editor_context(request, doc, draft, *, body, problem=None, environment_key="", **extra):
     environments = environment_list()
     environment = next((e for e in environments if e.key == environment_key), None)
@@ -335,13 +351,12 @@ def _editor_context(request, doc, draft, *, body, problem=None, environment_key=
         if problem is None
         else selectors.ValidationReport(errors=[problem])
     )
-    findings = report.errors + report.manifest_errors
     return {
         "agent": request.agent,
         "document": doc,
         "draft": draft,
         "body": body,
-        "field_errors": errors_by_field(findings) if doc.kind == vocabulary.STRATEGY else {},
+        "field_errors": _field_findings(report) if doc.kind == vocabulary.STRATEGY else {},
         "fields": StrategyFieldsForm(initial=StrategyFieldsForm.initial_from(body))
         if doc.kind == vocabulary.STRATEGY
         else None,

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from context_runtime.diff import diff_bodies
 from context_runtime.findings import Finding, blocking
 from django.core.paginator import Paginator
+from django.db.models import F
 
 from console.policy import Capability, user_can, user_can_decide_approval, user_can_publish_to
 from strategies.catalog.models import Environment
@@ -49,13 +50,21 @@ class DocumentRow:
 
 
 def release_grid(*, user, agent) -> list[DocumentRow]:
-    """Documents (profile first) × environments in promotion order, in four queries."""
+    """Documents (profile first) × environments in promotion order, in five queries."""
     envs = environment_list()
     docs = list(Document.objects.filter(agent=agent).order_by("kind", "key"))
     releases = {
         (r.document_id, r.environment_id): r
         for r in Release.objects.filter(document__agent=agent).select_related("version")
     }
+    # Releases with something to roll back to: an earlier version that was live there
+    # (rollback_targets non-empty), for all cells at once.
+    rollback_ready = set(
+        ReleaseEvent.objects.filter(release__document__agent=agent)
+        .exclude(to_version_id=F("release__version_id"))
+        .values_list("release_id", flat=True)
+        .distinct()
+    )
     pending = {
         (a.document_id, a.environment_id): a
         for a in ApprovalRequest.objects.filter(
@@ -72,13 +81,16 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
         row = DocumentRow(document=doc, latest=latest.get(doc.pk))
         for env in envs:
             waiting = pending.get((doc.pk, env.pk))
+            release = releases.get((doc.pk, env.pk))
             row.cells.append(
                 Cell(
                     environment=env,
-                    release=releases.get((doc.pk, env.pk)),
+                    release=release,
                     pending=waiting,
                     can_publish=may_publish[env.pk],
-                    can_rollback=may_rollback and (doc.pk, env.pk) in releases,
+                    can_rollback=may_rollback
+                    and release is not None
+                    and release.pk in rollback_ready,
                     can_approve=bool(waiting and user_can_decide_approval(user, waiting)),
                 )
             )

@@ -180,7 +180,9 @@ def _notify(release: Release, before: Release | None, action: str, etag: str, wh
     ).encode()
     ids = webhooks.deliveries_create(environment=release.environment, payload=payload)
     if ids:
-        transaction.on_commit(lambda: webhooks.deliveries_send(ids))
+        # Robust: a broker error cannot fail the committed change; the outbox rows stay
+        # pending and the relay task (strategies.relay_webhook_deliveries) queues them.
+        transaction.on_commit(lambda: webhooks.deliveries_send(ids), robust=True)
 
 
 # --- publish ---------------------------------------------------------------------------------------
@@ -368,6 +370,20 @@ def approval_reject(*, approval: ApprovalRequest, actor, note: str) -> ApprovalR
 
 
 # --- rollback ----------------------------------------------------------------------------------------
+def check_rollback_target(*, release: Release, to_version: Version) -> None:
+    """Refuse (400) a version that was never live in the release's environment, or is live
+    there now: a rollback goes back to exactly the version asked for, or nowhere."""
+    if to_version.pk not in {v.pk for v in rollback_targets(release)}:
+        raise ValidationFailed(
+            f"v{to_version.number} was never live in {release.environment.key} (or is live now); "
+            "a rollback goes back to a version that was live there before.",
+            code="not_a_rollback_target",
+            details=[
+                {"path": "version", "code": "invalid_choice", "message": "not a previous release"}
+            ],
+        )
+
+
 @service_transaction
 def release_rollback(
     *,
@@ -383,15 +399,7 @@ def release_rollback(
     reason = reason_clean(
         reason, ask="Give a reason for the rollback (recorded in the history and the audit log)."
     )
-    if to_version.pk not in {v.pk for v in rollback_targets(release)}:
-        raise ValidationFailed(
-            f"v{to_version.number} was never live in {release.environment.key} (or is live now); "
-            "a rollback goes back to a version that was live there before.",
-            code="not_a_rollback_target",
-            details=[
-                {"path": "version", "code": "invalid_choice", "message": "not a previous release"}
-            ],
-        )
+    check_rollback_target(release=release, to_version=to_version)
     return _release_move(
         document=release.document,
         environment=release.environment,

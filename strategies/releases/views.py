@@ -13,7 +13,7 @@ from django.views.decorators.vary import vary_on_headers
 from console.errors import ApplicationError, NotFound, ValidationFailed
 from console.policy import (
     Capability,
-    agents_visible_to,
+    agents_where,
     requires,
     user_can,
     user_can_decide_approval,
@@ -101,9 +101,9 @@ def _page_or_preview(request, template: str, context: dict, error) -> TemplateRe
 # --- overview ------------------------------------------------------------------------------------------
 @require_http_methods(["GET"])
 def overview(request):
-    """Per agent: documents × environments (sg-test → bank-uat → prod), live versions,
-    pending approvals and the actions this user may take."""
-    visible = list(agents_visible_to(request.user))
+    """Per agent where the user may view configuration: documents × environments (sg-test →
+    bank-uat → prod), live versions, pending approvals and the actions this user may take."""
+    visible = list(agents_where(request.user, Capability.VIEW_CONFIG).order_by("key"))
     chosen = request.GET.get("agent", "")
     agents = [a for a in visible if a.key == chosen] if chosen else visible
     grids = [(agent, selectors.release_grid(user=request.user, agent=agent)) for agent in agents]
@@ -158,6 +158,8 @@ def publish(request, agent, document, environment):
         "versions": selectors.publishable_versions(document=doc),
         "preview": preview,
         "error": error,
+        # A refused publish shows the form again with what the person typed.
+        "reason": request.POST.get("reason", "") if request.method == "POST" else "",
         "can_enable_sensitive": user_can(request.user, Capability.ENABLE_SENSITIVE, request.agent),
     }
     return _page_or_preview(request, "releases/publish.html", context, error)
@@ -176,22 +178,20 @@ def rollback(request, agent, document, environment):
             f"Nothing of {doc.key} is live in {env.key}, so there is nothing to roll back."
         )
     choices = selectors.rollback_choices(release=release)
-    number = _int(_asked_version(request), "version")
-    target = next((v for v in choices if v.number == number), choices[0] if choices else None)
-    error = None
-    if request.method == "POST" and target is not None:
-        try:
+    error = target = None
+    try:
+        target = _rollback_target(request, release, choices)
+        if request.method == "POST":
             releases.release_rollback(
                 release=release, to_version=target, actor=request.user, **_confirmed(request)
             )
-        except ApplicationError as exc:
-            error = exc
-        else:
             messages.success(
                 request,
                 f"{env.key} is back on {doc.key} v{target.number}. The runtime gets it now.",
             )
             return redirect(_overview_url(request.agent))
+    except ApplicationError as exc:
+        error = exc
     context = {
         "agent": request.agent,
         "document": doc,
@@ -203,6 +203,32 @@ def rollback(request, agent, document, environment):
         "error": error,
     }
     return _page_or_preview(request, "releases/rollback.html", context, error)
+
+
+def _rollback_target(request, release, choices):
+    """The version asked for, as it is: never another one in its place (400 for an unknown
+    one or one that is not a rollback target). On the page without a choice, the newest
+    earlier release is preselected (None: there is none); a POST must name its version."""
+    document = release.document
+    number = _int(_asked_version(request), "version")
+    if number is None:
+        if request.method == "POST":
+            raise ValidationFailed(
+                "Choose the version to roll back to.",
+                code="version_required",
+                details=[{"path": "version", "code": "required", "message": "Choose a version."}],
+            )
+        return choices[0] if choices else None
+    version = document.versions.filter(number=number).first()
+    if version is None:
+        raise ValidationFailed(
+            f"{document.key} has no version {number}: nothing was rolled back.",
+            code="unknown_version",
+            details=[{"path": "version", "code": "does_not_exist", "message": f"No v{number}."}],
+        )
+    # Also checked by the service, in its transaction; here so the page shows no preview of it.
+    releases.check_rollback_target(release=release, to_version=version)
+    return version
 
 
 # --- approvals -----------------------------------------------------------------------------------------------

@@ -1,8 +1,10 @@
 """The runtime API (docs/runtime-contract.md §1, §2): token-authenticated, no session, no CSRF.
 
-`GET config/<agent>` is the hot path: one Redis GET for the token's identity and one for the
-pre-rendered payload bytes; no database query and no serializer on a cache hit. The
-serializers below only document the contract in the OpenAPI schema.
+`GET config/<agent>` is the hot path: the token's identity and the pre-rendered payload bytes
+come from the process mirror (a Redis GET each on a miss); no database query and no serializer
+on a cache hit. A request the mirror can answer does not even reach Django: the dispatcher in
+console/wsgi.py calls `config_fast`. The serializers below only document the contract in the
+OpenAPI schema.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from strategies.runtime.authentication import (
     etag_matches,
     runtime_view,
 )
-from strategies.runtime.manifests import manifest_report
+from strategies.runtime.manifests import manifest_report, manifest_writer_check
 
 
 # --- schema-only serializers ----------------------------------------------------------------------
@@ -98,6 +100,37 @@ def config_response(request, agent: str) -> HttpResponse:
     )
 
 
+_CONTENT_TYPE = ("Content-Type", "application/json")
+_NO_CACHE = ("Cache-Control", "no-cache")
+
+
+def config_fast(environ: dict, agent: str) -> tuple[int, list[tuple[str, str]], bytes] | None:
+    """`config_response` for a WSGI request, from this process's mirror alone and without
+    Django's request cycle (the dispatcher in console/wsgi.py): (status, the view's headers,
+    body), or None when the mirror cannot answer — no token, a token or payload not
+    mirrored — and Django must. Same checks, same bytes (tests/integration/
+    test_config_dispatcher.py); the caller adds the headers the middleware adds."""
+    try:
+        identity = RuntimeTokenAuthentication.identify_mirrored(
+            environ.get("HTTP_AUTHORIZATION", ""), "config:read"
+        )
+        if identity is None:
+            return None
+        check_agent_scope(identity, agent)
+    except ApplicationError as exc:
+        response = JsonResponse(exc.as_payload(), status=exc.status)
+        return exc.status, list(response.items()), response.content
+    entry = runtime_config.mirrored_config(agent, identity.environment_id)
+    if entry is None:
+        return None
+    etag, body = entry
+    if_none_match = environ.get("HTTP_IF_NONE_MATCH")
+    if if_none_match and (if_none_match == etag or etag_matches(if_none_match, etag)):
+        return 304, [("ETag", etag)], b""
+    headers = [("ETag", etag), _NO_CACHE, _CONTENT_TYPE]  # HttpResponse's order
+    return 200, headers, b"" if environ.get("REQUEST_METHOD") == "HEAD" else body
+
+
 class ConfigView(APIView):
     """GET config/<agent>. Declared as a DRF view for the schema, but `dispatch` serves the
     request directly: DRF's request wrapping and negotiation would cost more than the
@@ -154,16 +187,23 @@ config = login_not_required(ConfigView.as_view())
     tags=["runtime"],
     operation_id="runtime_manifest_update",
     summary="Report what the runtime of the token's environment implements",
+    description="A manifest describes the whole environment, so the token must hold "
+    "`manifest:write` and cover every agent (a token limited to some agents gets 403).",
     request=ManifestSerializer,
     responses={
         200: ManifestResultSerializer,
         400: OpenApiResponse(ErrorSerializer, description="Malformed manifest."),
         **_ERRORS,
+        403: OpenApiResponse(
+            ErrorSerializer,
+            description="The token lacks the capability, or is limited to some agents.",
+        ),
     },
 )
 @runtime_view(["PUT"], capability="manifest:write")
 def manifest(request):
     identity = request.user
+    manifest_writer_check(identity)  # before the body is read: the answer does not depend on it
     environment = Environment.objects.get(pk=identity.environment_id)
     report = manifest_report(environment=environment, body=request.data, actor=identity)
     return Response({"version": report.manifest.version, "warnings": report.warnings})

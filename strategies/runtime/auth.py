@@ -12,13 +12,20 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Q
 from django.utils import timezone
 
 from console.errors import ApplicationError, Forbidden, NotFound
-from strategies.delivery.config import cache_key, invalidate, mirror, redis_client
+from strategies.delivery.config import (
+    REDIS_UNAVAILABLE,
+    cache_key,
+    invalidate,
+    mirror,
+    redis_call,
+    redis_client,
+)
 from strategies.runtime.models import RuntimeToken
 
 TOKEN_PREFIX = "cc_rt_"
@@ -58,7 +65,11 @@ def new_secret() -> str:
 
 
 def bearer_secret(request) -> str:
-    header = request.META.get("HTTP_AUTHORIZATION", "")
+    return bearer_secret_of(request.META.get("HTTP_AUTHORIZATION", ""))
+
+
+def bearer_secret_of(header: str) -> str:
+    """The secret of an `Authorization: Bearer <token>` header value (401 otherwise)."""
     scheme, _, value = header.partition(" ")
     if scheme.lower() != "bearer" or not value.strip():
         raise NotAuthenticated("Send the runtime token as 'Authorization: Bearer <token>'.")
@@ -86,11 +97,14 @@ def identity_for_secret(secret: str) -> RuntimeIdentity | None:
     )
 
 
-def authorize_runtime(identity: RuntimeIdentity, capability: str) -> RuntimeIdentity:
-    """403 without the capability; otherwise note the use (for `last_used_at`)."""
+def authorize_runtime(
+    identity: RuntimeIdentity, capability: str, *, database: bool = True
+) -> RuntimeIdentity:
+    """403 without the capability; otherwise note the use (for `last_used_at`; `database`:
+    see `note_use`)."""
     if capability not in identity.capabilities:
         raise Forbidden(f"This runtime token lacks the '{capability}' capability.")
-    note_use(identity)
+    note_use(identity, database=database)
     return identity
 
 
@@ -103,7 +117,9 @@ def check_agent_scope(identity: RuntimeIdentity, agent_key: str) -> None:
 # --- cached identities (the config endpoint's hot path makes no database query) ------------
 # Redis holds the identity per token hash: JSON for an active token, "-" for an unknown or
 # revoked one. Fills use SET NX, revocation overwrites with "-": a fill racing a revocation
-# can never resurrect the token.
+# can never resurrect the token. The revocation in PostgreSQL is the truth: without Redis
+# every lookup reads the database, and `revocations_reconcile` (beat) writes the tombstone a
+# failed push did not.
 IDENTITY_TTL_SECONDS = 3600
 UNKNOWN_TTL_SECONDS = 60
 REVOKED_TTL_SECONDS = 24 * 3600
@@ -134,22 +150,31 @@ def _identity_load(raw: bytes) -> RuntimeIdentity:
     return RuntimeIdentity(token_id, name, env_id, env_key, frozenset(agents), frozenset(caps))
 
 
+def mirrored_identity(secret: str) -> RuntimeIdentity | None:
+    """The identity of an active token from this process's mirror only, or None (no I/O)."""
+    return mirror.get(_identity_key(token_hash(secret)))
+
+
 def cached_identity(secret: str) -> RuntimeIdentity | None:
-    """`identity_for_secret` behind Redis: one GET on a hit, the database only on a miss."""
+    """`identity_for_secret` behind Redis: one GET on a hit, the database only on a miss or
+    while Redis is unavailable."""
 
     key = _identity_key(token_hash(secret))
     identity = mirror.get(key)
     if identity is not None:
         return identity
     generation = mirror.generation
-    client = redis_client()
-    raw = client.get(key)
+    raw = redis_call(lambda client: client.get(key), default=REDIS_UNAVAILABLE)
+    if raw is REDIS_UNAVAILABLE:
+        return identity_for_secret(secret)
     if raw is None:
         identity = identity_for_secret(secret)
-        if identity is None:
-            client.set(key, b"-", ex=UNKNOWN_TTL_SECONDS, nx=True)
-            return None
-        client.set(key, _identity_dump(identity), ex=IDENTITY_TTL_SECONDS, nx=True)
+        value, ttl = (
+            (b"-", UNKNOWN_TTL_SECONDS)
+            if identity is None
+            else (_identity_dump(identity), IDENTITY_TTL_SECONDS)
+        )
+        redis_call(lambda client: client.set(key, value, ex=ttl, nx=True))
         return identity
     if raw == b"-":
         return None
@@ -159,32 +184,72 @@ def cached_identity(secret: str) -> RuntimeIdentity | None:
 
 
 def identity_forget(hash_hex: str, *, revoked: bool) -> None:
-    """After commit of a revocation (tombstone) or a creation (drop a stale 'unknown')."""
+    """After commit of a revocation (tombstone) or a creation (drop a stale 'unknown').
+    Never raises: this process forgets the identity at once; if Redis fails, the reconcile
+    task writes the tombstone (a creation needs nothing: an 'unknown' expires in a minute)."""
 
     key = _identity_key(hash_hex)
+    mirror.forget(key)
     if revoked:
-        redis_client().set(key, b"-", ex=REVOKED_TTL_SECONDS)
+        done = redis_call(
+            lambda client: client.set(key, b"-", ex=REVOKED_TTL_SECONDS), REDIS_UNAVAILABLE
+        )
     else:
-        redis_client().delete(key)
-    invalidate(key)
+        done = redis_call(lambda client: client.delete(key), REDIS_UNAVAILABLE)
+    if done is not REDIS_UNAVAILABLE:
+        invalidate(key)
 
 
-def note_use(identity: RuntimeIdentity) -> None:
-    """Remember that the token was used; a periodic task copies this to `last_used_at`."""
+def revocations_reconcile(batch: int = 500) -> int:
+    """Write the tombstone of every token revoked recently enough for Redis to still hold its
+    identity (a fill expires IDENTITY_TTL_SECONDS after it was made, and no fill happens after
+    the revocation committed) where Redis still holds an active identity; each is invalidated
+    in every mirror. Returns how many were repaired. Run by beat; fails loudly without Redis."""
+    since = timezone.now() - timedelta(seconds=IDENTITY_TTL_SECONDS + 600)
+    hashes = list(
+        RuntimeToken.objects.filter(revoked_at__gte=since)
+        .order_by("pk")
+        .values_list("token_hash", flat=True)
+    )
+    client = redis_client()
+    repaired = 0
+    for start in range(0, len(hashes), batch):
+        keys = [_identity_key(h) for h in hashes[start : start + batch]]
+        for key, raw in zip(keys, client.mget(keys), strict=True):
+            if raw is not None and raw != b"-":
+                client.set(key, b"-", ex=REVOKED_TTL_SECONDS)
+                invalidate(key)
+                repaired += 1
+    return repaired
+
+
+def note_use(identity: RuntimeIdentity, *, database: bool = True) -> None:
+    """Remember that the token was used; a periodic task copies this to `last_used_at`.
+    Without Redis the use is written to the database directly (unless `database` is False:
+    callers outside Django's request cycle, which manages connections, skip it)."""
 
     now = time.monotonic()
     if now - _last_noted.get(identity.token_id, -1e9) < LAST_USED_EVERY_SECONDS:
         return
     _last_noted[identity.token_id] = now
-    redis_client().hset(
-        cache_key(LAST_USED_KEY), str(identity.token_id), timezone.now().isoformat()
+    used_at = timezone.now()
+    noted = redis_call(
+        lambda client: client.hset(
+            cache_key(LAST_USED_KEY), str(identity.token_id), used_at.isoformat()
+        ),
+        default=REDIS_UNAVAILABLE,
     )
+    if noted is REDIS_UNAVAILABLE and database:
+        RuntimeToken.objects.filter(pk=identity.token_id).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=used_at)
+        ).update(last_used_at=used_at)
 
 
 def last_used_pending() -> dict[int, str]:
-    """Uses noted in Redis and not yet copied to the database: {token id: ISO time}."""
+    """Uses noted in Redis and not yet copied to the database: {token id: ISO time}; none
+    while Redis is unavailable (the page shows the database's)."""
 
-    raw = redis_client().hgetall(cache_key(LAST_USED_KEY))
+    raw = redis_call(lambda client: client.hgetall(cache_key(LAST_USED_KEY)), default={})
     return {int(k): v.decode() for k, v in raw.items()}
 
 

@@ -1,7 +1,8 @@
 """The one way a runtime endpoint authenticates (docs/runtime-contract.md "Authentication"):
 `Authorization: Bearer <runtime token>`; missing, unknown or revoked → 401; valid without the
 capability → 403. Config, manifest and trace ingest all go through `RuntimeTokenAuthentication`
-— declared with `runtime_view`, or called as `identify` on the config endpoint's fast path.
+— declared with `runtime_view`, called as `identify` by the config view, or as
+`identify_mirrored` by the config dispatcher in front of Django.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from strategies.runtime.auth import (
     RuntimeIdentity,
     authorize_runtime,
     bearer_secret,
+    bearer_secret_of,
     cached_identity,
+    mirrored_identity,
 )
 
 
@@ -33,6 +36,21 @@ class RuntimeTokenAuthentication(BaseAuthentication):
         if identity is None:
             raise NotAuthenticated("The runtime token is unknown or revoked.")
         return authorize_runtime(identity, capability) if capability else identity
+
+    @staticmethod
+    def identify_mirrored(authorization: str, capability: str) -> RuntimeIdentity | None:
+        """`identify` from this process's mirror alone, for the config dispatcher in front of
+        Django (console/wsgi.py): the identity holding `capability` (403 as `identify`), or
+        None when the mirror cannot tell — no bearer token, a token unknown, revoked or just
+        not mirrored — and `identify` must answer. No database; the use is noted in Redis."""
+        try:
+            secret = bearer_secret_of(authorization)
+        except NotAuthenticated:
+            return None
+        identity = mirrored_identity(secret)
+        if identity is None:
+            return None
+        return authorize_runtime(identity, capability, database=False)
 
     def authenticate(self, request):
         return self.identify(request), None

@@ -18,9 +18,11 @@ from strategies.runtime.models import RuntimeToken
 
 def _identity_forget_after_commit(token: RuntimeToken, *, revoked: bool) -> None:
     """Once the change is committed, replace the token's cached identity: by a tombstone on
-    revocation, by nothing on creation (a stale 'unknown' goes). A rollback leaves the cache."""
+    revocation, by nothing on creation (a stale 'unknown' goes). A rollback leaves the cache.
+    Robust: a Redis error cannot fail the committed change; the revocation in PostgreSQL is
+    the truth and the reconcile task writes a tombstone that could not be written now."""
     hash_hex = token.token_hash
-    transaction.on_commit(lambda: identity_forget(hash_hex, revoked=revoked))
+    transaction.on_commit(lambda: identity_forget(hash_hex, revoked=revoked), robust=True)
 
 
 @service_transaction

@@ -68,23 +68,6 @@ def setup_database(admin_url: str, bench_url: str) -> None:
     )
 
 
-def make_user(username: str, password: str | None = None, **grants):
-    """tests/conftest.py's make_user, without pytest."""
-    from django.contrib.auth import get_user_model
-
-    from console.models import Grant, Role
-    from strategies.catalog.models import Agent
-
-    user = get_user_model().objects.create_user(
-        username=username, password=password or f"{username}-pass-1"
-    )
-    for role_name, agent in grants.items():
-        if isinstance(agent, str):
-            agent = Agent.objects.get(key=agent)
-        Grant.objects.create(user=user, role=Role.objects.get(name=role_name), agent=agent)
-    return user
-
-
 def start_worker(env: dict, queue: str, log_path: Path) -> subprocess.Popen:
     log = open(log_path, "w")  # noqa: SIM115 - the process keeps it; closed at exit
     proc = subprocess.Popen(
@@ -134,6 +117,7 @@ def main() -> None:
         CELERY_QUEUE=queue,
         DEBUG="false",
         LOG_LEVEL="WARNING",
+        WEBHOOK_ALLOW_PRIVATE_TARGETS="true",  # the simulated runtime listens on 127.0.0.1
     )
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     sys.path.insert(0, str(ROOT))
@@ -142,14 +126,12 @@ def main() -> None:
     django.setup()
     from django.db import connection
 
-    from console.services import standard_roles_ensure
     from strategies.delivery.webhooks import webhook_create
     from strategies.releases.services import release_publish
-    from tests.factories_releases import release_world, runtime_token
+    from tests.factories import release_setup, runtime_token
     from tests.runtime_sim import ConsoleServer, RuntimeSim, free_port
 
-    standard_roles_ensure()
-    world = release_world(make_user)
+    world = release_setup()
     sg = world.envs["sg-test"]
     release_publish(version=world.profile[1], environment=sg, actor=world.ops)
     release_publish(version=world.strategy[2], environment=sg, actor=world.ops)

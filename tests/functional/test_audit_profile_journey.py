@@ -8,7 +8,7 @@ import time
 import pytest
 from django.contrib.auth import get_user_model
 
-from tests.factories_access import profile_edit
+from tests.factories import profile_edit
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from strategies.releases.services import approval_approve, release_publish
-from tests.factories_releases import bearer, release_world, runtime_token
+from tests.factories import bearer, release_setup, runtime_token
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SCREENS = Path(__file__).resolve().parents[2] / ".data" / "screens"
@@ -32,9 +32,9 @@ def switch_user(page, login, username):
 
 
 def test_release_journey__publish_approve_rollback__runtime_serves_each_state(
-    page, login, live_server, make_user, client
+    page, login, live_server, client
 ):
-    w = release_world(make_user)
+    w = release_setup()
     for env in ("sg-test", "bank-uat", "prod"):
         outcome = release_publish(version=w.strategy[1], environment=w.envs[env], actor=w.ops)
         if outcome.approval:
@@ -112,9 +112,9 @@ def test_release_journey__publish_approve_rollback__runtime_serves_each_state(
 
 
 def test_tokens_page__create_then_revoke__secret_shown_once_and_token_stops(
-    page, login, live_server, make_user, client
+    page, login, live_server, client
 ):
-    w = release_world(make_user)
+    w = release_setup()
     login("admin", "admin-pass-1")
     page.goto(f"{live_server.url}/releases/tokens/")
     page.fill("#t-name", "bank-uat runtime")

@@ -6,7 +6,7 @@ import pytest
 
 from console.models import AccessLogEntry
 from strategies.catalog.models import Environment
-from tests.factories_traces import post_batch, runtime_token, trace_payload
+from tests.factories import post_batch, runtime_token, trace_payload
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

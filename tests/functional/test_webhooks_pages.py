@@ -8,14 +8,15 @@ import pytest
 
 from strategies.delivery.webhooks import Webhook
 from strategies.releases.services import release_publish
-from tests.factories_releases import release_world
+from tests.factories import release_setup
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SCREENS = Path(__file__).resolve().parents[2] / ".data" / "screens"
 
 
-def test_webhooks_page__register_then_release__delivery_listed(page, login, live_server, make_user):
-    w = release_world(make_user)
+def test_webhooks_page__register_then_release__delivery_listed(page, login, live_server, settings):
+    settings.WEBHOOK_ALLOW_PRIVATE_TARGETS = True  # the URL below is a loopback one
+    w = release_setup()
     login("admin", "admin-pass-1")
     page.goto(f"{live_server.url}/releases/webhooks/")
     page.fill("#w-url", "http://127.0.0.1:9/hooks/console")

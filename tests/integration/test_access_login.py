@@ -8,7 +8,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from console.models import AccessLogEntry, AuditRecord, Role
+from console.models import AccessLogEntry, AuditRecord
+from tests.factories import AgentFactory, standard_roles, user_with_grants
 
 pytestmark = pytest.mark.django_db
 
@@ -198,8 +199,9 @@ def test_login_lock_clear__not_an_address__refused_without_error(person, admin_c
     ids=["operator_everywhere", "admin_of_one_agent"],
 )
 def test_login_locks_page__without_manage_grants_everywhere__refused(
-    demo_world, make_user, person, client, grants
+    make_user, person, client, grants
 ):
+    AgentFactory(key="assistant_professional")
     lock_out(client, person, ip=HOME)
     client.force_login(make_user("someone", **grants))
     assert client.get(reverse("login-lock-list")).status_code == 403
@@ -231,15 +233,15 @@ def test_django_admin__staff_without_superuser__not_let_in(db, client):
     assert "/django-admin/login/" in response["Location"]
 
 
-def test_django_admin__console_user_with_admin_grant__not_let_in(demo_world, client):
-    client.force_login(get_user_model().objects.get(username="admin"))
+def test_django_admin__console_user_with_admin_grant__not_let_in(db, client):
+    client.force_login(user_with_grants("admin", admin=None))
     assert client.get("/django-admin/").status_code == 302
 
 
-def test_django_admin__superuser_changes_role__audit_row_with_before_after(demo_world, client):
+def test_django_admin__superuser_changes_role__audit_row_with_before_after(db, client):
+    role = standard_roles()["viewer"]
     root = get_user_model().objects.create_superuser("root", password="root-pass-12345")
     client.force_login(root)
-    role = Role.objects.get(name="viewer")
     response = client.post(
         f"/django-admin/console/role/{role.pk}/change/",
         {
@@ -254,9 +256,10 @@ def test_django_admin__superuser_changes_role__audit_row_with_before_after(demo_
     assert {c["path"] for c in record.changes} == {"description", "capabilities"}
 
 
-def test_django_admin__superuser_deletes_grant__audit_row(demo_world, client):
+def test_django_admin__superuser_deletes_grant__audit_row(db, client):
     from console.models import Grant
 
+    user_with_grants("support", support=AgentFactory(key="assistant_professional"))
     root = get_user_model().objects.create_superuser("root", password="root-pass-12345")
     client.force_login(root)
     grant = Grant.objects.get(user__username="support")
@@ -266,7 +269,7 @@ def test_django_admin__superuser_deletes_grant__audit_row(demo_world, client):
     assert record.before["role"] == grant.role_id and record.agent_key == "assistant_professional"
 
 
-def test_django_admin__audit_rows__read_only(demo_world, client):
+def test_django_admin__audit_rows__read_only(db, client):
     root = get_user_model().objects.create_superuser("root", password="root-pass-12345")
     client.force_login(root)
     assert client.get("/django-admin/console/auditrecord/add/").status_code == 403

@@ -8,8 +8,37 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 from console.models import AccessLogEntry, AuditRecord, Grant, Role
+from tests.factories import AgentFactory, user_with_grants
 
 pytestmark = pytest.mark.django_db
+
+
+# --- the people of these tests, each created by the tests that name them -------------------------
+@pytest.fixture
+def agents(db):
+    return {key: AgentFactory(key=key) for key in ("assistant_professional", "assistant_lite")}
+
+
+@pytest.fixture
+def admin(agents):
+    """Administers all agents: the console's only admin."""
+    return user_with_grants("admin", admin=None)
+
+
+@pytest.fixture
+def ops(agents):
+    return user_with_grants("ops", operator="assistant_professional")
+
+
+@pytest.fixture
+def support(agents):
+    return user_with_grants("support", support="assistant_professional")
+
+
+@pytest.fixture
+def viewer(agents):
+    """Views assistant_lite only."""
+    return user_with_grants("viewer", viewer="assistant_lite")
 
 
 def user(name):
@@ -29,7 +58,7 @@ def post_grant_form(client, *, username, role, agent, reason="on call this week"
     return client.post(reverse("grant-create"), data)
 
 
-def test_role_created_via_api__holder_can_do_nothing_until_capabilities_added(demo_world, client):
+def test_role_created_via_api__holder_can_do_nothing_until_capabilities_added(admin, client):
     client.force_login(user("admin"))
     response = client.post(
         reverse("api-role-list"), {"name": "auditor"}, content_type="application/json"
@@ -69,7 +98,7 @@ def test_role_created_via_api__holder_can_do_nothing_until_capabilities_added(de
     assert client.get(reverse("audit-list")).status_code == 200
 
 
-def test_role_created_via_page__starts_with_no_capabilities_and_is_audited(demo_world, client):
+def test_role_created_via_page__starts_with_no_capabilities_and_is_audited(admin, client):
     client.force_login(user("admin"))
     response = client.post(reverse("role-create"), {"name": "release-manager", "description": "x"})
     assert response.status_code == 302
@@ -80,7 +109,7 @@ def test_role_created_via_page__starts_with_no_capabilities_and_is_audited(demo_
     assert record.actor_roles == ["admin@*"]
 
 
-def test_role_edit_page__ticks_capabilities__saved_with_field_level_audit(demo_world, client):
+def test_role_edit_page__ticks_capabilities__saved_with_field_level_audit(admin, client):
     client.force_login(user("admin"))
     role = Role.objects.get(name="viewer")
     response = client.post(
@@ -98,7 +127,7 @@ def test_role_edit_page__ticks_capabilities__saved_with_field_level_audit(demo_w
     ]
 
 
-def test_role_create__unknown_capability_via_api__400_with_path(demo_world, client):
+def test_role_create__unknown_capability_via_api__400_with_path(admin, client):
     client.force_login(user("admin"))
     response = client.post(
         reverse("api-role-list"),
@@ -110,7 +139,7 @@ def test_role_create__unknown_capability_via_api__400_with_path(demo_world, clie
     assert not Role.objects.filter(name="x").exists()
 
 
-def test_role_create__admin_of_one_agent__403_roles_are_console_wide(demo_world, make_user, client):
+def test_role_create__admin_of_one_agent__403_roles_are_console_wide(agents, make_user, client):
     client.force_login(make_user("pro_admin", admin="assistant_professional"))
     assert client.get(reverse("role-create")).status_code == 403
     response = client.post(
@@ -122,7 +151,7 @@ def test_role_create__admin_of_one_agent__403_roles_are_console_wide(demo_world,
 
 
 def test_grant_create_page__agent_admin_grants_on_own_agent__audited_with_reason(
-    demo_world, make_user, client
+    viewer, make_user, client
 ):
     client.force_login(make_user("pro_admin", admin="assistant_professional"))
     response = post_grant_form(
@@ -142,7 +171,7 @@ def test_grant_create_page__agent_admin_grants_on_own_agent__audited_with_reason
 
 
 def test_grant_create_page__forged_agent_out_of_scope__404_nothing_written_and_logged(
-    demo_world, make_user, client
+    ops, make_user, client
 ):
     client.force_login(make_user("pro_admin", admin="assistant_professional"))
     before = Grant.objects.count()
@@ -163,7 +192,7 @@ def test_grant_create_page__forged_agent_out_of_scope__404_nothing_written_and_l
 
 
 def test_grant_revoke__forged_pk_of_other_agents_grant__404_kept_and_logged(
-    demo_world, make_user, client
+    viewer, make_user, client
 ):
     client.force_login(make_user("pro_admin", admin="assistant_professional"))
     lite_grant = Grant.objects.get(user__username="viewer")  # viewer on assistant_lite
@@ -174,7 +203,7 @@ def test_grant_revoke__forged_pk_of_other_agents_grant__404_kept_and_logged(
     assert denied.target_label == str(lite_grant)
 
 
-def test_grant_revoke__admin__grant_gone_user_loses_access_audited(demo_world, client):
+def test_grant_revoke__admin__grant_gone_user_loses_access_audited(admin, support, client):
     client.force_login(user("admin"))
     grant = Grant.objects.get(user__username="support")
     response = client.post(reverse("grant-revoke", args=[grant.pk]), {"reason": "left the team"})
@@ -186,7 +215,7 @@ def test_grant_revoke__admin__grant_gone_user_loses_access_audited(demo_world, c
     assert client.get(reverse("dashboard")).context["agents"] == []
 
 
-def test_grant_revoke__without_reason__refused_nothing_changed(demo_world, client):
+def test_grant_revoke__without_reason__refused_nothing_changed(admin, support, client):
     client.force_login(user("admin"))
     grant = Grant.objects.get(user__username="support")
     response = client.delete(
@@ -198,7 +227,7 @@ def test_grant_revoke__without_reason__refused_nothing_changed(demo_world, clien
 
 
 def test_api_grant_list__agent_admin__sees_own_agent_and_all_agent_grants_only(
-    demo_world, make_user, client
+    admin, viewer, make_user, client
 ):
     client.force_login(make_user("pro_admin", admin="assistant_professional"))
     grants = client.get(reverse("api-grant-list")).json()
@@ -206,7 +235,7 @@ def test_api_grant_list__agent_admin__sees_own_agent_and_all_agent_grants_only(
     assert "viewer" not in {g["user"] for g in grants}  # viewer's grant is on assistant_lite
 
 
-def test_api_grant_create__duplicate__409(demo_world, client):
+def test_api_grant_create__duplicate__409(admin, ops, client):
     client.force_login(user("admin"))
     body = {"user": "ops", "role": "operator", "agent": "assistant_professional", "reason": "again"}
     response = client.post(reverse("api-grant-list"), body, content_type="application/json")
@@ -214,7 +243,7 @@ def test_api_grant_create__duplicate__409(demo_world, client):
     assert response.json()["error"]["code"] == "grant_exists"
 
 
-def test_access_overview__admin__people_matrix_and_roles_matrix(demo_world, client):
+def test_access_overview__admin__people_matrix_and_roles_matrix(admin, ops, client):
     client.force_login(user("admin"))
     response = client.get(reverse("access-overview"))
     html = response.content.decode()
@@ -227,20 +256,20 @@ def test_access_overview__admin__people_matrix_and_roles_matrix(demo_world, clie
     assert "Publish to unprotected environments" in html
 
 
-def test_access_overview__operator__403_logged(demo_world, client):
+def test_access_overview__operator__403_logged(ops, client):
     client.force_login(user("ops"))
     assert client.get(reverse("access-overview")).status_code == 403
     assert AccessLogEntry.objects.filter(actor_label="ops", outcome="denied").count() == 1
 
 
-def test_openapi_schema__access_endpoints__documented(demo_world, client):
+def test_openapi_schema__access_endpoints__documented(admin, client):
     client.force_login(user("admin"))
     schema = client.get(reverse("schema"), {"format": "json"}).json()
     for path in ("/api/v1/roles/", "/api/v1/grants/{id}/", "/api/v1/audit/", "/api/v1/access-log/"):
         assert path in schema["paths"], path
 
 
-def test_grant_revoke__last_console_admin__409_kept(demo_world, client):
+def test_grant_revoke__last_console_admin__409_kept(admin, client):
     client.force_login(user("admin"))
     grant = Grant.objects.get(user__username="admin")
     response = client.delete(
@@ -254,7 +283,7 @@ def test_grant_revoke__last_console_admin__409_kept(demo_world, client):
 
 
 def test_access_pages__query_count__does_not_grow_with_grants(
-    demo_world, make_user, client, django_assert_max_num_queries
+    admin, make_user, client, django_assert_max_num_queries
 ):
     client.force_login(user("admin"))
     for n in range(20):
@@ -267,7 +296,9 @@ def test_access_pages__query_count__does_not_grow_with_grants(
         assert client.get(reverse("api-grant-list")).status_code == 200
 
 
-def test_grant_create_page__first_post__shows_what_changes_and_writes_nothing(demo_world, client):
+def test_grant_create_page__first_post__shows_what_changes_and_writes_nothing(
+    admin, support, client
+):
     client.force_login(user("admin"))
     response = post_grant_form(
         client, username="support", role="operator", agent="*", reason="cover"
@@ -280,7 +311,7 @@ def test_grant_create_page__first_post__shows_what_changes_and_writes_nothing(de
     assert not AuditRecord.objects.filter(action="grant.create").exists()
 
 
-def test_grant_create_page__forged_agent_at_preview__404_and_logged(demo_world, make_user, client):
+def test_grant_create_page__forged_agent_at_preview__404_and_logged(ops, make_user, client):
     client.force_login(make_user("pro_admin", admin="assistant_professional"))
     response = post_grant_form(
         client, username="ops", role="admin", agent="assistant_lite", reason="x" * 5
@@ -289,7 +320,7 @@ def test_grant_create_page__forged_agent_at_preview__404_and_logged(demo_world, 
     assert AccessLogEntry.objects.filter(actor_label="pro_admin", outcome="denied").count() == 1
 
 
-def test_grant_preview__capabilities_already_held_there__not_listed_as_new(demo_world, client):
+def test_grant_preview__capabilities_already_held_there__not_listed_as_new(admin, ops, client):
     client.force_login(user("admin"))
     response = post_grant_form(
         client, username="ops", role="support", agent="assistant_professional", reason="redundant"

@@ -19,7 +19,7 @@ from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from console.policy import PUBLIC, STANDARD_ROLES, rule_allows
-from tests.factories_access import OTHER_AGENT, SAMPLE_AGENT, profile_edit
+from tests.factories import OTHER_AGENT, SAMPLE_AGENT, profile_edit
 
 SKIPPED_PREFIXES = ("django-admin/", "static/", "media/")
 RUNTIME_PREFIX = "/api/v1/runtime/"

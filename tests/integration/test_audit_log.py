@@ -11,7 +11,14 @@ from django.urls import reverse
 
 from console.audit import access_record, audit_record
 from console.models import AccessLogEntry, AuditRecord
-from tests.factories_access import profile_edit
+from tests.factories import (
+    AgentFactory,
+    DocumentFactory,
+    frozen_version,
+    profile_body,
+    profile_edit,
+    user_with_grants,
+)
 
 pytestmark = pytest.mark.django_db
 
@@ -101,17 +108,20 @@ def test_audit_verify__command_line__nonzero_exit_on_tampering(some_rows):
 
 # --- pages: scope and filters ---------------------------------------------------------------------
 @pytest.fixture
-def audited_world(demo_world, make_user):
-    from django.contrib.auth import get_user_model
-
+def audited_world(db, make_user):
+    """Rows to read: ops's edit of assistant_professional's profile (from its v1), a role and
+    a console-wide grant by admin, and a change on assistant_lite. Returns admin."""
     from console import services
     from console.models import Role
 
-    ops = get_user_model().objects.get(username="ops")
+    professional = AgentFactory(key="assistant_professional")
+    AgentFactory(key="assistant_lite")
+    frozen_version(DocumentFactory(agent=professional, profile=True), profile_body())
+    ops = user_with_grants("ops", operator=professional)
     profile_edit(
         ops, toggle=("user_context", "communication_style", False), note="plain tone for complaints"
     )
-    admin = get_user_model().objects.get(username="admin")
+    admin = user_with_grants("admin", admin=None)
     services.role_create(actor=admin, name="auditor")
     services.grant_create(
         actor=admin,
@@ -142,10 +152,10 @@ def test_audit_list__admin_on_all_agents__sees_console_wide_rows_too(audited_wor
     assert {"role.create", "grant.create", "lite.change", "draft.update"} <= actions
 
 
-def test_audit_list__support_without_view_audit__403_and_logged(demo_world, client):
-    from django.contrib.auth import get_user_model
-
-    client.force_login(get_user_model().objects.get(username="support"))
+def test_audit_list__support_without_view_audit__403_and_logged(client):
+    client.force_login(
+        user_with_grants("support", support=AgentFactory(key="assistant_professional"))
+    )
     assert client.get(reverse("audit-list")).status_code == 403
     denied = AccessLogEntry.objects.filter(actor_label="support", outcome="denied").get()
     assert denied.detail["capability"] == "view_audit"
@@ -191,13 +201,10 @@ def test_audit_detail__row_of_an_agent_out_of_scope__404(audited_world, make_use
     assert client.get(reverse("audit-detail", args=[record.pk])).status_code == 404
 
 
-def test_access_log_list__denied_filter__shows_refusals_with_outcome(demo_world, client):
-    from django.contrib.auth import get_user_model
-
-    users = get_user_model().objects
-    client.force_login(users.get(username="viewer"))
+def test_access_log_list__denied_filter__shows_refusals_with_outcome(client):
+    client.force_login(user_with_grants("viewer", viewer=AgentFactory(key="assistant_lite")))
     client.get(reverse("access-overview"))  # refused: logged
-    client.force_login(users.get(username="admin"))
+    client.force_login(user_with_grants("admin", admin=None))
     response = client.get(reverse("access-log-list"), {"outcome": "denied"})
     rows = list(response.context["page_obj"])
     assert [r.actor_label for r in rows] == ["viewer"]
@@ -214,10 +221,8 @@ def test_api_audit_list__filters_and_scope(audited_world, make_user, client):
     assert results[0]["changes"] or results[1]["changes"]
 
 
-def test_api_access_log_list__viewer__403_error_shape(demo_world, client):
-    from django.contrib.auth import get_user_model
-
-    client.force_login(get_user_model().objects.get(username="viewer"))
+def test_api_access_log_list__viewer__403_error_shape(client):
+    client.force_login(user_with_grants("viewer", viewer=AgentFactory(key="assistant_lite")))
     response = client.get(reverse("api-access-log-list"))
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "forbidden"

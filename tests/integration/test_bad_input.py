@@ -10,6 +10,22 @@ from django.db import transaction
 from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 from django.urls import reverse
 
+from tests.factories import (
+    OTHER_AGENT,
+    SAMPLE_AGENT,
+    STRATEGY_KEY,
+    AgentFactory,
+    DocumentFactory,
+    EnvironmentFactory,
+    TraceFactory,
+    frozen_version,
+    manifest_body,
+    profile_body,
+    publish,
+    runtime_token,
+    strategy_body,
+    user_with_grants,
+)
 from tests.integration.test_access_matrix import endpoints, sample_kwargs
 
 WRITE_METHODS = ["POST", "PUT", "PATCH"]
@@ -43,19 +59,25 @@ BAD_FORMS = {
 
 
 @pytest.fixture
-def callers(demo_world, make_user):
-    from strategies.catalog.models import Environment
-    from strategies.runtime.models import RuntimeToken
-    from strategies.runtime.tokens import runtime_token_create
-
-    admin = make_user("bad_input_admin", admin=None)
-    _, secret = runtime_token_create(
-        name="bad-input",
-        environment=Environment.objects.get(key="sg-test"),
-        capabilities=RuntimeToken.CAPABILITIES,
-        actor=None,
+def callers(db):
+    """An admin of all agents and a runtime token for sg-test with every capability, and
+    something behind every kind of URL kwarg: the sample agent's profile and strategy (v1
+    each; the strategy live in sg-test and waiting for approval in prod, requested by ops),
+    the other agent, a trace req-92, roles, grants and audit rows."""
+    agent = AgentFactory(key=SAMPLE_AGENT)
+    AgentFactory(key=OTHER_AGENT)
+    sg_test = EnvironmentFactory(key="sg-test", position=1, manifest=manifest_body())
+    prod = EnvironmentFactory(key="prod", position=2, protected=True, manifest=manifest_body())
+    ops = user_with_grants("ops", operator=agent)
+    admin = user_with_grants("bad_input_admin", admin=None)
+    frozen_version(DocumentFactory(agent=agent, profile=True), profile_body(), actor=ops)
+    strategy = frozen_version(
+        DocumentFactory(agent=agent, key=STRATEGY_KEY), strategy_body(), actor=ops
     )
-    return admin, secret
+    publish(strategy, sg_test, actor=ops)
+    publish(strategy, prod, actor=ops)  # an approval someone else may decide
+    TraceFactory(request_id="req-92", agent=agent, environment=sg_test)
+    return admin, runtime_token(sg_test)
 
 
 # GET-only documents rendered as OpenAPI/HTML: they read no body.

@@ -22,7 +22,7 @@ from console.audit import access_record, audit_record
 from console.models import AccessLogEntry, AuditRecord
 from strategies.documents.models import Version
 from strategies.releases.models import Release, ReleaseEvent
-from tests.factories_documents import EnvironmentFactory, FrozenVersionFactory
+from tests.factories import EnvironmentFactory, FrozenVersionFactory
 
 # The role must see committed rows: these tests commit, and the database is emptied after
 # each one through the superuser-only flush path of tests/conftest.py.

@@ -4,23 +4,53 @@ input answered with structured 4xx while nothing is written."""
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import pytest
 from context_runtime import vocabulary
-from django.contrib.auth.models import User
 
-from console.demo import data
 from console.models import AuditRecord
 from strategies.documents.models import Version
-from tests.factories_documents import strategy_body
+from tests.factories import (
+    AgentFactory,
+    DocumentFactory,
+    EnvironmentFactory,
+    frozen_version,
+    frozen_versions,
+    manifest_body,
+    profile_body,
+    strategy_bodies_v1_to_v3,
+    strategy_body,
+    user_with_grants,
+)
 
 API = "/api/v1/agents/assistant_professional"
 DOC = f"{API}/documents/after_sales_consultation"
 
 
 @pytest.fixture
-def ops(client, demo_world):
-    client.force_login(User.objects.get(username="ops"))
+def documents(db):
+    """assistant_professional with its profile (v1) and after_sales_consultation v1–v3, frozen
+    by ops (its operator); assistant_lite with its profile (v1); bank-uat, whose runtime lacks
+    the general_policy_only handler v3 falls back to, and prod, whose runtime has it."""
+    professional = AgentFactory(key="assistant_professional")
+    lite = AgentFactory(key="assistant_lite")
+    ops = user_with_grants("ops", operator=professional)
+    frozen_version(DocumentFactory(agent=professional, profile=True), profile_body(), actor=ops)
+    frozen_versions(
+        DocumentFactory(agent=professional, key="after_sales_consultation"),
+        strategy_bodies_v1_to_v3(),
+        actor=ops,
+    )
+    frozen_version(DocumentFactory(agent=lite, profile=True), profile_body())
+    EnvironmentFactory(key="bank-uat", position=2, manifest=manifest_body(handlers=[]))
+    EnvironmentFactory(key="prod", position=3, protected=True, manifest=manifest_body())
+    return SimpleNamespace(professional=professional, lite=lite, ops=ops)
+
+
+@pytest.fixture
+def ops(client, documents):
+    client.force_login(documents.ops)
     return client
 
 
@@ -41,7 +71,7 @@ def test_agent_list__operator__sees_only_agents_in_scope(ops):
     assert keys == ["assistant_professional"]
 
 
-def test_version_list__demo__three_versions_newest_first_with_author(ops):
+def test_version_list__three_frozen_versions__newest_first_with_author(ops):
     response = ops.get(f"{DOC}/versions/")
     assert response.status_code == 200
     rows = response.json()["results"]
@@ -60,7 +90,7 @@ def test_version_detail__v3__is_document_003_normalised(ops):
 
 
 def test_draft_journey__create_update_freeze_diff__through_api(ops):
-    # Given the demo strategy at v3, when ops opens a draft with a bigger budget
+    # Given the strategy at v3, when ops opens a draft with a smaller budget
     created = _json(ops, "post", f"{DOC}/draft/", {"body": strategy_body(), "note": "smaller"})
     assert created.status_code == 201, created.json()
     assert created.json()["number"] == 4 and created.json()["revision"] == 1
@@ -154,22 +184,21 @@ def test_agent_out_of_scope__404_like_missing(ops):
     assert response.status_code == 404
 
 
-def test_viewer__create_draft__403_and_nothing_written(client, demo_world):
-    client.force_login(User.objects.get(username="viewer"))
+def test_viewer__create_draft__403_and_nothing_written(client, documents):
+    client.force_login(user_with_grants("viewer", viewer=documents.lite))
     before = _versions()
     response = _json(
         client,
         "post",
         "/api/v1/agents/assistant_lite/documents/profile/draft/",
-        {"body": data.BANK_PROFILE},
+        {"body": profile_body()},
     )
     assert response.status_code == 403
     assert _versions() == before
 
 
 def test_profile_draft__operator_enables_sensitive_section__403_names_section(ops):
-    body = json.loads(json.dumps(data.BANK_PROFILE))
-    body["sections"]["user_context"]["personal_particulars"] = True
+    body = profile_body(personal_particulars=True)
     response = _json(ops, "post", f"{API}/documents/profile/draft/", {"body": body})
     assert response.status_code == 403
     error = response.json()["error"]
@@ -178,10 +207,9 @@ def test_profile_draft__operator_enables_sensitive_section__403_names_section(op
     assert not Version.objects.filter(state=Version.State.DRAFT).exists()
 
 
-def test_profile_draft__admin_enables_sensitive_section__saved(client, demo_world):
-    client.force_login(User.objects.get(username="admin"))
-    body = json.loads(json.dumps(data.BANK_PROFILE))
-    body["sections"]["user_context"]["personal_particulars"] = True
+def test_profile_draft__admin_enables_sensitive_section__saved(client, documents):
+    client.force_login(user_with_grants("admin", admin=None))
+    body = profile_body(personal_particulars=True)
     response = _json(client, "post", f"{API}/documents/profile/draft/", {"body": body})
     assert response.status_code == 201
 

@@ -23,14 +23,39 @@ from strategies.catalog.models import Manifest
 from strategies.documents import selectors, services
 from strategies.documents.models import Document, Version
 from strategies.releases import selectors as release_selectors
-from tests.factories_documents import strategy_body
+from tests.factories import (
+    AgentFactory,
+    DocumentFactory,
+    EnvironmentFactory,
+    FrozenVersionFactory,
+    ManifestFactory,
+    ReleaseFactory,
+    frozen_version,
+    frozen_versions,
+    manifest_body,
+    profile_body,
+    strategy_bodies_v1_to_v3,
+    strategy_body,
+)
 
 
 def _strategy():
     return Document.objects.get(key="after_sales_consultation")
 
 
-def test_frozen_version__raw_sql_update__refused_by_database(demo_world):
+@pytest.fixture
+def agent_documents(db):
+    """assistant_professional with its profile (v1) and after_sales_consultation v1–v3,
+    frozen through the services."""
+    agent = AgentFactory(key="assistant_professional")
+    frozen_version(DocumentFactory(agent=agent, profile=True), profile_body())
+    frozen_versions(
+        DocumentFactory(agent=agent, key="after_sales_consultation"), strategy_bodies_v1_to_v3()
+    )
+    return agent
+
+
+def test_frozen_version__raw_sql_update__refused_by_database(agent_documents):
     v3 = _strategy().versions.get(number=3)
     with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("UPDATE strategies_version SET body = '{}'::jsonb WHERE id = %s", [v3.pk])
@@ -38,7 +63,7 @@ def test_frozen_version__raw_sql_update__refused_by_database(demo_world):
     assert v3.body["max_extra_reads"] == 2
 
 
-def test_frozen_version__raw_sql_delete__refused_by_database(demo_world):
+def test_frozen_version__raw_sql_delete__refused_by_database(agent_documents):
     v1 = _strategy().versions.get(number=1)
     with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("DELETE FROM strategies_version WHERE id = %s", [v1.pk])
@@ -48,8 +73,9 @@ def test_frozen_version__raw_sql_delete__refused_by_database(demo_world):
 @pytest.mark.django_db(transaction=True)
 def test_draft_update__two_threads_same_revision__one_wins_other_409(make_user):
     # Given a draft at revision 1, read by two editors
-    demo.load()
-    ops = make_user("ops_a", operator="assistant_professional")
+    agent = AgentFactory(key="assistant_professional")
+    DocumentFactory(agent=agent, key="after_sales_consultation")
+    ops = make_user("ops_a", operator=agent)
     draft = services.draft_create(document=_strategy(), body=strategy_body(), actor=ops)
     barrier = threading.Barrier(2)
     outcomes: list[str] = []
@@ -85,7 +111,7 @@ def test_draft_update__two_threads_same_revision__one_wins_other_409(make_user):
     assert AuditRecord.objects.filter(action="draft.update").count() == 1
 
 
-def test_export_then_import__unchanged__no_new_versions(demo_world, tmp_path):
+def test_export_then_import__unchanged__no_new_versions(agent_documents, tmp_path):
     services.draft_create(document=_strategy(), body=strategy_body(), actor=None, note="wip")
     before = list(Version.objects.values_list("pk", "revision", "content_hash"))
     call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
@@ -99,7 +125,7 @@ def test_export_then_import__unchanged__no_new_versions(demo_world, tmp_path):
     assert {p.name: p.read_text() for p in again.iterdir()} == first
 
 
-def test_import__edited_file__opens_draft_through_validator(demo_world, tmp_path):
+def test_import__edited_file__opens_draft_through_validator(agent_documents, tmp_path):
     call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
     path = tmp_path / "after_sales_consultation.json"
     data = json.loads(path.read_text())
@@ -112,7 +138,7 @@ def test_import__edited_file__opens_draft_through_validator(demo_world, tmp_path
     assert draft.body["max_extra_reads"] == 4 and draft.author_label == "import"
 
 
-def test_import__invalid_file__error_names_file_and_path_nothing_written(demo_world, tmp_path):
+def test_import__invalid_file__error_names_file_and_path_nothing_written(agent_documents, tmp_path):
     call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
     path = tmp_path / "after_sales_consultation.json"
     data = json.loads(path.read_text())
@@ -125,7 +151,9 @@ def test_import__invalid_file__error_names_file_and_path_nothing_written(demo_wo
     assert Version.objects.count() == before
 
 
-def test_manifest_record__identical_body__no_new_version(demo_world):
+def test_manifest_record__identical_body__no_new_version(agent_documents):
+    # bank-uat's runtime does not implement general_policy_only yet
+    EnvironmentFactory(key="bank-uat", manifest=manifest_body(handlers=[]))
     env = catalog.environment_get(key="bank-uat")
     body = copy.deepcopy(Manifest.objects.filter(environment=env).latest("version").body)
     manifest, created = catalog_services.manifest_record(
@@ -143,7 +171,8 @@ def test_manifest_record__identical_body__no_new_version(demo_world):
     assert report.manifest_errors == []
 
 
-def test_manifest_load__malformed_file__command_error_nothing_written(demo_world, tmp_path):
+def test_manifest_load__malformed_file__command_error_nothing_written(db, tmp_path):
+    EnvironmentFactory(key="prod", manifest=manifest_body())
     path = tmp_path / "m.json"
     path.write_text(json.dumps({"providers": "task_state"}))
     count = Manifest.objects.count()
@@ -160,29 +189,19 @@ def test_demo__loaded_twice__same_versions(demo_world):
     assert profile.versions.get(number=1).body == data.BANK_PROFILE
 
 
-def test_live_findings__manifest_drops_handler__live_v3_warned(demo_world):
-    from strategies.catalog.models import Environment
-    from strategies.releases.models import Release
-
-    prod = Environment.objects.get(key="prod")
-    Release.objects.update_or_create(
-        document=_strategy(),
-        environment=prod,
-        defaults={"version": _strategy().versions.get(number=3)},
-    )
+def test_live_findings__manifest_drops_handler__live_v3_warned(agent_documents):
+    prod = EnvironmentFactory(key="prod", protected=True, manifest=manifest_body())
+    ReleaseFactory(version=_strategy().versions.get(number=3), environment=prod)
     assert release_selectors.live_findings(environment=prod) == []
-    body = copy.deepcopy(data.DEMO_MANIFEST)
-    body["handlers"] = []
+    body = manifest_body(handlers=[])
     catalog_services.manifest_record(environment=prod, body=body, reported_by="test")
     [warning] = release_selectors.live_findings(environment=prod)
     assert (warning["document"], warning["version"]) == ("after_sales_consultation", 3)
     assert warning["errors"][0]["path"] == "on_missing.order_delivery"
 
 
-def test_export_then_import__document_without_versions__round_trips(demo_world, tmp_path):
-    from strategies.catalog.models import Agent
-
-    agent = Agent.objects.get(key="assistant_professional")
+def test_export_then_import__document_without_versions__round_trips(agent_documents, tmp_path):
+    agent = agent_documents
     services.document_create(agent=agent, key="empty_task", actor=None)
     call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
     out = StringIO()
@@ -194,12 +213,6 @@ def test_export_then_import__document_without_versions__round_trips(demo_world, 
 
 
 def test_validate__environment_without_manifest__says_runtime_not_reported(db):
-    from tests.factories_documents import (
-        EnvironmentFactory,
-        FrozenVersionFactory,
-        ManifestFactory,
-    )
-
     version = FrozenVersionFactory()
     silent = EnvironmentFactory(key="eu-test")
     report = selectors.document_validate(kind="strategy", body=version.body, environment=silent)

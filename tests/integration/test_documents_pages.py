@@ -3,14 +3,27 @@ as-you-type validation, stale saves and the compare page."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
-from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from strategies.documents import selectors, services
 from strategies.documents.models import Document, Version
-from tests.factories_documents import strategy_body
+from tests.factories import (
+    AgentFactory,
+    DocumentFactory,
+    EnvironmentFactory,
+    ReleaseFactory,
+    frozen_version,
+    frozen_versions,
+    manifest_body,
+    profile_body,
+    strategy_bodies_v1_to_v3,
+    strategy_body,
+    user_with_grants,
+)
 
 AGENT = "/agents/assistant_professional/"
 DOC = AGENT + "documents/after_sales_consultation/"
@@ -18,8 +31,43 @@ HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
 @pytest.fixture
-def ops(client, demo_world):
-    client.force_login(User.objects.get(username="ops"))
+def documents(db):
+    """assistant_professional with its profile (v1) and after_sales_consultation v1–v3;
+    assistant_lite with its profile (v1), whose agentWhitelist switch was never set; the
+    environments sg-test and prod, whose runtimes implement everything v3 needs, and bank-uat,
+    whose runtime lacks the general_policy_only handler v3 falls back to."""
+    professional = AgentFactory(key="assistant_professional")
+    lite = AgentFactory(key="assistant_lite")
+    frozen_version(DocumentFactory(agent=professional, profile=True), profile_body())
+    frozen_versions(
+        DocumentFactory(agent=professional, key="after_sales_consultation"),
+        strategy_bodies_v1_to_v3(),
+    )
+    lite_profile = profile_body()
+    del lite_profile["switches"]["temporalAnchor.agentWhitelist"]
+    frozen_version(DocumentFactory(agent=lite, profile=True), lite_profile)
+    envs = {
+        "sg-test": EnvironmentFactory(key="sg-test", position=1, manifest=manifest_body()),
+        "bank-uat": EnvironmentFactory(
+            key="bank-uat", position=2, manifest=manifest_body(handlers=[])
+        ),
+        "prod": EnvironmentFactory(
+            key="prod", position=3, protected=True, manifest=manifest_body()
+        ),
+    }
+    return SimpleNamespace(professional=professional, lite=lite, envs=envs)
+
+
+@pytest.fixture
+def ops(client, documents):
+    client.force_login(user_with_grants("ops", operator=documents.professional))
+    return client
+
+
+@pytest.fixture
+def viewer(client, documents):
+    """A client signed in as a viewer of assistant_lite."""
+    client.force_login(user_with_grants("viewer", viewer=documents.lite))
     return client
 
 
@@ -68,7 +116,7 @@ def test_agent_detail__out_of_scope__404(ops):
     assert ops.get("/agents/assistant_lite/").status_code == 404
 
 
-def test_profile_grid__shows_bank_toggles_and_sensitive_marks(ops):
+def test_profile_grid__shows_toggles_and_sensitive_marks(ops):
     with CaptureQueriesContext(connection) as queries:
         response = ops.get(AGENT)
     assert len(queries) < 20
@@ -200,9 +248,8 @@ def test_version_compare__any_two_versions__plain_words(ops):
     assert "When order_delivery is missing, use general_policy_only" in html
 
 
-def test_viewer__draft_edit__403(client, demo_world):
-    client.force_login(User.objects.get(username="viewer"))
-    response = client.get("/agents/assistant_lite/documents/profile/draft/")
+def test_viewer__draft_edit__403(viewer):
+    response = viewer.get("/agents/assistant_lite/documents/profile/draft/")
     assert response.status_code == 403
 
 
@@ -217,13 +264,11 @@ def test_strategies_tab__new_strategy__opens_its_draft(ops):
 def test_profile_draft_editor__json_save__draft_updated(ops):
     import json
 
-    from console.demo import data
-
-    draft = services.draft_create(document=_profile(), body=data.BANK_PROFILE, actor=None)
+    draft = services.draft_create(document=_profile(), body=profile_body(), actor=None)
     page = ops.get(AGENT + "documents/profile/draft/")
     assert page.status_code == 200 and b"json-editor" in page.content
     assert b'id="fields-panel"' not in page.content  # the grid is the profile's form
-    body = json.loads(json.dumps(data.BANK_PROFILE))
+    body = profile_body()
     body["switches"]["toolPrefilter.enabled"] = True
     response = ops.post(
         AGENT + "documents/profile/draft/", {"json": json.dumps(body), "revision": "1"}
@@ -243,21 +288,11 @@ def test_draft_edit__first_visit__checks_against_first_environment(ops):
     assert "general_policy_only" in html and "against bank-uat" in html
 
 
-def test_live_release__grid_marks_difference_and_versions_show_where_live(ops):
-    from strategies.catalog.models import Environment
-    from strategies.releases.models import Release
-
+def test_live_release__grid_marks_difference_and_versions_show_where_live(ops, documents):
     # Given v1 of the profile live in prod and v2 of the strategy live in bank-uat
-    prod = Environment.objects.get(key="prod")
-    Release.objects.update_or_create(
-        document=_profile(),
-        environment=prod,
-        defaults={"version": _profile().versions.get(number=1)},
-    )
-    Release.objects.update_or_create(
-        document=_strategy(),
-        environment=Environment.objects.get(key="bank-uat"),
-        defaults={"version": _strategy().versions.get(number=2)},
+    ReleaseFactory(version=_profile().versions.get(number=1), environment=documents.envs["prod"])
+    ReleaseFactory(
+        version=_strategy().versions.get(number=2), environment=documents.envs["bank-uat"]
     )
     # When ops switches chat_topic off in a draft
     ops.post(AGENT + "profile/", _grid_post(_profile(), chat_topic=False), **HTMX)
@@ -288,8 +323,7 @@ def test_draft_validate__json_nested_too_deep__readable_error(ops):
     assert b"nested too deeply" in response.content
 
 
-def test_profile_grid__agent_whitelist_unset__empty_box_not_none(client, demo_world):
-    client.force_login(User.objects.get(username="viewer"))
-    html = client.get("/agents/assistant_lite/").content.decode()
+def test_profile_grid__agent_whitelist_unset__empty_box_not_none(viewer):
+    html = viewer.get("/agents/assistant_lite/").content.decode()
     box = html.split('name="switches.temporalAnchor.agentWhitelist"')[1].split(">")[0]
     assert 'value=""' in box and "disabled" in box

@@ -12,6 +12,16 @@ import pytest
 from django.urls import reverse
 
 from strategies.catalog import services as catalog_services
+from tests.factories import (
+    AgentFactory,
+    DocumentFactory,
+    EnvironmentFactory,
+    frozen_versions,
+    manifest_body,
+    publish,
+    strategy_bodies_v1_to_v3,
+    user_with_grants,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -113,7 +123,8 @@ def test_api_root__logged_in__links_schema_and_docs(client, make_user):
     assert b"cdn" not in docs.content.lower()  # Swagger UI from local assets
 
 
-def test_dashboard__user_without_grants__sees_no_agent(client, make_user, demo_world):
+def test_dashboard__user_without_grants__sees_no_agent(client, make_user):
+    AgentFactory(key="assistant_professional")
     client.force_login(make_user("nobody"))
     page = client.get(reverse("dashboard")).content.decode()
     assert "assistant_professional" not in page
@@ -151,55 +162,47 @@ def test_celery__task_through_real_broker__worker_process_writes_database(celery
     assert WorkerHeartbeat.objects.filter(marker="foundation-test").exists()
 
 
-def test_navigation__viewer__shows_only_pages_they_can_use(client, demo_world):
-    from django.contrib.auth import get_user_model
-
-    client.force_login(get_user_model().objects.get(username="viewer"))
+def test_navigation__viewer__shows_only_pages_they_can_use(client, db):
+    client.force_login(user_with_grants("viewer", viewer=AgentFactory(key="assistant_lite")))
     page = client.get(reverse("dashboard")).content.decode()
     assert 'href="/agents/"' in page
     assert 'href="/audit/"' not in page and 'href="/access/"' not in page
     assert 'id="request-search"' not in page  # no trace capability anywhere
 
 
-def test_navigation__admin__shows_audit_access_and_search(client, demo_world):
-    from django.contrib.auth import get_user_model
-
-    client.force_login(get_user_model().objects.get(username="admin"))
+def test_navigation__admin__shows_audit_access_and_search(client, db):
+    AgentFactory(key="assistant_professional")
+    client.force_login(user_with_grants("admin", admin=None))
     page = client.get(reverse("dashboard")).content.decode()
     assert 'href="/audit/"' in page and 'href="/access/"' in page
     assert 'id="request-search"' in page
 
 
-def test_agent_tabs__support_and_ops__tabs_follow_their_capabilities(client, demo_world):
-    from django.contrib.auth import get_user_model
-
-    users = get_user_model().objects
-    client.force_login(users.get(username="support"))
+def test_agent_tabs__support_and_ops__tabs_follow_their_capabilities(client, db):
+    agent = AgentFactory(key="assistant_professional")
+    DocumentFactory(agent=agent, profile=True)  # the agent's page shows its profile
+    client.force_login(user_with_grants("support", support=agent))
     page = client.get("/agents/assistant_professional/").content.decode()
     assert "/traces/?agent=assistant_professional" in page
     assert "/access/?agent=assistant_professional" not in page
-    client.force_login(users.get(username="admin"))
+    client.force_login(user_with_grants("admin", admin=None))
     page = client.get("/agents/assistant_professional/").content.decode()
     assert "/access/?agent=assistant_professional" in page
     assert "/releases/?agent=assistant_professional" in page
 
 
-def test_dashboard__runtime_drops_a_handler__health_warning_names_the_live_version(
-    client, demo_world
-):
-    import copy
-
-    from django.contrib.auth import get_user_model
-
-    from console.demo import data
-    from strategies.catalog.models import Environment
-
-    client.force_login(get_user_model().objects.get(username="ops"))
+def test_dashboard__runtime_drops_a_handler__health_warning_names_the_live_version(client, db):
+    agent = AgentFactory(key="assistant_professional")
+    ops = user_with_grants("ops", operator=agent)
+    sg_test = EnvironmentFactory(key="sg-test", manifest=manifest_body())
+    strategy = frozen_versions(
+        DocumentFactory(agent=agent, key="after_sales_consultation"), strategy_bodies_v1_to_v3()
+    )
+    publish(strategy[3], sg_test, actor=ops)  # v3 falls back to general_policy_only
+    client.force_login(ops)
     assert 'data-health="manifest"' not in client.get(reverse("dashboard")).content.decode()
     # Given sg-test's runtime reports a manifest without general_policy_only (v3 live there)
-    body = copy.deepcopy(data.DEMO_MANIFEST)
-    body["handlers"] = []
-    catalog_services.manifest_record(environment=Environment.objects.get(key="sg-test"), body=body)
+    catalog_services.manifest_record(environment=sg_test, body=manifest_body(handlers=[]))
     page = client.get(reverse("dashboard")).content.decode()
     warning = page.split('data-health="manifest"')[1].split("</div>")[0]
     assert "after_sales_consultation v3 in sg-test" in warning

@@ -11,7 +11,7 @@ from django.db import connection
 from console.errors import Conflict
 from strategies.releases.models import Release, ReleaseEvent
 from strategies.releases.services import release_publish, release_rollback
-from tests.factories_releases import release_world
+from tests.factories import release_setup
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ATTEMPTS = 50
@@ -41,8 +41,8 @@ def run_concurrently(attempts):
 
 
 @pytest.fixture
-def live_v3(make_user):
-    w = release_world(make_user)
+def live_v3():
+    w = release_setup()
     for n in (1, 2, 3):
         release_publish(version=w.strategy[n], environment=w.envs["sg-test"], actor=w.ops)
     return w, Release.objects.get(document=w.strategy[3].document, environment=w.envs["sg-test"])

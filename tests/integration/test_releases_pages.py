@@ -7,18 +7,24 @@ from django.template.loader import render_to_string
 
 from strategies.releases.models import ApprovalRequest, Release
 from strategies.releases.services import release_publish
-from tests.factories_releases import release_world
+from tests.factories import AgentFactory, release_setup
 
 PUBLISH = "/releases/assistant_professional/after_sales_consultation/{env}/publish/"
 ROLLBACK = "/releases/assistant_professional/after_sales_consultation/sg-test/rollback/"
 
 
 @pytest.fixture
-def world(make_user):
-    return release_world(make_user)
+def world(db):
+    return release_setup()
 
 
-def test_overview__viewer_of_other_agent__agent_not_shown(client, world, make_user):
+@pytest.fixture
+def lite_agent(db):
+    """A second agent, for people whose grants are elsewhere."""
+    return AgentFactory(key="assistant_lite")
+
+
+def test_overview__viewer_of_other_agent__agent_not_shown(client, world, lite_agent, make_user):
     client.force_login(make_user("viewer", viewer="assistant_lite"))
 
     page = client.get("/releases/").content.decode()
@@ -26,7 +32,7 @@ def test_overview__viewer_of_other_agent__agent_not_shown(client, world, make_us
     assert "assistant_lite" in page and "releases-assistant_professional" not in page
 
 
-def test_publish_page__agent_out_of_scope__404(client, world, make_user):
+def test_publish_page__agent_out_of_scope__404(client, world, lite_agent, make_user):
     client.force_login(make_user("viewer", viewer="assistant_lite"))
 
     assert client.get(PUBLISH.format(env="sg-test")).status_code == 404

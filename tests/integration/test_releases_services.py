@@ -14,12 +14,12 @@ from strategies.releases.services import (
     release_publish,
     release_rollback,
 )
-from tests.factories_releases import profile_with_sensitive_on, release_world
+from tests.factories import profile_body, release_setup
 
 
 @pytest.fixture
-def world(make_user):
-    return release_world(make_user)
+def world(db):
+    return release_setup()
 
 
 def live(w, env_key, document="after_sales_consultation"):
@@ -72,7 +72,9 @@ def test_publish__sensitive_section_without_capability__forbidden(world):
 
     # Drafted by someone allowed to switch it on; publishing still checks the publisher.
     draft = draft_create(
-        document=world.profile[1].document, body=profile_with_sensitive_on(), actor=world.admin
+        document=world.profile[1].document,
+        body=profile_body(personal_particulars=True),
+        actor=world.admin,
     )
 
     with pytest.raises(Forbidden) as refused:

@@ -10,12 +10,7 @@ from strategies.delivery import config as runtime_config
 from strategies.releases.services import release_publish
 from strategies.runtime.auth import last_used_flush
 from strategies.runtime.tokens import runtime_token_revoke
-from tests.factories_releases import (
-    bearer,
-    manifest_without_handler,
-    release_world,
-    runtime_token,
-)
+from tests.factories import AgentFactory, bearer, manifest_body, release_setup, runtime_token
 
 CONFIG = "/api/v1/runtime/config/assistant_professional"
 MANIFEST = "/api/v1/runtime/manifest"
@@ -24,8 +19,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def world(make_user):
-    w = release_world(make_user)
+def world():
+    w = release_setup()
     release_publish(version=w.profile[1], environment=w.envs["sg-test"], actor=w.ops)
     release_publish(version=w.strategy[3], environment=w.envs["sg-test"], actor=w.ops)
     return w
@@ -81,7 +76,7 @@ def test_config__release_changes__etag_changes_only_then(client, world):
     # Neither a manifest report nor a change in another environment touches sg-test's config.
     client.put(
         MANIFEST,
-        data=json.dumps(manifest_without_handler()),
+        data=json.dumps(manifest_body(handlers=[])),
         content_type="application/json",
         **bearer(secret),
     )
@@ -153,11 +148,7 @@ def test_config__token_without_config_read__403(client, world):
 
 
 def test_config__agent_unknown_or_out_of_scope__same_404(client, world):
-    from strategies.catalog.models import Agent
-
-    lite_only = runtime_token(
-        world.envs["sg-test"], agents=[Agent.objects.get(key="assistant_lite")]
-    )
+    lite_only = runtime_token(world.envs["sg-test"], agents=[AgentFactory(key="assistant_lite")])
 
     out_of_scope = client.get(CONFIG, **bearer(lite_only))
     unknown = client.get("/api/v1/runtime/config/no_such_agent", **bearer(lite_only))
@@ -180,7 +171,7 @@ def test_manifest_put__new_body__new_version_and_warnings_for_live_releases(clie
 
     response = client.put(
         MANIFEST,
-        data=json.dumps({"runtime": "bank-assistant 2026.12.1", **manifest_without_handler()}),
+        data=json.dumps({"runtime": "bank-assistant 2026.12.1", **manifest_body(handlers=[])}),
         content_type="application/json",
         **bearer(secret),
     )
@@ -197,7 +188,7 @@ def test_manifest_put__identical_body__same_version_nothing_written(client, worl
     from strategies.catalog.models import Manifest
 
     secret = runtime_token(world.envs["sg-test"])
-    body = json.dumps(manifest_without_handler())
+    body = json.dumps(manifest_body(handlers=[]))
     first = client.put(MANIFEST, data=body, content_type="application/json", **bearer(secret))
     again = client.put(MANIFEST, data=body, content_type="application/json", **bearer(secret))
 
@@ -274,7 +265,7 @@ def test_manifest_put__csrf_enforced_client__token_suffices(world):
 
     response = Client(enforce_csrf_checks=True).put(
         MANIFEST,
-        data=json.dumps(manifest_without_handler()),
+        data=json.dumps(manifest_body(handlers=[])),
         content_type="application/json",
         **bearer(secret),
     )

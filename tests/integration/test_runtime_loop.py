@@ -25,7 +25,7 @@ from strategies.delivery.models import WebhookDelivery
 from strategies.delivery.webhooks import webhook_create
 from strategies.releases.models import Release
 from strategies.releases.services import release_publish, release_rollback
-from tests.factories_releases import release_world, runtime_token
+from tests.factories import release_setup, runtime_token
 from tests.runtime_sim import ROOT, ConsoleServer, RuntimeSim, free_port, wait_until
 from traces.models import Trace
 
@@ -52,7 +52,15 @@ def database_url(settings_dict: dict) -> str:
 
 
 @pytest.fixture
-def console_env(transactional_db, settings):
+def loopback_targets(monkeypatch, settings):
+    """The simulated runtime's webhook listens on 127.0.0.1: allow private targets in this
+    process, in the worker (its environment is copied from os.environ) and in the console."""
+    monkeypatch.setenv("WEBHOOK_ALLOW_PRIVATE_TARGETS", "true")
+    settings.WEBHOOK_ALLOW_PRIVATE_TARGETS = True
+
+
+@pytest.fixture
+def console_env(transactional_db, settings, loopback_targets):
     """What a console process needs to serve the test's committed rows: the test database,
     the test settings' Redis and cache prefix (so it reads the payloads this process writes
     and hears its invalidations)."""
@@ -65,13 +73,15 @@ def console_env(transactional_db, settings):
         "CACHE_PREFIX": settings.CACHES["default"]["KEY_PREFIX"],
         "DEBUG": "false",
         "LOG_LEVEL": "WARNING",
+        "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
     }
 
 
 @pytest.fixture
-def world(make_user):
-    """DEMO's world with profile v1 and strategy v2 live in sg-test, and a runtime token."""
-    world = release_world(make_user)
+def world(transactional_db):
+    """tests.factories.release_setup with profile v1 and strategy v2 live in sg-test, and a
+    runtime token."""
+    world = release_setup()
     sg = world.envs["sg-test"]
     release_publish(version=world.profile[1], environment=sg, actor=world.ops)
     release_publish(version=world.strategy[2], environment=sg, actor=world.ops)
@@ -90,7 +100,7 @@ def console(world, console_env, tmp_path):
 
 
 @pytest.fixture
-def worker(celery_worker_process, settings):
+def worker(loopback_targets, celery_worker_process, settings):
     """The real worker, with this process's tasks sent to its queue; waits until it is ready
     (publishing earlier only queues the task, but the timings would include its start)."""
     settings.CELERY_TASK_DEFAULT_QUEUE = celery_worker_process
@@ -231,7 +241,7 @@ def test_polling__publish_then_rollback__runtime_follows_within_poll_interval(
 def test_webhook__publish_and_rollback__runtime_switches_within_1s_of_delivery(
     world, console, worker, sims, tmp_path
 ):
-    # No setting refuses loopback webhook URLs (webhook_create checks for an http(s) URL only).
+    # A loopback webhook URL: allowed by `loopback_targets` (WEBHOOK_ALLOW_PRIVATE_TARGETS).
     port = free_port()
     hook, secret = webhook_create(
         environment=world.sg, url=f"http://127.0.0.1:{port}/hooks/console", actor=world.admin

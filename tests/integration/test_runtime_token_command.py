@@ -7,13 +7,15 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from console.demo import documents as demo
 from strategies.runtime.models import RuntimeToken
+from tests.factories import AgentFactory, EnvironmentFactory
 
 
 @pytest.fixture
 def envs(db):
-    demo.load()
+    """sg-test and prod, and the agent a token may be scoped to."""
+    AgentFactory(key="assistant_professional")
+    return {key: EnvironmentFactory(key=key) for key in ("sg-test", "prod")}
 
 
 def run(*args) -> str:

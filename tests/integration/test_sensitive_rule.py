@@ -5,11 +5,11 @@ environment's runtime declares it so — a runtime that declares it harmless cha
 from __future__ import annotations
 
 import copy
+from types import SimpleNamespace
 
 import pytest
 from context_runtime.findings import FLAG
 
-from console.demo import data
 from console.errors import Forbidden
 from console.models import AccessLogEntry
 from strategies.catalog.models import Manifest
@@ -17,22 +17,37 @@ from strategies.documents import selectors as document_selectors
 from strategies.documents import services as document_services
 from strategies.documents.models import Document
 from strategies.releases import services as releases
-from tests.factories_releases import release_world
+from tests.factories import (
+    AgentFactory,
+    DocumentFactory,
+    EnvironmentFactory,
+    frozen_version,
+    manifest_body,
+    profile_body,
+    user_with_grants,
+)
 
 PATH = "sections.user_context.state_of_mind"
 
 
 @pytest.fixture
-def world(db, make_user):
-    return release_world(make_user)
+def world(db):
+    """assistant_professional's profile at v1 (state_of_mind off); sg-test, whose runtime
+    reports every known section; ops (operator: may not switch sensitive sections on) and
+    admin (may)."""
+    agent = AgentFactory(key="assistant_professional")
+    return SimpleNamespace(
+        agent=agent,
+        sg_test=EnvironmentFactory(key="sg-test", manifest=manifest_body()),
+        profile_v1=frozen_version(DocumentFactory(agent=agent, profile=True), profile_body()),
+        ops=user_with_grants("ops", operator=agent),
+        admin=user_with_grants("admin", admin=None),
+    )
 
 
 def _declassify_in(environment) -> None:
     """The environment's runtime reports state_of_mind as an ordinary section."""
-    body = copy.deepcopy(data.DEMO_MANIFEST)
-    for entry in body["sections"]:
-        if entry["key"] == "state_of_mind":
-            entry["sensitive"] = False
+    body = manifest_body(not_sensitive=["state_of_mind"])
     latest = Manifest.objects.filter(environment=environment).order_by("-version").first()
     Manifest.objects.create(
         environment=environment,
@@ -51,10 +66,10 @@ def _with_state_of_mind(body: dict) -> dict:
 def test_sensitive_rule__runtime_declares_a_known_section_harmless__editor_save_and_publish_agree(
     world,
 ):
-    sg_test = world.envs["sg-test"]
+    sg_test = world.sg_test
     _declassify_in(sg_test)
     profile = Document.objects.get(agent=world.agent, kind=Document.Kind.PROFILE)
-    body = _with_state_of_mind(world.profile[1].body)
+    body = _with_state_of_mind(world.profile_v1.body)
 
     # The editor flags it as needing the permission, even against the declassifying runtime.
     report = document_selectors.document_validate(kind="profile", body=body, environment=sg_test)
@@ -80,9 +95,9 @@ def test_sensitive_rule__runtime_declares_a_known_section_harmless__editor_save_
 
 
 def test_sensitive_rule__admin_with_the_permission__saves_and_publishes(world):
-    sg_test = world.envs["sg-test"]
+    sg_test = world.sg_test
     profile = Document.objects.get(agent=world.agent, kind=Document.Kind.PROFILE)
-    body = _with_state_of_mind(world.profile[1].body)
+    body = _with_state_of_mind(world.profile_v1.body)
     draft = document_services.draft_create(document=profile, body=body, actor=world.admin)
     outcome = releases.release_publish(version=draft, environment=sg_test, actor=world.admin)
     assert outcome.release.version.body["sections"]["user_context"]["state_of_mind"] is True

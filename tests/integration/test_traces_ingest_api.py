@@ -8,7 +8,7 @@ import orjson
 import pytest
 from context_runtime import wire
 
-from tests.factories_traces import candidate, post_batch, runtime_token, trace_payload, world
+from tests.factories import candidate, post_batch, runtime_token, trace_payload, world
 from traces.models import Candidate, Snapshot, Trace
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from console.models import AccessLogEntry
-from tests.factories_traces import post_batch, runtime_token, trace_payload, world
+from tests.factories import post_batch, runtime_token, trace_payload, world
 from traces.models import Snapshot, Trace
 
 pytestmark = pytest.mark.django_db

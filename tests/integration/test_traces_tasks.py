@@ -10,7 +10,7 @@ from cryptography.fernet import Fernet
 from django.core.management import call_command
 from django.utils import timezone
 
-from tests.factories_traces import post_batch, runtime_token, trace_payload, world
+from tests.factories import post_batch, runtime_token, trace_payload, world
 from traces import crypto, services, tasks
 from traces.models import Candidate, HourlyRollup, Snapshot, Trace
 

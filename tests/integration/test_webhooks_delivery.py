@@ -13,7 +13,7 @@ import pytest
 
 from strategies.delivery.webhooks import WebhookAttempt, WebhookDelivery, webhook_create
 from strategies.releases.services import release_publish
-from tests.factories_releases import bearer, release_world, runtime_token
+from tests.factories import bearer, release_setup, runtime_token
 
 
 class Receiver:
@@ -51,7 +51,14 @@ def fast_retries(monkeypatch):
 
 
 @pytest.fixture
-def worker(fast_retries, celery_worker_process, settings):
+def loopback_targets(monkeypatch, settings):
+    """The receivers are on 127.0.0.1: allow private targets here and in the worker process."""
+    monkeypatch.setenv("WEBHOOK_ALLOW_PRIVATE_TARGETS", "true")  # read by the worker process
+    settings.WEBHOOK_ALLOW_PRIVATE_TARGETS = True
+
+
+@pytest.fixture
+def worker(fast_retries, loopback_targets, celery_worker_process, settings):
     settings.CELERY_TASK_DEFAULT_QUEUE = celery_worker_process
     return celery_worker_process
 
@@ -83,10 +90,8 @@ def publish_to_receiver(world, statuses, version_number):
         receiver.close()
 
 
-def test_webhook__receiver_fails_twice__third_try_delivers_signed_payload(
-    worker, make_user, client
-):
-    world = release_world(make_user)
+def test_webhook__receiver_fails_twice__third_try_delivers_signed_payload(worker, client):
+    world = release_setup()
 
     delivery, receiver, secret = publish_to_receiver(world, [500, 503, 200], version_number=2)
 
@@ -122,8 +127,8 @@ def test_webhook__receiver_fails_twice__third_try_delivers_signed_payload(
     }
 
 
-def test_webhook__receiver_always_down__five_tries_then_failed(worker, make_user):
-    world = release_world(make_user)
+def test_webhook__receiver_always_down__five_tries_then_failed(worker):
+    world = release_setup()
 
     delivery, receiver, _ = publish_to_receiver(world, [500], version_number=1)
 

@@ -9,7 +9,7 @@ import pytest
 from context_runtime import wire
 from context_runtime.findings import Finding
 
-from tests.factories_traces import candidate, trace_payload
+from tests.factories import candidate, trace_payload
 from traces import ingest
 from traces.diagnosis import where_to_look
 

@@ -1,44 +1,33 @@
-"""Builders for trace payloads and runtime tokens (tests of the traces app)."""
+"""Trace payloads as a runtime sends them, posting them, and trace rows for reads."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import factory
 import orjson
 
-from strategies.catalog.models import Agent, Environment
+from tests.factories.documents import AgentFactory, EnvironmentFactory
+from traces.models import Status, Trace
 
 INGEST_URL = "/api/v1/runtime/traces"
 
 
 def world() -> dict:
-    """Two agents and two environments, enough for scope tests."""
+    """Two agents and two environments, enough for scope tests:
+    {"agents": {key: Agent}, "environments": {key: Environment}}."""
     agents = {
-        key: Agent.objects.get_or_create(key=key, defaults={"name": key})[0]
-        for key in ("assistant_professional", "assistant_lite")
+        key: AgentFactory(key=key, name=key) for key in ("assistant_professional", "assistant_lite")
     }
     environments = {
-        key: Environment.objects.get_or_create(
-            key=key, defaults={"name": key, "position": position}
-        )[0]
+        key: EnvironmentFactory(key=key, name=key, position=position)
         for position, key in enumerate(("sg-test", "prod"), start=1)
     }
     return {"agents": agents, "environments": environments}
 
 
-def runtime_token(environment, *, capabilities=("traces:write",), agents=()) -> str:
-    from strategies.runtime.tokens import runtime_token_create
-
-    _, secret = runtime_token_create(
-        name=f"test-{environment.key}",
-        environment=environment,
-        capabilities=list(capabilities),
-        agents=list(agents),
-    )
-    return secret
-
-
 def candidate(item="task_state:T9", **overrides) -> dict:
+    """One candidate of a trace payload: selected and required unless overridden."""
     data = {
         "id": item,
         "source": "task_state",
@@ -53,6 +42,8 @@ def candidate(item="task_state:T9", **overrides) -> dict:
 
 
 def trace_payload(request_id="req-1", **overrides) -> dict:
+    """One trace in the wire form (docs/runtime-contract.md): after_sales_consultation v3 of
+    assistant_professional, ready, with three candidates; keywords replace fields."""
     data = {
         "request_id": request_id,
         "agent": "assistant_professional",
@@ -95,8 +86,29 @@ def trace_payload(request_id="req-1", **overrides) -> dict:
 
 
 def post_batch(client, secret: str | None, traces=None, *, body: bytes | None = None, **headers):
+    """POST a batch to the ingest endpoint as a runtime does (`body` sends raw bytes)."""
     if body is None:
         body = orjson.dumps({"traces": traces or []})
     if secret is not None:
         headers["HTTP_AUTHORIZATION"] = f"Bearer {secret}"
     return client.post(INGEST_URL, data=body, content_type="application/json", **headers)
+
+
+class TraceFactory(factory.django.DjangoModelFactory):
+    """A trace row written directly, without candidates (tests of reads; ingest goes through
+    `post_batch`)."""
+
+    class Meta:
+        model = Trace
+
+    request_id = factory.Sequence(lambda n: f"req-{n}")
+    agent = factory.SubFactory(AgentFactory, key="assistant_professional")
+    environment = factory.SubFactory(EnvironmentFactory, key="sg-test")
+    occurred_at = factory.LazyFunction(lambda: datetime(2026, 11, 30, 9, 12, 44, tzinfo=UTC))
+    strategy = "after_sales_consultation"
+    strategy_version = 3
+    profile_version = 1
+    documents = factory.LazyAttribute(
+        lambda o: {"profile": o.profile_version, o.strategy: o.strategy_version}
+    )
+    status = Status.READY

@@ -1,0 +1,101 @@
+"""Releases: publishing through the real service, release rows for reads, and the setup most
+release tests share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import factory
+
+from strategies.delivery.config import cache_clear_all
+from strategies.releases.models import Release
+from strategies.releases.services import approval_approve, release_publish
+from tests.factories.documents import (
+    SAMPLE_AGENT,
+    STRATEGY_KEY,
+    AgentFactory,
+    DocumentFactory,
+    EnvironmentFactory,
+    FrozenVersionFactory,
+    frozen_versions,
+    manifest_body,
+    profile_body,
+    strategy_bodies_v1_to_v3,
+)
+from tests.factories.users import user_with_grants
+
+
+def publish(version, environment, *, actor, approver=None, reason: str = ""):
+    """Publish through `release_publish`; in a protected environment `approver` (a second
+    person) approves it. Returns the live Release, or the ApprovalRequest still waiting."""
+    outcome = release_publish(version=version, environment=environment, actor=actor, reason=reason)
+    if outcome.approval is None:
+        return outcome.release
+    if approver is None:
+        return outcome.approval
+    return approval_approve(approval=outcome.approval, actor=approver)
+
+
+class ReleaseFactory(factory.django.DjangoModelFactory):
+    """A release row written directly: `version` live in `environment` (tests of reads; a
+    publish goes through `publish`)."""
+
+    class Meta:
+        model = Release
+
+    version = factory.SubFactory(FrozenVersionFactory)
+    document = factory.SelfAttribute("version.document")
+    environment = factory.SubFactory(EnvironmentFactory)
+    revision = 1
+
+
+@dataclass
+class ReleaseSetup:
+    agent: object
+    envs: dict  # key → Environment
+    profile: dict  # version number → Version
+    strategy: dict  # version number → Version
+    ops: object
+    ops2: object
+    admin: object
+
+
+def release_setup() -> ReleaseSetup:
+    """Nothing released yet, and:
+
+    - assistant_professional with its profile (v1) and after_sales_consultation v1–v3
+      (`strategy_bodies_v1_to_v3`), frozen by ops through the services;
+    - sg-test and prod (protected) whose runtimes implement everything v3 needs, and bank-uat
+      whose runtime lacks the general_policy_only handler v3 falls back to;
+    - ops (operator), ops2 (operator and approver) on assistant_professional, admin on all
+      agents — each signs in with `<username>-pass-1`.
+    """
+    cache_clear_all()  # Redis outlives the test database between runs
+    agent = AgentFactory(key=SAMPLE_AGENT)
+    envs = {
+        "sg-test": EnvironmentFactory(key="sg-test", position=1, manifest=manifest_body()),
+        "bank-uat": EnvironmentFactory(
+            key="bank-uat", position=2, manifest=manifest_body(handlers=[])
+        ),
+        "prod": EnvironmentFactory(
+            key="prod", position=3, protected=True, manifest=manifest_body()
+        ),
+    }
+    ops = user_with_grants("ops", operator=agent)
+    ops2 = user_with_grants("ops2", operator=agent, approver=agent)
+    admin = user_with_grants("admin", admin=None)
+    profile = frozen_versions(
+        DocumentFactory(agent=agent, profile=True), [profile_body()], actor=ops
+    )
+    strategy = frozen_versions(
+        DocumentFactory(agent=agent, key=STRATEGY_KEY), strategy_bodies_v1_to_v3(), actor=ops
+    )
+    return ReleaseSetup(
+        agent=agent,
+        envs=envs,
+        profile=profile,
+        strategy=strategy,
+        ops=ops,
+        ops2=ops2,
+        admin=admin,
+    )
