@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import factory
 import orjson
+from django.utils import timezone
 
-from tests.factories.documents import AgentFactory, EnvironmentFactory
+from tests.factories.documents import (
+    STRATEGY_KEY,
+    AgentFactory,
+    DocumentFactory,
+    EnvironmentFactory,
+    FrozenVersionFactory,
+    strategy_body,
+)
 from traces.models import Status, Trace
 
 INGEST_URL = "/api/v1/runtime/traces"
@@ -47,7 +55,8 @@ def trace_payload(request_id="req-1", **overrides) -> dict:
     data = {
         "request_id": request_id,
         "agent": "assistant_professional",
-        "occurred_at": datetime(2026, 11, 30, 9, 12, 44, tzinfo=UTC).isoformat(),
+        # Recent: ingest refuses an occurred_at older than the environment's retention.
+        "occurred_at": (timezone.now() - timedelta(minutes=1)).isoformat(),
         "documents": {"profile": 7, "after_sales_consultation": 3},
         "strategy": "after_sales_consultation",
         "config_fallback": False,
@@ -83,6 +92,15 @@ def trace_payload(request_id="req-1", **overrides) -> dict:
     }
     data.update(overrides)
     return data
+
+
+def snapshots_allowed(agent="assistant_professional", *, number=3, key=STRATEGY_KEY):
+    """The strategy version trace_payload names (after_sales_consultation v3), frozen with
+    `"snapshot": {"allowed": true}`: ingest keeps a snapshot only when it says so."""
+    document = DocumentFactory(agent=AgentFactory(key=agent), key=key)
+    return FrozenVersionFactory(
+        document=document, number=number, body=strategy_body(snapshot={"allowed": True})
+    )
 
 
 def post_batch(client, secret: str | None, traces=None, *, body: bytes | None = None, **headers):

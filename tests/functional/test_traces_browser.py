@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.auth.models import User
 
 from console.models import AccessLogEntry
 from strategies.catalog.models import Environment
+from strategies.documents.models import Document
+from strategies.documents.services import draft_create, version_freeze
 from tests.factories import post_batch, runtime_token, trace_payload
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -42,10 +45,19 @@ def test_support_opens_req_93__degraded_names_handler_and_provider(demo_world, l
 
 
 def test_admin_views_snapshot__reason_required__shown_and_logged(demo_world, login, client):
-    # req-92 has no snapshot (its strategy does not allow one); a runtime whose does sends it.
+    # req-92 has no snapshot (v3 does not allow one); a version that allows it gets one kept.
+    document = Document.objects.get(key="after_sales_consultation")
+    admin = User.objects.get(username="admin")
+    body = {**document.versions.get(number=3).body, "snapshot": {"allowed": True}}
+    allowing = version_freeze(
+        draft=draft_create(document=document, body=body, actor=admin), actor=admin
+    )
     secret = runtime_token(Environment.objects.get(key="sg-test"))
     snapshot = {"messages": ["order A1042 r12: delivered 2026-11-02, quality not yet verified"]}
-    response = post_batch(client, secret, [trace_payload("req-snap", snapshot=snapshot)])
+    documents = {"profile": 1, "after_sales_consultation": allowing.number}
+    response = post_batch(
+        client, secret, [trace_payload("req-snap", snapshot=snapshot, documents=documents)]
+    )
     assert response.json()["accepted"] == 1
     page = login("admin", "admin-demo")
     page.goto(page.url + "traces/req-snap/")

@@ -9,6 +9,7 @@ import pytest
 from context_runtime import wire
 
 from tests.factories import candidate, post_batch, runtime_token, trace_payload, world
+from tests.factories.traces import snapshots_allowed
 from traces.models import Candidate, Snapshot, Trace
 
 pytestmark = pytest.mark.django_db
@@ -154,6 +155,7 @@ def test_ingest__body_over_byte_limit__413(client, secret):
 
 
 def test_ingest__snapshot__stored_encrypted_apart_with_environment_expiry(client, secret, env):
+    snapshots_allowed()
     response = post_batch(
         client, secret, [trace_payload("req-92", snapshot={"messages": ["secret words"]})]
     )

@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from console.models import AccessLogEntry
 from tests.factories import post_batch, runtime_token, trace_payload, world
+from tests.factories.traces import snapshots_allowed
 from traces.models import Snapshot, Trace
 
 pytestmark = pytest.mark.django_db
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def traces(client):
     env = world()
+    snapshots_allowed()
     secret = runtime_token(env["environments"]["sg-test"])
     post_batch(
         client,

@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from tests.factories import post_batch, runtime_token, trace_payload, world
+from tests.factories.traces import snapshots_allowed
 from traces import crypto, services, tasks
 from traces.models import Candidate, HourlyRollup, Snapshot, Trace
 
@@ -34,15 +35,18 @@ def test_purge_task__real_worker__expired_snapshot_and_old_traces_gone(
     client, celery_worker_process
 ):
     env = world()["environments"]["sg-test"]
+    snapshots_allowed()
     post_batch(
         client,
         runtime_token(env),
         [
             trace_payload("fresh", occurred_at=ago(days=1), snapshot={"x": 1}),
             trace_payload("expired-snapshot", occurred_at=ago(days=2), snapshot={"x": 2}),
-            *[trace_payload(f"old-{i}", occurred_at=ago(days=31)) for i in range(7)],
+            *[trace_payload(f"old-{i}", occurred_at=ago(days=1)) for i in range(7)],
         ],
     )
+    # Ingest refuses traces older than the retention: age them as time would.
+    Trace.objects.filter(request_id__startswith="old-").update(occurred_at=ago(days=31))
     Snapshot.objects.filter(trace__request_id="expired-snapshot").update(
         expires_at=timezone.now() - timedelta(minutes=1)
     )
@@ -63,8 +67,9 @@ def test_purge__small_batches__deletes_everything_past_retention(client):
     post_batch(
         client,
         runtime_token(env),
-        [trace_payload(f"old-{i}", occurred_at=ago(days=40)) for i in range(5)],
+        [trace_payload(f"old-{i}", occurred_at=ago(days=1)) for i in range(5)],
     )
+    Trace.objects.update(occurred_at=ago(days=40))  # ingest refuses traces past retention
     assert services.traces_purge_expired(batch_size=2) == 5
     assert Candidate.objects.count() == 0
 
@@ -111,6 +116,7 @@ def test_rollup_task__real_worker__counts_per_hour_idempotent(client, celery_wor
 @pytest.mark.django_db
 def test_snapshot_rotate__new_key_prepended__old_snapshots_reencrypted(client, settings):
     env = world()["environments"]["sg-test"]
+    snapshots_allowed()
     post_batch(client, runtime_token(env), [trace_payload("r", snapshot={"kept": True})])
     old_key_id = Snapshot.objects.get().key_id
     new_key = Fernet.generate_key().decode()
