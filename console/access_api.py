@@ -45,8 +45,8 @@ AUDITORS = requires(Capability.VIEW_AUDIT, agent_kwarg=None, anywhere=True)
 
 
 class OperatorPagination(LimitOffsetPagination):
-    """The pages of every paginated operator list (the logs here, traces, agents, documents
-    and versions): ?limit= as asked, at most `max_limit` rows (a larger ask gets that many)."""
+    """The pages of every paginated operator list (the logs here, traces, agents and
+    versions): ?limit= as asked, at most `max_limit` rows (a larger ask gets that many)."""
 
     max_limit = 200
 

@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.shortcuts import redirect
@@ -180,19 +181,28 @@ def role_edit(request, pk: int):
 
 
 def _agent_choices(user) -> list[tuple[str, str]]:
+    """One agent at a time first (the narrow grant is the default); "all agents", the broadest
+    scope, last and in words that say so."""
     choices = [(a.key, a.key) for a in agents_where(user, Capability.MANAGE_GRANTS).order_by("key")]
     if user_can(user, Capability.MANAGE_GRANTS):
-        choices.insert(0, (ALL_AGENTS, "All agents"))
+        choices.append((ALL_AGENTS, "All agents (also agents added later)"))
     return choices
+
+
+USER_PICK_LIMIT = 100  # the picker lists at most this many matches; typing narrows them
 
 
 @require_http_methods(["GET", "POST"])
 @requires(Capability.MANAGE_GRANTS, agent_kwarg=None, anywhere=True)
 def grant_create(request):
+    agent_choices = _agent_choices(request.user)
     form = GrantForm(
         request.POST or None,
-        initial={"agent": request.GET.get("agent", ""), "username": request.GET.get("user", "")},
-        agent_choices=_agent_choices(request.user),
+        initial={
+            "agent": request.GET.get("agent") or (agent_choices[0][0] if agent_choices else ""),
+            "username": request.GET.get("user") or request.GET.get("username", ""),
+        },
+        agent_choices=agent_choices,
     )
     preview = None
     if request.method == "POST" and form.is_valid():
@@ -201,7 +211,7 @@ def grant_create(request):
         check_user_can(request.user, Capability.MANAGE_GRANTS, data["agent"])
         if "confirm" not in request.POST or "edit" in request.POST:
             preview = None if "edit" in request.POST else _grant_preview(data)
-            context = {"form": form, "preview": preview, "users": _usernames()}
+            context = {"form": form, "preview": preview, **_user_picker(request)}
             return TemplateResponse(request, "console/grant_form.html", context)
         try:
             grant = services.grant_create(
@@ -219,14 +229,38 @@ def grant_create(request):
         else:
             messages.success(request, f"Granted: {grant}.")
             return redirect("access-overview")
-    context = {"form": form, "preview": preview, "users": _usernames()}
+    context = {"form": form, "preview": preview, **_user_picker(request)}
     return TemplateResponse(
         request, "console/grant_form.html", context, status=400 if form.errors else 200
     )
 
 
-def _usernames():
-    return get_user_model().objects.filter(is_active=True).order_by("username")
+def _user_picker(request) -> dict:
+    """The users to pick from (`?user_q=` filters them by name or e-mail, as you type), each
+    with the roles granted to them directly, in two queries."""
+    text = (request.GET.get("user_q") or "").strip()
+    users = get_user_model().objects.filter(is_active=True).order_by("username")
+    if text:
+        users = users.filter(
+            Q(username__icontains=text)
+            | Q(first_name__icontains=text)
+            | Q(last_name__icontains=text)
+            | Q(email__icontains=text)
+        )
+    picked = list(users[: USER_PICK_LIMIT + 1])
+    roles: dict[int, set[str]] = {}
+    for user_id, role, agent_key in Grant.objects.filter(user__in=picked).values_list(
+        "user_id", "role__name", "agent__key"
+    ):
+        roles.setdefault(user_id, set()).add(
+            f"{role} on {agent_key}" if agent_key else f"{role} (all agents)"
+        )
+    return {
+        "users": [(u, ", ".join(sorted(roles.get(u.pk, ())))) for u in picked[:USER_PICK_LIMIT]],
+        "users_more": len(picked) > USER_PICK_LIMIT,
+        "user_q": text,
+        "has_groups": Group.objects.exists(),
+    }
 
 
 def _grant_preview(data) -> list[str]:

@@ -196,8 +196,14 @@ def chain_head(model) -> tuple[int, str, int]:
 
 @dataclass
 class ChainBreak:
+    """One broken row: "content" (its hash does not match it) or "link" (its prev_hash is not
+    the hash of the row before it: that row is missing or was altered)."""
+
     row: Any
-    kind: str  # "content": the row's hash does not match it; "link": nor its prev_hash the row before
+    kind: str
+
+
+REPORT_KEEPS = 100  # broken rows and problems kept per report (all are counted)
 
 
 @dataclass
@@ -207,14 +213,26 @@ class ChainReport:
     checked: int = 0  # rows walked
     intact_before: int = 0  # rows before the first break
     last_id: int = 0
+    broken: int = 0  # broken rows; the first REPORT_KEEPS are in `breaks`
     breaks: list[ChainBreak] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)  # checkpoints or anchors not reached
+    unreached: int = 0  # checkpoints and anchors not reached; the first in `problems`
+    problems: list[str] = field(default_factory=list)
     reached: ChainCheckpoint | None = None  # the newest checkpoint the chain reaches
     anchors_matched: list[int] = field(default_factory=list)
 
     @property
     def intact(self) -> bool:
-        return not self.breaks and not self.problems
+        return not self.broken and not self.unreached
+
+    def add_break(self, row, kind: str) -> None:
+        self.broken += 1
+        if len(self.breaks) < REPORT_KEEPS:
+            self.breaks.append(ChainBreak(row, kind))
+
+    def add_problem(self, text: str) -> None:
+        self.unreached += 1
+        if len(self.problems) < REPORT_KEEPS:
+            self.problems.append(text)
 
 
 def _checkpoint_words(checkpoint: ChainCheckpoint) -> str:
@@ -250,20 +268,20 @@ def chain_verify(model, anchors: Iterable[tuple[int, str]] = ()) -> ChainReport:
         report.last_id = row.pk
         fields = {n: getattr(row, n) for n in CHAIN_FIELDS + _EXTRA_HASHED[name]}
         if row.prev_hash != prev:
-            report.breaks.append(ChainBreak(row, "link"))
+            report.add_break(row, "link")
         elif record_hash(name, fields, row.prev_hash) != row.hash:
-            report.breaks.append(ChainBreak(row, "content"))
-        elif not report.breaks:
+            report.add_break(row, "content")
+        elif not report.broken:
             report.intact_before += 1
         prev = row.hash
         for checkpoint in expected.pop(row.pk, []):
             if checkpoint.last_hash != row.hash:
-                report.problems.append(
+                report.add_problem(
                     f"{_checkpoint_words(checkpoint)} (hash {checkpoint.last_hash[:16]}…), but "
                     f"record #{row.pk} no longer has the checkpointed hash"
                 )
             elif checkpoint.row_count != report.checked:
-                report.problems.append(
+                report.add_problem(
                     f"{_checkpoint_words(checkpoint)}, but the log now has {report.checked} "
                     "records up to it: records were removed or added before it"
                 )
@@ -271,17 +289,17 @@ def chain_verify(model, anchors: Iterable[tuple[int, str]] = ()) -> ChainReport:
                 report.reached = checkpoint
         if row.pk in anchored:
             if anchored.pop(row.pk) != row.hash:
-                report.problems.append(f"record #{row.pk} no longer has the anchored hash")
+                report.add_problem(f"record #{row.pk} no longer has the anchored hash")
             else:
                 report.anchors_matched.append(row.pk)
     for last_id, missing in sorted(expected.items()):
         where = "TAIL MISSING: " if last_id > report.last_id else ""
         ends = f"#{report.last_id}" if report.checked else "nothing"
         for checkpoint in missing:
-            report.problems.append(
+            report.add_problem(
                 f"{where}{_checkpoint_words(checkpoint)}, but record #{last_id} is gone; the "
                 f"chain now ends at {ends} after {report.checked} records"
             )
     for last_id in sorted(anchored):
-        report.problems.append(f"record #{last_id} (anchored) is gone")
+        report.add_problem(f"record #{last_id} (anchored) is gone")
     return report

@@ -97,16 +97,29 @@ class GrantForm(forms.Form):
     """Who gets which role where. Validation accepts any existing agent: the service then
     refuses (404, logged) an agent outside the actor's scope, so a forged form is caught."""
 
+    # Picked from the list of users on the page (a username); a group is the alternative.
     username = forms.CharField(required=False, label="User", max_length=150)
-    group = forms.ModelChoiceField(queryset=Group.objects.order_by("name"), required=False)
-    role = forms.ModelChoiceField(queryset=None)
+    group = forms.ModelChoiceField(
+        queryset=Group.objects.order_by("name"),
+        required=False,
+        empty_label="No group: give it to the user above",
+    )
+    role = forms.ModelChoiceField(queryset=None, empty_label="Choose a role…")
     agent = forms.CharField(label="Agent")
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), min_length=3)
 
     def __init__(self, *args, agent_choices: list[tuple[str, str]], **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["role"].queryset = Role.objects.order_by("name")
-        self.fields["agent"].widget = forms.Select(choices=agent_choices)
+        role = self.fields["role"]
+        role.queryset = Role.objects.order_by("name")
+        role.label_from_instance = lambda r: (
+            f"{r.name} — {r.description}" if r.description else r.name
+        )
+        role.widget.attrs.update({"required": True, "aria-required": "true"})
+        self.fields["agent"].widget = forms.Select(
+            choices=agent_choices, attrs={"required": True, "aria-required": "true"}
+        )
+        self.fields["reason"].widget.attrs.update({"required": True, "aria-required": "true"})
 
     def clean_username(self):
         username = self.cleaned_data["username"].strip()

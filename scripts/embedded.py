@@ -21,7 +21,8 @@ one-line message.
     python scripts/embedded.py env --for PID  # the same, registered for process PID
     python scripts/embedded.py release PID    # PID is done; stops them if no user is left
     python scripts/embedded.py status         # what runs, for whom
-    python scripts/embedded.py stop           # stop both now (`make stop`)
+    python scripts/embedded.py stop           # stop the launchers using them, then both
+                                              # (`make stop`)
 """
 
 from __future__ import annotations
@@ -200,15 +201,30 @@ def _pg_reason(exc: Exception) -> str:
     return _one_line(exc)
 
 
+def _gone(proc: psutil.Process) -> bool:
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _wait_gone(proc: psutil.Process, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not _gone(proc):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
 def _stop_process(proc: psutil.Process, first: int, timeout: float) -> None:
     """Send `first`, wait up to `timeout` seconds, then SIGKILL."""
     with contextlib.suppress(psutil.Error):
         proc.send_signal(first)
-        try:
-            proc.wait(timeout)
-        except psutil.TimeoutExpired:
+    if not _wait_gone(proc, timeout):
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-            proc.wait(5)
+        _wait_gone(proc, 5)
 
 
 def _stop_postgres() -> bool:
@@ -310,10 +326,17 @@ def _start_redis() -> str:
 
 
 def _stop_redis() -> bool:
-    """SIGTERM (redis saves its data and removes its socket), then SIGKILL after 10 s."""
+    """SHUTDOWN SAVE (redis saves its data and removes its socket at once; SIGTERM waits for
+    its next tick), SIGTERM if it does not answer, SIGKILL after 10 s."""
     proc = _find_redis()
     if proc is not None:
-        _stop_process(proc, signal.SIGTERM, 10)
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as conn:
+            conn.settimeout(2)
+            conn.connect(str(REDIS_SOCK))
+            conn.sendall(b"SHUTDOWN SAVE\r\n")
+            conn.recv(64)  # the server closes the connection as it exits
+        if not _wait_gone(proc, 5):
+            _stop_process(proc, signal.SIGTERM, 10)
     for leftover in (REDIS_SOCK, REDIS_PID):
         leftover.unlink(missing_ok=True)
     return proc is not None
@@ -367,15 +390,25 @@ def _stop_all() -> bool:
     return stopped_pg or stopped_redis
 
 
-def stop() -> str:
-    """Stop both engines now, whoever uses them."""
+def stop(wait: float = 60.0) -> str:
+    """Stop everything of this data dir: SIGTERM to the launchers using the engines (a running
+    `make run` stops its children and releases them), then the engines themselves."""
+    users = [u for u in _live_users(_read_users())["users"] if u["pid"] != os.getpid()]
+    procs = []
+    for user in users:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(user["pid"])
+            proc.terminate()
+            procs.append(proc)
+    deadline = time.monotonic() + wait
+    for proc in procs:
+        _wait_gone(proc, max(0.0, deadline - time.monotonic()))
     with _locked():
         stopped = _stop_all()
-    return (
-        "embedded PostgreSQL and Redis stopped"
-        if stopped
-        else "embedded PostgreSQL and Redis were not running"
-    )
+    said = [f"stopped pid {', '.join(str(p.pid) for p in procs)} (using them)"] if procs else []
+    if stopped or procs:
+        said.append("embedded PostgreSQL and Redis stopped")
+    return "; ".join(said) or "embedded PostgreSQL and Redis were not running"
 
 
 def status() -> dict:

@@ -25,10 +25,12 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import queue
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -57,6 +59,7 @@ class Launcher:
         self.procs: dict[str, subprocess.Popen] = {}  # web, worker, beat
         self.extras: dict[str, subprocess.Popen] = {}  # demo traffic
         self.stopping = False
+        self.pump: threading.Thread | None = None  # passes the demo traffic's lines on
         self.hurry = False  # a second Ctrl-C: skip the graceful waits
 
     # --- signals ------------------------------------------------------------------------------
@@ -143,7 +146,7 @@ class Launcher:
         for name, url in urls.items():
             os.environ.setdefault(name, url)
 
-    def spawn(self, *args: str) -> subprocess.Popen:
+    def spawn(self, *args: str, **kwargs) -> subprocess.Popen:
         """A child in the watchdog's process group, reading nothing from the terminal."""
         assert self.watchdog is not None
         return subprocess.Popen(
@@ -152,10 +155,44 @@ class Launcher:
             env=self.child_env(),
             stdin=subprocess.DEVNULL,
             process_group=self.watchdog.pid,
+            **kwargs,
         )
+
+    def start_demo_traffic(self) -> str:
+        """Start the demo traffic and wait for its first line (its runtimes hold their first
+        configuration), so that the banner comes after it; its later lines are passed on."""
+        proc = self.spawn(
+            "-u",
+            "manage.py",
+            "demo_traffic",
+            "--console",
+            self.local_url,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self.extras["demo traffic"] = proc
+        first: queue.Queue[str] = queue.Queue()
+
+        def pump() -> None:
+            assert proc.stdout is not None
+            for number, line in enumerate(proc.stdout):
+                if number == 0:
+                    first.put(line.rstrip())
+                else:
+                    print(line, end="", flush=True)
+            first.put("")
+
+        self.pump = threading.Thread(target=pump, name="demo-traffic-output", daemon=True)
+        self.pump.start()
+        try:
+            return first.get(timeout=45)
+        except queue.Empty:  # optional: the console runs without it
+            return ""
 
     def start_children(self) -> None:
         level = "INFO" if self.verbose else "WARNING"
+        celery = ["-m", "celery", "-A", "console"] + ([] if self.verbose else ["--quiet"])
         self.watchdog = subprocess.Popen(
             [PY, __file__, "_watchdog", str(os.getpid()), "1" if self.embedded else "0"],
             cwd=ROOT,
@@ -179,10 +216,7 @@ class Launcher:
             "console.wsgi:application",
         )
         self.procs["worker"] = self.spawn(
-            "-m",
-            "celery",
-            "-A",
-            "console",
+            *celery,
             "worker",
             "-l",
             level,
@@ -192,10 +226,7 @@ class Launcher:
             os.environ.get("WORKER_CONCURRENCY", "2"),
         )
         self.procs["beat"] = self.spawn(
-            "-m",
-            "celery",
-            "-A",
-            "console",
+            *celery,
             "beat",
             "-l",
             level,
@@ -267,6 +298,8 @@ class Launcher:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=5)
             wait_group_empty(self.watchdog.pid, 5)
+        if self.pump is not None:
+            self.pump.join(timeout=2)  # the demo traffic's last lines
 
     # --- the whole run ------------------------------------------------------------------------
 
@@ -312,38 +345,32 @@ class Launcher:
         deadline = time.monotonic() + READY_SECONDS
         self.wait_until("web server", self.web_answers, deadline)
         self.wait_until("Celery worker and beat", self.celery_answers, deadline)
-        if self.demo:
-            self.extras["demo traffic"] = self.spawn(
-                "manage.py", "demo_traffic", "--console", self.local_url
-            )
-        self.banner(demo_output)
+        traffic_line = self.start_demo_traffic() if self.demo else ""
+        self.banner(demo_output, traffic_line)
         while True:
             self.check_alive()
             time.sleep(1)
 
-    def banner(self, demo_output: str) -> None:
-        line = "=" * 72
-        print(f"\n{line}")
-        print(f"Context Console is running at {self.local_url}/")
+    def banner(self, demo_output: str, traffic_line: str) -> None:
+        lines = [t for t in demo_output.rstrip().splitlines() if t.strip() != "Demo data loaded."]
+        cut = next((n for n, t in enumerate(lines) if t.startswith("Demo logins")), len(lines))
+        rule = "=" * 72
+        out = ["", rule, f"Context Console is running at {self.local_url}/"]
         if self.host in ("0.0.0.0", "::"):  # noqa: S104
-            print(f"  (listening on every address of this machine, port {self.port})")
-        for text in demo_output.rstrip().splitlines():
-            if text.strip() != "Demo data loaded.":
-                print(text)
-        if self.extras:
-            print("Demo traffic: simulated runtimes send requests through the engine to every")
-            print(
-                "environment (manage.py demo_traffic); publish or roll back to see traces change."
-            )
-        where = f"data in {embedded.DATA_DIR}" if self.embedded else "DATABASE_URL / REDIS_URL"
-        print(
-            f"Database and broker: {'embedded PostgreSQL and Redis, ' if self.embedded else ''}{where}"
-        )
+            out.append(f"  (listening on every address of this machine, port {self.port})")
+        out += lines[cut:] + lines[:cut]  # the logins first, then the token and the rest
+        if traffic_line:
+            out += [
+                traffic_line,
+                "  (manage.py demo_traffic; publish or roll back to see traces change)",
+            ]
+        if self.embedded:
+            out.append(f"Data: embedded PostgreSQL and Redis in {embedded.DATA_DIR}")
         stops = "web server, worker, beat, demo traffic"
         if self.embedded:
-            stops += " and the embedded PostgreSQL and Redis"
-        print(f"Press Ctrl-C to stop everything ({stops}).")
-        print(f"{line}\n", flush=True)
+            stops += ", embedded PostgreSQL and Redis"
+        out += [f"Press Ctrl-C to stop everything ({stops}).", rule, ""]
+        print("\n".join(out), flush=True)
 
 
 # --- the process group -----------------------------------------------------------------------

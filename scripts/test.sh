@@ -17,7 +17,9 @@ if [ -z "${DATABASE_URL:-}" ] && answers 5432; then export DATABASE_URL=postgres
 if [ -z "${REDIS_URL:-}" ] && answers 6379; then export REDIS_URL=redis://127.0.0.1:6379/1; fi
 if [ -z "${DATABASE_URL:-}" ] || [ -z "${REDIS_URL:-}" ]; then
   echo "Starting the embedded PostgreSQL and Redis (data in .data/)…"
-  embedded_env=$(.venv/bin/python scripts/embedded.py env)
+  # Registered for this shell: at exit they stop, unless a `make run` still uses them.
+  embedded_env=$(.venv/bin/python scripts/embedded.py env --for $$)
+  trap '.venv/bin/python scripts/embedded.py release $$ || true' EXIT
   eval "$embedded_env"
 fi
 echo "database: $DATABASE_URL  broker: $REDIS_URL"

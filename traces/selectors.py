@@ -97,6 +97,22 @@ def trace_find(*, user, text: str, environment: str = "") -> list[Trace]:
     return trace_matches(user=user, request_id=text, environment=(environment or "").strip())
 
 
+def trace_near_matches(*, user, text: str) -> list[Trace]:
+    """After an exact miss, what the user may have meant among the traces they may see: the
+    same id in another case (lower or upper) or in another environment. Still exact lookups
+    on the (request_id, environment) index, a handful of spellings, never a scan."""
+    text = (text or "").strip()
+    if not text:
+        return []
+    spellings = {text, text.lower(), text.upper()}
+    return list(
+        trace_scope(user)
+        .select_related("agent", "environment")
+        .filter(request_id__in=spellings)
+        .order_by("environment__position", "environment__key", "request_id")[:MAX_MATCHES]
+    )
+
+
 class TraceAmbiguous(Conflict):
     """The request_id exists in several environments the user may see: they choose one."""
 

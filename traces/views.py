@@ -39,20 +39,26 @@ def trace_search(request):
     if len(matches) > 1:
         return _choose(request, text, matches)
     trace = matches[0] if matches else None
+    # No exact match: close ones the user may see (another case, another environment).
+    near = [] if trace else selectors.trace_near_matches(user=request.user, text=text)
+    detail = {"q": text[:200], "found": trace is not None}
+    if near:
+        detail["suggested"] = [f"{t.request_id} ({t.environment.key})" for t in near]
     services.trace_look_record(
-        actor=request.user,
-        action="trace.search",
-        trace=trace,
-        detail={"q": text[:200], "found": trace is not None},
+        actor=request.user, action="trace.search", trace=trace, detail=detail
     )
     if trace is not None:
         url = reverse("trace-detail", kwargs={"request_id": trace.request_id})
         if environment:
             url += "?" + urlencode({"environment": environment})
         return HttpResponseRedirect(url)
-    return TemplateResponse(
-        request, "traces/search.html", {"q": text, "not_found": True}, status=404
-    )
+    context = {
+        "q": text,
+        "environment": environment,
+        "not_found": True,
+        "suggestions": [(t, selectors.trace_links(t)["detail"]) for t in near],
+    }
+    return TemplateResponse(request, "traces/search.html", context, status=404)
 
 
 def _choose(request, request_id: str, matches) -> TemplateResponse:

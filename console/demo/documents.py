@@ -13,8 +13,12 @@ from strategies.documents import services
 from strategies.documents.models import Document
 
 AGENTS = [
-    ("assistant_professional", "Assistant Professional", "The Bank agent of document 000."),
-    ("assistant_lite", "Assistant Lite", "The lite agent (document 000 step 14)."),
+    (
+        "assistant_professional",
+        "Assistant Professional",
+        "Answers the bank's customers on orders, deliveries and policies.",
+    ),
+    ("assistant_lite", "Assistant Lite", "A lighter assistant: profile and topic only."),
 ]
 # key, name, position, protected
 ENVIRONMENTS = [
@@ -74,7 +78,7 @@ STRATEGY_VERSIONS: list[tuple[dict, str]] = [
             "budget": {"max_input_tokens": 8000, "reserve_output_tokens": 1000},
             "history": {"max_turns": 10, "compress_after_tokens": 3000},
         },
-        "Document 003: the policy is required; degrade to general policy without the order.",
+        "Policy required; without the order, answer from the general policy only.",
     ),
 ]
 
@@ -129,7 +133,7 @@ def load(stdout=None) -> None:
     lite = Agent.objects.get(key="assistant_lite")
     _frozen_versions(
         Document.objects.get(agent=professional, key=Document.PROFILE_KEY),
-        [(copy.deepcopy(BANK_PROFILE), "The Bank column of document 000 §4.")],
+        [(copy.deepcopy(BANK_PROFILE), "Bank profile: memories on, personal sections off.")],
     )
     _frozen_versions(
         Document.objects.get(agent=lite, key=Document.PROFILE_KEY),

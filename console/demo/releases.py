@@ -55,10 +55,10 @@ def load(stdout=None) -> None:
 
     if not Release.objects.filter(document=strategy_doc).exists():
         for key in ("sg-test", "bank-uat", "prod"):
-            _go_live(profile[1], envs[key], ops, ops2, "Bank configuration of document 000.")
+            _go_live(profile[1], envs[key], ops, ops2, "Bank profile for every environment.")
         _go_live(strategy[1], envs["sg-test"], ops, ops2, "First consultation strategy.")
         _go_live(strategy[2], envs["sg-test"], ops, ops2, "Policy as optional context.")
-        _go_live(strategy[3], envs["sg-test"], ops, ops2, "Document 003's strategy for testing.")
+        _go_live(strategy[3], envs["sg-test"], ops, ops2, "Policy required: test it first.")
         _go_live(strategy[2], envs["bank-uat"], ops, ops2, "Promote v2 after sg-test.")
         _go_live(strategy[2], envs["prod"], ops, ops2, "Promote v2 after bank-uat.")
     if not ApprovalRequest.objects.filter(
@@ -68,7 +68,7 @@ def load(stdout=None) -> None:
             version=strategy[3],
             environment=envs["prod"],
             actor=ops,
-            reason="Document 003's strategy; bank-uat's runtime is catching up on the handler.",
+            reason="Policy required for after-sales answers; bank-uat's runtime follows.",
         )
 
     token, secret, reused = demo_token(envs["sg-test"], token_file=demo_token_file())

@@ -69,9 +69,7 @@ class Migration(migrations.Migration):
             ],
             options={
                 "ordering": ["-id"],
-                "indexes": [
-                    models.Index(fields=["log", "-id"], name="console_cha_log_5b3306_idx")
-                ],
+                "indexes": [models.Index(fields=["log", "-id"], name="console_cha_log_5b3306_idx")],
             },
         ),
         pgtrigger.migrations.AddTrigger(

@@ -38,6 +38,7 @@ from tests.factories.traces import (
     TraceFactory,
     candidate,
     post_batch,
+    snapshots_allowed,
     trace_payload,
     world,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "password_for",
     "post_batch",
     "profile_body",
+    "snapshots_allowed",
     "profile_edit",
     "publish",
     "release_setup",

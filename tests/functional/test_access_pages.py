@@ -33,7 +33,7 @@ def test_access__admin_creates_role_grants_and_revokes__matrix_and_audit_follow(
     assert Role.objects.get(name="auditor").capabilities == ["view_audit"]
 
     page.get_by_role("link", name="Grant a role").click()
-    page.fill("input[name=username]", "support")
+    page.select_option("select[name=username]", "support")  # picked from the list (issue 12 #11)
     page.select_option("select[name=role]", label="auditor")
     page.select_option("select[name=agent]", "assistant_professional")
     page.fill("textarea[name=reason]", "quarterly access review")

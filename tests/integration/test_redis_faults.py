@@ -5,7 +5,8 @@ PostgreSQL is the truth: the rendered payload (`ConfigPayload`) and the revocati
 
 - a Redis error at commit never fails the change: the pushes after commit are robust, a beat
   task (`strategies.reconcile_runtime_cache`) brings Redis and the mirrors back in line with
-  PostgreSQL, a relay re-queues webhook deliveries left pending, and mirror entries expire;
+  PostgreSQL, a relay re-queues webhook deliveries left pending, and mirror entries expire
+  (tests/integration/test_runtime_mirror.py);
 - with Redis stopped, a real console process still serves config (200 and 304 with the
   stored ETag), takes traces, lets a person sign in and shows the tokens page, checks tokens
   against the database, and `/healthz` answers 503 naming the broker.
@@ -201,18 +202,6 @@ def test_webhook__broker_error_at_commit__relayed_when_overdue(world, redis_blip
     )
     assert relay_webhook_deliveries() == 1  # the beat task, with its default grace
     assert queued == [(delivery.pk,)]
-
-
-def test_mirror_entries__bounded_lifetime__expire_without_invalidation(world, monkeypatch):
-    runtime_config.mirror.get("warm-up")
-    assert wait_until(lambda: runtime_config.mirror.healthy)
-    key = runtime_config._config_key("assistant_professional", world.envs["sg-test"].pk)
-    runtime_config.mirror.remember(key, ("e", b"{}"), runtime_config.mirror.generation)
-    assert runtime_config.mirror.get(key) == ("e", b"{}")
-    later = time.monotonic() + runtime_config.MIRROR_TTL_SECONDS + 1
-    monkeypatch.setattr(runtime_config.mirror, "clock", lambda: later)
-
-    assert runtime_config.mirror.get(key) is None
 
 
 # --- item 2: a Redis outage, with a real console process ---------------------------------------

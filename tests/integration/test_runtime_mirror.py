@@ -1,5 +1,6 @@
 """The config hot path's process-local mirror stays exact: invalidations from other
-processes drop entries, and a value read before an invalidation is never kept."""
+processes drop entries, a value read before an invalidation is never kept, and an entry whose
+invalidation was lost expires by itself."""
 
 from __future__ import annotations
 
@@ -58,3 +59,18 @@ def test_mirror__listener_not_subscribed__reads_bypass_it(subscribed_mirror):
         assert subscribed_mirror.get(key) is None
     finally:
         subscribed_mirror.healthy = True
+
+
+def test_mirror__invalidation_lost__entry_expires_after_its_lifetime(
+    subscribed_mirror, monkeypatch
+):
+    key = cache_key("rtcfg:test:fourth")
+    subscribed_mirror.remember(key, ("etag", b"{}"), subscribed_mirror.generation)
+    almost = time.monotonic() + runtime_config.MIRROR_TTL_SECONDS - 1
+    monkeypatch.setattr(subscribed_mirror, "clock", lambda: almost)
+    assert subscribed_mirror.get(key) == ("etag", b"{}")
+
+    later = almost + 2  # no invalidation came (a publish lost to a Redis blip)
+    monkeypatch.setattr(subscribed_mirror, "clock", lambda: later)
+
+    assert subscribed_mirror.get(key) is None

@@ -9,8 +9,10 @@ import logging
 import os
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -350,6 +352,39 @@ def test_checkpoints__append_only_in_the_database(rows, statement):
     with pytest.raises(DatabaseError, match="append-only"), transaction.atomic():
         _sql(statement)
     assert ChainCheckpoint.objects.filter(row_count=3).count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_checkpoints__production_grants__the_app_role_only_reads_and_adds():
+    """docs/access-and-audit.md: SELECT and INSERT only on the checkpoint table; PostgreSQL
+    refuses the rest before any trigger runs."""
+    chain_checkpoint()
+    role = f"checkpoint_probe_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+    db = connection.settings_dict
+    _sql(f'CREATE ROLE "{role}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION')
+    try:
+        _sql(f'GRANT CONNECT ON DATABASE "{db["NAME"]}" TO "{role}"')
+        _sql(f'GRANT USAGE ON SCHEMA public TO "{role}"')
+        _sql(f'GRANT SELECT, INSERT ON console_chaincheckpoint TO "{role}"')
+        with psycopg.connect(
+            host="127.0.0.1",
+            port=int(db.get("PORT") or 5432),
+            dbname=db["NAME"],
+            user=role,
+            autocommit=True,
+        ) as conn:
+            assert conn.execute("SELECT count(*) FROM console_chaincheckpoint").fetchone() == (2,)
+            for statement in (
+                "UPDATE console_chaincheckpoint SET row_count = 0",
+                "DELETE FROM console_chaincheckpoint",
+                "TRUNCATE console_chaincheckpoint",
+            ):
+                with pytest.raises(psycopg.errors.InsufficientPrivilege, match="permission denied"):
+                    conn.execute(statement)
+    finally:
+        _sql(f'DROP OWNED BY "{role}"')
+        _sql(f'DROP ROLE "{role}"')
+    assert ChainCheckpoint.objects.count() == 2
 
 
 # --- 12. every refusal in the access log --------------------------------------------------------------

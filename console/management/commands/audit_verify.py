@@ -90,17 +90,17 @@ class Command(BaseCommand):
                 f"{row.target_label or 'no target'}) after {report.intact_before} intact "
                 f"records: {WHY[first.kind]}"
             )
-            later = report.breaks[1:]
+            later = report.breaks[1 : SHOWN_PER_KIND + 1]
             if later:
-                shown = ", ".join(f"#{b.row.pk} ({b.kind})" for b in later[:SHOWN_PER_KIND])
-                more = len(later) - SHOWN_PER_KIND
+                shown = ", ".join(f"#{b.row.pk} ({b.kind})" for b in later)
+                more = report.broken - 1 - len(later)
                 messages.append(
-                    f"{label}: {len(later)} more broken records: {shown}"
+                    f"{label}: {report.broken - 1} more broken records: {shown}"
                     + (f" and {more} more" if more > 0 else "")
                 )
         for problem in report.problems[:SHOWN_PER_KIND]:
             messages.append(f"{label}: {problem}")
-        more = len(report.problems) - SHOWN_PER_KIND
+        more = report.unreached - SHOWN_PER_KIND
         if more > 0:
             messages.append(f"{label}: and {more} more checkpoints or anchors not reached")
         return messages
