@@ -405,10 +405,12 @@ def stop(wait: float = 60.0) -> str:
         _wait_gone(proc, max(0.0, deadline - time.monotonic()))
     with _locked():
         stopped = _stop_all()
-    said = [f"stopped pid {', '.join(str(p.pid) for p in procs)} (using them)"] if procs else []
-    if stopped or procs:
-        said.append("embedded PostgreSQL and Redis stopped")
-    return "; ".join(said) or "embedded PostgreSQL and Redis were not running"
+    if procs:
+        pids = ", ".join(str(p.pid) for p in procs)
+        return f"stopped pid {pids} (using them) and the embedded PostgreSQL and Redis"
+    if stopped:
+        return "embedded PostgreSQL and Redis stopped"
+    return "embedded PostgreSQL and Redis were not running"
 
 
 def status() -> dict:

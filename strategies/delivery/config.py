@@ -142,10 +142,10 @@ def cache_key(name: str) -> str:
 
 @receiver(setting_changed)
 def _cache_settings_changed(*, setting, **kwargs) -> None:
-    """A test that swaps CACHES gets a client and key prefix of the new cache."""
-    global _client, _key_prefix
+    """A test that swaps CACHES gets a client, key prefix and error state of the new cache."""
+    global _client, _key_prefix, _redis_down_until
     if setting == "CACHES":
-        _client, _key_prefix = None, None
+        _client, _key_prefix, _redis_down_until = None, None, 0.0
 
 
 REDIS_UNAVAILABLE = object()

@@ -1,6 +1,6 @@
 """Benchmark of the runtime config endpoint (docs/runtime-contract.md §1) against a bare Django view.
 
-    python -m tests.bench.bench_config [--seconds 30] [--connections 32] [--workers 2] [--rounds 3]
+    python -m tests.bench.bench_config [--seconds 48] [--connections 32] [--workers 2] [--rounds 8]
 
 Three servers, each granian (WSGI) with the same settings (`--workers`, `--blocking-threads`):
 
@@ -198,11 +198,11 @@ def merge(rounds: list[dict]) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=30.0, help="per case, all rounds")
+    parser.add_argument("--seconds", type=float, default=48.0, help="per case, all rounds")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2, help="granian workers, every server")
     parser.add_argument("--threads", type=int, default=1, help="granian blocking threads")
-    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per case")
+    parser.add_argument("--rounds", type=int, default=8, help="interleaved rounds per case")
     parser.add_argument("--loader", choices=["auto", "wrk", "python"], default="auto")
     args = parser.parse_args()
     loader = args.loader

@@ -87,9 +87,7 @@ def test_login__four_failures_then_right_password__signed_in_and_failures_forgot
     assert sign_in(client, person, "right-password-1").status_code == 302  # count restarted
 
 
-def test_login__behind_a_proxy__locked_by_the_forwarded_client_address(
-    person, client, settings
-):
+def test_login__behind_a_proxy__locked_by_the_forwarded_client_address(person, client, settings):
     """Axes asks console.request_context.client_ip, like the access log: behind one trusted
     proxy, the address it forwarded, not the proxy's own address."""
     settings.TRUSTED_PROXY_HOPS = 1

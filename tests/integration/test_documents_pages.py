@@ -184,7 +184,7 @@ def test_draft_validate__json_against_bank_uat__manifest_finding(ops):
         **HTMX,
     )
     html = response.content.decode()
-    assert "against bank-uat" in html and "general_policy_only" in html
+    assert "Cannot be published to bank-uat yet" in html and "general_policy_only" in html
     assert 'id="fields-panel"' in html  # the fields follow the JSON
 
 
@@ -285,7 +285,7 @@ def test_draft_edit__first_visit__checks_against_first_environment(ops):
     html = ops.get(DOC + "draft/").content.decode()
     assert 'data-environment="sg-test"' in html
     html = ops.get(DOC + "draft/?environment=bank-uat").content.decode()
-    assert "general_policy_only" in html and "against bank-uat" in html
+    assert "general_policy_only" in html and "Cannot be published to bank-uat yet" in html
 
 
 def test_live_release__grid_marks_difference_and_versions_show_where_live(ops, documents):

@@ -61,7 +61,11 @@ def test_publish_page__version_runtime_cannot_serve__reason_shown_nothing_live(c
 
     assert "general_policy_only" in preview
     assert refused.status_code == 400
-    assert "cannot go live in bank-uat" in refused.content.decode()
+    # Said once (issue 12 #7): the refusal names the runtime, the check lists what it lacks.
+    html = refused.content.decode()
+    assert "Not published: the bank-uat runtime cannot serve v3" in html
+    assert html.count("is not a handler of the bank-uat runtime") == 1
+    assert ">try</textarea>" in html  # the typed reason is kept
     assert not Release.objects.exists()
 
 

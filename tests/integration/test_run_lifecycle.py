@@ -13,7 +13,8 @@ One data directory, four starts of the run command in a subprocess with the embe
 4. start again over those stale handle/pid/socket files → the same token and data; Ctrl-C →
    nothing left running.
 
-Run it alone with `pytest -m lifecycle -s` (the phase timings are printed).
+Run them alone with `pytest -m lifecycle -s` (the phase timings are printed). The last test
+is the demo token's rule itself, on the test database.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.lifecycle
 
 BANNER_END = "Press Ctrl-C to stop everything"
 TOKEN = re.compile(r"^\s+(cc_rt_[A-Za-z0-9_-]+)\s*$", re.MULTILINE)
@@ -199,6 +199,7 @@ def clone(tmp_path_factory):
         assert not left, left
 
 
+@pytest.mark.lifecycle
 def test_run__stop_start_kill_start__same_token_same_data_nothing_left(clone):
     env, data_dir, port, runs = clone
     url = f"http://127.0.0.1:{port}"
@@ -311,6 +312,7 @@ def test_run__stop_start_kill_start__same_token_same_data_nothing_left(clone):
     print("\nlifecycle timings (s):", json.dumps(timings))
 
 
+@pytest.mark.lifecycle
 def test_run__engine_cannot_start__one_line_no_traceback_nothing_left(clone):
     env, data_dir, port, runs = clone
     (data_dir / "postgres").mkdir()
@@ -333,3 +335,44 @@ def test_run__engine_cannot_start__one_line_no_traceback_nothing_left(clone):
         result.stdout + result.stderr
     )
     assert not wait_none_left(data_dir, port, 3)
+
+
+def test_demo_token__secret_in_file__kept_while_active_else_replaced_by_the_system(
+    demo_world, tmp_path, monkeypatch
+):
+    from console.demo import releases
+    from console.models import AuditRecord
+    from strategies.catalog.models import Environment
+    from strategies.runtime.models import RuntimeToken
+    from strategies.runtime.tokens import runtime_token_revoke
+
+    token_file = tmp_path / "demo-runtime-token"
+    monkeypatch.setenv("CONSOLE_DEMO_TOKEN_FILE", str(token_file))
+    monkeypatch.setenv("HOST", "0.0.0.0")
+    monkeypatch.setenv("PORT", "8123")
+    sg_test = Environment.objects.get(key="sg-test")
+    active = RuntimeToken.objects.filter(name=releases.DEMO_TOKEN_NAME, revoked_at__isnull=True)
+    loaded = active.get()  # load_demo without a file made one; its secret is nowhere
+
+    first, secret, reused = releases.demo_token(sg_test, token_file=token_file)
+    assert (reused, first.pk != loaded.pk, active.get().pk) == (False, True, first.pk)
+    assert token_file.read_text().strip() == secret
+    assert token_file.stat().st_mode & 0o777 == 0o600
+
+    again, secret_again, reused = releases.demo_token(sg_test, token_file=token_file)
+    assert (again.pk, secret_again, reused) == (first.pk, secret, True)
+    lines = releases.demo_token_lines(again, secret_again, reused=True)
+    assert "the same as at the last start" in lines
+    assert f"Bearer {secret}' http://127.0.0.1:8123/api/v1/runtime/config/" in lines
+
+    runtime_token_revoke(token=again, actor=None, reason="test")
+    replaced, new_secret, reused = releases.demo_token(sg_test, token_file=token_file)
+    assert (reused, replaced.pk != first.pk, new_secret != secret) == (False, True, True)
+    assert token_file.read_text().strip() == new_secret
+    assert active.count() == 1
+
+    token_rows = AuditRecord.objects.filter(
+        action__startswith="runtime_token.", target_type__icontains="token"
+    )
+    demo_rows = [r for r in token_rows if releases.DEMO_TOKEN_NAME in r.target_label]
+    assert demo_rows and {r.actor_type for r in demo_rows} == {"system"}
