@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-from context_runtime.client import http
+import context_runtime.client.http as http
 from context_runtime.client.http import TransportError
 from context_runtime.documents import validate_document
 from context_runtime.findings import Finding, blocking

@@ -61,8 +61,8 @@ from operator import itemgetter
 
 import msgspec
 
+import context_runtime.engine.reasons as reasons
 from context_runtime import wire
-from context_runtime.engine import reasons
 from context_runtime.engine.candidates import (
     FETCHED,
     NO_ACCESS,
