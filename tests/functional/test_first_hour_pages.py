@@ -200,7 +200,8 @@ def test_draft_editor__publish_only_findings_amber_in_own_words__save_errors_red
     page = login("ops", "ops-demo")
     page.goto(f"{STRATEGY}/")
     page.click("text=New draft from v3")
-    page.select_option("#environment", "sg-test")
+    # The editor checks against the first environment in promotion order from the start.
+    expect(page.locator("#environment")).to_have_value("sg-test")
     # An unknown tool: the draft can be saved, but sg-test's runtime cannot serve it.
     page.fill("#id_allowed_tools", "lookup_order, search_policy, fax_tool")
 
