@@ -282,6 +282,30 @@ def check_user_can_decide_approval(user, approval) -> None:
         )
 
 
+def user_can_withdraw_approval(user, approval) -> bool:
+    """Withdrawing a pending request is for the person who made it, and nobody else."""
+    return approval.requested_by_id == getattr(user, "pk", None) and user_sees_agent(
+        user, approval.document.agent
+    )
+
+
+def check_user_can_withdraw_approval(user, approval) -> None:
+    agent = approval.document.agent
+    check_user_can(user, Capability.VIEW_CONFIG, agent, target=approval)
+    if approval.requested_by_id != getattr(user, "pk", None):
+        refuse(
+            Forbidden(
+                "Only the person who requested this publish can withdraw it; an approver can "
+                "reject it instead.",
+                code="not_requester",
+            ),
+            user=user,
+            capability=Capability.REQUEST_PROTECTED_PUBLISH,
+            agent=agent,
+            target=approval,
+        )
+
+
 def check_user_can_roll_back(user, agent, *, target=None) -> None:
     check_user_can(
         user,

@@ -93,6 +93,7 @@ class ApprovalRequest(models.Model):
         APPROVED = "approved", "Approved"
         REJECTED = "rejected", "Rejected"
         VOID = "void", "Void"
+        WITHDRAWN = "withdrawn", "Withdrawn"
 
     document = models.ForeignKey(
         Document, on_delete=models.PROTECT, related_name="approval_requests"

@@ -25,6 +25,7 @@ from console.policy import (
     check_user_can_enable_sensitive,
     check_user_can_publish_to,
     check_user_can_roll_back,
+    check_user_can_withdraw_approval,
     service_transaction,
 )
 from console.reasons import reason_clean
@@ -364,6 +365,44 @@ def approval_reject(*, approval: ApprovalRequest, actor, note: str) -> ApprovalR
         action="approval.reject",
         target=approval,
         agent=approval.document.agent,
+        after=approval_state(approval),
+    )
+    return approval
+
+
+@service_transaction
+def approval_withdraw(*, approval: ApprovalRequest, actor, reason: str) -> ApprovalRequest:
+    """The requester takes back their own pending request (pending → withdrawn): it no longer
+    blocks a new request for the same document and environment."""
+    check_user_can_withdraw_approval(actor, approval)
+    reason = reason_clean(
+        reason, ask="Say why you withdraw the request (recorded in the audit log)."
+    )
+    before = approval_state(approval)
+
+    def not_pending() -> Conflict:
+        approval.refresh_from_db()
+        return Conflict(
+            f"This request is already {approval.status}; there is nothing to withdraw.",
+            code="already_decided",
+            extra={"current": approval_state(approval)},
+        )
+
+    update_or_refuse(
+        ApprovalRequest.objects.filter(pk=approval.pk, status=ApprovalRequest.Status.PENDING),
+        not_pending,
+        status=ApprovalRequest.Status.WITHDRAWN,
+        decided_by=actor,
+        decided_at=timezone.now(),
+        decision_note=reason,
+    )
+    approval.refresh_from_db()
+    audit_record(
+        actor=actor,
+        action="approval.withdraw",
+        target=approval,
+        agent=approval.document.agent,
+        before=before,
         after=approval_state(approval),
     )
     return approval

@@ -20,6 +20,11 @@ urlpatterns = [
         views.approval_decide,
         name="approval-decide",
     ),
+    path(
+        "releases/<slug:agent>/approvals/<int:pk>/withdraw/",
+        views.approval_withdraw,
+        name="approval-withdraw",
+    ),
 ]
 
 REQUIRED = {
@@ -29,4 +34,5 @@ REQUIRED = {
     "release-history": Capability.VIEW_CONFIG,
     "approval-detail": Capability.VIEW_CONFIG,
     "approval-decide": Capability.APPROVE,
+    "approval-withdraw": Capability.VIEW_CONFIG,  # the service allows only the requester
 }

@@ -17,6 +17,7 @@ from console.policy import (
     requires,
     user_can,
     user_can_decide_approval,
+    user_can_withdraw_approval,
 )
 from strategies.catalog.models import Environment
 from strategies.catalog.selectors import environment_get, environment_list
@@ -250,6 +251,12 @@ def _approval_context(request, approval, error):
         ),
         "can_decide": user_can_decide_approval(request.user, approval),
         "is_requester": approval.requested_by_id == request.user.pk,
+        "can_withdraw": user_can_withdraw_approval(request.user, approval),
+        "withdraw_lines": [
+            f"The request to publish {approval.document.key} v{approval.version.number} to "
+            f"{approval.environment.key} is withdrawn: approvers no longer see it.",
+            f"What is live in {approval.environment.key} does not change.",
+        ],
         "error": error,
     }
 
@@ -284,6 +291,31 @@ def approval_decide(request, agent, pk):
             _approval_context(request, approval, error=exc),
             status=exc.status,
         )
+    return redirect(_overview_url(request.agent))
+
+
+@requires(Capability.VIEW_CONFIG)
+@require_POST
+def approval_withdraw(request, agent, pk):
+    """The requester withdraws their own pending request, with a reason (audited)."""
+    approval = _approval(request, pk)
+    try:
+        releases.approval_withdraw(
+            approval=approval, actor=request.user, reason=request.POST.get("reason", "")
+        )
+    except ApplicationError as exc:
+        approval = selectors.approval_get(agent=request.agent, pk=pk)
+        return TemplateResponse(
+            request,
+            "releases/approval.html",
+            _approval_context(request, approval, error=exc),
+            status=exc.status,
+        )
+    messages.info(
+        request,
+        f"Withdrawn: the publish of {approval.document.key} v{approval.version.number} to "
+        f"{approval.environment.key} no longer waits for approval.",
+    )
     return redirect(_overview_url(request.agent))
 
 

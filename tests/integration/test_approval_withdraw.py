@@ -1,0 +1,129 @@
+"""Withdrawing a pending approval request: only its requester, audited, and it stops blocking."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.errors import Conflict, Forbidden, ValidationFailed
+from console.models import AccessLogEntry, AuditRecord
+from strategies.releases.models import ApprovalRequest, Release
+from strategies.releases.services import approval_reject, approval_withdraw, release_publish
+from tests.factories import release_setup
+
+APPROVAL = "/releases/assistant_professional/approvals/{pk}/"
+PROD_PUBLISH = "/releases/assistant_professional/after_sales_consultation/prod/publish/"
+
+
+@pytest.fixture
+def world(db):
+    return release_setup()
+
+
+def request_prod(w, version=2, actor=None):
+    return release_publish(
+        version=w.strategy[version], environment=w.envs["prod"], actor=actor or w.ops, reason="go"
+    ).approval
+
+
+def test_withdraw__by_requester__withdrawn_and_audited(world):
+    approval = request_prod(world)
+
+    withdrawn = approval_withdraw(approval=approval, actor=world.ops, reason="wrong version")
+
+    assert withdrawn.status == ApprovalRequest.Status.WITHDRAWN
+    assert (withdrawn.decided_by, withdrawn.decision_note) == (world.ops, "wrong version")
+    record = AuditRecord.objects.get(action="approval.withdraw")
+    assert record.actor_label == "ops" and record.agent_key == "assistant_professional"
+    assert (record.before["status"], record.after["status"]) == ("pending", "withdrawn")
+    assert not Release.objects.filter(environment=world.envs["prod"]).exists()
+
+
+def test_withdraw__by_someone_else__refused_and_logged(world):
+    approval = request_prod(world)
+
+    with pytest.raises(Forbidden) as refused:
+        approval_withdraw(approval=approval, actor=world.ops2, reason="not mine")
+
+    assert refused.value.code == "not_requester"
+    assert ApprovalRequest.objects.get().status == "pending"
+    denial = AccessLogEntry.objects.get(action="access.denied")
+    assert (denial.actor_label, denial.outcome) == ("ops2", "denied")
+    assert not AuditRecord.objects.filter(action="approval.withdraw").exists()
+
+
+def test_withdraw__without_reason__refused_still_pending(world):
+    approval = request_prod(world)
+
+    with pytest.raises(ValidationFailed):
+        approval_withdraw(approval=approval, actor=world.ops, reason=" ")
+
+    assert ApprovalRequest.objects.get().status == "pending"
+
+
+def test_withdraw__already_decided__409(world):
+    approval = request_prod(world)
+    approval_reject(approval=approval, actor=world.ops2, note="not now")
+
+    with pytest.raises(Conflict) as refused:
+        approval_withdraw(approval=approval, actor=world.ops, reason="too late")
+
+    assert refused.value.extra["current"]["status"] == "rejected"
+
+
+def test_withdraw__withdrawn_request__no_longer_blocks_a_new_one(world):
+    first = request_prod(world, version=2)
+    with pytest.raises(Conflict) as blocked:
+        request_prod(world, version=3)
+    assert blocked.value.code == "approval_pending"
+
+    approval_withdraw(approval=first, actor=world.ops, reason="v3 instead")
+    second = request_prod(world, version=3)
+
+    assert second.status == "pending" and second.version.number == 3
+    assert ApprovalRequest.objects.filter(status="withdrawn").count() == 1
+
+
+def test_publish_page__request_pending__409_names_the_request_not_a_release(client, world):
+    request_prod(world, version=2)
+    client.force_login(world.ops2)
+
+    response = client.post(PROD_PUBLISH, {"version": 3, "reason": "mine too"})
+
+    body = response.content.decode()
+    assert response.status_code == 409
+    assert "Waiting for approval: v2, requested by ops." in body
+    assert "Now live" not in body and "release r," not in body
+    assert 'href="' + APPROVAL.format(pk=ApprovalRequest.objects.get().pk) + '"' in body
+
+
+def test_approval_page__requester__withdraws_with_reason(client, world):
+    approval = request_prod(world)
+    client.force_login(world.ops)
+
+    page = client.get(APPROVAL.format(pk=approval.pk)).content.decode()
+    response = client.post(
+        APPROVAL.format(pk=approval.pk) + "withdraw/", {"reason": "wrong version"}
+    )
+
+    assert "Withdraw request…" in page
+    assert response.status_code == 302
+    assert ApprovalRequest.objects.get().status == "withdrawn"
+    assert AuditRecord.objects.filter(action="approval.withdraw", actor_label="ops").exists()
+    after = client.get(APPROVAL.format(pk=approval.pk)).content.decode()
+    assert "withdrawn" in after and "Withdraw request…" not in after
+
+
+def test_approval_page__someone_else__no_button_and_post_refused(client, world):
+    approval = request_prod(world)
+    client.force_login(world.ops2)
+
+    page = client.get(APPROVAL.format(pk=approval.pk)).content.decode()
+    response = client.post(APPROVAL.format(pk=approval.pk) + "withdraw/", {"reason": "not mine"})
+
+    assert "Withdraw request…" not in page
+    assert response.status_code == 403
+    assert "Only the person who requested this publish can withdraw it" in response.content.decode()
+    assert ApprovalRequest.objects.get().status == "pending"
+    assert AccessLogEntry.objects.filter(
+        action="access.denied", actor_label="ops2", outcome="denied"
+    ).exists()
