@@ -175,8 +175,8 @@ class Snapshot(models.Model):
 class HourlyRollup(models.Model):
     """Counts per closed hour, so charts never scan traces.
 
-    Trace rows have decision = "" and reason = "" (count = traces with that status);
-    candidate rows carry a decision and reason (count = candidates). Recomputed per hour by
+    Trace rows have source = decision = reason = "" (count = traces with that status);
+    candidate rows carry their source, decision and reason (count = candidates). Recomputed per hour by
     `traces.rollup_recent_hours`, idempotently.
     """
 
@@ -188,6 +188,7 @@ class HourlyRollup(models.Model):
     strategy = models.CharField(max_length=100, blank=True)
     strategy_version = models.PositiveIntegerField(default=0, help_text="0: none reported.")
     status = models.CharField(max_length=30)
+    source = models.CharField(max_length=100, blank=True)
     decision = models.CharField(max_length=30, blank=True)
     reason = models.CharField(max_length=200, blank=True)
     count = models.PositiveBigIntegerField()
@@ -203,10 +204,11 @@ class HourlyRollup(models.Model):
                     "strategy",
                     "strategy_version",
                     "status",
+                    "source",
                     "decision",
                     "reason",
                 ],
-                name="rollup_unique_key",
+                name="rollup_unique_key_by_source",
             )
         ]
         indexes = [models.Index(fields=["agent", "-hour"], name="rollup_agent_hour")]

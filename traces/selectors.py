@@ -435,6 +435,7 @@ class ChartTick:
 
 @dataclass
 class ExclusionReason:
+    source: str
     decision: str
     reason: str
     count: int
@@ -521,14 +522,14 @@ def status_charts(*, user, agents, now=None) -> dict[int, list[StatusChart]]:
     reasons: dict[tuple, list[ExclusionReason]] = {}
     excluded = (
         rollups.exclude(decision__in=("", "selected"))
-        .values_list("agent_id", "environment__key", "decision", "reason")
+        .values_list("agent_id", "environment__key", "source", "decision", "reason")
         .annotate(total=Sum("count"))
-        .order_by("-total", "decision", "reason")
+        .order_by("-total", "source", "decision", "reason")
     )
-    for agent_id, env, decision, reason, total in excluded:
+    for agent_id, env, source, decision, reason, total in excluded:
         top = reasons.setdefault((agent_id, env), [])
         if len(top) < CHART_TOP_REASONS:
-            top.append(ExclusionReason(decision, reason, total))
+            top.append(ExclusionReason(source, decision, reason, total))
 
     marks: dict[tuple, list[ChartMark]] = {}
     events = (

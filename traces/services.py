@@ -477,19 +477,20 @@ def traces_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE
 _ROLLUP_HOUR = """
 DELETE FROM traces_hourlyrollup WHERE hour = %(hour)s;
 INSERT INTO traces_hourlyrollup
-    (hour, agent_id, environment_id, strategy, strategy_version, status, decision, reason, count)
+    (hour, agent_id, environment_id, strategy, strategy_version, status, source, decision, reason,
+     count)
 SELECT %(hour)s, agent_id, environment_id, strategy, coalesce(strategy_version, 0), status,
-       '', '', count(*)
+       '', '', '', count(*)
 FROM traces_trace
 WHERE occurred_at >= %(hour)s AND occurred_at < %(hour)s + interval '1 hour'
 GROUP BY agent_id, environment_id, strategy, coalesce(strategy_version, 0), status
 UNION ALL
 SELECT %(hour)s, t.agent_id, t.environment_id, t.strategy, coalesce(t.strategy_version, 0),
-       t.status, c.decision, c.reason, count(*)
+       t.status, c.source, c.decision, c.reason, count(*)
 FROM traces_trace t JOIN traces_candidate c ON c.trace_id = t.id
 WHERE t.occurred_at >= %(hour)s AND t.occurred_at < %(hour)s + interval '1 hour'
 GROUP BY t.agent_id, t.environment_id, t.strategy, coalesce(t.strategy_version, 0), t.status,
-         c.decision, c.reason;
+         c.source, c.decision, c.reason;
 """
 
 

@@ -53,11 +53,13 @@ def test_status_charts__rollups__counted_per_bucket_by_status(w, make_user):
     rollup(w, start - timedelta(hours=1), "ready", 100)  # older than 7 days
     rollup(w, end, "ready", 9)  # the hour still open
     rollup(w, last, "ready", 2, env="prod")
-    # Candidate rows: exclusions by reason (selected ones are not exclusions).
-    rollup(w, last, "budget_exceeded", 3, decision="over_budget", reason="does not fit")
-    rollup(w, last, "ready", 1, decision="over_budget", reason="does not fit")
-    rollup(w, last, "ready", 2, decision="not_fetched", reason="timeout")
-    rollup(w, last, "ready", 40, decision="selected", reason="required")
+    # Candidate rows: exclusions by source and reason (selected ones are not exclusions).
+    policy, order = {"source": "applicable_policy"}, {"source": "order_delivery"}
+    rollup(w, last, "budget_exceeded", 3, decision="over_budget", reason="does not fit", **policy)
+    rollup(w, last, "ready", 1, decision="over_budget", reason="does not fit", **policy)
+    rollup(w, last, "ready", 1, decision="over_budget", reason="does not fit", **order)
+    rollup(w, last, "ready", 2, decision="not_fetched", reason="timeout", **order)
+    rollup(w, last, "ready", 40, decision="selected", reason="required", **order)
     user = make_user("sup", support="assistant_professional")
 
     charts = status_charts(user=user, agents=list(w["agents"].values()), now=now)
@@ -77,9 +79,10 @@ def test_status_charts__rollups__counted_per_bucket_by_status(w, make_user):
         ("failed", 12.0),
     ]  # the tallest bar (10 traces) fills the 60 units
     assert "7 ready, 1 degraded, 2 budget exceeded" in sg_test.buckets[-1].title
-    assert [(r.decision, r.reason, r.count) for r in sg_test.reasons] == [
-        ("over_budget", "does not fit", 4),
-        ("not_fetched", "timeout", 2),
+    assert [(r.source, r.decision, r.reason, r.count) for r in sg_test.reasons] == [
+        ("applicable_policy", "over_budget", "does not fit", 4),
+        ("order_delivery", "not_fetched", "timeout", 2),
+        ("order_delivery", "over_budget", "does not fit", 1),
     ]
     assert prod.buckets[-1].counts == {"ready": 2} and prod.reasons == []
     assert sg_test.summary.startswith("15 traces in sg-test in the last 7 days: 7 ready")

@@ -104,13 +104,14 @@ def test_rollup_task__real_worker__counts_per_hour_idempotent(client, celery_wor
         )
     )
     rows = {
-        (r.status, r.decision, r.reason): r.count
+        (r.status, r.source, r.decision, r.reason): r.count
         for r in HourlyRollup.objects.filter(hour=last_hour, strategy_version=3)
     }
-    assert rows[("ready", "", "")] == 2
-    assert rows[("degraded", "", "")] == 1
-    assert rows[("ready", "irrelevant", "older product introduction")] == 2
-    assert rows[("ready", "selected", "required")] == 4
+    assert rows[("ready", "", "", "")] == 2
+    assert rows[("degraded", "", "", "")] == 1
+    assert rows[("ready", "recent_dialogue", "irrelevant", "older product introduction")] == 2
+    assert rows[("ready", "task_state", "selected", "required")] == 2
+    assert rows[("ready", "applicable_policy", "selected", "required")] == 2
 
 
 @pytest.mark.django_db
