@@ -62,3 +62,20 @@ APPEND_ONLY_REFUSAL = (
     "RAISE EXCEPTION '% is append-only: % refused', TG_TABLE_NAME, TG_OP"
     " USING ERRCODE = 'insufficient_privilege';"
 )
+
+
+def append_only_triggers() -> list[Guard]:
+    """The triggers of an append-only table: no UPDATE or DELETE of a row, no TRUNCATE."""
+    return [
+        Guard(
+            name="append_only",
+            operation=pgtrigger.Update | pgtrigger.Delete,
+            func=APPEND_ONLY_REFUSAL,
+        ),
+        Guard(
+            name="no_truncate",
+            operation=pgtrigger.Truncate,
+            level=pgtrigger.Statement,
+            func=APPEND_ONLY_REFUSAL,
+        ),
+    ]

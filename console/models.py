@@ -8,14 +8,13 @@ deleted tail visible.
 
 from __future__ import annotations
 
-import pgtrigger
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
-from console.guards import APPEND_ONLY_REFUSAL, Guard
+from console.guards import append_only_triggers
 
 
 class Role(models.Model):
@@ -125,19 +124,7 @@ class ChainedRecord(models.Model):
         abstract = True
         ordering = ["-id"]
         # Append-only in the database: no session setting switches these off (see Guard).
-        triggers = [
-            Guard(
-                name="append_only",
-                operation=pgtrigger.Update | pgtrigger.Delete,
-                func=APPEND_ONLY_REFUSAL,
-            ),
-            Guard(
-                name="no_truncate",
-                operation=pgtrigger.Truncate,
-                level=pgtrigger.Statement,
-                func=APPEND_ONLY_REFUSAL,
-            ),
-        ]
+        triggers = append_only_triggers()
 
 
 class AuditRecord(ChainedRecord):
@@ -199,7 +186,7 @@ class ChainCheckpoint(models.Model):
     class Meta:
         ordering = ["-id"]
         indexes = [models.Index(fields=["log", "-id"])]
-        triggers = ChainedRecord.Meta.triggers
+        triggers = append_only_triggers()
 
     def __str__(self) -> str:
         return f"{self.get_log_display()} @ #{self.last_id} ({self.row_count} rows)"

@@ -3,12 +3,11 @@ requests."""
 
 from __future__ import annotations
 
-import pgtrigger
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from console.guards import APPEND_ONLY_REFUSAL, Guard
+from console.guards import append_only_triggers
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document, Version
 
@@ -66,19 +65,7 @@ class ReleaseEvent(models.Model):
             ),
         ]
         # Append-only in the database: no session setting switches these off (see Guard).
-        triggers = [
-            Guard(
-                name="append_only",
-                operation=pgtrigger.Update | pgtrigger.Delete,
-                func=APPEND_ONLY_REFUSAL,
-            ),
-            Guard(
-                name="no_truncate",
-                operation=pgtrigger.Truncate,
-                level=pgtrigger.Statement,
-                func=APPEND_ONLY_REFUSAL,
-            ),
-        ]
+        triggers = append_only_triggers()
 
     def __str__(self) -> str:
         return f"{self.release}: {self.action} r{self.revision}"
