@@ -242,6 +242,17 @@ def approval_detail(request, agent, pk):
     )
 
 
+def _approval_refused(request, pk, error):
+    """The approval page again (as it now stands) with the refusal and its status."""
+    approval = selectors.approval_get(agent=request.agent, pk=pk)
+    return TemplateResponse(
+        request,
+        "releases/approval.html",
+        _approval_context(request, approval, error=error),
+        status=error.status,
+    )
+
+
 def _approval_context(request, approval, error):
     return {
         "agent": request.agent,
@@ -284,13 +295,7 @@ def approval_decide(request, agent, pk):
         else:
             raise ValidationFailed("Choose approve or reject.")
     except ApplicationError as exc:
-        approval = selectors.approval_get(agent=request.agent, pk=pk)
-        return TemplateResponse(
-            request,
-            "releases/approval.html",
-            _approval_context(request, approval, error=exc),
-            status=exc.status,
-        )
+        return _approval_refused(request, pk, exc)
     return redirect(_overview_url(request.agent))
 
 
@@ -304,13 +309,7 @@ def approval_withdraw(request, agent, pk):
             approval=approval, actor=request.user, reason=request.POST.get("reason", "")
         )
     except ApplicationError as exc:
-        approval = selectors.approval_get(agent=request.agent, pk=pk)
-        return TemplateResponse(
-            request,
-            "releases/approval.html",
-            _approval_context(request, approval, error=exc),
-            status=exc.status,
-        )
+        return _approval_refused(request, pk, exc)
     messages.info(
         request,
         f"Withdrawn: the publish of {approval.document.key} v{approval.version.number} to "
