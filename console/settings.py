@@ -196,6 +196,9 @@ AUDIT_CHECKPOINT_MINUTES = env_count("AUDIT_CHECKPOINT_MINUTES", 15, minimum=1)
 CELERY_BEAT_SCHEDULE: dict = {
     "traces-purge-expired": {"task": "traces.purge_expired", "schedule": 15 * 60.0},
     "traces-rollup-recent-hours": {"task": "traces.rollup_recent_hours", "schedule": 3600.0},
+    # Day partitions of traces and candidates: a week ahead, and whole days past retention
+    # dropped (docs/traces-storage.md). Every 6 hours: a missed run is harmless.
+    "traces-partitions-maintain": {"task": "traces.partitions_maintain", "schedule": 6 * 3600.0},
     "strategies.flush_token_last_used": {
         "task": "strategies.flush_token_last_used",
         "schedule": 60.0,

@@ -83,11 +83,12 @@ class Trace(models.Model):
             # prod may both have req-92. request_id leads, so the trace page and search (by
             # request_id alone, in every environment the user may see) use this index too;
             # it is also the ingest's ON CONFLICT target.
-            models.UniqueConstraint(
-                fields=["request_id", "environment"], name="trace_request_id_per_environment"
-            ),
+            # Unique per environment is enforced by RequestKey: the table is partitioned by
+            # occurred_at, and a unique index there would have to include it.
         ]
         indexes = [
+            # Trace page and search by request_id (one probe per day partition).
+            models.Index(fields=["request_id", "environment"], name="trace_request_id_env"),
             models.Index(
                 fields=["agent", "environment", "-occurred_at"], name="trace_agent_env_time"
             ),
@@ -138,6 +139,8 @@ class Candidate(models.Model):
     depends_on = models.JSONField(default=list, blank=True)
     conflicts_with = models.JSONField(default=list, blank=True)
     note = models.CharField(max_length=200, blank=True, help_text="The provider's words.")
+    # The trace's occurred_at: the partition key, so a trace's candidates share its day.
+    occurred_at = models.DateTimeField()
 
     class Meta:
         ordering = ["trace", "position"]
@@ -159,10 +162,34 @@ class Candidate(models.Model):
         return f"{self.item_id}: {self.decision}"
 
 
+class RequestKey(models.Model):
+    """A request_id is unique per environment: the ingest's ON CONFLICT target.
+
+    Not partitioned (traces are, by occurred_at, which a unique index there would have to
+    include); purged with the traces' retention. docs/traces-storage.md.
+    """
+
+    pk = models.CompositePrimaryKey("environment_id", "request_id")
+    environment_id = models.BigIntegerField()
+    request_id = models.CharField(max_length=200, db_collation="C")
+    trace_id = models.BigIntegerField()
+    occurred_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "traces_request_key"
+        indexes = [BrinIndex(fields=["occurred_at"], name="request_key_occurred_brin")]
+
+    def __str__(self) -> str:
+        return self.request_id
+
+
 class Snapshot(models.Model):
     """The full final request of a trace: sensitive, encrypted at rest, gone after expiry."""
 
-    trace = models.OneToOneField(Trace, on_delete=models.CASCADE, related_name="snapshot")
+    # No database FK: a FK to a partitioned table needs its whole key (id, occurred_at).
+    trace = models.OneToOneField(
+        Trace, on_delete=models.CASCADE, related_name="snapshot", db_constraint=False
+    )
     ciphertext = models.BinaryField()
     key_id = models.CharField(max_length=16, help_text="Fingerprint of the encrypting key.")
     created_at = models.DateTimeField(default=timezone.now)

@@ -21,7 +21,7 @@ from console.policy import Capability, check_user_can, service_transaction
 from console.reasons import reason_clean
 from strategies.catalog.models import Agent, Environment
 from strategies.documents.models import Document, Version
-from traces import crypto
+from traces import crypto, partitions
 from traces.ingest import ParsedBatch, Rejection, error, occurred_at_errors, snapshot_bytes
 from traces.models import Snapshot, Trace
 
@@ -63,14 +63,24 @@ CANDIDATE_COLUMNS = (
 )
 SNAPSHOT_COLUMNS = "ciphertext, key_id, created_at, expires_at"
 
-# One statement: the traces not yet stored, and their snapshots. A request_id already
-# stored in this environment (or being stored by a concurrent batch) is skipped by ON
-# CONFLICT; a batch is one environment's, so the snapshots join on request_id alone.
+# One statement: the traces not yet stored, and their snapshots. The request key goes in
+# first (traces_request_key's primary key is the per-environment uniqueness: the trace table
+# is partitioned by day); a request_id already stored in this environment (or being stored
+# by a concurrent batch) is skipped by ON CONFLICT, and only the traces whose key went in
+# are inserted, with the id drawn for the key. A batch is one environment's, so the joins
+# are on request_id alone.
 _MOVE_FROM_TEMP = f"""
-WITH inserted AS (
-    INSERT INTO traces_trace ({TRACE_COLUMNS})
-    SELECT {TRACE_COLUMNS} FROM ingest_trace_in_v2
+WITH keys AS (
+    INSERT INTO traces_request_key (environment_id, request_id, trace_id, occurred_at)
+    SELECT environment_id, request_id, nextval('traces_trace_id_seq'), occurred_at
+    FROM ingest_trace_in_v2
     ON CONFLICT (environment_id, request_id) DO NOTHING
+    RETURNING trace_id, request_id, environment_id
+), inserted AS (
+    INSERT INTO traces_trace (id, {TRACE_COLUMNS})
+    SELECT keys.trace_id, {", ".join("t." + c.strip() for c in TRACE_COLUMNS.split(","))}
+    FROM ingest_trace_in_v2 t
+    JOIN keys ON keys.request_id = t.request_id AND keys.environment_id = t.environment_id
     RETURNING id, request_id
 ), snapshots AS (
     INSERT INTO traces_snapshot (trace_id, {SNAPSHOT_COLUMNS})
@@ -308,8 +318,12 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     if not traces:
         return result
 
+    occurred = {row[0]: row[3] for row in traces}
     with connection.cursor() as cursor:
         cursor.execute(_TEMP_TABLES)
+        # Every accepted day has its partition (created ahead daily; an older day of a
+        # longer retention, rarely, here).
+        partitions.ensure_days(cursor, {row[3].date() for row in traces})
         raw = cursor.cursor  # the psycopg 3 cursor: COPY goes through it
         _copy(raw, "ingest_trace_in_v2", TRACE_COLUMNS, traces)
         if snapshots:
@@ -319,9 +333,9 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         _copy(
             raw,
             "traces_candidate",
-            "trace_id, " + CANDIDATE_COLUMNS,
+            "trace_id, " + CANDIDATE_COLUMNS + ", occurred_at",
             (
-                row
+                (*row, occurred[request_id])
                 for trace_id, request_id in inserted
                 for row in candidate_rows(accepted[request_id], trace_id)
             ),
@@ -427,7 +441,7 @@ def snapshots_rotate(*, batch_size: int = 500) -> int:
 
 
 # --- retention -------------------------------------------------------------------------------------
-def _delete_in_batches(select_ids_sql: str, params: list, deletes: list[str], batch_size: int):
+def _delete_in_batches(select_ids_sql: str, params: list, deletes: list, batch_size: int):
     """Repeat: pick up to batch_size ids, delete them (and dependents), commit. Short
     transactions keep locks brief while ingest goes on."""
     total = 0
@@ -437,8 +451,9 @@ def _delete_in_batches(select_ids_sql: str, params: list, deletes: list[str], ba
             ids = [row[0] for row in cursor.fetchall()]
             if not ids:
                 return total
-            for statement in deletes:
-                cursor.execute(statement, [ids])
+            for delete in deletes:
+                statement, extra = delete if isinstance(delete, tuple) else (delete, [])
+                cursor.execute(statement, [ids, *extra])
         total += len(ids)
 
 
@@ -454,7 +469,11 @@ def snapshots_purge_expired(*, now: datetime | None = None, batch_size: int = PU
 
 def traces_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE_BATCH) -> int:
     """Delete traces older than their environment's trace_retention_days (with their
-    candidates and snapshots). Returns how many traces."""
+    candidates, snapshots and request keys). Returns how many traces.
+
+    Whole days past the longest retention go by `partitions_drop_expired`; this batched
+    DELETE handles the environments with a shorter retention, in the oldest partitions only
+    (every statement carries `occurred_at < cutoff`, so the plan prunes to them)."""
 
     now = now or timezone.now()
     total = 0
@@ -464,13 +483,50 @@ def traces_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE
             "SELECT id FROM traces_trace WHERE environment_id = %s AND occurred_at < %s",
             [environment.pk, cutoff],
             [
-                "DELETE FROM traces_candidate WHERE trace_id = ANY(%s)",
-                "DELETE FROM traces_snapshot WHERE trace_id = ANY(%s)",
-                "DELETE FROM traces_trace WHERE id = ANY(%s)",
+                (
+                    "DELETE FROM traces_candidate WHERE trace_id = ANY(%s) AND occurred_at < %s",
+                    [cutoff],
+                ),
+                ("DELETE FROM traces_snapshot WHERE trace_id = ANY(%s)", []),
+                ("DELETE FROM traces_trace WHERE id = ANY(%s) AND occurred_at < %s", [cutoff]),
+            ],
+            batch_size,
+        )
+        _delete_in_batches(
+            "SELECT request_id FROM traces_request_key "
+            "WHERE environment_id = %s AND occurred_at < %s",
+            [environment.pk, cutoff],
+            [
+                (
+                    "DELETE FROM traces_request_key WHERE request_id = ANY(%s) "
+                    "AND environment_id = %s",
+                    [environment.pk],
+                )
             ],
             batch_size,
         )
     return total
+
+
+def partitions_maintain(*, now: datetime | None = None, days_ahead: int = 7) -> dict:
+    """Create the day partitions for today … today + days_ahead, and drop the days past the
+    longest environment retention (DETACH … CONCURRENTLY, then DROP: no long lock).
+
+    Must run outside a transaction (DETACH CONCURRENTLY refuses a transaction block)."""
+    now = now or timezone.now()
+    today = now.astimezone(UTC).date()
+    longest = max(Environment.objects.values_list("trace_retention_days", flat=True), default=30)
+    # A day goes when all of it is older than the longest retention.
+    before = (now - timedelta(days=longest)).astimezone(UTC).date()
+    with connection.cursor() as cursor:
+        created = partitions.ensure_range(cursor, today=today, days_back=0, days_ahead=days_ahead)
+        expired = partitions.expired_partitions(cursor, before=before)
+        dropped = []
+        for parent, name in expired:
+            cursor.execute(f"ALTER TABLE {parent} DETACH PARTITION {name} CONCURRENTLY")
+            cursor.execute(f"DROP TABLE {name}")
+            dropped.append(name)
+    return {"created": created, "dropped": dropped}
 
 
 # --- hourly rollups ----------------------------------------------------------------------------------

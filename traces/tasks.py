@@ -21,3 +21,10 @@ def rollup_recent_hours(lookback_hours: int = 3) -> list[str]:
     """Recompute the hourly counts of recently closed hours (idempotent)."""
     hours = services.rollup_recent_hours(lookback_hours=lookback_hours)
     return [hour.isoformat() for hour in hours]
+
+
+@shared_task(name="traces.partitions_maintain")
+def partitions_maintain() -> dict:
+    """Create the day partitions a week ahead; detach (concurrently) and drop the days past
+    the longest environment retention."""
+    return services.partitions_maintain()

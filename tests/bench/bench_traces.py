@@ -222,11 +222,12 @@ def bare_copy(rows) -> float:
             for trace_id, (row, _) in zip(ids, rows, strict=True):
                 copy.write_row((trace_id, *row))
         with raw.copy(
-            f"COPY traces_candidate (trace_id, {services.CANDIDATE_COLUMNS}) FROM STDIN"
+            f"COPY traces_candidate (trace_id, {services.CANDIDATE_COLUMNS}, occurred_at) "
+            "FROM STDIN"
         ) as copy:
-            for trace_id, (_, trace) in zip(ids, rows, strict=True):
+            for trace_id, (trace_row, trace) in zip(ids, rows, strict=True):
                 for row in services.candidate_rows(trace, trace_id):
-                    copy.write_row(row)
+                    copy.write_row((*row, trace_row[3]))
     return time.perf_counter() - started
 
 
@@ -262,6 +263,7 @@ def django_bulk_create(rows) -> float:
                 bundle=c[7],
                 decision=c[8],
                 reason=c[9],
+                occurred_at=obj.occurred_at,
             )
             for obj, (_, trace) in zip(objects, rows, strict=True)
             for c in services.candidate_rows(trace, obj.pk)
@@ -273,24 +275,24 @@ def django_bulk_create(rows) -> float:
 # --- phase 2: lookups ------------------------------------------------------------------------------------
 GENERATE = """
 INSERT INTO traces_trace (request_id, agent_id, environment_id, occurred_at, received_at,
-    strategy, strategy_version, profile_version, documents, config_fallback, task_id,
+    strategy, strategy_version, profile_version, documents, config_fallback, config_resolution, task_id,
     task_revision, principal, model_name, model_adapter, model_context_window, status,
     degradation, budget_max_input_tokens, input_estimate, input_estimate_unit,
     input_estimate_estimator, sources)
 SELECT 'gen-' || lpad(n::text, 8, '0'), %(agent)s, %(env)s,
     %(start)s::timestamptz + n * interval '2 seconds', now(),
-    'after_sales_consultation', 1 + n %% 3, 7, '{"profile": 7}', false, 'T' || n, 4,
+    'after_sales_consultation', 1 + n %% 3, 7, '{"profile": 7}', false, 'fresh', 'T' || n, 4,
     'shop-a/user-' || n %% 1000, 'model-x', 'adapter-x', 128000,
     (ARRAY['ready','ready','ready','degraded','budget_exceeded'])[1 + n %% 5], '', 8000, 6200,
     'token', 'adapter-x', '[{"id": "P7", "version": "v2"}]'
 FROM generate_series(%(first)s, %(last)s) AS n;
 INSERT INTO traces_candidate (trace_id, position, item_id, source, version, size, required,
-    bundle, decision, reason)
+    bundle, decision, reason, outcome, depends_on, conflicts_with, note, occurred_at)
 SELECT t.id, p, 'item-' || t.id || '-' || p,
     (ARRAY['task_state','order_delivery','applicable_policy','recent_dialogue','memory'])[1 + p %% 5],
     'v' || p, 100 + p, p < 3, '',
     (ARRAY['selected','selected','irrelevant','over_budget','not_fetched'])[1 + (t.id + p) %% 5],
-    'older product introduction'
+    'older product introduction', '', '[]', '[]', '', t.occurred_at
 FROM traces_trace t, generate_series(0, %(candidates)s - 1) AS p
 WHERE t.request_id >= 'gen-' || lpad(%(first)s::text, 8, '0')
   AND t.request_id <= 'gen-' || lpad(%(last)s::text, 8, '0');
@@ -300,8 +302,15 @@ WHERE t.request_id >= 'gen-' || lpad(%(first)s::text, 8, '0')
 def generate(first: int, last: int, candidates: int, agent_id: int, env_id: int) -> float:
     from django.db import connection
 
+    from traces import partitions
+
     started = time.perf_counter()
     with connection.cursor() as cursor:
+        # The generated days (2 s apart from 2026-10-01) need their day partitions.
+        first_day = datetime(2026, 10, 1, tzinfo=UTC).date()
+        partitions.ensure_days(
+            cursor, [first_day + timedelta(days=d) for d in range(last * 2 // 86_400 + 2)]
+        )
         step = 100_000
         for lo in range(first, last + 1, step):
             cursor.execute(
@@ -448,7 +457,9 @@ def main() -> None:
     _, secret = runtime_token_create(name="bench", environment=env, capabilities=["traces:write"])
     granian = None
     try:
-        start = datetime(2026, 11, 1, tzinfo=UTC)
+        start = (datetime.now(UTC) - timedelta(days=3)).replace(
+            hour=0, minute=0, second=0, microsecond=0
+        )
         http_traces = payloads(args.traces, args.candidates, "http", start)
         bodies = [
             orjson.dumps({"traces": http_traces[i : i + BATCH]})
@@ -500,7 +511,9 @@ def main() -> None:
 
         print("\n2. trace page server time for a request_id lookup (200 random ids)")
         with connection.cursor() as cursor:
-            cursor.execute("TRUNCATE traces_candidate, traces_snapshot, traces_trace")
+            cursor.execute(
+                "TRUNCATE traces_candidate, traces_snapshot, traces_trace, traces_request_key"
+            )
         standard_roles_ensure()
         from console.models import Grant, Role
 

@@ -47,6 +47,8 @@ def test_purge_task__real_worker__expired_snapshot_and_old_traces_gone(
     )
     # Ingest refuses traces older than the retention: age them as time would.
     Trace.objects.filter(request_id__startswith="old-").update(occurred_at=ago(days=31))
+    # Candidates carry their trace's occurred_at (the partition key).
+    Candidate.objects.filter(trace__request_id__startswith="old-").update(occurred_at=ago(days=31))
     Snapshot.objects.filter(trace__request_id="expired-snapshot").update(
         expires_at=timezone.now() - timedelta(minutes=1)
     )
@@ -70,6 +72,7 @@ def test_purge__small_batches__deletes_everything_past_retention(client):
         [trace_payload(f"old-{i}", occurred_at=ago(days=1)) for i in range(5)],
     )
     Trace.objects.update(occurred_at=ago(days=40))  # ingest refuses traces past retention
+    Candidate.objects.update(occurred_at=ago(days=40))
     assert services.traces_purge_expired(batch_size=2) == 5
     assert Candidate.objects.count() == 0
 
@@ -129,3 +132,38 @@ def test_snapshot_rotate__new_key_prepended__old_snapshots_reencrypted(client, s
     assert snapshot.key_id == crypto.key_id(new_key) != old_key_id
     settings.SNAPSHOT_KEYS = [new_key]  # the old key can go now
     assert crypto.decrypt(snapshot.ciphertext) == b'{"kept":true}'
+
+
+@pytest.mark.django_db(transaction=True)
+def test_partitions_maintain__creates_ahead_and_drops_a_whole_old_day():
+    from datetime import UTC
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from traces import partitions
+
+    now = timezone.now()
+    today = now.astimezone(UTC).date()
+    old_day = today - timedelta(days=60)
+    with connection.cursor() as cursor:
+        partitions.ensure_days(cursor, [old_day])
+        cursor.execute(
+            "INSERT INTO traces_candidate (trace_id, position, item_id, source, version, "
+            "required, bundle, decision, reason, outcome, depends_on, conflicts_with, note, "
+            "occurred_at) VALUES (1, 0, 'i', 's', '', false, '', 'selected', '', '', "
+            "'[]', '[]', '', %s)",
+            [now - timedelta(days=60)],
+        )
+    result = services.partitions_maintain(now=now, days_ahead=9)
+    assert partitions.partition_name("traces_trace", old_day) in result["dropped"]
+    assert partitions.partition_name("traces_candidate", old_day) in result["dropped"]
+    assert partitions.partition_name("traces_trace", today + timedelta(days=9)) in result["created"]
+    assert Candidate.objects.count() == 0
+    with connection.cursor() as cursor:
+        days = partitions.existing_days(cursor, "traces_trace")
+    assert old_day not in days
+    assert {today + timedelta(days=d) for d in range(10)} <= days
+    assert min(days) >= today - timedelta(days=30)
+    with connection.cursor() as cursor:  # later tests age traces by 40 days: put them back
+        partitions.ensure_range(cursor, today=today, days_back=44, days_ahead=7)
