@@ -4,11 +4,16 @@
 from __future__ import annotations
 
 from context_runtime import vocabulary
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from console.access_api import OperatorPagination
+from console.access_api import OperatorPagination, paginated
 from console.errors import NotFound, ValidationFailed
 from console.limits import check_request_size
 from console.policy import Capability, requires
@@ -78,7 +83,7 @@ def _version_out(document, version) -> dict:
 
 @extend_schema(
     summary="List agents you can see",
-    responses={200: AgentSerializer(many=True)},
+    responses={200: paginated(AgentSerializer)},
     tags=["documents"],
 )
 @api_view(["GET"])
@@ -88,7 +93,10 @@ def agent_list(request):
 
 @extend_schema(
     summary="List an agent's documents",
-    responses={200: DocumentSerializer(many=True), **ERRORS},
+    responses={
+        200: inline_serializer("DocumentListOut", {"results": DocumentSerializer(many=True)}),
+        **ERRORS,
+    },
     tags=["documents"],
 )
 @api_view(["GET"])
@@ -100,7 +108,7 @@ def document_list(request, agent):
 
 @extend_schema(
     summary="List a document's versions, newest first",
-    responses={200: VersionSummarySerializer(many=True), **ERRORS},
+    responses={200: paginated(VersionSummarySerializer), **ERRORS},
     tags=["documents"],
 )
 @api_view(["GET"])

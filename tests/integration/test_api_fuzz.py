@@ -27,7 +27,9 @@ from tests.integration.test_bad_input import callers  # noqa: F401  (the world, 
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
 
-EXAMPLES_PER_OPERATION = int(os.environ.get("FUZZ_EXAMPLES", "45"))  # × 26 operations: ≥ 1,000 generated cases
+EXAMPLES_PER_OPERATION = int(
+    os.environ.get("FUZZ_EXAMPLES", "45")
+)  # × 26 operations: ≥ 1,000 generated cases
 MIN_CASES = 1_000
 RUNTIME_PREFIX = "/api/v1/runtime/"
 CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance]
@@ -105,4 +107,3 @@ def _fuzz(operation, base_url, session, cases, failures) -> None:
                     found[title] = f"{message}\n      {case.as_curl_command()[:400]}"
 
     run()
-
