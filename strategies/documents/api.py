@@ -82,6 +82,7 @@ def _version_out(document, version) -> dict:
 
 
 @extend_schema(
+    operation_id="v1_agents_list",  # a page, not a bare list: named as the list it is
     summary="List agents you can see",
     responses={200: paginated(AgentSerializer)},
     tags=["documents"],
@@ -92,6 +93,7 @@ def agent_list(request):
 
 
 @extend_schema(
+    operation_id="v1_agents_documents_list",  # a page, not a bare list: named as the list it is
     summary="List an agent's documents",
     responses={
         200: inline_serializer("DocumentListOut", {"results": DocumentSerializer(many=True)}),
@@ -107,6 +109,7 @@ def document_list(request, agent):
 
 
 @extend_schema(
+    operation_id="v1_agents_documents_versions_list",  # a page, not a bare list: named as the list it is
     summary="List a document's versions, newest first",
     responses={200: paginated(VersionSummarySerializer), **ERRORS},
     tags=["documents"],

@@ -73,6 +73,7 @@ def test_schemathesis_finds_nothing(live_server, callers):  # noqa: F811
         _fuzz(operation, base_url, session, cases, failures)
 
     total = sum(cases.values())
+    print(f"schemathesis: {total} generated cases over {len(operations)} operations")
     report = "\n".join(
         f"{label} — {title}: {detail}"
         for label, found in failures.items()
