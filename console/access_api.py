@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group
 from django.db.models import Q
 from django.utils.decorators import method_decorator
 from drf_spectacular.utils import OpenApiResponse, extend_schema
-from rest_framework import generics, status
+from rest_framework import generics, serializers, status
 from rest_framework.decorators import api_view
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
@@ -23,6 +23,7 @@ from console.policy import Capability, agents_where, refuse, requires
 from console.selectors import logs_filter, logs_visible_to
 from console.serializers import (
     AccessLogEntrySerializer,
+    AccessLogFilterSerializer,
     AuditRecordSerializer,
     GrantCreateSerializer,
     GrantRevokeSerializer,
@@ -49,6 +50,28 @@ class OperatorPagination(LimitOffsetPagination):
     versions): ?limit= as asked, at most `max_limit` rows (a larger ask gets that many)."""
 
     max_limit = 200
+
+
+_PAGES: dict[type, type] = {}
+
+
+def paginated(serializer_class):
+    """The schema of one OperatorPagination page of `serializer_class` rows (count, next,
+    previous, results) for the function views that paginate by hand (agents, versions,
+    traces); generic list views get theirs from drf-spectacular."""
+    if serializer_class not in _PAGES:
+        name = serializer_class.__name__.removesuffix("Serializer")
+        _PAGES[serializer_class] = type(
+            f"Paginated{name}List",
+            (serializers.Serializer,),
+            {
+                "count": serializers.IntegerField(),
+                "next": serializers.URLField(allow_null=True),
+                "previous": serializers.URLField(allow_null=True),
+                "results": serializer_class(many=True),
+            },
+        )
+    return _PAGES[serializer_class]
 
 
 def _valid(serializer_class, data):
@@ -197,21 +220,36 @@ class _LogList(generics.ListAPIView):
     model = None
     pagination_class = OperatorPagination
 
+    filter_serializer = None
+
     def get_queryset(self):
-        params = LogFilterSerializer(data=self.request.query_params)
+        params = self.filter_serializer(data=self.request.query_params)
         params.is_valid(raise_exception=True)
         return logs_filter(logs_visible_to(self.request.user, self.model), **params.validated_data)
 
 
+LOG_ERRORS = {400: ERRORS[400], 403: ERRORS[403]}
+
+
 @method_decorator(AUDITORS, name="get")
-@extend_schema(summary="The audit log", parameters=[LogFilterSerializer])
+@extend_schema(
+    summary="The audit log",
+    parameters=[LogFilterSerializer],
+    responses={200: AuditRecordSerializer(many=True), **LOG_ERRORS},
+)
 class AuditList(_LogList):
     model = AuditRecord
+    filter_serializer = LogFilterSerializer
     serializer_class = AuditRecordSerializer
 
 
 @method_decorator(AUDITORS, name="get")
-@extend_schema(summary="The access log", parameters=[LogFilterSerializer])
+@extend_schema(
+    summary="The access log",
+    parameters=[AccessLogFilterSerializer],
+    responses={200: AccessLogEntrySerializer(many=True), **LOG_ERRORS},
+)
 class AccessLogList(_LogList):
     model = AccessLogEntry
+    filter_serializer = AccessLogFilterSerializer
     serializer_class = AccessLogEntrySerializer

@@ -40,13 +40,23 @@ class RoleUpdateSerializer(serializers.Serializer):
 
 
 class GrantSerializer(serializers.ModelSerializer):
-    user = serializers.CharField(source="user.username", default=None, read_only=True)
-    group = serializers.CharField(source="group.name", default=None, read_only=True)
+    user = serializers.CharField(
+        source="user.username", default=None, read_only=True, allow_null=True
+    )
+    group = serializers.CharField(
+        source="group.name", default=None, read_only=True, allow_null=True
+    )
     role = serializers.CharField(source="role.name", read_only=True)
     agent = serializers.CharField(
-        source="agent.key", default=None, read_only=True, help_text="null = all agents"
+        source="agent.key",
+        default=None,
+        read_only=True,
+        allow_null=True,
+        help_text="null = all agents",
     )
-    created_by = serializers.CharField(source="created_by.username", default=None, read_only=True)
+    created_by = serializers.CharField(
+        source="created_by.username", default=None, read_only=True, allow_null=True
+    )
 
     class Meta:
         model = Grant
@@ -89,6 +99,11 @@ class LogFilterSerializer(serializers.Serializer):
     actor = serializers.CharField(required=False, default="")
     action = serializers.CharField(required=False, default="", help_text="prefix, e.g. grant.")
     target = serializers.CharField(required=False, default="", help_text="label contains or id")
-    outcome = serializers.ChoiceField(choices=["", "allowed", "denied"], required=False, default="")
     since = serializers.DateTimeField(required=False, default=None)
     until = serializers.DateTimeField(required=False, default=None)
+
+
+class AccessLogFilterSerializer(LogFilterSerializer):
+    """The access log's filters: the log's, and the outcome (the audit log has none)."""
+
+    outcome = serializers.ChoiceField(choices=["", "allowed", "denied"], required=False, default="")

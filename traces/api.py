@@ -13,7 +13,7 @@ from rest_framework.decorators import (
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 
-from console.access_api import OperatorPagination
+from console.access_api import OperatorPagination, paginated
 from console.api_schema import ErrorDetailSerializer, ErrorSerializer
 from console.errors import ValidationFailed
 from console.limits import read_limited_body
@@ -167,7 +167,11 @@ FILTER_PARAMETERS = [
     operation_id="traces_list",
     summary="List traces (newest first)",
     parameters=FILTER_PARAMETERS,
-    responses={200: TraceSummaryOut(many=True)},
+    responses={
+        200: paginated(TraceSummaryOut),
+        400: OpenApiResponse(ErrorSerializer, description="A filter is not valid."),
+        403: OpenApiResponse(ErrorSerializer, description="forbidden"),
+    },
     tags=["traces"],
 )
 @api_view(["GET"])

@@ -4,11 +4,16 @@
 from __future__ import annotations
 
 from context_runtime import vocabulary
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from console.access_api import OperatorPagination
+from console.access_api import OperatorPagination, paginated
 from console.errors import NotFound, ValidationFailed
 from console.limits import check_request_size
 from console.policy import Capability, requires
@@ -77,8 +82,9 @@ def _version_out(document, version) -> dict:
 
 
 @extend_schema(
+    operation_id="v1_agents_list",  # a page, not a bare list: named as the list it is
     summary="List agents you can see",
-    responses={200: AgentSerializer(many=True)},
+    responses={200: paginated(AgentSerializer)},
     tags=["documents"],
 )
 @api_view(["GET"])
@@ -87,8 +93,12 @@ def agent_list(request):
 
 
 @extend_schema(
+    operation_id="v1_agents_documents_list",  # a page, not a bare list: named as the list it is
     summary="List an agent's documents",
-    responses={200: DocumentSerializer(many=True), **ERRORS},
+    responses={
+        200: inline_serializer("DocumentListOut", {"results": DocumentSerializer(many=True)}),
+        **ERRORS,
+    },
     tags=["documents"],
 )
 @api_view(["GET"])
@@ -99,8 +109,9 @@ def document_list(request, agent):
 
 
 @extend_schema(
+    operation_id="v1_agents_documents_versions_list",  # a page, not a bare list: named as the list it is
     summary="List a document's versions, newest first",
-    responses={200: VersionSummarySerializer(many=True), **ERRORS},
+    responses={200: paginated(VersionSummarySerializer), **ERRORS},
     tags=["documents"],
 )
 @api_view(["GET"])
