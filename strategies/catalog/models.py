@@ -10,6 +10,9 @@ class Agent(models.Model):
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Archived: hidden from lists and pickers, kept with its history (deleting is refused
+    # once it has releases or traces).
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["key"]
@@ -27,6 +30,12 @@ class Environment(models.Model):
     )
     trace_retention_days = models.PositiveIntegerField(default=30)
     snapshot_retention_days = models.PositiveIntegerField(default=7)
+    # The revert policy. Off by default: a rollback is the emergency action and must be
+    # fast. On: a rollback here is a request bound to its target version, like a publish.
+    rollback_needs_approval = models.BooleanField(
+        default=False, help_text="A rollback needs a second person's approval."
+    )
+    archived_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["position", "key"]

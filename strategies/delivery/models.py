@@ -6,9 +6,16 @@ from __future__ import annotations
 import json
 import uuid
 
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 WEBHOOK_EVENT = "release.changed"
+APPROVAL_REQUESTED_EVENT = "approval.requested"
+WEBHOOK_EVENTS = (WEBHOOK_EVENT, APPROVAL_REQUESTED_EVENT)
+
+
+def default_webhook_events() -> list[str]:
+    return [WEBHOOK_EVENT]
 
 
 class ConfigPayload(models.Model):
@@ -43,6 +50,11 @@ class Webhook(models.Model):
     )
     url = models.URLField(max_length=500)
     description = models.CharField(max_length=200, blank=True)
+    events = ArrayField(
+        models.CharField(max_length=40),
+        default=default_webhook_events,
+        help_text="Which events it hears: release.changed (runtimes), approval.requested (chat).",
+    )
     # Kept to sign deliveries (HMAC needs it); shown once at creation, never again.
     secret = models.CharField(max_length=100)
     created_by = models.CharField(max_length=200, blank=True)

@@ -72,8 +72,13 @@ class ReleaseEvent(models.Model):
 
 
 class ApprovalRequest(models.Model):
-    """A publish to a protected environment waiting for a second person. Bound to the
-    version's content hash: any change to what would go live voids it."""
+    """A publish to a protected environment (or a rollback where the revert policy says so)
+    waiting for a second person. Bound to the version's content hash and the release
+    revision: any change to what would go live voids it."""
+
+    class Kind(models.TextChoices):
+        PUBLISH = "publish", "Publish"
+        ROLLBACK = "rollback", "Rollback"  # where the environment's revert policy asks for one
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -88,6 +93,7 @@ class ApprovalRequest(models.Model):
     environment = models.ForeignKey(
         Environment, on_delete=models.PROTECT, related_name="approval_requests"
     )
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.PUBLISH)
     version = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="approval_requests")
     content_hash = models.CharField(max_length=64)
     base_revision = models.PositiveIntegerField(
