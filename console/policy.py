@@ -40,6 +40,7 @@ class Capability(StrEnum):
     MANAGE_GRANTS = "manage_grants"
     VIEW_AUDIT = "view_audit"
     MANAGE_TOKENS = "manage_tokens"
+    MANAGE_CATALOG = "manage_catalog"  # agents and environments: onboarding, archive, retention
 
 
 CAPABILITY_LABELS = {
@@ -55,6 +56,7 @@ CAPABILITY_LABELS = {
     Capability.MANAGE_GRANTS: "Manage roles and grants",
     Capability.VIEW_AUDIT: "View audit and access logs",
     Capability.MANAGE_TOKENS: "Manage runtime tokens and webhooks",
+    Capability.MANAGE_CATALOG: "Create and edit agents and environments",
 }
 
 # The standard roles created by migration (console 0002). Any other role starts empty.
