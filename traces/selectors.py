@@ -22,6 +22,7 @@ from traces.filters import TraceFilters
 from traces.models import Candidate, HourlyRollup, Snapshot, Trace
 
 LIST_COUNT_CAP = 10_000  # counting tens of millions of rows for a page footer is not worth it
+CANDIDATE_COUNT_CAP = 1_000  # the same, when every match must be checked against its candidates
 MAX_MATCHES = 50  # one request_id in more environments than this is not a real case
 DASHBOARD_TRACES_PER_AGENT = 5
 DASHBOARD_DAYS = 7
@@ -40,43 +41,164 @@ def trace_access_check(user) -> None:
 
 
 def trace_scope(user) -> QuerySet:
-    return Trace.objects.filter(agent__in=agents_where(user, Capability.VIEW_TRACES))
+    # The agent ids as values, not a subquery: PostgreSQL estimates a literal list far
+    # better, which decides between an index probe and a scan of a day of traces.
+    agent_ids = list(agents_where(user, Capability.VIEW_TRACES).values_list("pk", flat=True))
+    return Trace.objects.filter(agent_id__in=agent_ids)
 
 
-def trace_list(*, user, filters: TraceFilters) -> QuerySet:
-    """Traces the user may see, newest first, narrowed by the filters."""
-    queryset = trace_scope(user).select_related("agent", "environment")
+def _time_window(filters: TraceFilters) -> dict:
+    return {
+        key: value
+        for key, value in (("occurred_at__gte", filters.since), ("occurred_at__lte", filters.until))
+        if value is not None
+    }
+
+
+def _traces_filtered(*, user, filters: TraceFilters) -> QuerySet:
+    """The trace-level filters (everything but the candidate filter)."""
     lookups = {
         "agent__key": filters.agent,
         "environment__key": filters.environment,
         "strategy": filters.strategy,
         "strategy_version": filters.version,
         "status": filters.status,
-        "occurred_at__gte": filters.since,
-        "occurred_at__lte": filters.until,
     }
-    queryset = queryset.filter(**{k: v for k, v in lookups.items() if v not in ("", None)})
+    return trace_scope(user).filter(
+        **{k: v for k, v in lookups.items() if v not in ("", None)}, **_time_window(filters)
+    )
+
+
+def _candidates_matching(filters: TraceFilters) -> QuerySet:
+    """Candidates of the candidate filter, in the filter's time window: a trace's candidates
+    share its occurred_at (the partition key), so PostgreSQL reads only those days."""
+    return Candidate.objects.filter(**_time_window(filters), **filters.candidate_filter)
+
+
+def trace_list(*, user, filters: TraceFilters) -> QuerySet:
+    """Traces the user may see, newest first, narrowed by the filters."""
+    queryset = _traces_filtered(user=user, filters=filters).select_related("agent", "environment")
     if filters.candidate_filter:
-        queryset = queryset.filter(
-            Exists(Candidate.objects.filter(trace=OuterRef("pk"), **filters.candidate_filter))
+        candidates = _candidates_matching(filters).filter(
+            trace=OuterRef("pk"), occurred_at=OuterRef("occurred_at")
         )
+        queryset = queryset.filter(Exists(candidates))
     return queryset.order_by("-occurred_at", "-id")
 
 
 class CappedPaginator(Paginator):
-    """Counts at most LIST_COUNT_CAP rows; `capped` tells the page to say "10,000+"."""
+    """Counts at most `cap` rows (`capped` tells the page to say "more than …"), and reads a
+    page in two steps: the keys of its rows, then those rows."""
+
+    def __init__(self, object_list, per_page, *, cap: int = LIST_COUNT_CAP, **kwargs):
+        super().__init__(object_list, per_page, **kwargs)
+        self.cap = cap
 
     @cached_property
     def count(self) -> int:
-        return self.object_list[: LIST_COUNT_CAP + 1].count()
+        # Unordered: the order of rows does not change how many there are, and sorting up
+        # to `cap` rows first was most of the work.
+        return self.object_list.order_by()[: self.cap + 1].count()
 
     @property
     def capped(self) -> bool:
-        return self.count > LIST_COUNT_CAP
+        return self.count > self.cap
+
+    @property
+    def cap_label(self) -> str:
+        return f"{self.cap:,}"
+
+    def page(self, number):
+        # Sorting narrow (id, occurred_at) keys instead of whole rows with their joins keeps
+        # a long list from sorting wide rows; the rows are read for the page's keys only.
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        keys = list(
+            self.object_list.values_list("pk", "occurred_at")[bottom : bottom + self.per_page]
+        )
+        return self._get_page(self._rows(keys), number, self)
+
+    def _rows(self, keys: list) -> list:
+        """The traces of these (id, occurred_at) keys, newest first; the bounds of the keys'
+        times prune the read to their partitions."""
+        if not keys:
+            return []
+        times = [when for _, when in keys]
+        return list(
+            Trace.objects.filter(
+                pk__in=[pk for pk, _ in keys],
+                occurred_at__gte=min(times),
+                occurred_at__lte=max(times),
+            )
+            .select_related("agent", "environment")
+            .order_by("-occurred_at", "-id")
+        )
 
 
-def trace_page_of(queryset: QuerySet, page_number, per_page: int = 50):
-    return CappedPaginator(queryset, per_page).get_page(page_number)
+class CandidateMatchPaginator(CappedPaginator):
+    """The trace list filtered on candidates ("source S excluded as D for reason R"), driven
+    from the candidates: their (trace, occurred_at) keys come newest first from the partial
+    index, and each chunk is checked against the trace-level filters and the user's scope
+    until the page (or the count) has enough. Sorting every match by its trace's time would
+    probe thousands of traces for a page of fifty."""
+
+    CHUNK = 1_000
+
+    def __init__(self, traces: QuerySet, candidates: QuerySet, per_page, *, cap: int):
+        super().__init__(traces, per_page, cap=cap)
+        self.candidates = candidates
+        self._keys: list[tuple[int, object]] = []  # visible matches found so far, in order
+        self._read = 0  # candidate keys read so far
+        self._exhausted = False
+
+    def _keys_up_to(self, needed: int) -> list:
+        ordered = (
+            self.candidates.order_by("-occurred_at", "-trace_id")
+            .values_list("trace_id", "occurred_at")
+            .distinct()
+        )
+        while len(self._keys) < needed and not self._exhausted:
+            # Usually one read: chunks larger than what is needed, in case some matches
+            # are outside the user's scope or the trace-level filters.
+            size = max(self.CHUNK, 2 * (needed - len(self._keys)))
+            chunk = list(ordered[self._read : self._read + size])
+            self._read += len(chunk)
+            self._exhausted = len(chunk) < size
+            if not chunk:
+                break
+            times = [when for _, when in chunk]
+            visible = set(
+                self.object_list.filter(
+                    pk__in=[pk for pk, _ in chunk],
+                    occurred_at__gte=min(times),
+                    occurred_at__lte=max(times),
+                ).values_list("pk", flat=True)
+            )
+            self._keys += [key for key in chunk if key[0] in visible]
+        return self._keys[:needed]
+
+    @cached_property
+    def count(self) -> int:
+        return len(self._keys_up_to(self.cap + 1))
+
+    def page(self, number):
+        number = self.validate_number(number)
+        bottom = (number - 1) * self.per_page
+        keys = self._keys_up_to(bottom + self.per_page)[bottom:]
+        return self._get_page(self._rows(keys), number, self)
+
+
+def trace_page_of(*, user, filters: TraceFilters, page_number, per_page: int = 50):
+    """One page of the trace list. A candidate filter counts up to CANDIDATE_COUNT_CAP
+    matches ("more than 1,000" says what a person needs), others up to LIST_COUNT_CAP."""
+    if filters.candidate_filter:
+        return CandidateMatchPaginator(
+            _traces_filtered(user=user, filters=filters),
+            _candidates_matching(filters),
+            per_page,
+            cap=CANDIDATE_COUNT_CAP,
+        ).get_page(page_number)
+    return CappedPaginator(trace_list(user=user, filters=filters), per_page).get_page(page_number)
 
 
 def trace_matches(*, user, request_id: str, environment: str = "") -> list[Trace]:

@@ -94,7 +94,7 @@ def trace_list(request):
     selectors.trace_access_check(request.user)
     filters = TraceFilters.from_query(request.GET)
     page = selectors.trace_page_of(
-        selectors.trace_list(user=request.user, filters=filters), request.GET.get("page")
+        user=request.user, filters=filters, page_number=request.GET.get("page")
     )
     services.trace_look_record(
         actor=request.user, action="trace.list", detail={"filters": filters.as_dict()}

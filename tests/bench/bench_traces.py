@@ -1,4 +1,4 @@
-"""Trace ingest and lookup benchmark (issue 6). A script, not a test:
+"""Trace ingest and lookup benchmark (issues 6 and 11). A script, not a test:
 
     python -m tests.bench.bench_traces [--traces 20000] [--candidates 50] [--lookup-max 1000000]
 
@@ -6,12 +6,15 @@ Runs against a separate database (bench_traces, created and dropped here) on the
 DATABASE_URL. Phases:
 
 1. ingest N traces × C candidates over HTTP (granian serving console.wsgi, a few concurrent
-   clients, batches of 500), vs a bare psycopg COPY of the same rows, vs Django bulk_create
-   (on a slice; rates are per second). Prints traces/s and the ratios.
-2. the trace page's server time for a request_id lookup (Django test client, in process, the
-   whole view: middleware, queries, access-log write, template) at 10,000 and at 1,000,000
-   traces (generated with INSERT … SELECT generate_series).
-3. time partitioning: DELETE one day's traces vs DETACH + DROP of that day's partition.
+   clients, batches of 500), vs a bare psycopg COPY of the same rows into a lean two-table
+   schema (unpartitioned, one index on the candidates' trace id: the floor), vs the same COPY
+   into the console's partitioned tables, vs Django bulk_create (on a slice; rates are per
+   second). Prints traces/s and the ratios.
+2. at 10,000 and at 1,000,000 traces (generated with INSERT … SELECT generate_series, the
+   newest one now, 2 s apart): the trace page's server time for a request_id lookup, and the
+   trace list filtered to "source S excluded as D for reason R in the last day" (Django test
+   client, in process, the whole view: middleware, queries, access-log write, template).
+3. retention of one day: DETACH + DROP of that day's partitions vs a batched DELETE of another.
 """
 
 from __future__ import annotations
@@ -205,8 +208,30 @@ def rows_for(traces: list[dict], agent_id: int, environment_id: int):
     ]
 
 
-def bare_copy(rows) -> float:
-    """The floor: COPY straight into the tables, ids taken from the sequence up front."""
+LEAN_SCHEMA = """
+CREATE TABLE lean_trace (LIKE traces_trace INCLUDING DEFAULTS);
+ALTER TABLE lean_trace ADD PRIMARY KEY (id);
+CREATE SEQUENCE lean_trace_id_seq;
+CREATE TABLE lean_candidate (LIKE traces_candidate INCLUDING DEFAULTS);
+CREATE INDEX lean_candidate_trace ON lean_candidate (trace_id);
+"""
+
+
+def lean_schema() -> None:
+    """The baseline's tables: the same columns, no partitions, no other index."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(LEAN_SCHEMA)
+
+
+def lean_copy(rows) -> float:
+    """The floor of the target: COPY into the lean two-table schema."""
+    return bare_copy(rows, trace_table="lean_trace", candidate_table="lean_candidate")
+
+
+def bare_copy(rows, *, trace_table="traces_trace", candidate_table="traces_candidate") -> float:
+    """COPY straight into the tables, ids taken from the sequence up front."""
     from django.db import connection, transaction
 
     from traces import services
@@ -214,15 +239,15 @@ def bare_copy(rows) -> float:
     started = time.perf_counter()
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(
-            "SELECT nextval('traces_trace_id_seq') FROM generate_series(1, %s)", [len(rows)]
+            f"SELECT nextval('{trace_table}_id_seq') FROM generate_series(1, %s)", [len(rows)]
         )
         ids = [row[0] for row in cursor.fetchall()]
         raw = cursor.cursor
-        with raw.copy(f"COPY traces_trace (id, {services.TRACE_COLUMNS}) FROM STDIN") as copy:
+        with raw.copy(f"COPY {trace_table} (id, {services.TRACE_COLUMNS}) FROM STDIN") as copy:
             for trace_id, (row, _) in zip(ids, rows, strict=True):
                 copy.write_row((trace_id, *row))
         with raw.copy(
-            f"COPY traces_candidate (trace_id, {services.CANDIDATE_COLUMNS}, occurred_at) "
+            f"COPY {candidate_table} (trace_id, {services.CANDIDATE_COLUMNS}, occurred_at) "
             "FROM STDIN"
         ) as copy:
             for trace_id, (trace_row, trace) in zip(ids, rows, strict=True):
@@ -292,24 +317,30 @@ SELECT t.id, p, 'item-' || t.id || '-' || p,
     (ARRAY['task_state','order_delivery','applicable_policy','recent_dialogue','memory'])[1 + p %% 5],
     'v' || p, 100 + p, p < 3, '',
     (ARRAY['selected','selected','irrelevant','over_budget','not_fetched'])[1 + (t.id + p) %% 5],
-    'older product introduction', '', '[]', '[]', '', t.occurred_at
+    (ARRAY['', '', 'older product introduction', 'over the budget', 'provider timed out'])
+        [1 + (t.id + p) %% 5],
+    '', '[]', '[]', '', t.occurred_at
 FROM traces_trace t, generate_series(0, %(candidates)s - 1) AS p
 WHERE t.request_id >= 'gen-' || lpad(%(first)s::text, 8, '0')
   AND t.request_id <= 'gen-' || lpad(%(last)s::text, 8, '0');
 """
 
 
-def generate(first: int, last: int, candidates: int, agent_id: int, env_id: int) -> float:
+def generate(
+    first: int, last: int, candidates: int, agent_id: int, env_id: int, start: datetime
+) -> float:
+    """Traces `first` … `last`, trace n at `start` + 2n seconds, `candidates` each."""
     from django.db import connection
 
     from traces import partitions
 
     started = time.perf_counter()
     with connection.cursor() as cursor:
-        # The generated days (2 s apart from 2026-10-01) need their day partitions.
-        first_day = datetime(2026, 10, 1, tzinfo=UTC).date()
+        # The generated days need their day partitions.
+        first_day = (start + timedelta(seconds=2 * first)).date()
+        last_day = (start + timedelta(seconds=2 * last)).date()
         partitions.ensure_days(
-            cursor, [first_day + timedelta(days=d) for d in range(last * 2 // 86_400 + 2)]
+            cursor, [first_day + timedelta(days=d) for d in range((last_day - first_day).days + 1)]
         )
         step = 100_000
         for lo in range(first, last + 1, step):
@@ -318,7 +349,7 @@ def generate(first: int, last: int, candidates: int, agent_id: int, env_id: int)
                 {
                     "agent": agent_id,
                     "env": env_id,
-                    "start": "2026-10-01T00:00:00Z",
+                    "start": start.isoformat(),
                     "first": lo,
                     "last": min(lo + step - 1, last),
                     "candidates": candidates,
@@ -373,48 +404,85 @@ def sql_times(total: int, samples: int = 50) -> float:
     return statistics.median(times)
 
 
+EXCLUSIONS = [
+    ("memory", "irrelevant", "older product introduction"),
+    ("applicable_policy", "over_budget", "over the budget"),
+    ("order_delivery", "not_fetched", "provider timed out"),
+]
+
+
+def exclusion_times(client, *, since: datetime, samples: int = 30, rounds: int = 3):
+    """(p50, p95, matches on the first page) in ms of the trace list filtered to "source S
+    excluded as D for reason R since `since`" — the page a support engineer opens after a
+    bad answer — best of `rounds` rounds."""
+    from urllib.parse import urlencode
+
+    best = None
+    for _ in range(rounds):
+        times = []
+        for n in range(samples):
+            source, decision, reason = EXCLUSIONS[n % len(EXCLUSIONS)]
+            query = urlencode(
+                {
+                    "source": source,
+                    "decision": decision,
+                    "reason": reason,
+                    "since": since.isoformat(),
+                }
+            )
+            started = time.perf_counter()
+            response = client.get(f"/traces/?{query}")
+            times.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200, response.status_code
+            assert b"gen-" in response.content, "the filter found no trace"
+        times.sort()
+        result = (statistics.median(times), times[int(len(times) * 0.95) - 1])
+        if best is None or result[1] < best[1]:
+            best = result
+    return best
+
+
 # --- phase 3: partitions ---------------------------------------------------------------------------------
-PARTITION_SETUP = """
-CREATE TABLE part_trace (LIKE traces_trace INCLUDING DEFAULTS) PARTITION BY RANGE (occurred_at);
-"""
-
-
-def partition_demo(days: int = 10) -> tuple[int, float, float]:
-    """Copy the generated traces into a daily-partitioned table; compare dropping one day
-    with deleting the same day from the plain table."""
+def partition_demo(start: datetime) -> tuple[int, float, float]:
+    """One whole day of generated traces: DETACH … CONCURRENTLY + DROP of its partitions (what
+    `traces.partitions_maintain` does) vs a batched DELETE of the next day (what
+    `traces_purge_expired` does for a shorter retention)."""
     from django.db import connection
 
+    from traces import partitions
+    from traces.services import _delete_in_batches
+
+    day = (start + timedelta(days=2)).date()
+    low = datetime(day.year, day.month, day.day, tzinfo=UTC)
     with connection.cursor() as cursor:
-        cursor.execute(PARTITION_SETUP)
-        for d in range(days + 2):
-            lo = datetime(2026, 10, 1, tzinfo=UTC) + timedelta(days=d)
-            cursor.execute(
-                f"CREATE TABLE part_trace_{lo:%Y%m%d} PARTITION OF part_trace "
-                f"FOR VALUES FROM ('{lo.isoformat()}') TO ('{(lo + timedelta(days=1)).isoformat()}')"
-            )
-        cursor.execute("CREATE INDEX ON part_trace (agent_id, environment_id, occurred_at DESC)")
         cursor.execute(
-            "INSERT INTO part_trace SELECT * FROM traces_trace WHERE occurred_at < %s",
-            [datetime(2026, 10, 1, tzinfo=UTC) + timedelta(days=days + 2)],
-        )
-        day = ("2026-10-03T00:00:00Z", "2026-10-04T00:00:00Z")
-        cursor.execute(
-            "SELECT count(*) FROM traces_trace WHERE occurred_at >= %s AND occurred_at < %s", day
+            "SELECT count(*) FROM traces_trace WHERE occurred_at >= %s AND occurred_at < %s",
+            [low, low + timedelta(days=1)],
         )
         (rows,) = cursor.fetchone()
         started = time.perf_counter()
-        cursor.execute("ALTER TABLE part_trace DETACH PARTITION part_trace_20261003")
-        cursor.execute("DROP TABLE part_trace_20261003")
+        for parent in ("traces_candidate", "traces_trace"):
+            name = partitions.partition_name(parent, day)
+            cursor.execute(f"ALTER TABLE {parent} DETACH PARTITION {name} CONCURRENTLY")
+            cursor.execute(f"DROP TABLE {name}")
         drop_ms = (time.perf_counter() - started) * 1000
-    from traces.services import _delete_in_batches
-
+    low += timedelta(days=1)
+    high = low + timedelta(days=1)
     started = time.perf_counter()
     _delete_in_batches(
         "SELECT id FROM traces_trace WHERE occurred_at >= %s AND occurred_at < %s",
-        list(day),
+        [low, high],
         [
-            "DELETE FROM traces_candidate WHERE trace_id = ANY(%s)",
-            "DELETE FROM traces_trace WHERE id = ANY(%s)",
+            (
+                "DELETE FROM traces_candidate WHERE trace_id = ANY(%s) "
+                "AND occurred_at >= %s AND occurred_at < %s",
+                [low, high],
+            ),
+            (
+                "DELETE FROM traces_trace WHERE id = ANY(%s) AND occurred_at >= %s "
+                "AND occurred_at < %s",
+                [low, high],
+            ),
         ],
         5000,
     )
@@ -469,6 +537,10 @@ def main() -> None:
         copy_rows = rows_for(
             payloads(args.traces, args.candidates, "copy", start), agent.pk, env.pk
         )
+        lean_rows = rows_for(
+            payloads(args.traces, args.candidates, "lean", start), agent.pk, env.pk
+        )
+        lean_schema()
         bulk_rows = rows_for(
             payloads(args.bulk_slice, args.candidates, "bulk", start), agent.pk, env.pk
         )
@@ -479,7 +551,7 @@ def main() -> None:
             "change in the machine's load hits all of them"
         )
         granian = start_granian(bench_url)
-        spent = {"http": 0.0, "copy": 0.0, "bulk": 0.0}
+        spent = {"http": 0.0, "lean": 0.0, "copy": 0.0, "bulk": 0.0}
         for r in range(ROUNDS):
             part = slice(r * len(bodies) // ROUNDS, (r + 1) * len(bodies) // ROUNDS)
             elapsed, accepted = ingest_over_http(bodies[part], secret)
@@ -487,25 +559,29 @@ def main() -> None:
             spent["http"] += elapsed
             rows = slice(r * len(copy_rows) // ROUNDS, (r + 1) * len(copy_rows) // ROUNDS)
             spent["copy"] += bare_copy(copy_rows[rows])
+            spent["lean"] += lean_copy(lean_rows[rows])
             rows = slice(r * len(bulk_rows) // ROUNDS, (r + 1) * len(bulk_rows) // ROUNDS)
             spent["bulk"] += django_bulk_create(bulk_rows[rows])
         granian.terminate()
         granian.wait()
         granian = None
         http_rate = args.traces / spent["http"]
+        lean_rate = args.traces / spent["lean"]
         copy_rate = args.traces / spent["copy"]
         bulk_rate = args.bulk_slice / spent["bulk"]
-        print(f"   HTTP (granian, {CLIENTS} clients): {http_rate:>9,.0f} traces/s")
-        print(f"   bare psycopg COPY:        {copy_rate:>9,.0f} traces/s")
-        print(f"   Django bulk_create:       {bulk_rate:>9,.0f} traces/s")
+        print(f"   HTTP (granian, {CLIENTS} clients):      {http_rate:>9,.0f} traces/s")
+        print(f"   bare COPY, lean two-table schema: {lean_rate:>9,.0f} traces/s")
+        print(f"   bare COPY, the console's tables:  {copy_rate:>9,.0f} traces/s")
+        print(f"   Django bulk_create:               {bulk_rate:>9,.0f} traces/s")
         print(
-            f"   ratios: HTTP/COPY = {http_rate / copy_rate:.2f} (target ≥ 0.5) · "
+            f"   ratios: HTTP/lean COPY = {http_rate / lean_rate:.2f} (target ≥ 0.5) · "
+            f"HTTP/COPY into the same tables = {http_rate / copy_rate:.2f} · "
             f"HTTP/bulk_create = {http_rate / bulk_rate:.1f} (target ≥ 5)"
         )
 
         # Free phase 1's millions of objects: a full GC pass over them would land in the
         # page timings below.
-        del http_traces, bodies, copy_rows, bulk_rows
+        del http_traces, bodies, copy_rows, lean_rows, bulk_rows
         gc.collect()
         gc.freeze()
 
@@ -514,6 +590,7 @@ def main() -> None:
             cursor.execute(
                 "TRUNCATE traces_candidate, traces_snapshot, traces_trace, traces_request_key"
             )
+            cursor.execute("DROP TABLE lean_candidate, lean_trace")
         standard_roles_ensure()
         from console.models import Grant, Role
 
@@ -523,8 +600,10 @@ def main() -> None:
         client.force_login(user)
         results = {}
         done = 0
+        # Trace n at gen_start + 2n s: the newest (n = lookup_max) a minute ago.
+        gen_start = datetime.now(UTC) - timedelta(seconds=2 * args.lookup_max + 60)
         for total in (args.lookup_small, args.lookup_max):
-            took = generate(done + 1, total, args.lookup_candidates, agent.pk, env.pk)
+            took = generate(done + 1, total, args.lookup_candidates, agent.pk, env.pk, gen_start)
             done = total
             for n in range(1, 21):  # warm up caches and the connection
                 client.get(f"/traces/gen-{n:08d}/")
@@ -539,9 +618,16 @@ def main() -> None:
             )
         small, large = results[args.lookup_small], results[args.lookup_max]
         print(f"   ratio 1M/10k p95 = {large / small:.2f} (target ≤ 1.5; p95 target ≤ 50 ms)")
+        since = datetime.now(UTC) - timedelta(days=1)
+        p50, p95 = exclusion_times(client, since=since)
+        print(
+            f"   trace list, 'source S excluded as D for reason R in the last day' at "
+            f"{args.lookup_max:,} traces: p50 {p50:.1f} ms · p95 {p95:.1f} ms "
+            "(target ≤ 200 ms)"
+        )
 
         print("\n3. retention: one day of traces, partition drop vs batched DELETE")
-        rows, drop_ms, delete_ms = partition_demo()
+        rows, drop_ms, delete_ms = partition_demo(gen_start)
         print(
             f"   {rows:,} traces in the day: DETACH + DROP partition {drop_ms:.0f} ms · "
             f"batched DELETE (with candidates) {delete_ms:.0f} ms"

@@ -199,7 +199,9 @@ def test_trace_list__many_traces__query_count_bounded(
         [trace_payload(f"bulk-{i}") for i in range(120)],
     )
     client.force_login(support)
-    with django_assert_max_num_queries(15):
+    # A constant number, whatever the number of rows: the scope's agent ids, the count, the
+    # page's keys and its rows are one query each.
+    with django_assert_max_num_queries(17):
         response = client.get("/traces/", {"agent": "assistant_professional"})
     assert len(response.context["traces"]) == 50
 
@@ -215,3 +217,65 @@ def test_trace_list__last_day_counts__read_from_rollups(client, support):
     counts = {c.status: c.count for c in response.context["last_day"]}
     assert counts["ready"] == 1  # req-92; lite-1 belongs to an agent support cannot see
     assert counts["degraded"] == 0
+
+
+def test_trace_list__candidate_filter__pages_newest_first_across_chunks_within_scope(
+    client, support, monkeypatch
+):
+    """The candidate-driven list: matches read in chunks (small here), those of an agent the
+    user cannot see skipped, pages in time order with nothing lost or repeated — the same
+    traces, in the same order, as the plain query of the same filters."""
+    from traces import selectors
+    from traces.filters import TraceFilters
+
+    monkeypatch.setattr(selectors.CandidateMatchPaginator, "CHUNK", 4)
+    now = timezone.now()
+    secret = runtime_token(Trace.objects.first().environment)
+    batch = []
+    for n in range(1, 13):  # 12 matches of the support user's agent, one minute apart
+        batch.append(
+            trace_payload(f"match-{n:02d}", occurred_at=(now - timedelta(minutes=n)).isoformat())
+        )
+        # Interleaved: a match of another agent, invisible to support.
+        batch.append(
+            trace_payload(
+                f"other-{n:02d}",
+                agent="assistant_lite",
+                documents={"profile": 1},
+                strategy="",
+                occurred_at=(now - timedelta(minutes=n, seconds=30)).isoformat(),
+            )
+        )
+    batch.append(trace_payload("old-match", occurred_at=(now - timedelta(hours=3)).isoformat()))
+    post_batch(client, secret, batch)
+    filters = TraceFilters.from_query(
+        {
+            "source": "recent_dialogue",
+            "decision": "irrelevant",
+            "reason": "older product introduction",
+            "since": (now - timedelta(hours=1)).isoformat(),
+        }
+    )
+    expected = [t.request_id for t in selectors.trace_list(user=support, filters=filters)]
+    pages = []
+    for number in (1, 2, 3):
+        page = selectors.trace_page_of(
+            user=support, filters=filters, page_number=number, per_page=5
+        )
+        pages.append([t.request_id for t in page.object_list])
+    assert page.paginator.count == len(expected) == 13  # 12 + the fixture's req-92
+    assert [r for rows in pages for r in rows] == expected
+    assert [len(rows) for rows in pages] == [5, 5, 3]
+    assert not any(r.startswith("other-") or r == "old-match" for rows in pages for r in rows)
+
+
+def test_trace_list__candidate_filter_over_cap__says_more_than(client, support, monkeypatch):
+    from traces import selectors
+
+    monkeypatch.setattr(selectors, "CANDIDATE_COUNT_CAP", 3)
+    secret = runtime_token(Trace.objects.first().environment)
+    post_batch(client, secret, [trace_payload(f"many-{n}") for n in range(5)])
+    client.force_login(support)
+    response = client.get("/traces/", {"source": "recent_dialogue", "decision": "irrelevant"})
+    assert response.context["page_obj"].paginator.capped
+    assert "More than 3 traces match" in response.content.decode()
