@@ -241,24 +241,32 @@ def agent_update(
     return agent
 
 
+def _archived_set(row, *, archived: bool, actor, reason: str, state, agent=None):
+    """Archive or unarchive a locked agent or environment row; audited when it changes (an
+    agent or environment already so changes nothing and records nothing)."""
+    if (row.archived_at is not None) == archived:
+        return row
+    before = state(row)
+    row.archived_at = timezone.now() if archived else None
+    row.save(update_fields=["archived_at"])
+    note = _note(reason)
+    audit_record(
+        actor=actor,
+        action=f"{row._meta.model_name}.{'archive' if archived else 'unarchive'}",
+        target=row,
+        agent=agent,
+        before=before,
+        after=state(row) | ({"reason": note} if note else {}),
+    )
+    return row
+
+
 def _agent_archived_set(agent: Agent, *, archived: bool, actor, reason: str) -> Agent:
     check_user_can(actor, Capability.MANAGE_CATALOG, agent, target=agent)
     agent = _agent_locked(agent)
-    if (agent.archived_at is not None) == archived:
-        return agent  # already so: nothing changes, nothing to record
-    before = agent_state(agent)
-    agent.archived_at = timezone.now() if archived else None
-    agent.save(update_fields=["archived_at"])
-    after = agent_state(agent) | ({"reason": _note(reason)} if _note(reason) else {})
-    audit_record(
-        actor=actor,
-        action="agent.archive" if archived else "agent.unarchive",
-        target=agent,
-        agent=agent,
-        before=before,
-        after=after,
+    return _archived_set(
+        agent, archived=archived, actor=actor, reason=reason, state=agent_state, agent=agent
     )
-    return agent
 
 
 @service_transaction
@@ -293,6 +301,11 @@ def agent_delete_refusals(agent: Agent) -> list[dict]:
             "it has approval requests",
         ),
     ]
+    return _found(checks)
+
+
+def _found(checks) -> list[dict]:
+    """The refusal details of the (found, code, words) checks that found something."""
     return [{"path": "", "code": code, "message": words} for found, code, words in checks if found]
 
 
@@ -467,21 +480,13 @@ def environment_update(
 
 def _environment_archived_set(environment, *, archived: bool, actor, reason: str):
     check_user_can(actor, Capability.MANAGE_CATALOG, target=environment)
-    environment = _environment_locked(environment)
-    if (environment.archived_at is not None) == archived:
-        return environment
-    before = environment_state(environment)
-    environment.archived_at = timezone.now() if archived else None
-    environment.save(update_fields=["archived_at"])
-    after = environment_state(environment) | ({"reason": _note(reason)} if _note(reason) else {})
-    audit_record(
+    return _archived_set(
+        _environment_locked(environment),
+        archived=archived,
         actor=actor,
-        action="environment.archive" if archived else "environment.unarchive",
-        target=environment,
-        before=before,
-        after=after,
+        reason=reason,
+        state=environment_state,
     )
-    return environment
 
 
 @service_transaction
@@ -532,7 +537,7 @@ def environment_delete_refusals(environment: Environment) -> list[dict]:
             "it has webhooks",
         ),
     ]
-    return [{"path": "", "code": code, "message": words} for found, code, words in checks if found]
+    return _found(checks)
 
 
 @service_transaction

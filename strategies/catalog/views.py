@@ -7,6 +7,8 @@ what the person typed and shows the reason once: at its field in a form, or abov
 
 from __future__ import annotations
 
+from functools import partial
+
 from django.contrib import messages
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -75,7 +77,23 @@ def _refused(request, error: ApplicationError) -> TemplateResponse:
     )
 
 
-def _form_page(request, template: str, form, status: int = 200, **context) -> TemplateResponse:
+def _form_saved(request, form, write):
+    """On a valid POST, `write(**cleaned_data)` (a service); its refusal lands in the form
+    (403 and 404 rise to the error page). Returns what it wrote, or None."""
+    if request.method != "POST" or not form.is_valid():
+        return None
+    try:
+        return write(actor=request.user, **form.cleaned_data)
+    except ApplicationError as error:
+        if error.status in (403, 404):
+            raise
+        show_refusal(form, error)
+        return None
+
+
+def _form_page(request, template: str, form, **context) -> TemplateResponse:
+    """The form again: 400 with what was typed when it was refused."""
+    status = 400 if form.errors else 200
     return TemplateResponse(request, template, {"form": form, **context}, status=status)
 
 
@@ -88,21 +106,15 @@ def _reason(request) -> str:
 @MANAGERS_EVERYWHERE
 def agent_create(request):
     form = AgentForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            agent = services.agent_create(actor=request.user, **form.cleaned_data)
-        except ApplicationError as error:
-            if error.status in (403, 404):
-                raise
-            show_refusal(form, error)
-        else:
-            messages.success(
-                request,
-                f"Agent {agent.key} created. Next: its first strategy, then a runtime token so "
-                "its runtime can connect.",
-            )
-            return redirect("agent-detail", agent=agent.key)
-    return _form_page(request, "catalog/agent_form.html", form, status=400 if form.errors else 200)
+    agent = _form_saved(request, form, services.agent_create)
+    if agent is not None:
+        messages.success(
+            request,
+            f"Agent {agent.key} created. Next: its first strategy, then a runtime token so its "
+            "runtime can connect.",
+        )
+        return redirect("agent-detail", agent=agent.key)
+    return _form_page(request, "catalog/agent_form.html", form)
 
 
 @require_http_methods(["GET", "POST"])
@@ -111,21 +123,13 @@ def agent_edit(request, agent):
     agent = request.agent
     initial = {"name": agent.name, "description": agent.description}
     form = AgentForm(request.POST or None, initial=initial, editing=True)
-    if request.method == "POST" and form.is_valid():
-        try:
-            services.agent_update(agent=agent, actor=request.user, **form.cleaned_data)
-        except ApplicationError as error:
-            if error.status in (403, 404):
-                raise
-            show_refusal(form, error)
-        else:
-            messages.success(request, f"Agent {agent.key} saved.")
-            return redirect("catalog")
+    if _form_saved(request, form, partial(services.agent_update, agent=agent)) is not None:
+        messages.success(request, f"Agent {agent.key} saved.")
+        return redirect("catalog")
     return _form_page(
         request,
         "catalog/agent_form.html",
         form,
-        status=400 if form.errors else 200,
         agent=agent,
         manages_all=user_can(request.user, Capability.MANAGE_CATALOG),
         delete_refused=why_not_deleted(agent_delete_refusals(agent)),
@@ -168,23 +172,15 @@ def agent_delete(request, agent):
 @MANAGERS_EVERYWHERE
 def environment_create(request):
     form = EnvironmentForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            environment = services.environment_create(actor=request.user, **form.cleaned_data)
-        except ApplicationError as error:
-            if error.status in (403, 404):
-                raise
-            show_refusal(form, error)
-        else:
-            messages.success(
-                request,
-                f"Environment {environment.key} created. Its runtime reports its manifest when "
-                "it starts: create a runtime token for it.",
-            )
-            return redirect("catalog")
-    return _form_page(
-        request, "catalog/environment_form.html", form, status=400 if form.errors else 200
-    )
+    environment = _form_saved(request, form, services.environment_create)
+    if environment is not None:
+        messages.success(
+            request,
+            f"Environment {environment.key} created. Its runtime reports its manifest when it "
+            "starts: create a runtime token for it.",
+        )
+        return redirect("catalog")
+    return _form_page(request, "catalog/environment_form.html", form)
 
 
 @require_http_methods(["GET", "POST"])
@@ -193,23 +189,16 @@ def environment_edit(request, environment):
     environment = environment_get(key=environment)
     initial = environment_state(environment)
     form = EnvironmentForm(request.POST or None, initial=initial, editing=True)
-    if request.method == "POST" and form.is_valid():
-        try:
-            services.environment_update(
-                environment=environment, actor=request.user, **form.cleaned_data
-            )
-        except ApplicationError as error:
-            if error.status in (403, 404):
-                raise
-            show_refusal(form, error)
-        else:
-            messages.success(request, f"Environment {environment.key} saved.")
-            return redirect("catalog")
+    saved = _form_saved(
+        request, form, partial(services.environment_update, environment=environment)
+    )
+    if saved is not None:
+        messages.success(request, f"Environment {environment.key} saved.")
+        return redirect("catalog")
     return _form_page(
         request,
         "catalog/environment_form.html",
         form,
-        status=400 if form.errors else 200,
         environment=environment,
         delete_refused=why_not_deleted(environment_delete_refusals(environment)),
     )
