@@ -15,7 +15,13 @@ KEY_HELP = (
 )
 
 
-class AgentForm(forms.Form):
+class _Edit(forms.Form):
+    # The state the form was opened with (services.state_digest): a change someone made
+    # meanwhile is refused instead of overwritten.
+    loaded = forms.CharField(required=False, widget=forms.HiddenInput)
+
+
+class AgentForm(_Edit):
     key = forms.CharField(
         max_length=100,
         help_text=KEY_HELP.format(example="assistant_returns"),
@@ -30,9 +36,11 @@ class AgentForm(forms.Form):
         super().__init__(*args, **kwargs)
         if editing:
             del self.fields["key"]
+        else:
+            del self.fields["loaded"]
 
 
-class EnvironmentForm(forms.Form):
+class EnvironmentForm(_Edit):
     key = forms.CharField(
         max_length=100,
         help_text=KEY_HELP.format(example="bank-uat"),
@@ -70,7 +78,9 @@ class EnvironmentForm(forms.Form):
 
     def __init__(self, *args, editing: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
-        if editing:
+        if not editing:
+            del self.fields["loaded"]
+        else:
             del self.fields["key"]
             self.fields["position"].required = True
             self.fields["position"].help_text = "Promotion order: lower first."

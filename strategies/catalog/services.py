@@ -145,6 +145,22 @@ def _note(reason) -> str:
     return reason.strip()[:MAX_REASON_CHARS] if isinstance(reason, str) else ""
 
 
+def state_digest(state: dict) -> str:
+    """A short fingerprint of an agent's or environment's state: an edit form carries the one
+    it was opened with, so a change someone made meanwhile is refused, not overwritten."""
+    return canonical.content_hash(state)[:16]
+
+
+def _check_unchanged(state: dict, loaded: str | None, *, what: str) -> None:
+    if loaded and loaded != state_digest(state):
+        raise Conflict(
+            f"Someone changed {what} since you opened it; nothing was saved. Reload the page to "
+            "see their change, then make yours again.",
+            code="stale_state",
+            extra={"current": state},
+        )
+
+
 def agent_state(agent: Agent) -> dict:
     return {
         "key": agent.key,
@@ -211,14 +227,17 @@ def agent_update(
     description: str | None = None,
     archived: bool | None = None,
     reason: str = "",
+    loaded: str | None = None,
     actor,
 ) -> Agent:
     """Change an agent's name or description (its key is what runtimes send: it stays), and
     archive or unarchive it when `archived` is given — in one transaction. Needs
-    manage_catalog on the agent. Audited with the fields that changed."""
+    manage_catalog on the agent. Audited with the fields that changed. With `loaded` (the
+    `state_digest` the form was opened with) a change made meanwhile is refused (409)."""
     check_user_can(actor, Capability.MANAGE_CATALOG, agent, target=agent)
     agent = _agent_locked(agent)
     before = agent_state(agent)
+    _check_unchanged(before, loaded, what=f"the agent {agent.key}")
     if name is not None:
         agent.name = _name_clean(name, default=agent.key)
     if description is not None:
@@ -430,13 +449,15 @@ def environment_update(
     actor,
     archived: bool | None = None,
     reason: str = "",
+    loaded: str | None = None,
     **changes,
 ) -> Environment:
     """Change an environment's settings (any of ENVIRONMENT_SETTINGS; its key stays: tokens
     and runtimes name it), and archive or unarchive it when `archived` is given, in one
     transaction. Needs manage_catalog on all agents. The row is locked, so two admins'
     changes apply one after the other, each audited with the fields it changed. Retention
-    changes take effect at the next purge (traces.services)."""
+    changes take effect at the next purge (traces.services). With `loaded` (the
+    `state_digest` the form was opened with) a change made meanwhile is refused (409)."""
     check_user_can(actor, Capability.MANAGE_CATALOG, target=environment)
     unknown = sorted(set(changes) - set(ENVIRONMENT_SETTINGS))
     if unknown:
@@ -446,6 +467,7 @@ def environment_update(
         )
     environment = _environment_locked(environment)
     before = environment_state(environment)
+    _check_unchanged(before, loaded, what=f"the environment {environment.key}")
     if changes.get("name") is not None:
         environment.name = _name_clean(changes["name"], default=environment.key)
     if changes.get("position") is not None:

@@ -25,8 +25,10 @@ from strategies.catalog.selectors import (
 )
 from strategies.catalog.services import (
     agent_delete_refusals,
+    agent_state,
     environment_delete_refusals,
     environment_state,
+    state_digest,
 )
 
 MANAGERS_SOMEWHERE = requires(Capability.MANAGE_CATALOG, agent_kwarg=None, anywhere=True)
@@ -88,12 +90,13 @@ def _form_saved(request, form, write):
         if error.status in (403, 404):
             raise
         show_refusal(form, error)
+        form.refusal_status = error.status  # 400 bad value, 409 taken key or stale form
         return None
 
 
 def _form_page(request, template: str, form, **context) -> TemplateResponse:
-    """The form again: 400 with what was typed when it was refused."""
-    status = 400 if form.errors else 200
+    """The form again, with what was typed and the refusal's status when it was refused."""
+    status = getattr(form, "refusal_status", 400) if form.errors else 200
     return TemplateResponse(request, template, {"form": form, **context}, status=status)
 
 
@@ -121,7 +124,11 @@ def agent_create(request):
 @requires(Capability.MANAGE_CATALOG)
 def agent_edit(request, agent):
     agent = request.agent
-    initial = {"name": agent.name, "description": agent.description}
+    initial = {
+        "name": agent.name,
+        "description": agent.description,
+        "loaded": state_digest(agent_state(agent)),
+    }
     form = AgentForm(request.POST or None, initial=initial, editing=True)
     if _form_saved(request, form, partial(services.agent_update, agent=agent)) is not None:
         messages.success(request, f"Agent {agent.key} saved.")
@@ -188,6 +195,7 @@ def environment_create(request):
 def environment_edit(request, environment):
     environment = environment_get(key=environment)
     initial = environment_state(environment)
+    initial["loaded"] = state_digest(initial)
     form = EnvironmentForm(request.POST or None, initial=initial, editing=True)
     saved = _form_saved(
         request, form, partial(services.environment_update, environment=environment)

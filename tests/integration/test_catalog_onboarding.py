@@ -4,6 +4,7 @@ effect at the next purge, and a new agent's pages saying what to do next."""
 
 from __future__ import annotations
 
+import html
 from datetime import timedelta
 
 import pytest
@@ -101,7 +102,7 @@ def test_agent_create_page__invalid_key__error_at_the_field_nothing_written(
 def test_agent_create_page__duplicate_key__refused_at_the_key(admin_client):
     AgentFactory(key="assistant_returns")
     response = admin_client.post("/catalog/agents/new/", {"key": "assistant_returns"})
-    assert response.status_code == 400
+    assert response.status_code == 409
     assert "An agent named assistant_returns already exists." in response.content.decode()
     assert Agent.objects.count() == 1
 
@@ -386,3 +387,76 @@ def test_purge__snapshot_retention_shortened__older_snapshots_go_at_the_next_run
     assert trace_services.snapshots_purge_expired() == 1
     assert [s.trace.request_id for s in Snapshot.objects.all()] == ["fresh"]
     assert Trace.objects.count() == 2  # the traces themselves stay (30 days)
+
+
+# --- a new agent's pages say what to do next -----------------------------------------------------
+def _snippet(page: str) -> str:
+    start = page.index('data-snippet="connect-runtime">') + len('data-snippet="connect-runtime">')
+    return html.unescape(page[start : page.index("</code>", start)])
+
+
+def test_agent_page__new_agent__next_steps_with_a_working_sdk_snippet(admin_client, admin):
+    services.agent_create(key="assistant_returns", actor=admin)
+    EnvironmentFactory(key="returns-test")
+    page = admin_client.get("/agents/assistant_returns/").content.decode()
+    assert "No manifest from returns-test yet" in page
+    assert "/releases/tokens/?environment=returns-test" in page
+    snippet = _snippet(page)
+    assert 'CONSOLE_URL = "http://testserver/"' in snippet
+    assert 'ConfigClient(CONSOLE_URL, TOKEN, "assistant_returns")' in snippet
+    compile(snippet, "snippet.py", "exec")  # the snippet is Python a runtime can paste
+
+
+def test_agent_page__viewer__next_steps_without_buttons_they_cannot_use(client, admin):
+    agent = services.agent_create(key="assistant_returns", actor=admin)
+    EnvironmentFactory(key="returns-test")
+    client.force_login(user_with_grants("viewer", viewer=agent))
+    page = client.get("/agents/assistant_returns/").content.decode()
+    assert "No strategies yet" in page and "Create your first strategy" not in page
+    assert "/releases/tokens/" not in page
+    assert "Ask an admin for a runtime token" in page
+
+
+def test_agent_page__strategy_manifest_and_traces__no_next_steps(admin, admin_client, client):
+    env = EnvironmentFactory(key="sg-test", manifest=manifest_body())
+    services.agent_create(key="assistant_returns", actor=admin)
+    Document.objects.create(
+        agent=Agent.objects.get(key="assistant_returns"), kind="strategy", key="returns"
+    )
+    post_batch(client, runtime_token(env), [trace_payload("req-1", agent="assistant_returns")])
+    page = admin_client.get("/agents/assistant_returns/").content.decode()
+    assert 'id="onboarding"' not in page
+
+
+def test_trace_list__agent_without_traces__says_how_to_connect_its_runtime(admin_client, admin):
+    services.agent_create(key="assistant_returns", actor=admin)
+    page = admin_client.get("/traces/?agent=assistant_returns").content.decode()
+    assert "No traces from assistant_returns yet" in page
+    assert 'ConfigClient(CONSOLE_URL, TOKEN, "assistant_returns")' in _snippet(page)
+    # Another filter as well: the ordinary "no match" answer.
+    other = admin_client.get("/traces/?agent=assistant_returns&status=degraded").content.decode()
+    assert "No trace matches these filters" in other
+
+
+def test_environment_edit_page__changed_meanwhile__refused_not_overwritten(admin_client, admin):
+    EnvironmentFactory(key="prod", position=30)
+    form = admin_client.get("/catalog/environments/prod/edit/").content.decode()
+    loaded = form.split('name="loaded" value="')[1].split('"')[0]
+    # Another admin shortens the retention while this form is open.
+    services.environment_update(
+        environment=Environment.objects.get(), actor=admin, trace_retention_days=10
+    )
+    response = admin_client.post(
+        "/catalog/environments/prod/edit/",
+        {
+            "loaded": loaded,
+            "name": "Production",
+            "position": 30,
+            "trace_retention_days": 30,
+            "snapshot_retention_days": 7,
+        },
+    )
+    assert response.status_code == 409
+    assert "Someone changed the environment prod since you opened it" in response.content.decode()
+    env = Environment.objects.get()
+    assert (env.name, env.trace_retention_days) == ("prod", 10)
