@@ -185,9 +185,12 @@ def environment_state(environment: Environment) -> dict:
 
 # --- agents ----------------------------------------------------------------------------------------
 @service_transaction
-def agent_create(*, key: str, name: str = "", description: str = "", actor) -> Agent:
+def agent_create(
+    *, key: str, name: str = "", description: str = "", with_profile: bool = True, actor
+) -> Agent:
     """Onboard an agent (needs manage_catalog on all agents), with its context profile (a
-    document without versions yet, so the agent's page opens at once). 409 when the key is
+    document without versions yet, so the agent's page opens at once; `with_profile=False`
+    for a caller that creates the profile itself, e.g. an import). 409 when the key is
     taken."""
     check_user_can(actor, Capability.MANAGE_CATALOG)
     key = _key_clean(key, what="agent")
@@ -201,6 +204,8 @@ def agent_create(*, key: str, name: str = "", description: str = "", actor) -> A
     audit_record(
         actor=actor, action="agent.create", target=agent, agent=agent, after=agent_state(agent)
     )
+    if not with_profile:
+        return agent
     profile = Document.objects.create(
         agent=agent, kind=Document.Kind.PROFILE, key=Document.PROFILE_KEY, name="Context profile"
     )
