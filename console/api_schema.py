@@ -25,3 +25,17 @@ class ErrorBodySerializer(serializers.Serializer):
 
 class ErrorSerializer(serializers.Serializer):
     error = ErrorBodySerializer()
+
+
+class StrictSerializer(serializers.Serializer):
+    """A request shape that refuses fields it does not declare (`{"nmae": "x"}` is an
+    error, not ignored), naming each one at its path."""
+
+    def validate(self, attrs):
+        if isinstance(self.initial_data, dict):
+            unknown = sorted(set(self.initial_data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: ["Unknown field."] for name in unknown}, code="unknown_field"
+                )
+        return attrs

@@ -15,6 +15,7 @@ NAV = [
     ("Traces", "trace-list", "/traces/", "view_traces"),
     ("Audit", "audit-list", "/audit/", "view_audit"),
     ("Access", "access-overview", "/access/", "manage_grants"),
+    ("Agents & environments", "catalog", "/catalog/", "manage_catalog"),
 ]
 
 

@@ -1,8 +1,9 @@
 """URL map. Each app owns its own url modules; this file only includes them.
 
-- pages:        strategies.{documents,releases,runtime,delivery}.urls, traces.urls,
+- pages:        strategies.{documents,releases,runtime,delivery,catalog}.urls, traces.urls,
                 console.access_urls
-- operator API: /api/v1/ → strategies.documents.api_urls, traces.api_urls, console.access_api_urls
+- operator API: /api/v1/ → strategies.{catalog,documents}.api_urls, traces.api_urls,
+                console.access_api_urls
 - runtime API:  /api/v1/runtime/ → strategies.runtime.runtime_urls, traces.runtime_urls
 """
 
@@ -39,10 +40,16 @@ PAGES = (
     "strategies.releases.urls",
     "strategies.runtime.urls",
     "strategies.delivery.urls",
+    "strategies.catalog.urls",
     "traces.urls",
     "console.access_urls",
 )
-OPERATOR_API = ("strategies.documents.api_urls", "traces.api_urls", "console.access_api_urls")
+OPERATOR_API = (
+    "strategies.catalog.api_urls",
+    "strategies.documents.api_urls",
+    "traces.api_urls",
+    "console.access_api_urls",
+)
 RUNTIME_API = ("strategies.runtime.runtime_urls", "traces.runtime_urls")
 urlpatterns += [path("", include(module)) for module in PAGES]
 urlpatterns += [path("api/v1/", include(module)) for module in OPERATOR_API]

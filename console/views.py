@@ -70,7 +70,7 @@ def dashboard(request):
     """For each agent the user can see: environments with what is live, pending approvals,
     and recent non-ready traces (each app contributes its part)."""
 
-    agents = list(agents_visible_to(request.user))
+    agents = list(agents_visible_to(request.user).filter(archived_at__isnull=True))
     context = {
         "agents": agents,
         "environments": environment_list(),

@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 from context_runtime.reporter import snapshot_allowed
+from context_runtime.wire import MAX_CLOCK_SKEW_SECONDS
 from context_runtime.wire import Trace as WireTrace
 from django.db import connection, transaction
 from django.utils import timezone
@@ -457,19 +458,39 @@ def _delete_in_batches(select_ids_sql: str, params: list, deletes: list, batch_s
         total += len(ids)
 
 
+# A snapshot is stored when its trace arrives, and a trace may say it occurred up to the
+# allowed clock skew after that: the bound that lets a snapshot's trace be found by its day.
+_SNAPSHOT_TRACE_SKEW = timedelta(seconds=MAX_CLOCK_SKEW_SECONDS)
+
+
 def snapshots_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE_BATCH) -> int:
-    """Delete snapshots past their expiry. Returns how many."""
-    return _delete_in_batches(
+    """Delete snapshots past their expiry: the one stamped at ingest, or — when an admin has
+    shortened the environment's snapshot retention since — `snapshot_retention_days` as it is
+    now, counted from when the snapshot was stored. A longer retention does not bring back
+    what is gone, nor extend a stamped expiry. Returns how many."""
+    now = now or timezone.now()
+    total = _delete_in_batches(
         "SELECT id FROM traces_snapshot WHERE expires_at <= %s",
-        [now or timezone.now()],
+        [now],
         ["DELETE FROM traces_snapshot WHERE id = ANY(%s)"],
         batch_size,
     )
+    for environment_id, days in Environment.objects.values_list("pk", "snapshot_retention_days"):
+        cutoff = now - timedelta(days=days)
+        total += _delete_in_batches(
+            "SELECT s.id FROM traces_snapshot s JOIN traces_trace t ON t.id = s.trace_id "
+            "WHERE t.environment_id = %s AND t.occurred_at < %s AND s.created_at <= %s",
+            [environment_id, cutoff + _SNAPSHOT_TRACE_SKEW, cutoff],
+            ["DELETE FROM traces_snapshot WHERE id = ANY(%s)"],
+            batch_size,
+        )
+    return total
 
 
 def traces_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE_BATCH) -> int:
-    """Delete traces older than their environment's trace_retention_days (with their
-    candidates, snapshots and request keys). Returns how many traces.
+    """Delete traces older than their environment's trace_retention_days as it is now (a
+    shortened retention applies at this run), with their candidates, snapshots and request
+    keys. Returns how many traces.
 
     Whole days past the longest retention go by `partitions_drop_expired`; this batched
     DELETE handles the environments with a shorter retention, in the oldest partitions only

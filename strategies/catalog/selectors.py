@@ -9,19 +9,27 @@ health warnings all ask here, so they give the same answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from context_runtime import documents
 from context_runtime.findings import Finding
 from context_runtime.manifest import Manifest as RuntimeManifest
+from django.db.models import Count, F, Prefetch
 
 from console.errors import NotFound
+from console.policy import agents_visible_to
 from strategies.catalog.models import Agent, Environment, Manifest
+from strategies.documents.models import Document, Version
+from traces.models import Trace
 
 
-def environment_list() -> list[Environment]:
-    """Every environment in promotion order (sg-test, bank-uat, prod)."""
-    return list(Environment.objects.order_by("position", "key"))
+def environment_list(*, include_archived: bool = False) -> list[Environment]:
+    """The environments in promotion order (sg-test, bank-uat, prod): the grids' columns and
+    the publish targets. Archived ones only when asked (the catalog page)."""
+    environments = Environment.objects.order_by("position", "key")
+    if not include_archived:
+        environments = environments.filter(archived_at__isnull=True)
+    return list(environments)
 
 
 def environment_get(*, key) -> Environment:
@@ -33,6 +41,43 @@ def environment_get(*, key) -> Environment:
             details=[Finding("environment", "not_found", f"Unknown environment {key}.").as_dict()],
         )
     return environment
+
+
+def _with_documents(agents):
+    return agents.prefetch_related(
+        Prefetch("documents", queryset=Document.objects.order_by("-kind", "key"))
+    )
+
+
+def agent_list(*, user, include_archived: bool = False) -> list[Agent]:
+    """Agents the user may see (archived ones only when asked), each with its documents
+    (profile first) prefetched: the agent list, the dashboard's agents, the API's list."""
+    agents = agents_visible_to(user)
+    if not include_archived:
+        agents = agents.filter(archived_at__isnull=True)
+    return list(_with_documents(agents.order_by("key")))
+
+
+def agent_with_documents(*, agent: Agent) -> Agent:
+    return _with_documents(Agent.objects.filter(pk=agent.pk)).get()
+
+
+def agent_catalog(*, agents) -> list[Agent]:
+    """The agents of `agents` (a queryset: those the user may manage), archived ones last,
+    each with `document_count` and, for the archived, when they were archived."""
+    return list(
+        agents.annotate(document_count=Count("documents")).order_by(
+            F("archived_at").desc(nulls_first=True), "key"
+        )
+    )
+
+
+def agent_get(*, key) -> Agent:
+    """The agent with this key, archived or not; unknown is 404."""
+    agent = Agent.objects.filter(key=key).first() if isinstance(key, str) else None
+    if agent is None:
+        raise NotFound(f"There is no agent {key}.")
+    return agent
 
 
 def agent_keys() -> frozenset[str]:
@@ -150,4 +195,47 @@ def body_findings(
     )
     if context.environment is not None and context.manifest_row is None:
         findings.insert(0, no_manifest_finding(context.environment))
+    if context.environment is not None and context.environment.archived_at is not None:
+        findings.insert(0, archived_finding(context.environment))
     return findings
+
+
+def archived_finding(environment: Environment) -> Finding:
+    return Finding(
+        "",
+        "environment_archived",
+        f"{environment.key} is archived: nothing new goes live there. An admin can unarchive "
+        "it under Agents & environments.",
+    )
+
+
+# --- a new agent's next steps ------------------------------------------------------------------
+@dataclass
+class Onboarding:
+    """What a new agent still lacks, in the order a team does it: a strategy (or a profile
+    version), a runtime that reported its manifest in each environment, a first trace."""
+
+    agent: Agent
+    has_documents: bool
+    environments_without_manifest: list[Environment] = field(default_factory=list)
+    environments: list[Environment] = field(default_factory=list)
+    has_traces: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.has_documents and not self.environments_without_manifest and self.has_traces
+
+
+def agent_onboarding(*, agent: Agent) -> Onboarding:
+    """Four small queries (the agent's versions and strategies, the latest manifests, one
+    trace of the agent's through its index)."""
+    environments = environment_list()
+    reported = latest_manifests()
+    return Onboarding(
+        agent=agent,
+        has_documents=Version.objects.filter(document__agent=agent).exists()
+        or Document.objects.filter(agent=agent, kind=Document.Kind.STRATEGY).exists(),
+        environments_without_manifest=[e for e in environments if e.pk not in reported],
+        environments=environments,
+        has_traces=Trace.objects.filter(agent=agent).exists(),
+    )

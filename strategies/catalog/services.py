@@ -1,5 +1,12 @@
-"""Writes about what exists: agents and environments (onboarding), and the manifests their
-runtimes report."""
+"""Writes about what exists: agents and environments (onboarding: create, edit, archive,
+delete), and the manifests their runtimes report.
+
+Creating agents and environments and changing environments are console-wide: they need
+manage_catalog on all agents. Editing or archiving one agent needs it on that agent (404 when
+the agent is out of the actor's scope). Deleting is for a mistake made a moment ago: it is
+refused, with every reason, once anything refers to the agent or environment (releases,
+traces, frozen versions, tokens, manifests…); archiving hides it and keeps its history.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +16,26 @@ from context_runtime import canonical
 from context_runtime.findings import blocking
 from context_runtime.manifest import Manifest as RuntimeManifest
 from context_runtime.manifest import validate_manifest
+from django.db import IntegrityError, transaction
+from django.db.models import ProtectedError
+from django.utils import timezone
 
 from console.audit import audit_record
 from console.errors import Conflict, ValidationFailed
+from console.models import Grant
 from console.policy import Capability, check_user_can, service_transaction
+from console.reasons import MAX_REASON_CHARS
 from console.writes import create_or_refuse
 from strategies.catalog.models import Agent, Environment, Manifest
+from strategies.delivery.models import ConfigPayload, Webhook
+from strategies.documents.models import Document, Version
+from strategies.releases.models import ApprovalRequest, Release
+from strategies.runtime.models import RuntimeToken
+from traces.models import RequestKey, Trace
+
+# Retention is counted in whole days; ten years is the longest any environment may keep.
+MAX_RETENTION_DAYS = 3650
+MAX_POSITION = 32767  # the promotion order is a small positive integer
 
 # Keys of agents and environments: what runtimes send and URLs carry.
 CATALOG_KEY = re.compile(r"[a-z0-9][a-z0-9_-]{0,99}")
@@ -47,6 +68,99 @@ def _name_clean(name: str, *, default: str) -> str:
     return name
 
 
+def _description_clean(description) -> str:
+    description = (description or "").strip()
+    if len(description) > 2000:
+        raise ValidationFailed(
+            "The description is too long.",
+            details=[
+                {
+                    "path": "description",
+                    "code": "max_length",
+                    "message": "At most 2,000 characters.",
+                }
+            ],
+        )
+    return description
+
+
+def _whole_number(value, *, path: str, low: int, high: int, words: str) -> int:
+    """An int in [low, high] (not a bool, not text), else 400 naming `path`."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ValidationFailed(
+            f"{words} must be a whole number from {low:,} to {high:,}.",
+            details=[
+                {
+                    "path": path,
+                    "code": "out_of_range",
+                    "message": f"A whole number from {low:,} to {high:,}.",
+                }
+            ],
+        )
+    return value
+
+
+def _retention_clean(trace_days, snapshot_days) -> tuple[int, int]:
+    """Positive whole days, at most MAX_RETENTION_DAYS; a snapshot never outlives its trace."""
+    trace_days = _whole_number(
+        trace_days,
+        path="trace_retention_days",
+        low=1,
+        high=MAX_RETENTION_DAYS,
+        words="Trace retention",
+    )
+    snapshot_days = _whole_number(
+        snapshot_days,
+        path="snapshot_retention_days",
+        low=1,
+        high=MAX_RETENTION_DAYS,
+        words="Snapshot retention",
+    )
+    if snapshot_days > trace_days:
+        raise ValidationFailed(
+            "Snapshots cannot be kept longer than their traces.",
+            details=[
+                {
+                    "path": "snapshot_retention_days",
+                    "code": "longer_than_traces",
+                    "message": f"At most the trace retention ({trace_days} days): a snapshot "
+                    "goes with its trace.",
+                }
+            ],
+        )
+    return trace_days, snapshot_days
+
+
+def _flag(value, *, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValidationFailed(
+            f"{path} is true or false.",
+            details=[{"path": path, "code": "invalid", "message": "true or false."}],
+        )
+    return value
+
+
+def _note(reason) -> str:
+    """An optional note for the audit log (archive, delete): trimmed, bounded."""
+    return reason.strip()[:MAX_REASON_CHARS] if isinstance(reason, str) else ""
+
+
+def state_digest(state: dict) -> str:
+    """A short fingerprint of an agent's or environment's state: an edit form carries the one
+    it was opened with, so a change someone made meanwhile is refused, not overwritten."""
+    return canonical.content_hash(state)[:16]
+
+
+def _check_unchanged(state: dict, loaded: str | None, *, what: str) -> None:
+    if loaded and loaded != state_digest(state):
+        raise Conflict(
+            f"Someone changed {what} since you opened it; nothing was saved. Reload the page to "
+            "see their change, then make yours again.",
+            code="stale_state",
+            extra={"current": state},
+        )
+
+
 def agent_state(agent: Agent) -> dict:
     return {
         "key": agent.key,
@@ -69,9 +183,15 @@ def environment_state(environment: Environment) -> dict:
     }
 
 
+# --- agents ----------------------------------------------------------------------------------------
 @service_transaction
-def agent_create(*, key: str, name: str = "", description: str = "", actor) -> Agent:
-    """Onboard an agent (needs manage_catalog on all agents). 409 when the key is taken."""
+def agent_create(
+    *, key: str, name: str = "", description: str = "", with_profile: bool = True, actor
+) -> Agent:
+    """Onboard an agent (needs manage_catalog on all agents), with its context profile (a
+    document without versions yet, so the agent's page opens at once; `with_profile=False`
+    for a caller that creates the profile itself, e.g. an import). 409 when the key is
+    taken."""
     check_user_can(actor, Capability.MANAGE_CATALOG)
     key = _key_clean(key, what="agent")
     agent = create_or_refuse(
@@ -79,14 +199,197 @@ def agent_create(*, key: str, name: str = "", description: str = "", actor) -> A
         lambda: Conflict(f"An agent named {key} already exists.", code="agent_exists"),
         key=key,
         name=_name_clean(name, default=key),
-        description=(description or "").strip(),
+        description=_description_clean(description),
     )
     audit_record(
         actor=actor, action="agent.create", target=agent, agent=agent, after=agent_state(agent)
     )
+    if not with_profile:
+        return agent
+    profile = Document.objects.create(
+        agent=agent, kind=Document.Kind.PROFILE, key=Document.PROFILE_KEY, name="Context profile"
+    )
+    audit_record(
+        actor=actor,
+        action="document.create",
+        target=profile,
+        agent=agent,
+        after={"key": profile.key, "kind": profile.kind, "name": profile.name},
+    )
     return agent
 
 
+def _agent_locked(agent: Agent) -> Agent:
+    """The agent's row, locked until the transaction ends: two admins editing it queue."""
+    return Agent.objects.select_for_update().get(pk=agent.pk)
+
+
+@service_transaction
+def agent_update(
+    *,
+    agent: Agent,
+    name: str | None = None,
+    description: str | None = None,
+    archived: bool | None = None,
+    reason: str = "",
+    loaded: str | None = None,
+    actor,
+) -> Agent:
+    """Change an agent's name or description (its key is what runtimes send: it stays), and
+    archive or unarchive it when `archived` is given — in one transaction. Needs
+    manage_catalog on the agent. Audited with the fields that changed. With `loaded` (the
+    `state_digest` the form was opened with) a change made meanwhile is refused (409)."""
+    check_user_can(actor, Capability.MANAGE_CATALOG, agent, target=agent)
+    agent = _agent_locked(agent)
+    before = agent_state(agent)
+    _check_unchanged(before, loaded, what=f"the agent {agent.key}")
+    if name is not None:
+        agent.name = _name_clean(name, default=agent.key)
+    if description is not None:
+        agent.description = _description_clean(description)
+    after = agent_state(agent)
+    if after != before:
+        agent.save(update_fields=["name", "description"])
+        audit_record(
+            actor=actor,
+            action="agent.update",
+            target=agent,
+            agent=agent,
+            before=before,
+            after=after,
+        )
+    if archived is not None:
+        agent = _agent_archived_set(
+            agent, archived=_flag(archived, path="archived"), actor=actor, reason=reason
+        )
+    return agent
+
+
+def _archived_set(row, *, archived: bool, actor, reason: str, state, agent=None):
+    """Archive or unarchive a locked agent or environment row; audited when it changes (an
+    agent or environment already so changes nothing and records nothing)."""
+    if (row.archived_at is not None) == archived:
+        return row
+    before = state(row)
+    row.archived_at = timezone.now() if archived else None
+    row.save(update_fields=["archived_at"])
+    note = _note(reason)
+    audit_record(
+        actor=actor,
+        action=f"{row._meta.model_name}.{'archive' if archived else 'unarchive'}",
+        target=row,
+        agent=agent,
+        before=before,
+        after=state(row) | ({"reason": note} if note else {}),
+    )
+    return row
+
+
+def _agent_archived_set(agent: Agent, *, archived: bool, actor, reason: str) -> Agent:
+    check_user_can(actor, Capability.MANAGE_CATALOG, agent, target=agent)
+    agent = _agent_locked(agent)
+    return _archived_set(
+        agent, archived=archived, actor=actor, reason=reason, state=agent_state, agent=agent
+    )
+
+
+@service_transaction
+def agent_archive(*, agent: Agent, actor, reason: str = "") -> Agent:
+    """Hide an agent from lists, the dashboard and pickers; its pages, history, releases and
+    its runtime's config stay as they are. Needs manage_catalog on the agent."""
+    return _agent_archived_set(agent, archived=True, actor=actor, reason=reason)
+
+
+@service_transaction
+def agent_unarchive(*, agent: Agent, actor, reason: str = "") -> Agent:
+    return _agent_archived_set(agent, archived=False, actor=actor, reason=reason)
+
+
+def agent_delete_refusals(agent: Agent) -> list[dict]:
+    """Why the agent cannot be deleted (empty: it can): what refers to it and is kept."""
+    checks = [
+        (
+            Release.objects.filter(document__agent=agent).exists(),
+            "has_releases",
+            "it has releases: documents live in an environment",
+        ),
+        (Trace.objects.filter(agent=agent).exists(), "has_traces", "its runtime sent traces"),
+        (
+            Version.objects.filter(document__agent=agent, state=Version.State.FROZEN).exists(),
+            "has_frozen_versions",
+            "it has frozen versions, which are kept for good",
+        ),
+        (
+            ApprovalRequest.objects.filter(document__agent=agent).exists(),
+            "has_approval_requests",
+            "it has approval requests",
+        ),
+    ]
+    return _found(checks)
+
+
+def _found(checks) -> list[dict]:
+    """The refusal details of the (found, code, words) checks that found something."""
+    return [{"path": "", "code": code, "message": words} for found, code, words in checks if found]
+
+
+def _in_use(what: str, refusals: list[dict]) -> Conflict:
+    reasons = "; ".join(r["message"] for r in refusals)
+    return Conflict(
+        f"{what} cannot be deleted: {reasons}. Archive it instead: it disappears from lists "
+        "and pickers and keeps its history.",
+        code="in_use",
+        details=refusals,
+    )
+
+
+@service_transaction
+def agent_delete(*, agent: Agent, actor, reason: str = "") -> None:
+    """Delete an agent made by mistake, with its profile, drafts and grants. Needs
+    manage_catalog on all agents (creating one does). Refused (409, every reason) once it has
+    releases, traces, frozen versions or approval requests: archive it instead."""
+    check_user_can(actor, Capability.MANAGE_CATALOG, agent, target=agent)
+    check_user_can(
+        actor,
+        Capability.MANAGE_CATALOG,
+        target=agent,
+        message="Deleting an agent needs the permission to manage agents on all agents.",
+    )
+    agent = _agent_locked(agent)
+    refusals = agent_delete_refusals(agent)
+    if refusals:
+        raise _in_use(f"The agent {agent.key}", refusals)
+    before = agent_state(agent) | {
+        "documents": sorted(agent.documents.values_list("key", flat=True)),
+        "grants": Grant.objects.filter(agent=agent).count(),
+    }
+    target = ("strategies.agent", agent.pk, agent.key)
+    try:
+        with transaction.atomic():
+            Version.objects.filter(document__agent=agent, state=Version.State.DRAFT).delete()
+            Document.objects.filter(agent=agent).delete()
+            ConfigPayload.objects.filter(agent=agent).delete()
+            agent.delete()  # its grants and token scopes go with it
+    except (ProtectedError, IntegrityError):
+        # Something started referring to it meanwhile (a publish, a trace): say what.
+        raise _in_use(
+            f"The agent {agent.key}", agent_delete_refusals(agent) or _racing_refusal()
+        ) from None
+    audit_record(
+        actor=actor,
+        action="agent.delete",
+        target=target,
+        agent=before["key"],
+        before=before,
+        after={"reason": _note(reason)} if _note(reason) else None,
+    )
+
+
+def _racing_refusal() -> list[dict]:
+    return [{"path": "", "code": "in_use", "message": "something refers to it now"}]
+
+
+# --- environments ----------------------------------------------------------------------------------
 @service_transaction
 def environment_create(
     *,
@@ -105,17 +408,21 @@ def environment_create(
     key = _key_clean(key, what="environment")
     if position is None:
         last = Environment.objects.order_by("-position").values_list("position", flat=True)
-        position = (last.first() or 0) + 10
+        position = min((last.first() or 0) + 10, MAX_POSITION)
+    position = _whole_number(
+        position, path="position", low=0, high=MAX_POSITION, words="The position"
+    )
+    trace_days, snapshot_days = _retention_clean(trace_retention_days, snapshot_retention_days)
     environment = create_or_refuse(
         Environment,
         lambda: Conflict(f"An environment named {key} already exists.", code="environment_exists"),
         key=key,
         name=_name_clean(name, default=key),
         position=position,
-        protected=protected,
-        rollback_needs_approval=rollback_needs_approval,
-        trace_retention_days=trace_retention_days,
-        snapshot_retention_days=snapshot_retention_days,
+        protected=_flag(protected, path="protected"),
+        rollback_needs_approval=_flag(rollback_needs_approval, path="rollback_needs_approval"),
+        trace_retention_days=trace_days,
+        snapshot_retention_days=snapshot_days,
     )
     audit_record(
         actor=actor,
@@ -124,6 +431,170 @@ def environment_create(
         after=environment_state(environment),
     )
     return environment
+
+
+ENVIRONMENT_SETTINGS = (
+    "name",
+    "position",
+    "protected",
+    "rollback_needs_approval",
+    "trace_retention_days",
+    "snapshot_retention_days",
+)
+
+
+def _environment_locked(environment: Environment) -> Environment:
+    return Environment.objects.select_for_update().get(pk=environment.pk)
+
+
+@service_transaction
+def environment_update(
+    *,
+    environment: Environment,
+    actor,
+    archived: bool | None = None,
+    reason: str = "",
+    loaded: str | None = None,
+    **changes,
+) -> Environment:
+    """Change an environment's settings (any of ENVIRONMENT_SETTINGS; its key stays: tokens
+    and runtimes name it), and archive or unarchive it when `archived` is given, in one
+    transaction. Needs manage_catalog on all agents. The row is locked, so two admins'
+    changes apply one after the other, each audited with the fields it changed. Retention
+    changes take effect at the next purge (traces.services). With `loaded` (the
+    `state_digest` the form was opened with) a change made meanwhile is refused (409)."""
+    check_user_can(actor, Capability.MANAGE_CATALOG, target=environment)
+    unknown = sorted(set(changes) - set(ENVIRONMENT_SETTINGS))
+    if unknown:
+        raise ValidationFailed(
+            "Unknown environment settings.",
+            details=[{"path": n, "code": "unknown_field", "message": "Unknown."} for n in unknown],
+        )
+    environment = _environment_locked(environment)
+    before = environment_state(environment)
+    _check_unchanged(before, loaded, what=f"the environment {environment.key}")
+    if changes.get("name") is not None:
+        environment.name = _name_clean(changes["name"], default=environment.key)
+    if changes.get("position") is not None:
+        environment.position = _whole_number(
+            changes["position"], path="position", low=0, high=MAX_POSITION, words="The position"
+        )
+    for flag in ("protected", "rollback_needs_approval"):
+        if changes.get(flag) is not None:
+            setattr(environment, flag, _flag(changes[flag], path=flag))
+    trace_days = changes.get("trace_retention_days")
+    snapshot_days = changes.get("snapshot_retention_days")
+    environment.trace_retention_days, environment.snapshot_retention_days = _retention_clean(
+        environment.trace_retention_days if trace_days is None else trace_days,
+        environment.snapshot_retention_days if snapshot_days is None else snapshot_days,
+    )
+    after = environment_state(environment)
+    if after != before:
+        environment.save(update_fields=list(ENVIRONMENT_SETTINGS))
+        audit_record(
+            actor=actor,
+            action="environment.update",
+            target=environment,
+            before=before,
+            after=after,
+        )
+    if archived is not None:
+        environment = _environment_archived_set(
+            environment, archived=_flag(archived, path="archived"), actor=actor, reason=reason
+        )
+    return environment
+
+
+def _environment_archived_set(environment, *, archived: bool, actor, reason: str):
+    check_user_can(actor, Capability.MANAGE_CATALOG, target=environment)
+    return _archived_set(
+        _environment_locked(environment),
+        archived=archived,
+        actor=actor,
+        reason=reason,
+        state=environment_state,
+    )
+
+
+@service_transaction
+def environment_archive(*, environment: Environment, actor, reason: str = "") -> Environment:
+    """Hide an environment from the grids and pickers; nothing new can be published there
+    (catalog.selectors.body_findings says so). What is live stays live, its runtime keeps
+    reading its config and sending traces."""
+    return _environment_archived_set(environment, archived=True, actor=actor, reason=reason)
+
+
+@service_transaction
+def environment_unarchive(*, environment: Environment, actor, reason: str = "") -> Environment:
+    return _environment_archived_set(environment, archived=False, actor=actor, reason=reason)
+
+
+def environment_delete_refusals(environment: Environment) -> list[dict]:
+    """Why the environment cannot be deleted (empty: it can)."""
+    checks = [
+        (
+            Release.objects.filter(environment=environment).exists(),
+            "has_releases",
+            "documents are live in it",
+        ),
+        (
+            # The request keys, one per stored trace, are indexed by environment.
+            RequestKey.objects.filter(environment_id=environment.pk).exists(),
+            "has_traces",
+            "its runtime sent traces",
+        ),
+        (
+            RuntimeToken.objects.filter(environment=environment).exists(),
+            "has_runtime_tokens",
+            "it has runtime tokens (revoked ones too: they are its history)",
+        ),
+        (
+            Manifest.objects.filter(environment=environment).exists(),
+            "has_manifests",
+            "its runtime reported a manifest",
+        ),
+        (
+            ApprovalRequest.objects.filter(environment=environment).exists(),
+            "has_approval_requests",
+            "it has approval requests",
+        ),
+        (
+            Webhook.objects.filter(environment=environment).exists(),
+            "has_webhooks",
+            "it has webhooks",
+        ),
+    ]
+    return _found(checks)
+
+
+@service_transaction
+def environment_delete(*, environment: Environment, actor, reason: str = "") -> None:
+    """Delete an environment added by mistake. Needs manage_catalog on all agents. Refused
+    (409, every reason) once it has releases, traces, runtime tokens, manifests, approval
+    requests or webhooks: archive it instead."""
+    check_user_can(actor, Capability.MANAGE_CATALOG, target=environment)
+    environment = _environment_locked(environment)
+    refusals = environment_delete_refusals(environment)
+    if refusals:
+        raise _in_use(f"The environment {environment.key}", refusals)
+    before = environment_state(environment)
+    target = ("strategies.environment", environment.pk, environment.key)
+    try:
+        with transaction.atomic():
+            ConfigPayload.objects.filter(environment=environment).delete()
+            environment.delete()
+    except (ProtectedError, IntegrityError):
+        raise _in_use(
+            f"The environment {environment.key}",
+            environment_delete_refusals(environment) or _racing_refusal(),
+        ) from None
+    audit_record(
+        actor=actor,
+        action="environment.delete",
+        target=target,
+        before=before,
+        after={"reason": _note(reason)} if _note(reason) else None,
+    )
 
 
 @service_transaction

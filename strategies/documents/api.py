@@ -20,7 +20,6 @@ from console.policy import Capability, requires
 from strategies.catalog.selectors import environment_get
 from strategies.documents import selectors, services
 from strategies.documents.serializers import (
-    AgentSerializer,
     DiffSerializer,
     DocumentSerializer,
     DraftCreateRequest,
@@ -79,17 +78,6 @@ def _version_out(document, version) -> dict:
     live = selectors.live_versions(document=document)
     version.live_in = [env for env, v in live.items() if v.pk == version.pk]
     return VersionSerializer(version).data
-
-
-@extend_schema(
-    operation_id="v1_agents_list",  # a page, not a bare list: named as the list it is
-    summary="List agents you can see",
-    responses={200: paginated(AgentSerializer)},
-    tags=["documents"],
-)
-@api_view(["GET"])
-def agent_list(request):
-    return _page(request, selectors.agent_list(user=request.user), AgentSerializer)
 
 
 @extend_schema(

@@ -1,16 +1,16 @@
-"""Operator API for documents: /api/v1/agents/… (see strategies.documents.api)."""
+"""Operator API for documents: /api/v1/agents/<agent>/documents/… (see strategies.documents.api;
+the agents themselves are strategies.catalog.api_urls)."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from console.policy import AUTHENTICATED, Capability
+from console.policy import Capability
 from strategies.documents import api
 
 DOC = "agents/<slug:agent>/documents/<slug:document>/"
 
 urlpatterns = [
-    path("agents/", api.agent_list, name="api-agent-list"),
     path("agents/<slug:agent>/documents/", api.document_list, name="api-document-list"),
     path(DOC + "versions/", api.version_list, name="api-version-list"),
     path(DOC + "versions/<int:number>/", api.version_detail, name="api-version-detail"),
@@ -21,7 +21,6 @@ urlpatterns = [
 ]
 
 REQUIRED = {
-    "api-agent-list": AUTHENTICATED,  # lists only the agents the caller can see
     "api-document-list": Capability.VIEW_CONFIG,
     "api-version-list": Capability.VIEW_CONFIG,
     "api-version-detail": Capability.VIEW_CONFIG,

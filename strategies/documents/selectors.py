@@ -11,9 +11,9 @@ from django.db.models import Prefetch
 
 from console.errors import NotFound
 from console.models import AuditRecord
-from console.policy import agents_visible_to
 from strategies.catalog.models import Agent, Environment
 from strategies.catalog.selectors import (
+    agent_list,  # noqa: F401 - the agent list is the catalog's; the pages ask here
     body_findings,
     environment_list,
     latest_manifests,
@@ -34,15 +34,6 @@ def live_versions(*, document) -> dict[str, object]:
 
 
 # --------------------------------------------------------------------------- agents, documents
-
-
-def agent_list(*, user) -> list[Agent]:
-    """Agents the user may see, each with its documents (profile first) prefetched."""
-    return list(
-        agents_visible_to(user).prefetch_related(
-            Prefetch("documents", queryset=Document.objects.order_by("-kind", "key"))
-        )
-    )
 
 
 def document_list(*, agent: Agent) -> list[Document]:

@@ -100,16 +100,6 @@ class DocumentSerializer(serializers.Serializer):
         return {env: version.number for env, version in obj.live.items()}
 
 
-class AgentSerializer(serializers.Serializer):
-    key = serializers.CharField()
-    name = serializers.CharField()
-    description = serializers.CharField()
-    documents = serializers.SerializerMethodField()
-
-    def get_documents(self, obj) -> list[dict]:
-        return [{"key": d.key, "kind": d.kind} for d in obj.documents.all()]
-
-
 class ChangeSerializer(serializers.Serializer):
     path = serializers.CharField()
     kind = serializers.ChoiceField(choices=["added", "removed", "changed"])

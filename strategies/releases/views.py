@@ -106,14 +106,16 @@ def overview(request):
     bank-uat → prod), live versions, pending approvals and the actions this user may take."""
     visible = list(agents_where(request.user, Capability.VIEW_CONFIG).order_by("key"))
     chosen = request.GET.get("agent", "")
-    agents = [a for a in visible if a.key == chosen] if chosen else visible
+    # Archived agents leave the picker and the full list; their own tab (?agent=) still shows.
+    listed = [a for a in visible if a.archived_at is None or a.key == chosen]
+    agents = [a for a in visible if a.key == chosen] if chosen else listed
     grids = [(agent, selectors.release_grid(user=request.user, agent=agent)) for agent in agents]
     return TemplateResponse(
         request,
         "releases/overview.html",
         {
             "grids": grids,
-            "visible_agents": visible,
+            "visible_agents": listed,
             "chosen": chosen,
             "environments": environment_list(),
             "pending": selectors.pending_approvals(agents=agents),
