@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from context_runtime import canonical
 from context_runtime.diff import Change, diff_bodies
-from context_runtime.findings import FLAG, blocking
+from context_runtime.findings import FLAG, Finding, blocking
 from django.db.models import Prefetch
 
 from console.errors import NotFound
@@ -279,6 +279,10 @@ def config_target(*, agent_key: str, actor) -> Agent | None:
     return None
 
 
+def _error(path: str, code: str, message: str) -> dict:
+    return Finding(path, code, message).as_dict()
+
+
 def _prefix(path: str, finding: dict, **extra) -> dict:
     inner = finding.get("path") or ""
     return {**finding, "path": f"{path}.{inner}" if inner else path, **extra}
@@ -298,23 +302,21 @@ def config_plan(*, config: ConfigFile, agent_key: str, actor) -> Plan:
     )
     if config.agent_key != agent_key:
         plan.errors.append(
-            {
-                "path": "agent.key",
-                "code": "other_agent",
-                "message": f"This file is the configuration of {config.agent_key}, not "
+            _error(
+                "agent.key",
+                "other_agent",
+                f"This file is the configuration of {config.agent_key}, not "
                 f"{agent_key}. Import it into {config.agent_key}, or change agent.key.",
-                "severity": "error",
-            }
+            )
         )
     if agent is None and not person:
         plan.errors.append(
-            {
-                "path": "agent.key",
-                "code": "needs_person",
-                "message": f"There is no agent {agent_key}; creating one needs a person with "
+            _error(
+                "agent.key",
+                "needs_person",
+                f"There is no agent {agent_key}; creating one needs a person with "
                 "the manage_catalog permission (run the command with --as USERNAME).",
-                "severity": "error",
-            }
+            )
         )
     elif agent is not None and (agent.name, agent.description) != (
         plan.agent_name,
@@ -363,12 +365,11 @@ def _document_plan(
     )
     if document is not None and document.kind != file_doc.kind:
         errors.append(
-            {
-                "path": f"{file_doc.path}.kind",
-                "code": "kind_differs",
-                "message": f"{file_doc.key} is a {document.kind} here, not a {file_doc.kind}.",
-                "severity": "error",
-            }
+            _error(
+                f"{file_doc.path}.kind",
+                "kind_differs",
+                f"{file_doc.key} is a {document.kind} here, not a {file_doc.kind}.",
+            )
         )
     next_number = max((v.number for v in versions), default=0) + 1
     current_body = latest.body if latest else None  # what a new version is compared with
@@ -402,14 +403,13 @@ def _document_plan(
         mapping[file_version.number] = step
     if doc_plan.creates and open_draft is not None:
         errors.append(
-            {
-                "path": file_doc.path,
-                "code": "draft_open",
-                "message": f"{file_doc.key} has an open draft here (v{open_draft.number}, "
+            _error(
+                file_doc.path,
+                "draft_open",
+                f"{file_doc.key} has an open draft here (v{open_draft.number}, "
                 f"{open_draft.author_label}); new versions cannot be added while it is open. "
                 "Freeze or discard it first.",
-                "severity": "error",
-            }
+            )
         )
     doc_plan.draft = _draft_step(
         file_doc, open_draft, next_number, current_body, errors, may_sensitive
@@ -469,13 +469,12 @@ def _sensitive_errors(path, body, before, errors, *, may_sensitive, also=()) -> 
     baseline = [b for b in (before, *also) if b is not None]
     for added in sensitive_paths_added(body, baseline=baseline):
         errors.append(
-            {
-                "path": f"{path}.body.{added}",
-                "code": "sensitive_section",
-                "message": f"Switching on {added.rsplit('.', 1)[-1]} needs the permission to "
+            _error(
+                f"{path}.body.{added}",
+                "sensitive_section",
+                f"Switching on {added.rsplit('.', 1)[-1]} needs the permission to "
                 "enable sensitive sections.",
-                "severity": "error",
-            }
+            )
         )
 
 
@@ -484,13 +483,12 @@ def _release_plan(plan, config, agent, existing, targets, actor, person, may_sen
     for env_key in config.live:
         if env_key not in environments:
             plan.errors.append(
-                {
-                    "path": f"live.{env_key}",
-                    "code": "unknown_environment",
-                    "message": f"There is no environment {env_key} in this console; create it "
+                _error(
+                    f"live.{env_key}",
+                    "unknown_environment",
+                    f"There is no environment {env_key} in this console; create it "
                     "first, or remove it from the file.",
-                    "severity": "error",
-                }
+                )
             )
     documents = {d.key: d for d in config.documents}
     for env_key, environment in environments.items():

@@ -83,7 +83,7 @@ def _apply(request, agent):
             expected_plan=request.POST.get("plan", ""),
         )
     except Conflict as exc:  # the file or the console changed: show the new plan to review
-        current = exc.extra.get("current")
+        current = exc.extra.get("current") if exc.code == "plan_changed" else None
         return _render(
             request,
             status=409,

@@ -10,6 +10,7 @@ import json
 from io import StringIO
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
@@ -459,4 +460,76 @@ def test_commands__bad_file__error_lists_paths_nothing_written(db, tmp_path):
     path.write_text("{not json")
     with pytest.raises(CommandError, match="not valid JSON"):
         call_command("import_agent", SAMPLE_AGENT, str(path), stdout=StringIO())
+    assert counts() == before
+
+
+def test_import__into_another_agent_key__agent_and_documents_created_empty_ones_too(db):
+    # Given a file with a document that has no version yet, made the file of a new agent
+    world = build_world()
+    DocumentFactory(agent=world.agent, key="empty_task")
+    data = json.loads(export(client_for(world.admin)))
+    data["agent"].update(key="assistant_copy", name="Copy")
+    data["live"] = {"sg-test": data["live"]["sg-test"]}
+    # When an admin applies it to that agent
+    response = post(client_for(world.admin), data, dry_run=False, agent="assistant_copy")
+    # Then the agent, its documents (the empty one too) and the open draft are created
+    assert response.status_code == 200, response.content
+    copy_file = json.loads(export(client_for(world.admin), agent="assistant_copy"))
+    assert copy_file["documents"] == data["documents"]
+    assert copy_file["live"] == data["live"]
+    assert Agent.objects.get(key="assistant_copy").name == "Copy"
+
+
+# --- the page ----------------------------------------------------------------------------------------
+def _upload(client, text: str, **extra):
+    url = reverse("config-import", kwargs={"agent": SAMPLE_AGENT})
+    upload = SimpleUploadedFile("agent.json", text.encode(), content_type="application/json")
+    return client.post(url, {"file": upload, **extra})
+
+
+def test_import_page__upload_dry_run_then_apply__the_planned_version_is_created(db):
+    world = build_world()
+    discard_drafts(world)
+    client = client_for(world.ops)
+    url = reverse("config-import", kwargs={"agent": SAMPLE_AGENT})
+    assert client.get(url).status_code == 200
+    data = _file_with_new_budget(client)
+    before = counts()
+    # the dry run: the plain-English change and the Apply button bound to the plan
+    response = _upload(client, json.dumps(data))
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert "Dry run" in page and "New version <strong>v4</strong>" in page
+    assert "8500" in page and "approval request" in page
+    assert counts() == before
+    plan = response.context["plan_hash"]
+    content = response.context["content"]
+    # a changed file is planned again, not applied
+    changed = content.replace("8500", "8600")
+    stale = client.post(url, {"apply": "1", "plan": plan, "content": changed})
+    assert stale.status_code == 409 and "changed since the dry run" in stale.content.decode()
+    assert counts() == before
+    # the reviewed one is applied
+    applied = client.post(url, {"apply": "1", "plan": plan, "content": content})
+    assert applied.status_code == 200
+    assert "Configuration applied" in applied.content.decode()
+    assert Version.objects.get(document__key=STRATEGY_KEY, number=4).body["budget"] == {
+        "max_input_tokens": 8500,
+        "reserve_output_tokens": 1000,
+    }
+
+
+def test_import_page__malformed_and_invalid_files__400_findings_nothing_written(db):
+    world = build_world()
+    client = client_for(world.ops)
+    before = counts()
+    response = _upload(client, "{ not json")
+    assert response.status_code == 400 and "Not valid JSON" in response.content.decode()
+    data = json.loads(export(client))
+    data["documents"][1]["versions"][0]["body"]["max_extra_reads"] = 99
+    response = _upload(client, json.dumps(data))
+    assert response.status_code == 400
+    assert "documents[1].versions[0].body.max_extra_reads" in response.content.decode()
+    viewer = user_with_grants("viewer_y", viewer=SAMPLE_AGENT)
+    assert _upload(client_for(viewer), json.dumps(data)).status_code == 403
     assert counts() == before
