@@ -31,6 +31,7 @@ from tests.factories import (
     frozen_versions,
     grant,
     manifest_body,
+    profile_body,
     publish,
     release_setup,
     strategy_body,
@@ -533,3 +534,21 @@ def test_import_page__malformed_and_invalid_files__400_findings_nothing_written(
     viewer = user_with_grants("viewer_y", viewer=SAMPLE_AGENT)
     assert _upload(client_for(viewer), json.dumps(data)).status_code == 403
     assert counts() == before
+
+
+def test_import__switches_on_sensitive_section_without_permission__400_nothing_written(db):
+    # Given ops (no enable_sensitive) and a file whose new profile version turns one on
+    world = build_world()
+    client = client_for(world.ops)
+    data = json.loads(export(client))
+    profile = document(data, "profile")
+    profile["versions"].append({"number": 2, "note": "", "body": profile_body(state_of_mind=True)})
+    before = counts()
+    response = post(client, data, dry_run=False)
+    assert response.status_code == 400
+    [finding] = [d for d in response.json()["error"]["details"] if d["code"] == "sensitive_section"]
+    assert finding["path"].startswith("documents[0].versions[1].body.sections.")
+    assert finding["path"].endswith(".state_of_mind")
+    assert counts() == before
+    # an admin may: the same file applies
+    assert post(client_for(world.admin), data, dry_run=False).status_code == 200
