@@ -126,6 +126,20 @@ def test_export__world__one_stable_file_with_versions_draft_and_live_map(db):
     assert not AuditRecord.objects.filter(action__startswith="config.").exists()
 
 
+def test_export__more_documents_and_versions__same_number_of_queries(
+    db, django_assert_max_num_queries
+):
+    world = build_world()
+    client = client_for(world.ops)
+    export(client)  # warm the session and the grants
+    with django_assert_max_num_queries(20) as small:
+        export(client)
+    for _ in range(5):
+        frozen_versions(DocumentFactory(agent=world.agent), [strategy_body()] * 3, actor=world.ops)
+    with django_assert_max_num_queries(len(small.captured_queries)):
+        export(client)
+
+
 def test_export_page__agent_page_link__downloads_the_same_file(db):
     world = build_world()
     client = client_for(world.ops)
@@ -526,6 +540,8 @@ def test_import_page__malformed_and_invalid_files__400_findings_nothing_written(
     before = counts()
     response = _upload(client, "{ not json")
     assert response.status_code == 400 and "Not valid JSON" in response.content.decode()
+    pasted = client.post(reverse("config-import", kwargs={"agent": SAMPLE_AGENT}), {"text": "[]"})
+    assert pasted.status_code == 400 and "The file must be an object" in pasted.content.decode()
     data = json.loads(export(client))
     data["documents"][1]["versions"][0]["body"]["max_extra_reads"] = 99
     response = _upload(client, json.dumps(data))
