@@ -344,7 +344,7 @@ def config_plan(*, config: ConfigFile, agent_key: str, actor) -> Plan:
         )
         plan.documents.append(doc_plan)
         targets[file_doc.key] = mapping
-    _release_plan(plan, config, agent, existing, targets, actor, person, may_sensitive)
+    _release_plan(plan, config, agent, targets, actor, person, may_sensitive)
     return plan
 
 
@@ -478,7 +478,7 @@ def _sensitive_errors(path, body, before, errors, *, may_sensitive, also=()) -> 
         )
 
 
-def _release_plan(plan, config, agent, existing, targets, actor, person, may_sensitive):
+def _release_plan(plan, config, agent, targets, actor, person, may_sensitive):
     environments = {e.key: e for e in environment_list()}
     for env_key in config.live:
         if env_key not in environments:
@@ -530,15 +530,19 @@ def _release_plan(plan, config, agent, existing, targets, actor, person, may_sen
                 continue
             live_body = release.version.body if release else None
             entry.changes = diff_bodies(file_doc.kind, live_body, step.body)
-            found = body_findings(kind=file_doc.kind, body=step.body, context=context)
+            # What this environment's runtime lacks; the body's own findings are the
+            # document's (reported once, at its version).
+            structural = {
+                (f.path, f.code) for f in body_findings(kind=file_doc.kind, body=step.body)
+            }
             entry.findings = [
                 _prefix(
                     f"{file_doc.version(wanted[doc_key]).path}.body",
                     f.as_dict(),
                     environment=env_key,
                 )
-                for f in found
-                if f.severity != FLAG
+                for f in body_findings(kind=file_doc.kind, body=step.body, context=context)
+                if f.severity != FLAG and (f.path, f.code) not in structural
             ]
             entry.action, entry.reason = _release_action(
                 environment=environment,
