@@ -41,12 +41,14 @@ PAGES = (
     "strategies.runtime.urls",
     "strategies.delivery.urls",
     "strategies.catalog.urls",
+    "strategies.exchange.urls",
     "traces.urls",
     "console.access_urls",
 )
 OPERATOR_API = (
     "strategies.catalog.api_urls",
     "strategies.documents.api_urls",
+    "strategies.exchange.api_urls",
     "traces.api_urls",
     "console.access_api_urls",
 )

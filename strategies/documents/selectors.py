@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 from context_runtime import diff, vocabulary
@@ -294,42 +293,6 @@ def _switch_text(value) -> str:
 def _section_value(body, block: str, key: str):
     value = ((body or {}).get("sections") or {}).get(block, {})
     return value.get(key) if isinstance(value, dict) else None
-
-
-# --------------------------------------------------------------------------- configuration as code
-
-EXPORT_FORMAT = "context-console/document@1"
-EXPORT_FIELDS = ("format", "agent", "document", "kind", "name", "version", "body", "draft")
-
-
-def document_file_text(data: dict) -> str:
-    """One exported document as text: fixed key order, 2-space indent, final newline."""
-
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-
-
-def agent_export_files(*, agent: Agent) -> dict[str, str]:
-    """{file name: text} for each of the agent's documents: its latest frozen version and,
-    when one is open, its draft. Import reads the draft when present, else the body."""
-    files = {}
-    for doc in document_list(agent=agent):
-        data = {
-            "format": EXPORT_FORMAT,
-            "agent": agent.key,
-            "document": doc.key,
-            "kind": doc.kind,
-            "name": doc.name,
-            "version": doc.latest.number if doc.latest else None,
-            "body": readable_body(doc.kind, doc.latest.body) if doc.latest else None,
-        }
-        if doc.draft is not None:
-            data["draft"] = {
-                "number": doc.draft.number,
-                "note": doc.draft.note,
-                "body": readable_body(doc.kind, doc.draft.body),
-            }
-        files[f"{doc.key}.json"] = document_file_text(data)
-    return files
 
 
 def last_saved_by(*, version: Version) -> str:

@@ -7,7 +7,6 @@ optimistic concurrency on `revision`; `version_freeze` makes it immutable (datab
 
 from __future__ import annotations
 
-import json
 import re
 
 from context_runtime import canonical, vocabulary
@@ -22,11 +21,7 @@ from console.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Agent
 from strategies.catalog.selectors import sensitive_paths_added
 from strategies.documents.models import Document, Version
-from strategies.documents.selectors import (
-    EXPORT_FIELDS,
-    EXPORT_FORMAT,
-    document_validate,
-)
+from strategies.documents.selectors import document_validate
 
 # A strategy key is a task id the runtime uses: lowercase snake case.
 DOCUMENT_KEY = re.compile(r"[a-z][a-z0-9_]{0,99}")
@@ -248,79 +243,3 @@ def document_create(
         after={"key": key, "kind": kind, "name": document.name},
     )
     return document
-
-
-def _file_error(name: str, path: str, message: str, code: str = "invalid") -> ValidationFailed:
-    return ValidationFailed(
-        f"{name}: {message}",
-        details=[{"path": f"{name}:{path}" if path else name, "code": code, "message": message}],
-    )
-
-
-def _read_document_file(name: str, text: str) -> dict:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _file_error(name, "", f"not valid JSON ({exc.msg}, line {exc.lineno}).") from exc
-    if not isinstance(data, dict):
-        raise _file_error(name, "", "expected a JSON object written by export_agent.")
-    unknown = sorted(set(data) - set(EXPORT_FIELDS))
-    if unknown:
-        raise _file_error(name, unknown[0], f"unknown field {unknown[0]}.", "unknown_field")
-    if data.get("format") != EXPORT_FORMAT:
-        raise _file_error(name, "format", f"format must be {EXPORT_FORMAT}.")
-    if data.get("kind") not in Document.Kind.values:
-        raise _file_error(name, "kind", "kind must be strategy or profile.")
-    draft = data.get("draft")
-    if draft is not None and (not isinstance(draft, dict) or "body" not in draft):
-        raise _file_error(name, "draft", "draft must be an object with a body.")
-    return data
-
-
-@service_transaction
-def agent_import(*, agent: Agent, files: dict[str, str], actor) -> list[tuple[str, str]]:
-    """Apply exported files to `agent`: a document whose content differs from its open draft
-    (or latest version) gets a draft with the file's content, through the same validation as
-    any edit. Unchanged documents create nothing. One transaction: all files or none."""
-    results = []
-    for name, text in sorted(files.items()):
-        data = _read_document_file(name, text)
-        wanted = data["draft"]["body"] if data.get("draft") else data["body"]
-        note = (data.get("draft") or {}).get("note") or f"Imported from {name}"
-        document = Document.objects.filter(agent=agent, key=data.get("document")).first()
-        if document is None:
-            document = document_create(
-                agent=agent,
-                key=str(data.get("document") or ""),
-                kind=data["kind"],
-                name=data.get("name") or "",
-                actor=actor,
-            )
-        elif document.kind != data["kind"]:
-            raise _file_error(name, "kind", f"{document.key} is a {document.kind} here.")
-        if wanted is None:  # exported before it had any version: only the document
-            results.append((name, "no content"))
-            continue
-        draft = document.versions.filter(state=Version.State.DRAFT).first()
-        current = draft or (
-            document.versions.filter(state=Version.State.FROZEN).order_by("-number").first()
-        )
-        if current is not None and current.content_hash == canonical.content_hash(wanted):
-            results.append((name, "unchanged"))
-            continue
-        try:
-            if draft is not None:
-                draft_update(
-                    draft=draft, body=wanted, revision=draft.revision, note=note, actor=actor
-                )
-                results.append((name, f"draft v{draft.number} updated"))
-            else:
-                created = draft_create(
-                    document=document, body=wanted, note=note, actor=actor, author_label="import"
-                )
-                results.append((name, f"draft v{created.number} opened"))
-        except ValidationFailed as exc:
-            exc.message = f"{name}: {exc.message}"
-            exc.details = [{**d, "path": f"{name}:{d['path']}"} for d in exc.details]
-            raise
-    return results

@@ -1,5 +1,5 @@
 """Lifecycle guarantees on real PostgreSQL: frozen versions are immutable in the database,
-concurrent saves of one draft never overwrite silently, configuration round-trips as files,
+concurrent saves of one draft never overwrite silently (configuration files: test_config_as_code),
 manifests are versioned only when they change."""
 
 from __future__ import annotations
@@ -111,46 +111,6 @@ def test_draft_update__two_threads_same_revision__one_wins_other_409(make_user):
     assert AuditRecord.objects.filter(action="draft.update").count() == 1
 
 
-def test_export_then_import__unchanged__no_new_versions(agent_documents, tmp_path):
-    services.draft_create(document=_strategy(), body=strategy_body(), actor=None, note="wip")
-    before = list(Version.objects.values_list("pk", "revision", "content_hash"))
-    call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
-    first = {p.name: p.read_text() for p in tmp_path.iterdir()}
-    out = StringIO()
-    call_command("import_agent", "assistant_professional", str(tmp_path), stdout=out)
-    assert "after_sales_consultation.json: unchanged" in out.getvalue()
-    assert list(Version.objects.values_list("pk", "revision", "content_hash")) == before
-    again = tmp_path / "again"
-    call_command("export_agent", "assistant_professional", str(again), stdout=StringIO())
-    assert {p.name: p.read_text() for p in again.iterdir()} == first
-
-
-def test_import__edited_file__opens_draft_through_validator(agent_documents, tmp_path):
-    call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
-    path = tmp_path / "after_sales_consultation.json"
-    data = json.loads(path.read_text())
-    data["body"]["max_extra_reads"] = 4
-    path.write_text(json.dumps(data))
-    out = StringIO()
-    call_command("import_agent", "assistant_professional", str(tmp_path), stdout=out)
-    assert "draft v4 opened" in out.getvalue()
-    draft = selectors.draft_get(document=_strategy())
-    assert draft.body["max_extra_reads"] == 4 and draft.author_label == "import"
-
-
-def test_import__invalid_file__error_names_file_and_path_nothing_written(agent_documents, tmp_path):
-    call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
-    path = tmp_path / "after_sales_consultation.json"
-    data = json.loads(path.read_text())
-    data["body"]["max_extra_reads"] = 99
-    path.write_text(json.dumps(data))
-    before = Version.objects.count()
-    with pytest.raises(Exception) as caught:
-        call_command("import_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
-    assert "after_sales_consultation.json:max_extra_reads" in str(caught.value)
-    assert Version.objects.count() == before
-
-
 def test_manifest_record__identical_body__no_new_version(agent_documents):
     # bank-uat's runtime does not implement general_policy_only yet
     EnvironmentFactory(key="bank-uat", manifest=manifest_body(handlers=[]))
@@ -198,18 +158,6 @@ def test_live_findings__manifest_drops_handler__live_v3_warned(agent_documents):
     [warning] = release_selectors.live_findings(environment=prod)
     assert (warning["document"], warning["version"]) == ("after_sales_consultation", 3)
     assert warning["errors"][0]["path"] == "on_missing.order_delivery"
-
-
-def test_export_then_import__document_without_versions__round_trips(agent_documents, tmp_path):
-    agent = agent_documents
-    services.document_create(agent=agent, key="empty_task", actor=None)
-    call_command("export_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
-    out = StringIO()
-    call_command("import_agent", "assistant_professional", str(tmp_path), stdout=out)
-    assert "empty_task.json: no content" in out.getvalue()
-    Document.objects.filter(key="empty_task").delete()
-    call_command("import_agent", "assistant_professional", str(tmp_path), stdout=StringIO())
-    assert Document.objects.filter(key="empty_task", agent=agent).exists()
 
 
 def test_validate__environment_without_manifest__says_runtime_not_reported(db):

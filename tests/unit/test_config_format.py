@@ -1,0 +1,86 @@
+"""The agent configuration file, read strictly (strategies.exchange.format): every problem at
+its path, and the same configuration written as the same bytes."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.errors import ValidationFailed
+from strategies.exchange.format import file_hash, file_parse_text, file_read, file_text
+
+
+def sample() -> dict:
+    return {
+        "format": "context-console/agent-config",
+        "format_version": 1,
+        "agent": {"key": "assistant_lite", "name": "Lite", "description": ""},
+        "documents": [
+            {
+                "key": "order_status",
+                "kind": "strategy",
+                "name": "Order status",
+                "versions": [{"number": 1, "body": {"required": []}, "note": ""}],
+                "draft": None,
+            }
+        ],
+        "live": {"sg-test": {"order_status": 1}},
+    }
+
+
+def paths(data) -> list[str]:
+    config, findings = file_read(data)
+    assert config is None
+    return [f["path"] for f in findings]
+
+
+def test_file_text__any_key_order__same_bytes_and_hash():
+    data = sample()
+    shuffled = dict(reversed(list(data.items())))
+    assert file_text(data) == file_text(shuffled)
+    assert file_text(data).endswith("}\n") and '\n  "agent": {' in file_text(data)
+    assert file_hash(data) == file_hash(shuffled)
+
+
+def test_file_read__sample__read_with_its_live_map():
+    config, findings = file_read(sample())
+    assert findings == []
+    assert config.agent_key == "assistant_lite"
+    assert config.documents[0].version(1).path == "documents[0].versions[0]"
+    assert config.live == {"sg-test": {"order_status": 1}}
+
+
+def test_file_read__many_mistakes__each_at_its_path():
+    data = sample()
+    data["extra"] = True
+    data["agent"].pop("name")
+    doc = data["documents"][0]
+    doc["kind"] = "recipe"
+    doc["versions"].append({"number": 1, "body": [], "note": "", "author": "ops"})
+    doc["draft"] = {"number": 1, "body": {}, "note": ""}
+    data["live"]["prod"] = {"nope": 1, "order_status": True}
+    assert sorted(paths(data)) == sorted(
+        [
+            "extra",
+            "agent.name",
+            "documents[0].kind",
+            "documents[0].versions[1].author",
+            "documents[0].versions[1].body",
+            "documents[0].draft.number",
+            "live.prod.nope",
+            "live.prod.order_status",
+        ]
+    )
+
+
+def test_file_read__not_an_object__one_finding():
+    assert paths([]) == [""]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"a": 1, "a": 2}', '{"a": NaN}', "{not json", b"\xff\xfe", "[" * 100_000],
+)
+def test_file_parse_text__duplicate_keys_nan_malformed_or_not_utf8__400(text):
+    with pytest.raises(ValidationFailed) as caught:
+        file_parse_text(text)
+    assert caught.value.status == 400 and caught.value.details[0]["path"] == ""
