@@ -42,7 +42,12 @@ PAGES = (
     "traces.urls",
     "console.access_urls",
 )
-OPERATOR_API = ("strategies.documents.api_urls", "traces.api_urls", "console.access_api_urls")
+OPERATOR_API = (
+    "strategies.documents.api_urls",
+    "strategies.releases.api_urls",
+    "traces.api_urls",
+    "console.access_api_urls",
+)
 RUNTIME_API = ("strategies.runtime.runtime_urls", "traces.runtime_urls")
 urlpatterns += [path("", include(module)) for module in PAGES]
 urlpatterns += [path("api/v1/", include(module)) for module in OPERATOR_API]
