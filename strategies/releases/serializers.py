@@ -3,6 +3,7 @@ are refused so a typo never silently does nothing."""
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from strategies.documents.serializers import StrictSerializer
@@ -12,6 +13,9 @@ REASON_MAX = 2000
 
 
 # --------------------------------------------------------------------------- requests
+@extend_schema_field(
+    {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "enum": ["draft"]}]}
+)
 class VersionField(serializers.Field):
     """A version number, or "draft" for the open draft (frozen before it goes anywhere)."""
 
