@@ -251,7 +251,7 @@ def test_promote__request_already_waits__refused_for_that_document_nothing_writt
         )
 
     assert "returns_consultation" in refused.value.message
-    assert ApprovalRequest.objects.filter(environment=prod).count() == 1
+    assert ApprovalRequest.objects.filter(environment=prod, status="pending").count() == 1
 
 
 def test_promote__without_publish_right_on_target__forbidden(promotion):
