@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from strategies.releases.models import ApprovalRequest, Release
-from tests.factories import DocumentFactory, frozen_version, publish, release_setup, strategy_body
+from tests.factories import bank_uat_ahead_of_prod, publish, release_setup
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SCREENS = Path(__file__).resolve().parents[2] / ".data" / "screens"
@@ -29,16 +29,8 @@ def switch_user(page, login, username):
 def test_promotion_journey__preview_confirm__one_request_per_changed_document(
     page, login, live_server
 ):
-    w = release_setup()
-    uat, prod = w.envs["bank-uat"], w.envs["prod"]
-    returns = frozen_version(
-        DocumentFactory(agent=w.agent, key="returns_consultation"), strategy_body(), actor=w.ops
-    )
-    for version in (w.profile[1], w.strategy[1]):
-        publish(version, uat, actor=w.ops)
-        publish(version, prod, actor=w.ops, approver=w.ops2)
-    publish(w.strategy[2], uat, actor=w.ops)
-    publish(returns, uat, actor=w.ops)
+    w = bank_uat_ahead_of_prod(release_setup())
+    prod = w.envs["prod"]
 
     login("ops", "ops-pass-1")
     page.goto(f"{live_server.url}/releases/")

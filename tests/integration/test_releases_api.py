@@ -14,6 +14,7 @@ from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
 from tests.factories import (
     AgentFactory,
     DocumentFactory,
+    bank_uat_ahead_of_prod,
     frozen_version,
     publish,
     release_setup,
@@ -338,20 +339,7 @@ def test_withdraw__requester_only(client, world, requests_):
 # --- promotion -----------------------------------------------------------------------------------------------
 @pytest.fixture
 def ahead(world):
-    """bank-uat ahead of prod: after_sales_consultation v2 vs v1, returns_consultation v1 vs
-    nothing; the profile v1 in both."""
-    uat, prod = world.envs["bank-uat"], world.envs["prod"]
-    returns = frozen_version(
-        DocumentFactory(agent=world.agent, key="returns_consultation"),
-        strategy_body(),
-        actor=world.ops,
-    )
-    for version in (world.profile[1], world.strategy[1]):
-        publish(version, uat, actor=world.ops)
-        publish(version, prod, actor=world.ops, approver=world.ops2)
-    publish(world.strategy[2], uat, actor=world.ops)
-    publish(returns, uat, actor=world.ops)
-    return world
+    return bank_uat_ahead_of_prod(world)
 
 
 def test_promote__bank_uat_to_prod__202_one_request_per_changed_document(client, ahead):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
-from tests.factories import DocumentFactory, frozen_version, publish, release_setup, strategy_body
+from tests.factories import bank_uat_ahead_of_prod, publish, release_setup
 
 PROMOTE = "/releases/assistant_professional/promote/"
 ROLLBACK = "/releases/assistant_professional/after_sales_consultation/sg-test/rollback/"
@@ -13,19 +13,7 @@ ROLLBACK = "/releases/assistant_professional/after_sales_consultation/sg-test/ro
 
 @pytest.fixture
 def ahead(db):
-    """bank-uat ahead of prod for two documents (v2 vs v1; v1 vs nothing), level for the
-    profile."""
-    w = release_setup()
-    uat, prod = w.envs["bank-uat"], w.envs["prod"]
-    returns = frozen_version(
-        DocumentFactory(agent=w.agent, key="returns_consultation"), strategy_body(), actor=w.ops
-    )
-    for version in (w.profile[1], w.strategy[1]):
-        publish(version, uat, actor=w.ops)
-        publish(version, prod, actor=w.ops, approver=w.ops2)
-    publish(w.strategy[2], uat, actor=w.ops)
-    publish(returns, uat, actor=w.ops)
-    return w
+    return bank_uat_ahead_of_prod(release_setup())
 
 
 def test_overview__promote_actions_per_agent_and_per_changed_document(client, ahead):

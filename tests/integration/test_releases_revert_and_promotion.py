@@ -15,7 +15,7 @@ from strategies.releases.services import (
     release_publish,
     release_rollback,
 )
-from tests.factories import DocumentFactory, frozen_version, publish, release_setup, strategy_body
+from tests.factories import bank_uat_ahead_of_prod, publish, release_setup
 
 
 @pytest.fixture
@@ -36,6 +36,11 @@ def two_releases_in_sg(w):
     return Release.objects.get(environment=sg, document=w.strategy[1].document)
 
 
+def revert_policy_on(environment):
+    environment.rollback_needs_approval = True
+    environment.save()
+
+
 # --- the revert policy ---------------------------------------------------------------------------
 def test_rollback__policy_off__immediate_as_before(world):
     release = two_releases_in_sg(world)
@@ -50,8 +55,7 @@ def test_rollback__policy_off__immediate_as_before(world):
 
 def test_rollback__policy_on__request_bound_to_target_and_revision_nothing_moves(world):
     release = two_releases_in_sg(world)
-    world.envs["sg-test"].rollback_needs_approval = True
-    world.envs["sg-test"].save()
+    revert_policy_on(world.envs["sg-test"])
 
     outcome = release_rollback(
         release=release, to_version=world.strategy[1], actor=world.admin, reason="v2 regressed"
@@ -72,8 +76,7 @@ def test_rollback__policy_on__request_bound_to_target_and_revision_nothing_moves
 
 def test_rollback_request__second_person_approves__rolled_back_with_approver(world):
     release = two_releases_in_sg(world)
-    world.envs["sg-test"].rollback_needs_approval = True
-    world.envs["sg-test"].save()
+    revert_policy_on(world.envs["sg-test"])
     approval = release_rollback(
         release=release, to_version=world.strategy[1], actor=world.admin, reason="v2 regressed"
     ).approval
@@ -96,8 +99,7 @@ def test_rollback_request__second_person_approves__rolled_back_with_approver(wor
 
 def test_rollback_request__one_pending_per_target_and_withdrawn_by_requester(world):
     release = two_releases_in_sg(world)
-    world.envs["sg-test"].rollback_needs_approval = True
-    world.envs["sg-test"].save()
+    revert_policy_on(world.envs["sg-test"])
     first = release_rollback(
         release=release, to_version=world.strategy[1], actor=world.admin, reason="first"
     ).approval
@@ -117,8 +119,7 @@ def test_rollback_request__one_pending_per_target_and_withdrawn_by_requester(wor
 
 def test_rollback_request__needs_rollback_permission_to_ask(world):
     release = two_releases_in_sg(world)
-    world.envs["sg-test"].rollback_needs_approval = True
-    world.envs["sg-test"].save()
+    revert_policy_on(world.envs["sg-test"])
 
     with pytest.raises(Forbidden):
         release_rollback(
@@ -130,8 +131,7 @@ def test_rollback_request__needs_rollback_permission_to_ask(world):
 
 def test_rollback_request__release_moved_meanwhile__void_and_approve_refused(world):
     release = two_releases_in_sg(world)
-    world.envs["sg-test"].rollback_needs_approval = True
-    world.envs["sg-test"].save()
+    revert_policy_on(world.envs["sg-test"])
     approval = release_rollback(
         release=release, to_version=world.strategy[1], actor=world.admin, reason="v2 bad"
     ).approval
@@ -147,23 +147,7 @@ def test_rollback_request__release_moved_meanwhile__void_and_approve_refused(wor
 # --- promotion ---------------------------------------------------------------------------------------
 @pytest.fixture
 def promotion(world):
-    """bank-uat ahead of prod for two documents, level for the profile:
-    profile v1 live in both; after_sales_consultation v2 in bank-uat, v1 in prod; and
-    returns_consultation v1 in bank-uat, nothing in prod."""
-    uat, prod = world.envs["bank-uat"], world.envs["prod"]
-    profile = world.profile[1]
-    returns = frozen_version(
-        DocumentFactory(agent=world.agent, key="returns_consultation"),
-        strategy_body(),
-        actor=world.ops,
-    )
-    for version in (profile, world.strategy[1]):
-        publish(version, uat, actor=world.ops)
-        publish(version, prod, actor=world.ops, approver=world.ops2)
-    publish(world.strategy[2], uat, actor=world.ops)
-    publish(returns, uat, actor=world.ops)
-    world.returns = returns
-    return world
+    return bank_uat_ahead_of_prod(world)
 
 
 def test_promote__bank_uat_to_prod__one_request_per_changed_document(promotion):
