@@ -269,7 +269,7 @@ def check_user_can_decide_approval(user, approval) -> None:
         Capability.APPROVE,
         agent,
         target=approval,
-        message="You may not approve or reject publishes here.",
+        message="You may not approve or reject requests here.",
     )
     if approval.requested_by_id == getattr(user, "pk", None):
         refuse(
@@ -297,12 +297,12 @@ def check_user_can_withdraw_approval(user, approval) -> None:
     if approval.requested_by_id != getattr(user, "pk", None):
         refuse(
             Forbidden(
-                "Only the person who requested this publish can withdraw it; an approver can "
-                "reject it instead.",
+                f"Only the person who requested this {approval.kind} can withdraw it; an "
+                "approver can reject it instead.",
                 code="not_requester",
             ),
             user=user,
-            capability=Capability.REQUEST_PROTECTED_PUBLISH,
+            capability=approval_request_capability(approval),
             agent=agent,
             target=approval,
         )
@@ -316,6 +316,24 @@ def check_user_can_roll_back(user, agent, *, target=None) -> None:
         target=target,
         message="You may not roll back releases here.",
     )
+
+
+def rollback_needs_approval(environment) -> bool:
+    """The revert policy: where it is on, a rollback is a request a second person approves
+    (with APPROVE, never their own, like a publish); off, it takes effect at once."""
+    return bool(environment.rollback_needs_approval)
+
+
+def check_user_can_request_rollback(user, agent, *, target=None) -> None:
+    """Rolling back, or asking for one where the revert policy says so: ROLLBACK either way."""
+    check_user_can_roll_back(user, agent, target=target)
+
+
+def approval_request_capability(approval) -> Capability:
+    """What it takes to make this request: a rollback request needs ROLLBACK."""
+    if approval.kind == "rollback":
+        return Capability.ROLLBACK
+    return Capability.REQUEST_PROTECTED_PUBLISH
 
 
 def check_user_can_enable_sensitive(user, agent, paths: list[str]) -> None:

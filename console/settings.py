@@ -65,6 +65,9 @@ ALLOWED_HOSTS = [
 if PRODUCTION and not ALLOWED_HOSTS:
     raise ImproperlyConfigured("ALLOWED_HOSTS is required in production (comma-separated)")
 CSRF_TRUSTED_ORIGINS = [o for o in (env("CSRF_TRUSTED_ORIGINS", "") or "").split(",") if o]
+# Where people reach the console (e.g. https://console.bank.example): links in webhook
+# payloads (approval.requested) are absolute with it, paths without it.
+CONSOLE_PUBLIC_URL = (env("CONSOLE_PUBLIC_URL", "") or "").rstrip("/")
 
 # Snapshot encryption keys: comma-separated Fernet keys, newest first (rotation: prepend).
 SNAPSHOT_KEYS = [

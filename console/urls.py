@@ -49,6 +49,7 @@ OPERATOR_API = (
     "strategies.catalog.api_urls",
     "strategies.documents.api_urls",
     "strategies.exchange.api_urls",
+    "strategies.releases.api_urls",
     "traces.api_urls",
     "console.access_api_urls",
 )

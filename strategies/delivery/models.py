@@ -101,9 +101,15 @@ class WebhookDelivery(models.Model):
 
     @property
     def summary(self) -> str:
-        """The change it announces, e.g. "after_sales_consultation v2 → v3 (publish)"."""
+        """The change it announces, e.g. "after_sales_consultation v2 → v3 (publish)", or the
+        request it announces."""
 
         event = json.loads(self.body_text)
+        if event.get("event") == APPROVAL_REQUESTED_EVENT:
+            return (
+                f"{event['agent']} / {event['document']} v{event['version']} → "
+                f"{event['environment']} waits for approval ({event['kind']})"
+            )
         start = f"v{event['from_version']} → " if event.get("from_version") else ""
         return f"{event['agent']} / {event['document']} {start}v{event['to_version']} ({event['action']})"
 

@@ -423,12 +423,15 @@ def delivery_try(*, delivery_id: int, claimant: str = "") -> tuple[str, int]:
     return _outcome_record(delivery, attempt, outcome)
 
 
-def deliveries_create(*, environment, payload: bytes) -> list[int]:
-    """Outbox rows for every active webhook of the environment (inside the caller's
-    transaction); the caller schedules `deliveries_send` after commit."""
-    hooks = Webhook.objects.filter(environment=environment, deleted_at__isnull=True)
+def deliveries_create(*, environment, payload: bytes, event: str = WEBHOOK_EVENT) -> list[int]:
+    """Outbox rows for every active webhook of the environment that hears `event` (its
+    `events`; webhooks registered before events existed hear release.changed only), inside
+    the caller's transaction; the caller schedules `deliveries_send` after commit."""
+    hooks = Webhook.objects.filter(
+        environment=environment, deleted_at__isnull=True, events__contains=[event]
+    )
     rows = WebhookDelivery.objects.bulk_create(
-        [WebhookDelivery(webhook=hook, body=payload) for hook in hooks]
+        [WebhookDelivery(webhook=hook, event=event, body=payload) for hook in hooks]
     )
     return [row.pk for row in rows]
 

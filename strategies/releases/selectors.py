@@ -36,6 +36,9 @@ class Cell:
     can_publish: bool
     can_rollback: bool
     can_approve: bool
+    # The environment before this one in promotion order, when what is live there differs
+    # from here and the user may publish here: the row's "Promote from …" action.
+    promote_from: Environment | None = None
 
     @property
     def live_number(self) -> int | None:
@@ -79,9 +82,10 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
     rows = []
     for doc in docs:
         row = DocumentRow(document=doc, latest=latest.get(doc.pk))
-        for env in envs:
+        for position, env in enumerate(envs):
             waiting = pending.get((doc.pk, env.pk))
             release = releases.get((doc.pk, env.pk))
+            earlier = releases.get((doc.pk, envs[position - 1].pk)) if position else None
             row.cells.append(
                 Cell(
                     environment=env,
@@ -92,10 +96,88 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
                     and release is not None
                     and release.pk in rollback_ready,
                     can_approve=bool(waiting and user_can_decide_approval(user, waiting)),
+                    promote_from=envs[position - 1]
+                    if earlier is not None
+                    and may_publish[env.pk]
+                    and waiting is None
+                    and (release is None or release.version_id != earlier.version_id)
+                    else None,
                 )
             )
         rows.append(row)
     return rows
+
+
+def promotion_pairs(*, user, agent) -> list[tuple[Environment, Environment]]:
+    """(source, target) for each step of the promotion order (sg-test → bank-uat → prod)
+    where the user may publish to the target: the agent's "Promote …" actions."""
+    envs = environment_list()
+    return [
+        (source, target)
+        for source, target in zip(envs, envs[1:], strict=False)
+        if user_can_publish_to(user, target, agent)
+    ]
+
+
+@dataclass
+class PromotionRow:
+    """One document of a promotion preview: what the source serves, what the target serves."""
+
+    document: Document
+    source_release: Release | None
+    target_release: Release | None
+    pending: ApprovalRequest | None  # a request already waiting in the target
+    preview: ChangePreview | None  # set when the document would change
+
+    @property
+    def changes(self) -> bool:
+        return self.preview is not None
+
+
+def promotion_preview(*, agent, source: Environment, target: Environment, documents=None):
+    """What "publish to `target` what is live in `source`" would do, per document (all of
+    the agent's when `documents` is None): the plain-English diff and the checks against the
+    target runtime for each one that would change."""
+    if documents is None:
+        documents = list(Document.objects.filter(agent=agent).order_by("kind", "key"))
+    live = {
+        (r.document_id, r.environment_id): r
+        for r in Release.objects.filter(
+            document__in=documents, environment__in=[source, target]
+        ).select_related("version", "environment", "document__agent")
+    }
+    waiting = {
+        a.document_id: a
+        for a in ApprovalRequest.objects.filter(
+            document__in=documents, environment=target, status=ApprovalRequest.Status.PENDING
+        ).select_related("version", "requested_by")
+    }
+    rows = []
+    for document in documents:
+        have = live.get((document.pk, target.pk))
+        want = live.get((document.pk, source.pk))
+        changes = want is not None and (have is None or have.version_id != want.version_id)
+        rows.append(
+            PromotionRow(
+                document=document,
+                source_release=want,
+                target_release=have,
+                pending=waiting.get(document.pk),
+                preview=change_preview(version=want.version, environment=target)
+                if changes
+                else None,
+            )
+        )
+    return rows
+
+
+def pending_for(*, document, environment) -> ApprovalRequest | None:
+    """The request waiting for document × environment (at most one), if any."""
+    return (
+        ApprovalRequest.objects.select_related("version", "requested_by", "document__agent")
+        .filter(document=document, environment=environment, status=ApprovalRequest.Status.PENDING)
+        .first()
+    )
 
 
 def target_findings(*, version: Version, environment: Environment) -> list[Finding]:
@@ -174,8 +256,8 @@ def rollback_choices(*, release: Release) -> list[Version]:
     return rollback_targets(release)
 
 
-def history_page(*, agent, document_key: str = "", environment_key: str = "", page=1):
-    """Release events of an agent, newest first, filtered from the URL."""
+def history_events(*, agent, document_key: str = "", environment_key: str = ""):
+    """Release events of an agent, newest first, filtered (the history page and the API)."""
     events = ReleaseEvent.objects.filter(release__document__agent=agent).select_related(
         "release__document", "release__environment", "from_version", "to_version"
     )
@@ -183,7 +265,13 @@ def history_page(*, agent, document_key: str = "", environment_key: str = "", pa
         events = events.filter(release__document__key=document_key)
     if environment_key:
         events = events.filter(release__environment__key=environment_key)
-    return Paginator(events.order_by("-occurred_at", "-id"), HISTORY_PAGE_SIZE).get_page(page)
+    return events.order_by("-occurred_at", "-id")
+
+
+def history_page(*, agent, document_key: str = "", environment_key: str = "", page=1):
+    """Release events of an agent, newest first, filtered from the URL."""
+    events = history_events(agent=agent, document_key=document_key, environment_key=environment_key)
+    return Paginator(events, HISTORY_PAGE_SIZE).get_page(page)
 
 
 def pending_approvals(*, agents) -> list[ApprovalRequest]:
@@ -274,3 +362,23 @@ def live_findings(*, environment: Environment, agents=None) -> list[dict]:
                 }
             )
     return warnings
+
+
+# --- the operator API's approval lists -------------------------------------------------------
+def approval_list(*, agents, status: str = "", agent_key: str = "", environment_key: str = ""):
+    """Approval requests on `agents` (the caller's scope), newest first, filtered."""
+    approvals = ApprovalRequest.objects.filter(document__agent__in=agents).select_related(
+        "document__agent", "environment", "version", "requested_by", "decided_by"
+    )
+    if status:
+        approvals = approvals.filter(status=status)
+    if agent_key:
+        approvals = approvals.filter(document__agent__key=agent_key)
+    if environment_key:
+        approvals = approvals.filter(environment__key=environment_key)
+    return approvals.order_by("-requested_at", "-id")
+
+
+def approval_in_scope(*, agents, pk: int) -> ApprovalRequest | None:
+    """The request with this id when its agent is among `agents`; else None (404)."""
+    return approval_list(agents=agents).filter(pk=pk).first()

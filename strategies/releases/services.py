@@ -11,21 +11,24 @@ the runtime payload and queues the webhooks, all in the same transaction.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from context_runtime.findings import blocking
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F
+from django.urls import reverse
 from django.utils import timezone
 
-from console.audit import actor_label, audit_record
-from console.errors import Conflict, ValidationFailed
+from console.audit import actor_label, audit_record, describe_actor
+from console.errors import ApplicationError, Conflict, ValidationFailed
 from console.policy import (
     check_user_can_decide_approval,
     check_user_can_enable_sensitive,
     check_user_can_publish_to,
-    check_user_can_roll_back,
+    check_user_can_request_rollback,
     check_user_can_withdraw_approval,
+    rollback_needs_approval,
     service_transaction,
 )
 from console.reasons import reason_clean
@@ -34,6 +37,7 @@ from strategies.catalog.models import Environment
 from strategies.catalog.selectors import sensitive_paths_added
 from strategies.delivery import config as runtime_config
 from strategies.delivery import webhooks
+from strategies.delivery.models import APPROVAL_REQUESTED_EVENT, WEBHOOK_EVENT
 from strategies.documents.models import Document, Version
 from strategies.documents.services import version_freeze
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
@@ -99,8 +103,11 @@ def _release_move(
     actor_label: str,
     reason: str,
     expected_revision: int | None,
-    approved_by: str = "",
+    approval: ApprovalRequest | None = None,
 ) -> Release:
+    """Move the pointer. `approval`: the request this change applies (its approver is
+    `actor`, its requester `actor_label`), named in the history, the audit and the webhook."""
+    approved_by = str(approval.decided_by) if approval is not None else ""
     before = _current(document, environment)
     now = timezone.now()
     if before is None:
@@ -152,7 +159,7 @@ def _release_move(
         decision_note=f"Void: the release moved to v{to_version.number} ({action}).",
     )
     rendered = runtime_config.payload_refresh(agent=document.agent, environment=environment)
-    _notify(release, before, action, rendered.etag, now)
+    _notify(release, before, action, rendered.etag, now, actor=actor, approval=approval)
     audit_record(
         actor=actor,
         action=f"release.{action}",
@@ -164,10 +171,49 @@ def _release_move(
     return release
 
 
-def _notify(release: Release, before: Release | None, action: str, etag: str, when) -> None:
-    payload = json.dumps(
-        {
-            "event": webhooks.EVENT,
+def _actor_context(actor) -> dict:
+    """Who made a change, as webhooks name them: {type: user|token|system, name, token}."""
+    described = describe_actor(actor)
+    return {
+        "type": described["actor_type"],
+        "name": described["actor_label"],
+        "token": described.get("actor_token_label") or None,
+    }
+
+
+def _approval_context(approval: ApprovalRequest | None) -> dict | None:
+    if approval is None:
+        return None
+    return {
+        "id": approval.pk,
+        "requester": str(approval.requested_by),
+        "approver": str(approval.decided_by) if approval.decided_by_id else None,
+    }
+
+
+def _event_send(*, environment: Environment, event: str, body: dict) -> None:
+    """Outbox rows for the environment's webhooks that hear `event` (in this transaction),
+    queued once it commits."""
+    payload = json.dumps(body, separators=(",", ":")).encode()
+    ids = webhooks.deliveries_create(environment=environment, payload=payload, event=event)
+    if ids:
+        # Robust: a broker error cannot fail the committed change; the outbox rows stay
+        # pending and the relay task (strategies.relay_webhook_deliveries) queues them.
+        transaction.on_commit(lambda: webhooks.deliveries_send(ids), robust=True)
+
+
+def _when(moment) -> str:
+    return moment.isoformat().replace("+00:00", "Z")
+
+
+def _notify(
+    release: Release, before: Release | None, action: str, etag: str, when, *, actor, approval
+) -> None:
+    _event_send(
+        environment=release.environment,
+        event=WEBHOOK_EVENT,
+        body={
+            "event": WEBHOOK_EVENT,
             "agent": release.document.agent.key,
             "environment": release.environment.key,
             "document": release.document.key,
@@ -175,20 +221,46 @@ def _notify(release: Release, before: Release | None, action: str, etag: str, wh
             "from_version": before.version.number if before else None,
             "to_version": release.version.number,
             "etag": etag,
-            "occurred_at": when.isoformat().replace("+00:00", "Z"),
+            "occurred_at": _when(when),
+            "actor": _actor_context(actor),
+            "approval": _approval_context(approval),
         },
-        separators=(",", ":"),
-    ).encode()
-    ids = webhooks.deliveries_create(environment=release.environment, payload=payload)
-    if ids:
-        # Robust: a broker error cannot fail the committed change; the outbox rows stay
-        # pending and the relay task (strategies.relay_webhook_deliveries) queues them.
-        transaction.on_commit(lambda: webhooks.deliveries_send(ids), robust=True)
+    )
+
+
+def approval_url(approval: ApprovalRequest) -> str:
+    """The approval page: absolute when the console knows its public address
+    (settings.CONSOLE_PUBLIC_URL), else the path."""
+    path = reverse("approval-detail", args=[approval.document.agent.key, approval.pk])
+    base = settings.CONSOLE_PUBLIC_URL.rstrip("/")
+    return f"{base}{path}"
+
+
+def _notify_requested(approval: ApprovalRequest) -> None:
+    _event_send(
+        environment=approval.environment,
+        event=APPROVAL_REQUESTED_EVENT,
+        body={
+            "event": APPROVAL_REQUESTED_EVENT,
+            "agent": approval.document.agent.key,
+            "environment": approval.environment.key,
+            "document": approval.document.key,
+            "kind": approval.kind,
+            "version": approval.version.number,
+            "requested_by": str(approval.requested_by),
+            "reason": approval.reason,
+            "approval_id": approval.pk,
+            "url": approval_url(approval),
+            "occurred_at": _when(approval.requested_at),
+        },
+    )
 
 
 # --- publish ---------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PublishOutcome:
+    """What a publish or a rollback did: went live, or waits for a second person."""
+
     release: Release | None = None  # set when the version went live
     approval: ApprovalRequest | None = None  # set when it waits for a second person
 
@@ -242,7 +314,15 @@ def release_publish(
     return PublishOutcome(release=release)
 
 
-def _approval_create(*, version, environment, live, actor, reason) -> ApprovalRequest:
+def _what(kind: str) -> str:
+    return "rollback" if kind == ApprovalRequest.Kind.ROLLBACK else "publish"
+
+
+def _approval_create(
+    *, version, environment, live, actor, reason, kind=ApprovalRequest.Kind.PUBLISH
+) -> ApprovalRequest:
+    """One pending request per document × environment (the database says so too), bound to
+    the version's content hash and the live revision; its webhooks hear approval.requested."""
     document = version.document
 
     def already_waiting() -> Conflict:
@@ -250,7 +330,8 @@ def _approval_create(*, version, environment, live, actor, reason) -> ApprovalRe
             document=document, environment=environment, status=ApprovalRequest.Status.PENDING
         ).first()
         return Conflict(
-            f"A publish of {document.key} to {environment.key} already waits for approval"
+            f"A {_what(pending.kind) if pending else 'request'} of {document.key} in "
+            f"{environment.key} already waits for approval"
             + (
                 f" (v{pending.version.number}, requested by {pending.requested_by})."
                 if pending
@@ -265,6 +346,7 @@ def _approval_create(*, version, environment, live, actor, reason) -> ApprovalRe
         already_waiting,
         document=document,
         environment=environment,
+        kind=kind,
         version=version,
         content_hash=version.content_hash,
         base_revision=live.revision if live else 0,
@@ -278,12 +360,15 @@ def _approval_create(*, version, environment, live, actor, reason) -> ApprovalRe
         agent=document.agent,
         after=approval_state(approval),
     )
+    _notify_requested(approval)
     return approval
 
 
 def approval_state(approval: ApprovalRequest) -> dict:
     return {
         "id": approval.pk,
+        "kind": approval.kind,
+        "agent": approval.document.agent.key,
         "document": approval.document.key,
         "environment": approval.environment.key,
         "version": approval.version.number,
@@ -291,10 +376,17 @@ def approval_state(approval: ApprovalRequest) -> dict:
         "base_revision": approval.base_revision,
         "status": approval.status,
         "requested_by": str(approval.requested_by),
+        "requested_at": approval.requested_at.isoformat() if approval.requested_at else None,
         "reason": approval.reason,
         "decided_by": str(approval.decided_by) if approval.decided_by_id else None,
+        "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
         "decision_note": approval.decision_note,
     }
+
+
+def release_state(release: Release | None) -> dict | None:
+    """A release as the API and the audit show it (None: nothing live)."""
+    return _release_state(release)
 
 
 def _decide(approval: ApprovalRequest, *, actor, status: str, note: str) -> ApprovalRequest:
@@ -323,7 +415,9 @@ def _decide(approval: ApprovalRequest, *, actor, status: str, note: str) -> Appr
 
 @service_transaction
 def approval_approve(*, approval: ApprovalRequest, actor, note: str = "") -> Release:
-    """A second person approves: the version goes live (bound to the hash and base revision)."""
+    """A second person approves: the version goes live (bound to the hash and base revision).
+    A publish request is checked against the target runtime again; a rollback request goes
+    back to its version as an immediate rollback would, recorded as a rollback."""
     approval = _decide(approval, actor=actor, status=ApprovalRequest.Status.APPROVED, note=note)
     version = approval.version
     if version.content_hash != approval.content_hash:
@@ -339,21 +433,25 @@ def approval_approve(*, approval: ApprovalRequest, actor, note: str = "") -> Rel
             approval.environment,
             "What is live changed since this request was made; it must be requested again.",
         )
-    check_publishable(
-        version=version, environment=approval.environment, actor=approval.requested_by
-    )
-    release = _release_move(
+    if approval.kind == ApprovalRequest.Kind.ROLLBACK:
+        check_rollback_target(release=live, to_version=version)
+        action = ReleaseEvent.Action.ROLLBACK
+    else:
+        check_publishable(
+            version=version, environment=approval.environment, actor=approval.requested_by
+        )
+        action = ReleaseEvent.Action.APPROVE
+    return _release_move(
         document=approval.document,
         environment=approval.environment,
         to_version=version,
-        action=ReleaseEvent.Action.APPROVE,
+        action=action,
         actor=actor,
         actor_label=actor_label(approval.requested_by),
         reason=approval.reason,
         expected_revision=approval.base_revision,
-        approved_by=actor_label(actor),
+        approval=approval,
     )
-    return release
 
 
 @service_transaction
@@ -431,24 +529,201 @@ def release_rollback(
     actor,
     reason: str,
     expected_revision: int | None = None,
-) -> Release:
-    """Break-glass: move back to an earlier live version at once, even in protected envs."""
+) -> PublishOutcome:
+    """Break-glass: move back to an earlier live version at once, even in protected envs —
+    unless the environment's revert policy asks for a second person: then the rollback is an
+    approval request bound to `to_version` and the live revision, like a protected publish."""
     agent = release.document.agent
-    check_user_can_roll_back(actor, agent, target=release)
+    needs_approval = rollback_needs_approval(release.environment)
+    check_user_can_request_rollback(actor, agent, target=release)
     reason = reason_clean(
         reason, ask="Give a reason for the rollback (recorded in the history and the audit log)."
     )
     check_rollback_target(release=release, to_version=to_version)
-    return _release_move(
-        document=release.document,
-        environment=release.environment,
-        to_version=to_version,
-        action=ReleaseEvent.Action.ROLLBACK,
-        actor=actor,
-        actor_label=actor_label(actor),
-        reason=reason,
-        expected_revision=expected_revision,
+    if needs_approval:
+        live = _current(release.document, release.environment)
+        if expected_revision is not None and live.revision != expected_revision:
+            raise _stale(
+                release.document, release.environment, "The release changed since you loaded it."
+            )
+        return PublishOutcome(
+            approval=_approval_create(
+                version=to_version,
+                environment=release.environment,
+                live=live,
+                actor=actor,
+                reason=reason,
+                kind=ApprovalRequest.Kind.ROLLBACK,
+            )
+        )
+    return PublishOutcome(
+        release=_release_move(
+            document=release.document,
+            environment=release.environment,
+            to_version=to_version,
+            action=ReleaseEvent.Action.ROLLBACK,
+            actor=actor,
+            actor_label=actor_label(actor),
+            reason=reason,
+            expected_revision=expected_revision,
+        )
     )
+
+
+# --- promotion ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PromotionItem:
+    """One document of a promotion: what the target had, what the source has, what happened."""
+
+    PUBLISHED = "published"
+    REQUESTED = "requested"
+    UNCHANGED = "unchanged"
+
+    document: Document
+    outcome: str
+    from_version: int | None  # live in the target before
+    to_version: int | None  # live in the source
+    note: str = ""
+    release: Release | None = None
+    approval: ApprovalRequest | None = None
+
+
+@dataclass(frozen=True)
+class PromotionOutcome:
+    source: Environment
+    target: Environment
+    items: list[PromotionItem] = field(default_factory=list)
+
+    @property
+    def requested(self) -> list[PromotionItem]:
+        return [i for i in self.items if i.outcome == PromotionItem.REQUESTED]
+
+    @property
+    def published(self) -> list[PromotionItem]:
+        return [i for i in self.items if i.outcome == PromotionItem.PUBLISHED]
+
+
+def _promotion_refused(source, target, failures: list[tuple[Document, ApplicationError]]):
+    lines = [f"{doc.key}: {error.message}" for doc, error in failures]
+    details = []
+    for doc, error in failures:
+        inner = error.details or [{"path": "", "code": error.code, "message": error.message}]
+        for detail in inner:
+            path = f"documents.{doc.key}" + (f".{detail['path']}" if detail.get("path") else "")
+            details.append({**detail, "path": path})
+    return ValidationFailed(
+        f"Nothing was promoted from {source.key} to {target.key}: "
+        f"{len(failures)} document{'s' if len(failures) != 1 else ''} cannot go. "
+        + " ".join(lines),
+        code="promotion_refused",
+        details=details,
+    )
+
+
+@service_transaction
+def release_promote(
+    *,
+    agent,
+    source: Environment,
+    target: Environment,
+    documents: list[Document] | None = None,
+    actor,
+    reason: str,
+) -> PromotionOutcome:
+    """Publish to `target` what is live in `source`, for `documents` (None: all of the agent's),
+    in one transaction. Each document whose live version differs goes through the publish's
+    checks (target manifest, sensitive sections, approval where protected: one request per
+    document). All or nothing: when any document fails a check, nothing is written and every
+    failing document is reported with its reasons."""
+    check_user_can_publish_to(actor, target, agent)
+    if source.pk == target.pk:
+        raise ValidationFailed(
+            "Choose two different environments to promote between.",
+            code="same_environment",
+            details=[{"path": "target", "code": "invalid", "message": "Same as the source."}],
+        )
+    reason = reason_clean(
+        reason, ask="Give a reason for the promotion (recorded in the history and audit log)."
+    )
+    if documents is None:
+        documents = list(Document.objects.filter(agent=agent).order_by("kind", "key"))
+    plan: list[tuple[Document, Release | None, Release | None]] = []
+    failures: list[tuple[Document, ApplicationError]] = []
+    for document in documents:
+        if document.agent_id != agent.pk:
+            raise ValidationFailed(f"{document.key} is not a document of {agent.key}.")
+        have, want = _current(document, target), _current(document, source)
+        plan.append((document, have, want))
+        if want is None or (have is not None and have.version_id == want.version_id):
+            continue
+        try:
+            if target.protected:
+                _check_nothing_waits(document, target)
+            check_publishable(version=want.version, environment=target, actor=actor)
+        except ApplicationError as error:
+            failures.append((document, error))
+    if failures:
+        raise _promotion_refused(source, target, failures)
+    items = [
+        _promote_one(document, have, want, source, target, actor, reason)
+        for document, have, want in plan
+    ]
+    outcome = PromotionOutcome(source=source, target=target, items=items)
+    audit_record(
+        actor=actor,
+        action="release.promote",
+        target=(
+            "promotion",
+            f"{source.key}->{target.key}",
+            f"{agent.key}: {source.key} → {target.key}",
+        ),
+        agent=agent,
+        after={
+            "source": source.key,
+            "target": target.key,
+            "reason": reason,
+            "documents": {i.document.key: i.outcome for i in items},
+        },
+    )
+    return outcome
+
+
+def _check_nothing_waits(document: Document, environment: Environment) -> None:
+    pending = ApprovalRequest.objects.filter(
+        document=document, environment=environment, status=ApprovalRequest.Status.PENDING
+    ).first()
+    if pending is not None:
+        raise Conflict(
+            f"a {_what(pending.kind)} of v{pending.version.number} already waits for approval "
+            f"(requested by {pending.requested_by}).",
+            code="approval_pending",
+        )
+
+
+def _promote_one(document, have, want, source, target, actor, reason) -> PromotionItem:
+    base = {
+        "document": document,
+        "from_version": have.version.number if have else None,
+        "to_version": want.version.number if want else None,
+    }
+    if want is None:
+        return PromotionItem(
+            outcome=PromotionItem.UNCHANGED, note=f"Nothing is live in {source.key}.", **base
+        )
+    if have is not None and have.version_id == want.version_id:
+        return PromotionItem(
+            outcome=PromotionItem.UNCHANGED, note=f"Already the same in {target.key}.", **base
+        )
+    published = release_publish(
+        version=want.version,
+        environment=target,
+        actor=actor,
+        reason=reason,
+        expected_revision=have.revision if have else 0,
+    )
+    if published.approval is not None:
+        return PromotionItem(outcome=PromotionItem.REQUESTED, approval=published.approval, **base)
+    return PromotionItem(outcome=PromotionItem.PUBLISHED, release=published.release, **base)
 
 
 # --- manifests reported by runtimes --------------------------------------------------------------------

@@ -12,6 +12,7 @@ urlpatterns = [
     path(f"{_DOC_ENV}/publish/", views.publish, name="release-publish"),
     path(f"{_DOC_ENV}/rollback/", views.rollback, name="release-rollback"),
     path("releases/<slug:agent>/history/", views.history, name="release-history"),
+    path("releases/<slug:agent>/promote/", views.promote, name="release-promote"),
     path(
         "releases/<slug:agent>/approvals/<int:pk>/", views.approval_detail, name="approval-detail"
     ),
@@ -32,6 +33,7 @@ REQUIRED = {
     "release-publish": Capability.VIEW_CONFIG,  # the service checks publish / request rights
     "release-rollback": Capability.ROLLBACK,
     "release-history": Capability.VIEW_CONFIG,
+    "release-promote": Capability.VIEW_CONFIG,  # the service checks the publish rights
     "approval-detail": Capability.VIEW_CONFIG,
     "approval-decide": Capability.APPROVE,
     "approval-withdraw": Capability.VIEW_CONFIG,  # the service allows only the requester

@@ -15,6 +15,7 @@ from console.policy import (
     Capability,
     agents_where,
     requires,
+    rollback_needs_approval,
     user_can,
     user_can_decide_approval,
     user_can_withdraw_approval,
@@ -24,6 +25,7 @@ from strategies.catalog.selectors import environment_get, environment_list
 from strategies.documents.models import Document
 from strategies.releases import selectors
 from strategies.releases import services as releases
+from strategies.releases.models import ApprovalRequest
 
 
 # --- lookups from the URL (404 for anything unknown) -------------------------------------------------
@@ -109,7 +111,14 @@ def overview(request):
     # Archived agents leave the picker and the full list; their own tab (?agent=) still shows.
     listed = [a for a in visible if a.archived_at is None or a.key == chosen]
     agents = [a for a in visible if a.key == chosen] if chosen else listed
-    grids = [(agent, selectors.release_grid(user=request.user, agent=agent)) for agent in agents]
+    grids = [
+        (
+            agent,
+            selectors.release_grid(user=request.user, agent=agent),
+            selectors.promotion_pairs(user=request.user, agent=agent),
+        )
+        for agent in agents
+    ]
     return TemplateResponse(
         request,
         "releases/overview.html",
@@ -185,9 +194,18 @@ def rollback(request, agent, document, environment):
     try:
         target = _rollback_target(request, release, choices)
         if request.method == "POST":
-            releases.release_rollback(
+            outcome = releases.release_rollback(
                 release=release, to_version=target, actor=request.user, **_confirmed(request)
             )
+            if outcome.approval:
+                messages.success(
+                    request,
+                    f"The rollback of {doc.key} in {env.key} to v{target.number} waits for "
+                    "approval: someone else with the approve permission must approve it.",
+                )
+                return redirect(
+                    reverse("approval-detail", args=[request.agent.key, outcome.approval.pk])
+                )
             messages.success(
                 request,
                 f"{env.key} is back on {doc.key} v{target.number}. The runtime gets it now.",
@@ -202,6 +220,8 @@ def rollback(request, agent, document, environment):
         "release": release,
         "choices": choices,
         "target": target,
+        "needs_approval": rollback_needs_approval(env),
+        "pending": selectors.pending_for(document=doc, environment=env),
         "preview": selectors.change_preview(version=target, environment=env) if target else None,
         "error": error,
     }
@@ -255,6 +275,11 @@ def _approval_refused(request, pk, error):
     )
 
 
+def _verb(approval) -> str:
+    """What the request asks for, as a verb: "publish" or "roll back to"."""
+    return "roll back to" if approval.kind == ApprovalRequest.Kind.ROLLBACK else "publish"
+
+
 def _approval_context(request, approval, error):
     return {
         "agent": request.agent,
@@ -265,9 +290,11 @@ def _approval_context(request, approval, error):
         "can_decide": user_can_decide_approval(request.user, approval),
         "is_requester": approval.requested_by_id == request.user.pk,
         "can_withdraw": user_can_withdraw_approval(request.user, approval),
+        "is_rollback": approval.kind == ApprovalRequest.Kind.ROLLBACK,
         "withdraw_lines": [
-            f"The request to publish {approval.document.key} v{approval.version.number} to "
-            f"{approval.environment.key} is withdrawn: approvers no longer see it.",
+            f"The request to {_verb(approval)} {approval.document.key} "
+            f"v{approval.version.number} in {approval.environment.key} is withdrawn: "
+            "approvers no longer see it.",
             f"What is live in {approval.environment.key} does not change.",
         ],
         "error": error,
@@ -286,13 +313,19 @@ def approval_decide(request, agent, pk):
             messages.success(
                 request,
                 f"Approved: {approval.document.key} v{approval.version.number} is live in "
-                f"{approval.environment.key}.",
+                f"{approval.environment.key}"
+                + (
+                    " again (rolled back)."
+                    if approval.kind == ApprovalRequest.Kind.ROLLBACK
+                    else "."
+                ),
             )
         elif decision == "reject":
             releases.approval_reject(approval=approval, actor=request.user, note=note)
             messages.info(
                 request,
-                f"Rejected the publish of {approval.document.key} v{approval.version.number}.",
+                f"Rejected the {approval.kind} of {approval.document.key} "
+                f"v{approval.version.number}.",
             )
         else:
             raise ValidationFailed("Choose approve or reject.")
@@ -314,8 +347,8 @@ def approval_withdraw(request, agent, pk):
         return _approval_refused(request, pk, exc)
     messages.info(
         request,
-        f"Withdrawn: the publish of {approval.document.key} v{approval.version.number} to "
-        f"{approval.environment.key} no longer waits for approval.",
+        f"Withdrawn: the {approval.kind} of {approval.document.key} v{approval.version.number} "
+        f"in {approval.environment.key} no longer waits for approval.",
     )
     return redirect(_overview_url(request.agent))
 
@@ -347,3 +380,71 @@ def history(request, agent):
             "environment_key": environment_key,
         },
     )
+
+
+# --- promotion ------------------------------------------------------------------------------------------
+@requires(Capability.VIEW_CONFIG)
+@require_http_methods(["GET", "POST"])
+def promote(request, agent):
+    """GET: what "publish to the target what is live in the source" would change, per
+    document (one, or all of the agent's), with the checks against the target runtime;
+    POST: do it, all or nothing (the service checks the publish rights)."""
+    source_of = request.POST if request.method == "POST" else request.GET
+    pairs = selectors.promotion_pairs(user=request.user, agent=request.agent)
+    envs = environment_list()
+    default_source, default_target = pairs[-1] if pairs else (envs[0], envs[-1])
+    source = _environment(source_of.get("source") or default_source.key)
+    target = _environment(source_of.get("target") or default_target.key)
+    document_key = source_of.get("document", "")
+    documents = [_document(request.agent, document_key)] if document_key else None
+    error = None
+    if request.method == "POST":
+        try:
+            outcome = releases.release_promote(
+                agent=request.agent,
+                source=source,
+                target=target,
+                documents=documents,
+                actor=request.user,
+                reason=request.POST.get("reason", ""),
+            )
+        except ApplicationError as exc:
+            error = exc
+        else:
+            messages.success(request, _promotion_message(outcome))
+            return redirect(_overview_url(request.agent))
+    rows = selectors.promotion_preview(
+        agent=request.agent, source=source, target=target, documents=documents
+    )
+    changing = [row for row in rows if row.changes]
+    context = {
+        "agent": request.agent,
+        "source": source,
+        "target": target,
+        "document_key": document_key,
+        "rows": rows,
+        "changing": changing,
+        "blocked": [row for row in changing if row.preview.blocking or row.pending],
+        "error": error,
+        "reason": request.POST.get("reason", "") if request.method == "POST" else "",
+    }
+    return TemplateResponse(
+        request, "releases/promote.html", context, status=error.status if error else 200
+    )
+
+
+def _promotion_message(outcome) -> str:
+    """E.g. "Promoted bank-uat → prod: 2 wait for approval (a v3, b v2); 1 unchanged."."""
+
+    def listed(items) -> str:
+        return ", ".join(f"{i.document.key} v{i.to_version}" for i in items)
+
+    parts = []
+    if outcome.published:
+        parts.append(f"{len(outcome.published)} live now ({listed(outcome.published)})")
+    if outcome.requested:
+        parts.append(f"{len(outcome.requested)} wait for approval ({listed(outcome.requested)})")
+    unchanged = len(outcome.items) - len(outcome.published) - len(outcome.requested)
+    if unchanged:
+        parts.append(f"{unchanged} unchanged")
+    return f"Promoted {outcome.source.key} → {outcome.target.key}: " + "; ".join(parts) + "."

@@ -31,7 +31,13 @@ from tests.factories.documents import (
     strategy_bodies_v1_to_v3,
     strategy_body,
 )
-from tests.factories.releases import ReleaseFactory, ReleaseSetup, publish, release_setup
+from tests.factories.releases import (
+    ReleaseFactory,
+    ReleaseSetup,
+    bank_uat_ahead_of_prod,
+    publish,
+    release_setup,
+)
 from tests.factories.tokens import bearer, runtime_token
 from tests.factories.traces import (
     INGEST_URL,
@@ -67,6 +73,7 @@ __all__ = [
     "ManifestFactory",
     "ReleaseFactory",
     "ReleaseSetup",
+    "bank_uat_ahead_of_prod",
     "RoleFactory",
     "TraceFactory",
     "UserFactory",

@@ -21,6 +21,7 @@ from tests.factories.documents import (
     manifest_body,
     profile_body,
     strategy_bodies_v1_to_v3,
+    strategy_body,
 )
 from tests.factories.users import user_with_grants
 
@@ -99,3 +100,19 @@ def release_setup() -> ReleaseSetup:
         ops2=ops2,
         admin=admin,
     )
+
+
+def bank_uat_ahead_of_prod(w: ReleaseSetup) -> ReleaseSetup:
+    """On top of `release_setup`: bank-uat ahead of prod for two documents, level for one —
+    the profile v1 live in both; after_sales_consultation v2 in bank-uat, v1 in prod; a new
+    strategy returns_consultation (v1, as `w.returns`) in bank-uat, nothing in prod."""
+    uat, prod = w.envs["bank-uat"], w.envs["prod"]
+    w.returns = frozen_versions(
+        DocumentFactory(agent=w.agent, key="returns_consultation"), [strategy_body()], actor=w.ops
+    )[1]
+    for version in (w.profile[1], w.strategy[1]):
+        publish(version, uat, actor=w.ops)
+        publish(version, prod, actor=w.ops, approver=w.ops2)
+    publish(w.strategy[2], uat, actor=w.ops)
+    publish(w.returns, uat, actor=w.ops)
+    return w

@@ -124,6 +124,8 @@ def test_webhook__receiver_fails_twice__third_try_delivers_signed_payload(worker
         "to_version": 2,
         "etag": config["ETag"],
         "occurred_at": event["occurred_at"],
+        "actor": {"type": "user", "name": "ops", "token": None},
+        "approval": None,
     }
 
 

@@ -1,0 +1,40 @@
+"""Operator API for releases and approvals: /api/v1/… (see strategies.releases.api)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from console.policy import Capability
+from strategies.releases import api
+
+AGENT = "agents/<slug:agent>/"
+RELEASE = AGENT + "documents/<slug:document>/releases/<slug:environment>/"
+
+urlpatterns = [
+    path(AGENT + "releases/", api.release_list, name="api-release-list"),
+    path(AGENT + "releases/history/", api.release_history, name="api-release-history"),
+    path(RELEASE, api.release_publish, name="api-release-publish"),
+    path(RELEASE + "rollback/", api.release_rollback, name="api-release-rollback"),
+    path(AGENT + "promote/", api.release_promote, name="api-release-promote"),
+    path("approvals/", api.approval_list, name="api-approval-list"),
+    path("approvals/<int:pk>/", api.approval_detail, name="api-approval-detail"),
+    path("approvals/<int:pk>/approve/", api.approval_approve, name="api-approval-approve"),
+    path("approvals/<int:pk>/reject/", api.approval_reject, name="api-approval-reject"),
+    path("approvals/<int:pk>/withdraw/", api.approval_withdraw, name="api-approval-withdraw"),
+]
+
+# Publish and promote: the service checks the right to publish to the environment (a
+# protected one takes the right to request). Approval writes: the service checks the agent
+# of the request (404 out of scope, 403 without APPROVE or for one's own request).
+REQUIRED = {
+    "api-release-list": Capability.VIEW_CONFIG,
+    "api-release-history": Capability.VIEW_CONFIG,
+    "api-release-publish": Capability.VIEW_CONFIG,
+    "api-release-rollback": Capability.ROLLBACK,
+    "api-release-promote": Capability.VIEW_CONFIG,
+    "api-approval-list": Capability.VIEW_CONFIG,
+    "api-approval-detail": Capability.VIEW_CONFIG,
+    "api-approval-approve": Capability.APPROVE,
+    "api-approval-reject": Capability.APPROVE,
+    "api-approval-withdraw": Capability.VIEW_CONFIG,
+}

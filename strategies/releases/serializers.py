@@ -1,0 +1,185 @@
+"""API shapes for releases, approvals and promotions. Requests are strict: unknown fields
+are refused so a typo never silently does nothing."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from strategies.documents.serializers import StrictSerializer
+from strategies.releases.models import ApprovalRequest
+
+REASON_MAX = 2000
+
+
+# --------------------------------------------------------------------------- requests
+@extend_schema_field(
+    {"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string", "enum": ["draft"]}]}
+)
+class VersionField(serializers.Field):
+    """A version number, or "draft" for the open draft (frozen before it goes anywhere)."""
+
+    default_error_messages = {"invalid": 'A version number (1 or more) or "draft".'}
+
+    def to_internal_value(self, data):
+        if data == "draft":
+            return data
+        if isinstance(data, bool) or not isinstance(data, int) or data < 1:
+            self.fail("invalid")
+        return data
+
+    def to_representation(self, value):
+        return value
+
+
+class PublishRequest(StrictSerializer):
+    version = VersionField(help_text='The version number to publish, or "draft".')
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=REASON_MAX, default=""
+    )
+    expected_revision = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        help_text="The release revision you saw (0: nothing live); a stale one gets 409.",
+    )
+
+
+class RollbackRequest(StrictSerializer):
+    version = serializers.IntegerField(min_value=1, help_text="An earlier live version.")
+    reason = serializers.CharField(max_length=REASON_MAX)
+    expected_revision = serializers.IntegerField(required=False, min_value=0)
+
+
+class ApproveRequest(StrictSerializer):
+    note = serializers.CharField(required=False, allow_blank=True, max_length=REASON_MAX)
+
+
+class RejectRequest(StrictSerializer):
+    note = serializers.CharField(max_length=REASON_MAX, help_text="Why (the requester reads it).")
+
+
+class WithdrawRequest(StrictSerializer):
+    reason = serializers.CharField(max_length=REASON_MAX)
+
+
+class PromoteRequest(StrictSerializer):
+    source = serializers.SlugField(help_text="Publish what is live here …")
+    target = serializers.SlugField(help_text="… to here.")
+    documents = serializers.ListField(
+        child=serializers.SlugField(),
+        required=False,
+        allow_empty=False,
+        max_length=200,
+        help_text="Document keys; all of the agent's when left out.",
+    )
+    reason = serializers.CharField(max_length=REASON_MAX)
+
+
+class ApprovalFilter(StrictSerializer):
+    status = serializers.ChoiceField(choices=ApprovalRequest.Status.values, required=False)
+    agent = serializers.SlugField(required=False)
+    environment = serializers.SlugField(required=False)
+    limit = serializers.IntegerField(required=False, min_value=1)
+    offset = serializers.IntegerField(required=False, min_value=0)
+
+
+class HistoryFilter(StrictSerializer):
+    document = serializers.SlugField(required=False)
+    environment = serializers.SlugField(required=False)
+    limit = serializers.IntegerField(required=False, min_value=1)
+    offset = serializers.IntegerField(required=False, min_value=0)
+
+
+# --------------------------------------------------------------------------- responses
+class ReleaseSerializer(serializers.Serializer):
+    document = serializers.CharField()
+    environment = serializers.CharField()
+    version = serializers.IntegerField()
+    revision = serializers.IntegerField()
+    updated_by = serializers.CharField()
+    updated_at = serializers.DateTimeField(allow_null=True)
+
+
+class ApprovalSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=ApprovalRequest.Kind.values)
+    agent = serializers.CharField()
+    document = serializers.CharField()
+    environment = serializers.CharField()
+    version = serializers.IntegerField()
+    content_hash = serializers.CharField()
+    base_revision = serializers.IntegerField(help_text="The release revision it is bound to.")
+    status = serializers.ChoiceField(choices=ApprovalRequest.Status.values)
+    requested_by = serializers.CharField()
+    requested_at = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField()
+    decided_by = serializers.CharField(allow_null=True)
+    decided_at = serializers.DateTimeField(allow_null=True)
+    decision_note = serializers.CharField()
+
+
+class ReleaseOutcomeSerializer(serializers.Serializer):
+    release = ReleaseSerializer(required=False, help_text="200: what is live now.")
+    approval = ApprovalSerializer(required=False, help_text="202: the request that waits.")
+
+
+class ApprovalDecisionSerializer(serializers.Serializer):
+    approval = ApprovalSerializer()
+    release = ReleaseSerializer(required=False, help_text="Approve: what is live now.")
+
+
+class DocumentReleasesSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    kind = serializers.CharField()
+    latest_version = serializers.IntegerField(allow_null=True)
+    releases = serializers.DictField(
+        child=ReleaseSerializer(allow_null=True),
+        help_text="Per environment key: what is live there (null: nothing).",
+    )
+
+
+class EnvironmentSerializer(serializers.Serializer):
+    key = serializers.CharField()
+    name = serializers.CharField()
+    position = serializers.IntegerField()
+    protected = serializers.BooleanField()
+    rollback_needs_approval = serializers.BooleanField()
+
+
+class AgentReleasesSerializer(serializers.Serializer):
+    agent = serializers.CharField()
+    environments = EnvironmentSerializer(many=True)
+    documents = DocumentReleasesSerializer(many=True)
+    pending = ApprovalSerializer(many=True)
+
+
+class ReleaseEventSerializer(serializers.Serializer):
+    document = serializers.CharField(source="release.document.key")
+    environment = serializers.CharField(source="release.environment.key")
+    revision = serializers.IntegerField()
+    action = serializers.CharField()
+    from_version = serializers.SerializerMethodField()
+    to_version = serializers.IntegerField(source="to_version.number")
+    actor = serializers.CharField()
+    approved_by = serializers.CharField()
+    reason = serializers.CharField()
+    occurred_at = serializers.DateTimeField()
+
+    def get_from_version(self, obj) -> int | None:
+        return obj.from_version.number if obj.from_version_id else None
+
+
+class PromotionItemSerializer(serializers.Serializer):
+    document = serializers.CharField()
+    outcome = serializers.ChoiceField(choices=["published", "requested", "unchanged"])
+    from_version = serializers.IntegerField(allow_null=True, help_text="Live in the target before.")
+    to_version = serializers.IntegerField(allow_null=True, help_text="Live in the source.")
+    note = serializers.CharField()
+    release = ReleaseSerializer(allow_null=True)
+    approval = ApprovalSerializer(allow_null=True)
+
+
+class PromotionSerializer(serializers.Serializer):
+    source = serializers.CharField()
+    target = serializers.CharField()
+    results = PromotionItemSerializer(many=True)
