@@ -2,7 +2,8 @@
 
 - pages:        strategies.{documents,releases,runtime,delivery}.urls, traces.urls,
                 console.access_urls
-- operator API: /api/v1/ → strategies.documents.api_urls, traces.api_urls, console.access_api_urls
+- operator API: /api/v1/ → strategies.documents.api_urls, strategies.runtime.operator_api_urls,
+                strategies.delivery.api_urls, traces.api_urls, console.access_api_urls
 - runtime API:  /api/v1/runtime/ → strategies.runtime.runtime_urls, traces.runtime_urls
 """
 
@@ -42,7 +43,13 @@ PAGES = (
     "traces.urls",
     "console.access_urls",
 )
-OPERATOR_API = ("strategies.documents.api_urls", "traces.api_urls", "console.access_api_urls")
+OPERATOR_API = (
+    "strategies.documents.api_urls",
+    "strategies.runtime.operator_api_urls",
+    "strategies.delivery.api_urls",
+    "traces.api_urls",
+    "console.access_api_urls",
+)
 RUNTIME_API = ("strategies.runtime.runtime_urls", "traces.runtime_urls")
 urlpatterns += [path("", include(module)) for module in PAGES]
 urlpatterns += [path("api/v1/", include(module)) for module in OPERATOR_API]

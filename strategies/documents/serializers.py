@@ -10,19 +10,35 @@ from console.api_schema import ErrorDetailSerializer, ErrorSerializer  # noqa: F
 
 
 class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not declare (`{"revison": 3}` is an error, not ignored)."""
+    """Refuses fields it does not declare (`{"revison": 3}` is an error, not ignored), named
+    together with any other field's error."""
 
-    def validate(self, attrs):
-        if isinstance(self.initial_data, dict):
-            unknown = sorted(set(self.initial_data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError(
-                    {name: ["Unknown field."] for name in unknown}, code="unknown_field"
-                )
-        return attrs
+    def to_internal_value(self, data):
+        unknown = sorted(set(data) - set(self.fields)) if isinstance(data, dict) else []
+        errors = {name: ["Unknown field."] for name in unknown}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if errors and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**exc.detail, **errors}) from exc
+            raise
+        if errors:
+            raise serializers.ValidationError(errors, code="unknown_field")
+        return value
 
 
 # --------------------------------------------------------------------------- requests
+
+
+class DocumentCreateRequest(StrictSerializer):
+    key = serializers.CharField(
+        max_length=100,
+        help_text="The task key the runtime asks for: lowercase letters, digits and "
+        "underscores ('profile' is reserved).",
+    )
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    body = serializers.JSONField(help_text="The first draft's body (docs/runtime-contract.md §5).")
+    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class DraftCreateRequest(StrictSerializer):
@@ -98,6 +114,11 @@ class DocumentSerializer(serializers.Serializer):
 
     def get_live(self, obj) -> dict[str, int]:
         return {env: version.number for env, version in obj.live.items()}
+
+
+class DocumentCreatedSerializer(serializers.Serializer):
+    document = DocumentSerializer()
+    draft = VersionSerializer()
 
 
 class AgentSerializer(serializers.Serializer):
