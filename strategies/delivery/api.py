@@ -13,13 +13,12 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from console.api_schema import ErrorSerializer
-from console.errors import NotFound, ValidationFailed
-from console.limits import check_request_size
+from console.errors import NotFound
 from console.policy import Capability, Everywhere, requires
 from strategies.catalog.models import Environment
 from strategies.delivery import selectors, webhooks
 from strategies.delivery.models import WEBHOOK_EVENT, WEBHOOK_EVENTS, Webhook
-from strategies.documents.serializers import StrictSerializer
+from strategies.documents.serializers import StrictSerializer, parse_strict
 
 REQUEST_BYTES = 16 * 1024
 RECENT_DELIVERIES = 10
@@ -82,7 +81,9 @@ class WebhookDetailSerializer(WebhookSerializer):
 
 
 class WebhookCreateRequest(StrictSerializer):
-    environment = serializers.CharField(max_length=100, help_text="Environment key.")
+    environment = serializers.SlugRelatedField(
+        slug_field="key", queryset=Environment.objects.all(), help_text="Environment key."
+    )
     url = serializers.CharField(max_length=500, help_text="A public http(s) address.")
     description = serializers.CharField(
         max_length=200, required=False, allow_blank=True, default=""
@@ -96,16 +97,6 @@ class WebhookCreateRequest(StrictSerializer):
 
 
 # --- helpers ----------------------------------------------------------------------------------------
-def _environment(key: str) -> Environment:
-    environment = Environment.objects.filter(key=key).first()
-    if environment is None:
-        raise ValidationFailed(
-            f"Unknown environment: {key}.",
-            details=[{"path": "environment", "code": "does_not_exist", "message": f"No {key!r}."}],
-        )
-    return environment
-
-
 def _webhook(pk: int, *, active: bool = False) -> Webhook:
     hooks = Webhook.objects.select_related("environment").filter(pk=pk)
     hook = (hooks.filter(deleted_at__isnull=True) if active else hooks).first()
@@ -139,12 +130,11 @@ def _webhook(pk: int, *, active: bool = False) -> Webhook:
 @MANAGERS
 def webhook_list(request):
     if request.method == "POST":
-        check_request_size(request, REQUEST_BYTES, what="A webhook request")
-        serializer = WebhookCreateRequest(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
+        data = parse_strict(
+            request, WebhookCreateRequest, limit=REQUEST_BYTES, what="A webhook request"
+        )
         hook, secret = webhooks.webhook_create(
-            environment=_environment(data["environment"]),
+            environment=data["environment"],
             url=data["url"].strip(),
             description=data["description"].strip(),
             events=data.get("events"),

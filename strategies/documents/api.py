@@ -16,7 +16,6 @@ from rest_framework.response import Response
 
 from console.access_api import OperatorPagination, paginated
 from console.errors import Conflict, NotFound, ValidationFailed
-from console.limits import check_request_size
 from console.policy import Capability, requires, service_transaction
 from strategies.catalog.selectors import environment_get
 from strategies.documents import selectors, services
@@ -34,6 +33,7 @@ from strategies.documents.serializers import (
     ValidationReportSerializer,
     VersionSerializer,
     VersionSummarySerializer,
+    parse_strict,
 )
 
 # The envelope around a body (revision, note, kind, environment) may add this much.
@@ -58,13 +58,12 @@ CREATE_ERRORS = {
 
 
 def _parse(request, serializer_class) -> dict:
-    """Size limit first (nothing parsed for an oversize body), then the strict serializer."""
-    check_request_size(
-        request, vocabulary.MAX_BODY_BYTES + ENVELOPE_BYTES, what="A document request"
+    return parse_strict(
+        request,
+        serializer_class,
+        limit=vocabulary.MAX_BODY_BYTES + ENVELOPE_BYTES,
+        what="A document request",
     )
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
 
 
 def _page(request, items, serializer_class) -> Response:

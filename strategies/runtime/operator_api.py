@@ -13,11 +13,10 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from console.api_schema import ErrorSerializer
-from console.errors import NotFound, ValidationFailed
-from console.limits import check_request_size
+from console.errors import NotFound
 from console.policy import Capability, Everywhere, requires
 from strategies.catalog.models import Agent, Environment
-from strategies.documents.serializers import StrictSerializer
+from strategies.documents.serializers import StrictSerializer, parse_strict
 from strategies.runtime.models import RuntimeToken
 from strategies.runtime.selectors import tokens_list
 from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
@@ -64,7 +63,9 @@ class RuntimeTokenListSerializer(serializers.Serializer):
 
 class RuntimeTokenCreateRequest(StrictSerializer):
     name = serializers.CharField(max_length=200, help_text="Which runtime uses it.")
-    environment = serializers.CharField(max_length=100, help_text="Environment key.")
+    environment = serializers.SlugRelatedField(
+        slug_field="key", queryset=Environment.objects.all(), help_text="Environment key."
+    )
     # Checked by the service, which names the choices (a ChoiceField's enum would clash in
     # the schema with the roles' capabilities).
     capabilities = serializers.ListField(
@@ -72,11 +73,12 @@ class RuntimeTokenCreateRequest(StrictSerializer):
         max_length=len(RuntimeToken.CAPABILITIES),
         help_text="Any of " + ", ".join(RuntimeToken.CAPABILITIES) + "; at least one.",
     )
-    agents = serializers.ListField(
-        child=serializers.CharField(max_length=100),
+    agents = serializers.SlugRelatedField(
+        slug_field="key",
+        queryset=Agent.objects.all(),
+        many=True,
         required=False,
         default=list,
-        max_length=500,
         help_text="Agent keys; omit or [] for every agent.",
     )
 
@@ -87,34 +89,7 @@ class RuntimeTokenRevokeRequest(StrictSerializer):
 
 # --- helpers ----------------------------------------------------------------------------------------
 def _parse(request, serializer_class) -> dict:
-    check_request_size(request, REQUEST_BYTES, what="A runtime token request")
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
-
-
-def _unknown(path: str, keys: list[str]) -> ValidationFailed:
-    return ValidationFailed(
-        f"Unknown {path}: {', '.join(keys)}.",
-        details=[
-            {"path": path, "code": "does_not_exist", "message": f"No {path} {k!r}."} for k in keys
-        ],
-    )
-
-
-def _environment(key: str) -> Environment:
-    environment = Environment.objects.filter(key=key).first()
-    if environment is None:
-        raise _unknown("environment", [key])
-    return environment
-
-
-def _agents(keys: list[str]) -> list[Agent]:
-    agents = list(Agent.objects.filter(key__in=keys))
-    missing = sorted(set(keys) - {a.key for a in agents})
-    if missing:
-        raise _unknown("agents", missing)
-    return agents
+    return parse_strict(request, serializer_class, limit=REQUEST_BYTES, what="A token request")
 
 
 def _token(pk: int) -> RuntimeToken:
@@ -150,13 +125,7 @@ def _token(pk: int) -> RuntimeToken:
 def runtime_token_list(request):
     if request.method == "POST":
         data = _parse(request, RuntimeTokenCreateRequest)
-        token, secret = runtime_token_create(
-            name=data["name"],
-            environment=_environment(data["environment"]),
-            capabilities=data["capabilities"],
-            agents=_agents(data["agents"]),
-            actor=request.user,
-        )
+        token, secret = runtime_token_create(actor=request.user, **data)
         body = {**RuntimeTokenSerializer(_token(token.pk)).data, "secret": secret}
         return Response(body, status=201)
     return Response({"results": RuntimeTokenSerializer(tokens_list(), many=True).data})
