@@ -18,7 +18,7 @@ from console.policy import Capability, Everywhere, requires
 from strategies.catalog.models import Environment
 from strategies.delivery import selectors, webhooks
 from strategies.delivery.models import WEBHOOK_EVENT, WEBHOOK_EVENTS, Webhook
-from strategies.documents.serializers import StrictSerializer, parse_strict
+from strategies.documents.serializers import KeyField, StrictSerializer, parse_strict
 
 REQUEST_BYTES = 16 * 1024
 RECENT_DELIVERIES = 10
@@ -81,9 +81,7 @@ class WebhookDetailSerializer(WebhookSerializer):
 
 
 class WebhookCreateRequest(StrictSerializer):
-    environment = serializers.SlugRelatedField(
-        slug_field="key", queryset=Environment.objects.all(), help_text="Environment key."
-    )
+    environment = KeyField(queryset=Environment.objects.all(), help_text="Environment key.")
     url = serializers.CharField(max_length=500, help_text="A public http(s) address.")
     description = serializers.CharField(
         max_length=200, required=False, allow_blank=True, default=""

@@ -3,6 +3,8 @@ refused so a typo never silently does nothing."""
 
 from __future__ import annotations
 
+import re
+
 from context_runtime import vocabulary
 from rest_framework import serializers
 
@@ -26,6 +28,24 @@ class StrictSerializer(serializers.Serializer):
         if errors:
             raise serializers.ValidationError(errors, code="unknown_field")
         return value
+
+
+class KeyField(serializers.SlugRelatedField):
+    """An object named by its key (environment, agent): unknown → 400 `does_not_exist` at
+    its path. Something that cannot be a key (not a slug, too long) is refused before any
+    query, so odd input never reaches the database."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("slug_field", "key")
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str) or not KEY.fullmatch(data):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:100])
+        return super().to_internal_value(data)
+
+
+KEY = re.compile(r"[-a-zA-Z0-9_]{1,100}")
 
 
 def parse_strict(request, serializer_class, *, limit: int, what: str) -> dict:

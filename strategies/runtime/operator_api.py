@@ -16,7 +16,7 @@ from console.api_schema import ErrorSerializer
 from console.errors import NotFound
 from console.policy import Capability, Everywhere, requires
 from strategies.catalog.models import Agent, Environment
-from strategies.documents.serializers import StrictSerializer, parse_strict
+from strategies.documents.serializers import KeyField, StrictSerializer, parse_strict
 from strategies.runtime.models import RuntimeToken
 from strategies.runtime.selectors import tokens_list
 from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
@@ -63,9 +63,7 @@ class RuntimeTokenListSerializer(serializers.Serializer):
 
 class RuntimeTokenCreateRequest(StrictSerializer):
     name = serializers.CharField(max_length=200, help_text="Which runtime uses it.")
-    environment = serializers.SlugRelatedField(
-        slug_field="key", queryset=Environment.objects.all(), help_text="Environment key."
-    )
+    environment = KeyField(queryset=Environment.objects.all(), help_text="Environment key.")
     # Checked by the service, which names the choices (a ChoiceField's enum would clash in
     # the schema with the roles' capabilities).
     capabilities = serializers.ListField(
@@ -73,8 +71,7 @@ class RuntimeTokenCreateRequest(StrictSerializer):
         max_length=len(RuntimeToken.CAPABILITIES),
         help_text="Any of " + ", ".join(RuntimeToken.CAPABILITIES) + "; at least one.",
     )
-    agents = serializers.SlugRelatedField(
-        slug_field="key",
+    agents = KeyField(
         queryset=Agent.objects.all(),
         many=True,
         required=False,

@@ -307,6 +307,10 @@ def test_runtime_token_list__active_and_revoked__no_hashes(admin, world):
             "env",
         ),
         ({"name": "a", "environment": "mars", "capabilities": ["config:read"]}, "environment"),
+        (
+            {"name": "a", "environment": "sg\x00test", "capabilities": ["config:read"]},
+            "environment",
+        ),
         ({"name": "a", "environment": "sg-test", "capabilities": ["root"]}, "capabilities"),
         ({"name": "a", "environment": "sg-test", "capabilities": []}, "capabilities"),
         ({"name": " ", "environment": "sg-test", "capabilities": ["config:read"]}, "name"),
@@ -320,7 +324,15 @@ def test_runtime_token_list__active_and_revoked__no_hashes(admin, world):
             "agents",
         ),
     ],
-    ids=["unknown-field", "unknown-env", "unknown-cap", "no-cap", "blank-name", "unknown-agent"],
+    ids=[
+        "unknown-field",
+        "unknown-env",
+        "nul-in-env",
+        "unknown-cap",
+        "no-cap",
+        "blank-name",
+        "unknown-agent",
+    ],
 )
 def test_runtime_token_create__bad_input__400_names_the_field_nothing_written(admin, payload, path):
     before = audit_count()
