@@ -64,9 +64,17 @@ class DeliverySerializer(serializers.Serializer):
     event = serializers.CharField()
     status = serializers.CharField()
     tries = serializers.IntegerField()
-    summary = serializers.CharField(help_text="The change it announces.")
+    summary = serializers.SerializerMethodField(help_text="The change it announces.")
     created_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_summary(self, obj) -> str:
+        # `summary` reads a release.changed body; another event's body may not have its
+        # fields: then the event's name says what it was.
+        try:
+            return obj.summary
+        except (KeyError, TypeError, ValueError):
+            return obj.event
 
 
 class DeliveriesSummarySerializer(serializers.Serializer):

@@ -444,13 +444,17 @@ def test_webhook_detail__deliveries__counts_and_recent_summary(admin, world, pri
     ).encode()
     WebhookDelivery.objects.create(webhook=hook, body=body, status="delivered", tries=1)
     WebhookDelivery.objects.create(webhook=hook, body=body, status="failed", tries=5)
+    WebhookDelivery.objects.create(
+        webhook=hook, body=b'{"approval": {"id": 7}}', event="approval.requested"
+    )
 
     detail = admin.get(f"{HOOKS}{hook.pk}/").json()
 
-    assert detail["deliveries"]["counts"] == {"pending": 0, "delivered": 1, "failed": 1}
+    assert detail["deliveries"]["counts"] == {"pending": 1, "delivered": 1, "failed": 1}
     recent = detail["deliveries"]["recent"]
-    assert [r["status"] for r in recent] == ["failed", "delivered"]
-    assert recent[0]["summary"] == f"{AGENT} / profile v1 → v2 (publish)"
+    assert [r["status"] for r in recent] == ["pending", "failed", "delivered"]
+    assert recent[0]["summary"] == "approval.requested"
+    assert recent[1]["summary"] == f"{AGENT} / profile v1 → v2 (publish)"
     row = admin.get(HOOKS).json()["results"][0]
     assert (row["delivered"], row["failed"], row["events"]) == (1, 1, ["release.changed"])
 
