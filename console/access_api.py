@@ -17,7 +17,9 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 
 from console import services
+from console.api_schema import ErrorSerializer
 from console.errors import NotFound, ValidationFailed
+from console.limits import check_request_size
 from console.models import AccessLogEntry, AuditRecord, Grant, Role
 from console.policy import Capability, agents_where, refuse, requires
 from console.selectors import logs_filter, logs_visible_to
@@ -36,10 +38,11 @@ from console.serializers import (
 from strategies.catalog.models import Agent
 
 ERRORS = {
-    400: OpenApiResponse(description="validation_failed"),
-    403: OpenApiResponse(description="forbidden"),
-    404: OpenApiResponse(description="not_found (also: out of your scope)"),
-    409: OpenApiResponse(description="conflict"),
+    400: OpenApiResponse(ErrorSerializer, description="validation_failed (also: unknown fields)"),
+    403: OpenApiResponse(ErrorSerializer, description="forbidden"),
+    404: OpenApiResponse(ErrorSerializer, description="not_found (also: out of your scope)"),
+    409: OpenApiResponse(ErrorSerializer, description="conflict (a duplicate)"),
+    413: OpenApiResponse(ErrorSerializer, description="payload_too_large (over 16 KiB)"),
 }
 MANAGERS = requires(Capability.MANAGE_GRANTS, agent_kwarg=None, anywhere=True)
 AUDITORS = requires(Capability.VIEW_AUDIT, agent_kwarg=None, anywhere=True)
@@ -74,7 +77,25 @@ def paginated(serializer_class):
     return _PAGES[serializer_class]
 
 
-def _valid(serializer_class, data):
+# A role or grant request is a few names and a reason.
+REQUEST_BYTES = 16 * 1024
+
+
+def _valid(request, serializer_class, data=None):
+    """Size first (413), then the fields: one the serializer does not declare is refused (a
+    typo never silently does nothing), then the serializer's own checks."""
+    check_request_size(request, REQUEST_BYTES, what="A roles or grants request")
+    data = request.data if data is None else data
+    if isinstance(data, dict):
+        unknown = sorted(set(data) - set(serializer_class().fields))
+        if unknown:
+            raise ValidationFailed(
+                f"Unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}.",
+                details=[
+                    {"path": k, "code": "unknown_field", "message": "Unknown field."}
+                    for k in unknown
+                ],
+            )
     serializer = serializer_class(data=data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
@@ -96,7 +117,7 @@ def _valid(serializer_class, data):
 @MANAGERS
 def role_list(request):
     if request.method == "POST":
-        data = _valid(RoleCreateSerializer, request.data)
+        data = _valid(request, RoleCreateSerializer)
         role = services.role_create(actor=request.user, **data)
         return Response(RoleSerializer(role).data, status=status.HTTP_201_CREATED)
     return Response(RoleSerializer(Role.objects.all(), many=True).data)
@@ -121,7 +142,7 @@ def _role(pk) -> Role:
 def role_detail(request, pk: int):
     role = _role(pk)
     if request.method == "PATCH":
-        data = _valid(RoleUpdateSerializer, request.data)
+        data = _valid(request, RoleUpdateSerializer)
         role = services.role_update(actor=request.user, role=role, **data)
     return Response(RoleSerializer(role).data)
 
@@ -163,7 +184,7 @@ def _lookup(model, field: str, value, path: str):
 @MANAGERS
 def grant_list(request):
     if request.method == "POST":
-        data = _valid(GrantCreateSerializer, request.data)
+        data = _valid(request, GrantCreateSerializer)
         agent = None
         if data.get("agent"):
             agent = Agent.objects.filter(key=data["agent"]).first()
@@ -199,7 +220,7 @@ def grant_detail(request, pk: int):
     if request.method == "DELETE":
         # The reason may come in the body or, for clients that send no body with DELETE,
         # as ?reason=.
-        data = _valid(GrantRevokeSerializer, request.data or request.query_params)
+        data = _valid(request, GrantRevokeSerializer, request.data or request.query_params)
         services.grant_revoke(actor=request.user, grant=grant, reason=data["reason"])
         return Response(status=status.HTTP_204_NO_CONTENT)
     if not _grants_visible_to(request.user).filter(pk=grant.pk).exists():

@@ -2,8 +2,9 @@
 
 - pages:        strategies.{documents,releases,runtime,delivery,catalog}.urls, traces.urls,
                 console.access_urls
-- operator API: /api/v1/ → strategies.{catalog,documents}.api_urls, traces.api_urls,
-                console.access_api_urls
+- operator API: /api/v1/ → strategies.{catalog,documents,exchange,releases}.api_urls,
+                strategies.runtime.operator_api_urls, strategies.delivery.api_urls,
+                traces.api_urls, console.access_api_urls
 - runtime API:  /api/v1/runtime/ → strategies.runtime.runtime_urls, traces.runtime_urls
 """
 
@@ -50,6 +51,8 @@ OPERATOR_API = (
     "strategies.documents.api_urls",
     "strategies.exchange.api_urls",
     "strategies.releases.api_urls",
+    "strategies.runtime.operator_api_urls",
+    "strategies.delivery.api_urls",
     "traces.api_urls",
     "console.access_api_urls",
 )

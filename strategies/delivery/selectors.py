@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.paginator import Paginator
 from django.db.models import Count, Prefetch, Q
 
-from strategies.delivery.models import Webhook, WebhookAttempt
+from strategies.delivery.models import Webhook, WebhookAttempt, WebhookDelivery
 
 
 def webhooks_list():
@@ -26,3 +26,14 @@ def deliveries_page(*, webhook, status: str = "", page=1):
     if status:
         deliveries = deliveries.filter(status=status)
     return Paginator(deliveries.order_by("-created_at", "-id"), 25).get_page(page)
+
+
+def delivery_counts(*, webhook) -> dict[str, int]:
+    """{status: deliveries} for every status, zero included."""
+    rows = webhook.deliveries.order_by().values("status").annotate(n=Count("id"))
+    counts = {row["status"]: row["n"] for row in rows}
+    return {status: counts.get(status, 0) for status in WebhookDelivery.Status.values}
+
+
+def deliveries_recent(*, webhook, limit: int = 10) -> list[WebhookDelivery]:
+    return list(webhook.deliveries.order_by("-created_at", "-id")[:limit])

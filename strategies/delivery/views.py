@@ -12,7 +12,13 @@ from console.errors import ApplicationError, NotFound
 from console.policy import Capability, requires
 from strategies.catalog.selectors import environment_get, environment_list
 from strategies.delivery import selectors, webhooks
-from strategies.delivery.models import Webhook
+from strategies.delivery.models import APPROVAL_REQUESTED_EVENT, WEBHOOK_EVENT, Webhook
+
+# The events a webhook can hear, with who listens to them (the create form's checkboxes).
+EVENT_CHOICES = [
+    (WEBHOOK_EVENT, "Release changed (runtimes)"),
+    (APPROVAL_REQUESTED_EVENT, "Approval requested (chat, review routing)"),
+]
 
 
 @requires(Capability.MANAGE_TOKENS, agent_kwarg=None)
@@ -26,6 +32,7 @@ def webhook_list(request):
                 environment=environment_get(key=request.POST.get("environment", "")),
                 url=request.POST.get("url", "").strip(),
                 description=request.POST.get("description", "").strip(),
+                events=request.POST.getlist("events"),
                 actor=request.user,
             )
         except ApplicationError as exc:
@@ -38,6 +45,8 @@ def webhook_list(request):
             "created": created,
             "error": error,
             "environments": environment_list(),
+            "event_choices": EVENT_CHOICES,
+            "events_checked": request.POST.getlist("events") if error else [WEBHOOK_EVENT],
         },
         status=error.status if error else 200,
     )

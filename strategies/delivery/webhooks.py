@@ -46,11 +46,17 @@ from django.db.models import F, Max
 from django.utils import timezone
 
 from console.audit import actor_label, audit_record
-from console.errors import NotFound, ValidationFailed
+from console.errors import Conflict, NotFound, ValidationFailed
 from console.policy import service_transaction
 from console.writes import update_or_refuse
 from strategies.catalog.models import Environment
-from strategies.delivery.models import WEBHOOK_EVENT, Webhook, WebhookAttempt, WebhookDelivery
+from strategies.delivery.models import (
+    WEBHOOK_EVENT,
+    WEBHOOK_EVENTS,
+    Webhook,
+    WebhookAttempt,
+    WebhookDelivery,
+)
 
 log = logging.getLogger(__name__)
 
@@ -510,20 +516,60 @@ def webhook_url_check(url: str) -> None:
         ) from exc
 
 
-def webhook_create(*, environment: Environment, url: str, description: str = "", actor):
-    """Register a URL; returns (webhook, secret). The secret is shown once. The host is
-    resolved and checked before the transaction (no lookup while it is open)."""
+def webhook_events_clean(events) -> list[str]:
+    """The events a webhook hears, in WEBHOOK_EVENTS order: at least one, each known."""
+    if events is None:
+        return [WEBHOOK_EVENT]
+    chosen = list(events) if isinstance(events, list | tuple) else None
+    unknown = [e for e in chosen or [] if e not in WEBHOOK_EVENTS]
+    if not chosen or unknown:
+        raise ValidationFailed(
+            "Choose at least one event among " + ", ".join(WEBHOOK_EVENTS) + ".",
+            details=[
+                {
+                    "path": "events",
+                    "code": "invalid_choice" if unknown else "required",
+                    "message": f"unknown: {', '.join(map(str, unknown))}"
+                    if unknown
+                    else "at least one event",
+                }
+            ],
+        )
+    return [e for e in WEBHOOK_EVENTS if e in chosen]
+
+
+def webhook_create(
+    *, environment: Environment, url: str, description: str = "", events=None, actor
+):
+    """Register a URL for some events (release.changed by default); returns (webhook,
+    secret). The secret is shown once. The host is resolved and checked before the
+    transaction (no lookup while it is open). The same URL twice on one environment is 409."""
     webhook_url_check(url)
-    return _webhook_store(environment=environment, url=url, description=description, actor=actor)
+    events = webhook_events_clean(events)
+    return _webhook_store(
+        environment=environment, url=url, description=description, events=events, actor=actor
+    )
 
 
 @service_transaction
-def _webhook_store(*, environment: Environment, url: str, description: str, actor):
+def _webhook_store(*, environment: Environment, url: str, description: str, events, actor):
+    # Registrations on one environment take turns, so two of the same URL cannot both pass.
+    Environment.objects.select_for_update().filter(pk=environment.pk).first()
+    existing = Webhook.objects.filter(
+        environment=environment, url=url, deleted_at__isnull=True
+    ).first()
+    if existing is not None:
+        raise Conflict(
+            f"{url} is already registered for {environment.key}.",
+            code="webhook_exists",
+            extra={"current": {"id": existing.pk, "events": existing.events}},
+        )
     secret = new_webhook_secret()
     hook = Webhook.objects.create(
         environment=environment,
         url=url,
         description=description[:200],
+        events=events,
         secret=secret,
         created_by=actor_label(actor),
     )
@@ -531,7 +577,12 @@ def _webhook_store(*, environment: Environment, url: str, description: str, acto
         actor=actor,
         action="webhook.create",
         target=hook,
-        after={"environment": environment.key, "url": url, "description": description},
+        after={
+            "environment": environment.key,
+            "url": url,
+            "description": description,
+            "events": events,
+        },
     )
     return hook, secret
 

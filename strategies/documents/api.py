@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from context_runtime import vocabulary
+from django.db import IntegrityError
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -14,13 +15,14 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from console.access_api import OperatorPagination, paginated
-from console.errors import NotFound, ValidationFailed
-from console.limits import check_request_size
-from console.policy import Capability, requires
+from console.errors import Conflict, NotFound, ValidationFailed
+from console.policy import Capability, requires, service_transaction
 from strategies.catalog.selectors import environment_get
 from strategies.documents import selectors, services
 from strategies.documents.serializers import (
     DiffSerializer,
+    DocumentCreatedSerializer,
+    DocumentCreateRequest,
     DocumentSerializer,
     DraftCreateRequest,
     DraftUpdateRequest,
@@ -30,6 +32,7 @@ from strategies.documents.serializers import (
     ValidationReportSerializer,
     VersionSerializer,
     VersionSummarySerializer,
+    parse_strict,
 )
 
 # The envelope around a body (revision, note, kind, environment) may add this much.
@@ -45,16 +48,21 @@ WRITE_ERRORS = {
     409: OpenApiResponse(ErrorSerializer, description="Stale revision; `current` holds the draft."),
     413: OpenApiResponse(ErrorSerializer, description="Body larger than 64 KiB."),
 }
+CREATE_ERRORS = {
+    **WRITE_ERRORS,
+    409: OpenApiResponse(
+        ErrorSerializer, description="The agent already has a document by that key."
+    ),
+}
 
 
 def _parse(request, serializer_class) -> dict:
-    """Size limit first (nothing parsed for an oversize body), then the strict serializer."""
-    check_request_size(
-        request, vocabulary.MAX_BODY_BYTES + ENVELOPE_BYTES, what="A document request"
+    return parse_strict(
+        request,
+        serializer_class,
+        limit=vocabulary.MAX_BODY_BYTES + ENVELOPE_BYTES,
+        what="A document request",
     )
-    serializer = serializer_class(data=request.data)
-    serializer.is_valid(raise_exception=True)
-    return serializer.validated_data
 
 
 def _page(request, items, serializer_class) -> Response:
@@ -74,6 +82,14 @@ def _draft(document):
     return draft
 
 
+def _document_out(document) -> dict:
+    """A document as the list shows it: newest frozen version, open draft, live versions."""
+    document.latest = selectors.latest_frozen(document=document)
+    document.draft = selectors.draft_get(document=document)
+    document.live = selectors.live_versions(document=document)
+    return DocumentSerializer(document).data
+
+
 def _version_out(document, version) -> dict:
     live = selectors.live_versions(document=document)
     version.live_in = [env for env, v in live.items() if v.pk == version.pk]
@@ -81,6 +97,7 @@ def _version_out(document, version) -> dict:
 
 
 @extend_schema(
+    methods=["GET"],
     operation_id="v1_agents_documents_list",  # a page, not a bare list: named as the list it is
     summary="List an agent's documents",
     responses={
@@ -89,11 +106,69 @@ def _version_out(document, version) -> dict:
     },
     tags=["documents"],
 )
-@api_view(["GET"])
-@requires(Capability.VIEW_CONFIG)
+@extend_schema(
+    methods=["POST"],
+    operation_id="v1_agents_documents_create",
+    summary="Create a strategy and its first draft (nothing is written if the body is invalid)",
+    request=DocumentCreateRequest,
+    responses={201: DocumentCreatedSerializer, **CREATE_ERRORS},
+    tags=["documents"],
+)
+@api_view(["GET", "POST"])
 def document_list(request, agent):
+    # One URL, a rule per method (REQUIRED): reading needs VIEW_CONFIG, creating EDIT_DRAFTS.
+    if request.method == "POST":
+        return _document_create(request, agent=agent)
+    return _document_list(request, agent=agent)
+
+
+@requires(Capability.VIEW_CONFIG)
+def _document_list(request, agent):
     docs = selectors.document_list(agent=request.agent)
     return Response({"results": DocumentSerializer(docs, many=True).data})
+
+
+@service_transaction
+def _document_with_draft(*, agent, key: str, name: str, body, note: str, actor):
+    """The strategy and its first draft in one transaction: a body that fails validation
+    leaves no document behind."""
+    document = services.document_create(agent=agent, key=key, name=name, actor=actor)
+    draft = services.draft_create(document=document, body=body, note=note, actor=actor)
+    return document, draft
+
+
+@requires(Capability.EDIT_DRAFTS)
+def _document_create(request, agent):
+    data = _parse(request, DocumentCreateRequest)
+    try:
+        document, draft = _document_with_draft(
+            agent=request.agent,
+            key=data["key"],
+            name=data["name"],
+            body=data["body"],
+            note=data["note"],
+            actor=request.user,
+        )
+    except IntegrityError as exc:  # a concurrent create of the same key won the race
+        raise Conflict(
+            f"{request.agent.key} already has a document named {data['key']}.",
+            code="document_exists",
+        ) from exc
+    return Response(
+        {"document": _document_out(document), "draft": _version_out(document, draft)},
+        status=201,
+    )
+
+
+@extend_schema(
+    summary="Get one document: newest version, open draft, what is live where",
+    responses={200: DocumentSerializer, **ERRORS},
+    tags=["documents"],
+)
+@api_view(["GET"])
+@requires(Capability.VIEW_CONFIG)
+def document_detail(request, agent, document):
+    return Response(_document_out(_document(request, document)))
 
 
 @extend_schema(

@@ -12,6 +12,7 @@ DOC = "agents/<slug:agent>/documents/<slug:document>/"
 
 urlpatterns = [
     path("agents/<slug:agent>/documents/", api.document_list, name="api-document-list"),
+    path(DOC, api.document_detail, name="api-document-detail"),
     path(DOC + "versions/", api.version_list, name="api-version-list"),
     path(DOC + "versions/<int:number>/", api.version_detail, name="api-version-detail"),
     path(DOC + "draft/", api.draft, name="api-draft"),
@@ -21,7 +22,8 @@ urlpatterns = [
 ]
 
 REQUIRED = {
-    "api-document-list": Capability.VIEW_CONFIG,
+    "api-document-list": {"GET": Capability.VIEW_CONFIG, "POST": Capability.EDIT_DRAFTS},
+    "api-document-detail": Capability.VIEW_CONFIG,
     "api-version-list": Capability.VIEW_CONFIG,
     "api-version-detail": Capability.VIEW_CONFIG,
     "api-draft": Capability.EDIT_DRAFTS,

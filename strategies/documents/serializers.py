@@ -3,26 +3,72 @@ refused so a typo never silently does nothing."""
 
 from __future__ import annotations
 
+import re
+
 from context_runtime import vocabulary
 from rest_framework import serializers
 
 from console.api_schema import ErrorDetailSerializer, ErrorSerializer  # noqa: F401 - re-exported
+from console.limits import check_request_size
 
 
 class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not declare (`{"revison": 3}` is an error, not ignored)."""
+    """Refuses fields it does not declare (`{"revison": 3}` is an error, not ignored), named
+    together with any other field's error."""
 
-    def validate(self, attrs):
-        if isinstance(self.initial_data, dict):
-            unknown = sorted(set(self.initial_data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError(
-                    {name: ["Unknown field."] for name in unknown}, code="unknown_field"
-                )
-        return attrs
+    def to_internal_value(self, data):
+        unknown = sorted(set(data) - set(self.fields)) if isinstance(data, dict) else []
+        errors = {name: ["Unknown field."] for name in unknown}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if errors and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**exc.detail, **errors}) from exc
+            raise
+        if errors:
+            raise serializers.ValidationError(errors, code="unknown_field")
+        return value
+
+
+class KeyField(serializers.SlugRelatedField):
+    """An object named by its key (environment, agent): unknown → 400 `does_not_exist` at
+    its path. Something that cannot be a key (not a slug, too long) is refused before any
+    query, so odd input never reaches the database."""
+
+    def __init__(self, **kwargs):
+        kwargs.setdefault("slug_field", "key")
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str) or not KEY.fullmatch(data):
+            self.fail("does_not_exist", slug_name=self.slug_field, value=str(data)[:100])
+        return super().to_internal_value(data)
+
+
+KEY = re.compile(r"[-a-zA-Z0-9_]{1,100}")
+
+
+def parse_strict(request, serializer_class, *, limit: int, what: str) -> dict:
+    """The operator API's input: the size first (413, nothing parsed for an oversize body),
+    then the strict serializer (400 naming every bad or unknown field)."""
+    check_request_size(request, limit, what=what)
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
 
 
 # --------------------------------------------------------------------------- requests
+
+
+class DocumentCreateRequest(StrictSerializer):
+    key = serializers.CharField(
+        max_length=100,
+        help_text="The task key the runtime asks for: lowercase letters, digits and "
+        "underscores ('profile' is reserved).",
+    )
+    name = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    body = serializers.JSONField(help_text="The first draft's body (docs/runtime-contract.md §5).")
+    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
 
 
 class DraftCreateRequest(StrictSerializer):
@@ -98,6 +144,11 @@ class DocumentSerializer(serializers.Serializer):
 
     def get_live(self, obj) -> dict[str, int]:
         return {env: version.number for env, version in obj.live.items()}
+
+
+class DocumentCreatedSerializer(serializers.Serializer):
+    document = DocumentSerializer()
+    draft = VersionSerializer()
 
 
 class ChangeSerializer(serializers.Serializer):

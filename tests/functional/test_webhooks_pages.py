@@ -22,9 +22,16 @@ def test_webhooks_page__register_then_release__delivery_listed(page, login, live
     page.fill("#w-url", "http://127.0.0.1:9/hooks/console")
     page.select_option("#w-env", "sg-test")
     page.fill("#w-desc", "sg-test runtime")
+    # Release changes are ticked by default; approval requests are for a review channel.
+    assert page.get_by_label("Release changed (runtimes)").is_checked()
+    page.get_by_label("Approval requested (chat, review routing)").check()
     page.click("#webhook-form button[type=submit]")
     secret = page.locator("#new-webhook .copy-value").inner_text()
-    assert secret.startswith("whsec_") and Webhook.objects.get().secret == secret
+    hook = Webhook.objects.get()
+    assert secret.startswith("whsec_") and hook.secret == secret
+    assert hook.events == ["release.changed", "approval.requested"]
+    events = page.locator(f"tr[data-webhook='{hook.pk}'] [data-events]").inner_text()
+    assert events == "release.changed, approval.requested"
     SCREENS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SCREENS / "releases-webhooks.png"), full_page=True)
 

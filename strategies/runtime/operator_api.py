@@ -1,0 +1,162 @@
+"""Operator API for runtime tokens (/api/v1/runtime-tokens/): list, create (the secret shown
+once), read, revoke. Console-wide: MANAGE_TOKENS on all agents, as on the token page.
+
+Not the runtime API (strategies.runtime.api, which runtimes call with their token). Thin:
+parse strictly, call strategies.runtime.tokens (which audits), serialize — never a hash.
+"""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.decorators import api_view
+from rest_framework.response import Response
+
+from console.api_schema import ErrorSerializer
+from console.errors import NotFound
+from console.policy import Capability, Everywhere, requires
+from strategies.catalog.models import Agent, Environment
+from strategies.documents.serializers import KeyField, StrictSerializer, parse_strict
+from strategies.runtime.models import RuntimeToken
+from strategies.runtime.selectors import tokens_list
+from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
+
+# A token request is a name, an environment, a few capabilities and agent keys.
+REQUEST_BYTES = 16 * 1024
+MANAGERS = requires(Everywhere(Capability.MANAGE_TOKENS), agent_kwarg=None)
+
+ERRORS = {
+    400: OpenApiResponse(ErrorSerializer, description="Malformed or invalid input."),
+    403: OpenApiResponse(ErrorSerializer, description="Needs manage_tokens on all agents."),
+}
+NOT_FOUND = {404: OpenApiResponse(ErrorSerializer, description="No such runtime token.")}
+TOO_LARGE = {413: OpenApiResponse(ErrorSerializer, description="Request larger than 16 KiB.")}
+
+
+# --- shapes -----------------------------------------------------------------------------------------
+class RuntimeTokenSerializer(serializers.Serializer):
+    """A token as the page shows it: never its hash, never its secret."""
+
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    environment = serializers.CharField(source="environment.key")
+    agents = serializers.SerializerMethodField(help_text="Agent keys; empty = every agent.")
+    capabilities = serializers.ListField(child=serializers.CharField())
+    prefix = serializers.CharField(help_text="The secret's first characters, to recognise it.")
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+    last_used_at = serializers.DateTimeField(allow_null=True)
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    is_active = serializers.BooleanField()
+
+    def get_agents(self, obj) -> list[str]:
+        return sorted(a.key for a in obj.agents.all())
+
+
+class RuntimeTokenCreatedSerializer(RuntimeTokenSerializer):
+    secret = serializers.CharField(help_text="Shown in this answer only; only its hash is kept.")
+
+
+class RuntimeTokenListSerializer(serializers.Serializer):
+    results = RuntimeTokenSerializer(many=True)
+
+
+class RuntimeTokenCreateRequest(StrictSerializer):
+    name = serializers.CharField(max_length=200, help_text="Which runtime uses it.")
+    environment = KeyField(queryset=Environment.objects.all(), help_text="Environment key.")
+    # Checked by the service, which names the choices (a ChoiceField's enum would clash in
+    # the schema with the roles' capabilities).
+    capabilities = serializers.ListField(
+        child=serializers.CharField(max_length=30),
+        max_length=len(RuntimeToken.CAPABILITIES),
+        help_text="Any of " + ", ".join(RuntimeToken.CAPABILITIES) + "; at least one.",
+    )
+    agents = KeyField(
+        queryset=Agent.objects.all(),
+        many=True,
+        required=False,
+        default=list,
+        help_text="Agent keys; omit or [] for every agent.",
+    )
+
+
+class RuntimeTokenRevokeRequest(StrictSerializer):
+    reason = serializers.CharField(min_length=3, max_length=500, help_text="For the audit log.")
+
+
+# --- helpers ----------------------------------------------------------------------------------------
+def _parse(request, serializer_class) -> dict:
+    return parse_strict(request, serializer_class, limit=REQUEST_BYTES, what="A token request")
+
+
+def _token(pk: int) -> RuntimeToken:
+    token = (
+        RuntimeToken.objects.select_related("environment")
+        .prefetch_related("agents")
+        .filter(pk=pk)
+        .first()
+    )
+    if token is None:
+        raise NotFound("No such runtime token.")
+    return token
+
+
+# --- endpoints --------------------------------------------------------------------------------------
+@extend_schema(
+    methods=["GET"],
+    operation_id="v1_runtime_tokens_list",
+    summary="List runtime tokens, active first (never their secrets or hashes)",
+    responses={200: RuntimeTokenListSerializer, 403: ERRORS[403]},
+    tags=["runtime tokens"],
+)
+@extend_schema(
+    methods=["POST"],
+    operation_id="v1_runtime_tokens_create",
+    summary="Create a runtime token for one environment; the secret is in this answer only",
+    request=RuntimeTokenCreateRequest,
+    responses={201: RuntimeTokenCreatedSerializer, **ERRORS, **TOO_LARGE},
+    tags=["runtime tokens"],
+)
+@api_view(["GET", "POST"])
+@MANAGERS
+def runtime_token_list(request):
+    if request.method == "POST":
+        data = _parse(request, RuntimeTokenCreateRequest)
+        token, secret = runtime_token_create(actor=request.user, **data)
+        body = {**RuntimeTokenSerializer(_token(token.pk)).data, "secret": secret}
+        return Response(body, status=201)
+    return Response({"results": RuntimeTokenSerializer(tokens_list(), many=True).data})
+
+
+@extend_schema(
+    operation_id="v1_runtime_tokens_retrieve",
+    summary="One runtime token",
+    responses={200: RuntimeTokenSerializer, 403: ERRORS[403], **NOT_FOUND},
+    tags=["runtime tokens"],
+)
+@api_view(["GET"])
+@MANAGERS
+def runtime_token_detail(request, pk: int):
+    return Response(RuntimeTokenSerializer(_token(pk)).data)
+
+
+@extend_schema(
+    operation_id="v1_runtime_tokens_revoke",
+    summary="Revoke a runtime token at once (its runtime gets 401 from the next request)",
+    request=RuntimeTokenRevokeRequest,
+    responses={
+        200: RuntimeTokenSerializer,
+        **ERRORS,
+        **NOT_FOUND,
+        409: OpenApiResponse(ErrorSerializer, description="Already revoked."),
+        **TOO_LARGE,
+    },
+    tags=["runtime tokens"],
+)
+@api_view(["POST"])
+@MANAGERS
+def runtime_token_revoke_view(request, pk: int):
+    token = _token(pk)
+    data = _parse(request, RuntimeTokenRevokeRequest)
+    runtime_token_revoke(token=token, actor=request.user, reason=data["reason"])
+    return Response(RuntimeTokenSerializer(_token(pk)).data)
