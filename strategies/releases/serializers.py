@@ -138,7 +138,7 @@ class DocumentReleasesSerializer(serializers.Serializer):
     )
 
 
-class EnvironmentSerializer(serializers.Serializer):
+class ReleaseEnvironmentSerializer(serializers.Serializer):
     key = serializers.CharField()
     name = serializers.CharField()
     position = serializers.IntegerField()
@@ -148,7 +148,7 @@ class EnvironmentSerializer(serializers.Serializer):
 
 class AgentReleasesSerializer(serializers.Serializer):
     agent = serializers.CharField()
-    environments = EnvironmentSerializer(many=True)
+    environments = ReleaseEnvironmentSerializer(many=True)
     documents = DocumentReleasesSerializer(many=True)
     pending = ApprovalSerializer(many=True)
 
