@@ -41,8 +41,14 @@ PAGES = (
     "strategies.delivery.urls",
     "traces.urls",
     "console.access_urls",
+    "console.account_urls",
 )
-OPERATOR_API = ("strategies.documents.api_urls", "traces.api_urls", "console.access_api_urls")
+OPERATOR_API = (
+    "strategies.documents.api_urls",
+    "traces.api_urls",
+    "console.access_api_urls",
+    "console.account_api_urls",
+)
 RUNTIME_API = ("strategies.runtime.runtime_urls", "traces.runtime_urls")
 urlpatterns += [path("", include(module)) for module in PAGES]
 urlpatterns += [path("api/v1/", include(module)) for module in OPERATOR_API]
