@@ -12,6 +12,7 @@ import orjson
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models import Q
+from django.http import HttpResponse
 from django.utils.decorators import method_decorator
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -332,7 +333,15 @@ def audit_export(request):
             "filters": {k: str(v) for k, v in params.items() if v},
         },
     )
-    response = Response(AuditRecordSerializer(rows, many=True).data)
+    data = AuditRecordSerializer(rows, many=True).data
+    if isinstance(request.accepted_renderer, JSONLinesRenderer):
+        # Built here rather than rendered: DRF drops the Content-Type of an empty body, and
+        # an empty page (nothing new yet) is the usual answer to a poll.
+        response = HttpResponse(
+            request.accepted_renderer.render(data), content_type=JSONLinesRenderer.media_type
+        )
+    else:
+        response = Response(data)
     query = {k: v for k, v in request.query_params.items() if k not in ("after", "limit")}
     next_url = request.build_absolute_uri(
         request.path + "?" + urlencode({**query, "after": cursor, "limit": limit})
