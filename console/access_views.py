@@ -25,7 +25,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from console import services
 from console.account_views import token_rows
-from console.audit import access_record
+from console.audit import AUDIT_HASHED, CHAIN_FIELDS, OPTIONAL_HASHED, access_record
 from console.errors import ApplicationError, NotFound
 from console.forms import ALL_AGENTS, GrantForm, LogFilterForm, RoleForm
 from console.models import AccessLogEntry, AuditRecord, Grant, PersonalToken, Role
@@ -459,24 +459,12 @@ def audit_list_url(**filters) -> str:
 
 
 # --- the audit log as CSV (the page's "Download CSV", with its filters) ---------------------------
+# Every field of a row: the hashed ones, the token it was made with, the change, the chain.
 CSV_COLUMNS = (
     "id",
-    "occurred_at",
-    "actor_type",
-    "actor_label",
-    "actor_token_label",
-    "actor_token_id",
-    "actor_roles",
-    "action",
-    "target_type",
-    "target_id",
-    "target_label",
-    "agent_key",
-    "request_id",
-    "ip",
-    "changes",
-    "before",
-    "after",
+    *CHAIN_FIELDS,
+    *OPTIONAL_HASHED,
+    *AUDIT_HASHED,
     "prev_hash",
     "hash",
 )

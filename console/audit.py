@@ -41,8 +41,9 @@ CHAIN_FIELDS = (
 # Hashed only when non-empty (after the fields above), so rows written before they existed
 # keep their hash: the personal token a user acted through.
 OPTIONAL_HASHED = ("actor_token_id", "actor_token_label")
+AUDIT_HASHED = ("before", "after", "changes")
 _EXTRA_HASHED = {
-    "AuditRecord": ("before", "after", "changes"),
+    "AuditRecord": AUDIT_HASHED,
     "AccessLogEntry": ("outcome", "reason", "detail"),
 }
 _LOCK_KEYS = {"AuditRecord": 7_201_001, "AccessLogEntry": 7_201_002}
