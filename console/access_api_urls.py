@@ -13,6 +13,7 @@ urlpatterns = [
     path("grants/", api.grant_list, name="api-grant-list"),
     path("grants/<int:pk>/", api.grant_detail, name="api-grant-detail"),
     path("audit/", api.AuditList.as_view(), name="api-audit-list"),
+    path("audit/export", api.audit_export, name="api-audit-export"),
     path("access-log/", api.AccessLogList.as_view(), name="api-access-log-list"),
 ]
 
@@ -30,5 +31,6 @@ REQUIRED = {
     "api-grant-list": Capability.MANAGE_GRANTS,
     "api-grant-detail": Capability.MANAGE_GRANTS,
     "api-audit-list": Capability.VIEW_AUDIT,
+    "api-audit-export": Capability.VIEW_AUDIT,
     "api-access-log-list": Capability.VIEW_AUDIT,
 }

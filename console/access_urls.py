@@ -18,6 +18,13 @@ urlpatterns = [
     path("access/sign-in-locks/unlock/", views.login_lock_clear, name="login-lock-clear"),
     path("audit/", views.audit_list, name="audit-list"),
     path("audit/<int:pk>/", views.audit_detail, name="audit-detail"),
+    path("audit/export.csv", views.audit_export_csv, name="audit-export-csv"),
+    path("access/tokens/", views.personal_token_admin_list, name="personal-token-admin-list"),
+    path(
+        "access/tokens/<int:pk>/revoke/",
+        views.personal_token_admin_revoke,
+        name="access-personaltoken-revoke",
+    ),
     path("audit/access/", views.access_log_list, name="access-log-list"),
 ]
 
@@ -31,5 +38,8 @@ REQUIRED = {
     "login-lock-clear": Everywhere(Capability.MANAGE_GRANTS),
     "audit-list": Capability.VIEW_AUDIT,
     "audit-detail": Capability.VIEW_AUDIT,
+    "audit-export-csv": Capability.VIEW_AUDIT,
+    "personal-token-admin-list": Everywhere(Capability.MANAGE_GRANTS),
+    "access-personaltoken-revoke": Everywhere(Capability.MANAGE_GRANTS),
     "access-log-list": Capability.VIEW_AUDIT,
 }

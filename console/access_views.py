@@ -6,6 +6,8 @@ Thin views: parse input, ask the policy, call a service or a read helper, render
 
 from __future__ import annotations
 
+import csv
+import json
 from urllib.parse import urlencode
 
 from django.contrib import messages
@@ -13,16 +15,21 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.paginator import Paginator
 from django.db.models import Q
+from django.http import StreamingHttpResponse
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
 from console import services
+from console.account_views import token_rows
+from console.audit import AUDIT_HASHED, CHAIN_FIELDS, OPTIONAL_HASHED, access_record
 from console.errors import ApplicationError, NotFound
 from console.forms import ALL_AGENTS, GrantForm, LogFilterForm, RoleForm
-from console.models import AccessLogEntry, AuditRecord, Grant, Role
+from console.models import AccessLogEntry, AuditRecord, Grant, PersonalToken, Role
+from console.personal_tokens import personal_token_revoke, personal_tokens_all
 from console.policy import (
     CAPABILITY_LABELS,
     Capability,
@@ -308,6 +315,36 @@ def grant_revoke(request, pk: int):
     return redirect("access-overview")
 
 
+# --- everyone's personal API tokens (admins) -----------------------------------------------------
+@require_GET
+@requires(Everywhere(Capability.MANAGE_GRANTS), agent_kwarg=None)
+def personal_token_admin_list(request):
+    """Every person's API tokens, active first, each with Revoke."""
+    tokens = token_rows(personal_tokens_all().order_by("revoked_at", "user__username", "name"))
+    return TemplateResponse(request, "console/personal_token_admin_list.html", {"tokens": tokens})
+
+
+@require_POST
+@requires(Everywhere(Capability.MANAGE_GRANTS), agent_kwarg=None)
+def personal_token_admin_revoke(request, pk: int):
+    token = PersonalToken.objects.select_related("user").filter(pk=pk).first()
+    if token is None:
+        raise NotFound("No such token.")
+    try:
+        personal_token_revoke(
+            token=token, actor=request.user, reason=request.POST.get("reason", "")
+        )
+    except ApplicationError as error:
+        if error.status in (403, 404):
+            raise
+        messages.error(request, error.message)
+    else:
+        messages.success(
+            request, f"Revoked {token.user.get_username()}’s token {token.name} ({token.prefix}…)."
+        )
+    return redirect("personal-token-admin-list")
+
+
 # --- locked sign-ins ------------------------------------------------------------------------------
 @require_GET
 @requires(Everywhere(Capability.MANAGE_GRANTS), agent_kwarg=None)
@@ -419,3 +456,58 @@ def audit_list_url(**filters) -> str:
     """A link to the audit log with filters (for other pages: "history of this document")."""
 
     return reverse("audit-list") + ("?" + urlencode(filters) if filters else "")
+
+
+# --- the audit log as CSV (the page's "Download CSV", with its filters) ---------------------------
+# Every field of a row: the hashed ones, the token it was made with, the change, the chain.
+CSV_COLUMNS = (
+    "id",
+    *CHAIN_FIELDS,
+    *OPTIONAL_HASHED,
+    *AUDIT_HASHED,
+    "prev_hash",
+    "hash",
+)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value) -> str:
+    """A value as a CSV cell that a spreadsheet shows as text: JSON for lists and dicts, and
+    a leading quote for anything a spreadsheet would run as a formula (= + - @)."""
+    if value is None:
+        text = ""
+    elif isinstance(value, list | dict):
+        text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    else:
+        text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+    return "'" + text if text.startswith(FORMULA_STARTS) else text
+
+
+class _Echo:
+    def write(self, value):
+        return value
+
+
+@require_GET
+@requires(Capability.VIEW_AUDIT, agent_kwarg=None, anywhere=True)
+def audit_export_csv(request):
+    """The audit rows the page shows (same filters, same visibility), newest first, streamed."""
+    filters = LogFilterForm(request.GET or None).filters()
+    rows = logs_filter(logs_visible_to(request.user, AuditRecord), **filters)
+    access_record(
+        actor=request.user,
+        action="audit.export",
+        target=("console.auditrecord", "", "audit log CSV"),
+        detail={"format": "csv", "filters": {k: str(v) for k, v in filters.items() if v}},
+    )
+    writer = csv.writer(_Echo())
+
+    def lines():
+        yield writer.writerow(CSV_COLUMNS)
+        for row in rows.iterator(chunk_size=1000):
+            yield writer.writerow([csv_cell(getattr(row, c)) for c in CSV_COLUMNS])
+
+    name = f"audit-{timezone.now():%Y%m%d-%H%M%S}.csv"
+    response = StreamingHttpResponse(lines(), content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response

@@ -38,8 +38,12 @@ CHAIN_FIELDS = (
     "request_id",
     "ip",
 )
+# Hashed only when non-empty (after the fields above), so rows written before they existed
+# keep their hash: the personal token a user acted through.
+OPTIONAL_HASHED = ("actor_token_id", "actor_token_label")
+AUDIT_HASHED = ("before", "after", "changes")
 _EXTRA_HASHED = {
-    "AuditRecord": ("before", "after", "changes"),
+    "AuditRecord": AUDIT_HASHED,
     "AccessLogEntry": ("outcome", "reason", "detail"),
 }
 _LOCK_KEYS = {"AuditRecord": 7_201_001, "AccessLogEntry": 7_201_002}
@@ -53,8 +57,14 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def hashed_fields(model_name: str) -> tuple[str, ...]:
+    """Every field a row's hash may cover (the optional ones only count when set)."""
+    return CHAIN_FIELDS + _EXTRA_HASHED[model_name] + OPTIONAL_HASHED
+
+
 def record_hash(model_name: str, fields: dict[str, Any], prev_hash: str) -> str:
     names = CHAIN_FIELDS + _EXTRA_HASHED[model_name]
+    names += tuple(n for n in OPTIONAL_HASHED if fields.get(n))
     material = json.dumps(
         [prev_hash, [[n, _jsonable(fields.get(n))] for n in names]],
         sort_keys=True,
@@ -65,22 +75,43 @@ def record_hash(model_name: str, fields: dict[str, Any], prev_hash: str) -> str:
     return hashlib.sha256(material.encode()).hexdigest()
 
 
+# The attribute console.authentication sets on the user of a request made with a personal
+# API token (console.policy narrows the user's grants to its scope; the logs name it).
+PERSONAL_TOKEN_ATTR = "personal_token"
+
+
+def acting_token(actor):
+    """The personal token a user acts through in this request, or None."""
+    return getattr(actor, PERSONAL_TOKEN_ATTR, None)
+
+
 def actor_label(actor) -> str:
-    """How a release, a version or a token names who made it: a username, a runtime token's
-    name, or "system" for automated actions."""
-    return getattr(actor, "username", "") or getattr(actor, "name", "") or "system"
+    """How a release, a version or a token names who made it: a username ("alice (token
+    ci-deploy)" through a personal token), a runtime token's name, or "system"."""
+    label = getattr(actor, "username", "") or getattr(actor, "name", "") or "system"
+    token = acting_token(actor)
+    return f"{label} (token {token.name})" if token is not None else label
 
 
 def describe_actor(actor) -> dict[str, Any]:
-    """Actor columns for a user, a runtime token, or None (the system)."""
+    """Actor columns for a user (and the personal token they act through, if any), a
+    runtime token, or None (the system). `actor_token_label` is "" without a token."""
+    no_token = {"actor_token_id": "", "actor_token_label": ""}
     if actor is None:
-        return {"actor_type": "system", "actor_id": "", "actor_label": "system", "actor_roles": []}
+        return {
+            "actor_type": "system",
+            "actor_id": "",
+            "actor_label": "system",
+            "actor_roles": [],
+            **no_token,
+        }
     if getattr(actor, "is_runtime_token", False):
         return {
             "actor_type": "token",
             "actor_id": str(actor.pk),
             "actor_label": f"token:{actor.name}",
             "actor_roles": list(getattr(actor, "capabilities", [])),
+            **no_token,
         }
     if not getattr(actor, "is_authenticated", False):
         return {
@@ -88,12 +119,16 @@ def describe_actor(actor) -> dict[str, Any]:
             "actor_id": "",
             "actor_label": "anonymous",
             "actor_roles": [],
+            **no_token,
         }
+    token = acting_token(actor)
     return {
         "actor_type": "user",
         "actor_id": str(actor.pk),
         "actor_label": actor.get_username(),
         "actor_roles": Grant.objects.role_names(actor),
+        "actor_token_id": str(token.pk) if token is not None else "",
+        "actor_token_label": token.name if token is not None else "",
     }
 
 
@@ -266,7 +301,7 @@ def chain_verify(model, anchors: Iterable[tuple[int, str]] = ()) -> ChainReport:
     for row in model.objects.order_by("id").iterator(chunk_size=2000):
         report.checked += 1
         report.last_id = row.pk
-        fields = {n: getattr(row, n) for n in CHAIN_FIELDS + _EXTRA_HASHED[name]}
+        fields = {n: getattr(row, n) for n in hashed_fields(name)}
         if row.prev_hash != prev:
             report.add_break(row, "link")
         elif record_hash(name, fields, row.prev_hash) != row.hash:

@@ -41,6 +41,13 @@ class ValidationFailed(ApplicationError):
     code = "validation_failed"
 
 
+class NotAuthenticated(ApplicationError):
+    """No valid credential: 401 (a runtime token, or a personal token on the operator API)."""
+
+    status = 401
+    code = "not_authenticated"
+
+
 class NotFound(ApplicationError):
     status = 404
     code = "not_found"

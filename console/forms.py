@@ -15,7 +15,8 @@ from django.utils import timezone
 
 from console.audit import access_record
 from console.models import Role
-from console.policy import CAPABILITY_LABELS, Capability
+from console.personal_tokens import DEFAULT_DAYS, EXPIRY_CHOICES, NAME_MAX, capabilities_offered
+from console.policy import CAPABILITY_LABELS, Capability, agents_visible_to
 from strategies.catalog.models import Agent
 
 
@@ -154,6 +155,7 @@ class LogFilterForm(forms.Form):
     actor = forms.CharField(required=False, max_length=200)
     action = forms.CharField(required=False, max_length=100)
     target = forms.CharField(required=False, max_length=300)
+    token = forms.CharField(required=False, max_length=200, label="Token")
     outcome = forms.ChoiceField(
         required=False,
         choices=[("", "Any outcome"), ("allowed", "Allowed"), ("denied", "Denied")],
@@ -176,7 +178,39 @@ class LogFilterForm(forms.Form):
             "actor": data["actor"],
             "action": data["action"],
             "target": data["target"],
+            "token": data["token"],
             "outcome": data["outcome"],
             "since": since,
             "until": until,
         }
+
+
+class PersonalTokenForm(forms.Form):
+    """A new personal API token: only the capabilities the user holds somewhere and the
+    agents they see are offered (anything else is refused as an invalid choice)."""
+
+    name = forms.CharField(max_length=NAME_MAX, help_text="Which script or machine uses it.")
+    expires_in_days = forms.TypedChoiceField(
+        coerce=int,
+        choices=[(d, f"{d} days") for d in EXPIRY_CHOICES],
+        initial=DEFAULT_DAYS,
+        label="Expires after",
+    )
+    capabilities = forms.MultipleChoiceField(widget=forms.CheckboxSelectMultiple)
+    agents = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every agent your grants cover, now and later.",
+    )
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        offered = capabilities_offered(user)
+        self.fields["capabilities"].choices = [(c.value, CAPABILITY_LABELS[c]) for c in offered]
+        self.fields["capabilities"].initial = [
+            c.value for c in offered if c == Capability.VIEW_CONFIG
+        ]
+        self.fields["agents"].choices = [
+            (key, key)
+            for key in agents_visible_to(user).order_by("key").values_list("key", flat=True)
+        ]

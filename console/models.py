@@ -13,6 +13,7 @@ from django.contrib.auth.models import Group
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from console.guards import append_only_triggers
 
@@ -110,6 +111,10 @@ class ChainedRecord(models.Model):
     actor_id = models.CharField(max_length=64, blank=True)
     actor_label = models.CharField(max_length=200, blank=True)
     actor_roles = models.JSONField(default=list, blank=True)
+    # A user acting through a personal API token: the token's id and name ("" otherwise).
+    # Hashed only when set, so rows written before these columns still verify.
+    actor_token_id = models.CharField(max_length=64, blank=True, default="")
+    actor_token_label = models.CharField(max_length=200, blank=True, default="")
     action = models.CharField(max_length=100)
     target_type = models.CharField(max_length=100, blank=True)
     target_id = models.CharField(max_length=200, blank=True)
@@ -190,6 +195,66 @@ class ChainCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_log_display()} @ #{self.last_id} ({self.row_count} rows)"
+
+
+class PersonalTokenQuerySet(models.QuerySet):
+    def active(self, now=None):
+        """Tokens that still authenticate: not revoked and not expired."""
+        return self.filter(revoked_at__isnull=True, expires_at__gt=now or timezone.now())
+
+
+class PersonalToken(models.Model):
+    """A person's API token for the operator API (`Authorization: Bearer ccp_…`). Only the
+    SHA-256 of the secret is stored; the secret is shown once at creation. What it allows is
+    the user's grants intersected with its scope, at every request (console.policy)."""
+
+    is_personal_token = True
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="personal_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
+    token_hash = models.CharField(max_length=64, unique=True)
+    capabilities = ArrayField(
+        models.CharField(max_length=50), default=list, help_text="console.policy.Capability values"
+    )
+    agents = models.ManyToManyField(
+        "strategies.Agent",
+        blank=True,
+        related_name="personal_tokens",
+        help_text="Empty: every agent the user's grants cover.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = PersonalTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # A name says which script uses the token: unique among a user's unrevoked tokens.
+            models.UniqueConstraint(
+                fields=["user", "name"],
+                condition=Q(revoked_at__isnull=True),
+                name="personal_token_unique_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def state(self) -> str:
+        """active | expired | revoked"""
+        if self.revoked_at is not None:
+            return "revoked"
+        return "active" if self.expires_at > timezone.now() else "expired"
 
 
 class WorkerHeartbeat(models.Model):

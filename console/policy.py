@@ -20,7 +20,7 @@ from context_runtime.findings import Finding
 from django.db import connection, transaction
 from django.db.models import QuerySet
 
-from console.audit import access_record
+from console.audit import access_record, acting_token
 from console.errors import Forbidden, NotFound
 from console.models import Grant
 from console.request_context import current_request
@@ -96,8 +96,31 @@ def _grant_rows(user) -> list[tuple[int | None, frozenset[str]]]:
         for agent_id, caps in Grant.objects.of(user).values_list("agent_id", "role__capabilities")
         if caps
     ]
+    token = acting_token(user)
+    if token is not None:
+        rows = _narrowed_to_token(rows, token)
     setattr(user, _CACHE_ATTR, rows)
     return rows
+
+
+def _narrowed_to_token(rows, token) -> list[tuple[int | None, frozenset[str]]]:
+    """A request made with a personal token may do what the user's grants allow AND the
+    token's scope covers: its capabilities, and its agents (none: every agent). A grant on
+    all agents, through a token for some agents, becomes a grant on each of those agents."""
+    scope = frozenset(token.capabilities)
+    agent_ids = frozenset(token.agents.values_list("pk", flat=True))
+    narrowed = []
+    for agent_id, caps in rows:
+        caps = caps & scope
+        if not caps:
+            continue
+        if not agent_ids:
+            narrowed.append((agent_id, caps))
+        elif agent_id is None:
+            narrowed.extend((scoped, caps) for scoped in sorted(agent_ids))
+        elif agent_id in agent_ids:
+            narrowed.append((agent_id, caps))
+    return narrowed
 
 
 def forget_cached_grants(user) -> None:

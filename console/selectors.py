@@ -22,11 +22,21 @@ def logs_visible_to(user, model):
 
 
 def logs_filter(
-    queryset, *, agent="", actor="", action="", target="", outcome="", since=None, until=None
+    queryset,
+    *,
+    agent="",
+    actor="",
+    action="",
+    target="",
+    token="",
+    outcome="",
+    since=None,
+    until=None,
 ):
     """The list filters of the audit and access-log pages and API (all optional, AND-ed).
     `action` matches a prefix ("grant." finds grant.create and grant.revoke); `target`
-    matches the target's label or id (e.g. "assistant_professional/profile")."""
+    matches the target's label or id (e.g. "assistant_professional/profile"); `token` the
+    name or id of the personal token a row was made with."""
     if agent:
         queryset = queryset.filter(agent_key=agent)
     if actor:
@@ -35,6 +45,8 @@ def logs_filter(
         queryset = queryset.filter(action__startswith=action)
     if target:
         queryset = queryset.filter(Q(target_label__icontains=target) | Q(target_id=target))
+    if token:
+        queryset = queryset.filter(Q(actor_token_label__iexact=token) | Q(actor_token_id=token))
     if outcome:  # access log only: allowed | denied
         queryset = queryset.filter(outcome=outcome)
     if since:

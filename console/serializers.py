@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from console.audit import CHAIN_FIELDS
-from console.models import AccessLogEntry, AuditRecord, Grant, Role
+from console.audit import CHAIN_FIELDS, OPTIONAL_HASHED
+from console.models import AccessLogEntry, AuditRecord, Grant, PersonalToken, Role
+from console.personal_tokens import DEFAULT_DAYS, MAX_DAYS, NAME_MAX
 from console.policy import Capability
+from strategies.documents.serializers import StrictSerializer
 
 CAPABILITY_VALUES = [c.value for c in Capability]
 
@@ -77,7 +79,7 @@ class GrantRevokeSerializer(serializers.Serializer):
     reason = serializers.CharField(min_length=3)
 
 
-_LOG_FIELDS = ["id", *CHAIN_FIELDS, "prev_hash", "hash"]
+_LOG_FIELDS = ["id", *CHAIN_FIELDS, *OPTIONAL_HASHED, "prev_hash", "hash"]
 
 
 class AuditRecordSerializer(serializers.ModelSerializer):
@@ -99,6 +101,9 @@ class LogFilterSerializer(serializers.Serializer):
     actor = serializers.CharField(required=False, default="")
     action = serializers.CharField(required=False, default="", help_text="prefix, e.g. grant.")
     target = serializers.CharField(required=False, default="", help_text="label contains or id")
+    token = serializers.CharField(
+        required=False, default="", help_text="the personal token's name (or id) it was made with"
+    )
     since = serializers.DateTimeField(required=False, default=None)
     until = serializers.DateTimeField(required=False, default=None)
 
@@ -107,3 +112,70 @@ class AccessLogFilterSerializer(LogFilterSerializer):
     """The access log's filters: the log's, and the outcome (the audit log has none)."""
 
     outcome = serializers.ChoiceField(choices=["", "allowed", "denied"], required=False, default="")
+
+
+EXPORT_MAX_LIMIT = 5000
+
+
+class AuditExportParamsSerializer(LogFilterSerializer):
+    """The audit export's query: the log's filters, and a cursor."""
+
+    after = serializers.IntegerField(
+        required=False,
+        default=0,
+        min_value=0,
+        help_text="Rows with an id above this one (the X-Next-Cursor of the previous page).",
+    )
+    limit = serializers.IntegerField(
+        required=False, default=1000, min_value=1, max_value=EXPORT_MAX_LIMIT
+    )
+
+
+# --- personal API tokens ------------------------------------------------------------------------
+class PersonalTokenSerializer(serializers.ModelSerializer):
+    agents = serializers.SlugRelatedField(
+        slug_field="key", many=True, read_only=True, help_text="[] = every agent you see"
+    )
+    state = serializers.CharField(read_only=True, help_text="active | expired | revoked")
+
+    class Meta:
+        model = PersonalToken
+        fields = [
+            "id",
+            "name",
+            "prefix",
+            "capabilities",
+            "agents",
+            "state",
+            "created_at",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+        ]
+
+
+class PersonalTokenCreatedSerializer(PersonalTokenSerializer):
+    token = serializers.CharField(
+        read_only=True, help_text="The secret, shown this once: only its hash is stored."
+    )
+
+    class Meta(PersonalTokenSerializer.Meta):
+        fields = [*PersonalTokenSerializer.Meta.fields, "token"]
+
+
+class PersonalTokenCreateSerializer(StrictSerializer):
+    name = serializers.CharField(max_length=NAME_MAX, help_text="unique among your tokens")
+    capabilities = serializers.ListField(
+        child=serializers.ChoiceField(choices=CAPABILITY_VALUES),
+        allow_empty=False,
+        help_text="Only capabilities you hold on at least one agent (400 otherwise).",
+    )
+    agents = serializers.ListField(
+        child=serializers.CharField(max_length=100),
+        required=False,
+        default=list,
+        help_text="agent keys; omit or [] for every agent your grants cover",
+    )
+    expires_in_days = serializers.IntegerField(
+        required=False, default=DEFAULT_DAYS, min_value=1, max_value=MAX_DAYS
+    )

@@ -58,7 +58,7 @@ def _grant_state(grant) -> dict:
     }
 
 
-def _clean_capabilities(capabilities) -> list[str]:
+def capabilities_clean(capabilities) -> list[str]:
     known = {c.value for c in Capability}
     unknown = sorted({str(c) for c in capabilities} - known)
     if unknown:
@@ -97,7 +97,7 @@ def role_create(*, actor, name: str, description: str = "", capabilities=()) -> 
     role = Role.objects.create(
         name=_check_role_name(name),
         description=(description or "").strip(),
-        capabilities=_clean_capabilities(capabilities),
+        capabilities=capabilities_clean(capabilities),
     )
     audit_record(actor=actor, action="role.create", target=role, after=_role_state(role))
     return role
@@ -122,7 +122,7 @@ def role_update(
     if description is not None:
         role.description = description.strip()
     if capabilities is not None:
-        role.capabilities = _clean_capabilities(capabilities)
+        role.capabilities = capabilities_clean(capabilities)
     after = _role_state(role)
     if after == before:
         return role

@@ -45,6 +45,7 @@ PAGES = (
     "strategies.exchange.urls",
     "traces.urls",
     "console.access_urls",
+    "console.account_urls",
 )
 OPERATOR_API = (
     "strategies.catalog.api_urls",
@@ -55,6 +56,7 @@ OPERATOR_API = (
     "strategies.delivery.api_urls",
     "traces.api_urls",
     "console.access_api_urls",
+    "console.account_api_urls",
 )
 RUNTIME_API = ("strategies.runtime.runtime_urls", "traces.runtime_urls")
 urlpatterns += [path("", include(module)) for module in PAGES]

@@ -7,9 +7,7 @@ Tokens are looked up by the SHA-256 of the secret; the secret itself is never st
 
 from __future__ import annotations
 
-import hashlib
 import json
-import secrets
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -17,7 +15,8 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from console.errors import ApplicationError, Forbidden, NotFound
+from console.credentials import bearer_value, secret_hash, secret_new
+from console.errors import Forbidden, NotAuthenticated, NotFound
 from strategies.delivery.config import (
     REDIS_UNAVAILABLE,
     cache_key,
@@ -29,11 +28,6 @@ from strategies.delivery.config import (
 from strategies.runtime.models import RuntimeToken
 
 TOKEN_PREFIX = "cc_rt_"
-
-
-class NotAuthenticated(ApplicationError):
-    status = 401
-    code = "not_authenticated"
 
 
 @dataclass(frozen=True)
@@ -57,11 +51,11 @@ class RuntimeIdentity:
 
 
 def token_hash(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
+    return secret_hash(secret)
 
 
 def new_secret() -> str:
-    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+    return secret_new(TOKEN_PREFIX)
 
 
 def bearer_secret(request) -> str:
@@ -70,10 +64,10 @@ def bearer_secret(request) -> str:
 
 def bearer_secret_of(header: str) -> str:
     """The secret of an `Authorization: Bearer <token>` header value (401 otherwise)."""
-    scheme, _, value = header.partition(" ")
-    if scheme.lower() != "bearer" or not value.strip():
+    secret = bearer_value(header)
+    if secret is None:
         raise NotAuthenticated("Send the runtime token as 'Authorization: Bearer <token>'.")
-    return value.strip()
+    return secret
 
 
 def identity_for_secret(secret: str) -> RuntimeIdentity | None:

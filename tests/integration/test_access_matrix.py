@@ -1,6 +1,9 @@
 """THE access matrix: every URL of the URL conf × every standard role (granted on the
 sample agent, or only on another agent) × anonymous, for GET and each write method the
-view accepts — zero unauthorized successes.
+view accepts — zero unauthorized successes. Every operator API URL (/api/v1/ but the
+runtime API) is also requested with each principal's personal API token (scope: all their
+grants), with a narrowed token (view_config on the sample agent, of the all-agents admin),
+and with a runtime token, which the operator API refuses (401).
 
 The rule for each url name comes from the REQUIRED dict of the url module that defines it
 (collected by walking the URL conf), so a new endpoint is covered the moment it is routed,
@@ -23,6 +26,7 @@ from tests.factories import OTHER_AGENT, SAMPLE_AGENT, profile_edit
 
 SKIPPED_PREFIXES = ("django-admin/", "static/", "media/")
 RUNTIME_PREFIX = "/api/v1/runtime/"
+OPERATOR_API_PREFIX = "/api/v1/"
 METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 
 
@@ -133,8 +137,21 @@ def _sample_webhook(model):
     )
 
 
+def _sample_personal_token(model):
+    from django.contrib.auth import get_user_model
+
+    from console.personal_tokens import personal_token_create
+
+    user = get_user_model().objects.filter(grants__isnull=False).order_by("pk").first()
+    token, _ = personal_token_create(user=user, name="matrix sample", capabilities=["view_config"])
+    return token
+
+
 # Objects the demo world does not have, created on demand for pk urls (by model label).
-SAMPLE_FACTORIES = {"strategies.webhook": _sample_webhook}
+SAMPLE_FACTORIES = {
+    "strategies.webhook": _sample_webhook,
+    "console.personaltoken": _sample_personal_token,
+}
 
 
 def sample_document(url_name: str) -> str:
@@ -298,9 +315,59 @@ class Principal:
         return response
 
 
-def run_matrix(users: dict, only: set[str] | None = None):
+class TokenPrincipal:
+    """A test client sending `Authorization: Bearer <secret>` and no session. `user` is the
+    token's user carrying the token, as the authentication class hands it to the policy,
+    so `rule_allows` judges what the token may do (the user's grants ∩ its scope)."""
+
+    def __init__(self, label: str, user, secret: str, token=None):
+        from django.test import Client
+
+        from console.audit import PERSONAL_TOKEN_ATTR
+
+        self.label, self.user = label, user
+        if token is not None:
+            self.user = type(user).objects.get(pk=user.pk)
+            setattr(self.user, PERSONAL_TOKEN_ATTR, token)
+        self.client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+
+    def request(self, method: str, path: str):
+        return _request(self.client, method, path)
+
+
+def token_principals(users: dict) -> tuple[list[TokenPrincipal], TokenPrincipal]:
+    """A personal token per principal with all their grants as its scope; the all-agents
+    admin's narrowed token (view_config on the sample agent); a runtime token."""
+    from console.personal_tokens import capabilities_offered, personal_token_create
+    from strategies.catalog.models import Environment
+    from tests.factories import runtime_token
+
+    def token_of(label, user, **scope):
+        token, secret = personal_token_create(user=user, name=f"matrix {label}", **scope)
+        return TokenPrincipal(f"{label}+token", user, secret, token)
+
+    principals = [
+        token_of(label, user, capabilities=[c.value for c in capabilities_offered(user)])
+        for label, user in users.items()
+    ]
+    principals.append(
+        token_of(
+            "admin_all+narrow",
+            users["admin_all"],
+            capabilities=["view_config"],
+            agents=[SAMPLE_AGENT],
+        )
+    )
+    runtime = TokenPrincipal(
+        "runtime-token", None, runtime_token(Environment.objects.get(key="sg-test"))
+    )
+    return principals, runtime
+
+
+def run_matrix(users: dict, only: set[str] | None = None, *, tokens: bool = True):
     """Request every endpoint (or those named in `only`) with every method it accepts as
-    every principal. Returns (violations, requests made, url names covered)."""
+    every principal (and, on the operator API, every token). Returns (violations, requests
+    made, url names covered)."""
     from django.contrib.auth.models import AnonymousUser
 
     from strategies.catalog.models import Agent
@@ -310,6 +377,7 @@ def run_matrix(users: dict, only: set[str] | None = None):
     principals = [Principal("anonymous", AnonymousUser())] + [
         prober if label == "admin_all" else Principal(label, user) for label, user in users.items()
     ]
+    bearers, runtime_bearer = token_principals(users) if tokens else ([], None)
     violations, checked, covered = [], 0, set()
     for endpoint in endpoints():
         rule = rule_for(endpoint)
@@ -320,8 +388,9 @@ def run_matrix(users: dict, only: set[str] | None = None):
         runtime = path.startswith(RUNTIME_PREFIX)
         # The methods the view accepts: the all-agents admin gets 405 for the others.
         methods = [m for m in METHODS if prober.request(m, path).status_code != 405]
+        operator_api = path.startswith(OPERATOR_API_PREFIX) and not runtime
         for method in methods:
-            for principal in principals:
+            for principal in principals + (bearers if operator_api else []):
                 response = principal.request(method, path)
                 checked += 1
                 covered.add(endpoint.name)
@@ -337,6 +406,13 @@ def run_matrix(users: dict, only: set[str] | None = None):
                         f"{where} ({endpoint.name} needs {rule}): {response.status_code}, "
                         "an unauthorized success"
                     )
+            if operator_api and runtime_bearer is not None:
+                response = runtime_bearer.request(method, path)
+                checked += 1
+                if response.status_code != 401:
+                    violations.append(
+                        f"{method} {path} with a runtime token: {response.status_code}, want 401"
+                    )
     return violations, checked, covered
 
 
@@ -346,6 +422,36 @@ def test_access_matrix__every_url_role_scope_and_method__zero_unauthorized_succe
     violations, checked, covered = run_matrix(matrix_world)
     assert not violations, f"{len(violations)} of {checked} requests:\n  " + "\n  ".join(violations)
     assert {"access-overview", "audit-list", "api-grant-list", "dashboard"} <= covered
+    assert {"api-personaltoken-list", "api-audit-export", "account"} <= covered
+
+
+def test_access_matrix__narrowed_token__rule_allows_only_its_scope(matrix_world):
+    """The narrowed token of the all-agents admin: view_config on the sample agent, nothing
+    else — the matrix judges its requests by that, and the API answers accordingly."""
+    from console.policy import Capability, Everywhere
+    from strategies.catalog.models import Agent
+
+    bearers, runtime = token_principals(matrix_world)
+    narrow = next(p for p in bearers if p.label == "admin_all+narrow+token")
+    sample, other = Agent.objects.get(key=SAMPLE_AGENT), Agent.objects.get(key=OTHER_AGENT)
+    admin = matrix_world["admin_all"]
+    assert rule_allows(admin, Capability.VIEW_AUDIT) and rule_allows(
+        admin, Capability.VIEW_CONFIG, other
+    )
+    assert rule_allows(narrow.user, Capability.VIEW_CONFIG, sample)
+    assert not rule_allows(narrow.user, Capability.VIEW_CONFIG, other)
+    assert not rule_allows(narrow.user, Capability.EDIT_DRAFTS, sample)
+    assert not rule_allows(narrow.user, Capability.VIEW_AUDIT)
+    assert not rule_allows(narrow.user, Everywhere(Capability.MANAGE_GRANTS))
+    documents = reverse("api-document-list", kwargs={"agent": SAMPLE_AGENT})
+    assert narrow.request("GET", documents).status_code == 200
+    hidden = reverse("api-document-list", kwargs={"agent": OTHER_AGENT})
+    assert narrow.request("GET", hidden).status_code == 404  # out of scope: as if absent
+    assert narrow.request("GET", reverse("api-audit-list")).status_code == 403
+    agents = narrow.request("GET", reverse("api-agent-list")).json()
+    keys = {a["key"] for a in agents.get("results", agents)}
+    assert keys == {SAMPLE_AGENT}
+    assert runtime.request("GET", reverse("api-agent-list")).status_code == 401
 
 
 # --- the matrix catches what it should -------------------------------------------------------------
@@ -382,7 +488,7 @@ def test_access_matrix__unguarded_agent_page__reported_for_out_of_scope_users(
     )
     clear_url_caches()
     try:
-        violations, _, covered = run_matrix(matrix_world, only={"leaky"})
+        violations, _, covered = run_matrix(matrix_world, only={"leaky"}, tokens=False)
     finally:
         clear_url_caches()
     assert covered == {"leaky"}
