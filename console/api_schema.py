@@ -28,14 +28,19 @@ class ErrorSerializer(serializers.Serializer):
 
 
 class StrictSerializer(serializers.Serializer):
-    """A request shape that refuses fields it does not declare (`{"nmae": "x"}` is an
-    error, not ignored), naming each one at its path."""
+    """A request shape that refuses fields it does not declare (`{"revison": 3}` is an
+    error, not ignored), naming each one at its path together with any other field's error.
+    The one strict request shape of the operator API."""
 
-    def validate(self, attrs):
-        if isinstance(self.initial_data, dict):
-            unknown = sorted(set(self.initial_data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError(
-                    {name: ["Unknown field."] for name in unknown}, code="unknown_field"
-                )
-        return attrs
+    def to_internal_value(self, data):
+        unknown = sorted(set(data) - set(self.fields)) if isinstance(data, dict) else []
+        errors = {name: ["Unknown field."] for name in unknown}
+        try:
+            value = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if errors and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**exc.detail, **errors}) from exc
+            raise
+        if errors:
+            raise serializers.ValidationError(errors, code="unknown_field")
+        return value

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from console.api_schema import StrictSerializer
 from console.audit import CHAIN_FIELDS, OPTIONAL_HASHED
 from console.models import AccessLogEntry, AuditRecord, Grant, PersonalToken, Role
 from console.personal_tokens import DEFAULT_DAYS, MAX_DAYS, NAME_MAX
 from console.policy import Capability
-from strategies.documents.serializers import StrictSerializer
 
 CAPABILITY_VALUES = [c.value for c in Capability]
 

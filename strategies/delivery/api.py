@@ -12,13 +12,13 @@ from rest_framework import serializers
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from console.api_schema import ErrorSerializer
+from console.api_schema import ErrorSerializer, StrictSerializer
 from console.errors import NotFound
 from console.policy import Capability, Everywhere, requires
 from strategies.catalog.models import Environment
 from strategies.delivery import selectors, webhooks
 from strategies.delivery.models import WEBHOOK_EVENT, WEBHOOK_EVENTS, Webhook
-from strategies.documents.serializers import KeyField, StrictSerializer, parse_strict
+from strategies.documents.serializers import KeyField, parse_strict
 
 REQUEST_BYTES = 16 * 1024
 RECENT_DELIVERIES = 10

@@ -8,26 +8,8 @@ import re
 from context_runtime import vocabulary
 from rest_framework import serializers
 
-from console.api_schema import ErrorDetailSerializer, ErrorSerializer  # noqa: F401 - re-exported
+from console.api_schema import ErrorDetailSerializer, ErrorSerializer, StrictSerializer  # noqa: F401 - re-exported
 from console.limits import check_request_size
-
-
-class StrictSerializer(serializers.Serializer):
-    """Refuses fields it does not declare (`{"revison": 3}` is an error, not ignored), named
-    together with any other field's error."""
-
-    def to_internal_value(self, data):
-        unknown = sorted(set(data) - set(self.fields)) if isinstance(data, dict) else []
-        errors = {name: ["Unknown field."] for name in unknown}
-        try:
-            value = super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            if errors and isinstance(exc.detail, dict):
-                raise serializers.ValidationError({**exc.detail, **errors}) from exc
-            raise
-        if errors:
-            raise serializers.ValidationError(errors, code="unknown_field")
-        return value
 
 
 class KeyField(serializers.SlugRelatedField):

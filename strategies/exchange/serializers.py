@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from strategies.documents.serializers import StrictSerializer
+from console.api_schema import StrictSerializer
 
 
 class ConfigAgentSerializer(serializers.Serializer):

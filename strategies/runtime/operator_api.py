@@ -12,11 +12,11 @@ from rest_framework import serializers
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from console.api_schema import ErrorSerializer
+from console.api_schema import ErrorSerializer, StrictSerializer
 from console.errors import NotFound
 from console.policy import Capability, Everywhere, requires
 from strategies.catalog.models import Agent, Environment
-from strategies.documents.serializers import KeyField, StrictSerializer, parse_strict
+from strategies.documents.serializers import KeyField, parse_strict
 from strategies.runtime.models import RuntimeToken
 from strategies.runtime.selectors import tokens_list
 from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
