@@ -336,7 +336,7 @@ NEXT_CURSOR = "X-Next-Cursor"
 @renderer_classes([JSONLinesRenderer, JSONRenderer])
 @AUDITORS
 def audit_export(request):
-    params = _valid(AuditExportParamsSerializer, request.query_params)
+    params = _valid(request, AuditExportParamsSerializer, request.query_params)
     after, limit = params.pop("after"), params.pop("limit")
     visible = logs_filter(logs_visible_to(request.user, AuditRecord), **params)
     rows = list(visible.filter(id__gt=after).order_by("id")[:limit])
