@@ -44,3 +44,20 @@ class StrictSerializer(serializers.Serializer):
         if errors:
             raise serializers.ValidationError(errors, code="unknown_field")
         return value
+
+
+UNAUTHENTICATED = {
+    "description": "Not signed in, or the bearer token is unknown, expired or revoked "
+    "(`WWW-Authenticate: Bearer`).",
+    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+}
+
+
+def document_unauthenticated(result, generator, request, public):
+    """drf-spectacular postprocessing hook: every API operation can answer 401 (no session,
+    or a token that does not work), so each one documents it once, in the error shape."""
+    for operations in result.get("paths", {}).values():
+        for operation in operations.values():
+            if isinstance(operation, dict) and "responses" in operation:
+                operation["responses"].setdefault("401", UNAUTHENTICATED)
+    return result

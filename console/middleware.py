@@ -1,6 +1,6 @@
 """Request middleware: a request id on every request and response, refusals written to the
-access log when the request ends, and application errors raised by page views turned into
-readable pages."""
+access log when the request ends, addresses no stored value can match refused up front, and
+application errors raised by page views turned into readable pages."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import uuid
 from django.http import JsonResponse
 from django.template.response import TemplateResponse
 
-from console.errors import ApplicationError
+from console.errors import ApplicationError, ValidationFailed
 from console.policy import denials_logged
 from console.request_context import RequestContext, client_ip, current_request
 
@@ -34,6 +34,51 @@ class RequestIdMiddleware:
         return response
 
 
+def error_response(request, exception: ApplicationError):
+    """The API's error shape under /api/, else the error page (or its htmx fragment)."""
+    if request.path.startswith("/api/"):
+        return JsonResponse(exception.as_payload(), status=exception.status)
+    template = (
+        "_components/error_fragment.html" if getattr(request, "htmx", False) else "error.html"
+    )
+    return TemplateResponse(
+        request, template, {"error": exception}, status=exception.status
+    ).render()
+
+
+def nul_in_address(request) -> str | None:
+    """Where the address carries a NUL character ("path" or the query parameter's name), or
+    None. PostgreSQL text cannot hold one, so no key, id or filter value can match it, and
+    passing it on makes the database driver fail."""
+    if "\x00" in request.path:
+        return "path"
+    for name, values in request.GET.lists():
+        if "\x00" in name or any("\x00" in value for value in values):
+            return name.replace("\x00", "") or "query"
+    return None
+
+
+class UnstorableInputMiddleware:
+    """Refuses (400, before any view) an address with a NUL character in its path or query:
+    one check for every page and API operation, instead of one per filter and lookup."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        where = nul_in_address(request)
+        if where is None:
+            return self.get_response(request)
+        return error_response(
+            request,
+            ValidationFailed(
+                "The address contains a NUL character (%00), which no key, id or filter holds.",
+                code="invalid_character",
+                details=[{"path": where, "code": "invalid_character", "message": "NUL (%00)."}],
+            ),
+        )
+
+
 class ApplicationErrorMiddleware:
     """Pages: an ApplicationError raised by a view or service becomes a readable error page
     (or an htmx fragment) with its status — 404 out of scope, 403 forbidden, 409 conflict…"""
@@ -47,12 +92,4 @@ class ApplicationErrorMiddleware:
     def process_exception(self, request, exception):
         if not isinstance(exception, ApplicationError):
             return None
-        if request.path.startswith("/api/"):
-            return JsonResponse(exception.as_payload(), status=exception.status)
-        template = (
-            "_components/error_fragment.html" if getattr(request, "htmx", False) else "error.html"
-        )
-        response = TemplateResponse(
-            request, template, {"error": exception}, status=exception.status
-        )
-        return response.render()
+        return error_response(request, exception)

@@ -115,6 +115,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "console.middleware.RequestIdMiddleware",
+    "console.middleware.UnstorableInputMiddleware",
     "console.middleware.ApplicationErrorMiddleware",
     # Last, as django-axes asks: it turns a sign-in that axes locked into the lockout page.
     "axes.middleware.AxesMiddleware",
@@ -332,6 +333,10 @@ SPECTACULAR_SETTINGS = {
     "COMPONENT_SPLIT_REQUEST": True,
     # The schema and its docs page are for signed-in operators only (found by the access matrix).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "console.api_schema.document_unauthenticated",
+    ],
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = (
     2 * 1024 * 1024
