@@ -323,6 +323,10 @@ SELECT t.id, p, 'item-' || t.id || '-' || p,
 FROM traces_trace t, generate_series(0, %(candidates)s - 1) AS p
 WHERE t.request_id >= 'gen-' || lpad(%(first)s::text, 8, '0')
   AND t.request_id <= 'gen-' || lpad(%(last)s::text, 8, '0');
+INSERT INTO traces_request_key (environment_id, request_id, trace_id, occurred_at)
+SELECT environment_id, request_id, id, occurred_at FROM traces_trace
+WHERE request_id >= 'gen-' || lpad(%(first)s::text, 8, '0')
+  AND request_id <= 'gen-' || lpad(%(last)s::text, 8, '0');
 """
 
 
@@ -359,6 +363,7 @@ def generate(
         # Django runs in autocommit here, so VACUUM is allowed.
         cursor.execute("VACUUM ANALYZE traces_trace")
         cursor.execute("VACUUM ANALYZE traces_candidate")
+        cursor.execute("VACUUM ANALYZE traces_request_key")
     return time.perf_counter() - started
 
 
