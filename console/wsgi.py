@@ -59,6 +59,8 @@ MIDDLEWARE_ACCOUNTED_FOR = {
     "django_htmx.middleware.HtmxMiddleware",
     # X-Request-ID (below); a runtime's refusals are not access-logged
     "console.middleware.RequestIdMiddleware",
+    # a NUL in the path or query → Django (below), which answers 400
+    "console.middleware.UnstorableInputMiddleware",
     # exceptions only; the view answers its own
     "console.middleware.ApplicationErrorMiddleware",
     # acts on locked sign-ins only
@@ -174,6 +176,8 @@ class ConfigDispatcher:
     def _config(self, environ, agent: str):
         if not agent or "/" in agent or not agent.isascii():
             return None  # not this route, or a path Django decodes differently
+        if "\x00" in agent or "%00" in environ.get("QUERY_STRING", ""):
+            return None  # UnstorableInputMiddleware refuses it (400)
         if "HTTP_COOKIE" in environ:
             return None  # a browser: sessions and CSRF cookies are Django's business
         secure = self._is_secure(environ)
