@@ -112,8 +112,13 @@ class Trace(models.Model):
 
 
 class Candidate(models.Model):
-    """One item the runtime considered for a request, with its decision and reason."""
+    """One item the runtime considered for a request, with its decision and reason.
 
+    Keyed by (trace, position), numbered by ingest: no id column of its own, as a sequence
+    value and a unique index per candidate were a third of the cost of storing one.
+    """
+
+    pk = models.CompositePrimaryKey("trace_id", "position")
     # No database FK: ingest inserts candidates only for the traces it has just inserted
     # (one statement) and the purge deletes candidates first, while a checked FK would cost
     # one trigger lookup per candidate row — 50,000 per batch.
@@ -141,6 +146,12 @@ class Candidate(models.Model):
     note = models.CharField(max_length=200, blank=True, help_text="The provider's words.")
     # The trace's occurred_at: the partition key, so a trace's candidates share its day.
     occurred_at = models.DateTimeField()
+    # One candidate per (source, decision, reason) of a trace carries the mark: "traces with
+    # such a candidate" needs only those, so the exclusion index holds one entry per trace and
+    # kind — not one per item (twenty old dialogue turns, all "irrelevant", are one entry).
+    first_of_kind = models.BooleanField(
+        default=True, help_text="The trace's first candidate with this source, decision, reason."
+    )
 
     class Meta:
         ordering = ["trace", "position"]
@@ -149,12 +160,13 @@ class Candidate(models.Model):
             # and a plain index on one column deduplicates its 50 equal keys per trace into
             # one posting list — a much smaller index, written faster.
             models.Index(fields=["trace"], name="candidate_trace"),
-            # "Traces where source S was excluded as D (for reason R)": newest trace ids first.
+            # "Traces where source S was excluded as D for reason R": newest first, so the
+            # list reads its first page (and its capped count) off the index and stops.
             # Only exclusions: selected items are most rows and are found by time instead.
             models.Index(
-                fields=["source", "decision", "-trace"],
-                name="candidate_source_excluded",
-                condition=~models.Q(decision="selected"),
+                fields=["source", "decision", "reason", "-occurred_at", "-trace"],
+                name="candidate_exclusion_time",
+                condition=models.Q(first_of_kind=True) & ~models.Q(decision="selected"),
             ),
         ]
 

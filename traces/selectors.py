@@ -73,7 +73,13 @@ def _traces_filtered(*, user, filters: TraceFilters) -> QuerySet:
 def _candidates_matching(filters: TraceFilters) -> QuerySet:
     """Candidates of the candidate filter, in the filter's time window: a trace's candidates
     share its occurred_at (the partition key), so PostgreSQL reads only those days."""
-    return Candidate.objects.filter(**_time_window(filters), **filters.candidate_filter)
+    return Candidate.objects.filter(
+        # A trace has a matching candidate iff its first of that kind matches: fewer rows, and
+        # the only ones the exclusion index holds.
+        **_time_window(filters),
+        **filters.candidate_filter,
+        first_of_kind=True,
+    )
 
 
 def trace_list(*, user, filters: TraceFilters) -> QuerySet:
@@ -152,12 +158,18 @@ class CandidateMatchPaginator(CappedPaginator):
         self._read = 0  # candidate keys read so far
         self._exhausted = False
 
-    def _keys_up_to(self, needed: int) -> list:
-        ordered = (
+    def match_keys(self) -> QuerySet:
+        """The matching (trace_id, occurred_at) keys, newest first: with source, decision and
+        reason given, read in order off the exclusion index (one entry per trace and kind)
+        across the window's partitions, never sorted."""
+        return (
             self.candidates.order_by("-occurred_at", "-trace_id")
             .values_list("trace_id", "occurred_at")
             .distinct()
         )
+
+    def _keys_up_to(self, needed: int) -> list:
+        ordered = self.match_keys()
         while len(self._keys) < needed and not self._exhausted:
             # Usually one read: chunks larger than what is needed, in case some matches
             # are outside the user's scope or the trace-level filters.

@@ -59,8 +59,8 @@ TRACE_COLUMNS = (
     "input_estimate_unit, input_estimate_estimator, sources, shadow, snapshot_expires_at"
 )
 CANDIDATE_COLUMNS = (
-    "position, item_id, source, version, size, required, bundle, decision, reason, outcome, "
-    "relevance, depends_on, conflicts_with, note"
+    "trace_id, position, item_id, source, version, size, required, bundle, decision, reason, "
+    "outcome, relevance, depends_on, conflicts_with, note, occurred_at, first_of_kind"
 )
 SNAPSHOT_COLUMNS = "ciphertext, key_id, created_at, expires_at"
 
@@ -154,28 +154,37 @@ def trace_row(
     )
 
 
-def candidate_rows(trace: WireTrace, trace_id: int) -> list[tuple]:
-    """The trace's candidate rows, in (trace_id, CANDIDATE_COLUMNS) order."""
-    return [
-        (
-            trace_id,
-            position,
-            c.id,
-            c.source,
-            c.version,
-            c.size,
-            c.required,
-            c.bundle or "",
-            c.decision,
-            c.reason,
-            c.outcome or "",
-            c.relevance,
-            _json(c.depends_on),
-            _json(c.conflicts_with),
-            c.note,
+def candidate_rows(trace: WireTrace, trace_id: int, occurred_at) -> list[tuple]:
+    """The trace's candidate rows, in CANDIDATE_COLUMNS order (occurred_at: the trace's, in
+    UTC — the partition key)."""
+    seen: set[tuple[str, str, str]] = set()
+    rows = []
+    for position, c in enumerate(trace.candidates):
+        kind = (c.source, c.decision, c.reason)
+        first_of_kind = kind not in seen
+        seen.add(kind)
+        rows.append(
+            (
+                trace_id,
+                position,
+                c.id,
+                c.source,
+                c.version,
+                c.size,
+                c.required,
+                c.bundle or "",
+                c.decision,
+                c.reason,
+                c.outcome or "",
+                c.relevance,
+                _json(c.depends_on) if c.depends_on else "[]",
+                _json(c.conflicts_with) if c.conflicts_with else "[]",
+                c.note,
+                occurred_at,
+                first_of_kind,
+            )
         )
-        for position, c in enumerate(trace.candidates)
-    ]
+    return rows
 
 
 def _copy(cursor, table: str, columns: str, rows) -> None:
@@ -334,11 +343,11 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         _copy(
             raw,
             "traces_candidate",
-            "trace_id, " + CANDIDATE_COLUMNS + ", occurred_at",
+            CANDIDATE_COLUMNS,
             (
-                (*row, occurred[request_id])
+                row
                 for trace_id, request_id in inserted
-                for row in candidate_rows(accepted[request_id], trace_id)
+                for row in candidate_rows(accepted[request_id], trace_id, occurred[request_id])
             ),
         )
     stored = {request_id for _, request_id in inserted}

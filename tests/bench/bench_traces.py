@@ -246,13 +246,10 @@ def bare_copy(rows, *, trace_table="traces_trace", candidate_table="traces_candi
         with raw.copy(f"COPY {trace_table} (id, {services.TRACE_COLUMNS}) FROM STDIN") as copy:
             for trace_id, (row, _) in zip(ids, rows, strict=True):
                 copy.write_row((trace_id, *row))
-        with raw.copy(
-            f"COPY {candidate_table} (trace_id, {services.CANDIDATE_COLUMNS}, occurred_at) "
-            "FROM STDIN"
-        ) as copy:
+        with raw.copy(f"COPY {candidate_table} ({services.CANDIDATE_COLUMNS}) FROM STDIN") as copy:
             for trace_id, (trace_row, trace) in zip(ids, rows, strict=True):
-                for row in services.candidate_rows(trace, trace_id):
-                    copy.write_row((*row, trace_row[3]))
+                for row in services.candidate_rows(trace, trace_id, trace_row[3]):
+                    copy.write_row(row)
     return time.perf_counter() - started
 
 
@@ -289,9 +286,10 @@ def django_bulk_create(rows) -> float:
                 decision=c[8],
                 reason=c[9],
                 occurred_at=obj.occurred_at,
+                first_of_kind=c[16],
             )
             for obj, (_, trace) in zip(objects, rows, strict=True)
-            for c in services.candidate_rows(trace, obj.pk)
+            for c in services.candidate_rows(trace, obj.pk, obj.occurred_at)
         ]
         Candidate.objects.bulk_create(candidates, batch_size=5000)
     return time.perf_counter() - started
@@ -312,14 +310,15 @@ SELECT 'gen-' || lpad(n::text, 8, '0'), %(agent)s, %(env)s,
     'token', 'adapter-x', '[{"id": "P7", "version": "v2"}]'
 FROM generate_series(%(first)s, %(last)s) AS n;
 INSERT INTO traces_candidate (trace_id, position, item_id, source, version, size, required,
-    bundle, decision, reason, outcome, depends_on, conflicts_with, note, occurred_at)
+    bundle, decision, reason, outcome, depends_on, conflicts_with, note, occurred_at,
+    first_of_kind)
 SELECT t.id, p, 'item-' || t.id || '-' || p,
     (ARRAY['task_state','order_delivery','applicable_policy','recent_dialogue','memory'])[1 + p %% 5],
     'v' || p, 100 + p, p < 3, '',
     (ARRAY['selected','selected','irrelevant','over_budget','not_fetched'])[1 + (t.id + p) %% 5],
     (ARRAY['', '', 'older product introduction', 'over the budget', 'provider timed out'])
         [1 + (t.id + p) %% 5],
-    '', '[]', '[]', '', t.occurred_at
+    '', '[]', '[]', '', t.occurred_at, p < 5
 FROM traces_trace t, generate_series(0, %(candidates)s - 1) AS p
 WHERE t.request_id >= 'gen-' || lpad(%(first)s::text, 8, '0')
   AND t.request_id <= 'gen-' || lpad(%(last)s::text, 8, '0');
@@ -504,6 +503,7 @@ def main() -> None:
     parser.add_argument("--lookup-max", type=int, default=1_000_000)
     parser.add_argument("--lookup-candidates", type=int, default=10)
     parser.add_argument("--keep", action="store_true", help="do not drop the bench database")
+    parser.add_argument("--ingest-only", action="store_true", help="phase 1 only")
     args = parser.parse_args()
 
     admin_url, bench_url = database_urls()
@@ -587,6 +587,8 @@ def main() -> None:
         # Free phase 1's millions of objects: a full GC pass over them would land in the
         # page timings below.
         del http_traces, bodies, copy_rows, lean_rows, bulk_rows
+        if args.ingest_only:
+            return
         gc.collect()
         gc.freeze()
 

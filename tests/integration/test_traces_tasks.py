@@ -151,8 +151,8 @@ def test_partitions_maintain__creates_ahead_and_drops_a_whole_old_day():
         cursor.execute(
             "INSERT INTO traces_candidate (trace_id, position, item_id, source, version, "
             "required, bundle, decision, reason, outcome, depends_on, conflicts_with, note, "
-            "occurred_at) VALUES (1, 0, 'i', 's', '', false, '', 'selected', '', '', "
-            "'[]', '[]', '', %s)",
+            "occurred_at, first_of_kind) VALUES (1, 0, 'i', 's', '', false, '', 'selected', "
+            "'', '', '[]', '[]', '', %s, true)",
             [now - timedelta(days=60)],
         )
     result = services.partitions_maintain(now=now, days_ahead=9)

@@ -155,8 +155,8 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
                 decision.to_wire(),
                 outcome=item.outcome,
                 relevance=item.relevance,
-                depends_on=list(item.depends_on[: wire.MAX_LINKS]),
-                conflicts_with=list(item.conflicts_with[: wire.MAX_LINKS]),
+                depends_on=tuple(item.depends_on[: wire.MAX_LINKS]),
+                conflicts_with=tuple(item.conflicts_with[: wire.MAX_LINKS]),
                 note=reasons.short(item.note),
             )
             for decision, item in zip(self.decisions, self.candidates, strict=True)
