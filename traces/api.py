@@ -12,6 +12,7 @@ from rest_framework.decorators import (
 )
 from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
+from rest_framework.utils.urls import replace_query_param
 
 from console.access_api import OperatorPagination, paginated
 from console.api_schema import ErrorDetailSerializer, ErrorSerializer
@@ -157,6 +158,48 @@ class TraceOut(serializers.Serializer):
     has_snapshot = serializers.BooleanField()
 
 
+class TraceListPagination(OperatorPagination):
+    """Offset/limit pages of a trace listing (`selectors.trace_listing`), which counts up to
+    its cap: `count` is exact up to it; past it `count_capped` is true, `count` is the cap + 1
+    and `next` goes on while pages come back full. Counting tens of millions of rows for a
+    page is not worth its seconds; narrow the time window (`since`/`until`) instead."""
+
+    def paginate_queryset(self, listing, request, view=None):
+        self.request = request
+        self.limit = self.get_limit(request)
+        self.offset = self.get_offset(request)
+        self.count = listing.count
+        self.capped = listing.capped
+        rows = listing.rows_at(self.offset, self.limit)
+        self.full_page = len(rows) == self.limit
+        return rows
+
+    def get_next_link(self):
+        if not self.capped:
+            return super().get_next_link()
+        if not self.full_page:
+            return None
+        url = replace_query_param(
+            self.request.build_absolute_uri(), self.limit_query_param, self.limit
+        )
+        return replace_query_param(url, self.offset_query_param, self.offset + self.limit)
+
+    def get_paginated_response(self, data):
+        response = super().get_paginated_response(data)
+        response.data["count_capped"] = self.capped
+        return response
+
+
+class TraceListPage(paginated(TraceSummaryOut)):
+    count = serializers.IntegerField(
+        help_text="Matching traces, exact up to 10,000 (1,000 with a candidate filter); "
+        "past that the cap + 1, with count_capped true."
+    )
+    count_capped = serializers.BooleanField(
+        help_text="More traces match than were counted; page on with next, or narrow since/until."
+    )
+
+
 FILTER_PARAMETERS = [
     OpenApiParameter(name, str, description=text)
     for name, text in TraceFilters.PARAMETER_HELP.items()
@@ -166,9 +209,13 @@ FILTER_PARAMETERS = [
 @extend_schema(
     operation_id="traces_list",
     summary="List traces (newest first)",
-    parameters=FILTER_PARAMETERS,
+    parameters=[
+        *FILTER_PARAMETERS,
+        OpenApiParameter("limit", int, description="traces per page: 50 unless given, at most 200"),
+        OpenApiParameter("offset", int, description="traces to skip"),
+    ],
     responses={
-        200: paginated(TraceSummaryOut),
+        200: TraceListPage,
         400: OpenApiResponse(ErrorSerializer, description="A filter is not valid."),
         403: OpenApiResponse(ErrorSerializer, description="forbidden"),
     },
@@ -186,12 +233,12 @@ def trace_list(request):
                 for name, message in filters.errors.items()
             ],
         )
-    queryset = selectors.trace_list(user=request.user, filters=filters)
+    listing = selectors.trace_listing(user=request.user, filters=filters)
     services.trace_look_record(
         actor=request.user, action="trace.list", detail={"filters": filters.as_dict(), "api": True}
     )
-    paginator = OperatorPagination()  # at most OperatorPagination.max_limit rows
-    page = paginator.paginate_queryset(queryset, request)
+    paginator = TraceListPagination()  # at most OperatorPagination.max_limit rows
+    page = paginator.paginate_queryset(listing, request)
     return paginator.get_paginated_response(TraceSummaryOut(page, many=True).data)
 
 

@@ -116,14 +116,17 @@ class CappedPaginator(Paginator):
         return f"{self.cap:,}"
 
     def page(self, number):
-        # Sorting narrow (id, occurred_at) keys instead of whole rows with their joins keeps
-        # a long list from sorting wide rows; the rows are read for the page's keys only.
         number = self.validate_number(number)
-        bottom = (number - 1) * self.per_page
-        keys = list(
-            self.object_list.values_list("pk", "occurred_at")[bottom : bottom + self.per_page]
+        return self._get_page(
+            self.rows_at((number - 1) * self.per_page, self.per_page), number, self
         )
-        return self._get_page(self._rows(keys), number, self)
+
+    def rows_at(self, offset: int, limit: int) -> list:
+        """`limit` traces from `offset` (the page and the API's offset/limit). Sorting narrow
+        (id, occurred_at) keys instead of whole rows with their joins keeps a long list from
+        sorting wide rows; the rows are read for those keys only."""
+        keys = list(self.object_list.values_list("pk", "occurred_at")[offset : offset + limit])
+        return self._rows(keys)
 
     def _rows(self, keys: list) -> list:
         """The traces of these (id, occurred_at) keys, newest first; the bounds of the keys'
@@ -194,24 +197,28 @@ class CandidateMatchPaginator(CappedPaginator):
     def count(self) -> int:
         return len(self._keys_up_to(self.cap + 1))
 
-    def page(self, number):
-        number = self.validate_number(number)
-        bottom = (number - 1) * self.per_page
-        keys = self._keys_up_to(bottom + self.per_page)[bottom:]
-        return self._get_page(self._rows(keys), number, self)
+    def rows_at(self, offset: int, limit: int) -> list:
+        return self._rows(self._keys_up_to(offset + limit)[offset:])
 
 
-def trace_page_of(*, user, filters: TraceFilters, page_number, per_page: int = 50):
-    """One page of the trace list. A candidate filter counts up to CANDIDATE_COUNT_CAP
-    matches ("more than 1,000" says what a person needs), others up to LIST_COUNT_CAP."""
+def trace_listing(*, user, filters: TraceFilters, per_page: int = 50) -> CappedPaginator:
+    """The trace list the user may see, narrowed by the filters, newest first — for the page
+    and the API alike. A candidate filter counts up to CANDIDATE_COUNT_CAP matches ("more than
+    1,000" says what a person needs), others up to LIST_COUNT_CAP: neither ever counts a
+    whole table of tens of millions of rows."""
     if filters.candidate_filter:
         return CandidateMatchPaginator(
             _traces_filtered(user=user, filters=filters),
             _candidates_matching(filters),
             per_page,
             cap=CANDIDATE_COUNT_CAP,
-        ).get_page(page_number)
-    return CappedPaginator(trace_list(user=user, filters=filters), per_page).get_page(page_number)
+        )
+    return CappedPaginator(trace_list(user=user, filters=filters), per_page, cap=LIST_COUNT_CAP)
+
+
+def trace_page_of(*, user, filters: TraceFilters, page_number, per_page: int = 50):
+    """One page of the trace list."""
+    return trace_listing(user=user, filters=filters, per_page=per_page).get_page(page_number)
 
 
 def trace_matches(*, user, request_id: str, environment: str = "") -> list[Trace]:

@@ -15,6 +15,8 @@ DATABASE_URL. Phases:
    trace list filtered to "source S excluded as D for reason R in the last day" (Django test
    client, in process, the whole view: middleware, queries, access-log write, template).
 3. retention of one day: DETACH + DROP of that day's partitions vs a batched DELETE of another.
+
+`--ingest-only` runs phase 1 alone (a quick check of the write path).
 """
 
 from __future__ import annotations

@@ -279,3 +279,45 @@ def test_trace_list__candidate_filter_over_cap__says_more_than(client, support, 
     response = client.get("/traces/", {"source": "recent_dialogue", "decision": "irrelevant"})
     assert response.context["page_obj"].paginator.capped
     assert "More than 3 traces match" in response.content.decode()
+
+
+@pytest.mark.parametrize("query", [{}, {"source": "recent_dialogue", "decision": "irrelevant"}])
+def test_api__list_over_the_count_cap__says_capped_and_pages_on_to_the_end(
+    client, support, monkeypatch, query
+):
+    """The API counts no further than the page does (a count over tens of millions of rows
+    takes seconds): past the cap it says so, and `next` still walks every matching trace."""
+    from traces import selectors
+
+    monkeypatch.setattr(selectors, "LIST_COUNT_CAP", 3)
+    monkeypatch.setattr(selectors, "CANDIDATE_COUNT_CAP", 3)
+    secret = runtime_token(Trace.objects.first().environment)
+    now = timezone.now()
+    post_batch(
+        client,
+        secret,
+        [
+            trace_payload(f"many-{n}", occurred_at=(now - timedelta(seconds=n)).isoformat())
+            for n in range(6)
+        ],
+    )
+    client.force_login(support)
+    first = client.get("/api/v1/traces", {**query, "limit": 4}).json()
+    assert (first["count"], first["count_capped"]) == (4, True)  # "more than 3"
+    seen = [t["request_id"] for t in first["results"]]
+    url = first["next"]
+    while url:
+        page = client.get(url).json()
+        seen += [t["request_id"] for t in page["results"]]
+        url = page["next"]
+    # Every visible trace once, newest first: the six, then the fixture's req-92.
+    assert seen == [f"many-{n}" for n in range(6)] + ["req-92"]
+    small = client.get(
+        "/api/v1/traces",
+        {
+            **query,
+            "agent": "assistant_professional",
+            "since": (now - timedelta(seconds=1, milliseconds=500)).isoformat(),
+        },
+    ).json()
+    assert (small["count"], small["count_capped"], small["next"]) == (2, False, None)
