@@ -560,8 +560,10 @@ def partitions_maintain(*, now: datetime | None = None, days_ahead: int = 7) -> 
 
 
 # --- hourly rollups ----------------------------------------------------------------------------------
-_ROLLUP_HOUR = """
-DELETE FROM traces_hourlyrollup WHERE hour = %(hour)s;
+_ROLLUP_DELETE = "DELETE FROM traces_hourlyrollup WHERE hour = %(hour)s"
+# The candidates are bounded by the hour themselves, not only through the join: that is what
+# prunes them to the hour's day partition (a join condition alone reads every partition).
+ROLLUP_INSERT = """
 INSERT INTO traces_hourlyrollup
     (hour, agent_id, environment_id, strategy, strategy_version, status, source, decision, reason,
      count)
@@ -573,10 +575,12 @@ GROUP BY agent_id, environment_id, strategy, coalesce(strategy_version, 0), stat
 UNION ALL
 SELECT %(hour)s, t.agent_id, t.environment_id, t.strategy, coalesce(t.strategy_version, 0),
        t.status, c.source, c.decision, c.reason, count(*)
-FROM traces_trace t JOIN traces_candidate c ON c.trace_id = t.id
+FROM traces_trace t
+JOIN traces_candidate c ON c.trace_id = t.id AND c.occurred_at = t.occurred_at
 WHERE t.occurred_at >= %(hour)s AND t.occurred_at < %(hour)s + interval '1 hour'
+  AND c.occurred_at >= %(hour)s AND c.occurred_at < %(hour)s + interval '1 hour'
 GROUP BY t.agent_id, t.environment_id, t.strategy, coalesce(t.strategy_version, 0), t.status,
-         c.source, c.decision, c.reason;
+         c.source, c.decision, c.reason
 """
 
 
@@ -584,7 +588,8 @@ def rollup_hour_refresh(*, hour: datetime) -> None:
     """Recompute one hour's counts from the traces (idempotent: replace, in one transaction)."""
     hour = hour.replace(minute=0, second=0, microsecond=0)
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_ROLLUP_HOUR, {"hour": hour})
+        cursor.execute(_ROLLUP_DELETE, {"hour": hour})
+        cursor.execute(ROLLUP_INSERT, {"hour": hour})
 
 
 def rollup_recent_hours(*, lookback_hours: int = 3, now: datetime | None = None) -> list[datetime]:

@@ -101,3 +101,21 @@ def test_trace_list__exclusion_filter__read_off_the_index_newest_first_without_a
     assert [key[0] for key in paginator.match_keys()] == [
         Trace.objects.get(request_id="req-turns").pk
     ]
+
+
+def _partitions_read(statement: str, params: dict) -> set[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + statement, params)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    return set(re.findall(r" on (traces_(?:trace|candidate)_p\d{8})", plan))
+
+
+def test_rollup__one_hour__reads_that_day_of_candidates_only(env):
+    """The hourly rollup runs every hour over tens of millions of candidates: it must read
+    the hour's day partition, not every day of the retention."""
+    from traces.services import ROLLUP_INSERT
+
+    hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
+    read = _partitions_read(ROLLUP_INSERT, {"hour": hour})
+    day = f"{hour:%Y%m%d}"
+    assert read == {f"traces_trace_p{day}", f"traces_candidate_p{day}"}, read
