@@ -221,25 +221,39 @@ def trace_page_of(*, user, filters: TraceFilters, page_number, per_page: int = 5
     return trace_listing(user=user, filters=filters, per_page=per_page).get_page(page_number)
 
 
+def traces_keyed(queryset: QuerySet, request_ids, *, environment_ids=None) -> QuerySet:
+    """`queryset` narrowed to the traces with these request ids (in these environments, else
+    in any). Every stored trace has its request key (ingest writes both in one statement),
+    which says its id and when it happened, so the trace is read by its primary key from
+    that day's partition only — a lookup by request_id without the partition key is planned
+    and probed in every day partition, which with a month of them was most of its cost. No
+    key, no trace: a miss costs one probe per environment."""
+    keys = RequestKey.objects.filter(
+        environment_id__in=(
+            Environment.objects.values("pk") if environment_ids is None else environment_ids
+        ),
+        request_id__in=list(request_ids),
+    ).values_list("trace_id", "occurred_at")
+    found = list(keys[: MAX_MATCHES * len(request_ids)])
+    return queryset.filter(
+        pk__in=[trace_id for trace_id, _ in found],
+        occurred_at__in={when for _, when in found},
+    )
+
+
+def _environment_ids(environment: str):
+    return Environment.objects.filter(key=environment).values("pk") if environment else None
+
+
 def trace_matches(*, user, request_id: str, environment: str = "") -> list[Trace]:
     """The traces with exactly this request_id that the user may see: one per environment
     (a request_id is unique per environment), in promotion order; only `environment`'s when
-    given. The request keys (one index probe per environment) say when each happened, so
-    the trace query reads only those days' partitions — and is planned for them alone, which
-    with a month of day partitions was most of its cost."""
-    queryset = (
-        trace_scope(user).select_related("agent", "environment").filter(request_id=request_id)
+    given."""
+    queryset = traces_keyed(
+        trace_scope(user).select_related("agent", "environment"),
+        [request_id],
+        environment_ids=_environment_ids(environment),
     )
-    when = list(
-        RequestKey.objects.filter(
-            environment_id__in=Environment.objects.values("pk"),
-            request_id=request_id,
-        ).values_list("occurred_at", flat=True)[:MAX_MATCHES]
-    )
-    if when:  # traces stored without a key (none since partitioning) are found unpruned
-        queryset = queryset.filter(occurred_at__in=when)
-    if environment:
-        queryset = queryset.filter(environment__key=environment)
     return list(queryset.order_by("environment__position", "environment__key")[:MAX_MATCHES])
 
 
@@ -254,16 +268,15 @@ def trace_find(*, user, text: str, environment: str = "") -> list[Trace]:
 def trace_near_matches(*, user, text: str) -> list[Trace]:
     """After an exact miss, what the user may have meant among the traces they may see: the
     same id in another case (lower or upper) or in another environment. Still exact lookups
-    on the (request_id, environment) index, a handful of spellings, never a scan."""
+    of a handful of spellings in the request keys, never a scan."""
     text = (text or "").strip()
     if not text:
         return []
     spellings = {text, text.lower(), text.upper()}
     return list(
-        trace_scope(user)
-        .select_related("agent", "environment")
-        .filter(request_id__in=spellings)
-        .order_by("environment__position", "environment__key", "request_id")[:MAX_MATCHES]
+        traces_keyed(trace_scope(user).select_related("agent", "environment"), spellings).order_by(
+            "environment__position", "environment__key", "request_id"
+        )[:MAX_MATCHES]
     )
 
 
@@ -302,10 +315,11 @@ def trace_get_visible(*, user, request_id: str, environment: str = "") -> Trace:
 def _refuse_if_out_of_scope(error, *, user, request_id: str, environment: str = ""):
     """Raise `error` (the 404 of a missing trace); when the trace exists but belongs to an
     agent out of the user's scope, as a refusal written to the access log."""
-    hidden = Trace.objects.filter(request_id=request_id).select_related("agent")
-    if environment:
-        hidden = hidden.filter(environment__key=environment)
-    hidden = hidden.first()
+    hidden = traces_keyed(
+        Trace.objects.select_related("agent"),
+        [request_id],
+        environment_ids=_environment_ids(environment),
+    ).first()
     if hidden is None:
         raise error
     refuse(

@@ -25,6 +25,7 @@ from strategies.documents.models import Document, Version
 from traces import crypto, partitions
 from traces.ingest import ParsedBatch, Rejection, error, occurred_at_errors, snapshot_bytes
 from traces.models import Snapshot, Trace
+from traces.selectors import traces_keyed
 
 PURGE_BATCH = 5_000
 
@@ -246,7 +247,7 @@ def _not_stored(identity, environment, request_ids: list[str], indexes: dict[str
     if not request_ids:
         return [], []
     owners = dict(
-        Trace.objects.filter(environment=environment, request_id__in=request_ids).values_list(
+        traces_keyed(Trace.objects, request_ids, environment_ids=[environment.pk]).values_list(
             "request_id", "agent__key"
         )
     )

@@ -16,7 +16,7 @@ from tests.factories.documents import (
     FrozenVersionFactory,
     strategy_body,
 )
-from traces.models import Status, Trace
+from traces.models import RequestKey, Status, Trace
 
 INGEST_URL = "/api/v1/runtime/traces"
 
@@ -118,6 +118,7 @@ class TraceFactory(factory.django.DjangoModelFactory):
 
     class Meta:
         model = Trace
+        skip_postgeneration_save = True
 
     request_id = factory.Sequence(lambda n: f"req-{n}")
     agent = factory.SubFactory(AgentFactory, key="assistant_professional")
@@ -130,3 +131,15 @@ class TraceFactory(factory.django.DjangoModelFactory):
         lambda o: {"profile": o.profile_version, o.strategy: o.strategy_version}
     )
     status = Status.READY
+
+    @factory.post_generation
+    def request_key(trace, create, extracted, **kwargs):
+        """Every stored trace has its request key: ingest writes both in one statement, and
+        migration 0005 wrote them for the traces stored before."""
+        if create:
+            RequestKey.objects.create(
+                environment_id=trace.environment_id,
+                request_id=trace.request_id,
+                trace_id=trace.pk,
+                occurred_at=trace.occurred_at,
+            )

@@ -119,3 +119,14 @@ def test_rollup__one_hour__reads_that_day_of_candidates_only(env):
     read = _partitions_read(ROLLUP_INSERT, {"hour": hour})
     day = f"{hour:%Y%m%d}"
     assert read == {f"traces_trace_p{day}", f"traces_candidate_p{day}"}, read
+
+
+def test_lookup_by_request_id__reads_the_day_of_the_trace_only(env, django_assert_num_queries):
+    """The trace page, search, refusals and the ingest's duplicate report find a trace by
+    request_id through its request key: one day's partition, not every day of the retention."""
+    trace = Trace.objects.get(request_id="req-turns")
+    sql, params = selectors.traces_keyed(Trace.objects.all(), ["req-turns"]).query.sql_with_params()
+    assert _partitions_read(sql, params) == {f"traces_trace_p{trace.occurred_at:%Y%m%d}"}
+    # A miss is one probe of the request keys, and no trace partition at all.
+    with django_assert_num_queries(1):
+        assert list(selectors.traces_keyed(Trace.objects.all(), ["req-missing"])) == []
