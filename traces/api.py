@@ -161,8 +161,11 @@ class TraceOut(serializers.Serializer):
 class TraceListPagination(OperatorPagination):
     """Offset/limit pages of a trace listing (`selectors.trace_listing`), which counts up to
     its cap: `count` is exact up to it; past it `count_capped` is true, `count` is the cap + 1
-    and `next` goes on while pages come back full. Counting tens of millions of rows for a
-    page is not worth its seconds; narrow the time window (`since`/`until`) instead."""
+    and `next` goes on while pages come back full, down to MAX_DEPTH traces. Counting tens
+    of millions of rows for a page is not worth its seconds, nor is reading a million keys to
+    skip them: past that depth, narrow the time window (`until`) instead."""
+
+    MAX_DEPTH = 10_000
 
     def paginate_queryset(self, listing, request, view=None):
         self.request = request
@@ -170,14 +173,28 @@ class TraceListPagination(OperatorPagination):
         self.offset = self.get_offset(request)
         self.count = listing.count
         self.capped = listing.capped
-        rows = listing.rows_at(self.offset, self.limit)
+        if self.offset >= self.MAX_DEPTH:
+            raise ValidationFailed(
+                f"Pages reach {self.MAX_DEPTH:,} traces deep. To go further, narrow the window: "
+                "until = the occurred_at of the last trace you have.",
+                details=[
+                    {
+                        "path": "offset",
+                        "code": "too_deep",
+                        "message": f"must be below {self.MAX_DEPTH:,}",
+                    }
+                ],
+            )
+        # An exact count past the offset means nothing is there; a capped one says nothing.
+        beyond = not self.capped and self.offset >= self.count
+        rows = [] if beyond else listing.rows_at(self.offset, self.limit)
         self.full_page = len(rows) == self.limit
         return rows
 
     def get_next_link(self):
         if not self.capped:
             return super().get_next_link()
-        if not self.full_page:
+        if not self.full_page or self.offset + self.limit >= self.MAX_DEPTH:
             return None
         url = replace_query_param(
             self.request.build_absolute_uri(), self.limit_query_param, self.limit
@@ -212,11 +229,13 @@ FILTER_PARAMETERS = [
     parameters=[
         *FILTER_PARAMETERS,
         OpenApiParameter("limit", int, description="traces per page: 50 unless given, at most 200"),
-        OpenApiParameter("offset", int, description="traces to skip"),
+        OpenApiParameter("offset", int, description="traces to skip: below 10,000"),
     ],
     responses={
         200: TraceListPage,
-        400: OpenApiResponse(ErrorSerializer, description="A filter is not valid."),
+        400: OpenApiResponse(
+            ErrorSerializer, description="A filter is not valid, or offset is 10,000 or more."
+        ),
         403: OpenApiResponse(ErrorSerializer, description="forbidden"),
     },
     tags=["traces"],

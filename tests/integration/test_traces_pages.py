@@ -321,3 +321,27 @@ def test_api__list_over_the_count_cap__says_capped_and_pages_on_to_the_end(
         },
     ).json()
     assert (small["count"], small["count_capped"], small["next"]) == (2, False, None)
+
+
+@pytest.mark.parametrize("query", [{}, {"source": "recent_dialogue", "decision": "irrelevant"}])
+def test_api__list_offset_past_the_depth__400_at_offset_never_a_server_error(
+    client, support, monkeypatch, query
+):
+    """Skipping rows still reads them: pages stop MAX_DEPTH traces deep (an offset beyond a
+    bigint once reached PostgreSQL as a 500), and `next` stops there too."""
+    from traces import api
+
+    monkeypatch.setattr(api.TraceListPagination, "MAX_DEPTH", 2)
+    client.force_login(support)
+    for offset in ("2", "99999999999999999999"):
+        response = client.get("/api/v1/traces", {**query, "offset": offset})
+        assert response.status_code == 400
+        assert response.json()["error"]["details"][0]["path"] == "offset"
+    secret = runtime_token(Trace.objects.first().environment)
+    post_batch(client, secret, [trace_payload(f"deep-{n}") for n in range(3)])
+    monkeypatch.setattr(api.selectors, "LIST_COUNT_CAP", 1)
+    monkeypatch.setattr(api.selectors, "CANDIDATE_COUNT_CAP", 1)
+    first = client.get("/api/v1/traces", {**query, "limit": 1}).json()
+    second = client.get(first["next"]).json()
+    assert first["count_capped"] and len(second["results"]) == 1
+    assert second["next"] is None  # the next one would be 2 deep
