@@ -3,7 +3,7 @@ log filters."""
 
 from __future__ import annotations
 
-from datetime import datetime, time, timedelta
+from datetime import date, datetime, time, timedelta
 
 from django import forms
 from django.conf import settings
@@ -169,10 +169,15 @@ class LogFilterForm(forms.Form):
             return {}
         data = self.cleaned_data
         tz = timezone.get_current_timezone()
-        since = data["since"] and timezone.make_aware(datetime.combine(data["since"], time.min), tz)
-        until = data["until"] and timezone.make_aware(
-            datetime.combine(data["until"], time.min), tz
-        ) + timedelta(days=1)
+
+        def start_of(day):
+            return timezone.make_aware(datetime.combine(day, time.min), tz)
+
+        since = data["since"] and start_of(data["since"])
+        # "To" includes its day: before the start of the next one (the last day has none).
+        until = data["until"] and (
+            None if data["until"] == date.max else start_of(data["until"] + timedelta(days=1))
+        )
         return {
             "agent": data["agent"],
             "actor": data["actor"],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, time
+from datetime import UTC, datetime, time
 
 from context_runtime.wire import DECISIONS, STATUSES
 from django.utils import timezone
@@ -19,8 +19,12 @@ def _moment(text: str, *, end_of_day: bool) -> datetime | None:
             raise ValueError(text)
         value = datetime.combine(day, time.max if end_of_day else time.min)
     if timezone.is_naive(value):
-        value = timezone.make_aware(value, timezone.UTC)
-    return value
+        return timezone.make_aware(value, UTC)
+    # In UTC: PostgreSQL refuses offsets beyond ±15:59, which Python allows (-23:59).
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # 9999-12-31T23:00-05:00 is past the last moment Python holds
+        raise ValueError(text) from None
 
 
 @dataclass

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth.models import User
+from django.utils import timezone
 
 from console.models import AccessLogEntry
 from strategies.catalog.models import Environment
@@ -70,3 +73,22 @@ def test_admin_views_snapshot__reason_required__shown_and_logged(demo_world, log
     assert "A1042" in body.inner_text()
     entry = AccessLogEntry.objects.get(action="snapshot.view")
     assert (entry.actor_label, entry.reason) == ("admin", "ticket 4711: wrong policy quoted")
+
+
+def test_support_narrows_the_list_by_the_last_day_and_by_date(demo_world, login):
+    """The list's time filters as a person uses them: a "last 24 hours" count, then the From
+    date field (both once answered 500: a date or a datetime without offset)."""
+    page = login("support", "support-demo")
+    page.goto(page.url + "traces/")
+    page.locator("#last-day a[data-status=ready]").click()
+    page.wait_for_url("**/traces/?status=ready&since=*")
+    assert page.locator("#trace-table tbody tr").count() > 0
+    assert page.locator(".chip[data-filter=since]").count() == 1
+
+    page.goto(page.url.split("?")[0])
+    yesterday = (timezone.now() - timedelta(days=1)).date().isoformat()
+    page.fill("#f-since", yesterday)
+    page.click("form[aria-label='Filter traces'] button[type=submit]")
+    page.wait_for_url(f"**/traces/?*since={yesterday}*")
+    assert "req-92" in page.locator("#trace-table").inner_text()
+    assert page.locator("#f-since").input_value() == yesterday

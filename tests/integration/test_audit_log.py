@@ -184,6 +184,22 @@ def test_audit_list__time_range_in_the_future__empty_state(audited_world, client
     assert "No changes match these filters" in response.content.decode()
 
 
+@pytest.mark.parametrize("query", [{"until": "9999-12-31"}, {"since": "0001-01-01"}])
+def test_log_lists__first_or_last_day_of_the_calendar__rows_shown_never_a_server_error(
+    audited_world, client, query
+):
+    """The "To" date includes its day by ending before the next one; the last day has none."""
+    access_record(actor=audited_world, action="trace.list")  # a row for the access log
+    client.force_login(audited_world)
+    for name in ("audit-list", "access-log-list"):
+        response = client.get(reverse(name), query)
+        assert response.status_code == 200, name
+        assert response.context["page_obj"].paginator.count > 0, name
+    export = client.get(reverse("audit-export-csv"), query)
+    assert export.status_code == 200
+    assert len(b"".join(export.streaming_content).splitlines()) > 1  # header and rows
+
+
 def test_audit_detail__htmx_expand__field_level_before_after(audited_world, client):
     client.force_login(audited_world)
     record = AuditRecord.objects.get(action="draft.update")

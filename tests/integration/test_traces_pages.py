@@ -345,3 +345,39 @@ def test_api__list_offset_past_the_depth__400_at_offset_never_a_server_error(
     second = client.get(first["next"]).json()
     assert first["count_capped"] and len(second["results"]) == 1
     assert second["next"] is None  # the next one would be 2 deep
+
+
+@pytest.mark.parametrize(
+    "since",
+    [
+        "{day}",  # what the page's date field sends
+        "{day}T00:00",  # what the "last 24 hours" counts link to: no offset, UTC
+        "{day}T00:00:00-23:59",  # an offset Python allows and PostgreSQL refuses
+    ],
+)
+def test_trace_list__since_as_a_date_or_odd_datetime__filters_never_a_server_error(
+    client, support, since
+):
+    client.force_login(support)
+    day = (timezone.now() - timedelta(days=1)).date().isoformat()
+    query = {"since": since.format(day=day)}
+    page = client.get("/traces/", query)
+    assert page.status_code == 200
+    assert [t.request_id for t in page.context["traces"]] == ["req-92"]
+    assert "since" in page.context["active_filters"]
+    api = client.get("/api/v1/traces", query)
+    assert api.status_code == 200
+    assert [t["request_id"] for t in api.json()["results"]] == ["req-92"]
+
+
+def test_trace_list__since_past_the_last_moment_in_utc__explained_not_a_server_error(
+    client, support
+):
+    client.force_login(support)
+    query = {"since": "9999-12-31T23:59:59-23:00"}  # after 9999 in UTC
+    page = client.get("/traces/", query)
+    assert page.status_code == 200
+    assert "since" in page.context["filters"].errors
+    api = client.get("/api/v1/traces", query)
+    assert api.status_code == 400
+    assert api.json()["error"]["details"][0]["path"] == "since"
