@@ -189,8 +189,9 @@ def role_edit(request, pk: int):
 
 def _agent_choices(user) -> list[tuple[str, str]]:
     """One agent at a time first (the narrow grant is the default); "all agents", the broadest
-    scope, last and in words that say so."""
-    choices = [(a.key, a.key) for a in agents_where(user, Capability.MANAGE_GRANTS).order_by("key")]
+    scope, last and in words that say so. Archived agents are not offered (README)."""
+    agents = agents_where(user, Capability.MANAGE_GRANTS).filter(archived_at__isnull=True)
+    choices = [(a.key, a.key) for a in agents.order_by("key")]
     if user_can(user, Capability.MANAGE_GRANTS):
         choices.append((ALL_AGENTS, "All agents (also agents added later)"))
     return choices

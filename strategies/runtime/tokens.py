@@ -34,6 +34,15 @@ def runtime_token_create(*, name: str, environment, capabilities, agents=(), act
             "Give the token a name that says which runtime uses it.",
             details=[Finding("name", "required", "A name is required.")],
         )
+    if environment.archived_at is not None:
+        # Nothing new goes live in an archived environment, and no new runtime reads it.
+        raise ValidationFailed(
+            f"{environment.key} is archived: no new tokens for it. An admin can unarchive it "
+            "under Agents & environments.",
+            details=[
+                Finding("environment", "environment_archived", "this environment is archived")
+            ],
+        )
     capabilities = sorted(set(capabilities))
     unknown = [c for c in capabilities if c not in RuntimeToken.CAPABILITIES]
     if unknown or not capabilities:

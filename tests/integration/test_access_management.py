@@ -326,3 +326,20 @@ def test_grant_preview__capabilities_already_held_there__not_listed_as_new(admin
         client, username="ops", role="support", agent="assistant_professional", reason="redundant"
     )
     assert "They already hold every capability of this role there." in response.context["preview"]
+
+
+def test_grant_form__archived_agent__not_offered(client, admin, agents):
+    from django.utils import timezone
+
+    archived = agents["assistant_lite"]
+    archived.archived_at = timezone.now()
+    archived.save(update_fields=["archived_at"])
+    client.force_login(admin)
+    choices = [
+        value
+        for value, _ in client.get(reverse("grant-create"))
+        .context["form"]
+        .fields["agent"]
+        .widget.choices
+    ]
+    assert "assistant_professional" in choices and "assistant_lite" not in choices

@@ -460,3 +460,22 @@ def test_environment_edit_page__changed_meanwhile__refused_not_overwritten(admin
     assert "Someone changed the environment prod since you opened it" in response.content.decode()
     env = Environment.objects.get()
     assert (env.name, env.trace_retention_days) == ("prod", 10)
+
+
+def test_environment_archived__no_new_runtime_token__until_unarchived(admin):
+    from strategies.runtime.models import RuntimeToken
+    from strategies.runtime.tokens import runtime_token_create
+
+    env = services.environment_archive(
+        environment=EnvironmentFactory(key="old-uat"), actor=admin, reason="decommissioned"
+    )
+    with pytest.raises(ValidationFailed) as refused:
+        runtime_token_create(name="uat", environment=env, capabilities=["config:read"], actor=admin)
+    assert refused.value.details[0]["path"] == "environment"
+    assert refused.value.details[0]["code"] == "environment_archived"
+    assert not RuntimeToken.objects.exists()
+    env = services.environment_unarchive(environment=env, actor=admin)
+    token, _ = runtime_token_create(
+        name="uat", environment=env, capabilities=["config:read"], actor=admin
+    )
+    assert token.environment == env
