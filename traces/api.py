@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from context_runtime import wire
+from context_runtime.findings import Finding
 from django.http import JsonResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -165,7 +166,7 @@ class TraceListPagination(OperatorPagination):
     of millions of rows for a page is not worth its seconds, nor is reading a million keys to
     skip them: past that depth, narrow the time window (`until`) instead."""
 
-    MAX_DEPTH = 10_000
+    MAX_DEPTH = selectors.LIST_COUNT_CAP  # as deep as the plain list counts
 
     def paginate_queryset(self, listing, request, view=None):
         self.request = request
@@ -177,13 +178,7 @@ class TraceListPagination(OperatorPagination):
             raise ValidationFailed(
                 f"Pages reach {self.MAX_DEPTH:,} traces deep. To go further, narrow the window: "
                 "until = the occurred_at of the last trace you have.",
-                details=[
-                    {
-                        "path": "offset",
-                        "code": "too_deep",
-                        "message": f"must be below {self.MAX_DEPTH:,}",
-                    }
-                ],
+                details=[Finding("offset", "too_deep", f"must be below {self.MAX_DEPTH:,}")],
             )
         # An exact count past the offset means nothing is there; a capped one says nothing.
         beyond = not self.capped and self.offset >= self.count
@@ -209,8 +204,9 @@ class TraceListPagination(OperatorPagination):
 
 class TraceListPage(paginated(TraceSummaryOut)):
     count = serializers.IntegerField(
-        help_text="Matching traces, exact up to 10,000 (1,000 with a candidate filter); "
-        "past that the cap + 1, with count_capped true."
+        help_text=f"Matching traces, exact up to {selectors.LIST_COUNT_CAP:,} "
+        f"({selectors.CANDIDATE_COUNT_CAP:,} with a candidate filter); past that the cap + 1, "
+        "with count_capped true."
     )
     count_capped = serializers.BooleanField(
         help_text="More traces match than were counted; page on with next, or narrow since/until."
@@ -229,12 +225,16 @@ FILTER_PARAMETERS = [
     parameters=[
         *FILTER_PARAMETERS,
         OpenApiParameter("limit", int, description="traces per page: 50 unless given, at most 200"),
-        OpenApiParameter("offset", int, description="traces to skip: below 10,000"),
+        OpenApiParameter(
+            "offset", int, description=f"traces to skip: below {TraceListPagination.MAX_DEPTH:,}"
+        ),
     ],
     responses={
         200: TraceListPage,
         400: OpenApiResponse(
-            ErrorSerializer, description="A filter is not valid, or offset is 10,000 or more."
+            ErrorSerializer,
+            description=f"A filter is not valid, or offset is {TraceListPagination.MAX_DEPTH:,} "
+            "or more.",
         ),
         403: OpenApiResponse(ErrorSerializer, description="forbidden"),
     },

@@ -200,9 +200,10 @@ def body_findings(
     return findings
 
 
-def archived_finding(environment: Environment) -> Finding:
+def archived_finding(environment: Environment, path: str = "") -> Finding:
+    """Why nothing new goes into an archived environment: a publish, a runtime token."""
     return Finding(
-        "",
+        path,
         "environment_archived",
         f"{environment.key} is archived: nothing new goes live there. An admin can unarchive "
         "it under Agents & environments.",

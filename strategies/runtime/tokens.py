@@ -12,6 +12,7 @@ from console.audit import actor_label, audit_record
 from console.errors import Conflict, ValidationFailed
 from console.policy import service_transaction
 from console.writes import update_or_refuse
+from strategies.catalog.selectors import archived_finding
 from strategies.runtime.auth import TOKEN_PREFIX, identity_forget, new_secret, token_hash
 from strategies.runtime.models import RuntimeToken
 
@@ -35,14 +36,8 @@ def runtime_token_create(*, name: str, environment, capabilities, agents=(), act
             details=[Finding("name", "required", "A name is required.")],
         )
     if environment.archived_at is not None:
-        # Nothing new goes live in an archived environment, and no new runtime reads it.
-        raise ValidationFailed(
-            f"{environment.key} is archived: no new tokens for it. An admin can unarchive it "
-            "under Agents & environments.",
-            details=[
-                Finding("environment", "environment_archived", "this environment is archived")
-            ],
-        )
+        archived = archived_finding(environment, path="environment")
+        raise ValidationFailed(archived.message, details=[archived])
     capabilities = sorted(set(capabilities))
     unknown = [c for c in capabilities if c not in RuntimeToken.CAPABILITIES]
     if unknown or not capabilities:
