@@ -13,9 +13,9 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 from django.forms.models import model_to_dict
 
-from console.audit import audit_record
-from console.forms import AdminLoginForm
-from console.models import AccessLogEntry, AuditRecord, Grant, Role
+from console.access.forms import AdminLoginForm
+from console.kernel.audit import audit_record
+from console.kernel.models import AccessLogEntry, AuditRecord, Grant, Role
 
 
 def _superuser_only(request) -> bool:

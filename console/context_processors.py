@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from console.policy import role_names, user_can_anywhere
+from console.kernel.policy import role_names, user_can_anywhere
 
 # (label, url name, the URL prefix that marks it active, the capability — on at least one
 # agent — that shows it).

@@ -9,9 +9,9 @@ import uuid
 from django.http import JsonResponse
 from django.template.response import TemplateResponse
 
-from console.errors import ApplicationError, ValidationFailed
-from console.policy import denials_logged
-from console.request_context import RequestContext, client_ip, current_request
+from console.kernel.errors import ApplicationError, ValidationFailed
+from console.kernel.policy import denials_logged
+from console.kernel.request_context import RequestContext, client_ip, current_request
 
 
 class RequestIdMiddleware:

@@ -1,260 +1,35 @@
-"""Cross-cutting models: roles and grants (access), the audit log and the access log.
-
-Both logs are append-only (a trigger refuses UPDATE, DELETE and TRUNCATE) and hash-chained:
-each row stores the hash of the previous row, so `manage.py audit_verify` finds an edit
-made with the trigger disabled; checkpoints of each chain's head (append-only too) make a
-deleted tail visible.
-"""
+"""The console app's models. Each lives in the models module of the job that owns it
+(kernel: roles, grants, the audit and access logs; accounts: personal tokens);
+Django looks for an app's models here, so this module gathers them and keeps the shell's own
+worker heartbeat."""
 
 from __future__ import annotations
 
-from django.conf import settings
-from django.contrib.auth.models import Group
-from django.contrib.postgres.fields import ArrayField
 from django.db import models
-from django.db.models import Q
-from django.utils import timezone
 
-from console.guards import append_only_triggers
+from console.accounts.models import PersonalToken, PersonalTokenQuerySet
+from console.kernel.models import (
+    AccessLogEntry,
+    AuditRecord,
+    ChainCheckpoint,
+    ChainedRecord,
+    Grant,
+    GrantQuerySet,
+    Role,
+)
 
-
-class Role(models.Model):
-    """A named set of capabilities (see console.policy.Capability). New roles have none."""
-
-    name = models.CharField(max_length=100, unique=True)
-    description = models.TextField(blank=True)
-    capabilities = ArrayField(models.CharField(max_length=50), default=list, blank=True)
-    is_standard = models.BooleanField(
-        default=False, help_text="Created by migration; cannot be deleted."
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["name"]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class GrantQuerySet(models.QuerySet):
-    def of(self, user):
-        """The grants a user holds, directly or through one of their groups."""
-        return self.filter(Q(user=user) | Q(group__in=user.groups.all()))
-
-    def role_names(self, user, agent=None) -> list[str]:
-        """ "role@agent" labels of a user's grants (on an agent, or everywhere), recorded
-        with each audit row and shown beside the user's name."""
-        if user is None or not user.is_authenticated:
-            return []
-        grants = self.of(user)
-        if agent is not None:
-            grants = grants.filter(Q(agent=agent) | Q(agent__isnull=True))
-        labels = grants.values_list("role__name", "agent__key")
-        return sorted({f"{name}@{agent_key or '*'}" for name, agent_key in labels})
-
-
-class Grant(models.Model):
-    """(user or group) × role × (one agent, or all agents when agent is empty)."""
-
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL,
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        related_name="grants",
-    )
-    group = models.ForeignKey(
-        Group, null=True, blank=True, on_delete=models.CASCADE, related_name="grants"
-    )
-    role = models.ForeignKey(Role, on_delete=models.PROTECT, related_name="grants")
-    agent = models.ForeignKey(
-        "strategies.Agent", null=True, blank=True, on_delete=models.CASCADE, related_name="grants"
-    )
-    created_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    objects = GrantQuerySet.as_manager()
-
-    class Meta:
-        constraints = [
-            models.CheckConstraint(
-                condition=(Q(user__isnull=False) & Q(group__isnull=True))
-                | (Q(user__isnull=True) & Q(group__isnull=False)),
-                name="grant_user_xor_group",
-            ),
-            models.UniqueConstraint(
-                fields=["user", "role", "agent"],
-                name="grant_unique_user",
-                nulls_distinct=False,
-                condition=Q(user__isnull=False),
-            ),
-            models.UniqueConstraint(
-                fields=["group", "role", "agent"],
-                name="grant_unique_group",
-                nulls_distinct=False,
-                condition=Q(group__isnull=False),
-            ),
-        ]
-
-    def __str__(self) -> str:
-        who = self.user or f"group {self.group}"
-        return f"{who}: {self.role} on {self.agent or 'all agents'}"
-
-
-class ChainedRecord(models.Model):
-    """Fields shared by the two append-only, hash-chained logs."""
-
-    occurred_at = models.DateTimeField()
-    actor_type = models.CharField(max_length=20)  # user | token | system | anonymous
-    actor_id = models.CharField(max_length=64, blank=True)
-    actor_label = models.CharField(max_length=200, blank=True)
-    actor_roles = models.JSONField(default=list, blank=True)
-    # A user acting through a personal API token: the token's id and name ("" otherwise).
-    # Hashed only when set, so rows written before these columns still verify.
-    actor_token_id = models.CharField(max_length=64, blank=True, default="")
-    actor_token_label = models.CharField(max_length=200, blank=True, default="")
-    action = models.CharField(max_length=100)
-    target_type = models.CharField(max_length=100, blank=True)
-    target_id = models.CharField(max_length=200, blank=True)
-    target_label = models.CharField(max_length=300, blank=True)
-    agent_key = models.CharField(max_length=100, blank=True, db_index=True)
-    request_id = models.CharField(max_length=100, blank=True)
-    ip = models.GenericIPAddressField(null=True, blank=True)
-    prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64, unique=True)
-
-    class Meta:
-        abstract = True
-        ordering = ["-id"]
-        # Append-only in the database: no session setting switches these off (see Guard).
-        triggers = append_only_triggers()
-
-
-class AuditRecord(ChainedRecord):
-    """One change: who, in which roles, did what to what, with before/after."""
-
-    before = models.JSONField(null=True, blank=True)
-    after = models.JSONField(null=True, blank=True)
-    changes = models.JSONField(
-        default=list, blank=True, help_text="Field-level: [{path, before, after}]"
-    )
-
-    class Meta(ChainedRecord.Meta):
-        indexes = [
-            models.Index(fields=["agent_key", "-occurred_at"]),
-            models.Index(fields=["actor_label", "-occurred_at"]),
-            models.Index(fields=["action", "-occurred_at"]),
-            models.Index(fields=["target_type", "target_id"]),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.occurred_at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.target_label}"
-
-
-class AccessLogEntry(ChainedRecord):
-    """One look at sensitive data (trace view, search, snapshot view, export) or a refusal."""
-
-    outcome = models.CharField(max_length=20, default="allowed")  # allowed | denied
-    reason = models.TextField(blank=True, help_text="The reason typed for a snapshot view.")
-    detail = models.JSONField(default=dict, blank=True)
-
-    class Meta(ChainedRecord.Meta):
-        indexes = [
-            models.Index(fields=["agent_key", "-occurred_at"]),
-            models.Index(fields=["actor_label", "-occurred_at"]),
-            models.Index(fields=["action", "-occurred_at"]),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.occurred_at:%Y-%m-%d %H:%M} {self.actor_label} {self.action} {self.target_label}"
-
-
-class ChainCheckpoint(models.Model):
-    """The head of one log's hash chain at a moment: its last row's id and hash and how many
-    rows the chain had up to it. Written every AUDIT_CHECKPOINT_MINUTES by the
-    `console.chain_checkpoint` task (which also writes the head to the application log), and
-    append-only like the logs: `audit_verify` refuses a chain that no longer reaches its
-    checkpoints, so deleting the newest rows of a log is no longer silent."""
-
-    class Log(models.TextChoices):
-        AUDIT = "audit", "audit log"
-        ACCESS = "access", "access log"
-
-    log = models.CharField(max_length=20, choices=Log.choices)
-    last_id = models.BigIntegerField(help_text="The chain's newest row (0: the log was empty).")
-    last_hash = models.CharField(max_length=64)
-    row_count = models.BigIntegerField()
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["-id"]
-        indexes = [models.Index(fields=["log", "-id"])]
-        triggers = append_only_triggers()
-
-    def __str__(self) -> str:
-        return f"{self.get_log_display()} @ #{self.last_id} ({self.row_count} rows)"
-
-
-class PersonalTokenQuerySet(models.QuerySet):
-    def active(self, now=None):
-        """Tokens that still authenticate: not revoked and not expired."""
-        return self.filter(revoked_at__isnull=True, expires_at__gt=now or timezone.now())
-
-
-class PersonalToken(models.Model):
-    """A person's API token for the operator API (`Authorization: Bearer ccp_…`). Only the
-    SHA-256 of the secret is stored; the secret is shown once at creation. What it allows is
-    the user's grants intersected with its scope, at every request (console.policy)."""
-
-    is_personal_token = True
-
-    user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="personal_tokens"
-    )
-    name = models.CharField(max_length=100)
-    prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
-    token_hash = models.CharField(max_length=64, unique=True)
-    capabilities = ArrayField(
-        models.CharField(max_length=50), default=list, help_text="console.policy.Capability values"
-    )
-    agents = models.ManyToManyField(
-        "strategies.Agent",
-        blank=True,
-        related_name="personal_tokens",
-        help_text="Empty: every agent the user's grants cover.",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-    expires_at = models.DateTimeField()
-    revoked_at = models.DateTimeField(null=True, blank=True)
-    revoked_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    last_used_at = models.DateTimeField(null=True, blank=True)
-
-    objects = PersonalTokenQuerySet.as_manager()
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        constraints = [
-            # A name says which script uses the token: unique among a user's unrevoked tokens.
-            models.UniqueConstraint(
-                fields=["user", "name"],
-                condition=Q(revoked_at__isnull=True),
-                name="personal_token_unique_name",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.name} ({self.prefix}…)"
-
-    @property
-    def state(self) -> str:
-        """active | expired | revoked"""
-        if self.revoked_at is not None:
-            return "revoked"
-        return "active" if self.expires_at > timezone.now() else "expired"
+__all__ = [
+    "AccessLogEntry",
+    "AuditRecord",
+    "ChainCheckpoint",
+    "ChainedRecord",
+    "Grant",
+    "GrantQuerySet",
+    "PersonalToken",
+    "PersonalTokenQuerySet",
+    "Role",
+    "WorkerHeartbeat",
+]
 
 
 class WorkerHeartbeat(models.Model):

@@ -219,7 +219,7 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": 60.0,
     },
     # The audit and access logs' chain heads: a checkpoint row and a line on the
-    # `console.audit.anchor` logger (audit_verify checks the chains reach them).
+    # `console.kernel.audit.anchor` logger (audit_verify checks the chains reach them).
     "console-chain-checkpoint": {
         "task": "console.chain_checkpoint",
         "schedule": AUDIT_CHECKPOINT_MINUTES * 60.0,
@@ -248,7 +248,7 @@ CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cook
 # Sign-in lockout (django-axes). 5 failed sign-ins for one username from one address within
 # 15 minutes lock that pair — that username from that address only, so nobody can lock an
 # admin out from everywhere. Counted in PostgreSQL (works with Redis down); admins unlock
-# at /access/sign-in-locks/. The access log keeps every attempt (console.forms.SignInMixin).
+# at /access/sign-in-locks/. The access log keeps every attempt (console.access.forms.SignInMixin).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses a locked pair before any check
     "django.contrib.auth.backends.ModelBackend",
@@ -262,7 +262,7 @@ AXES_RESET_ON_SUCCESS = True
 # the failure that set it, however often someone keeps trying.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 # The one place that decides the client address (also used by the access log).
-AXES_CLIENT_IP_CALLABLE = "console.request_context.client_ip"
+AXES_CLIENT_IP_CALLABLE = "console.kernel.request_context.client_ip"
 # How many reverse proxies in front of the console append the address they saw to
 # X-Forwarded-For. 0 (the default): the header is ignored and REMOTE_ADDR is the client;
 # N: the N-th entry from the right (what the outermost of our proxies wrote). Anything to
@@ -311,13 +311,13 @@ WHITENOISE_AUTOREFRESH = DEBUG
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "console.authentication.PersonalTokenAuthentication",  # Authorization: Bearer ccp_…
+        "console.accounts.authentication.PersonalTokenAuthentication",  # Authorization: Bearer ccp_…
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["console.parsers.StrictJSONParser"],
-    "EXCEPTION_HANDLER": "console.api_errors.api_exception_handler",
+    "DEFAULT_PARSER_CLASSES": ["console.kernel.parsers.StrictJSONParser"],
+    "EXCEPTION_HANDLER": "console.kernel.api_errors.api_exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
@@ -335,7 +335,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "console.api_schema.document_unauthenticated",
+        "console.kernel.api_schema.document_unauthenticated",
     ],
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = (

@@ -6,8 +6,8 @@ from celery import shared_task
 from django.core.cache import cache
 from django.db import connection
 
+from console.access.services import chain_checkpoints_write
 from console.models import WorkerHeartbeat
-from console.services import chain_checkpoints_write
 
 
 @shared_task(name="console.heartbeat")
@@ -26,5 +26,5 @@ def heartbeat(marker: str) -> str:
 @shared_task(name="console.chain_checkpoint")
 def chain_checkpoint() -> list[int]:
     """Beat, every AUDIT_CHECKPOINT_MINUTES: anchor the audit chains' heads (checkpoint rows
-    and a line on the `console.audit.anchor` logger). Returns the checkpoint ids."""
+    and a line on the `console.kernel.audit.anchor` logger). Returns the checkpoint ids."""
     return [checkpoint.pk for checkpoint in chain_checkpoints_write()]

@@ -1,10 +1,10 @@
 """URL map. Each app owns its own url modules; this file only includes them.
 
 - pages:        strategies.{documents,releases,runtime,delivery,catalog}.urls, traces.urls,
-                console.access_urls
+                console.access.urls
 - operator API: /api/v1/ → strategies.{catalog,documents,exchange,releases}.api_urls,
                 strategies.runtime.operator_api_urls, strategies.delivery.api_urls,
-                traces.api_urls, console.access_api_urls
+                traces.api_urls, console.access.api_urls
 - runtime API:  /api/v1/runtime/ → strategies.runtime.runtime_urls, traces.runtime_urls
 """
 
@@ -17,7 +17,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from console import views
-from console.policy import AUTHENTICATED, PUBLIC
+from console.kernel.policy import AUTHENTICATED, PUBLIC
 
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
@@ -44,8 +44,8 @@ PAGES = (
     "strategies.catalog.urls",
     "strategies.exchange.urls",
     "traces.urls",
-    "console.access_urls",
-    "console.account_urls",
+    "console.access.urls",
+    "console.accounts.urls",
 )
 OPERATOR_API = (
     "strategies.catalog.api_urls",
@@ -55,15 +55,15 @@ OPERATOR_API = (
     "strategies.runtime.operator_api_urls",
     "strategies.delivery.api_urls",
     "traces.api_urls",
-    "console.access_api_urls",
-    "console.account_api_urls",
+    "console.access.api_urls",
+    "console.accounts.api_urls",
 )
 RUNTIME_API = ("strategies.runtime.runtime_urls", "traces.runtime_urls")
 urlpatterns += [path("", include(module)) for module in PAGES]
 urlpatterns += [path("api/v1/", include(module)) for module in OPERATOR_API]
 urlpatterns += [path("api/v1/runtime/", include(module)) for module in RUNTIME_API]
 
-# Access rules of this module's pages (see console.policy.requires and the access matrix).
+# Access rules of this module's pages (see console.kernel.policy.requires and the access matrix).
 
 REQUIRED = {
     "dashboard": AUTHENTICATED,

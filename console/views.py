@@ -15,11 +15,11 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from console.audit import access_record
+from console.access.forms import LoginForm, lockout_message
 from console.demo.users import DEMO_USERS
-from console.forms import LoginForm, lockout_message
 from console.health import health_public, health_report
-from console.policy import agents_visible_to
+from console.kernel.audit import access_record
+from console.kernel.policy import agents_visible_to
 from strategies.catalog.selectors import environment_list
 from strategies.releases.selectors import dashboard_context as strategies_part
 from traces.selectors import dashboard_context as traces_part
@@ -33,7 +33,7 @@ def demo_logins() -> list[tuple[str, str]]:
 
 
 class LoginView(auth_views.LoginView):
-    """Sign-in (console.forms.LoginForm), locked out per username and address by django-axes;
+    """Sign-in (console.access.forms.LoginForm), locked out per username and address by django-axes;
     each failed and each successful sign-in is written to the access log."""
 
     template_name = "registration/login.html"

@@ -15,10 +15,10 @@ from rest_framework.parsers import BaseParser
 from rest_framework.response import Response
 from rest_framework.utils.urls import replace_query_param
 
-from console.access_api import OperatorPagination, paginated
-from console.api_schema import ErrorDetailSerializer, ErrorSerializer
-from console.errors import ValidationFailed
-from console.limits import read_limited_body
+from console.access.api import OperatorPagination, paginated
+from console.kernel.api_schema import ErrorDetailSerializer, ErrorSerializer
+from console.kernel.errors import ValidationFailed
+from console.kernel.limits import read_limited_body
 from strategies.runtime.authentication import runtime_view
 from traces import ingest, selectors, services
 from traces.filters import TraceFilters

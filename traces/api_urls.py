@@ -2,7 +2,7 @@
 
 from django.urls import path, re_path
 
-from console.policy import Capability
+from console.kernel.policy import Capability
 from traces import api
 
 urlpatterns = [

@@ -3,7 +3,7 @@
 from django.contrib.auth.decorators import login_not_required
 from django.urls import path
 
-from console.policy import PUBLIC
+from console.kernel.policy import PUBLIC
 from traces import api
 
 urlpatterns = [

@@ -14,8 +14,8 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.http import urlencode
 
-from console.errors import Conflict, Forbidden, NotFound
-from console.policy import Capability, agents_where, refuse, user_can, user_can_anywhere
+from console.kernel.errors import Conflict, Forbidden, NotFound
+from console.kernel.policy import Capability, agents_where, refuse, user_can, user_can_anywhere
 from strategies.catalog.models import Environment
 from strategies.releases.models import Release, ReleaseEvent
 from traces.diagnosis import STATUS_EXPLAINED, config_source, where_to_look

@@ -16,10 +16,11 @@ from context_runtime.wire import Trace as WireTrace
 from django.db import connection, transaction
 from django.utils import timezone
 
-from console.audit import access_record
-from console.errors import NotFound, ValidationFailed
-from console.policy import Capability, check_user_can, service_transaction
-from console.reasons import reason_clean
+from console.kernel.audit import access_record
+from console.kernel.errors import NotFound, ValidationFailed
+from console.kernel.policy import Capability, check_user_can
+from console.kernel.reasons import reason_clean
+from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Agent, Environment
 from strategies.documents.models import Document, Version
 from traces import crypto, partitions

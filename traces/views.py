@@ -19,8 +19,8 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from console.errors import ApplicationError
-from console.policy import Capability, agents_where
+from console.kernel.errors import ApplicationError
+from console.kernel.policy import Capability, agents_where
 from strategies.catalog.models import Environment
 from traces import selectors, services
 from traces.filters import TraceFilters

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 
-from console.models import Grant, Role
-from console.policy import Capability
-from console.services import standard_roles_ensure
+from console.access.services import standard_roles_ensure
+from console.kernel.models import Grant, Role
+from console.kernel.policy import Capability
 from strategies.catalog.models import Agent
 
 # username → [(role name, agent key or None for all agents)]

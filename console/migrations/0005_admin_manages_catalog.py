@@ -1,6 +1,6 @@
 """The admin role gains manage_catalog (create and edit agents and environments).
 
-Fresh databases get it from 0002 (which reads the standard roles from console.policy);
+Fresh databases get it from 0002 (which reads the standard roles from console.kernel.policy);
 this adds it where the admin role already exists without it."""
 
 from django.db import migrations

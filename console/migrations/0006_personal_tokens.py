@@ -56,7 +56,7 @@ class Migration(migrations.Migration):
                     django.contrib.postgres.fields.ArrayField(
                         base_field=models.CharField(max_length=50),
                         default=list,
-                        help_text="console.policy.Capability values",
+                        help_text="console.kernel.policy.Capability values",
                         size=None,
                     ),
                 ),

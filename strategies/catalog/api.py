@@ -9,11 +9,11 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from console.access_api import OperatorPagination, paginated
-from console.api_schema import ErrorSerializer
-from console.errors import NotFound
-from console.limits import check_request_size
-from console.policy import Capability, check_user_can, refuse
+from console.access.api import OperatorPagination, paginated
+from console.kernel.api_schema import ErrorSerializer
+from console.kernel.errors import NotFound
+from console.kernel.limits import check_request_size
+from console.kernel.policy import Capability, check_user_can, refuse
 from strategies.catalog import services
 from strategies.catalog.models import Agent
 from strategies.catalog.selectors import agent_list as agent_list_of

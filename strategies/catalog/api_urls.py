@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.policy import AUTHENTICATED, Capability, Everywhere
+from console.kernel.policy import AUTHENTICATED, Capability, Everywhere
 from strategies.catalog import api
 
 urlpatterns = [

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django import forms
 
-from console.errors import ApplicationError
+from console.kernel.errors import ApplicationError
 from strategies.catalog.services import MAX_POSITION, MAX_RETENTION_DAYS
 
 KEY_HELP = (

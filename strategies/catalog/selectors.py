@@ -16,8 +16,8 @@ from context_runtime.findings import Finding
 from context_runtime.manifest import Manifest as RuntimeManifest
 from django.db.models import Count, F, Prefetch
 
-from console.errors import NotFound
-from console.policy import agents_visible_to
+from console.kernel.errors import NotFound
+from console.kernel.policy import agents_visible_to
 from strategies.catalog.models import Agent, Environment, Manifest
 from strategies.documents.models import Document, Version
 from traces.models import Trace

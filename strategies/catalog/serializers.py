@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from console.api_schema import StrictSerializer
-from console.reasons import MAX_REASON_CHARS
+from console.kernel.api_schema import StrictSerializer
+from console.kernel.reasons import MAX_REASON_CHARS
 from strategies.catalog.services import MAX_POSITION, MAX_RETENTION_DAYS
 
 KEY_HELP = "Lowercase letters, digits, '-' and '_', at most 100, e.g. bank-uat. Cannot change."

@@ -20,12 +20,13 @@ from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
-from console.audit import audit_record
-from console.errors import Conflict, ValidationFailed
-from console.models import Grant
-from console.policy import Capability, check_user_can, service_transaction
-from console.reasons import MAX_REASON_CHARS
-from console.writes import create_or_refuse
+from console.kernel.audit import audit_record
+from console.kernel.errors import Conflict, ValidationFailed
+from console.kernel.models import Grant
+from console.kernel.policy import Capability, check_user_can
+from console.kernel.reasons import MAX_REASON_CHARS
+from console.kernel.transactions import service_transaction
+from console.kernel.writes import create_or_refuse
 from strategies.catalog.models import Agent, Environment, Manifest
 from strategies.delivery.models import ConfigPayload, Webhook
 from strategies.documents.models import Document, Version
@@ -224,7 +225,7 @@ def _agent_locked(agent: Agent) -> Agent:
     return Agent.objects.select_for_update().get(pk=agent.pk)
 
 
-@service_transaction
+@service_transaction(durable=True)
 def agent_update(
     *,
     agent: Agent,
@@ -293,14 +294,14 @@ def _agent_archived_set(agent: Agent, *, archived: bool, actor, reason: str) -> 
     )
 
 
-@service_transaction
+@service_transaction(durable=True)
 def agent_archive(*, agent: Agent, actor, reason: str = "") -> Agent:
     """Hide an agent from lists, the dashboard and pickers; its pages, history, releases and
     its runtime's config stay as they are. Needs manage_catalog on the agent."""
     return _agent_archived_set(agent, archived=True, actor=actor, reason=reason)
 
 
-@service_transaction
+@service_transaction(durable=True)
 def agent_unarchive(*, agent: Agent, actor, reason: str = "") -> Agent:
     return _agent_archived_set(agent, archived=False, actor=actor, reason=reason)
 
@@ -343,7 +344,7 @@ def _in_use(what: str, refusals: list[dict]) -> Conflict:
     )
 
 
-@service_transaction
+@service_transaction(durable=True)
 def agent_delete(*, agent: Agent, actor, reason: str = "") -> None:
     """Delete an agent made by mistake, with its profile, drafts and grants. Needs
     manage_catalog on all agents (creating one does). Refused (409, every reason) once it has
@@ -390,7 +391,7 @@ def _racing_refusal() -> list[dict]:
 
 
 # --- environments ----------------------------------------------------------------------------------
-@service_transaction
+@service_transaction(durable=True)
 def environment_create(
     *,
     key: str,
@@ -447,7 +448,7 @@ def _environment_locked(environment: Environment) -> Environment:
     return Environment.objects.select_for_update().get(pk=environment.pk)
 
 
-@service_transaction
+@service_transaction(durable=True)
 def environment_update(
     *,
     environment: Environment,
@@ -516,7 +517,7 @@ def _environment_archived_set(environment, *, archived: bool, actor, reason: str
     )
 
 
-@service_transaction
+@service_transaction(durable=True)
 def environment_archive(*, environment: Environment, actor, reason: str = "") -> Environment:
     """Hide an environment from the grids and pickers; nothing new can be published there
     (catalog.selectors.body_findings says so). What is live stays live, its runtime keeps
@@ -524,7 +525,7 @@ def environment_archive(*, environment: Environment, actor, reason: str = "") ->
     return _environment_archived_set(environment, archived=True, actor=actor, reason=reason)
 
 
-@service_transaction
+@service_transaction(durable=True)
 def environment_unarchive(*, environment: Environment, actor, reason: str = "") -> Environment:
     return _environment_archived_set(environment, archived=False, actor=actor, reason=reason)
 
@@ -567,7 +568,7 @@ def environment_delete_refusals(environment: Environment) -> list[dict]:
     return _found(checks)
 
 
-@service_transaction
+@service_transaction(durable=True)
 def environment_delete(*, environment: Environment, actor, reason: str = "") -> None:
     """Delete an environment added by mistake. Needs manage_catalog on all agents. Refused
     (409, every reason) once it has releases, traces, runtime tokens, manifests, approval

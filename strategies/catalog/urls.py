@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.policy import Capability, Everywhere
+from console.kernel.policy import Capability, Everywhere
 from strategies.catalog import views
 
 AGENT = "catalog/agents/<slug:agent>/"

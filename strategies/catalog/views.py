@@ -14,8 +14,8 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from console.errors import ApplicationError, Conflict
-from console.policy import Capability, Everywhere, agents_where, requires, user_can
+from console.kernel.errors import ApplicationError, Conflict
+from console.kernel.policy import Capability, Everywhere, agents_where, requires, user_can
 from strategies.catalog import services
 from strategies.catalog.forms import AgentForm, EnvironmentForm, show_refusal
 from strategies.catalog.selectors import (

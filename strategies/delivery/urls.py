@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console.policy import Capability
+from console.kernel.policy import Capability
 from strategies.delivery import views
 
 urlpatterns = [

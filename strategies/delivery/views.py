@@ -8,8 +8,8 @@ from django.template.response import TemplateResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from console.errors import ApplicationError, NotFound
-from console.policy import Capability, requires
+from console.kernel.errors import ApplicationError, NotFound
+from console.kernel.policy import Capability, requires
 from strategies.catalog.selectors import environment_get, environment_list
 from strategies.delivery import selectors, webhooks
 from strategies.delivery.models import APPROVAL_REQUESTED_EVENT, WEBHOOK_EVENT, Webhook
@@ -39,7 +39,7 @@ def webhook_list(request):
             error = exc
     return TemplateResponse(
         request,
-        "releases/webhooks.html",
+        "delivery/webhooks.html",
         {
             "webhooks": selectors.webhooks_list(),
             "created": created,
@@ -68,7 +68,7 @@ def webhook_detail(request, pk):
     query.pop("page", None)
     return TemplateResponse(
         request,
-        "releases/webhook_detail.html",
+        "delivery/webhook_detail.html",
         {
             "webhook": hook,
             "page_obj": selectors.deliveries_page(

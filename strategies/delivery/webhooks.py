@@ -45,10 +45,10 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from console.audit import actor_label, audit_record
-from console.errors import Conflict, NotFound, ValidationFailed
-from console.policy import service_transaction
-from console.writes import update_or_refuse
+from console.kernel.audit import actor_label, audit_record
+from console.kernel.errors import Conflict, NotFound, ValidationFailed
+from console.kernel.transactions import service_transaction
+from console.kernel.writes import update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.delivery.models import (
     WEBHOOK_EVENT,
@@ -587,7 +587,7 @@ def _webhook_store(*, environment: Environment, url: str, description: str, even
     return hook, secret
 
 
-@service_transaction
+@service_transaction(durable=True)
 def webhook_delete(*, webhook, actor) -> None:
     """Stop deliveries; the webhook and its delivery log stay for the record."""
     update_or_refuse(

@@ -14,9 +14,10 @@ from drf_spectacular.utils import (
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from console.access_api import OperatorPagination, paginated
-from console.errors import Conflict, NotFound, ValidationFailed
-from console.policy import Capability, requires, service_transaction
+from console.access.api import OperatorPagination, paginated
+from console.kernel.errors import Conflict, NotFound, ValidationFailed
+from console.kernel.policy import Capability, requires
+from console.kernel.transactions import service_transaction
 from strategies.catalog.selectors import environment_get
 from strategies.documents import selectors, services
 from strategies.documents.serializers import (

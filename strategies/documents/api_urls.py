@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.policy import Capability
+from console.kernel.policy import Capability
 from strategies.documents import api
 
 DOC = "agents/<slug:agent>/documents/<slug:document>/"

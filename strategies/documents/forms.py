@@ -9,7 +9,7 @@ import json
 from context_runtime import vocabulary
 from django import forms
 
-from console.limits import too_large
+from console.kernel.limits import too_large
 from strategies.documents.selectors import readable_body
 
 # Form field → path in the strategy body, for the fields the structured editor knows.

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from console.guards import Guard
+from console.kernel.guards import Guard
 from strategies.catalog.models import Agent
 
 

@@ -8,8 +8,8 @@ from context_runtime import diff, vocabulary
 from context_runtime.findings import FLAG, blocking
 from django.db.models import Prefetch
 
-from console.errors import NotFound
-from console.models import AuditRecord
+from console.kernel.errors import NotFound
+from console.kernel.models import AuditRecord
 from strategies.catalog.models import Agent, Environment
 from strategies.catalog.selectors import (
     agent_list,  # noqa: F401 - the agent list is the catalog's; the pages ask here

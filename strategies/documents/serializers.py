@@ -8,8 +8,8 @@ import re
 from context_runtime import vocabulary
 from rest_framework import serializers
 
-from console.api_schema import ErrorDetailSerializer, ErrorSerializer, StrictSerializer  # noqa: F401 - re-exported
-from console.limits import check_request_size
+from console.kernel.api_schema import ErrorDetailSerializer, ErrorSerializer, StrictSerializer  # noqa: F401 - re-exported
+from console.kernel.limits import check_request_size
 
 
 class KeyField(serializers.SlugRelatedField):

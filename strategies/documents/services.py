@@ -13,11 +13,12 @@ from context_runtime import canonical, vocabulary
 from django.db.models import F, Max
 from django.utils import timezone
 
-from console.audit import actor_label, audit_record
-from console.errors import Conflict, ValidationFailed
-from console.limits import too_large
-from console.policy import check_user_can_enable_sensitive, service_transaction
-from console.writes import create_or_refuse, update_or_refuse
+from console.kernel.audit import actor_label, audit_record
+from console.kernel.errors import Conflict, ValidationFailed
+from console.kernel.limits import too_large
+from console.kernel.policy import check_user_can_enable_sensitive
+from console.kernel.transactions import service_transaction
+from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Agent
 from strategies.catalog.selectors import sensitive_paths_added
 from strategies.documents.models import Document, Version
@@ -189,7 +190,7 @@ def version_freeze(
     return draft
 
 
-@service_transaction
+@service_transaction(durable=True)
 def draft_discard(*, draft: Version, actor) -> None:
     state = _version_state(draft)
     if Version.objects.filter(pk=draft.pk, state=Version.State.DRAFT).delete()[0] != 1:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.policy import AUTHENTICATED, Capability
+from console.kernel.policy import AUTHENTICATED, Capability
 from strategies.documents import views
 
 AGENT = "agents/<slug:agent>/"

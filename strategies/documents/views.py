@@ -15,8 +15,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from console.errors import Conflict, Forbidden, PayloadTooLarge, ValidationFailed
-from console.policy import Capability, check_user_can, requires, user_can
+from console.kernel.errors import Conflict, Forbidden, PayloadTooLarge, ValidationFailed
+from console.kernel.policy import Capability, check_user_can, requires, user_can
 from strategies.catalog.selectors import environment_list
 from strategies.documents import selectors, services
 from strategies.documents.forms import (
@@ -71,7 +71,7 @@ def agent_list(request):
     }
     for agent in context["agents"]:
         agent.document_rows = selectors.document_list(agent=agent)
-    return TemplateResponse(request, "strategies/agent_list.html", context)
+    return TemplateResponse(request, "documents/agent_list.html", context)
 
 
 def _profile_context(request, *, error=None) -> dict:
@@ -115,7 +115,7 @@ def _present_names(body: dict) -> list[str]:
 @requires(Capability.VIEW_CONFIG)
 def agent_detail(request, agent):
     """The Profile tab: the contextSections grid and the pipeline switches."""
-    return TemplateResponse(request, "strategies/agent_profile.html", _profile_context(request))
+    return TemplateResponse(request, "documents/agent_profile.html", _profile_context(request))
 
 
 @require_POST
@@ -152,12 +152,12 @@ def profile_save(request, agent):
     status = error.status if error else 200
     if request.htmx:
         return TemplateResponse(
-            request, "strategies/agent_profile.html#profile-grid", context, status=status
+            request, "documents/agent_profile.html#profile-grid", context, status=status
         )
     if error is None:
         messages.success(request, "Profile draft saved.")
         return redirect("agent-detail", agent=agent)
-    return TemplateResponse(request, "strategies/agent_profile.html", context, status=status)
+    return TemplateResponse(request, "documents/agent_profile.html", context, status=status)
 
 
 @require_http_methods(["GET", "POST"])
@@ -201,7 +201,7 @@ def agent_strategies(request, agent):
         "form": form,
         "can_edit": _can(request, Capability.EDIT_DRAFTS),
     }
-    return TemplateResponse(request, "strategies/agent_strategies.html", context, status=status)
+    return TemplateResponse(request, "documents/agent_strategies.html", context, status=status)
 
 
 # --------------------------------------------------------------------------- documents, versions
@@ -225,7 +225,7 @@ def document_detail(request, agent, document):
         "environments": environment_list(),
         "can_edit": _can(request, Capability.EDIT_DRAFTS),
     }
-    return TemplateResponse(request, "strategies/document_detail.html", context)
+    return TemplateResponse(request, "documents/document_detail.html", context)
 
 
 @require_GET
@@ -250,7 +250,7 @@ def version_detail(request, agent, document, number):
             for env in environment_list()
         ],
     }
-    return TemplateResponse(request, "strategies/version_detail.html", context)
+    return TemplateResponse(request, "documents/version_detail.html", context)
 
 
 @require_GET
@@ -278,7 +278,7 @@ def version_compare(request, agent, document):
         "before_label": f"v{a}",
         "after_label": f"v{b}",
     }
-    return TemplateResponse(request, "strategies/version_compare.html", context)
+    return TemplateResponse(request, "documents/version_compare.html", context)
 
 
 def _pick(value, numbers: list[int], fallback):
@@ -387,7 +387,7 @@ def draft_edit(request, agent, document):
             request, doc, draft, body=draft.body, environment_key=environment_key
         )
         context.update(json=pretty(draft.body, doc.kind), revision=draft.revision, note=draft.note)
-        return TemplateResponse(request, "strategies/draft_edit.html", context)
+        return TemplateResponse(request, "documents/draft_edit.html", context)
 
     environment_key = request.POST.get("environment", "")
     body, problem, _edited = _editor_body(request, doc, draft)
@@ -410,7 +410,7 @@ def draft_edit(request, agent, document):
             **kept,
         )
         context["save_error"] = error
-        return TemplateResponse(request, "strategies/draft_edit.html", context, status=400)
+        return TemplateResponse(request, "documents/draft_edit.html", context, status=400)
     try:
         services.draft_update(
             draft=draft,
@@ -431,13 +431,13 @@ def draft_edit(request, agent, document):
             current_saved_by=selectors.last_saved_by(version=current) if current else "",
             their_changes=diff.diff_bodies(doc.kind, body, current.body) if current else [],
         )
-        return TemplateResponse(request, "strategies/draft_edit.html", context, status=409)
+        return TemplateResponse(request, "documents/draft_edit.html", context, status=409)
     except (Forbidden, ValidationFailed, PayloadTooLarge) as exc:
         context = _editor_context(
             request, doc, draft, body=body, environment_key=environment_key, **kept
         )
         context.update(json=pretty(body, doc.kind), save_error=exc)
-        return TemplateResponse(request, "strategies/draft_edit.html", context, status=exc.status)
+        return TemplateResponse(request, "documents/draft_edit.html", context, status=exc.status)
     if request.POST.get("then") == "freeze":
         draft.refresh_from_db()
         services.version_freeze(draft=draft, revision=draft.revision, actor=request.user)
@@ -483,7 +483,7 @@ def draft_validate(request, agent, document):
     context.update(
         edited=edited, json=pretty(body, doc.kind) if problem is None else None, oob=True
     )
-    return TemplateResponse(request, "strategies/draft_edit.html#validation-response", context)
+    return TemplateResponse(request, "documents/draft_edit.html#validation-response", context)
 
 
 @require_POST

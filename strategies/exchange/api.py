@@ -7,8 +7,8 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from console.limits import check_request_size
-from console.policy import Capability, requires
+from console.kernel.limits import check_request_size
+from console.kernel.policy import Capability, requires
 from strategies.documents.api import ERRORS
 from strategies.documents.serializers import ErrorSerializer
 from strategies.exchange import selectors, services

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.policy import Capability
+from console.kernel.policy import Capability
 from strategies.exchange import api
 
 urlpatterns = [

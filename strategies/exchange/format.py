@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from context_runtime import vocabulary
 from context_runtime.findings import Finding
 
-from console.errors import ValidationFailed
+from console.kernel.errors import ValidationFailed
 from strategies.documents.services import DOCUMENT_KEY
 
 FORMAT = "context-console/agent-config"

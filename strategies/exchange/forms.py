@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from console.limits import too_large
+from console.kernel.limits import too_large
 from strategies.exchange.format import MAX_FILE_BYTES
 
 

@@ -16,8 +16,8 @@ from context_runtime.diff import Change, diff_bodies
 from context_runtime.findings import FLAG, Finding, blocking
 from django.db.models import Prefetch
 
-from console.errors import NotFound
-from console.policy import (
+from console.kernel.errors import NotFound
+from console.kernel.policy import (
     Capability,
     check_user_can,
     publish_capability,

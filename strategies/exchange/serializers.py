@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from console.api_schema import StrictSerializer
+from console.kernel.api_schema import StrictSerializer
 
 
 class ConfigAgentSerializer(serializers.Serializer):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from console.audit import access_record, audit_record
-from console.errors import Conflict, ValidationFailed
-from console.limits import too_large
-from console.policy import service_transaction
+from console.kernel.audit import access_record, audit_record
+from console.kernel.errors import Conflict, ValidationFailed
+from console.kernel.limits import too_large
+from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Agent, Environment
 from strategies.catalog.services import agent_create
 from strategies.documents.models import Document, Version
@@ -90,7 +90,7 @@ def _refuse_if_blocked(plan: Plan) -> None:
         )
 
 
-@service_transaction
+@service_transaction(durable=True)
 def config_apply(
     *, agent_key: str, data, actor, expected_plan: str | None = None
 ) -> tuple[Plan, Outcome]:

@@ -8,9 +8,9 @@ from django.http import HttpResponse
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from console.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
-from console.limits import too_large
-from console.policy import Capability, requires
+from console.kernel.errors import Conflict, NotFound, PayloadTooLarge, ValidationFailed
+from console.kernel.limits import too_large
+from console.kernel.policy import Capability, requires
 from strategies.documents.views import agent_tabs
 from strategies.exchange import services
 from strategies.exchange.format import MAX_FILE_BYTES, file_parse_text, file_text

@@ -9,7 +9,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from console.errors import ApplicationError
+from console.kernel.errors import ApplicationError
 
 
 class AgentFileCommand(BaseCommand):

@@ -1,7 +1,7 @@
 """Operator API for releases, approvals and promotions (/api/v1/). Thin: parse strictly, ask
 the policy (`@requires`), call the same services as the pages, answer. A change that went
 live answers 200 with the release; one that waits for a second person 202 with the request.
-Errors come out in the shared shape (console/errors.py)."""
+Errors come out in the shared shape (console/kernel/errors.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from console.access_api import OperatorPagination, paginated
-from console.api_schema import ErrorSerializer
-from console.errors import NotFound
-from console.limits import check_request_size
-from console.policy import Capability, agents_where, refuse, requires
+from console.access.api import OperatorPagination, paginated
+from console.kernel.api_schema import ErrorSerializer
+from console.kernel.errors import NotFound
+from console.kernel.limits import check_request_size
+from console.kernel.policy import Capability, agents_where, refuse, requires
 from strategies.catalog.selectors import environment_get, environment_list
 from strategies.documents import selectors as documents
 from strategies.releases import selectors

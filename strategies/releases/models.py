@@ -7,7 +7,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from console.guards import append_only_triggers
+from console.kernel.guards import append_only_triggers
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document, Version
 

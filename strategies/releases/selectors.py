@@ -11,7 +11,12 @@ from context_runtime.findings import Finding, blocking
 from django.core.paginator import Paginator
 from django.db.models import F
 
-from console.policy import Capability, user_can, user_can_decide_approval, user_can_publish_to
+from console.kernel.policy import (
+    Capability,
+    user_can,
+    user_can_decide_approval,
+    user_can_publish_to,
+)
 from strategies.catalog.models import Environment
 from strategies.catalog.selectors import (
     body_findings,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from console.api_schema import StrictSerializer
+from console.kernel.api_schema import StrictSerializer
 from strategies.releases.models import ApprovalRequest
 
 REASON_MAX = 2000

@@ -20,19 +20,19 @@ from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
-from console.audit import actor_label, audit_record, describe_actor
-from console.errors import ApplicationError, Conflict, ValidationFailed
-from console.policy import (
+from console.kernel.audit import actor_label, audit_record, describe_actor
+from console.kernel.errors import ApplicationError, Conflict, ValidationFailed
+from console.kernel.policy import (
     check_user_can_decide_approval,
     check_user_can_enable_sensitive,
     check_user_can_publish_to,
     check_user_can_request_rollback,
     check_user_can_withdraw_approval,
     rollback_needs_approval,
-    service_transaction,
 )
-from console.reasons import reason_clean
-from console.writes import create_or_refuse, update_or_refuse
+from console.kernel.reasons import reason_clean
+from console.kernel.transactions import service_transaction
+from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.catalog.selectors import sensitive_paths_added
 from strategies.delivery import config as runtime_config
@@ -454,7 +454,7 @@ def approval_approve(*, approval: ApprovalRequest, actor, note: str = "") -> Rel
     )
 
 
-@service_transaction
+@service_transaction(durable=True)
 def approval_reject(*, approval: ApprovalRequest, actor, note: str) -> ApprovalRequest:
     note = reason_clean(note, ask="Say why you reject it (the requester reads this).", path="note")
     approval = _decide(approval, actor=actor, status=ApprovalRequest.Status.REJECTED, note=note)
@@ -468,7 +468,7 @@ def approval_reject(*, approval: ApprovalRequest, actor, note: str) -> ApprovalR
     return approval
 
 
-@service_transaction
+@service_transaction(durable=True)
 def approval_withdraw(*, approval: ApprovalRequest, actor, reason: str) -> ApprovalRequest:
     """The requester takes back their own pending request (pending → withdrawn): it no longer
     blocks a new request for the same document and environment."""
@@ -521,7 +521,7 @@ def check_rollback_target(*, release: Release, to_version: Version) -> None:
         )
 
 
-@service_transaction
+@service_transaction(durable=True)
 def release_rollback(
     *,
     release: Release,
@@ -620,7 +620,7 @@ def _promotion_refused(source, target, failures: list[tuple[Document, Applicatio
     )
 
 
-@service_transaction
+@service_transaction(durable=True)
 def release_promote(
     *,
     agent,

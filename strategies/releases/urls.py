@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console.policy import AUTHENTICATED, Capability
+from console.kernel.policy import AUTHENTICATED, Capability
 from strategies.releases import views
 
 _DOC_ENV = "releases/<slug:agent>/<slug:document>/<slug:environment>"

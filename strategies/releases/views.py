@@ -10,8 +10,8 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
-from console.errors import ApplicationError, NotFound, ValidationFailed
-from console.policy import (
+from console.kernel.errors import ApplicationError, NotFound, ValidationFailed
+from console.kernel.policy import (
     Capability,
     agents_where,
     requires,

@@ -17,8 +17,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from console.api_schema import ErrorDetailSerializer, ErrorSerializer
-from console.errors import ApplicationError, NotFound
+from console.kernel.api_schema import ErrorDetailSerializer, ErrorSerializer
+from console.kernel.errors import ApplicationError, NotFound
 from strategies.catalog.models import Environment
 from strategies.delivery import config as runtime_config
 from strategies.runtime.auth import check_agent_scope

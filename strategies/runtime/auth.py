@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from django.db.models import Q
 from django.utils import timezone
 
-from console.credentials import bearer_value, secret_hash, secret_new
-from console.errors import Forbidden, NotAuthenticated, NotFound
+from console.kernel.credentials import bearer_value, secret_hash, secret_new
+from console.kernel.errors import Forbidden, NotAuthenticated, NotFound
 from strategies.delivery.config import (
     REDIS_UNAVAILABLE,
     cache_key,

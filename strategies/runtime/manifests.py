@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from console.audit import actor_label
-from console.errors import Forbidden
-from console.policy import service_transaction
+from console.kernel.audit import actor_label
+from console.kernel.errors import Forbidden
+from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Environment, Manifest
 from strategies.catalog.services import manifest_record
 from strategies.releases.selectors import live_findings
@@ -33,7 +33,7 @@ def manifest_writer_check(actor) -> None:
         raise Forbidden(MANIFEST_SCOPE_MESSAGE)
 
 
-@service_transaction
+@service_transaction(durable=True)
 def manifest_report(*, environment: Environment, body, actor) -> ManifestReport:
     """A runtime reports what it implements (docs/runtime-contract.md §2): stored by the one manifest
     service (an identical manifest keeps its version), then the live releases it no longer

@@ -12,9 +12,9 @@ from rest_framework import serializers
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
-from console.api_schema import ErrorSerializer, StrictSerializer
-from console.errors import NotFound
-from console.policy import Capability, Everywhere, requires
+from console.kernel.api_schema import ErrorSerializer, StrictSerializer
+from console.kernel.errors import NotFound
+from console.kernel.policy import Capability, Everywhere, requires
 from strategies.catalog.models import Agent, Environment
 from strategies.documents.serializers import KeyField, parse_strict
 from strategies.runtime.models import RuntimeToken

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.policy import Capability, Everywhere
+from console.kernel.policy import Capability, Everywhere
 from strategies.runtime import operator_api as api
 
 urlpatterns = [

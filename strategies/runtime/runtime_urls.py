@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from console.policy import PUBLIC
+from console.kernel.policy import PUBLIC
 from strategies.runtime import api as runtime_api
 
 urlpatterns = [

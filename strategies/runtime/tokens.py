@@ -8,10 +8,10 @@ from context_runtime.findings import Finding
 from django.db import transaction
 from django.utils import timezone
 
-from console.audit import actor_label, audit_record
-from console.errors import Conflict, ValidationFailed
-from console.policy import service_transaction
-from console.writes import update_or_refuse
+from console.kernel.audit import actor_label, audit_record
+from console.kernel.errors import Conflict, ValidationFailed
+from console.kernel.transactions import service_transaction
+from console.kernel.writes import update_or_refuse
 from strategies.catalog.selectors import archived_finding
 from strategies.runtime.auth import TOKEN_PREFIX, identity_forget, new_secret, token_hash
 from strategies.runtime.models import RuntimeToken

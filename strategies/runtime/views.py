@@ -8,8 +8,8 @@ from django.template.response import TemplateResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
-from console.errors import ApplicationError, NotFound
-from console.policy import Capability, requires
+from console.kernel.errors import ApplicationError, NotFound
+from console.kernel.policy import Capability, requires
 from strategies.catalog.models import Agent
 from strategies.catalog.selectors import environment_get, environment_list
 from strategies.runtime.models import RuntimeToken
@@ -38,7 +38,7 @@ def tokens(request):
             error = exc
     return TemplateResponse(
         request,
-        "releases/tokens.html",
+        "runtime/tokens.html",
         {
             "tokens": tokens_list(),
             "created": created,

@@ -13,7 +13,7 @@ from django import template
 from django.urls import reverse
 from django.utils.http import urlencode
 
-from console.policy import Capability, user_can, user_sees_agent
+from console.kernel.policy import Capability, user_can, user_sees_agent
 from strategies.catalog.models import Agent
 from strategies.catalog.selectors import agent_onboarding as onboarding_of
 

@@ -523,7 +523,7 @@ def main() -> None:
     from django.db import connection
     from django.test import Client
 
-    from console.services import standard_roles_ensure
+    from console.access.services import standard_roles_ensure
     from strategies.catalog.models import Agent, Environment
     from strategies.runtime.tokens import runtime_token_create
 
@@ -601,7 +601,7 @@ def main() -> None:
             )
             cursor.execute("DROP TABLE lean_candidate, lean_trace")
         standard_roles_ensure()
-        from console.models import Grant, Role
+        from console.kernel.models import Grant, Role
 
         user = get_user_model().objects.create_user("bench-support", password="x-bench-pass-1")
         Grant.objects.create(user=user, role=Role.objects.get(name="support"), agent=agent)

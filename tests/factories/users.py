@@ -9,9 +9,9 @@ from __future__ import annotations
 import factory
 from django.conf import settings
 
-from console.models import Grant, Role
-from console.policy import STANDARD_ROLES, Capability
-from console.services import standard_roles_ensure
+from console.access.services import standard_roles_ensure
+from console.kernel.models import Grant, Role
+from console.kernel.policy import STANDARD_ROLES, Capability
 from strategies.catalog.models import Agent
 
 # Roles the tests use besides the four standard ones: name → capabilities.

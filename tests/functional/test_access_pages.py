@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.models import AuditRecord, Grant, Role
+from console.kernel.models import AuditRecord, Grant, Role
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -53,7 +53,7 @@ def test_audit_log__admin_asks_who_changed_bank_profile__finds_ops_and_the_field
 def test_audit_detail_page__without_javascript_link__shows_who_when_roles_and_hash(
     demo_world, login, page, live_server
 ):
-    from console.models import AuditRecord
+    from console.kernel.models import AuditRecord
 
     profile_edit(
         get_user_model().objects.get(username="ops"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.models import AuditRecord
+from console.kernel.models import AuditRecord
 from strategies.releases.models import ApprovalRequest
 from strategies.releases.services import release_publish
 from tests.factories import release_setup

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import expect
 
-from console.models import Grant
+from console.kernel.models import Grant
 from strategies.catalog.models import Agent, Environment
 from strategies.catalog.services import manifest_record
 from strategies.documents.models import Document

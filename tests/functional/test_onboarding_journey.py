@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from context_runtime.manifest_report import Registry, report_manifest
 
-from console.models import Role
+from console.kernel.models import Role
 from strategies.catalog.models import Agent, Environment
 from strategies.delivery.config import cache_clear_all
 from tests.factories import UserFactory, standard_roles, user_with_grants

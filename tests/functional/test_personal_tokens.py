@@ -9,7 +9,8 @@ import urllib.request
 
 import pytest
 
-from console.models import AuditRecord, PersonalToken
+from console.accounts.models import PersonalToken
+from console.kernel.models import AuditRecord
 from tests.factories import AgentFactory, password_for, user_with_grants
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

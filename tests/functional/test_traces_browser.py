@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from console.models import AccessLogEntry
+from console.kernel.models import AccessLogEntry
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document
 from strategies.documents.services import draft_create, version_freeze

@@ -8,7 +8,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from console.models import AccessLogEntry, AuditRecord
+from console.kernel.models import AccessLogEntry, AuditRecord
 from tests.factories import AgentFactory, standard_roles, user_with_grants
 
 pytestmark = pytest.mark.django_db
@@ -88,7 +88,7 @@ def test_login__four_failures_then_right_password__signed_in_and_failures_forgot
 
 
 def test_login__behind_a_proxy__locked_by_the_forwarded_client_address(person, client, settings):
-    """Axes asks console.request_context.client_ip, like the access log: behind one trusted
+    """Axes asks console.kernel.request_context.client_ip, like the access log: behind one trusted
     proxy, the address it forwarded, not the proxy's own address."""
     settings.TRUSTED_PROXY_HOPS = 1
     lock_out(client, person, ip="10.0.0.1", HTTP_X_FORWARDED_FOR=HOME)
@@ -258,7 +258,7 @@ def test_django_admin__superuser_changes_role__audit_row_with_before_after(db, c
 
 
 def test_django_admin__superuser_deletes_grant__audit_row(db, client):
-    from console.models import Grant
+    from console.kernel.models import Grant
 
     user_with_grants("support", support=AgentFactory(key="assistant_professional"))
     root = get_user_model().objects.create_superuser("root", password="root-pass-12345")

@@ -7,7 +7,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
-from console.models import AccessLogEntry, AuditRecord, Grant, Role
+from console.kernel.models import AccessLogEntry, AuditRecord, Grant, Role
 from tests.factories import AgentFactory, user_with_grants
 
 pytestmark = pytest.mark.django_db

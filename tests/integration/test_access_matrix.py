@@ -18,11 +18,11 @@ from types import ModuleType
 
 import pytest
 from django.apps import apps
-from django.db import transaction
 from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
-from console.policy import PUBLIC, STANDARD_ROLES, rule_allows
+from console.kernel.policy import PUBLIC, STANDARD_ROLES, rule_allows
 from tests.factories import OTHER_AGENT, SAMPLE_AGENT, profile_edit
+from tests.rollback import rolled_back
 
 SKIPPED_PREFIXES = ("django-admin/", "static/", "media/")
 RUNTIME_PREFIX = "/api/v1/runtime/"
@@ -104,7 +104,7 @@ def _in_sample_agent(queryset):
 def sample_pk(url_name: str):
     """A pk for `url_name`: an object of the model its name mentions ("api-grant-detail" →
     Grant; "audit-detail" → AuditRecord), preferably one of the sample agent."""
-    from console.models import AccessLogEntry, AuditRecord
+    from console.kernel.models import AccessLogEntry, AuditRecord
 
     explicit = {"audit": AuditRecord, "access-log": AccessLogEntry}
     for word, model in explicit.items():
@@ -140,7 +140,7 @@ def _sample_webhook(model):
 def _sample_personal_token(model):
     from django.contrib.auth import get_user_model
 
-    from console.personal_tokens import personal_token_create
+    from console.accounts.personal_tokens import personal_token_create
 
     user = get_user_model().objects.filter(grants__isnull=False).order_by("pk").first()
     token, _ = personal_token_create(user=user, name="matrix sample", capabilities=["view_config"])
@@ -206,9 +206,9 @@ def sample_kwargs(endpoint: Endpoint) -> dict:
 def matrix_world(demo_world, make_user):
     """Per standard role: `<role>_in` (granted on the sample agent) and `<role>_out` (granted
     only on the other agent); `admin_all` (admin on all agents); some audit and access rows."""
-    from console import services
-    from console.audit import access_record
-    from console.models import Role
+    from console.access import services
+    from console.kernel.audit import access_record
+    from console.kernel.models import Role
     from strategies.catalog.models import Agent
 
     users = {}
@@ -254,14 +254,13 @@ def _request(client, method: str, path: str):
         kwargs = {"data": "{}", "content_type": "application/json"}
     else:
         kwargs = {"data": {}}
-    with transaction.atomic():
+    with rolled_back():
         response = getattr(client, method.lower())(path, **kwargs)
-        transaction.set_rollback(True)
     return response
 
 
 def _valid_rule(rule) -> bool:
-    from console.policy import AUTHENTICATED, PUBLIC, Capability, Everywhere
+    from console.kernel.policy import AUTHENTICATED, PUBLIC, Capability, Everywhere
 
     if isinstance(rule, dict):
         return bool(rule) and all(_valid_rule(r) for r in rule.values())
@@ -288,7 +287,7 @@ def test_access_matrix__every_url_declares_its_rule__none_missing(db):
     ]
     assert not missing, (
         "Every url must be named and declared in its url module's REQUIRED dict "
-        "(console.policy: Capability.X | Everywhere(...) | PUBLIC | AUTHENTICATED):\n  "
+        "(console.kernel.policy: Capability.X | Everywhere(...) | PUBLIC | AUTHENTICATED):\n  "
         + "\n  ".join(missing)
     )
 
@@ -323,7 +322,7 @@ class TokenPrincipal:
     def __init__(self, label: str, user, secret: str, token=None):
         from django.test import Client
 
-        from console.audit import PERSONAL_TOKEN_ATTR
+        from console.kernel.audit import PERSONAL_TOKEN_ATTR
 
         self.label, self.user = label, user
         if token is not None:
@@ -338,7 +337,7 @@ class TokenPrincipal:
 def token_principals(users: dict) -> tuple[list[TokenPrincipal], TokenPrincipal]:
     """A personal token per principal with all their grants as its scope; the all-agents
     admin's narrowed token (view_config on the sample agent); a runtime token."""
-    from console.personal_tokens import capabilities_offered, personal_token_create
+    from console.accounts.personal_tokens import capabilities_offered, personal_token_create
     from strategies.catalog.models import Environment
     from tests.factories import runtime_token
 
@@ -428,7 +427,7 @@ def test_access_matrix__every_url_role_scope_and_method__zero_unauthorized_succe
 def test_access_matrix__narrowed_token__rule_allows_only_its_scope(matrix_world):
     """The narrowed token of the all-agents admin: view_config on the sample agent, nothing
     else — the matrix judges its requests by that, and the API answers accordingly."""
-    from console.policy import Capability, Everywhere
+    from console.kernel.policy import Capability, Everywhere
     from strategies.catalog.models import Agent
 
     bearers, runtime = token_principals(matrix_world)
@@ -481,7 +480,7 @@ def test_access_matrix__unguarded_agent_page__reported_for_out_of_scope_users(
 ):
     from django.urls import clear_url_caches, path
 
-    from console.policy import Capability
+    from console.kernel.policy import Capability
 
     settings.ROOT_URLCONF = _urlconf_with(
         [path("leaky/<str:agent>/", _leaky_view, name="leaky")], {"leaky": Capability.VIEW_AUDIT}

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.errors import Conflict, Forbidden, ValidationFailed
-from console.models import AccessLogEntry, AuditRecord
+from console.kernel.errors import Conflict, Forbidden, ValidationFailed
+from console.kernel.models import AccessLogEntry, AuditRecord
 from strategies.releases.models import ApprovalRequest, Release
 from strategies.releases.services import approval_reject, approval_withdraw, release_publish
 from tests.factories import release_setup

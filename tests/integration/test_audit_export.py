@@ -12,9 +12,9 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from console.audit import audit_record
-from console.models import AccessLogEntry, AuditRecord
-from console.personal_tokens import personal_token_create
+from console.accounts.personal_tokens import personal_token_create
+from console.kernel.audit import audit_record
+from console.kernel.models import AccessLogEntry, AuditRecord
 from tests.factories import AgentFactory
 
 pytestmark = pytest.mark.django_db

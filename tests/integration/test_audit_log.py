@@ -9,8 +9,8 @@ from django.db import connection, transaction
 from django.db.utils import DatabaseError
 from django.urls import reverse
 
-from console.audit import access_record, audit_record
-from console.models import AccessLogEntry, AuditRecord
+from console.kernel.audit import access_record, audit_record
+from console.kernel.models import AccessLogEntry, AuditRecord
 from tests.factories import (
     AgentFactory,
     DocumentFactory,
@@ -111,8 +111,8 @@ def test_audit_verify__command_line__nonzero_exit_on_tampering(some_rows):
 def audited_world(db, make_user):
     """Rows to read: ops's edit of assistant_professional's profile (from its v1), a role and
     a console-wide grant by admin, and a change on assistant_lite. Returns admin."""
-    from console import services
-    from console.models import Role
+    from console.access import services
+    from console.kernel.models import Role
 
     professional = AgentFactory(key="assistant_professional")
     AgentFactory(key="assistant_lite")

@@ -6,7 +6,6 @@ refused for lack of a permission before the body is even read."""
 from __future__ import annotations
 
 import pytest
-from django.db import transaction
 from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 from django.urls import reverse
 
@@ -27,6 +26,7 @@ from tests.factories import (
     user_with_grants,
 )
 from tests.integration.test_access_matrix import endpoints, sample_kwargs
+from tests.rollback import rolled_back
 
 WRITE_METHODS = ["POST", "PUT", "PATCH"]
 RUNTIME_PREFIX = "/api/v1/runtime/"
@@ -92,9 +92,8 @@ def _write_endpoints():
 
 
 def _send(client, method, path, body, *, content_type, headers=None):
-    with transaction.atomic():
+    with rolled_back():
         response = client.generic(method, path, body, content_type=content_type, **(headers or {}))
-        transaction.set_rollback(True)
     return response
 
 

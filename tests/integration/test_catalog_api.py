@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from console.models import AuditRecord
+from console.kernel.models import AuditRecord
 from strategies.catalog import services
 from strategies.catalog.models import Agent, Environment
 from tests.factories import (

@@ -10,8 +10,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from console.errors import Conflict, Forbidden, NotFound, ValidationFailed
-from console.models import AuditRecord, Grant
+from console.kernel.errors import Conflict, Forbidden, NotFound, ValidationFailed
+from console.kernel.models import AuditRecord, Grant
 from strategies.catalog import services
 from strategies.catalog.models import Agent, Environment
 from strategies.documents.models import Document

@@ -16,7 +16,7 @@ from django.core.management.base import CommandError
 from django.test import Client
 from django.urls import reverse
 
-from console.models import AccessLogEntry, AuditRecord
+from console.kernel.models import AccessLogEntry, AuditRecord
 from strategies.catalog.models import Agent
 from strategies.documents.models import Document, Version
 from strategies.documents.services import draft_create, draft_discard

@@ -18,8 +18,8 @@ import psycopg
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from console.audit import access_record, audit_record
-from console.models import AccessLogEntry, AuditRecord
+from console.kernel.audit import access_record, audit_record
+from console.kernel.models import AccessLogEntry, AuditRecord
 from strategies.documents.models import Version
 from strategies.releases.models import Release, ReleaseEvent
 from tests.factories import EnvironmentFactory, FrozenVersionFactory

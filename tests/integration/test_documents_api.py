@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from context_runtime import vocabulary
 
-from console.models import AuditRecord
+from console.kernel.models import AuditRecord
 from strategies.documents.models import Version
 from tests.factories import (
     AgentFactory,

@@ -15,8 +15,8 @@ from django.db import DatabaseError, connection, connections, transaction
 
 from console.demo import data
 from console.demo import documents as demo
-from console.errors import Conflict
-from console.models import AuditRecord
+from console.kernel.errors import Conflict
+from console.kernel.models import AuditRecord
 from strategies.catalog import selectors as catalog
 from strategies.catalog import services as catalog_services
 from strategies.catalog.models import Manifest

@@ -134,7 +134,7 @@ def test_dashboard__user_without_grants__sees_no_agent(client, make_user):
 def test_demo_loader__run_twice__same_world(demo_world):
     from django.core.management import call_command
 
-    from console.models import Grant
+    from console.kernel.models import Grant
     from strategies.catalog.models import Agent, Environment
 
     counts = (Agent.objects.count(), Environment.objects.count(), Grant.objects.count())

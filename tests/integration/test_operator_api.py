@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 from context_runtime import vocabulary
 
-from console.models import AuditRecord, Grant, Role
+from console.kernel.models import AuditRecord, Grant, Role
 from strategies.delivery.models import Webhook, WebhookDelivery
 from strategies.documents.models import Document, Version
 from strategies.runtime.models import RuntimeToken

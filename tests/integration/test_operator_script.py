@@ -11,8 +11,8 @@ import urllib.request
 
 import pytest
 
-from console.models import AuditRecord
-from console.personal_tokens import personal_token_create, personal_token_revoke
+from console.accounts.personal_tokens import personal_token_create, personal_token_revoke
+from console.kernel.models import AuditRecord
 from tests.factories import AgentFactory, grant, release_setup, runtime_token, strategy_body
 
 AGENT = "assistant_professional"

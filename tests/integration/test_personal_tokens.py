@@ -12,10 +12,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from console.audit import PERSONAL_TOKEN_ATTR, actor_label, describe_actor
-from console.credentials import secret_hash
-from console.models import AccessLogEntry, AuditRecord, Grant, PersonalToken
-from console.personal_tokens import personal_token_create
+from console.accounts.models import PersonalToken
+from console.accounts.personal_tokens import personal_token_create
+from console.kernel.audit import PERSONAL_TOKEN_ATTR, actor_label, describe_actor
+from console.kernel.credentials import secret_hash
+from console.kernel.models import AccessLogEntry, AuditRecord, Grant
 from tests.factories import (
     AgentFactory,
     DocumentFactory,

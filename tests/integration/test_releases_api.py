@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from console.models import AuditRecord
+from console.kernel.models import AuditRecord
 from strategies.documents.services import draft_create
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
 from tests.factories import (

@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.db import connection
 
-from console.errors import Conflict
+from console.kernel.errors import Conflict
 from strategies.releases.models import Release, ReleaseEvent
 from strategies.releases.services import release_publish, release_rollback
 from tests.factories import release_setup

@@ -106,7 +106,7 @@ def test_dashboard_part__live_versions_and_pending_listed(world, rf):
     agents = [world.agent]
 
     html = render_to_string(
-        "strategies/_dashboard_agent.html",
+        "documents/_dashboard_agent.html",
         {"agent": world.agent, **dashboard_context(user=world.ops, agents=agents)},
     )
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.errors import Conflict, Forbidden, ValidationFailed
-from console.models import AuditRecord
+from console.kernel.errors import Conflict, Forbidden, ValidationFailed
+from console.kernel.models import AuditRecord
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
 from strategies.releases.services import (
     approval_approve,

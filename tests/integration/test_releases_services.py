@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from console.errors import Conflict, Forbidden, ValidationFailed
-from console.models import AuditRecord
+from console.kernel.errors import Conflict, Forbidden, ValidationFailed
+from console.kernel.models import AuditRecord
 from strategies.documents.models import Version
 from strategies.releases.models import Release, ReleaseEvent
 from strategies.releases.services import (

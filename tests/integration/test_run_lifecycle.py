@@ -341,7 +341,7 @@ def test_demo_token__secret_in_file__kept_while_active_else_replaced_by_the_syst
     demo_world, tmp_path, monkeypatch
 ):
     from console.demo import releases
-    from console.models import AuditRecord
+    from console.kernel.models import AuditRecord
     from strategies.catalog.models import Environment
     from strategies.runtime.models import RuntimeToken
     from strategies.runtime.tokens import runtime_token_revoke

@@ -20,11 +20,11 @@ from django.db import DatabaseError, connection, transaction
 from django.test import RequestFactory
 from django.urls import reverse
 
-from console.access_api import OperatorPagination
-from console.audit import CHAIN_FIELDS, access_record, audit_record, record_hash
+from console.access.api import OperatorPagination
 from console.celery import app
-from console.models import AccessLogEntry, AuditRecord, ChainCheckpoint
-from console.request_context import RequestContext, client_ip, current_request
+from console.kernel.audit import CHAIN_FIELDS, access_record, audit_record, record_hash
+from console.kernel.models import AccessLogEntry, AuditRecord, ChainCheckpoint
+from console.kernel.request_context import RequestContext, client_ip, current_request
 from console.tasks import chain_checkpoint
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
 from tests.factories import (
@@ -221,13 +221,13 @@ def _with_triggers_off(table: str, *statements: tuple) -> None:
 
 
 def test_checkpoint_task__head_of_each_log_stored_and_written_to_the_app_log(rows, caplog):
-    with caplog.at_level(logging.INFO, logger="console.audit.anchor"):
+    with caplog.at_level(logging.INFO, logger="console.kernel.audit.anchor"):
         chain_checkpoint()
     for log, model in (("audit", AuditRecord), ("access", AccessLogEntry)):
         head = model.objects.order_by("-id").first()
         saved = ChainCheckpoint.objects.get(log=log)
         assert (saved.last_id, saved.last_hash, saved.row_count) == (head.pk, head.hash, 3)
-        anchored = [r for r in caplog.records if r.name == "console.audit.anchor"]
+        anchored = [r for r in caplog.records if r.name == "console.kernel.audit.anchor"]
         assert any(
             head.hash in r.getMessage() and f"#{head.pk}" in r.getMessage() for r in anchored
         )

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 from context_runtime.findings import FLAG
 
-from console.errors import Forbidden
-from console.models import AccessLogEntry
+from console.kernel.errors import Forbidden
+from console.kernel.models import AccessLogEntry
 from strategies.catalog.models import Manifest
 from strategies.documents import selectors as document_selectors
 from strategies.documents import services as document_services

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from console.models import AccessLogEntry
+from console.kernel.models import AccessLogEntry
 from tests.factories import post_batch, runtime_token, trace_payload, world
 from tests.factories.traces import snapshots_allowed
 from traces.models import Snapshot, Trace

@@ -29,7 +29,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from console.errors import ValidationFailed
+from console.kernel.errors import ValidationFailed
 from strategies.delivery import webhooks
 from strategies.delivery.models import Webhook, WebhookAttempt, WebhookDelivery
 from tests.factories import EnvironmentFactory, user_with_grants

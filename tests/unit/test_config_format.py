@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from console.errors import ValidationFailed
+from console.kernel.errors import ValidationFailed
 from strategies.exchange.format import file_hash, file_parse_text, file_read, file_text
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from console.errors import Forbidden, NotFound
-from console.models import AccessLogEntry, Role
-from console.policy import (
+from console.kernel.errors import Forbidden, NotFound
+from console.kernel.models import AccessLogEntry, Role
+from console.kernel.policy import (
     AUTHENTICATED,
     PUBLIC,
     Capability,
@@ -67,7 +67,7 @@ def test_user_can__role_without_capabilities__grants_nothing_not_even_sight(agen
 def test_user_can__grant_through_group__counts(agents, make_user):
     from django.contrib.auth.models import Group
 
-    from console.models import Grant
+    from console.kernel.models import Grant
 
     team = Group.objects.create(name="support-team")
     Grant.objects.create(
@@ -101,8 +101,8 @@ def test_check_user_can__refused_inside_a_transaction__logged_once_when_the_unit
 ):
     from django.db import transaction
 
-    from console.policy import denials_logged
-    from console.request_context import RequestContext, current_request
+    from console.kernel.policy import denials_logged
+    from console.kernel.request_context import RequestContext, current_request
 
     support = make_user("support", support="assistant_professional")
     token = current_request.set(RequestContext(path="/x"))
@@ -138,7 +138,7 @@ def test_rule_allows__rule_per_method__write_needs_more(agents, make_user):
 
 
 def test_field_changes__created_object__one_added_row_per_field():
-    from console.audit import field_changes
+    from console.kernel.audit import field_changes
 
     changes = field_changes(None, {"name": "auditor", "caps": [], "body": {"a": {"b": True}}})
     assert changes == [

@@ -10,7 +10,7 @@ import re
 
 from django.core.management.base import BaseCommand, CommandError
 
-from console.audit import CHAIN_LOGS, chain_verify
+from console.kernel.audit import CHAIN_LOGS, chain_verify
 
 ANCHOR = re.compile(r"^(?P<log>[a-z]+):(?P<id>\d+):(?P<hash>[0-9a-f]{64})$")
 SHOWN_PER_KIND = 5  # breaks and checkpoint problems listed per log; the rest are counted
@@ -33,7 +33,7 @@ class Command(BaseCommand):
             action="append",
             default=[],
             metavar="LOG:ID:HASH",
-            help="A chain head taken from the application log (logger console.audit.anchor), "
+            help="A chain head taken from the application log (logger console.kernel.audit.anchor), "
             "e.g. audit:1234:<sha256>; the record must still exist with that hash. Repeatable.",
         )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import CommandError
 
-from console.limits import too_large
+from console.kernel.limits import too_large
 from strategies.exchange.format import MAX_FILE_BYTES, file_parse_text
 from strategies.exchange.services import config_apply, config_dry_run
 from strategies.management.agent_file import AgentFileCommand, acting_user

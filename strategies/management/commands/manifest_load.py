@@ -7,7 +7,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from console.errors import ApplicationError
+from console.kernel.errors import ApplicationError
 from strategies.catalog.selectors import environment_get
 from strategies.catalog.services import manifest_record
 

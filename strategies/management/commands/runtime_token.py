@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Q
 
-from console.errors import ApplicationError
+from console.kernel.errors import ApplicationError
 from strategies.catalog.models import Agent, Environment
 from strategies.runtime.models import RuntimeToken
 from strategies.runtime.selectors import tokens_list

@@ -1,0 +1,189 @@
+"""Forms of the console's own pages: sign-in (locked out by django-axes), roles, grants,
+log filters."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, time, timedelta
+
+from django import forms
+from django.conf import settings
+from django.contrib.admin.forms import AdminAuthenticationForm
+from django.contrib.auth import authenticate, get_user_model
+from django.contrib.auth.forms import AuthenticationForm
+from django.contrib.auth.models import AnonymousUser, Group
+from django.utils import timezone
+
+from console.kernel.audit import access_record
+from console.kernel.models import Role
+from console.kernel.policy import CAPABILITY_LABELS, Capability
+from strategies.catalog.models import Agent
+
+
+# --- sign-in -------------------------------------------------------------------------------
+# Lockout is django-axes' (settings: AXES_*): 5 failures for one username from one address
+# lock that pair for 15 minutes. The forms below write the access-log row of each attempt.
+def lockout_message() -> str:
+    minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
+    return (
+        "Too many failed sign-ins for this account from this address. "
+        f"Wait {minutes} minutes, or ask an admin to unlock it."
+    )
+
+
+class SignInMixin:
+    """AuthenticationForm that asks django-axes' backend whether the username may sign in
+    from this address, and writes an access-log row for each failed or refused attempt
+    (`auth.login` / `denied`, why: `invalid_credentials` or `locked`)."""
+
+    def clean(self):
+        username = self.cleaned_data.get("username")
+        password = self.cleaned_data.get("password")
+        if username is None or not password:
+            return self.cleaned_data
+        try:
+            self._authenticate(username, password)
+        except forms.ValidationError as error:
+            access_record(
+                actor=AnonymousUser(),
+                action="auth.login",
+                target=("auth.user", username, username),
+                outcome="denied",
+                detail={"why": "locked" if error.code == "locked" else "invalid_credentials"},
+            )
+            raise
+        return self.cleaned_data
+
+    def _authenticate(self, username: str, password: str) -> None:
+        # AuthenticationForm.clean, plus axes' "why": its backend fills `response_context`
+        # when it refuses a locked pair (before any password is checked).
+        refusal: dict = {}
+        self.user_cache = authenticate(
+            self.request, username=username, password=password, response_context=refusal
+        )
+        if self.user_cache is None:
+            if refusal:
+                raise forms.ValidationError(lockout_message(), code="locked")
+            raise self.get_invalid_login_error()
+        self.confirm_login_allowed(self.user_cache)
+
+
+class LoginForm(SignInMixin, AuthenticationForm):
+    pass
+
+
+class AdminLoginForm(SignInMixin, AdminAuthenticationForm):
+    pass
+
+
+# --- roles and grants ---------------------------------------------------------------------------
+CAPABILITY_CHOICES = [(c.value, CAPABILITY_LABELS[c]) for c in Capability]
+
+
+class RoleForm(forms.Form):
+    name = forms.CharField(max_length=100)
+    description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
+    capabilities = forms.MultipleChoiceField(
+        choices=CAPABILITY_CHOICES,
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="A new role starts with none: it can do nothing until you tick something.",
+    )
+
+
+ALL_AGENTS = "*"
+
+
+class GrantForm(forms.Form):
+    """Who gets which role where. Validation accepts any existing agent: the service then
+    refuses (404, logged) an agent outside the actor's scope, so a forged form is caught."""
+
+    # Picked from the list of users on the page (a username); a group is the alternative.
+    username = forms.CharField(required=False, label="User", max_length=150)
+    group = forms.ModelChoiceField(
+        queryset=Group.objects.order_by("name"),
+        required=False,
+        empty_label="No group: give it to the user above",
+    )
+    role = forms.ModelChoiceField(queryset=None, empty_label="Choose a role…")
+    agent = forms.CharField(label="Agent")
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), min_length=3)
+
+    def __init__(self, *args, agent_choices: list[tuple[str, str]], **kwargs):
+        super().__init__(*args, **kwargs)
+        role = self.fields["role"]
+        role.queryset = Role.objects.order_by("name")
+        role.label_from_instance = lambda r: (
+            f"{r.name} — {r.description}" if r.description else r.name
+        )
+        role.widget.attrs.update({"required": True, "aria-required": "true"})
+        self.fields["agent"].widget = forms.Select(
+            choices=agent_choices, attrs={"required": True, "aria-required": "true"}
+        )
+        self.fields["reason"].widget.attrs.update({"required": True, "aria-required": "true"})
+
+    def clean_username(self):
+        username = self.cleaned_data["username"].strip()
+        if not username:
+            return None
+        user = get_user_model().objects.filter(username=username).first()
+        if user is None:
+            raise forms.ValidationError(f"No user named {username!r}.")
+        return user
+
+    def clean_agent(self):
+        key = self.cleaned_data["agent"]
+        if key == ALL_AGENTS:
+            return None
+        agent = Agent.objects.filter(key=key).first()
+        if agent is None:
+            raise forms.ValidationError("Choose an agent.")
+        return agent
+
+    def clean(self):
+        cleaned = super().clean()
+        if bool(cleaned.get("username")) == bool(cleaned.get("group")):
+            raise forms.ValidationError("Give the role to either a user or a group (one of them).")
+        return cleaned
+
+
+# --- log filters --------------------------------------------------------------------------------
+class LogFilterForm(forms.Form):
+    """Filters of the audit log and the access log; they live in the URL (GET)."""
+
+    agent = forms.CharField(required=False)
+    actor = forms.CharField(required=False, max_length=200)
+    action = forms.CharField(required=False, max_length=100)
+    target = forms.CharField(required=False, max_length=300)
+    token = forms.CharField(required=False, max_length=200, label="Token")
+    outcome = forms.ChoiceField(
+        required=False,
+        choices=[("", "Any outcome"), ("allowed", "Allowed"), ("denied", "Denied")],
+    )
+    since = forms.DateField(required=False, label="From")
+    until = forms.DateField(required=False, label="To (inclusive)")
+
+    def filters(self) -> dict:
+        """Keyword arguments for console.kernel.audit.logs_filter (empty when the form is invalid)."""
+        if not self.is_valid():
+            return {}
+        data = self.cleaned_data
+        tz = timezone.get_current_timezone()
+
+        def start_of(day):
+            return timezone.make_aware(datetime.combine(day, time.min), tz)
+
+        since = data["since"] and start_of(data["since"])
+        # "To" includes its day: before the start of the next one (the last day has none).
+        until = data["until"] and (
+            None if data["until"] == date.max else start_of(data["until"] + timedelta(days=1))
+        )
+        return {
+            "agent": data["agent"],
+            "actor": data["actor"],
+            "action": data["action"],
+            "target": data["target"],
+            "token": data["token"],
+            "outcome": data["outcome"],
+            "since": since,
+            "until": until,
+        }

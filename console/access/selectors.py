@@ -1,0 +1,93 @@
+"""Reads of the console's own records: what a user may see of the audit and access logs."""
+
+from __future__ import annotations
+
+import json
+
+from axes.helpers import get_cool_off, get_failure_limit
+from axes.models import AccessAttempt
+from django.db.models import Max, Q, Sum
+from django.utils import timezone
+
+from console.kernel.policy import Capability, agents_where, user_can
+
+
+def logs_visible_to(user, model):
+    """Rows of a log the user may read: those of agents where they hold VIEW_AUDIT, and
+    console-wide rows (no agent) only with VIEW_AUDIT on all agents. Deny by default."""
+    keys = list(agents_where(user, Capability.VIEW_AUDIT).values_list("key", flat=True))
+    if user_can(user, Capability.VIEW_AUDIT):
+        keys.append("")
+    return model.objects.filter(agent_key__in=keys)
+
+
+def logs_filter(
+    queryset,
+    *,
+    agent="",
+    actor="",
+    action="",
+    target="",
+    token="",
+    outcome="",
+    since=None,
+    until=None,
+):
+    """The list filters of the audit and access-log pages and API (all optional, AND-ed).
+    `action` matches a prefix ("grant." finds grant.create and grant.revoke); `target`
+    matches the target's label or id (e.g. "assistant_professional/profile"); `token` the
+    name or id of the personal token a row was made with."""
+    if agent:
+        queryset = queryset.filter(agent_key=agent)
+    if actor:
+        queryset = queryset.filter(actor_label__iexact=actor)
+    if action:
+        queryset = queryset.filter(action__startswith=action)
+    if target:
+        queryset = queryset.filter(Q(target_label__icontains=target) | Q(target_id=target))
+    if token:
+        queryset = queryset.filter(Q(actor_token_label__iexact=token) | Q(actor_token_id=token))
+    if outcome:  # access log only: allowed | denied
+        queryset = queryset.filter(outcome=outcome)
+    if since:
+        queryset = queryset.filter(occurred_at__gte=since)
+    if until:
+        queryset = queryset.filter(occurred_at__lt=until)
+    return queryset.order_by("-occurred_at", "-id")
+
+
+def change_rows(changes: list[dict]) -> list[dict]:
+    """Field-level changes ready to show: path, kind (added/removed/changed) and both
+    values as compact JSON text (so `false`, `null` and strings read unambiguously)."""
+
+    def text(value):
+        return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+    rows = []
+    for change in changes or []:
+        before, after = change.get("before"), change.get("after")
+        kind = "added" if before is None else "removed" if after is None else "changed"
+        rows.append(
+            {
+                "path": change.get("path", ""),
+                "kind": kind,
+                "before": text(before),
+                "after": text(after),
+            }
+        )
+    return rows
+
+
+def login_locks_current() -> list[dict]:
+    """Username and address pairs locked out of sign-in now (django-axes' failures within the
+    cool-off reached the limit), newest first: username, ip_address, failures, since (the
+    failure that set the lock) and until (when it lifts by itself at the latest)."""
+    cool_off = get_cool_off()
+    locks = (
+        AccessAttempt.objects.filter(attempt_time__gte=timezone.now() - cool_off)
+        .values("username", "ip_address")
+        .annotate(failures=Sum("failures_since_start"), since=Max("attempt_time"))
+        .filter(failures__gte=get_failure_limit(None, None))
+        .order_by("-since", "username")
+    )
+    return [{**lock, "until": lock["since"] + cool_off} for lock in locks]

@@ -1,0 +1,127 @@
+"""API shapes for roles, grants, the audit log and the access log (reads and inputs)."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from console.kernel.audit import CHAIN_FIELDS, OPTIONAL_HASHED
+from console.kernel.models import AccessLogEntry, AuditRecord, Grant, Role
+from console.kernel.policy import CAPABILITY_VALUES
+
+
+class RoleSerializer(serializers.ModelSerializer):
+    capabilities = serializers.ListField(child=serializers.ChoiceField(choices=CAPABILITY_VALUES))
+
+    class Meta:
+        model = Role
+        fields = ["id", "name", "description", "capabilities", "is_standard", "created_at"]
+        read_only_fields = ["id", "is_standard", "created_at"]
+
+
+class RoleCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    description = serializers.CharField(required=False, allow_blank=True, default="")
+    capabilities = serializers.ListField(
+        child=serializers.ChoiceField(choices=CAPABILITY_VALUES),
+        required=False,
+        default=list,
+        help_text="Omit for a role that can do nothing yet.",
+    )
+
+
+class RoleUpdateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100, required=False)
+    description = serializers.CharField(required=False, allow_blank=True)
+    capabilities = serializers.ListField(
+        child=serializers.ChoiceField(choices=CAPABILITY_VALUES), required=False
+    )
+
+
+class GrantSerializer(serializers.ModelSerializer):
+    user = serializers.CharField(
+        source="user.username", default=None, read_only=True, allow_null=True
+    )
+    group = serializers.CharField(
+        source="group.name", default=None, read_only=True, allow_null=True
+    )
+    role = serializers.CharField(source="role.name", read_only=True)
+    agent = serializers.CharField(
+        source="agent.key",
+        default=None,
+        read_only=True,
+        allow_null=True,
+        help_text="null = all agents",
+    )
+    created_by = serializers.CharField(
+        source="created_by.username", default=None, read_only=True, allow_null=True
+    )
+
+    class Meta:
+        model = Grant
+        fields = ["id", "user", "group", "role", "agent", "created_by", "created_at"]
+
+
+class GrantCreateSerializer(serializers.Serializer):
+    user = serializers.CharField(required=False, help_text="username (or give group)")
+    group = serializers.CharField(required=False, help_text="group name (or give user)")
+    role = serializers.CharField(help_text="role name")
+    agent = serializers.CharField(
+        required=False, allow_null=True, default=None, help_text="agent key; null = all agents"
+    )
+    reason = serializers.CharField(min_length=3)
+
+
+class GrantRevokeSerializer(serializers.Serializer):
+    reason = serializers.CharField(min_length=3)
+
+
+_LOG_FIELDS = ["id", *CHAIN_FIELDS, *OPTIONAL_HASHED, "prev_hash", "hash"]
+
+
+class AuditRecordSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AuditRecord
+        fields = _LOG_FIELDS + ["before", "after", "changes"]
+
+
+class AccessLogEntrySerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AccessLogEntry
+        fields = _LOG_FIELDS + ["outcome", "reason", "detail"]
+
+
+class LogFilterSerializer(serializers.Serializer):
+    """Query parameters of the log lists (same as the pages' filters)."""
+
+    agent = serializers.CharField(required=False, default="")
+    actor = serializers.CharField(required=False, default="")
+    action = serializers.CharField(required=False, default="", help_text="prefix, e.g. grant.")
+    target = serializers.CharField(required=False, default="", help_text="label contains or id")
+    token = serializers.CharField(
+        required=False, default="", help_text="the personal token's name (or id) it was made with"
+    )
+    since = serializers.DateTimeField(required=False, default=None)
+    until = serializers.DateTimeField(required=False, default=None)
+
+
+class AccessLogFilterSerializer(LogFilterSerializer):
+    """The access log's filters: the log's, and the outcome (the audit log has none)."""
+
+    outcome = serializers.ChoiceField(choices=["", "allowed", "denied"], required=False, default="")
+
+
+EXPORT_MAX_LIMIT = 5000
+
+
+class AuditExportParamsSerializer(LogFilterSerializer):
+    """The audit export's query: the log's filters, and a cursor."""
+
+    after = serializers.IntegerField(
+        required=False,
+        default=0,
+        min_value=0,
+        help_text="Rows with an id above this one (the X-Next-Cursor of the previous page).",
+    )
+    limit = serializers.IntegerField(
+        required=False, default=1000, min_value=1, max_value=EXPORT_MAX_LIMIT
+    )

@@ -1,0 +1,71 @@
+"""Personal API tokens (console.accounts.personal_tokens writes them)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class PersonalTokenQuerySet(models.QuerySet):
+    def active(self, now=None):
+        """Tokens that still authenticate: not revoked and not expired."""
+        return self.filter(revoked_at__isnull=True, expires_at__gt=now or timezone.now())
+
+
+class PersonalToken(models.Model):
+    """A person's API token for the operator API (`Authorization: Bearer ccp_…`). Only the
+    SHA-256 of the secret is stored; the secret is shown once at creation. What it allows is
+    the user's grants intersected with its scope, at every request (console.kernel.policy)."""
+
+    is_personal_token = True
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="personal_tokens"
+    )
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")
+    token_hash = models.CharField(max_length=64, unique=True)
+    capabilities = ArrayField(
+        models.CharField(max_length=50),
+        default=list,
+        help_text="console.kernel.policy.Capability values",
+    )
+    agents = models.ManyToManyField(
+        "strategies.Agent",
+        blank=True,
+        related_name="personal_tokens",
+        help_text="Empty: every agent the user's grants cover.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    objects = PersonalTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # A name says which script uses the token: unique among a user's unrevoked tokens.
+            models.UniqueConstraint(
+                fields=["user", "name"],
+                condition=Q(revoked_at__isnull=True),
+                name="personal_token_unique_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def state(self) -> str:
+        """active | expired | revoked"""
+        if self.revoked_at is not None:
+            return "revoked"
+        return "active" if self.expires_at > timezone.now() else "expired"

@@ -1,0 +1,340 @@
+"""The one write path for the audit log and the access log.
+
+Services call `audit_record(...)` inside their own transaction, so a change and its audit
+row commit or roll back together. Rows are hash-chained: a transaction-scoped advisory lock
+serialises writers per log, so each row's `prev_hash` is the hash of the row before it (and
+rows commit in id order). `chain_head` reads a chain's newest row for the checkpoints that
+anchor it; `chain_verify` walks a chain and checks it still reaches them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.utils import timezone
+
+from console.kernel.models import AccessLogEntry, AuditRecord, ChainCheckpoint, Grant
+from console.kernel.request_context import current_request, ip_normalise
+
+GENESIS = "0" * 64
+# Fields covered by the hash, in order. Adding a field means a new chain version.
+CHAIN_FIELDS = (
+    "occurred_at",
+    "actor_type",
+    "actor_id",
+    "actor_label",
+    "actor_roles",
+    "action",
+    "target_type",
+    "target_id",
+    "target_label",
+    "agent_key",
+    "request_id",
+    "ip",
+)
+# Hashed only when non-empty (after the fields above), so rows written before they existed
+# keep their hash: the personal token a user acted through.
+OPTIONAL_HASHED = ("actor_token_id", "actor_token_label")
+AUDIT_HASHED = ("before", "after", "changes")
+_EXTRA_HASHED = {
+    "AuditRecord": AUDIT_HASHED,
+    "AccessLogEntry": ("outcome", "reason", "detail"),
+}
+_LOCK_KEYS = {"AuditRecord": 7_201_001, "AccessLogEntry": 7_201_002}
+# The chained logs by their name in checkpoints (and in `audit_verify --anchor`).
+CHAIN_LOGS = {ChainCheckpoint.Log.AUDIT: AuditRecord, ChainCheckpoint.Log.ACCESS: AccessLogEntry}
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def hashed_fields(model_name: str) -> tuple[str, ...]:
+    """Every field a row's hash may cover (the optional ones only count when set)."""
+    return CHAIN_FIELDS + _EXTRA_HASHED[model_name] + OPTIONAL_HASHED
+
+
+def record_hash(model_name: str, fields: dict[str, Any], prev_hash: str) -> str:
+    names = CHAIN_FIELDS + _EXTRA_HASHED[model_name]
+    names += tuple(n for n in OPTIONAL_HASHED if fields.get(n))
+    material = json.dumps(
+        [prev_hash, [[n, _jsonable(fields.get(n))] for n in names]],
+        sort_keys=True,
+        separators=(",", ":"),
+        default=str,
+        ensure_ascii=False,
+    )
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+# The attribute console.accounts.authentication sets on the user of a request made with a personal
+# API token (console.kernel.policy narrows the user's grants to its scope; the logs name it).
+PERSONAL_TOKEN_ATTR = "personal_token"
+
+
+def acting_token(actor):
+    """The personal token a user acts through in this request, or None."""
+    return getattr(actor, PERSONAL_TOKEN_ATTR, None)
+
+
+def actor_label(actor) -> str:
+    """How a release, a version or a token names who made it: a username ("alice (token
+    ci-deploy)" through a personal token), a runtime token's name, or "system"."""
+    label = getattr(actor, "username", "") or getattr(actor, "name", "") or "system"
+    token = acting_token(actor)
+    return f"{label} (token {token.name})" if token is not None else label
+
+
+def describe_actor(actor) -> dict[str, Any]:
+    """Actor columns for a user (and the personal token they act through, if any), a
+    runtime token, or None (the system). `actor_token_label` is "" without a token."""
+    no_token = {"actor_token_id": "", "actor_token_label": ""}
+    if actor is None:
+        return {
+            "actor_type": "system",
+            "actor_id": "",
+            "actor_label": "system",
+            "actor_roles": [],
+            **no_token,
+        }
+    if getattr(actor, "is_runtime_token", False):
+        return {
+            "actor_type": "token",
+            "actor_id": str(actor.pk),
+            "actor_label": f"token:{actor.name}",
+            "actor_roles": list(getattr(actor, "capabilities", [])),
+            **no_token,
+        }
+    if not getattr(actor, "is_authenticated", False):
+        return {
+            "actor_type": "anonymous",
+            "actor_id": "",
+            "actor_label": "anonymous",
+            "actor_roles": [],
+            **no_token,
+        }
+    token = acting_token(actor)
+    return {
+        "actor_type": "user",
+        "actor_id": str(actor.pk),
+        "actor_label": actor.get_username(),
+        "actor_roles": Grant.objects.role_names(actor),
+        "actor_token_id": str(token.pk) if token is not None else "",
+        "actor_token_label": token.name if token is not None else "",
+    }
+
+
+def describe_target(target) -> dict[str, str]:
+    if target is None:
+        return {"target_type": "", "target_id": "", "target_label": ""}
+    if isinstance(target, tuple):  # (type, id, label) for things that are not model rows
+        kind, ident, label = target
+        return {"target_type": kind, "target_id": str(ident), "target_label": str(label)[:300]}
+    return {
+        "target_type": target._meta.label_lower,
+        "target_id": str(target.pk),
+        "target_label": str(target)[:300],
+    }
+
+
+def field_changes(before: Any, after: Any, prefix: str = "") -> list[dict[str, Any]]:
+    """Field-level differences between two JSON-like values: [{path, before, after}].
+    A created or deleted object (None on one side) is compared field by field too, so a
+    creation reads as its fields being added rather than as one opaque value."""
+    if before is None and isinstance(after, dict):
+        before = {}
+    if after is None and isinstance(before, dict):
+        after = {}
+    if isinstance(before, dict) and isinstance(after, dict):
+        out: list[dict[str, Any]] = []
+        for key in list(before) + [k for k in after if k not in before]:
+            path = f"{prefix}.{key}" if prefix else str(key)
+            out.extend(field_changes(before.get(key), after.get(key), path))
+        return out
+    if before == after:
+        return []
+    return [{"path": prefix or "(value)", "before": before, "after": after}]
+
+
+def _append(model, fields: dict[str, Any]):
+    name = model.__name__
+    with transaction.atomic():
+        with connection.cursor() as cursor:
+            # The address is hashed as PostgreSQL hands it back (`host(inet)`), so the hash
+            # covers exactly what audit_verify reads, whatever form it arrived in.
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s), host(%s::inet)",
+                [_LOCK_KEYS[name], fields["ip"]],
+            )
+            fields["ip"] = cursor.fetchone()[1]
+        last = model.objects.order_by("-id").values_list("hash", flat=True).first()
+        prev = last or GENESIS
+        fields["prev_hash"] = prev
+        fields["hash"] = record_hash(name, fields, prev)
+        return model.objects.create(**fields)
+
+
+def _context_fields(actor, target, agent) -> dict[str, Any]:
+    ctx = current_request.get()
+    agent_key = getattr(agent, "key", agent) or ""
+    return {
+        "occurred_at": timezone.now(),
+        **describe_actor(actor),
+        **describe_target(target),
+        "agent_key": agent_key,
+        "request_id": ctx.request_id,
+        "ip": ip_normalise(ctx.ip),  # None for anything that is not an address
+    }
+
+
+def audit_record(
+    *, actor, action: str, target=None, agent=None, before: Any = None, after: Any = None
+):
+    """Write one audit row for a change. Call inside the service's transaction."""
+    fields = _context_fields(actor, target, agent)
+    fields.update(action=action, before=before, after=after, changes=field_changes(before, after))
+    return _append(AuditRecord, fields)
+
+
+def access_record(
+    *,
+    actor,
+    action: str,
+    target=None,
+    agent=None,
+    outcome: str = "allowed",
+    reason: str = "",
+    detail: dict | None = None,
+):
+    """Write one access-log row: a look at traces/snapshots, a search, an export, a refusal."""
+    fields = _context_fields(actor, target, agent)
+    fields.update(action=action, outcome=outcome, reason=reason, detail=detail or {})
+    return _append(AccessLogEntry, fields)
+
+
+def chain_head(model) -> tuple[int, str, int]:
+    """(id, hash, rows up to it) of a log's newest row; (0, GENESIS, 0) for an empty log.
+    Rows commit in id order (the writers' lock), so no row below the head can appear later."""
+    head = model.objects.order_by("-id").values_list("id", "hash").first()
+    if head is None:
+        return 0, GENESIS, 0
+    return head[0], head[1], model.objects.filter(id__lte=head[0]).count()
+
+
+@dataclass
+class ChainBreak:
+    """One broken row: "content" (its hash does not match it) or "link" (its prev_hash is not
+    the hash of the row before it: that row is missing or was altered)."""
+
+    row: Any
+    kind: str
+
+
+REPORT_KEEPS = 100  # broken rows and problems kept per report (all are counted)
+
+
+@dataclass
+class ChainReport:
+    """What `chain_verify` found in one log."""
+
+    checked: int = 0  # rows walked
+    intact_before: int = 0  # rows before the first break
+    last_id: int = 0
+    broken: int = 0  # broken rows; the first REPORT_KEEPS are in `breaks`
+    breaks: list[ChainBreak] = field(default_factory=list)
+    unreached: int = 0  # checkpoints and anchors not reached; the first in `problems`
+    problems: list[str] = field(default_factory=list)
+    reached: ChainCheckpoint | None = None  # the newest checkpoint the chain reaches
+    anchors_matched: list[int] = field(default_factory=list)
+
+    @property
+    def intact(self) -> bool:
+        return not self.broken and not self.unreached
+
+    def add_break(self, row, kind: str) -> None:
+        self.broken += 1
+        if len(self.breaks) < REPORT_KEEPS:
+            self.breaks.append(ChainBreak(row, kind))
+
+    def add_problem(self, text: str) -> None:
+        self.unreached += 1
+        if len(self.problems) < REPORT_KEEPS:
+            self.problems.append(text)
+
+
+def _checkpoint_words(checkpoint: ChainCheckpoint) -> str:
+    return (
+        f"checkpoint #{checkpoint.pk} of {checkpoint.created_at:%Y-%m-%d %H:%M:%S} UTC recorded "
+        f"{checkpoint.row_count} records up to #{checkpoint.last_id}"
+    )
+
+
+def chain_verify(model, anchors: Iterable[tuple[int, str]] = ()) -> ChainReport:
+    """Walk a log's chain in id order and check it against its checkpoints (and `anchors`,
+    (id, hash) pairs taken from the application log).
+
+    Gaps are found by the hashes, not the ids (a rolled-back insert skips an id): each row's
+    `prev_hash` must be the hash of the row before it — a deleted or rewritten row breaks
+    that link — and its own hash must match its content. The tail is found by the
+    checkpoints: each checkpointed row must still exist with its hash and the same number of
+    rows up to it, so deleting the newest rows (or rewriting the chain) no longer goes
+    unnoticed. The walk goes on after a break, so one report shows everything."""
+    name = model.__name__
+    log = next(key for key, chained in CHAIN_LOGS.items() if chained is model)
+    # Checkpoints first: the rows they name committed before them, so the walk (a later
+    # snapshot) sees every one that still exists.
+    checkpoints = list(ChainCheckpoint.objects.filter(log=log, last_id__gt=0).order_by("id"))
+    expected: dict[int, list] = {}
+    for checkpoint in checkpoints:
+        expected.setdefault(checkpoint.last_id, []).append(checkpoint)
+    anchored = dict(anchors)
+    report = ChainReport()
+    prev = GENESIS
+    for row in model.objects.order_by("id").iterator(chunk_size=2000):
+        report.checked += 1
+        report.last_id = row.pk
+        fields = {n: getattr(row, n) for n in hashed_fields(name)}
+        if row.prev_hash != prev:
+            report.add_break(row, "link")
+        elif record_hash(name, fields, row.prev_hash) != row.hash:
+            report.add_break(row, "content")
+        elif not report.broken:
+            report.intact_before += 1
+        prev = row.hash
+        for checkpoint in expected.pop(row.pk, []):
+            if checkpoint.last_hash != row.hash:
+                report.add_problem(
+                    f"{_checkpoint_words(checkpoint)} (hash {checkpoint.last_hash[:16]}…), but "
+                    f"record #{row.pk} no longer has the checkpointed hash"
+                )
+            elif checkpoint.row_count != report.checked:
+                report.add_problem(
+                    f"{_checkpoint_words(checkpoint)}, but the log now has {report.checked} "
+                    "records up to it: records were removed or added before it"
+                )
+            else:
+                report.reached = checkpoint
+        if row.pk in anchored:
+            if anchored.pop(row.pk) != row.hash:
+                report.add_problem(f"record #{row.pk} no longer has the anchored hash")
+            else:
+                report.anchors_matched.append(row.pk)
+    for last_id, missing in sorted(expected.items()):
+        where = "TAIL MISSING: " if last_id > report.last_id else ""
+        ends = f"#{report.last_id}" if report.checked else "nothing"
+        for checkpoint in missing:
+            report.add_problem(
+                f"{where}{_checkpoint_words(checkpoint)}, but record #{last_id} is gone; the "
+                f"chain now ends at {ends} after {report.checked} records"
+            )
+    for last_id in sorted(anchored):
+        report.add_problem(f"record #{last_id} (anchored) is gone")
+    return report

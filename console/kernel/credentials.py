@@ -1,0 +1,38 @@
+"""Bearer secrets, in one place for both kinds of token: a runtime token (`cc_rt_…`,
+strategies.runtime) and a person's API token (`ccp_…`, console.accounts.personal_tokens).
+
+A secret is a recognisable prefix and 32 random bytes (URL-safe base64); only its SHA-256
+is stored, so a leaked database does not leak a usable token. `bearer_value` reads the
+`Authorization: Bearer <secret>` header both authentication classes accept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+PREFIX_SHOWN = 6  # random characters kept after the prefix, to recognise a token in a list
+
+
+def secret_hash(secret: str) -> str:
+    """The stored form of a secret: its SHA-256 in hex."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def secret_new(prefix: str) -> str:
+    """A new secret: `prefix` and 32 random bytes."""
+    return prefix + secrets.token_urlsafe(32)
+
+
+def secret_shown(secret: str, prefix: str) -> str:
+    """The part of a secret that lists may show: the prefix and a few characters."""
+    return secret[: len(prefix) + PREFIX_SHOWN]
+
+
+def bearer_value(header: str) -> str | None:
+    """The secret of an `Authorization: Bearer <secret>` header value; None for any other
+    header (none, another scheme, or an empty value)."""
+    scheme, _, value = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()

@@ -1,0 +1,484 @@
+"""The one permission policy: may this user do this on this agent?
+
+Deny by default. Capabilities come only from grants: (user or one of the user's groups) ×
+role × (one agent, or all agents). `is_superuser` grants nothing here; Django admin is the
+audited break-glass path. Views, API views, selectors and templates all ask this module.
+
+Two styles, as in airlock: `user_can(...)` returns a bool; `check_user_can(...)` raises —
+`NotFound` when the agent is not visible to the user at all (it must look like it does not
+exist), `Forbidden` when it is visible but the capability is missing.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from enum import StrEnum
+from functools import wraps
+
+from context_runtime.findings import Finding
+from django.db import connection
+from django.db.models import QuerySet
+
+from console.kernel.audit import access_record, acting_token
+from console.kernel.errors import Forbidden, NotFound
+from console.kernel.models import Grant
+from console.kernel.request_context import current_request
+from strategies.catalog.models import Agent
+
+
+class Capability(StrEnum):
+    VIEW_CONFIG = "view_config"
+    EDIT_DRAFTS = "edit_drafts"
+    PUBLISH = "publish"  # to unprotected environments
+    REQUEST_PROTECTED_PUBLISH = "request_protected_publish"
+    APPROVE = "approve"
+    ROLLBACK = "rollback"
+    VIEW_TRACES = "view_traces"
+    VIEW_SNAPSHOTS = "view_snapshots"
+    ENABLE_SENSITIVE = "enable_sensitive"
+    MANAGE_GRANTS = "manage_grants"
+    VIEW_AUDIT = "view_audit"
+    MANAGE_TOKENS = "manage_tokens"
+    MANAGE_CATALOG = "manage_catalog"  # agents and environments: onboarding, archive, retention
+
+
+CAPABILITY_VALUES = tuple(c.value for c in Capability)
+
+CAPABILITY_LABELS = {
+    Capability.VIEW_CONFIG: "View configuration",
+    Capability.EDIT_DRAFTS: "Edit drafts",
+    Capability.PUBLISH: "Publish to unprotected environments",
+    Capability.REQUEST_PROTECTED_PUBLISH: "Request publish to protected environments",
+    Capability.APPROVE: "Approve publishes",
+    Capability.ROLLBACK: "Roll back",
+    Capability.VIEW_TRACES: "View traces",
+    Capability.VIEW_SNAPSHOTS: "View snapshots (sensitive)",
+    Capability.ENABLE_SENSITIVE: "Enable sensitive context sections",
+    Capability.MANAGE_GRANTS: "Manage roles and grants",
+    Capability.VIEW_AUDIT: "View audit and access logs",
+    Capability.MANAGE_TOKENS: "Manage runtime tokens and webhooks",
+    Capability.MANAGE_CATALOG: "Create and edit agents and environments",
+}
+
+# The standard roles created by migration (console 0002). Any other role starts empty.
+STANDARD_ROLES: dict[str, tuple[str, list[Capability]]] = {
+    "viewer": ("Reads configuration.", [Capability.VIEW_CONFIG]),
+    "support": (
+        "Investigates answers by request_id.",
+        [Capability.VIEW_CONFIG, Capability.VIEW_TRACES],
+    ),
+    "operator": (
+        "Edits and publishes strategies and profiles.",
+        [
+            Capability.VIEW_CONFIG,
+            Capability.EDIT_DRAFTS,
+            Capability.PUBLISH,
+            Capability.REQUEST_PROTECTED_PUBLISH,
+            Capability.VIEW_TRACES,
+        ],
+    ),
+    "admin": ("Everything, including rollback and access management.", list(Capability)),
+}
+
+_CACHE_ATTR = "_console_grants_cache"
+
+
+def _grant_rows(user) -> list[tuple[int | None, frozenset[str]]]:
+    """(agent id or None for all agents, capabilities) for each of the user's grants,
+    cached on the user object for the request."""
+    if user is None or not user.is_authenticated or not user.is_active:
+        return []
+    cached = getattr(user, _CACHE_ATTR, None)
+    if cached is not None:
+        return cached
+    # A role without capabilities grants nothing, not even the sight of an agent.
+    rows = [
+        (agent_id, frozenset(caps))
+        for agent_id, caps in Grant.objects.of(user).values_list("agent_id", "role__capabilities")
+        if caps
+    ]
+    token = acting_token(user)
+    if token is not None:
+        rows = _narrowed_to_token(rows, token)
+    setattr(user, _CACHE_ATTR, rows)
+    return rows
+
+
+def _narrowed_to_token(rows, token) -> list[tuple[int | None, frozenset[str]]]:
+    """A request made with a personal token may do what the user's grants allow AND the
+    token's scope covers: its capabilities, and its agents (none: every agent). A grant on
+    all agents, through a token for some agents, becomes a grant on each of those agents."""
+    scope = frozenset(token.capabilities)
+    agent_ids = frozenset(token.agents.values_list("pk", flat=True))
+    narrowed = []
+    for agent_id, caps in rows:
+        caps = caps & scope
+        if not caps:
+            continue
+        if not agent_ids:
+            narrowed.append((agent_id, caps))
+        elif agent_id is None:
+            narrowed.extend((scoped, caps) for scoped in sorted(agent_ids))
+        elif agent_id in agent_ids:
+            narrowed.append((agent_id, caps))
+    return narrowed
+
+
+def forget_cached_grants(user) -> None:
+    """Call after changing a user's grants within the same request."""
+    if hasattr(user, _CACHE_ATTR):
+        delattr(user, _CACHE_ATTR)
+
+
+def capabilities_on(user, agent) -> frozenset[str]:
+    """Every capability the user holds on this agent (agent grants plus all-agent grants)."""
+    agent_id = getattr(agent, "pk", agent)
+    caps: set[str] = set()
+    for granted_agent, granted_caps in _grant_rows(user):
+        if granted_agent is None or granted_agent == agent_id:
+            caps |= granted_caps
+    return frozenset(caps)
+
+
+def user_can(user, capability: Capability | str, agent=None) -> bool:
+    """On an agent: the capability on that agent. Without one: the capability on all agents
+    (for console-wide actions such as managing tokens or roles)."""
+    if agent is None:
+        return any(a is None and capability in caps for a, caps in _grant_rows(user))
+    return capability in capabilities_on(user, agent)
+
+
+def user_can_anywhere(user, capability: Capability | str) -> bool:
+    """True when the user holds the capability on at least one agent (menus, nav)."""
+    return any(capability in caps for _, caps in _grant_rows(user))
+
+
+def user_sees_agent(user, agent) -> bool:
+    """An agent is visible to a user with any grant on it; otherwise it does not exist."""
+    return bool(capabilities_on(user, agent))
+
+
+def check_user_can(
+    user, capability: Capability | str, agent=None, *, target=None, message: str = ""
+) -> None:
+    """Raise NotFound when the agent is out of the user's scope, Forbidden when the action is.
+    Every refusal is written to the access log (see `refuse`)."""
+    if agent is not None and not user_sees_agent(user, agent):
+        refuse(NotFound("Not found."), user=user, capability=capability, agent=agent, target=target)
+    if not user_can(user, capability, agent):
+        refuse(
+            Forbidden(message or f"You do not have the '{capability}' permission here."),
+            user=user,
+            capability=capability,
+            agent=agent,
+            target=target,
+        )
+
+
+def refuse(error, *, user, capability, agent=None, target=None):
+    """Raise `error` as a refusal of `user`, written to the access log (outcome "denied").
+
+    Outside a transaction the row is written at once. Inside one it would roll back with the
+    refused change, so it is written when the unit of work ends (`denials_logged`, which the
+    request middleware opens around every request); a flag on the error makes sure it is
+    written exactly once.
+    """
+    error.denial = {
+        "user": user,
+        "capability": str(capability),
+        "agent": agent,
+        "target": target,
+        "logged": False,
+    }
+    deferred = _deferred_denials.get()
+    if connection.in_atomic_block and deferred is not None:
+        deferred.append(error)
+    else:  # outside a transaction, or in one opened without a unit of work (a bare script)
+        denial_record(error)
+    raise error
+
+
+_deferred_denials: ContextVar[list | None] = ContextVar("deferred_denials", default=None)
+
+
+@contextmanager
+def denials_logged():
+    """Around one unit of work (a request, a service called from a command or a task):
+    refusals raised inside its transactions are written to the access log when it ends, even
+    where a view turned the error into a message instead of letting it rise. Nested units
+    hand their refusals to the outermost one."""
+    if _deferred_denials.get() is not None:
+        yield
+        return
+    token = _deferred_denials.set([])
+    try:
+        yield
+    finally:
+        deferred = _deferred_denials.get()
+        _deferred_denials.reset(token)
+        for error in deferred:
+            denial_record(error)
+
+
+def denial_record(error: Exception) -> None:
+    """Write the access-log row for a refusal raised through `refuse` (once per error).
+    Safe to call with any exception: others are ignored. Anonymous refusals are not logged
+    (the login wall answers them)."""
+    denial = getattr(error, "denial", None)
+    if not denial or denial["logged"]:
+        return
+    user = denial["user"]
+    if user is None or not getattr(user, "is_authenticated", False):
+        return
+    denial["logged"] = True
+    access_record(
+        actor=user,
+        action="access.denied",
+        target=denial["target"],
+        agent=denial["agent"],
+        outcome="denied",
+        detail={
+            "capability": denial["capability"],
+            "status": getattr(error, "status", None),
+            "path": current_request.get().path,
+        },
+    )
+
+
+# --- named checks: one function per decision that is more than one capability ---------------------
+def publish_capability(environment) -> Capability:
+    """Publishing to a protected environment is a request for approval."""
+    if environment.protected:
+        return Capability.REQUEST_PROTECTED_PUBLISH
+    return Capability.PUBLISH
+
+
+def user_can_publish_to(user, environment, agent) -> bool:
+    return user_can(user, publish_capability(environment), agent)
+
+
+def check_user_can_publish_to(user, environment, agent, *, target=None) -> None:
+    check_user_can(
+        user,
+        publish_capability(environment),
+        agent,
+        target=target,
+        message=f"You may not publish to {environment.key}.",
+    )
+
+
+def user_can_decide_approval(user, approval) -> bool:
+    """Approving or rejecting needs APPROVE on the agent and is never one's own request."""
+    return approval.requested_by_id != getattr(user, "pk", None) and user_can(
+        user, Capability.APPROVE, approval.document.agent
+    )
+
+
+def check_user_can_decide_approval(user, approval) -> None:
+    agent = approval.document.agent
+    check_user_can(
+        user,
+        Capability.APPROVE,
+        agent,
+        target=approval,
+        message="You may not approve or reject requests here.",
+    )
+    if approval.requested_by_id == getattr(user, "pk", None):
+        refuse(
+            Forbidden(
+                "You cannot decide your own request: a second person must approve it.",
+                code="self_approval",
+            ),
+            user=user,
+            capability=Capability.APPROVE,
+            agent=agent,
+            target=approval,
+        )
+
+
+def user_can_withdraw_approval(user, approval) -> bool:
+    """Withdrawing a pending request is for the person who made it, and nobody else."""
+    return approval.requested_by_id == getattr(user, "pk", None) and user_sees_agent(
+        user, approval.document.agent
+    )
+
+
+def check_user_can_withdraw_approval(user, approval) -> None:
+    agent = approval.document.agent
+    check_user_can(user, Capability.VIEW_CONFIG, agent, target=approval)
+    if approval.requested_by_id != getattr(user, "pk", None):
+        refuse(
+            Forbidden(
+                f"Only the person who requested this {approval.kind} can withdraw it; an "
+                "approver can reject it instead.",
+                code="not_requester",
+            ),
+            user=user,
+            capability=approval_request_capability(approval),
+            agent=agent,
+            target=approval,
+        )
+
+
+def check_user_can_roll_back(user, agent, *, target=None) -> None:
+    check_user_can(
+        user,
+        Capability.ROLLBACK,
+        agent,
+        target=target,
+        message="You may not roll back releases here.",
+    )
+
+
+def rollback_needs_approval(environment) -> bool:
+    """The revert policy: where it is on, a rollback is a request a second person approves
+    (with APPROVE, never their own, like a publish); off, it takes effect at once."""
+    return bool(environment.rollback_needs_approval)
+
+
+def check_user_can_request_rollback(user, agent, *, target=None) -> None:
+    """Rolling back, or asking for one where the revert policy says so: ROLLBACK either way."""
+    check_user_can_roll_back(user, agent, target=target)
+
+
+def approval_request_capability(approval) -> Capability:
+    """What it takes to make this request: a rollback request needs ROLLBACK."""
+    if approval.kind == "rollback":
+        return Capability.ROLLBACK
+    return Capability.REQUEST_PROTECTED_PUBLISH
+
+
+def check_user_can_enable_sensitive(user, agent, paths: list[str]) -> None:
+    """Switching sensitive sections on (their paths in the body) needs ENABLE_SENSITIVE."""
+    if not paths or user_can(user, Capability.ENABLE_SENSITIVE, agent):
+        return
+    keys = [path.rsplit(".", 1)[-1] for path in paths]
+    refuse(
+        Forbidden(
+            f"Switching on {', '.join(keys)} needs the permission to enable sensitive "
+            "sections. Ask an admin, or leave them off.",
+            code="sensitive_section",
+            details=[
+                Finding(path, "sensitive_section", f"{key} is sensitive.")
+                for path, key in zip(paths, keys, strict=True)
+            ],
+        ),
+        user=user,
+        capability=Capability.ENABLE_SENSITIVE,
+        agent=agent,
+    )
+
+
+def agents_visible_to(user) -> QuerySet:
+    """The agents a user may see at all: the scope of every list."""
+    rows = _grant_rows(user)
+    if any(a is None for a, _ in rows):
+        return Agent.objects.all()
+    return Agent.objects.filter(pk__in={a for a, _ in rows})
+
+
+def agents_where(user, capability: Capability | str) -> QuerySet:
+    """The agents on which the user holds a capability (for filtering querysets)."""
+    rows = [(a, caps) for a, caps in _grant_rows(user) if capability in caps]
+    if any(a is None for a, _ in rows):
+        return Agent.objects.all()
+    return Agent.objects.filter(pk__in={a for a, _ in rows})
+
+
+def role_names(user, agent=None) -> list[str]:
+    """Names of the user's roles (on an agent, or everywhere), e.g. "operator@assistant_lite"."""
+    return Grant.objects.role_names(user, agent)
+
+
+# --- enforcement at the edges -------------------------------------------------------------------
+# Every url module exports REQUIRED = {url name: capability | PUBLIC | AUTHENTICATED}; the
+# access-matrix test reads them all, so an endpoint without a declared rule fails the suite.
+PUBLIC = "public"  # no login (login page, health, runtime API with its own token auth)
+AUTHENTICATED = "authenticated"  # any logged-in user; the page shows only what they may see
+
+
+class Everywhere:
+    """A rule for console-wide actions (creating roles, managing tokens): the capability
+    must be held on ALL agents, i.e. through a grant without an agent.
+    Use in REQUIRED and in `requires(Everywhere(Capability.X), agent_kwarg=None)`."""
+
+    def __init__(self, capability: Capability):
+        self.capability = capability
+
+    def __str__(self) -> str:
+        return f"{self.capability} on all agents"
+
+    def __repr__(self) -> str:
+        return f"Everywhere({self.capability!s})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Everywhere) and other.capability == self.capability
+
+    def __hash__(self) -> int:
+        return hash(("everywhere", self.capability))
+
+
+def check_user_can_anywhere(user, capability: Capability | str) -> None:
+    """For list pages without an agent in the URL: the capability on at least one agent
+    (the list then shows only those agents). Refused with 403 and logged otherwise."""
+    if user_can_anywhere(user, capability):
+        return
+    # Same refusal path (and access-log row) as an agent-less check_user_can.
+    check_user_can(user, capability)
+
+
+def rule_allows(user, rule, agent=None, method: str = "GET") -> bool:
+    """Does a REQUIRED rule let this user in? (the access-matrix test and docs use this)
+    Agent URLs: the capability on that agent. Agent-less URLs: on at least one agent.
+    Everywhere(...): on all agents. A dict gives a rule per HTTP method, e.g.
+    {"GET": Capability.VIEW_CONFIG, "POST": Capability.EDIT_DRAFTS}, "*" for the others."""
+    if isinstance(rule, dict):
+        rule = rule.get(method.upper(), rule.get("*"))
+        if rule is None:
+            return False  # a method the rule does not name is allowed to nobody
+    if rule == PUBLIC:
+        return True
+    if rule == AUTHENTICATED:
+        return bool(user is not None and user.is_authenticated)
+    if isinstance(rule, Everywhere):
+        return user_can(user, rule.capability)
+    if agent is not None:
+        return user_can(user, rule, agent)
+    return user_can_anywhere(user, rule)
+
+
+def requires(capability, *, agent_kwarg: str | None = "agent", anywhere: bool = False):
+    """View decorator: resolve the agent from the URL (its key in `agent_kwarg`), then
+    check the capability — 404 when the agent is unknown or out of scope, 403 when the
+    action is forbidden. The agent is passed on as `request.agent`.
+
+    Without an agent in the URL, the capability is needed on all agents (console-wide
+    actions; `Everywhere(Capability.X)` says so explicitly) — or, with `anywhere=True`, on
+    at least one agent (list pages, which then filter with `agents_where`). Every refusal
+    of a logged-in user is written to the access log.
+
+    Works for Django views and inside DRF's @api_view (errors map to the API error shape).
+    """
+
+    def decorator(view):
+        @wraps(view)
+        def wrapped(request, *args, **kwargs):
+            agent = None
+            if agent_kwarg and agent_kwarg in kwargs:
+                agent = Agent.objects.filter(key=kwargs[agent_kwarg]).first()
+                if agent is None:
+                    refuse(NotFound("Not found."), user=request.user, capability=capability)
+            if isinstance(capability, Everywhere):
+                check_user_can(request.user, capability.capability)
+            elif agent is None and anywhere:
+                check_user_can_anywhere(request.user, capability)
+            else:
+                check_user_can(request.user, capability, agent)
+            request.agent = agent
+            return view(request, *args, **kwargs)
+
+        wrapped.required_capability = capability
+        return wrapped
+
+    return decorator
