@@ -23,7 +23,7 @@ from context_runtime.client import (
     validate_config_payload,
 )
 from context_runtime.client.http import backoff_delay
-from test_client_fake_console import (
+from fake_console import (
     AGENT,
     ERROR_500,
     GARBAGE,
@@ -32,18 +32,10 @@ from test_client_fake_console import (
     PAYLOAD,
     TOKEN,
     UNAUTHORIZED,
-    FakeConsole,
     dead_url,
 )
 
 STRATEGY = "after_sales_consultation"
-
-
-@pytest.fixture
-def console():
-    fake = FakeConsole()
-    yield fake
-    fake.close()
 
 
 @pytest.fixture

@@ -5,8 +5,9 @@ takes ``PUT manifest`` and ``POST traces`` (de-duplicating by ``request_id`` lik
 ingest), and can be switched per endpoint to answer 500, 401, garbage, an invalid body, or to
 hang. It records every request so tests can assert what the runtime sent.
 
-(The other SDK test modules import it; it lives in a ``test_client*`` module because the SDK's
-tests have no conftest of their own. The tests at the bottom check the fake itself.)
+Tests get one through the ``console`` fixture of ``conftest.py``; ``test_fake_console.py``
+checks the fake itself, and ``test_contract_fixtures.py`` checks it answers the contract's
+examples as the real console does.
 """
 
 from __future__ import annotations
@@ -16,9 +17,6 @@ import hashlib
 import json
 import socket
 import threading
-import time
-import urllib.error
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import msgspec
@@ -284,38 +282,3 @@ def _send(handler, status: int, body: bytes, headers: dict | None = None) -> Non
 def _send_error(handler, status: int, code: str, message: str, details=None) -> None:
     body = {"error": {"code": code, "message": message, "details": details or []}}
     _send(handler, status, msgspec.json.encode(body))
-
-
-# ---------------------------------------------------------------- the fake itself
-
-
-def _get(url: str, headers: dict) -> tuple[int, bytes, str | None]:
-    request = urllib.request.Request(url, headers=headers)  # noqa: S310 (loopback)
-    try:
-        with urllib.request.urlopen(request, timeout=2) as answer:  # noqa: S310 (loopback)
-            return answer.status, answer.read(), answer.headers.get("ETag")
-    except urllib.error.HTTPError as error:
-        return error.code, error.read(), error.headers.get("ETag")
-
-
-def test_fake_console__matching_if_none_match__answers_304():
-    console = FakeConsole()
-    try:
-        url = f"{console.url}/api/v1/runtime/config/{AGENT}"
-        auth = {"Authorization": f"Bearer {TOKEN}"}
-        status, body, etag = _get(url, auth)
-        assert status == 200
-        assert msgspec.json.decode(body)["etag"] == etag
-        assert _get(url, {**auth, "If-None-Match": etag})[0] == 304
-        assert _get(url, {})[0] == 401
-    finally:
-        console.close()
-
-
-def test_fake_console__hang_mode__released_by_close():
-    console = FakeConsole()
-    console.modes["config"] = HANG
-    console.hang_seconds = 30
-    started = time.monotonic()
-    console.close()
-    assert time.monotonic() - started < 2
