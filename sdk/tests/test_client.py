@@ -22,7 +22,7 @@ from context_runtime.client import (
     Resolution,
     validate_config_payload,
 )
-from context_runtime.client.http import backoff_delay
+from context_runtime.client._http import backoff_delay
 from fake_console import (
     AGENT,
     ERROR_500,
