@@ -9,11 +9,24 @@ import json
 import pkgutil
 import subprocess
 import sys
+from pathlib import Path
 
 import context_runtime
 import pytest
 
 DISTRIBUTION = "context-console-runtime"
+
+
+def installed_wheel() -> importlib.metadata.Distribution:
+    """The distribution pip installed (it has a RECORD; the source tree's egg-info, found first
+    from sdk/, has none)."""
+    for distribution in importlib.metadata.distributions(name=DISTRIBUTION):
+        if distribution.read_text("RECORD") is None:
+            continue
+        if "editable" in (distribution.read_text("direct_url.json") or ""):
+            pytest.skip("an editable install has no wheel to look into; scripts/test.sh has one")
+        return distribution
+    pytest.skip(f"{DISTRIBUTION} is not installed from a wheel")
 
 
 def public_modules() -> list[str]:
@@ -54,10 +67,22 @@ def test_package__star_import__gives_the_public_modules():
 
 
 def test_installed_package__ships_py_typed():
-    distribution = importlib.metadata.distribution(DISTRIBUTION)
-    if "editable" in (distribution.read_text("direct_url.json") or ""):
-        pytest.skip("an editable install has no wheel to look into; scripts/test.sh installs one")
+    distribution = installed_wheel()
 
     shipped = [str(path) for path in distribution.files or ()]
 
     assert "context_runtime/py.typed" in shipped
+
+
+def test_installed_package__ships_only_modules_of_the_source_tree():
+    # A stale build directory once shipped modules renamed since (engine/selection.py).
+    distribution = installed_wheel()
+    source = Path(context_runtime.__file__).parent
+
+    shipped = [
+        str(path).removeprefix("context_runtime/")
+        for path in distribution.files or ()
+        if str(path).startswith("context_runtime/") and str(path).endswith(".py")
+    ]
+
+    assert [name for name in shipped if not (source / name).is_file()] == []
