@@ -31,6 +31,8 @@ mkdir -p .data
 
 # The runtime SDK on its own: a clean virtual environment with only sdk/ (no Django).
 [ -x .venv-sdk/bin/python ] || python3 -m venv .venv-sdk
+# setuptools never prunes sdk/build/: a module renamed or removed since would ship in the wheel.
+rm -rf sdk/build
 .venv-sdk/bin/python -m pip install --quiet --disable-pip-version-check "./sdk[test,adk]"
 (cd sdk && ../.venv-sdk/bin/python -m pytest -q)
 .venv/bin/python manage.py spectacular --validate --fail-on-warn --file .data/openapi.yaml

@@ -14,8 +14,30 @@
 - ``reporter``    the trace reporter: bounded queue, batches in the background, retries
 - ``webhook``     verifying the console's webhook signature
 - ``manifest_report``  declaring what the runtime implements, from what it registered
+- ``adk``         the Google ADK integration (needs the ``[adk]`` extra)
+
+These modules, and the names in each one's ``__all__``, are the public surface; a module whose
+name starts with an underscore (``_checks``, ``engine._selection``, ``client._http``…) is
+internal and may change without notice. The package is typed (``py.typed``).
 
 The normative contract is ``docs/runtime-contract.md`` in the console's repository.
 """
 
 __version__ = "0.1.0"
+
+# Not "adk": a star import must not need the optional google-adk.
+__all__ = [
+    "__version__",
+    "canonical",
+    "client",
+    "diff",
+    "documents",
+    "engine",
+    "findings",
+    "manifest",
+    "manifest_report",
+    "reporter",
+    "vocabulary",
+    "webhook",
+    "wire",
+]

@@ -5,6 +5,11 @@ from __future__ import annotations
 import hashlib
 import json
 
+__all__ = [
+    "canonical_json",
+    "content_hash",
+]
+
 
 def canonical_json(body) -> bytes:
     """The body as bytes that are equal exactly when the documents are equal."""

@@ -34,6 +34,15 @@ from context_runtime.vocabulary import (
     STRATEGY_FIELDS,
 )
 
+__all__ = [
+    "ADDED",
+    "CHANGED",
+    "FIELD_LABELS",
+    "REMOVED",
+    "Change",
+    "diff_bodies",
+]
+
 ADDED = "added"
 REMOVED = "removed"
 CHANGED = "changed"

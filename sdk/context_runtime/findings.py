@@ -8,6 +8,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+__all__ = [
+    "ERROR",
+    "FLAG",
+    "Finding",
+    "blocking",
+]
+
 ERROR = "error"
 FLAG = "flag"
 

@@ -10,6 +10,11 @@ from context_runtime._checks import _check_string_item, _err, _kind, _name_list,
 from context_runtime.findings import Finding, blocking
 from context_runtime.vocabulary import BLOCKS
 
+__all__ = [
+    "Manifest",
+    "validate_manifest",
+]
+
 
 @dataclass(frozen=True)
 class Manifest:

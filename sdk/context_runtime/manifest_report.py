@@ -33,11 +33,19 @@ from typing import Any
 
 import msgspec
 
-from context_runtime.client import http
-from context_runtime.client.http import TransportError
+from context_runtime.client import _http as http
+from context_runtime.client._http import TransportError
 from context_runtime.findings import blocking
 from context_runtime.manifest import Manifest, validate_manifest
 from context_runtime.vocabulary import BLOCKS, KNOWN_SENSITIVE_SECTIONS
+
+__all__ = [
+    "ManifestReportError",
+    "ManifestResult",
+    "Registry",
+    "report_manifest",
+    "report_manifest_in_background",
+]
 
 logger = logging.getLogger("context_runtime.manifest")
 

@@ -37,9 +37,15 @@ from typing import Any
 
 import msgspec
 
-from context_runtime.client import http
-from context_runtime.client.http import TransportError
+from context_runtime.client import _http as http
+from context_runtime.client._http import TransportError
 from context_runtime.wire import MAX_BATCH_BYTES, MAX_TRACES_PER_BATCH, Trace
+
+__all__ = [
+    "TraceReporter",
+    "encode_trace",
+    "snapshot_allowed",
+]
 
 logger = logging.getLogger("context_runtime.reporter")
 

@@ -4,6 +4,32 @@ limits."""
 
 from __future__ import annotations
 
+__all__ = [
+    "AGENT_WHITELIST_SWITCH",
+    "BLOCKS",
+    "BLOCK_LABELS",
+    "BUDGET_FIELDS",
+    "HISTORY_FIELDS",
+    "KINDS",
+    "KNOWN_SECTIONS",
+    "KNOWN_SENSITIVE_SECTIONS",
+    "KNOWN_SWITCHES",
+    "LEGACY_ON_MISSING_ORDER",
+    "LEGACY_ORDER_SOURCE",
+    "MAX_BODY_BYTES",
+    "MAX_EXTRA_READS",
+    "MAX_HISTORY_TURNS",
+    "MAX_INPUT_TOKENS",
+    "MAX_PRIORITY",
+    "PROFILE",
+    "PROFILE_FIELDS",
+    "QUERY_CONTEXT",
+    "SNAPSHOT_FIELDS",
+    "STRATEGY",
+    "STRATEGY_FIELDS",
+    "USER_CONTEXT",
+]
+
 STRATEGY = "strategy"
 PROFILE = "profile"
 KINDS = (STRATEGY, PROFILE)

@@ -22,6 +22,24 @@ from typing import Any
 
 import msgspec
 
+__all__ = [
+    "DELIVERY_HEADER",
+    "EVENT_HEADER",
+    "MAX_WEBHOOK_BYTES",
+    "SIGNATURE_HEADER",
+    "SIGNATURE_PREFIX",
+    "Delivery",
+    "DeliveryLog",
+    "Handler",
+    "WebhookRefused",
+    "WebhookResult",
+    "header_value",
+    "make_wsgi_app",
+    "read_delivery",
+    "sign",
+    "verify_signature",
+]
+
 SIGNATURE_PREFIX = "sha256="
 EVENT_HEADER = "X-Console-Event"
 DELIVERY_HEADER = "X-Console-Delivery"

@@ -13,6 +13,43 @@ from typing import Annotated, Literal, get_args
 
 import msgspec
 
+__all__ = [
+    "DECISIONS",
+    "MAX_BATCH_BYTES",
+    "MAX_CANDIDATES_PER_TRACE",
+    "MAX_CLOCK_SKEW_SECONDS",
+    "MAX_INT32",
+    "MAX_INT64",
+    "MAX_LINKS",
+    "MAX_REASON_CHARS",
+    "MAX_REQUEST_ID_CHARS",
+    "MAX_TRACES_PER_BATCH",
+    "OUTCOMES",
+    "REQUEST_ID_CHARS",
+    "REQUEST_ID_PATTERN",
+    "REQUEST_ID_RULE",
+    "RESOLUTIONS",
+    "STATUSES",
+    "Batch",
+    "Budget",
+    "Candidate",
+    "Count",
+    "DecisionName",
+    "Estimate",
+    "ItemId",
+    "Key",
+    "Label",
+    "ModelInfo",
+    "OutcomeName",
+    "RequestId",
+    "ResolutionName",
+    "ShadowResult",
+    "SourceRef",
+    "StatusName",
+    "Task",
+    "Trace",
+]
+
 MAX_TRACES_PER_BATCH = 1_000
 # 16 MiB: a full batch of 1,000 traces × 50 candidates is ~7.5 MiB.
 MAX_BATCH_BYTES = 16 * 1024 * 1024

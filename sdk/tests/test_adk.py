@@ -32,12 +32,12 @@ from context_runtime.client import ConfigClient  # noqa: E402
 from context_runtime.engine import NO_ACCESS, NOT_FETCHED, CandidateItem  # noqa: E402
 from context_runtime.manifest_report import Registry  # noqa: E402
 from context_runtime.reporter import TraceReporter  # noqa: E402
+from fake_console import AGENT, PAYLOAD, TOKEN  # noqa: E402
 from google.adk.agents import LlmAgent  # noqa: E402
 from google.adk.models import BaseLlm, LlmRequest, LlmResponse  # noqa: E402
 from google.adk.runners import Runner  # noqa: E402
 from google.adk.sessions import InMemorySessionService  # noqa: E402
 from google.genai import types  # noqa: E402
-from test_client_fake_console import AGENT, PAYLOAD, TOKEN, FakeConsole  # noqa: E402
 
 APP = "adk-test"
 PRINCIPAL = "shop-a/user-417"
@@ -47,8 +47,8 @@ STUB_ANSWER = "Conditional answer from the stub model."
 
 # The live configuration: document 000's Bank profile (some sections on, some off) and the
 # contract's after_sales_consultation v3, with policy P7 as an indivisible bundle.
-CONFIG = copy.deepcopy(PAYLOAD)
-CONFIG["profile"]["body"]["sections"] = {
+CONSOLE_PAYLOAD = copy.deepcopy(PAYLOAD)
+CONSOLE_PAYLOAD["profile"]["body"]["sections"] = {
     "user_context": {
         "high_level_profile": True,
         "communication_style": True,
@@ -61,11 +61,11 @@ CONFIG["profile"]["body"]["sections"] = {
         "state_of_mind_schedule": False,
     },
 }
-CONFIG["strategies"][STRATEGY_KEY]["body"]["bundles"] = {"policy-P7": ["P7-"]}
-CONFIG["shadow"] = {
+CONSOLE_PAYLOAD["strategies"][STRATEGY_KEY]["body"]["bundles"] = {"policy-P7": ["P7-"]}
+CONSOLE_PAYLOAD["shadow"] = {
     STRATEGY_KEY: {
         "version": 4,
-        "body": {**CONFIG["strategies"][STRATEGY_KEY]["body"], "optional": []},
+        "body": {**CONSOLE_PAYLOAD["strategies"][STRATEGY_KEY]["body"], "optional": []},
     }
 }
 ENABLED_USER = ["high_level_profile", "communication_style"]
@@ -221,14 +221,7 @@ def route(callback_context, llm_request):
 # ---------------------------------------------------------------- fixtures and helpers
 
 
-@pytest.fixture(scope="module")
-def console():
-    fake = FakeConsole(CONFIG)
-    yield fake
-    fake.close()
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture
 def client(console):
     config = ConfigClient(console.url, TOKEN, AGENT, poll_interval=30.0, timeout=2.0)
     assert config.start(wait=5.0), "the config client did not get the fake console's config"
@@ -236,7 +229,7 @@ def client(console):
     config.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def reporter(console):
     sender = TraceReporter(console.url, TOKEN, flush_interval=0.02, close_at_exit=False)
     yield sender

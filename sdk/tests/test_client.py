@@ -22,8 +22,8 @@ from context_runtime.client import (
     Resolution,
     validate_config_payload,
 )
-from context_runtime.client.http import backoff_delay
-from test_client_fake_console import (
+from context_runtime.client._http import backoff_delay
+from fake_console import (
     AGENT,
     ERROR_500,
     GARBAGE,
@@ -32,18 +32,10 @@ from test_client_fake_console import (
     PAYLOAD,
     TOKEN,
     UNAUTHORIZED,
-    FakeConsole,
     dead_url,
 )
 
 STRATEGY = "after_sales_consultation"
-
-
-@pytest.fixture
-def console():
-    fake = FakeConsole()
-    yield fake
-    fake.close()
 
 
 @pytest.fixture
@@ -142,6 +134,38 @@ def test_client__on_change_callback__called_with_new_snapshot(console, make_clie
 
     assert wait_for(lambda: len(seen) == 2)
     assert [snap.etag for snap in seen][-1] == new_etag
+
+
+def test_client__request_refresh__publish_served_at_once_not_at_next_poll(console, make_client):
+    # A runtime's "reload config" endpoint: the release is live without waiting 30 s.
+    client = make_client(console.url, poll_interval=30.0)
+    client.start(wait=2.0)
+    new_etag = console.publish(**{STRATEGY: strategy_entry(4, 9000)})
+
+    client.request_refresh()
+
+    assert wait_for(lambda: client.snapshot().etag == new_etag, timeout=1.0)
+    assert client.snapshot().strategy(STRATEGY).version == 4
+    assert client.snapshot().resolution.reason == FRESH
+
+
+def test_client__refresh_now__not_started__polls_in_the_calling_thread(console, make_client):
+    # For scripts: one poll, no background thread; the answer says whether it worked.
+    client = make_client(console.url)
+
+    assert client.refresh_now() is True
+    assert client.snapshot().etag == console.etag
+    assert client.snapshot().resolution.reason == FRESH
+    new_etag = console.publish(**{STRATEGY: strategy_entry(4, 9000)})
+    assert client.refresh_now() is True
+    assert client.snapshot().etag == new_etag
+    assert client.status()["running"] is False
+
+    console.modes["config"] = ERROR_500
+
+    assert client.refresh_now() is False
+    assert client.snapshot().etag == new_etag  # the last good copy stays
+    assert "HTTP 500" in client.status()["last_error"]
 
 
 # ---------------------------------------------------------------- outages and bad answers

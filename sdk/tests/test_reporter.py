@@ -13,7 +13,7 @@ import pytest
 from context_runtime.client import Resolution
 from context_runtime.reporter import TraceReporter, encode_trace, snapshot_allowed
 from context_runtime.wire import Candidate, Trace
-from test_client_fake_console import (
+from fake_console import (
     AGENT,
     COMMIT_THEN_500,
     ERROR_500,
@@ -21,19 +21,11 @@ from test_client_fake_console import (
     OK,
     TOKEN,
     UNAUTHORIZED,
-    FakeConsole,
     dead_url,
 )
 
 ALLOWING = {"required": ["task_state"], "snapshot": {"allowed": True}}
 NOT_ALLOWING = {"required": ["task_state"], "snapshot": {"allowed": False}}
-
-
-@pytest.fixture
-def console():
-    fake = FakeConsole()
-    yield fake
-    fake.close()
 
 
 @pytest.fixture

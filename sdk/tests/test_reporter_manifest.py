@@ -14,16 +14,9 @@ from context_runtime.manifest_report import (
     report_manifest,
     report_manifest_in_background,
 )
-from test_client_fake_console import HANG, TOKEN, FakeConsole, dead_url
+from fake_console import HANG, TOKEN, dead_url
 
 RUNTIME = "bank-assistant 2026.11.3"
-
-
-@pytest.fixture
-def console():
-    fake = FakeConsole()
-    yield fake
-    fake.close()
 
 
 def fetch_order(request):

@@ -14,17 +14,10 @@ import msgspec
 import pytest
 from context_runtime.client import ConfigClient
 from context_runtime.webhook import make_wsgi_app, sign, verify_signature
-from test_client_fake_console import AGENT, ENVIRONMENT, HANG, PAYLOAD, TOKEN, FakeConsole
+from fake_console import AGENT, ENVIRONMENT, HANG, PAYLOAD, TOKEN
 
 SECRET = "whsec_test-secret"
 STRATEGY = "after_sales_consultation"
-
-
-@pytest.fixture
-def console():
-    fake = FakeConsole()
-    yield fake
-    fake.close()
 
 
 @pytest.fixture

@@ -11,12 +11,12 @@ come back as findings, ordered by where their path sits in the document."""
 
 from __future__ import annotations
 
-from context_runtime.documents.profile import (
+from context_runtime.documents._profile import (
     is_sensitive,
     sensitive_sections_enabled,
     validate_profile,
 )
-from context_runtime.documents.strategy import normalize_legacy_strategy, validate_strategy
+from context_runtime.documents._strategy import normalize_legacy_strategy, validate_strategy
 from context_runtime.findings import Finding
 from context_runtime.manifest import Manifest
 from context_runtime.vocabulary import KINDS, PROFILE, STRATEGY

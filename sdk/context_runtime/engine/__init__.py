@@ -22,7 +22,7 @@ providers for candidates, and calls :func:`select`::
 
 - :func:`select` → :class:`Selection`: the selected items in order, one
   :class:`ItemDecision` (decision and reason) per candidate, the status and the estimate.
-  The rules and the order of statuses are in :mod:`context_runtime.engine.selection`.
+  The rules and the order of statuses are written down in the internal ``_selection`` module.
 - :class:`Strategy`: a strategy body read once (``Strategy.from_body``).
 - :class:`CandidateItem`: what a provider returned, with its outcome.
 - :class:`Estimator`, :class:`CharacterEstimator`: token estimation (``chars/4`` by default).
@@ -31,7 +31,7 @@ providers for candidates, and calls :func:`select`::
   per bad item.
 """
 
-from context_runtime.engine.candidates import (
+from context_runtime.engine._candidates import (
     FETCHED,
     NO_ACCESS,
     NOT_APPLICABLE,
@@ -40,10 +40,10 @@ from context_runtime.engine.candidates import (
     CandidateItem,
     ItemDecision,
 )
-from context_runtime.engine.errors import EngineInputError
-from context_runtime.engine.estimators import DEFAULT_ESTIMATOR, CharacterEstimator, Estimator
-from context_runtime.engine.profile import context_sections
-from context_runtime.engine.selection import (
+from context_runtime.engine._errors import EngineInputError
+from context_runtime.engine._estimators import DEFAULT_ESTIMATOR, CharacterEstimator, Estimator
+from context_runtime.engine._profile import context_sections
+from context_runtime.engine._selection import (
     BUDGET_EXCEEDED,
     CONFLICT,
     DEFAULT_RELEVANCE_THRESHOLD,
@@ -59,7 +59,7 @@ from context_runtime.engine.selection import (
     Selection,
     select,
 )
-from context_runtime.engine.strategy import DEFAULT_PRIORITY, Strategy
+from context_runtime.engine._strategy import DEFAULT_PRIORITY, Strategy
 
 __all__ = [
     "BUDGET_EXCEEDED",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from context_runtime.engine.errors import EngineInputError
+from context_runtime.engine._errors import EngineInputError
 from context_runtime.findings import Finding
 from context_runtime.vocabulary import BLOCKS, KNOWN_SECTIONS
 

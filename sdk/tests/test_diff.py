@@ -6,8 +6,7 @@ import pytest
 from context_runtime.diff import Change, diff_bodies
 from context_runtime.documents import normalize_legacy_strategy
 from context_runtime.vocabulary import PROFILE, STRATEGY
-
-from console.demo.data import BANK_PROFILE
+from demo_world import BANK_PROFILE
 
 DEMO_V1 = {"required": ["task_state", "order_delivery"], "budget": {"max_input_tokens": 6000}}
 DEMO_V3 = {

@@ -1,12 +1,14 @@
 """A fake console on loopback that speaks the runtime contract, for the SDK's I/O tests.
 
 It serves ``GET config/{agent}`` with a strong ETag and 304 for a matching ``If-None-Match``,
-takes ``PUT manifest`` and ``POST traces`` (de-duplicating by ``request_id`` like the real
-ingest), and can be switched per endpoint to answer 500, 401, garbage, an invalid body, or to
-hang. It records every request so tests can assert what the runtime sent.
+takes ``PUT manifest`` and ``POST traces`` (de-duplicating by ``request_id``, refusing a
+request that is no batch and rejecting bad traces one by one with paths and codes, like the
+real ingest), and can be switched per endpoint to answer 500, 401, garbage, an invalid body,
+or to hang. It records every request so tests can assert what the runtime sent.
 
-(The other SDK test modules import it; it lives in a ``test_client*`` module because the SDK's
-tests have no conftest of their own. The tests at the bottom check the fake itself.)
+Tests get one through the ``console`` fixture of ``conftest.py``; ``test_fake_console.py``
+checks the fake itself, and ``test_contract_examples.py`` checks it answers the contract's
+examples as the real console does.
 """
 
 from __future__ import annotations
@@ -14,11 +16,9 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import re
 import socket
 import threading
-import time
-import urllib.error
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import msgspec
@@ -210,7 +210,10 @@ class FakeConsole:
             self.trace_posts.append({"status": 413, "bytes": length, "request_ids": []})
             _send_error(handler, 413, "payload_too_large", "Too large.")
             return
-        items = msgspec.json.decode(raw)["traces"]
+        items = _batch_items(handler, raw)
+        if items is None:
+            self.trace_posts.append({"status": 400, "bytes": length, "request_ids": []})
+            return
         accepted, duplicates, rejected, ids = 0, [], [], []
         with self.lock:
             for index, item in enumerate(items):
@@ -218,10 +221,12 @@ class FakeConsole:
                 try:
                     msgspec.json.decode(msgspec.json.encode(item), type=Trace)
                 except msgspec.ValidationError as error:
-                    rejected.append(_rejection(index, item, "invalid", str(error)))
+                    rejected.append(_rejection(index, item, *_wire_error(error)))
                     continue
                 if item["agent"] != AGENT:
-                    rejected.append(_rejection(index, item, "unknown_agent", "Unknown agent."))
+                    rejected.append(
+                        _rejection(index, item, "agent", "unknown_agent", "Unknown agent.")
+                    )
                 elif item["request_id"] in self.stored:
                     duplicates.append(item["request_id"])
                 else:
@@ -258,11 +263,47 @@ class FakeConsole:
         )
 
 
-def _rejection(index: int, item: dict, code: str, message: str) -> dict:
+def _batch_items(handler, raw: bytes) -> list | None:
+    """The batch's traces, or None once the whole request was refused as the console does."""
+    try:
+        batch = msgspec.json.decode(raw) if raw.strip() else None
+    except msgspec.DecodeError:
+        batch = None
+    if batch is None:
+        _send_error(handler, 400, "malformed_json", "The body is not valid JSON.", path="")
+        return None
+    if not isinstance(batch, dict) or not isinstance(batch.get("traces"), list):
+        message = "Send an object with a 'traces' list."
+        _send_error(handler, 400, "validation_failed", message, path="traces")
+        return None
+    return batch["traces"]
+
+
+# msgspec says e.g. "Invalid enum value 'maybe' - at `$.candidates[2].decision`".
+_AT = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+
+
+def _wire_error(error: msgspec.ValidationError) -> tuple[str, str, str]:
+    """(path, code, message) of a trace that does not decode: the codes of the console's
+    ingest for the mistakes the SDK's tests and the contract's examples make."""
+    text = str(error)
+    match = _AT.search(text)
+    path, message = (match.group("path"), text[: match.start()]) if match else ("", text)
+    if message.startswith("Invalid enum value"):
+        return path, "invalid_choice", message
+    if "matching regex" in message:
+        return path, "invalid_format", message
+    if missing := re.match(r"Object missing required field `(?P<field>[^`]+)`", message):
+        field = missing.group("field")
+        return (f"{path}.{field}" if path else field), "required", message
+    return path, "invalid", message
+
+
+def _rejection(index: int, item: dict, path: str, code: str, message: str) -> dict:
     return {
         "index": index,
         "request_id": item.get("request_id"),
-        "errors": [{"path": "", "code": code, "message": message}],
+        "errors": [{"path": path, "code": code, "message": message}],
     }
 
 
@@ -281,41 +322,8 @@ def _send(handler, status: int, body: bytes, headers: dict | None = None) -> Non
         pass  # the client gave up (timeout): nothing to answer
 
 
-def _send_error(handler, status: int, code: str, message: str, details=None) -> None:
+def _send_error(handler, status: int, code: str, message: str, details=None, path=None) -> None:
+    if path is not None:  # a refusal of the whole request names its one place, as the console
+        details = [{"path": path, "code": code, "message": message}]
     body = {"error": {"code": code, "message": message, "details": details or []}}
     _send(handler, status, msgspec.json.encode(body))
-
-
-# ---------------------------------------------------------------- the fake itself
-
-
-def _get(url: str, headers: dict) -> tuple[int, bytes, str | None]:
-    request = urllib.request.Request(url, headers=headers)  # noqa: S310 (loopback)
-    try:
-        with urllib.request.urlopen(request, timeout=2) as answer:  # noqa: S310 (loopback)
-            return answer.status, answer.read(), answer.headers.get("ETag")
-    except urllib.error.HTTPError as error:
-        return error.code, error.read(), error.headers.get("ETag")
-
-
-def test_fake_console__matching_if_none_match__answers_304():
-    console = FakeConsole()
-    try:
-        url = f"{console.url}/api/v1/runtime/config/{AGENT}"
-        auth = {"Authorization": f"Bearer {TOKEN}"}
-        status, body, etag = _get(url, auth)
-        assert status == 200
-        assert msgspec.json.decode(body)["etag"] == etag
-        assert _get(url, {**auth, "If-None-Match": etag})[0] == 304
-        assert _get(url, {})[0] == 401
-    finally:
-        console.close()
-
-
-def test_fake_console__hang_mode__released_by_close():
-    console = FakeConsole()
-    console.modes["config"] = HANG
-    console.hang_seconds = 30
-    started = time.monotonic()
-    console.close()
-    assert time.monotonic() - started < 2

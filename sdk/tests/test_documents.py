@@ -20,8 +20,7 @@ from context_runtime.vocabulary import (
     PROFILE,
     STRATEGY,
 )
-
-from console.demo.data import BANK_PROFILE, DEMO_MANIFEST
+from demo_world import BANK_PROFILE, DEMO_MANIFEST
 
 # Document 003's example, exactly as the book prints it.
 DOC_003_EXAMPLE = {

@@ -61,9 +61,9 @@ from operator import itemgetter
 
 import msgspec
 
-import context_runtime.engine.reasons as reasons
+import context_runtime.engine._reasons as reasons
 from context_runtime import wire
-from context_runtime.engine.candidates import (
+from context_runtime.engine._candidates import (
     FETCHED,
     NO_ACCESS,
     NOT_APPLICABLE,
@@ -73,9 +73,9 @@ from context_runtime.engine.candidates import (
     ItemDecision,
     check_candidates,
 )
-from context_runtime.engine.errors import EngineInputError
-from context_runtime.engine.estimators import DEFAULT_ESTIMATOR, Estimator
-from context_runtime.engine.strategy import DEFAULT_PRIORITY, Strategy
+from context_runtime.engine._errors import EngineInputError
+from context_runtime.engine._estimators import DEFAULT_ESTIMATOR, Estimator
+from context_runtime.engine._strategy import DEFAULT_PRIORITY, Strategy
 from context_runtime.findings import Finding
 
 READY = "ready"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from context_runtime.documents import normalize_legacy_strategy, validate_strategy
-from context_runtime.engine.errors import EngineInputError
+from context_runtime.engine._errors import EngineInputError
 from context_runtime.findings import Finding, blocking
 from context_runtime.vocabulary import LEGACY_ON_MISSING_ORDER
 

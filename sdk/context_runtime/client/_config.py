@@ -33,8 +33,8 @@ from typing import Any, NamedTuple
 
 import msgspec
 
-import context_runtime.client.http as http
-from context_runtime.client.http import TransportError
+import context_runtime.client._http as http
+from context_runtime.client._http import TransportError
 from context_runtime.documents import validate_document
 from context_runtime.findings import Finding, blocking
 from context_runtime.vocabulary import PROFILE, STRATEGY
