@@ -5,7 +5,8 @@ test adds the module-level rule across every project package, counting imports i
 functions too: no module imports itself back through others, and the few imports left inside
 functions each say why. And the map stays true: every module the layers contract names
 exists, every product module is in a layer (a new module fails here until it has its line),
-and every module path docs/architecture.md names exists.
+every module path docs/architecture.md names exists, and every `docs/background.md § …` a
+comment or page cites is a section there.
 """
 
 from __future__ import annotations
@@ -171,3 +172,34 @@ def test_architecture_doc__every_module_path_it_names__exists():
     text = (ROOT / "docs" / "architecture.md").read_text()
     missing = sorted({token for token in _named_in_backticks(text) if not _reference_exists(token)})
     assert not missing, f"docs/architecture.md names what does not exist: {', '.join(missing)}"
+
+
+def _unknown_background_citations(text: str, sections: list[str]):
+    """What each `background.md § <section>` of a text cites that is not a section there
+    (comment markers and line breaks between the words are allowed; `§ A, § B` cites both)."""
+    flat = re.sub(r"\s*\n\s*(?:#\s*)?", " ", text)
+    for match in re.finditer(r"background\.md ?§ ?", flat):
+        rest = flat[match.end() :]
+        while True:
+            known = [section for section in sections if rest.startswith(section)]
+            if not known:
+                if not rest.startswith("<"):  # `§ <section>`: how to cite, not a citation
+                    yield rest[:40]
+                break
+            rest = rest[len(max(known, key=len)) :]
+            if not re.match(r", ?§ ?", rest):
+                break
+            rest = re.sub(r"^, ?§ ?", "", rest)
+
+
+def test_background_citations__each_names_a_section_of_background_md():
+    page = (ROOT / "docs" / "background.md").read_text()
+    sections = [line.lstrip("#").strip() for line in page.splitlines() if line.startswith("##")]
+    sources = [*_project_files(), *(ROOT / "docs").glob("*.md"), ROOT / "sdk" / "README.md"]
+    sources += [*(ROOT / "sdk").rglob("*.py"), *(ROOT / "tests").rglob("*.py")]
+    unknown = sorted(
+        f"{path.relative_to(ROOT)}: § {cited}"
+        for path in set(sources)
+        for cited in _unknown_background_citations(path.read_text(), sections)
+    )
+    assert unknown == []
