@@ -5,8 +5,8 @@ test adds the module-level rule across every project package, counting imports i
 functions too: no module imports itself back through others, and the few imports left inside
 functions each say why. And the map stays true: every module the layers contract names
 exists, every product module is in a layer (a new module fails here until it has its line),
-every module path docs/architecture.md names exists, and every `docs/background.md § …` a
-comment or page cites is a section there.
+every module path docs/architecture.md names exists, and every `docs/background.md § <section>`
+a comment or page cites is a section there.
 """
 
 from __future__ import annotations
