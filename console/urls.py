@@ -1,11 +1,6 @@
-"""URL map. Each app owns its own url modules; this file only includes them.
-
-- pages:        strategies.{documents,releases,runtime,delivery,catalog}.urls, traces.urls,
-                console.access.urls
-- operator API: /api/v1/ → strategies.{catalog,documents,exchange,releases}.api_urls,
-                strategies.runtime.operator_api_urls, strategies.delivery.api_urls,
-                traces.api_urls, console.access.api_urls
-- runtime API:  /api/v1/runtime/ → strategies.runtime.runtime_urls, traces.runtime_urls
+"""URL map. Each job owns its url modules; this file holds the shell's own URLs (dashboard,
+sign-in, health, admin, the API schema) and includes the rest from the three lists below:
+PAGES, OPERATOR_API (under /api/v1/) and RUNTIME_API (under /api/v1/runtime/).
 """
 
 from __future__ import annotations

@@ -424,17 +424,6 @@ def status() -> dict:
     }
 
 
-# Kept for callers of the first version: start (or reuse) one engine, no user registered.
-def postgres_url() -> str:
-    with _locked():
-        return _start_postgres()
-
-
-def redis_url() -> str:
-    with _locked():
-        return _start_redis()
-
-
 def main(argv: list[str]) -> int:
     args = argv[1:]
     usage = "usage: python scripts/embedded.py env [--for PID] | release PID | status | stop"

@@ -1,4 +1,6 @@
-"""Celery tasks of the releases area: thin wrappers around services."""
+"""Celery tasks of delivery and the runtime: webhook deliveries, and the beat jobs that repair
+what a lost push or message left behind (CELERY_BEAT_SCHEDULE in console/settings.py).
+Thin wrappers around strategies.delivery and strategies.runtime.auth."""
 
 from __future__ import annotations
 

@@ -59,7 +59,8 @@ STRATEGY_KEY = "after_sales_consultation"
 def _candidates():
     from context_runtime.engine import CandidateItem
 
-    # The seed's request A1042 (document 003; RUNTIME_API §3's example trace).
+    # The seed's request A1042 (docs/background.md § Consultation A1042; RUNTIME_API §3's
+    # example trace).
     return (
         CandidateItem(id="task_state:T9", source="task_state", version="4", size=310),
         CandidateItem(id="order:A1042", source="order_delivery", version="r12", size=640),

@@ -1,9 +1,10 @@
 """What a trace means, in plain words: the status explained and "where to look".
 
-Document 003's boundary rules: a candidate not fetched → its provider (no access → the
-authorization service); fetched but excluded for budget, rule or dependency → the strategy;
-everything required selected and status ready → the model and the prompt; a conflict → the
-owners of the conflicting sources; degraded → the handler used and the provider that failed.
+The boundary rules of docs/background.md § Boundaries: a candidate not fetched → its provider
+(no access → the authorization service); fetched but excluded for budget, rule or dependency
+→ the strategy; everything required selected and status ready → the model and the prompt; a
+conflict → the owners of the conflicting sources; degraded → the handler used and the
+provider that failed.
 Pure Python: it reads attributes, so it works on model rows and plain objects alike.
 """
 

@@ -1,7 +1,7 @@
 """Selection traces: what the runtime did for one request, and why.
 
-A trace holds only references and reasons (document 003, "Tracing without copying all
-private data"); the optional full request lives apart in `Snapshot`, encrypted, with an
+A trace holds only references and reasons (docs/background.md § Tracing without copying
+private data); the optional full request lives apart in `Snapshot`, encrypted, with an
 expiry. Tables are sized for tens of millions of rows: see docs/traces-storage.md for the
 indexes, the write path (COPY) and how to partition by time.
 """

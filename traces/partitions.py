@@ -1,6 +1,7 @@
 """Daily range partitions of traces_trace and traces_candidate (docs/traces-storage.md).
 
-Plain SQL on a connection, no models: migration 0005 uses it too.
+Plain SQL on a connection, no models. Migration 0005 holds its own frozen copy of what it
+needs, so a change here does not change what that migration does.
 """
 
 from __future__ import annotations

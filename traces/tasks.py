@@ -1,4 +1,5 @@
-"""Periodic trace jobs (scheduled in traces.apps): retention purge and hourly rollups."""
+"""Periodic trace jobs (scheduled by CELERY_BEAT_SCHEDULE in console/settings.py): the
+retention purge, hourly rollups and the day partitions. Thin wrappers around traces.services."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The demo world's fixed bodies (DEMO.md): the Bank profile of document 000 §4 and a manifest
-that implements everything the demo uses."""
+"""The demo world's fixed bodies (DEMO.md): the Bank profile (docs/background.md § Context
+sections) and a manifest that implements everything the demo uses."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from context_runtime.vocabulary import (
     USER_CONTEXT,
 )
 
-# Document 000 §4, the Bank column, with the Bank UAT pipeline switches.
+# The Bank column of docs/background.md § Context sections, with the Bank UAT pipeline switches.
 BANK_PROFILE: dict = {
     "sections": {
         USER_CONTEXT: {

@@ -38,7 +38,8 @@ def manifest_body(environment_key: str) -> dict:
 DEMO_AUTHOR = "ops"
 STRATEGY_KEY = "after_sales_consultation"
 
-# after_sales_consultation v1–v3 (DEMO.md); v3 is document 003's example, normalised.
+# after_sales_consultation v1–v3 (DEMO.md); v3 is the example of docs/background.md §
+# Strategies per task, normalised.
 STRATEGY_VERSIONS: list[tuple[dict, str]] = [
     (
         {

@@ -1,6 +1,7 @@
 """Simulated demo traffic: the seed's requests as provider outputs, run through the engine.
 
-A scenario is what the providers returned for one request of document 003's consultation
+A scenario is what the providers returned for one request of the consultation (docs/background.md §
+Consultation A1042)
 (task T9 revision 4, order A1042 r12, policy P7 v2 as the indivisible bundle ``policy-P7``,
 the recent dialogue with an older product introduction) and what went wrong with them:
 nothing, an order service timeout, a policy bundle too large, two policy versions that both
@@ -37,7 +38,8 @@ AGENT = "assistant_professional"
 STRATEGY = "after_sales_consultation"
 MODEL = wire.ModelInfo(name="model-x", adapter="adapter-x", context_window=128_000)
 # What the request holds besides the candidates: system prompt, tool definitions and the
-# question, plus each contextSection the profile switches on (document 000 §3's preamble).
+# question, plus each contextSection the profile switches on (docs/background.md § The
+# assembled context).
 PROMPT_TOKENS = 1_280
 SECTION_TOKENS = 60
 

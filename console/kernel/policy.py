@@ -321,16 +321,6 @@ def check_user_can_withdraw_approval(user, approval) -> None:
         )
 
 
-def check_user_can_roll_back(user, agent, *, target=None) -> None:
-    check_user_can(
-        user,
-        Capability.ROLLBACK,
-        agent,
-        target=target,
-        message="You may not roll back releases here.",
-    )
-
-
 def rollback_needs_approval(environment) -> bool:
     """The revert policy: where it is on, a rollback is a request a second person approves
     (with APPROVE, never their own, like a publish); off, it takes effect at once."""
@@ -339,7 +329,13 @@ def rollback_needs_approval(environment) -> bool:
 
 def check_user_can_request_rollback(user, agent, *, target=None) -> None:
     """Rolling back, or asking for one where the revert policy says so: ROLLBACK either way."""
-    check_user_can_roll_back(user, agent, target=target)
+    check_user_can(
+        user,
+        Capability.ROLLBACK,
+        agent,
+        target=target,
+        message="You may not roll back releases here.",
+    )
 
 
 def approval_request_capability(approval) -> Capability:

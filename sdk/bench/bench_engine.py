@@ -3,13 +3,14 @@
 
     python sdk/bench/bench_engine.py [--seconds 0.5] [--rounds 5]
 
-Each case times ``select()`` one call at a time (``perf_counter_ns`` around the call) over
-a realistic mix for document 003's consultation: the required task, order and policy bundle,
-then optional dialogue turns with relevance scores, some irrelevant, some not fetched, more
-than the budget holds.  The strategy is read once (``Strategy.from_body``), as a runtime does
-per config ETag.  In the same run, as the baseline, the same candidates are sorted by
-priority, relevance and id — the least any selection must do — and the ratio is printed.
-Rounds alternate engine and baseline so drift on a shared machine hits both alike.
+Each case times ``select()`` one call at a time (``perf_counter_ns`` around the call) over a
+realistic mix for the consultation of docs/background.md § Consultation A1042: the required
+task, order and policy bundle, then optional dialogue turns with relevance scores, some
+irrelevant, some not fetched, more than the budget holds. The strategy is read once
+(``Strategy.from_body``), as a runtime does per config ETag. In the same run, as the
+baseline, the same candidates are sorted by priority, relevance and id — the least any
+selection must do — and the ratio is printed. Rounds alternate engine and baseline so drift
+on a shared machine hits both alike.
 
 Extra rows (no target): the same call with dependencies in play (the allocator then orders
 units by what they need), and with the strategy body passed as a dict (validated per call).

@@ -1,4 +1,5 @@
-"""Google ADK integration: document 003's context module as an ADK ``before_model_callback``.
+"""Google ADK integration: the context module (docs/background.md § Five components) as an ADK
+``before_model_callback``.
 
 Install the optional extra (``pip install "context-console-runtime[adk]"``); this is the only
 module of the package that imports ``google.adk``, so everything else works without it::
@@ -32,17 +33,18 @@ On every model call, :meth:`ContextAssembly.before_model_callback`:
    longer judge), puts ``<user-context>`` (the enabled user_context sections) at the head of
    ``llm_request.contents`` as a new user turn followed by a fixed model acknowledgement, and
    prepends ``<query-context>`` (the enabled query_context sections, the handler's note, the
-   selected items) to the first text part of the current user turn — document 000 §3;
+   selected items) to the first text part of the current user turn — docs/background.md §
+   The assembled context;
 5. on ``missing_required_data``, ``budget_exceeded`` or ``source_conflict`` returns an
    :class:`~google.adk.models.LlmResponse` with an explicit text ("I can't answer this
-   reliably yet: ...") so the model is not called: document 003, a failure is never an empty
-   package handed to the model as if the task could be done;
+   reliably yet: ...") so the model is not called (docs/background.md § The context package): a
+   failure is never an empty package handed to the model as if the task could be done;
 6. reports the trace (:class:`context_runtime.wire.Trace`) to the reporter: never blocking,
    never raising into the agent.
 
 ADK builds ``llm_request.contents`` from the session events before it calls the callback
-(document 000's step 11, ``content_normalization``), so the edits come after the history
-rebuild; they change this request only, never the stored session, so the next turn is
+(step 11, ``content_normalization``: docs/background.md § The pipeline), so the edits come after
+the history rebuild; they change this request only, never the stored session, so the next turn is
 assembled afresh ("context engineering happens every turn").  Nothing here ever raises into
 the agent: an unexpected error is logged and answered with the explicit refusal (never with a
 model call that lacks its required evidence).
@@ -112,8 +114,8 @@ __all__ = [
 logger = logging.getLogger("context_runtime.adk")
 
 ADAPTER = "google-adk"
-# Document 000 §3: the preamble is followed by "a fixed acknowledgement sentence" of the model,
-# which also keeps the turns alternating.
+# docs/background.md § The assembled context: the preamble is followed by a fixed
+# acknowledgement of the model, which also keeps the turns alternating.
 PREAMBLE_ACK = "Understood. I will use this context."
 REFUSAL_PREFIX = "I can't answer this reliably yet"
 USER_CONTEXT_TAG = "user-context"

@@ -91,8 +91,9 @@ class Registry:
 
     def register_section(self, key: str, block: str, sensitive: bool | None = None) -> None:
         """Declare a context section of ``block`` (``user_context`` or ``query_context``).
-        ``sensitive`` defaults to what document 000 says; a section document 000 calls
-        sensitive stays sensitive (the console never lets a manifest declassify one)."""
+        ``sensitive`` defaults to the known sensitive sections (docs/background.md § Context
+        sections); a known sensitive section stays sensitive (the console never lets a manifest
+        declassify one)."""
         _check_name(key, "section key")
         if block not in BLOCKS:
             raise ValueError(f"block must be one of {', '.join(BLOCKS)}, not {block!r}")

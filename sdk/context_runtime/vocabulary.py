@@ -1,6 +1,6 @@
 """The document vocabulary of the contract (docs/runtime-contract.md §5): kinds, blocks,
-the contextSections and pipeline switches of document 000, the fields of each body and their
-limits."""
+the contextSections and pipeline switches (docs/background.md § Context sections, § Pipeline
+switches), the fields of each body and their limits."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ QUERY_CONTEXT = "query_context"
 BLOCKS = (USER_CONTEXT, QUERY_CONTEXT)
 BLOCK_LABELS = {USER_CONTEXT: "user context", QUERY_CONTEXT: "query context"}
 
-# Document 000 §4: the contextSections of assistant_professional, in the table's order.
+# docs/background.md § Context sections: the contextSections of assistant_professional, in order.
 KNOWN_SECTIONS: dict[str, tuple[str, ...]] = {
     USER_CONTEXT: (
         "high_level_profile",
@@ -80,8 +80,8 @@ KNOWN_SENSITIVE_SECTIONS = frozenset(
     }
 )
 
-# Pipeline switches of document 000 and the value each takes: ``bool``, ``list`` (of strings)
-# or a tuple of allowed strings.
+# Pipeline switches (docs/background.md § Pipeline switches) and the value each takes: ``bool``,
+# ``list`` (of strings) or a tuple of allowed strings.
 KNOWN_SWITCHES: dict[str, object] = {
     "temporalAnchor.enabled": bool,
     "temporalAnchor.agentWhitelist": list,
@@ -116,6 +116,7 @@ MAX_EXTRA_READS = 10
 MAX_PRIORITY = 100
 MAX_HISTORY_TURNS = 200
 
-# Document 003 wrote the fallback for a missing order as a top-level field.
+# The chapter's example (docs/background.md § Strategies per task) wrote the fallback for a
+# missing order as a top-level field.
 LEGACY_ON_MISSING_ORDER = "on_missing_order"
 LEGACY_ORDER_SOURCE = "order_delivery"

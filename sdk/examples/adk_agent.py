@@ -21,8 +21,9 @@ permission check being unavailable (the agent refuses explicitly, the model is n
 
 With ``GOOGLE_API_KEY`` set the agent talks to Gemini (``MODEL``, default
 ``gemini-2.5-flash``); without it an offline model answers with what it was sent, so the
-example runs without any Google account.  The providers below return document 003's
-consultation A1042; a real runtime reads its order service, policy store and chat history.
+example runs without any Google account.  The providers below return the consultation of
+docs/background.md § Consultation A1042; a real runtime reads its order service, policy store
+and chat history.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The Google ADK integration on document 003's consultation A1042, with a real ADK agent.
+"""The Google ADK integration on the consultation A1042 (docs/background.md § Consultation
+A1042), with a real ADK agent.
 
 A real ``LlmAgent`` runs through a real ``Runner`` with ``InMemorySessionService``; its model
 is a stub (``BaseLlm`` that records the request it is sent and answers a fixed text), so
@@ -45,8 +46,9 @@ QUESTION = "The kettle of order A1042 arrived with a cracked lid. Can I still re
 STRATEGY_KEY = "after_sales_consultation"
 STUB_ANSWER = "Conditional answer from the stub model."
 
-# The live configuration: document 000's Bank profile (some sections on, some off) and the
-# contract's after_sales_consultation v3, with policy P7 as an indivisible bundle.
+# The live configuration: the Bank profile of docs/background.md § Context sections (some on,
+# some off) and the contract's after_sales_consultation v3, with policy P7 as an indivisible
+# bundle.
 CONSOLE_PAYLOAD = copy.deepcopy(PAYLOAD)
 CONSOLE_PAYLOAD["profile"]["body"]["sections"] = {
     "user_context": {

@@ -22,7 +22,7 @@ from context_runtime.vocabulary import (
 )
 from demo_world import BANK_PROFILE, DEMO_MANIFEST
 
-# Document 003's example, exactly as the book prints it.
+# The example of docs/background.md § Strategies per task, exactly as the chapter prints it.
 DOC_003_EXAMPLE = {
     "name": "after_sales_consultation",
     "version": 3,
@@ -40,7 +40,7 @@ def demo_manifest(**overrides) -> Manifest:
 
 
 def doc_003_strategy() -> dict:
-    """Document 003's example in the contract's spelling, with the budget every strategy needs."""
+    """That example in the contract's spelling, with the budget every strategy needs."""
     return {**normalize_legacy_strategy(DOC_003_EXAMPLE), "budget": dict(BUDGET)}
 
 

@@ -21,7 +21,8 @@ from context_runtime.vocabulary import (
     USER_CONTEXT,
 )
 
-# Document 003's example as the book writes it (legacy on_missing_order), with the demo budget.
+# The example of docs/background.md § Strategies per task as the chapter writes it (legacy
+# on_missing_order), with the demo budget.
 CONSULTATION_V3 = {
     "name": "after_sales_consultation",
     "version": 3,

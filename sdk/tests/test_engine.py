@@ -1,6 +1,7 @@
-"""The selection engine as a runtime meets it on document 003's consultation A1042.
+"""The selection engine as a runtime meets it on the consultation A1042 (docs/background.md §
+Consultation A1042).
 
-Each test is a scenario an operator would recognise from the seed documents: what the model
+Each test is a scenario an operator would recognise from docs/background.md: what the model
 gets, what is left out and why, and whether the runtime may go ahead.
 """
 
@@ -20,8 +21,9 @@ from context_runtime.engine import (
     select,
 )
 
-# after_sales_consultation v3 (document 003, in the contract's spelling), with the bundle the
-# strategy marks as required evidence: the full terms of policy P7.
+# after_sales_consultation v3 (docs/background.md § Strategies per task, in the contract's
+# spelling), with the bundle the strategy marks as required evidence: the full terms of
+# policy P7.
 CONSULTATION = {
     "required": ["task_state", "order_delivery", "applicable_policy"],
     "optional": ["recent_dialogue"],

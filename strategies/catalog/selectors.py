@@ -72,14 +72,6 @@ def agent_catalog(*, agents) -> list[Agent]:
     )
 
 
-def agent_get(*, key) -> Agent:
-    """The agent with this key, archived or not; unknown is 404."""
-    agent = Agent.objects.filter(key=key).first() if isinstance(key, str) else None
-    if agent is None:
-        raise NotFound(f"There is no agent {key}.")
-    return agent
-
-
 def agent_keys() -> frozenset[str]:
     """Every agent key (what `temporalAnchor.agentWhitelist` may name)."""
     return frozenset(Agent.objects.values_list("key", flat=True))

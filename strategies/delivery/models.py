@@ -15,6 +15,8 @@ WEBHOOK_EVENTS = (WEBHOOK_EVENT, APPROVAL_REQUESTED_EVENT)
 
 
 def default_webhook_events() -> list[str]:
+    # Migration 0008 names this function (Django keeps a callable default by reference) and
+    # filled existing webhooks with it: keep it, and keep release.changed in what it returns.
     return [WEBHOOK_EVENT]
 
 

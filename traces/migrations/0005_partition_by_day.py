@@ -5,11 +5,11 @@ copy, drop): fine for new and small installations; a large one follows the docum
 online steps and then `migrate --fake traces 0005`.
 """
 
+from datetime import UTC, date, datetime, timedelta
+
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import migrations, models
 from django.utils import timezone
-
-from traces import partitions
 
 TRACE_INDEXES = """
 CREATE INDEX trace_request_id_env ON traces_trace (request_id, environment_id);
@@ -23,6 +23,29 @@ CREATE INDEX candidate_trace ON traces_candidate (trace_id);
 CREATE INDEX candidate_source_excluded ON traces_candidate (source, decision, trace_id DESC)
     WHERE NOT (decision = 'selected');
 """
+
+
+# A frozen copy of what this migration needs from traces/partitions.py (as it was when the
+# migration was written): a later change to the live module must not change what it does.
+PARENTS = ("traces_trace", "traces_candidate")
+
+
+def partition_name(parent: str, day: date) -> str:
+    return f"{parent}_p{day:%Y%m%d}"
+
+
+def ensure_range(cursor, *, today: date, days_back: int, days_ahead: int) -> None:
+    """Create the day partitions of both (new, empty) tables from today - days_back to
+    today + days_ahead."""
+    for parent in PARENTS:
+        for offset in range(-days_back, days_ahead + 1):
+            day = today + timedelta(days=offset)
+            start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            low, high = start.isoformat(), (start + timedelta(days=1)).isoformat()
+            cursor.execute(
+                f"CREATE TABLE IF NOT EXISTS {partition_name(parent, day)} PARTITION OF "
+                f"{parent} FOR VALUES FROM ('{low}') TO ('{high}')"
+            )
 
 
 def convert(apps, schema_editor):
@@ -55,7 +78,7 @@ def convert(apps, schema_editor):
         back = retention + 14
         if oldest is not None:
             back = max(back, (today - oldest).days)
-        partitions.ensure_range(cursor, today=today, days_back=back, days_ahead=7)
+        ensure_range(cursor, today=today, days_back=back, days_ahead=7)
         cursor.execute(
             """
             INSERT INTO traces_trace SELECT * FROM traces_trace_old;

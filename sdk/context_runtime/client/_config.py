@@ -63,8 +63,9 @@ SOURCE_BOOTSTRAP = "bootstrap"
 
 # Findings the runtime side does not act on. The contract: "unknown fields are refused by the
 # console's validator and ignored by runtimes". Sections and switches are judged without a
-# manifest here, against document 000's list, so a section or switch the runtime declared
-# itself (and the console checked against that manifest) must not make the runtime refuse it.
+# manifest here, against the known list (docs/background.md § Context sections), so a section
+# or switch the runtime declared itself (and the console checked against that manifest) must
+# not make the runtime refuse it.
 TOLERATED_CODES = frozenset({"unknown_field", "unknown_section", "unknown_switch"})
 
 CACHE_FORMAT = "context_runtime.config_cache/1"

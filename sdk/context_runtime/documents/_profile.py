@@ -67,9 +67,10 @@ def sensitive_sections_enabled(
 
 
 def is_sensitive(key, manifest: Manifest | None = None, sensitive=frozenset()) -> bool:
-    """The one rule: a section is sensitive when it is known to be (document 000's personal
-    and state-of-mind sections), when the given manifest declares it so, or when it is in
-    ``sensitive``. A manifest can add sensitive sections but never declassify one."""
+    """The one rule: a section is sensitive when it is known to be (the personal and
+    state-of-mind sections of docs/background.md § Context sections), when the given manifest
+    declares it so, or when it is in ``sensitive``. A manifest can add sensitive sections but
+    never declassify one."""
     if not isinstance(key, str):
         return False
     if key in KNOWN_SENSITIVE_SECTIONS or key in sensitive:

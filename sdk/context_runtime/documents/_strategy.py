@@ -49,12 +49,12 @@ def validate_strategy(body, manifest: Manifest | None = None) -> list[Finding]:
 
 
 def normalize_legacy_strategy(body: dict) -> dict:
-    """Turn document 003's spelling into the contract's, returning a new dict.
+    """Turn the chapter's spelling into the contract's, returning a new dict.
 
-    Document 003 writes ``"on_missing_order": X``; the contract writes
-    ``"on_missing": {"order_delivery": X}``.  Its ``name`` and ``version`` belong to the
-    console's document and version records, not to the body, so they are dropped.  When
-    ``on_missing`` already gives ``order_delivery`` a different handler the legacy field is
+    The example of docs/background.md § Strategies per task writes ``"on_missing_order": X``;
+    the contract writes ``"on_missing": {"order_delivery": X}``. Its ``name`` and ``version``
+    belong to the console's document and version records, not to the body, so they are dropped.
+    When ``on_missing`` already gives ``order_delivery`` a different handler the legacy field is
     kept, so the validator points at the contradiction instead of one value silently winning.
     """
     if not isinstance(body, dict):

@@ -1,4 +1,5 @@
-"""The selection engine: document 003's budget allocator as pure, deterministic Python.
+"""The selection engine: the budget allocator (docs/background.md § The budget allocator) as pure,
+deterministic Python.
 
 No I/O, no Django, nothing downloaded.  A runtime reads its strategy once, asks its
 providers for candidates, and calls :func:`select`::

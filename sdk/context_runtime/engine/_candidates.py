@@ -10,7 +10,8 @@ import msgspec
 from context_runtime import wire
 from context_runtime.findings import Finding
 
-# The provider's outcome for one item (document 003: "not fetched, no access, not applicable").
+# The provider's outcome for one item: not fetched, no access, not applicable
+# (docs/background.md § Tracing without copying private data).
 FETCHED = "fetched"
 NOT_FETCHED = "not_fetched"
 NO_ACCESS = "no_access"

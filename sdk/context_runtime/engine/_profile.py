@@ -1,4 +1,5 @@
-"""What the profile puts into each block: the contextSections of document 000 §4."""
+"""What the profile puts into each block: the context sections (docs/background.md § Context
+sections)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def context_sections(
     Returns ``{"user_context": [...], "query_context": [...]}`` (both blocks always present).
     A section is on only when its toggle is exactly ``true``; anything else leaves it off, so
     a malformed value never switches a (possibly sensitive) section on.  Sections come in
-    ``section_order`` (document 000's table unless the runtime gives its own), then any other
+    ``section_order`` (the known sections' order unless the runtime gives its own), then any other
     enabled section in name order, so the result does not depend on how the stored JSON
     happened to order its keys.  Blocks this version does not know are ignored, as the
     contract asks of runtimes.

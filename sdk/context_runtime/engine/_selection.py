@@ -1,8 +1,9 @@
-"""The budget allocator of document 003: which candidates go into this call's context, why each
-one does or does not, and whether the package may be used at all.
+"""The budget allocator (docs/background.md § The budget allocator): which candidates go into
+this call's context, why each one does or does not, and whether the package may be used at
+all.
 
-The rules, in the fixed order document 003 gives them ("check validity, resolve conflicts and
-dependencies, select"):
+The rules, in the fixed order of docs/background.md § Strategies per task ("check validity, resolve
+conflicts and dependencies, select"):
 
 1. **What the providers said.** An item that was not fetched, that the principal has no
    access to, or that does not apply keeps that as its decision.  ``no_access`` is never read

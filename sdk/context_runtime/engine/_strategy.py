@@ -75,7 +75,8 @@ class Strategy:
         The console's validator does the checking (without a manifest: whether each source
         has a provider is the console's check at publish time).  As RUNTIME_API §5 asks of
         runtimes, fields this version does not know are ignored, so a newer console can add
-        some; document 003's ``on_missing_order`` is read as ``on_missing.order_delivery``.
+        some; the chapter's ``on_missing_order`` (docs/background.md § Strategies per task) is
+        read as ``on_missing.order_delivery``.
         """
         if isinstance(body, dict):
             body = normalize_legacy_strategy(body)
