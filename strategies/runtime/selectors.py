@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from strategies.catalog.dependents import Reference
 from strategies.runtime.auth import last_used_pending
 from strategies.runtime.models import RuntimeToken
 
@@ -24,3 +25,15 @@ def tokens_list() -> list[RuntimeToken]:
             if token.last_used_at is None or noted_at > token.last_used_at:
                 token.last_used_at = noted_at
     return tokens
+
+
+def references_to_environment(environment) -> list[Reference]:
+    """Runtime tokens, revoked ones too, refer to their environment (its delete is refused)."""
+    if RuntimeToken.objects.filter(environment=environment).exists():
+        return [
+            Reference(
+                "has_runtime_tokens",
+                "it has runtime tokens (revoked ones too: they are its history)",
+            )
+        ]
+    return []
