@@ -7,10 +7,10 @@ class TracesConfig(AppConfig):
 
     def ready(self):
         # Stored traces refer to their agent and environment: the catalog asks here before
-        # deleting one (strategies.catalog.dependents).
-        from strategies.catalog import dependents
-        from traces import selectors
+        # deleting one (strategies.catalog.dependents). Both import models: apps are ready now.
+        from strategies.catalog.dependents import register_references
+        from traces import selectors  # see above: imported once the app registry is ready
 
-        dependents.register_references(
+        register_references(
             agent=selectors.references_to_agent, environment=selectors.references_to_environment
         )
