@@ -87,14 +87,15 @@ class AgentDocuments:
     prefetch: Callable[[], object]
 
 
-_agent_documents: list[AgentDocuments] = []
+_registered: dict[str, AgentDocuments] = {}
 
 
 def register_agent_documents(documents: AgentDocuments) -> None:
-    _agent_documents[:] = [documents]
+    """The documents job's answers (one job answers; registering again replaces them)."""
+    _registered["documents"] = documents
 
 
 def agent_documents() -> AgentDocuments:
-    if not _agent_documents:
+    if "documents" not in _registered:
         raise RuntimeError("The documents job registers its part of an agent at app start.")
-    return _agent_documents[0]
+    return _registered["documents"]
