@@ -4,3 +4,13 @@ from django.apps import AppConfig
 class TracesConfig(AppConfig):
     name = "traces"
     verbose_name = "Selection traces"
+
+    def ready(self):
+        # Stored traces refer to their agent and environment: the catalog asks here before
+        # deleting one (strategies.catalog.dependents). Both import models: apps are ready now.
+        from strategies.catalog.dependents import register_references
+        from traces import selectors  # see above: imported once the app registry is ready
+
+        register_references(
+            agent=selectors.references_to_agent, environment=selectors.references_to_environment
+        )

@@ -16,6 +16,7 @@ from django.utils.http import urlencode
 
 from console.kernel.errors import Conflict, Forbidden, NotFound
 from console.kernel.policy import Capability, agents_where, refuse, user_can, user_can_anywhere
+from strategies.catalog.dependents import Reference
 from strategies.catalog.models import Environment
 from strategies.releases.models import Release, ReleaseEvent
 from traces.diagnosis import STATUS_EXPLAINED, config_source, where_to_look
@@ -329,6 +330,27 @@ def _refuse_if_out_of_scope(error, *, user, request_id: str, environment: str = 
         agent=hidden.agent,
         target=("trace", hidden.request_id, hidden.request_id),
     )
+
+
+# --- what other jobs ask of traces --------------------------------------------------------------
+def agent_has_traces(agent) -> bool:
+    """Whether the agent's runtime sent a trace yet (its onboarding's last step)."""
+    return Trace.objects.filter(agent=agent).exists()
+
+
+def references_to_agent(agent) -> list[Reference]:
+    """Stored traces refer to their agent (its delete is refused)."""
+    if agent_has_traces(agent):
+        return [Reference("has_traces", "its runtime sent traces")]
+    return []
+
+
+def references_to_environment(environment) -> list[Reference]:
+    """Stored traces refer to their environment (its delete is refused)."""
+    # The request keys, one per stored trace, are indexed by environment.
+    if RequestKey.objects.filter(environment_id=environment.pk).exists():
+        return [Reference("has_traces", "its runtime sent traces")]
+    return []
 
 
 def trace_links(trace: Trace) -> dict[str, str]:

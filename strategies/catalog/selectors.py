@@ -9,18 +9,17 @@ health warnings all ask here, so they give the same answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from context_runtime import documents
 from context_runtime.findings import Finding
 from context_runtime.manifest import Manifest as RuntimeManifest
-from django.db.models import Count, F, Prefetch
+from django.db.models import Count, F
 
 from console.kernel.errors import NotFound
 from console.kernel.policy import agents_visible_to
+from strategies.catalog.dependents import Reference, agent_documents
 from strategies.catalog.models import Agent, Environment, Manifest
-from strategies.documents.models import Document, Version
-from traces.models import Trace
 
 
 def environment_list(*, include_archived: bool = False) -> list[Environment]:
@@ -44,9 +43,7 @@ def environment_get(*, key) -> Environment:
 
 
 def _with_documents(agents):
-    return agents.prefetch_related(
-        Prefetch("documents", queryset=Document.objects.order_by("-kind", "key"))
-    )
+    return agents.prefetch_related(agent_documents().prefetch())
 
 
 def agent_list(*, user, include_archived: bool = False) -> list[Agent]:
@@ -80,6 +77,13 @@ def agent_keys() -> frozenset[str]:
 # --- manifests ---------------------------------------------------------------------------------
 def manifest_latest(*, environment: Environment) -> Manifest | None:
     return environment.manifests.order_by("-version").first()
+
+
+def references_to_environment(environment: Environment) -> list[Reference]:
+    """The manifests its runtime reported refer to an environment (its delete is refused)."""
+    if Manifest.objects.filter(environment=environment).exists():
+        return [Reference("has_manifests", "its runtime reported a manifest")]
+    return []
 
 
 def latest_manifests() -> dict[int, Manifest]:
@@ -199,36 +203,4 @@ def archived_finding(environment: Environment, path: str = "") -> Finding:
         "environment_archived",
         f"{environment.key} is archived: nothing new goes live there. An admin can unarchive "
         "it under Agents & environments.",
-    )
-
-
-# --- a new agent's next steps ------------------------------------------------------------------
-@dataclass
-class Onboarding:
-    """What a new agent still lacks, in the order a team does it: a strategy (or a profile
-    version), a runtime that reported its manifest in each environment, a first trace."""
-
-    agent: Agent
-    has_documents: bool
-    environments_without_manifest: list[Environment] = field(default_factory=list)
-    environments: list[Environment] = field(default_factory=list)
-    has_traces: bool = False
-
-    @property
-    def done(self) -> bool:
-        return self.has_documents and not self.environments_without_manifest and self.has_traces
-
-
-def agent_onboarding(*, agent: Agent) -> Onboarding:
-    """Four small queries (the agent's versions and strategies, the latest manifests, one
-    trace of the agent's through its index)."""
-    environments = environment_list()
-    reported = latest_manifests()
-    return Onboarding(
-        agent=agent,
-        has_documents=Version.objects.filter(document__agent=agent).exists()
-        or Document.objects.filter(agent=agent, kind=Document.Kind.STRATEGY).exists(),
-        environments_without_manifest=[e for e in environments if e.pk not in reported],
-        environments=environments,
-        has_traces=Trace.objects.filter(agent=agent).exists(),
     )

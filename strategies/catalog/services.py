@@ -27,12 +27,13 @@ from console.kernel.policy import Capability, check_user_can
 from console.kernel.reasons import MAX_REASON_CHARS
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse
+from strategies.catalog.dependents import (
+    Reference,
+    agent_documents,
+    references_to_agent,
+    references_to_environment,
+)
 from strategies.catalog.models import Agent, Environment, Manifest
-from strategies.delivery.models import ConfigPayload, Webhook
-from strategies.documents.models import Document, Version
-from strategies.releases.models import ApprovalRequest, Release
-from strategies.runtime.models import RuntimeToken
-from traces.models import RequestKey, Trace
 
 # Retention is counted in whole days; ten years is the longest any environment may keep.
 MAX_RETENTION_DAYS = 3650
@@ -205,18 +206,8 @@ def agent_create(
     audit_record(
         actor=actor, action="agent.create", target=agent, agent=agent, after=agent_state(agent)
     )
-    if not with_profile:
-        return agent
-    profile = Document.objects.create(
-        agent=agent, kind=Document.Kind.PROFILE, key=Document.PROFILE_KEY, name="Context profile"
-    )
-    audit_record(
-        actor=actor,
-        action="document.create",
-        target=profile,
-        agent=agent,
-        after={"key": profile.key, "kind": profile.kind, "name": profile.name},
-    )
+    if with_profile:
+        agent_documents().profile_create(agent=agent, actor=actor)
     return agent
 
 
@@ -307,31 +298,14 @@ def agent_unarchive(*, agent: Agent, actor, reason: str = "") -> Agent:
 
 
 def agent_delete_refusals(agent: Agent) -> list[dict]:
-    """Why the agent cannot be deleted (empty: it can): what refers to it and is kept."""
-    checks = [
-        (
-            Release.objects.filter(document__agent=agent).exists(),
-            "has_releases",
-            "it has releases: documents live in an environment",
-        ),
-        (Trace.objects.filter(agent=agent).exists(), "has_traces", "its runtime sent traces"),
-        (
-            Version.objects.filter(document__agent=agent, state=Version.State.FROZEN).exists(),
-            "has_frozen_versions",
-            "it has frozen versions, which are kept for good",
-        ),
-        (
-            ApprovalRequest.objects.filter(document__agent=agent).exists(),
-            "has_approval_requests",
-            "it has approval requests",
-        ),
-    ]
-    return _found(checks)
+    """Why the agent cannot be deleted (empty: it can): what other jobs keep that refers to
+    it (releases, traces, frozen versions, approval requests), asked of each of them."""
+    return _details(references_to_agent(agent))
 
 
-def _found(checks) -> list[dict]:
-    """The refusal details of the (found, code, words) checks that found something."""
-    return [{"path": "", "code": code, "message": words} for found, code, words in checks if found]
+def _details(references: list[Reference]) -> list[dict]:
+    """The refusal details of what refers to an agent or environment."""
+    return [reference.as_detail() for reference in references]
 
 
 def _in_use(what: str, refusals: list[dict]) -> Conflict:
@@ -367,10 +341,8 @@ def agent_delete(*, agent: Agent, actor, reason: str = "") -> None:
     target = ("strategies.agent", agent.pk, agent.key)
     try:
         with transaction.atomic():
-            Version.objects.filter(document__agent=agent, state=Version.State.DRAFT).delete()
-            Document.objects.filter(agent=agent).delete()
-            ConfigPayload.objects.filter(agent=agent).delete()
-            agent.delete()  # its grants and token scopes go with it
+            agent_documents().delete_with_agent(agent=agent)
+            agent.delete()  # its grants, token scopes and config payloads go with it (CASCADE)
     except (ProtectedError, IntegrityError):
         # Something started referring to it meanwhile (a publish, a trace): say what.
         raise _in_use(
@@ -531,41 +503,9 @@ def environment_unarchive(*, environment: Environment, actor, reason: str = "") 
 
 
 def environment_delete_refusals(environment: Environment) -> list[dict]:
-    """Why the environment cannot be deleted (empty: it can)."""
-    checks = [
-        (
-            Release.objects.filter(environment=environment).exists(),
-            "has_releases",
-            "documents are live in it",
-        ),
-        (
-            # The request keys, one per stored trace, are indexed by environment.
-            RequestKey.objects.filter(environment_id=environment.pk).exists(),
-            "has_traces",
-            "its runtime sent traces",
-        ),
-        (
-            RuntimeToken.objects.filter(environment=environment).exists(),
-            "has_runtime_tokens",
-            "it has runtime tokens (revoked ones too: they are its history)",
-        ),
-        (
-            Manifest.objects.filter(environment=environment).exists(),
-            "has_manifests",
-            "its runtime reported a manifest",
-        ),
-        (
-            ApprovalRequest.objects.filter(environment=environment).exists(),
-            "has_approval_requests",
-            "it has approval requests",
-        ),
-        (
-            Webhook.objects.filter(environment=environment).exists(),
-            "has_webhooks",
-            "it has webhooks",
-        ),
-    ]
-    return _found(checks)
+    """Why the environment cannot be deleted (empty: it can): what refers to it (releases,
+    traces, runtime tokens, manifests, approval requests, webhooks), asked of each job."""
+    return _details(references_to_environment(environment))
 
 
 @service_transaction(durable=True)
@@ -582,8 +522,7 @@ def environment_delete(*, environment: Environment, actor, reason: str = "") -> 
     target = ("strategies.environment", environment.pk, environment.key)
     try:
         with transaction.atomic():
-            ConfigPayload.objects.filter(environment=environment).delete()
-            environment.delete()
+            environment.delete()  # its config payloads go with it (CASCADE)
     except (ProtectedError, IntegrityError):
         raise _in_use(
             f"The environment {environment.key}",

@@ -39,7 +39,7 @@ from django.dispatch import receiver
 from strategies.catalog.models import Agent
 from strategies.delivery.models import ConfigPayload
 from strategies.documents.models import Document
-from strategies.releases.models import Release
+from strategies.releases.selectors import live_releases
 
 log = logging.getLogger(__name__)
 
@@ -68,11 +68,7 @@ def _dumps(value) -> bytes:
 def payload_render(*, agent, environment) -> RenderedConfig:
     """Render the §1 document from the releases of `agent` in `environment` (two queries)."""
 
-    releases = list(
-        Release.objects.filter(document__agent=agent, environment=environment)
-        .select_related("document", "version")
-        .order_by("document__key")
-    )
+    releases = live_releases(agent=agent, environment=environment)
     profile = None
     strategies: dict[str, dict] = {}
     for release in releases:

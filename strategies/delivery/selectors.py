@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.paginator import Paginator
 from django.db.models import Count, Prefetch, Q
 
+from strategies.catalog.dependents import Reference
 from strategies.delivery.models import Webhook, WebhookAttempt, WebhookDelivery
 
 
@@ -37,3 +38,10 @@ def delivery_counts(*, webhook) -> dict[str, int]:
 
 def deliveries_recent(*, webhook, limit: int = 10) -> list[WebhookDelivery]:
     return list(webhook.deliveries.order_by("-created_at", "-id")[:limit])
+
+
+def references_to_environment(environment) -> list[Reference]:
+    """Webhooks, deleted ones too, refer to their environment (its delete is refused)."""
+    if Webhook.objects.filter(environment=environment).exists():
+        return [Reference("has_webhooks", "it has webhooks")]
+    return []

@@ -10,6 +10,7 @@ from django.db.models import Prefetch
 
 from console.kernel.errors import NotFound
 from console.kernel.models import AuditRecord
+from strategies.catalog.dependents import Reference
 from strategies.catalog.models import Agent, Environment
 from strategies.catalog.selectors import (
     agent_list,  # noqa: F401 - the agent list is the catalog's; the pages ask here
@@ -20,15 +21,16 @@ from strategies.catalog.selectors import (
     sensitive_section_keys,
 )
 from strategies.documents.models import Document, Version
-from strategies.releases.models import Release
 
 
 def live_versions(*, document) -> dict[str, object]:
-    """{environment key: live Version} for one document."""
+    """{environment key: live Version} for one document. Through the document's `releases`
+    relation (as `document_list` prefetches it): the releases job builds on this one, so this
+    one does not import it."""
 
     return {
         r.environment.key: r.version
-        for r in Release.objects.filter(document=document).select_related("environment", "version")
+        for r in document.releases.select_related("environment", "version")
     }
 
 
@@ -306,3 +308,18 @@ def last_saved_by(*, version: Version) -> str:
         .first()
     )
     return label or version.author_label
+
+
+# --------------------------------------------------------------------------- what the catalog asks
+
+
+def references_to_agent(agent: Agent) -> list[Reference]:
+    """Frozen versions refer to their agent for good (its delete is refused)."""
+    if Version.objects.filter(document__agent=agent, state=Version.State.FROZEN).exists():
+        return [Reference("has_frozen_versions", "it has frozen versions, which are kept for good")]
+    return []
+
+
+def agent_documents_prefetch() -> Prefetch:
+    """An agent's documents as its lists show them (`Agent.documents`, in this order)."""
+    return Prefetch("documents", queryset=Document.objects.order_by("-kind", "key"))

@@ -244,3 +244,27 @@ def document_create(
         after={"key": key, "kind": kind, "name": document.name},
     )
     return document
+
+
+# --- what the catalog asks (catalog.dependents) ---------------------------------------------------
+def profile_create(*, agent: Agent, actor) -> Document:
+    """A new agent's context profile: a document without versions yet, so the agent's page
+    opens at once. Inside the catalog's agent_create, whose transaction it shares."""
+    profile = Document.objects.create(
+        agent=agent, kind=Document.Kind.PROFILE, key=Document.PROFILE_KEY, name="Context profile"
+    )
+    audit_record(
+        actor=actor,
+        action="document.create",
+        target=profile,
+        agent=agent,
+        after={"key": profile.key, "kind": profile.kind, "name": profile.name},
+    )
+    return profile
+
+
+def documents_delete_with_agent(*, agent: Agent) -> None:
+    """An agent deleted by mistake takes its drafts and documents along (inside the catalog's
+    agent_delete, which first refused the delete if any version is frozen)."""
+    Version.objects.filter(document__agent=agent, state=Version.State.DRAFT).delete()
+    Document.objects.filter(agent=agent).delete()

@@ -17,6 +17,7 @@ from console.kernel.policy import (
     user_can_decide_approval,
     user_can_publish_to,
 )
+from strategies.catalog.dependents import Reference
 from strategies.catalog.models import Environment
 from strategies.catalog.selectors import (
     body_findings,
@@ -387,3 +388,36 @@ def approval_list(*, agents, status: str = "", agent_key: str = "", environment_
 def approval_in_scope(*, agents, pk: int) -> ApprovalRequest | None:
     """The request with this id when its agent is among `agents`; else None (404)."""
     return approval_list(agents=agents).filter(pk=pk).first()
+
+
+# --- what other jobs ask of releases ---------------------------------------------------------
+def live_releases(*, agent, environment) -> list[Release]:
+    """The releases of `agent` in `environment`, with their documents and versions, by
+    document key: what its runtime's config payload renders (delivery.config)."""
+    return list(
+        Release.objects.filter(document__agent=agent, environment=environment)
+        .select_related("document", "version")
+        .order_by("document__key")
+    )
+
+
+def references_to_agent(agent) -> list[Reference]:
+    """Releases and approval requests refer to their agent (its delete is refused)."""
+    references = []
+    if Release.objects.filter(document__agent=agent).exists():
+        references.append(
+            Reference("has_releases", "it has releases: documents live in an environment")
+        )
+    if ApprovalRequest.objects.filter(document__agent=agent).exists():
+        references.append(Reference("has_approval_requests", "it has approval requests"))
+    return references
+
+
+def references_to_environment(environment) -> list[Reference]:
+    """Releases and approval requests refer to their environment (its delete is refused)."""
+    references = []
+    if Release.objects.filter(environment=environment).exists():
+        references.append(Reference("has_releases", "documents are live in it"))
+    if ApprovalRequest.objects.filter(environment=environment).exists():
+        references.append(Reference("has_approval_requests", "it has approval requests"))
+    return references

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime
 
+from strategies.catalog.dependents import Reference
+from strategies.catalog.models import Agent, Environment
+from strategies.catalog.selectors import environment_list, latest_manifests
+from strategies.documents.models import Document, Version
 from strategies.runtime.auth import last_used_pending
 from strategies.runtime.models import RuntimeToken
+from traces.selectors import agent_has_traces
 
 
 def tokens_list() -> list[RuntimeToken]:
@@ -24,3 +30,47 @@ def tokens_list() -> list[RuntimeToken]:
             if token.last_used_at is None or noted_at > token.last_used_at:
                 token.last_used_at = noted_at
     return tokens
+
+
+def references_to_environment(environment) -> list[Reference]:
+    """Runtime tokens, revoked ones too, refer to their environment (its delete is refused)."""
+    if RuntimeToken.objects.filter(environment=environment).exists():
+        return [
+            Reference(
+                "has_runtime_tokens",
+                "it has runtime tokens (revoked ones too: they are its history)",
+            )
+        ]
+    return []
+
+
+# --------------------------------------------------------------------------- a new agent's next steps (documents, manifests, traces: what connecting a runtime still needs)
+@dataclass
+class Onboarding:
+    """What a new agent still lacks, in the order a team does it: a strategy (or a profile
+    version), a runtime that reported its manifest in each environment, a first trace."""
+
+    agent: Agent
+    has_documents: bool
+    environments_without_manifest: list[Environment] = field(default_factory=list)
+    environments: list[Environment] = field(default_factory=list)
+    has_traces: bool = False
+
+    @property
+    def done(self) -> bool:
+        return self.has_documents and not self.environments_without_manifest and self.has_traces
+
+
+def agent_onboarding(*, agent: Agent) -> Onboarding:
+    """Four small queries (the agent's versions and strategies, the latest manifests, one
+    trace of the agent's through its index)."""
+    environments = environment_list()
+    reported = latest_manifests()
+    return Onboarding(
+        agent=agent,
+        has_documents=Version.objects.filter(document__agent=agent).exists()
+        or Document.objects.filter(agent=agent, kind=Document.Kind.STRATEGY).exists(),
+        environments_without_manifest=[e for e in environments if e.pk not in reported],
+        environments=environments,
+        has_traces=agent_has_traces(agent),
+    )

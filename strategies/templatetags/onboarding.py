@@ -15,7 +15,7 @@ from django.utils.http import urlencode
 
 from console.kernel.policy import Capability, user_can, user_sees_agent
 from strategies.catalog.models import Agent
-from strategies.catalog.selectors import agent_onboarding as onboarding_of
+from strategies.runtime.selectors import agent_onboarding as onboarding_of
 
 register = template.Library()
 

@@ -1,0 +1,101 @@
+"""What the catalog asks of the jobs that build on it.
+
+Every job's rows name an agent or an environment, so every job imports the catalog, and the
+catalog cannot import them back (a cycle; lint-imports' acyclic_siblings contract). What the
+catalog needs to know of them it asks here instead, and each job answers with its own
+selectors and services, registered once at app start (StrategiesConfig.ready,
+TracesConfig.ready):
+
+- what of theirs refers to an agent or environment and is kept: why deleting it is refused
+  (`references_to_agent`, `references_to_environment`);
+- the documents job's part of an agent: the context profile made with it, the drafts and
+  documents deleted with it, its documents listed with it (`agent_documents`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from strategies.catalog.models import Agent, Environment
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Something of another job's that refers to an agent or environment and is kept."""
+
+    code: str  # e.g. has_releases
+    message: str  # e.g. "it has releases: documents live in an environment"
+
+    def as_detail(self) -> dict:
+        return {"path": "", "code": self.code, "message": self.message}
+
+
+# A refusal lists its reasons in this order, whichever job registered first (a code not
+# listed goes last): the order they were listed in when the catalog read every table itself.
+REASON_ORDER = (
+    "has_releases",
+    "has_traces",
+    "has_frozen_versions",
+    "has_runtime_tokens",
+    "has_manifests",
+    "has_approval_requests",
+    "has_webhooks",
+)
+
+_agent_askers: dict[str, Callable[[Agent], list[Reference]]] = {}
+_environment_askers: dict[str, Callable[[Environment], list[Reference]]] = {}
+
+
+def _asker_name(asker) -> str:
+    return f"{asker.__module__}.{asker.__qualname__}"
+
+
+def register_references(*, agent=None, environment=None) -> None:
+    """Register a job's selectors `agent -> [Reference]`, `environment -> [Reference]`.
+    Registering one twice (ready() run again) changes nothing."""
+    if agent is not None:
+        _agent_askers[_asker_name(agent)] = agent
+    if environment is not None:
+        _environment_askers[_asker_name(environment)] = environment
+
+
+def _in_order(references: list[Reference]) -> list[Reference]:
+    rank = {code: i for i, code in enumerate(REASON_ORDER)}
+    return sorted(references, key=lambda r: rank.get(r.code, len(REASON_ORDER)))
+
+
+def references_to_agent(agent: Agent) -> list[Reference]:
+    """What every other job keeps that refers to `agent` (empty: nothing)."""
+    return _in_order([r for ask in _agent_askers.values() for r in ask(agent)])
+
+
+def references_to_environment(environment: Environment) -> list[Reference]:
+    """What every other job keeps that refers to `environment` (empty: nothing)."""
+    return _in_order([r for ask in _environment_askers.values() for r in ask(environment)])
+
+
+@dataclass(frozen=True)
+class AgentDocuments:
+    """The documents job's answers about an agent's documents."""
+
+    # (agent=, actor=): the context profile a new agent starts with, audited
+    profile_create: Callable[..., object]
+    # (agent=): its drafts and documents, deleted with it (frozen versions refuse the delete)
+    delete_with_agent: Callable[..., None]
+    # (): a Prefetch of an agent's documents in list order
+    prefetch: Callable[[], object]
+
+
+_registered: dict[str, AgentDocuments] = {}
+
+
+def register_agent_documents(documents: AgentDocuments) -> None:
+    """The documents job's answers (one job answers; registering again replaces them)."""
+    _registered["documents"] = documents
+
+
+def agent_documents() -> AgentDocuments:
+    if "documents" not in _registered:
+        raise RuntimeError("The documents job registers its part of an agent at app start.")
+    return _registered["documents"]
