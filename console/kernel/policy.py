@@ -258,13 +258,39 @@ def user_can_publish_to(user, environment, agent) -> bool:
     return user_can(user, publish_capability(environment), agent)
 
 
-def check_user_can_publish_to(user, environment, agent, *, target=None) -> None:
-    check_user_can(
-        user,
-        publish_capability(environment),
-        agent,
+def publish_refusal(user, environment, agent) -> Finding | None:
+    """Why `user` may not publish to `environment` at all (None: they may), as
+    `check_user_can_publish_to` refuses it: the agent out of their scope (`not_found`, it must
+    look like it does not exist), or the environment (`forbidden`). Agent None: an agent not
+    created yet, judged by what the user may do on all agents."""
+    if agent is not None and not user_sees_agent(user, agent):
+        return Finding("", "not_found", "Not found.")
+    if not user_can_publish_to(user, environment, agent):
+        return Finding("environment", "forbidden", f"You may not publish to {environment.key}.")
+    return None
+
+
+def refuse_publish(refusal: Finding | None, *, user, environment, agent, target=None) -> None:
+    """Raise a `publish_refusal` (404 or 403), written to the access log; None passes."""
+    if refusal is None:
+        return
+    error = NotFound if refusal.code == "not_found" else Forbidden
+    refuse(
+        error(refusal.message),
+        user=user,
+        capability=publish_capability(environment),
+        agent=agent,
         target=target,
-        message=f"You may not publish to {environment.key}.",
+    )
+
+
+def check_user_can_publish_to(user, environment, agent, *, target=None) -> None:
+    refuse_publish(
+        publish_refusal(user, environment, agent),
+        user=user,
+        environment=environment,
+        agent=agent,
+        target=target,
     )
 
 
@@ -345,25 +371,50 @@ def approval_request_capability(approval) -> Capability:
     return Capability.REQUEST_PROTECTED_PUBLISH
 
 
-def check_user_can_enable_sensitive(user, agent, paths: list[str]) -> None:
-    """Switching sensitive sections on (their paths in the body) needs ENABLE_SENSITIVE."""
+def sensitive_findings(paths: list[str]) -> list[Finding]:
+    """One finding per sensitive section switched on (its path in the body): the one wording
+    of the refusal, wherever it is judged (saving, publishing, an import's plan)."""
+    return [
+        Finding(
+            path,
+            "sensitive_section",
+            f"Switching on {path.rsplit('.', 1)[-1]} needs the permission to enable sensitive "
+            "sections.",
+        )
+        for path in paths
+    ]
+
+
+def sensitive_refusals(user, agent, paths: list[str]) -> list[Finding]:
+    """The sensitive sections (paths) `user` may not switch on (none when they may): switching
+    one on needs ENABLE_SENSITIVE. Agent None: judged on all agents."""
     if not paths or user_can(user, Capability.ENABLE_SENSITIVE, agent):
+        return []
+    return sensitive_findings(paths)
+
+
+def refuse_sensitive(refusals: list[Finding], *, user, agent) -> None:
+    """Raise `sensitive_refusals` as one 403 naming every section, written to the access log;
+    none passes."""
+    if not refusals:
         return
-    keys = [path.rsplit(".", 1)[-1] for path in paths]
+    keys = [finding.path.rsplit(".", 1)[-1] for finding in refusals]
     refuse(
         Forbidden(
             f"Switching on {', '.join(keys)} needs the permission to enable sensitive "
             "sections. Ask an admin, or leave them off.",
             code="sensitive_section",
-            details=[
-                Finding(path, "sensitive_section", f"{key} is sensitive.")
-                for path, key in zip(paths, keys, strict=True)
-            ],
+            details=refusals,
         ),
         user=user,
         capability=Capability.ENABLE_SENSITIVE,
         agent=agent,
     )
+
+
+def check_user_can_enable_sensitive(user, agent, paths: list[str]) -> None:
+    """Switching sensitive sections on (their paths in the body) needs ENABLE_SENSITIVE."""
+    refuse_sensitive(sensitive_refusals(user, agent, paths), user=user, agent=agent)
 
 
 def agents_visible_to(user) -> QuerySet:

@@ -13,17 +13,11 @@ from dataclasses import dataclass, field
 
 from context_runtime import canonical
 from context_runtime.diff import Change, diff_bodies
-from context_runtime.findings import FLAG, Finding, blocking
+from context_runtime.findings import Finding, blocking
 from django.db.models import Prefetch
 
 from console.kernel.errors import NotFound
-from console.kernel.policy import (
-    Capability,
-    check_user_can,
-    publish_capability,
-    user_can,
-    user_can_publish_to,
-)
+from console.kernel.policy import Capability, check_user_can, sensitive_refusals, user_can
 from strategies.catalog.models import Agent
 from strategies.catalog.selectors import (
     body_findings,
@@ -33,7 +27,18 @@ from strategies.catalog.selectors import (
 )
 from strategies.documents.models import Document, Version
 from strategies.exchange.format import FORMAT, FORMAT_VERSION, ConfigFile, FileDocument
-from strategies.releases.models import ApprovalRequest, Release
+from strategies.releases.selectors import (
+    APPROVAL_REQUIRED,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    SENSITIVE_SECTION,
+    body_publish_refusals,
+    is_runtime_finding,
+    live_by_document,
+    live_numbers,
+    pending_by_document,
+    runtime_refusals,
+)
 
 # --------------------------------------------------------------------------- export
 
@@ -57,18 +62,12 @@ def config_export(*, agent: Agent) -> dict:
                 "draft": _version_data(draft) if draft else None,
             }
         )
-    live: dict[str, dict[str, int]] = {}
-    releases = Release.objects.filter(document__agent=agent).select_related(
-        "environment", "document", "version"
-    )
-    for release in releases:
-        live.setdefault(release.environment.key, {})[release.document.key] = release.version.number
     return {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,
         "agent": {"key": agent.key, "name": agent.name, "description": agent.description},
         "documents": data_documents,
-        "live": live,
+        "live": live_numbers(agent=agent),
     }
 
 
@@ -161,7 +160,9 @@ class DocumentPlan:
 class ReleaseStep:
     """What the file says is live in one environment for one document, against what is live
     here: `unchanged`, `publish`, `request` (a protected environment: an approval request),
-    or `skip` with the reason (not allowed, a request already waits, …)."""
+    or `skip` with the reason (not allowed, a request already waits, …). `refusals` is the
+    publish judgement (`strategies.releases.selectors.publish_refusals`) it was decided by;
+    `findings` its target runtime's findings at their place in the file."""
 
     environment: str
     document: str
@@ -173,6 +174,7 @@ class ReleaseStep:
     changes: list[Change] = field(default_factory=list)
     findings: list[dict] = field(default_factory=list)
     manifest_version: int | None = None
+    refusals: list[Finding] = field(default_factory=list, repr=False)
 
     @property
     def writes(self) -> bool:
@@ -326,7 +328,11 @@ def config_plan(*, config: ConfigFile, agent_key: str, actor) -> Plan:
             f"The agent's name or description differs from the file's; an import does not "
             f"change them (here: {agent.name!r})."
         )
-    may_sensitive = not person or user_can(actor, Capability.ENABLE_SENSITIVE, agent)
+
+    def refused_sensitive(paths: list[str]) -> list[Finding]:
+        # The policy's answer, as saving a draft gets it; the operator's shell may.
+        return sensitive_refusals(actor, agent, paths) if person else []
+
     existing = {
         d.key: d
         for d in (
@@ -340,16 +346,16 @@ def config_plan(*, config: ConfigFile, agent_key: str, actor) -> Plan:
     targets: dict[str, dict[int, VersionStep]] = {}
     for file_doc in config.documents:
         doc_plan, mapping = _document_plan(
-            file_doc, existing.get(file_doc.key), plan.errors, may_sensitive
+            file_doc, existing.get(file_doc.key), plan.errors, refused_sensitive
         )
         plan.documents.append(doc_plan)
         targets[file_doc.key] = mapping
-    _release_plan(plan, config, agent, targets, actor, person, may_sensitive)
+    _release_plan(plan, config, agent, targets, actor, person)
     return plan
 
 
 def _document_plan(
-    file_doc: FileDocument, document: Document | None, errors: list, may_sensitive: bool
+    file_doc: FileDocument, document: Document | None, errors: list, refused_sensitive
 ):
     """The steps for one document, and {file version number: its VersionStep}."""
     versions = list(document.versions.all()) if document else []
@@ -395,7 +401,7 @@ def _document_plan(
                 changes=diff_bodies(file_doc.kind, current_body, body),
             )
             _sensitive_errors(
-                file_version.path, body, current_body, errors, may_sensitive=may_sensitive
+                file_version.path, body, current_body, errors, refused=refused_sensitive
             )
             next_number += 1
             current_body = body
@@ -412,12 +418,12 @@ def _document_plan(
             )
         )
     doc_plan.draft = _draft_step(
-        file_doc, open_draft, next_number, current_body, errors, may_sensitive
+        file_doc, open_draft, next_number, current_body, errors, refused_sensitive
     )
     return doc_plan, mapping
 
 
-def _draft_step(file_doc, open_draft, next_number, current_body, errors, may_sensitive):
+def _draft_step(file_doc, open_draft, next_number, current_body, errors, refused_sensitive):
     wanted = file_doc.draft
     if wanted is None:
         if open_draft is None:
@@ -425,9 +431,7 @@ def _draft_step(file_doc, open_draft, next_number, current_body, errors, may_sen
         return DraftStep(open_draft.number, "kept", open_draft.note, revision=open_draft.revision)
     _body_errors(file_doc, wanted.path, wanted.body, errors)
     if open_draft is None:
-        _sensitive_errors(
-            wanted.path, wanted.body, current_body, errors, may_sensitive=may_sensitive
-        )
+        _sensitive_errors(wanted.path, wanted.body, current_body, errors, refused=refused_sensitive)
         return DraftStep(
             next_number,
             "create",
@@ -444,7 +448,7 @@ def _draft_step(file_doc, open_draft, next_number, current_body, errors, may_sen
         wanted.body,
         open_draft.body,
         errors,
-        may_sensitive=may_sensitive,
+        refused=refused_sensitive,
         also=[current_body],
     )
     return DraftStep(
@@ -462,24 +466,17 @@ def _body_errors(file_doc: FileDocument, path: str, body: dict, errors: list) ->
         errors.append(_prefix(f"{path}.body", finding.as_dict()))
 
 
-def _sensitive_errors(path, body, before, errors, *, may_sensitive, also=()) -> None:
-    """Switching a sensitive section on needs ENABLE_SENSITIVE, as in the editor."""
-    if may_sensitive:
-        return
+def _sensitive_errors(path, body, before, errors, *, refused, also=()) -> None:
+    """Switching a sensitive section on needs ENABLE_SENSITIVE, as in the editor: `refused`
+    answers which of the sections switched on the person may not (the policy's findings)."""
     baseline = [b for b in (before, *also) if b is not None]
-    for added in sensitive_paths_added(body, baseline=baseline):
-        errors.append(
-            _error(
-                f"{path}.body.{added}",
-                "sensitive_section",
-                f"Switching on {added.rsplit('.', 1)[-1]} needs the permission to "
-                "enable sensitive sections.",
-            )
-        )
+    for finding in refused(sensitive_paths_added(body, baseline=baseline)):
+        errors.append(_prefix(f"{path}.body", finding.as_dict()))
 
 
-def _release_plan(plan, config, agent, targets, actor, person, may_sensitive):
-    environments = {e.key: e for e in environment_list()}
+def _release_plan(plan, config, agent, targets, actor, person):
+    # Archived environments too: the publish judgement says why nothing goes live there.
+    environments = {e.key: e for e in environment_list(include_archived=True)}
     for env_key in config.live:
         if env_key not in environments:
             plan.errors.append(
@@ -497,20 +494,8 @@ def _release_plan(plan, config, agent, targets, actor, person, may_sensitive):
             continue
         context = validation_context(environment=environment)
         manifest_version = context.manifest_row.version if context.manifest_row else None
-        live = {
-            r.document.key: r
-            for r in Release.objects.filter(environment=environment, document__agent=agent)
-            .select_related("document", "version")
-            .order_by()
-        }
-        pending = {
-            a.document.key: a
-            for a in ApprovalRequest.objects.filter(
-                environment=environment,
-                document__agent=agent,
-                status=ApprovalRequest.Status.PENDING,
-            ).select_related("document", "version", "requested_by")
-        }
+        live = live_by_document(agent=agent, environment=environment) if agent else {}
+        pending = pending_by_document(agent=agent, environment=environment) if agent else {}
         for doc_key in [d.key for d in config.documents if d.key in wanted]:
             file_doc = documents[doc_key]
             step = targets[doc_key][wanted[doc_key]]
@@ -528,8 +513,26 @@ def _release_plan(plan, config, agent, targets, actor, person, may_sensitive):
             plan.releases.append(entry)
             if step.action != "create" and live_number == step.number:
                 continue
-            live_body = release.version.body if release else None
-            entry.changes = diff_bodies(file_doc.kind, live_body, step.body)
+            entry.changes = diff_bodies(
+                file_doc.kind, release.version.body if release else None, step.body
+            )
+            if person:
+                entry.refusals = body_publish_refusals(
+                    actor=actor,
+                    agent=agent,
+                    environment=environment,
+                    document_key=doc_key,
+                    kind=file_doc.kind,
+                    number=step.number if step.action != "create" else None,
+                    body=step.body,
+                    live=release,
+                    pending=pending.get(doc_key),
+                    context=context,
+                )
+            else:  # nobody to publish as: what the runtime lacks is still shown
+                entry.refusals = runtime_refusals(
+                    kind=file_doc.kind, body=step.body, environment=environment, context=context
+                )
             # What this environment's runtime lacks; the body's own findings are the
             # document's (reported once, at its version).
             structural = {
@@ -541,53 +544,34 @@ def _release_plan(plan, config, agent, targets, actor, person, may_sensitive):
                     f.as_dict(),
                     environment=env_key,
                 )
-                for f in body_findings(kind=file_doc.kind, body=step.body, context=context)
-                if f.severity != FLAG and (f.path, f.code) not in structural
+                for f in entry.refusals
+                if is_runtime_finding(f) and (f.path, f.code) not in structural
             ]
-            entry.action, entry.reason = _release_action(
-                environment=environment,
-                agent=agent,
-                actor=actor,
-                person=person,
-                may_sensitive=may_sensitive,
-                body=step.body,
-                live_body=live_body,
-                waiting=pending.get(doc_key),
-                content_hash=canonical.content_hash(step.body),
-            )
+            entry.action, entry.reason = _release_action(entry.refusals, person=person)
             if entry.writes:
                 plan.errors.extend(
-                    {
-                        **f,
-                        "message": f"{env_key}: {f['message']}",
-                    }
-                    for f in entry.findings
-                    if f.get("severity", "error") == "error"
+                    {**f, "message": f"{env_key}: {f['message']}"} for f in entry.findings
                 )
 
 
-def _release_action(
-    *, environment, agent, actor, person, may_sensitive, body, live_body, waiting, content_hash
-) -> tuple[str, str]:
+# Refusals that skip a publish rather than stop the import: the person may not (403), or a
+# request already waits there (409).
+_NOT_ALLOWED = (NOT_FOUND, NOT_ALLOWED, SENSITIVE_SECTION)
+
+
+def _release_action(refusals: list[Finding], *, person: bool) -> tuple[str, str]:
+    """The step's action and its reason, in the publish judgement's words: `skip` when the
+    person may not or a request waits, `request` where the environment is protected, else
+    `publish` (the target runtime's findings, if any, then stop the import)."""
     if not person:
         return "skip", "Publishing needs a person: run the command with --as USERNAME."
-    # A new agent: what the user may do on all agents is what they may do on it.
-    allowed = (
-        user_can_publish_to(actor, environment, agent)
-        if agent is not None
-        else user_can(actor, publish_capability(environment))
-    )
-    if not allowed:
-        return "skip", f"Not allowed: you may not publish to {environment.key}; skipped."
-    if not may_sensitive and sensitive_paths_added(body, baseline=[live_body] if live_body else []):
-        return "skip", "Not allowed: it switches on sensitive sections; skipped."
-    if waiting is not None:
-        if waiting.content_hash == content_hash:
-            return "skip", f"Already waiting for approval (request #{waiting.pk}); skipped."
-        return "skip", (
-            f"Another request waits for approval here (v{waiting.version.number}, requested "
-            f"by {waiting.requested_by}); decide or withdraw it first. Skipped."
-        )
-    if environment.protected:
-        return "request", f"{environment.key} is protected: an approval request is created."
+    refused = [f for f in blocking(refusals) if not is_runtime_finding(f)]
+    if refused:
+        first = refused[0]
+        prefix = "Not allowed: " if first.code in _NOT_ALLOWED else ""
+        messages = " ".join(f.message for f in refused if f.code == first.code)
+        return "skip", f"{prefix}{messages} Skipped."
+    approval = next((f for f in refusals if f.code == APPROVAL_REQUIRED), None)
+    if approval is not None:
+        return "request", approval.message
     return "publish", ""

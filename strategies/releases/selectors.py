@@ -1,5 +1,6 @@
 """Reads for releases: the documents × environments grid, previews of what a publish or a
-rollback would change, history, tokens and webhooks. Views call these; they never build
+rollback would change, the publish judgement (what `release_publish` would refuse, asked
+without writing), history, approvals and the dashboard. Views call these; they never build
 querysets inline."""
 
 from __future__ import annotations
@@ -7,12 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from context_runtime.diff import diff_bodies
-from context_runtime.findings import Finding, blocking
+from context_runtime.findings import FLAG, Finding, blocking
 from django.core.paginator import Paginator
 from django.db.models import F
 
 from console.kernel.policy import (
     Capability,
+    publish_refusal,
+    sensitive_refusals,
     user_can,
     user_can_decide_approval,
     user_can_publish_to,
@@ -20,9 +23,11 @@ from console.kernel.policy import (
 from strategies.catalog.dependents import Reference
 from strategies.catalog.models import Environment
 from strategies.catalog.selectors import (
+    ValidationContext,
     body_findings,
     environment_list,
     manifest_latest,
+    sensitive_paths_added,
     sensitive_sections_on,
     validation_context,
 )
@@ -186,9 +191,181 @@ def pending_for(*, document, environment) -> ApprovalRequest | None:
     )
 
 
+def live_by_document(*, agent, environment: Environment) -> dict[str, Release]:
+    """{document key: its release} of `agent` in `environment` (with the live version)."""
+    releases = Release.objects.filter(environment=environment, document__agent=agent)
+    return {r.document.key: r for r in releases.select_related("document", "version").order_by()}
+
+
+def pending_by_document(*, agent, environment: Environment) -> dict[str, ApprovalRequest]:
+    """{document key: the request waiting for it} of `agent` in `environment`."""
+    approvals = ApprovalRequest.objects.filter(
+        environment=environment, document__agent=agent, status=ApprovalRequest.Status.PENDING
+    ).select_related("document", "version", "requested_by")
+    return {a.document.key: a for a in approvals}
+
+
+def live_numbers(*, agent) -> dict[str, dict[str, int]]:
+    """{environment key: {document key: live version number}} of `agent`, in one query."""
+    live: dict[str, dict[str, int]] = {}
+    releases = Release.objects.filter(document__agent=agent).select_related(
+        "environment", "document", "version"
+    )
+    for release in releases:
+        live.setdefault(release.environment.key, {})[release.document.key] = release.version.number
+    return live
+
+
 def target_findings(*, version: Version, environment: Environment) -> list[Finding]:
     """Every finding for `version` against what `environment`'s runtime implements now."""
     return body_findings(kind=version.document.kind, body=version.body, environment=environment)
+
+
+# --- the publish judgement ----------------------------------------------------------------------
+# What `release_publish` would refuse, asked without writing: the publish raises from it, the
+# import's plan (strategies.exchange) shows it. Its own findings carry these codes; every other
+# finding is the target runtime's (`target_findings`: its manifest, an archived environment, a
+# runtime that has not reported yet).
+NOT_FOUND = "not_found"  # the agent is out of the user's scope
+NOT_ALLOWED = "forbidden"  # the user may not publish to this environment
+ALREADY_LIVE = "already_live"
+STALE_REVISION = "stale_revision"
+SENSITIVE_SECTION = "sensitive_section"  # switched on without the permission
+APPROVAL_PENDING = "approval_pending"  # a request already waits here (protected environment)
+APPROVAL_REQUIRED = "approval_required"  # protected: a request instead (a flag, not a refusal)
+JUDGEMENT_CODES = frozenset(
+    {
+        NOT_FOUND,
+        NOT_ALLOWED,
+        ALREADY_LIVE,
+        STALE_REVISION,
+        SENSITIVE_SECTION,
+        APPROVAL_PENDING,
+        APPROVAL_REQUIRED,
+    }
+)
+
+
+def is_runtime_finding(finding: Finding) -> bool:
+    """A finding of the target runtime (`target_findings`), not one of the judgement's own."""
+    return finding.code not in JUDGEMENT_CODES
+
+
+def request_kind_word(kind: str) -> str:
+    return "rollback" if kind == ApprovalRequest.Kind.ROLLBACK else "publish"
+
+
+def waiting_finding(*, pending: ApprovalRequest | None, document_key: str, environment) -> Finding:
+    """A request already waits for this document × environment (at most one may)."""
+    what = request_kind_word(pending.kind) if pending else "request"
+    whose = (
+        f" (v{pending.version.number}, requested by {pending.requested_by})." if pending else "."
+    )
+    return Finding(
+        "",
+        APPROVAL_PENDING,
+        f"A {what} of {document_key} in {environment.key} already waits for approval{whose}",
+    )
+
+
+def publish_refusals(
+    *, version: Version, environment: Environment, actor, expected_revision: int | None = None
+) -> list[Finding]:
+    """Everything `release_publish` would say to putting `version` live in `environment` as
+    `actor`, nothing written: its refusals (severity error) in the order it raises them, and,
+    for a protected environment, the flag that it asks a second person instead
+    (`approval_required`). `expected_revision`: the release revision the caller loaded."""
+    document = version.document
+    return body_publish_refusals(
+        actor=actor,
+        agent=document.agent,
+        environment=environment,
+        document_key=document.key,
+        kind=document.kind,
+        number=version.number,
+        body=version.body,
+        live=live_release(document=document, environment=environment),
+        pending=pending_for(document=document, environment=environment),
+        expected_revision=expected_revision,
+    )
+
+
+def body_publish_refusals(
+    *,
+    actor,
+    agent,
+    environment: Environment,
+    document_key: str,
+    kind: str,
+    number: int | None,
+    body,
+    live: Release | None,
+    pending: ApprovalRequest | None,
+    expected_revision: int | None = None,
+    context: ValidationContext | None = None,
+) -> list[Finding]:
+    """`publish_refusals` for a body that may not be a version here yet (an import's): `agent`
+    None for an agent not created yet, `number` None for a version not created yet; `live` and
+    `pending` as read for the document here, `context` to judge many bodies against one
+    environment."""
+    refusals = []
+    rights = publish_refusal(actor, environment, agent)
+    if rights is not None:
+        refusals.append(rights)
+    if live is not None and number is not None and live.version.number == number:
+        refusals.append(
+            Finding(
+                "version",
+                ALREADY_LIVE,
+                f"{document_key} v{number} is already live in {environment.key}.",
+            )
+        )
+    if expected_revision is not None and (live.revision if live else 0) != expected_revision:
+        refusals.append(
+            Finding("expected_revision", STALE_REVISION, "The release changed since you loaded it.")
+        )
+    refusals += target_refusals(
+        actor=actor,
+        agent=agent,
+        environment=environment,
+        kind=kind,
+        body=body,
+        live=live,
+        context=context,
+    )
+    if environment.protected:
+        if pending is not None:
+            refusals.append(
+                waiting_finding(pending=pending, document_key=document_key, environment=environment)
+            )
+        refusals.append(
+            Finding(
+                "environment",
+                APPROVAL_REQUIRED,
+                f"{environment.key} is protected: an approval request is created.",
+                severity=FLAG,
+            )
+        )
+    return refusals
+
+
+def target_refusals(
+    *, actor, agent, environment, kind: str, body, live: Release | None, context=None
+) -> list[Finding]:
+    """What stops this content going live in `environment` whoever asks and whatever waits:
+    the target runtime's blocking findings, then the sensitive sections it switches on (against
+    what is live there) that `actor` may not enable. An approval checks these again."""
+    added = sensitive_paths_added(body, baseline=[live.version.body] if live else [])
+    return runtime_refusals(
+        kind=kind, body=body, environment=environment, context=context
+    ) + sensitive_refusals(actor, agent, added)
+
+
+def runtime_refusals(*, kind: str, body, environment, context=None) -> list[Finding]:
+    """The target runtime's blocking findings for a body (its manifest, an archived
+    environment, a runtime that has not reported yet): the part of the judgement that asks
+    nobody's rights."""
+    return blocking(body_findings(kind=kind, body=body, environment=environment, context=context))
 
 
 def rollback_targets(release: Release) -> list[Version]:

@@ -1,0 +1,42 @@
+"""Writes for releases, by job: `publish` (live at once, or an approval request where the
+environment is protected), `approvals` (approve, reject, withdraw), `rollback`, `promotion`.
+Each is one transaction with its audit rows; the outermost are durable.
+
+Beneath them: `move` (the one way a release pointer moves), `checks` (the refusals, raised
+from the publish judgement in `strategies.releases.selectors`), `state` (releases and requests
+as the API and the audit show them) and `notifications` (the webhooks a change sends).
+Import from here: `from strategies.releases.services import release_publish`.
+"""
+
+from strategies.releases.services.approvals import (
+    approval_approve,
+    approval_reject,
+    approval_withdraw,
+)
+from strategies.releases.services.checks import check_publishable, check_rollback_target
+from strategies.releases.services.notifications import approval_url
+from strategies.releases.services.promotion import (
+    PromotionItem,
+    PromotionOutcome,
+    release_promote,
+)
+from strategies.releases.services.publish import PublishOutcome, release_publish
+from strategies.releases.services.rollback import release_rollback
+from strategies.releases.services.state import approval_state, release_state
+
+__all__ = [
+    "PromotionItem",
+    "PromotionOutcome",
+    "PublishOutcome",
+    "approval_approve",
+    "approval_reject",
+    "approval_state",
+    "approval_url",
+    "approval_withdraw",
+    "check_publishable",
+    "check_rollback_target",
+    "release_promote",
+    "release_publish",
+    "release_rollback",
+    "release_state",
+]

@@ -1,0 +1,109 @@
+"""The refusals the release writes raise, each from one judgement: a publish from
+`selectors.publish_refusals` (with the same status, code and message it always had), a
+rollback from `selectors.rollback_targets`."""
+
+from __future__ import annotations
+
+from context_runtime.findings import Finding, blocking
+
+from console.kernel.errors import Conflict, ValidationFailed
+from console.kernel.policy import refuse_publish, refuse_sensitive
+from strategies.catalog.models import Environment
+from strategies.documents.models import Version
+from strategies.releases.models import Release
+from strategies.releases.selectors import (
+    ALREADY_LIVE,
+    APPROVAL_PENDING,
+    NOT_ALLOWED,
+    NOT_FOUND,
+    SENSITIVE_SECTION,
+    STALE_REVISION,
+    is_runtime_finding,
+    pending_for,
+    rollback_targets,
+    target_refusals,
+)
+from strategies.releases.services.state import _current, _release_state, _stale, approval_state
+
+
+def publish_refuse(
+    refusals: list[Finding], *, version: Version, environment: Environment, actor
+) -> None:
+    """Raise the first of the judgement's refusals, in the order a publish always has: who
+    may (404/403), already live (409), stale (409), what the target runtime cannot serve
+    (400 not_publishable, every reason), sensitive sections (403), a request already waiting
+    (409). Passes when nothing refuses (a flag such as `approval_required` is no refusal)."""
+    refused = blocking(refusals)
+    if not refused:
+        return
+    document = version.document
+    codes = {finding.code: finding for finding in refused}
+    for code in (NOT_FOUND, NOT_ALLOWED):
+        refuse_publish(
+            codes.get(code),
+            user=actor,
+            environment=environment,
+            agent=document.agent,
+            target=document,
+        )
+    if ALREADY_LIVE in codes:
+        raise Conflict(
+            codes[ALREADY_LIVE].message,
+            code=ALREADY_LIVE,
+            extra={"current": _release_state(_current(document, environment))},
+        )
+    if STALE_REVISION in codes:
+        raise _stale(document, environment, codes[STALE_REVISION].message)
+    _refuse_target(refused, version=version, environment=environment, actor=actor)
+    if APPROVAL_PENDING in codes:
+        pending = pending_for(document=document, environment=environment)
+        raise Conflict(
+            codes[APPROVAL_PENDING].message,
+            code=APPROVAL_PENDING,
+            extra={"current": approval_state(pending) if pending else None},
+        )
+
+
+def _refuse_target(refused: list[Finding], *, version: Version, environment, actor) -> None:
+    runtime = [f for f in refused if is_runtime_finding(f)]
+    if runtime:
+        raise ValidationFailed(
+            f"{version.document.key} v{version.number} cannot go live in {environment.key}: "
+            + " ".join(f.message for f in runtime),
+            code="not_publishable",
+            details=[f.as_dict() for f in runtime],
+        )
+    refuse_sensitive(
+        [f for f in refused if f.code == SENSITIVE_SECTION],
+        user=actor,
+        agent=version.document.agent,
+    )
+
+
+def check_publishable(*, version: Version, environment: Environment, actor) -> None:
+    """Refuse (400) a version the target runtime cannot serve, with every reason; (403)
+    sensitive sections `actor` may not switch on against what is live there."""
+    document = version.document
+    refusals = target_refusals(
+        actor=actor,
+        agent=document.agent,
+        environment=environment,
+        kind=document.kind,
+        body=version.body,
+        live=_current(document, environment),
+    )
+    _refuse_target(blocking(refusals), version=version, environment=environment, actor=actor)
+
+
+def check_rollback_target(*, release: Release, to_version: Version) -> None:
+    """Refuse (400) a version that was never live in the release's environment, or is live
+    there now: a rollback goes back to exactly the version asked for, or nowhere."""
+    if to_version.pk not in {v.pk for v in rollback_targets(release)}:
+        raise ValidationFailed(
+            f"v{to_version.number} was never live in {release.environment.key} (or is live now); "
+            "a rollback goes back to a version that was live there before.",
+            code="not_a_rollback_target",
+            details=[
+                {"path": "version", "code": "invalid_choice", "message": "not a previous release"}
+            ],
+        )

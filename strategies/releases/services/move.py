@@ -1,0 +1,98 @@
+"""The one way a release pointer moves: `_release_move`, a conditional UPDATE on the release
+revision (or, for the first publish, an INSERT guarded by the unique constraint). Of two
+concurrent changes exactly one wins; the other gets 409 with the current state. Each winning
+change appends exactly one ReleaseEvent with the revision it produced, voids the requests
+reviewed against what was live, re-renders the runtime payload, queues the webhooks and writes
+its audit row, all in the same transaction."""
+
+from __future__ import annotations
+
+from django.db.models import F
+from django.utils import timezone
+
+from console.kernel.audit import audit_record
+from console.kernel.writes import create_or_refuse, update_or_refuse
+from strategies.catalog.models import Environment
+from strategies.delivery import config as runtime_config
+from strategies.documents.models import Document, Version
+from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
+from strategies.releases.services.notifications import _notify
+from strategies.releases.services.state import _current, _release_state, _stale
+
+
+def _release_move(
+    *,
+    document: Document,
+    environment: Environment,
+    to_version: Version,
+    action: str,
+    actor,
+    actor_label: str,
+    reason: str,
+    expected_revision: int | None,
+    approval: ApprovalRequest | None = None,
+) -> Release:
+    """Move the pointer. `approval`: the request this change applies (its approver is
+    `actor`, its requester `actor_label`), named in the history, the audit and the webhook."""
+    approved_by = str(approval.decided_by) if approval is not None else ""
+    before = _current(document, environment)
+    now = timezone.now()
+    if before is None:
+        if expected_revision not in (None, 0):
+            raise _stale(document, environment, "The release changed since you loaded it.")
+        release = create_or_refuse(
+            Release,
+            lambda: _stale(
+                document, environment, "Someone else published here at the same moment."
+            ),
+            document=document,
+            environment=environment,
+            version=to_version,
+            revision=1,
+            updated_by=actor_label,
+        )
+    else:
+        expected = before.revision if expected_revision is None else expected_revision
+        update_or_refuse(
+            Release.objects.filter(pk=before.pk, revision=expected),
+            lambda: _stale(
+                document,
+                environment,
+                f"The release of {document.key} in {environment.key} changed since you loaded "
+                "it (someone else published or rolled back). Reload and decide again.",
+            ),
+            version=to_version,
+            revision=F("revision") + 1,
+            updated_by=actor_label,
+            updated_at=now,
+        )
+        release = _current(document, environment)
+    ReleaseEvent.objects.create(
+        release=release,
+        revision=release.revision,
+        action=action,
+        from_version=before.version if before else None,
+        to_version=to_version,
+        actor=actor_label,
+        approved_by=approved_by,
+        reason=reason,
+    )
+    # A pending request was reviewed against what was live; once that moves it is void.
+    ApprovalRequest.objects.filter(
+        document=document, environment=environment, status=ApprovalRequest.Status.PENDING
+    ).exclude(base_revision=release.revision).update(
+        status=ApprovalRequest.Status.VOID,
+        decided_at=now,
+        decision_note=f"Void: the release moved to v{to_version.number} ({action}).",
+    )
+    rendered = runtime_config.payload_refresh(agent=document.agent, environment=environment)
+    _notify(release, before, action, rendered.etag, now, actor=actor, approval=approval)
+    audit_record(
+        actor=actor,
+        action=f"release.{action}",
+        target=release,
+        agent=document.agent,
+        before=_release_state(before),
+        after={**_release_state(release), "reason": reason, "approved_by": approved_by},
+    )
+    return release

@@ -1,0 +1,72 @@
+"""Publishing a version to an environment: live at once, or — where the environment is
+protected — an approval request for a second person. What it refuses is the publish
+judgement's (`selectors.publish_refusals`), raised by `checks.publish_refuse`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from console.kernel.audit import actor_label
+from console.kernel.transactions import service_transaction
+from strategies.catalog.models import Environment
+from strategies.documents.models import Version
+from strategies.documents.services import version_freeze
+from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
+from strategies.releases.selectors import APPROVAL_REQUIRED, publish_refusals
+from strategies.releases.services.approvals import _approval_create
+from strategies.releases.services.checks import publish_refuse
+from strategies.releases.services.move import _release_move
+from strategies.releases.services.state import _current
+
+
+@dataclass(frozen=True)
+class PublishOutcome:
+    """What a publish or a rollback did: went live, or waits for a second person."""
+
+    release: Release | None = None  # set when the version went live
+    approval: ApprovalRequest | None = None  # set when it waits for a second person
+
+
+@service_transaction
+def release_publish(
+    *,
+    version: Version,
+    environment: Environment,
+    actor,
+    reason: str = "",
+    expected_revision: int | None = None,
+) -> PublishOutcome:
+    """Put `version` live in `environment` — or, in a protected environment, ask for approval.
+
+    A draft is frozen first. The version is validated against the environment's latest
+    manifest; anything the runtime cannot serve blocks the publish with the reasons.
+    """
+
+    document = version.document
+    refusals = publish_refusals(
+        version=version, environment=environment, actor=actor, expected_revision=expected_revision
+    )
+    publish_refuse(refusals, version=version, environment=environment, actor=actor)
+    if version.is_draft:
+        version = version_freeze(draft=version, actor=actor)
+    if any(finding.code == APPROVAL_REQUIRED for finding in refusals):
+        return PublishOutcome(
+            approval=_approval_create(
+                version=version,
+                environment=environment,
+                live=_current(document, environment),
+                actor=actor,
+                reason=reason,
+            )
+        )
+    release = _release_move(
+        document=document,
+        environment=environment,
+        to_version=version,
+        action=ReleaseEvent.Action.PUBLISH,
+        actor=actor,
+        actor_label=actor_label(actor),
+        reason=reason,
+        expected_revision=expected_revision,
+    )
+    return PublishOutcome(release=release)

@@ -1,0 +1,63 @@
+"""Releases and approval requests as the API, the audit and the 409s show them, and the
+current release of a document in an environment."""
+
+from __future__ import annotations
+
+from console.kernel.errors import Conflict
+from strategies.catalog.models import Environment
+from strategies.documents.models import Document
+from strategies.releases.models import ApprovalRequest, Release
+
+
+def _release_state(release: Release | None) -> dict | None:
+    if release is None:
+        return None
+    return {
+        "document": release.document.key,
+        "environment": release.environment.key,
+        "version": release.version.number,
+        "revision": release.revision,
+        "updated_by": release.updated_by,
+        "updated_at": release.updated_at.isoformat() if release.updated_at else None,
+    }
+
+
+def release_state(release: Release | None) -> dict | None:
+    """A release as the API and the audit show it (None: nothing live)."""
+    return _release_state(release)
+
+
+def approval_state(approval: ApprovalRequest) -> dict:
+    return {
+        "id": approval.pk,
+        "kind": approval.kind,
+        "agent": approval.document.agent.key,
+        "document": approval.document.key,
+        "environment": approval.environment.key,
+        "version": approval.version.number,
+        "content_hash": approval.content_hash,
+        "base_revision": approval.base_revision,
+        "status": approval.status,
+        "requested_by": str(approval.requested_by),
+        "requested_at": approval.requested_at.isoformat() if approval.requested_at else None,
+        "reason": approval.reason,
+        "decided_by": str(approval.decided_by) if approval.decided_by_id else None,
+        "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
+        "decision_note": approval.decision_note,
+    }
+
+
+def _current(document: Document, environment: Environment) -> Release | None:
+    return (
+        Release.objects.select_related("document", "environment", "version")
+        .filter(document=document, environment=environment)
+        .first()
+    )
+
+
+def _stale(document, environment, message: str) -> Conflict:
+    return Conflict(
+        message,
+        code="stale_revision",
+        extra={"current": _release_state(_current(document, environment))},
+    )
