@@ -14,7 +14,7 @@ from django.contrib.auth.models import Group
 from django.forms.models import model_to_dict
 
 from console.access.forms import AdminLoginForm
-from console.kernel.audit import audit_record
+from console.kernel.audit import AuditAction, audit_record
 from console.kernel.models import AccessLogEntry, AuditRecord, Grant, Role
 
 
@@ -55,7 +55,7 @@ class AuditedAdminMixin:
         super().save_model(request, obj, form, change)
         audit_record(
             actor=request.user,
-            action=f"admin.{'change' if change else 'add'}",
+            action=AuditAction.ADMIN_CHANGE if change else AuditAction.ADMIN_ADD,
             target=obj,
             agent=_agent_of(obj),
             before=before,
@@ -69,7 +69,7 @@ class AuditedAdminMixin:
         if after != before:
             audit_record(
                 actor=request.user,
-                action="admin.change_related",
+                action=AuditAction.ADMIN_CHANGE_RELATED,
                 target=form.instance,
                 agent=_agent_of(form.instance),
                 before=before,
@@ -88,7 +88,7 @@ class AuditedAdminMixin:
     def _audit_delete(self, request, obj):
         audit_record(
             actor=request.user,
-            action="admin.delete",
+            action=AuditAction.ADMIN_DELETE,
             target=(obj._meta.label_lower, obj.pk, str(obj)),
             agent=_agent_of(obj),
             before=_state(obj),
@@ -138,7 +138,7 @@ class AuditedUserAdmin(AuditedAdminMixin, UserAdmin):
         response = super().user_change_password(request, id, form_url)
         if request.method == "POST" and response.status_code == 302:
             user = User.objects.get(pk=id)
-            audit_record(actor=request.user, action="admin.password_change", target=user)
+            audit_record(actor=request.user, action=AuditAction.ADMIN_PASSWORD_CHANGE, target=user)
         return response
 
 

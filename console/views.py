@@ -18,7 +18,7 @@ from rest_framework.reverse import reverse
 from console.access.forms import LoginForm, lockout_message
 from console.demo.users import DEMO_USERS
 from console.health import health_public, health_report
-from console.kernel.audit import access_record
+from console.kernel.audit import AccessAction, access_record
 from console.kernel.policy import agents_visible_to
 from strategies.catalog.selectors import environment_list
 from strategies.releases.selectors import dashboard_context as strategies_part
@@ -42,7 +42,7 @@ class LoginView(auth_views.LoginView):
 
     def form_valid(self, form):
         user = form.get_user()
-        access_record(actor=user, action="auth.login", target=user, outcome="allowed")
+        access_record(actor=user, action=AccessAction.AUTH_LOGIN, target=user, outcome="allowed")
         return super().form_valid(form)
 
     def get_context_data(self, **kwargs):

@@ -17,6 +17,7 @@ from rest_framework.utils.urls import replace_query_param
 
 from console.access.api import OperatorPagination, paginated
 from console.kernel.api_schema import ErrorDetailSerializer, ErrorSerializer
+from console.kernel.audit import AccessAction
 from console.kernel.errors import ValidationFailed
 from console.kernel.limits import read_limited_body
 from strategies.runtime.authentication import runtime_view
@@ -254,7 +255,9 @@ def trace_list(request):
         )
     listing = selectors.trace_listing(user=request.user, filters=filters)
     services.trace_look_record(
-        actor=request.user, action="trace.list", detail={"filters": filters.as_dict(), "api": True}
+        actor=request.user,
+        action=AccessAction.TRACE_LIST,
+        detail={"filters": filters.as_dict(), "api": True},
     )
     paginator = TraceListPagination()  # at most OperatorPagination.max_limit rows
     page = paginator.paginate_queryset(listing, request)
@@ -289,6 +292,6 @@ def trace_detail(request, request_id: str):
         environment=(request.query_params.get("environment") or "").strip(),
     )
     services.trace_look_record(
-        actor=request.user, action="trace.view", trace=trace, detail={"api": True}
+        actor=request.user, action=AccessAction.TRACE_VIEW, trace=trace, detail={"api": True}
     )
     return Response(selectors.trace_export(trace))

@@ -16,7 +16,7 @@ from context_runtime.wire import Trace as WireTrace
 from django.db import connection, transaction
 from django.utils import timezone
 
-from console.kernel.audit import access_record
+from console.kernel.audit import AccessAction, access_record
 from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.policy import Capability, check_user_can
 from console.kernel.reasons import reason_clean
@@ -364,7 +364,9 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
 
 
 # --- looks at traces (access log) ---------------------------------------------------------------
-def trace_look_record(*, actor, action: str, trace: Trace | None = None, detail=None) -> None:
+def trace_look_record(
+    *, actor, action: AccessAction, trace: Trace | None = None, detail=None
+) -> None:
     """One line in the access log for a page view, search, list or export."""
     access_record(
         actor=actor,
@@ -398,7 +400,7 @@ def snapshot_reveal(*, user, trace: Trace, reason: str) -> RevealedSnapshot:
     def refuse(exc, why: str):
         access_record(
             actor=user,
-            action="snapshot.view",
+            action=AccessAction.SNAPSHOT_VIEW,
             target=target,
             agent=trace.agent.key,
             outcome="denied",
@@ -423,7 +425,7 @@ def snapshot_reveal(*, user, trace: Trace, reason: str) -> RevealedSnapshot:
         )
     access_record(
         actor=user,
-        action="snapshot.view",
+        action=AccessAction.SNAPSHOT_VIEW,
         target=target,
         agent=trace.agent.key,
         reason=reason,

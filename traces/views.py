@@ -19,6 +19,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_GET, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from console.kernel.audit import AccessAction
 from console.kernel.errors import ApplicationError
 from console.kernel.policy import Capability, agents_where
 from strategies.catalog.models import Environment
@@ -45,7 +46,7 @@ def trace_search(request):
     if near:
         detail["suggested"] = [f"{t.request_id} ({t.environment.key})" for t in near]
     services.trace_look_record(
-        actor=request.user, action="trace.search", trace=trace, detail=detail
+        actor=request.user, action=AccessAction.TRACE_SEARCH, trace=trace, detail=detail
     )
     if trace is not None:
         url = reverse("trace-detail", kwargs={"request_id": trace.request_id})
@@ -65,7 +66,7 @@ def _choose(request, request_id: str, matches) -> TemplateResponse:
     """The request_id exists in several environments the user may see: list them."""
     services.trace_look_record(
         actor=request.user,
-        action="trace.search",
+        action=AccessAction.TRACE_SEARCH,
         detail={
             "q": request_id[:200],
             "found": True,
@@ -97,7 +98,7 @@ def trace_list(request):
         user=request.user, filters=filters, page_number=request.GET.get("page")
     )
     services.trace_look_record(
-        actor=request.user, action="trace.list", detail={"filters": filters.as_dict()}
+        actor=request.user, action=AccessAction.TRACE_LIST, detail={"filters": filters.as_dict()}
     )
     query = request.GET.copy()
     query.pop("page", None)
@@ -123,7 +124,7 @@ def trace_detail(request, request_id: str):
         trace = _visible(request, request_id)
     except selectors.TraceAmbiguous as ambiguous:
         return _choose(request, request_id, ambiguous.matches)
-    services.trace_look_record(actor=request.user, action="trace.view", trace=trace)
+    services.trace_look_record(actor=request.user, action=AccessAction.TRACE_VIEW, trace=trace)
     context = selectors.trace_page_context(user=request.user, trace=trace)
     return TemplateResponse(request, "traces/detail.html", context)
 
@@ -135,7 +136,7 @@ def trace_export(request, request_id: str):
         trace = _visible(request, request_id)
     except selectors.TraceAmbiguous as ambiguous:
         return _choose(request, request_id, ambiguous.matches)
-    services.trace_look_record(actor=request.user, action="trace.export", trace=trace)
+    services.trace_look_record(actor=request.user, action=AccessAction.TRACE_EXPORT, trace=trace)
     response = JsonResponse(selectors.trace_export(trace), json_dumps_params={"indent": 2})
     response["Content-Disposition"] = f'attachment; filename="trace-{trace.pk}.json"'
     return response

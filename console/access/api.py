@@ -38,7 +38,7 @@ from console.access.serializers import (
     RoleUpdateSerializer,
 )
 from console.kernel.api_schema import ErrorSerializer
-from console.kernel.audit import access_record
+from console.kernel.audit import AccessAction, access_record
 from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.limits import check_request_size
 from console.kernel.models import AccessLogEntry, AuditRecord, Grant, Role
@@ -343,7 +343,7 @@ def audit_export(request):
     cursor = rows[-1].pk if rows else after
     access_record(
         actor=request.user,
-        action="audit.export",
+        action=AccessAction.AUDIT_EXPORT,
         target=("console.auditrecord", cursor, f"audit export after #{after}"),
         detail={
             "format": "ndjson",

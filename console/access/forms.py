@@ -13,7 +13,7 @@ from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.models import AnonymousUser, Group
 from django.utils import timezone
 
-from console.kernel.audit import access_record
+from console.kernel.audit import AccessAction, AuditAction, access_record, action_filter_choices
 from console.kernel.models import Role
 from console.kernel.policy import CAPABILITY_LABELS, Capability
 from strategies.catalog.models import Agent
@@ -45,7 +45,7 @@ class SignInMixin:
         except forms.ValidationError as error:
             access_record(
                 actor=AnonymousUser(),
-                action="auth.login",
+                action=AccessAction.AUTH_LOGIN,
                 target=("auth.user", username, username),
                 outcome="denied",
                 detail={"why": "locked" if error.code == "locked" else "invalid_credentials"},
@@ -148,11 +148,18 @@ class GrantForm(forms.Form):
 
 # --- log filters --------------------------------------------------------------------------------
 class LogFilterForm(forms.Form):
-    """Filters of the audit log and the access log; they live in the URL (GET)."""
+    """Filters of the audit log and the access log; they live in the URL (GET). `actions` is
+    the log's list of actions (AuditAction or AccessAction): the action filter offers those
+    and refuses anything else."""
 
     agent = forms.CharField(required=False)
     actor = forms.CharField(required=False, max_length=200)
-    action = forms.CharField(required=False, max_length=100)
+    action = forms.ChoiceField(
+        required=False,
+        error_messages={
+            "invalid_choice": "No action of this log is called “%(value)s”: pick one from the list."
+        },
+    )
     target = forms.CharField(required=False, max_length=300)
     token = forms.CharField(required=False, max_length=200, label="Token")
     outcome = forms.ChoiceField(
@@ -161,6 +168,11 @@ class LogFilterForm(forms.Form):
     )
     since = forms.DateField(required=False, label="From")
     until = forms.DateField(required=False, label="To (inclusive)")
+
+    def __init__(self, *args, actions: type[AuditAction | AccessAction], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["action"].choices = [("", "Any action"), *action_filter_choices(actions)]
+        self.fields["action"].widget.attrs.update({"id": "f-action", "class": "input"})
 
     def filters(self) -> dict:
         """Keyword arguments for console.kernel.audit.logs_filter (empty when the form is invalid)."""

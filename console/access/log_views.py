@@ -19,7 +19,14 @@ from django.views.decorators.vary import vary_on_headers
 
 from console.access.forms import LogFilterForm
 from console.access.selectors import change_rows, logs_filter, logs_visible_to
-from console.kernel.audit import AUDIT_HASHED, CHAIN_FIELDS, OPTIONAL_HASHED, access_record
+from console.kernel.audit import (
+    AUDIT_HASHED,
+    CHAIN_FIELDS,
+    OPTIONAL_HASHED,
+    AccessAction,
+    AuditAction,
+    access_record,
+)
 from console.kernel.errors import NotFound
 from console.kernel.models import AccessLogEntry, AuditRecord
 from console.kernel.policy import (
@@ -34,8 +41,8 @@ PAGE_SIZE = 50
 
 
 # --- the logs -------------------------------------------------------------------------------------
-def _log_page(request, model):
-    form = LogFilterForm(request.GET or None)
+def _log_page(request, model, actions):
+    form = LogFilterForm(request.GET or None, actions=actions)
     rows = logs_filter(logs_visible_to(request.user, model), **form.filters())
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
@@ -62,7 +69,7 @@ def _document_targets(user) -> list[str]:
 @requires(Capability.VIEW_AUDIT, agent_kwarg=None, anywhere=True)
 def audit_list(request):
     """Every change, newest first, filtered by agent, actor, action, target and time."""
-    context = _log_page(request, AuditRecord)
+    context = _log_page(request, AuditRecord, AuditAction)
     context["target_suggestions"] = _document_targets(request.user)
     return TemplateResponse(request, "access/audit_list.html", context)
 
@@ -96,7 +103,7 @@ def audit_detail(request, pk: int):
 @requires(Capability.VIEW_AUDIT, agent_kwarg=None, anywhere=True)
 def access_log_list(request):
     """Every look at traces, searches, snapshots and exports, and every refusal."""
-    context = _log_page(request, AccessLogEntry)
+    context = _log_page(request, AccessLogEntry, AccessAction)
     return TemplateResponse(request, "access/access_log_list.html", context)
 
 
@@ -140,11 +147,11 @@ class _Echo:
 @requires(Capability.VIEW_AUDIT, agent_kwarg=None, anywhere=True)
 def audit_export_csv(request):
     """The audit rows the page shows (same filters, same visibility), newest first, streamed."""
-    filters = LogFilterForm(request.GET or None).filters()
+    filters = LogFilterForm(request.GET or None, actions=AuditAction).filters()
     rows = logs_filter(logs_visible_to(request.user, AuditRecord), **filters)
     access_record(
         actor=request.user,
-        action="audit.export",
+        action=AccessAction.AUDIT_EXPORT,
         target=("console.auditrecord", "", "audit log CSV"),
         detail={"format": "csv", "filters": {k: str(v) for k, v in filters.items() if v}},
     )

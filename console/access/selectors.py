@@ -34,15 +34,18 @@ def logs_filter(
     until=None,
 ):
     """The list filters of the audit and access-log pages and API (all optional, AND-ed).
-    `action` matches a prefix ("grant." finds grant.create and grant.revoke); `target`
+    `action` is one action ("grant.revoke"), or a family when it ends with a dot ("grant."
+    finds grant.create and grant.revoke); `target`
     matches the target's label or id (e.g. "assistant_professional/profile"); `token` the
     name or id of the personal token a row was made with."""
     if agent:
         queryset = queryset.filter(agent_key=agent)
     if actor:
         queryset = queryset.filter(actor_label__iexact=actor)
-    if action:
+    if action.endswith("."):
         queryset = queryset.filter(action__startswith=action)
+    elif action:
+        queryset = queryset.filter(action=action)
     if target:
         queryset = queryset.filter(Q(target_label__icontains=target) | Q(target_id=target))
     if token:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from console.kernel.audit import CHAIN_FIELDS, OPTIONAL_HASHED
+from console.kernel.audit import (
+    CHAIN_FIELDS,
+    OPTIONAL_HASHED,
+    AccessAction,
+    AuditAction,
+    action_filter_choices,
+)
 from console.kernel.models import AccessLogEntry, AuditRecord, Grant, Role
 from console.kernel.policy import CAPABILITY_VALUES
 
@@ -90,12 +96,23 @@ class AccessLogEntrySerializer(serializers.ModelSerializer):
         fields = _LOG_FIELDS + ["outcome", "reason", "detail"]
 
 
+def _action_filter(actions) -> serializers.ChoiceField:
+    """The `action` filter of a log: one of its actions, or a family of them ("grant.")."""
+    return serializers.ChoiceField(
+        choices=action_filter_choices(actions),
+        required=False,
+        default="",
+        help_text="an action (grant.revoke) or a family of them (grant.)",
+        error_messages={"invalid_choice": "No action of this log is called “{input}”."},
+    )
+
+
 class LogFilterSerializer(serializers.Serializer):
-    """Query parameters of the log lists (same as the pages' filters)."""
+    """Query parameters of the audit log list (same as the pages' filters)."""
 
     agent = serializers.CharField(required=False, default="")
     actor = serializers.CharField(required=False, default="")
-    action = serializers.CharField(required=False, default="", help_text="prefix, e.g. grant.")
+    action = _action_filter(AuditAction)
     target = serializers.CharField(required=False, default="", help_text="label contains or id")
     token = serializers.CharField(
         required=False, default="", help_text="the personal token's name (or id) it was made with"
@@ -105,8 +122,10 @@ class LogFilterSerializer(serializers.Serializer):
 
 
 class AccessLogFilterSerializer(LogFilterSerializer):
-    """The access log's filters: the log's, and the outcome (the audit log has none)."""
+    """The access log's filters: the log's, its own actions, and the outcome (the audit log
+    has none)."""
 
+    action = _action_filter(AccessAction)
     outcome = serializers.ChoiceField(choices=["", "allowed", "denied"], required=False, default="")
 
 

@@ -7,7 +7,7 @@ import logging
 from axes.models import AccessAttempt
 from django.db import transaction
 
-from console.kernel.audit import CHAIN_LOGS, audit_record, chain_head
+from console.kernel.audit import CHAIN_LOGS, AuditAction, audit_record, chain_head
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.models import ChainCheckpoint, Grant, Role
 from console.kernel.policy import (
@@ -99,7 +99,7 @@ def role_create(*, actor, name: str, description: str = "", capabilities=()) -> 
         description=(description or "").strip(),
         capabilities=capabilities_clean(capabilities),
     )
-    audit_record(actor=actor, action="role.create", target=role, after=_role_state(role))
+    audit_record(actor=actor, action=AuditAction.ROLE_CREATE, target=role, after=_role_state(role))
     return role
 
 
@@ -127,7 +127,9 @@ def role_update(
     if after == before:
         return role
     role.save()
-    audit_record(actor=actor, action="role.update", target=role, before=before, after=after)
+    audit_record(
+        actor=actor, action=AuditAction.ROLE_UPDATE, target=role, before=before, after=after
+    )
     return role
 
 
@@ -147,7 +149,7 @@ def grant_create(*, actor, role: Role, agent=None, user=None, group=None, reason
     grant = Grant.objects.create(user=user, group=group, role=role, agent=agent, created_by=actor)
     audit_record(
         actor=actor,
-        action="grant.create",
+        action=AuditAction.GRANT_CREATE,
         target=grant,
         agent=agent,
         after={**_grant_state(grant), "reason": reason},
@@ -169,7 +171,7 @@ def grant_revoke(*, actor, grant: Grant, reason: str) -> None:
     Grant.objects.filter(pk=grant.pk).delete()
     audit_record(
         actor=actor,
-        action="grant.revoke",
+        action=AuditAction.GRANT_REVOKE,
         target=target,
         agent=grant.agent,
         before=state,
@@ -236,7 +238,7 @@ def login_lock_clear(*, username: str, ip_address: str | None, actor, reason: st
     attempts.delete()
     audit_record(
         actor=actor,
-        action="auth.unlock",
+        action=AuditAction.AUTH_UNLOCK,
         target=("auth.user", username, username),
         before={"username": username, "ip_address": ip_address, "failures": failures},
         after={"reason": reason},

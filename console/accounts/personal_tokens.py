@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from console.access.services import capabilities_clean
 from console.accounts.models import PersonalToken
-from console.kernel.audit import acting_token, audit_record
+from console.kernel.audit import AuditAction, acting_token, audit_record
 from console.kernel.credentials import secret_hash, secret_new, secret_shown
 from console.kernel.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from console.kernel.policy import (
@@ -154,7 +154,9 @@ def personal_token_create(
         expires_at=timezone.now() + timedelta(days=days),
     )
     token.agents.set(agent_objects)
-    audit_record(actor=user, action="personal_token.create", target=token, after=_state(token))
+    audit_record(
+        actor=user, action=AuditAction.PERSONAL_TOKEN_CREATE, target=token, after=_state(token)
+    )
     return token, secret
 
 
@@ -181,7 +183,7 @@ def personal_token_revoke(*, token: PersonalToken, actor, reason: str = "") -> P
     token.refresh_from_db()
     audit_record(
         actor=actor,
-        action="personal_token.revoke",
+        action=AuditAction.PERSONAL_TOKEN_REVOKE,
         target=token,
         before={**before, "revoked_at": None},
         after={"revoked_at": now.isoformat(), "reason": reason},

@@ -14,6 +14,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from django.db import connection, transaction
@@ -21,6 +22,116 @@ from django.utils import timezone
 
 from console.kernel.models import AccessLogEntry, AuditRecord, ChainCheckpoint, Grant
 from console.kernel.request_context import current_request, ip_normalise
+
+
+# --- the actions, one list per log ------------------------------------------------------------
+class _LabelledAction(StrEnum):
+    """An action as stored (`agent.create`: the row's `action`, covered by its hash, so a
+    value never changes) with the words the log filter offers for it."""
+
+    label: str
+
+    def __new__(cls, value: str, label: str):
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.label = label
+        return member
+
+    @property
+    def family(self) -> str:
+        """What it acts on, as the filter's prefix: "agent." for agent.create."""
+        return self.value.partition(".")[0] + "."
+
+
+class AuditAction(_LabelledAction):
+    """Every change written to the audit log (`audit_record`)."""
+
+    # catalog
+    AGENT_CREATE = "agent.create", "Agent created"
+    AGENT_UPDATE = "agent.update", "Agent changed"
+    AGENT_ARCHIVE = "agent.archive", "Agent archived"
+    AGENT_UNARCHIVE = "agent.unarchive", "Agent unarchived"
+    AGENT_DELETE = "agent.delete", "Agent deleted"
+    ENVIRONMENT_CREATE = "environment.create", "Environment created"
+    ENVIRONMENT_UPDATE = "environment.update", "Environment changed"
+    ENVIRONMENT_ARCHIVE = "environment.archive", "Environment archived"
+    ENVIRONMENT_UNARCHIVE = "environment.unarchive", "Environment unarchived"
+    ENVIRONMENT_DELETE = "environment.delete", "Environment deleted"
+    DOCUMENT_CREATE = "document.create", "Document created"
+    MANIFEST_RECORD = "manifest.record", "Runtime manifest recorded"
+    # documents
+    DRAFT_CREATE = "draft.create", "Draft started"
+    DRAFT_UPDATE = "draft.update", "Draft edited"
+    DRAFT_DISCARD = "draft.discard", "Draft discarded"
+    VERSION_FREEZE = "version.freeze", "Version frozen"
+    # releases and approvals
+    RELEASE_PUBLISH = "release.publish", "Published"
+    RELEASE_APPROVE = "release.approve", "Approved publish applied"
+    RELEASE_ROLLBACK = "release.rollback", "Rolled back"
+    RELEASE_PROMOTE = "release.promote", "Promoted"
+    APPROVAL_REQUEST = "approval.request", "Approval requested"
+    APPROVAL_REJECT = "approval.reject", "Approval rejected"
+    APPROVAL_WITHDRAW = "approval.withdraw", "Approval request withdrawn"
+    # configuration as code
+    CONFIG_IMPORT = "config.import", "Configuration imported"
+    # delivery and runtime
+    WEBHOOK_CREATE = "webhook.create", "Webhook created"
+    WEBHOOK_DELETE = "webhook.delete", "Webhook deleted"
+    RUNTIME_TOKEN_CREATE = "runtime_token.create", "Runtime token created"
+    RUNTIME_TOKEN_REVOKE = "runtime_token.revoke", "Runtime token revoked"
+    # access and accounts
+    ROLE_CREATE = "role.create", "Role created"
+    ROLE_UPDATE = "role.update", "Role changed"
+    GRANT_CREATE = "grant.create", "Role granted"
+    GRANT_REVOKE = "grant.revoke", "Grant revoked"
+    AUTH_UNLOCK = "auth.unlock", "Sign-in unlocked"
+    PERSONAL_TOKEN_CREATE = "personal_token.create", "Personal token created"
+    PERSONAL_TOKEN_REVOKE = "personal_token.revoke", "Personal token revoked"
+    # the Django admin (break glass)
+    ADMIN_ADD = "admin.add", "Admin: added"
+    ADMIN_CHANGE = "admin.change", "Admin: changed"
+    ADMIN_CHANGE_RELATED = "admin.change_related", "Admin: changed related rows"
+    ADMIN_DELETE = "admin.delete", "Admin: deleted"
+    ADMIN_PASSWORD_CHANGE = "admin.password_change", "Admin: password changed"
+
+
+class AccessAction(_LabelledAction):
+    """Every look, export, sign-in and refusal written to the access log (`access_record`)."""
+
+    TRACE_VIEW = "trace.view", "Trace viewed"
+    TRACE_SEARCH = "trace.search", "Trace searched"
+    TRACE_LIST = "trace.list", "Trace list viewed"
+    TRACE_EXPORT = "trace.export", "Trace exported"
+    SNAPSHOT_VIEW = "snapshot.view", "Snapshot revealed"
+    AUDIT_EXPORT = "audit.export", "Audit log exported"
+    CONFIG_EXPORT = "config.export", "Configuration exported"
+    AUTH_LOGIN = "auth.login", "Sign-in"
+    ACCESS_DENIED = "access.denied", "Access refused"
+
+
+def _member(actions: type[_LabelledAction], action) -> _LabelledAction:
+    """`action` if it is a member of its log's list, else TypeError at once: a plain string
+    (even one that is a member's value), another log's member or anything else is refused,
+    so every action written is one the audit page's filter offers."""
+    if not isinstance(action, actions):
+        raise TypeError(f"{actions.__name__} expected, got {action!r}")
+    return action
+
+
+def action_filter_choices(actions: type[_LabelledAction]) -> list:
+    """The log filter's choices, grouped by family: the family as a prefix ("every agent
+    action") when it has several members, then each member by its label."""
+    families: dict[str, list[_LabelledAction]] = {}
+    for member in actions:
+        families.setdefault(member.family, []).append(member)
+    groups = []
+    for family, members in families.items():
+        every = f"Every {family[:-1].replace('_', ' ')} action ({family}*)"
+        options = [(family, every)] if len(members) > 1 else []
+        options += [(m.value, f"{m.label} ({m.value})") for m in members]
+        groups.append((family, options))
+    return groups
+
 
 GENESIS = "0" * 64
 # Fields covered by the hash, in order. Adding a field means a new chain version.
@@ -196,18 +307,21 @@ def _context_fields(actor, target, agent) -> dict[str, Any]:
 
 
 def audit_record(
-    *, actor, action: str, target=None, agent=None, before: Any = None, after: Any = None
+    *, actor, action: AuditAction, target=None, agent=None, before: Any = None, after: Any = None
 ):
     """Write one audit row for a change. Call inside the service's transaction."""
+    action = _member(AuditAction, action)
     fields = _context_fields(actor, target, agent)
-    fields.update(action=action, before=before, after=after, changes=field_changes(before, after))
+    fields.update(
+        action=action.value, before=before, after=after, changes=field_changes(before, after)
+    )
     return _append(AuditRecord, fields)
 
 
 def access_record(
     *,
     actor,
-    action: str,
+    action: AccessAction,
     target=None,
     agent=None,
     outcome: str = "allowed",
@@ -215,8 +329,9 @@ def access_record(
     detail: dict | None = None,
 ):
     """Write one access-log row: a look at traces/snapshots, a search, an export, a refusal."""
+    action = _member(AccessAction, action)
     fields = _context_fields(actor, target, agent)
-    fields.update(action=action, outcome=outcome, reason=reason, detail=detail or {})
+    fields.update(action=action.value, outcome=outcome, reason=reason, detail=detail or {})
     return _append(AccessLogEntry, fields)
 
 

@@ -20,7 +20,7 @@ from context_runtime.findings import Finding
 from django.db import connection
 from django.db.models import QuerySet
 
-from console.kernel.audit import access_record, acting_token
+from console.kernel.audit import AccessAction, access_record, acting_token
 from console.kernel.errors import Forbidden, NotFound
 from console.kernel.models import Grant
 from console.kernel.request_context import current_request
@@ -234,7 +234,7 @@ def denial_record(error: Exception) -> None:
     denial["logged"] = True
     access_record(
         actor=user,
-        action="access.denied",
+        action=AccessAction.ACCESS_DENIED,
         target=denial["target"],
         agent=denial["agent"],
         outcome="denied",

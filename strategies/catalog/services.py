@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
-from console.kernel.audit import audit_record
+from console.kernel.audit import AuditAction, audit_record
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.models import Grant
 from console.kernel.policy import Capability, check_user_can
@@ -204,7 +204,11 @@ def agent_create(
         description=_description_clean(description),
     )
     audit_record(
-        actor=actor, action="agent.create", target=agent, agent=agent, after=agent_state(agent)
+        actor=actor,
+        action=AuditAction.AGENT_CREATE,
+        target=agent,
+        agent=agent,
+        after=agent_state(agent),
     )
     if with_profile:
         agent_documents().profile_create(agent=agent, actor=actor)
@@ -244,7 +248,7 @@ def agent_update(
         agent.save(update_fields=["name", "description"])
         audit_record(
             actor=actor,
-            action="agent.update",
+            action=AuditAction.AGENT_UPDATE,
             target=agent,
             agent=agent,
             before=before,
@@ -255,6 +259,13 @@ def agent_update(
             agent, archived=_flag(archived, path="archived"), actor=actor, reason=reason
         )
     return agent
+
+
+# What archiving (True) and unarchiving (False) each kind of row is called in the audit log.
+_ARCHIVE_ACTIONS = {
+    Agent: {True: AuditAction.AGENT_ARCHIVE, False: AuditAction.AGENT_UNARCHIVE},
+    Environment: {True: AuditAction.ENVIRONMENT_ARCHIVE, False: AuditAction.ENVIRONMENT_UNARCHIVE},
+}
 
 
 def _archived_set(row, *, archived: bool, actor, reason: str, state, agent=None):
@@ -268,7 +279,7 @@ def _archived_set(row, *, archived: bool, actor, reason: str, state, agent=None)
     note = _note(reason)
     audit_record(
         actor=actor,
-        action=f"{row._meta.model_name}.{'archive' if archived else 'unarchive'}",
+        action=_ARCHIVE_ACTIONS[type(row)][archived],
         target=row,
         agent=agent,
         before=before,
@@ -350,7 +361,7 @@ def agent_delete(*, agent: Agent, actor, reason: str = "") -> None:
         ) from None
     audit_record(
         actor=actor,
-        action="agent.delete",
+        action=AuditAction.AGENT_DELETE,
         target=target,
         agent=before["key"],
         before=before,
@@ -399,7 +410,7 @@ def environment_create(
     )
     audit_record(
         actor=actor,
-        action="environment.create",
+        action=AuditAction.ENVIRONMENT_CREATE,
         target=environment,
         after=environment_state(environment),
     )
@@ -466,7 +477,7 @@ def environment_update(
         environment.save(update_fields=list(ENVIRONMENT_SETTINGS))
         audit_record(
             actor=actor,
-            action="environment.update",
+            action=AuditAction.ENVIRONMENT_UPDATE,
             target=environment,
             before=before,
             after=after,
@@ -530,7 +541,7 @@ def environment_delete(*, environment: Environment, actor, reason: str = "") -> 
         ) from None
     audit_record(
         actor=actor,
-        action="environment.delete",
+        action=AuditAction.ENVIRONMENT_DELETE,
         target=target,
         before=before,
         after={"reason": _note(reason)} if _note(reason) else None,
@@ -564,7 +575,7 @@ def manifest_record(
     )
     audit_record(
         actor=actor,
-        action="manifest.record",
+        action=AuditAction.MANIFEST_RECORD,
         target=manifest,
         before={"version": latest.version, "body": latest.body} if latest else None,
         after={"version": manifest.version, "runtime": manifest.runtime, "body": wire},

@@ -45,7 +45,7 @@ from django.db import transaction
 from django.db.models import F, Max
 from django.utils import timezone
 
-from console.kernel.audit import actor_label, audit_record
+from console.kernel.audit import AuditAction, actor_label, audit_record
 from console.kernel.errors import Conflict, NotFound, ValidationFailed
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import update_or_refuse
@@ -575,7 +575,7 @@ def _webhook_store(*, environment: Environment, url: str, description: str, even
     )
     audit_record(
         actor=actor,
-        action="webhook.create",
+        action=AuditAction.WEBHOOK_CREATE,
         target=hook,
         after={
             "environment": environment.key,
@@ -597,7 +597,7 @@ def webhook_delete(*, webhook, actor) -> None:
     )
     audit_record(
         actor=actor,
-        action="webhook.delete",
+        action=AuditAction.WEBHOOK_DELETE,
         target=webhook,
         before={"environment": webhook.environment.key, "url": webhook.url},
     )

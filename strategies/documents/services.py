@@ -13,7 +13,7 @@ from context_runtime import canonical, vocabulary
 from django.db.models import F, Max
 from django.utils import timezone
 
-from console.kernel.audit import actor_label, audit_record
+from console.kernel.audit import AuditAction, actor_label, audit_record
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.limits import too_large
 from console.kernel.policy import check_user_can_enable_sensitive
@@ -113,7 +113,7 @@ def draft_create(
     )
     audit_record(
         actor=actor,
-        action="draft.create",
+        action=AuditAction.DRAFT_CREATE,
         target=draft,
         agent=document.agent,
         after=_version_state(draft),
@@ -153,7 +153,7 @@ def draft_update(
     draft.refresh_from_db()
     audit_record(
         actor=actor,
-        action="draft.update",
+        action=AuditAction.DRAFT_UPDATE,
         target=draft,
         agent=document.agent,
         before=before,
@@ -182,7 +182,7 @@ def version_freeze(
     draft.refresh_from_db()
     audit_record(
         actor=actor,
-        action="version.freeze",
+        action=AuditAction.VERSION_FREEZE,
         target=draft,
         agent=draft.document.agent,
         after=_version_state(draft),
@@ -197,7 +197,7 @@ def draft_discard(*, draft: Version, actor) -> None:
         raise Conflict("Only an open draft can be discarded.", code="not_a_draft")
     audit_record(
         actor=actor,
-        action="draft.discard",
+        action=AuditAction.DRAFT_DISCARD,
         target=("strategies.version", draft.pk, str(draft)),
         agent=draft.document.agent,
         before=state,
@@ -238,7 +238,7 @@ def document_create(
     document = Document.objects.create(agent=agent, kind=kind, key=key, name=name or key)
     audit_record(
         actor=actor,
-        action="document.create",
+        action=AuditAction.DOCUMENT_CREATE,
         target=document,
         agent=agent,
         after={"key": key, "kind": kind, "name": document.name},
@@ -255,7 +255,7 @@ def profile_create(*, agent: Agent, actor) -> Document:
     )
     audit_record(
         actor=actor,
-        action="document.create",
+        action=AuditAction.DOCUMENT_CREATE,
         target=profile,
         agent=agent,
         after={"key": profile.key, "kind": profile.kind, "name": profile.name},

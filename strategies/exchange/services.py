@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from console.kernel.audit import access_record, audit_record
+from console.kernel.audit import AccessAction, AuditAction, access_record, audit_record
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.limits import too_large
 from console.kernel.transactions import service_transaction
@@ -30,7 +30,7 @@ def config_export_text(*, agent: Agent, actor) -> str:
     text = file_text(config_export(agent=agent))
     access_record(
         actor=actor,
-        action="config.export",
+        action=AccessAction.CONFIG_EXPORT,
         target=agent,
         agent=agent,
         detail={"bytes": len(text.encode())},
@@ -141,7 +141,7 @@ def config_apply(
             outcome.published.append({**where, "number": step.number})
     audit_record(
         actor=actor,
-        action="config.import",
+        action=AuditAction.CONFIG_IMPORT,
         target=agent,
         agent=agent,
         after={"file_sha256": plan.file_sha256, "plan": plan.plan_hash, **outcome.as_dict()},

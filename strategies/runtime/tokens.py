@@ -8,7 +8,7 @@ from context_runtime.findings import Finding
 from django.db import transaction
 from django.utils import timezone
 
-from console.kernel.audit import actor_label, audit_record
+from console.kernel.audit import AuditAction, actor_label, audit_record
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import update_or_refuse
@@ -68,7 +68,7 @@ def runtime_token_create(*, name: str, environment, capabilities, agents=(), act
     _identity_forget_after_commit(token, revoked=False)
     audit_record(
         actor=actor,
-        action="runtime_token.create",
+        action=AuditAction.RUNTIME_TOKEN_CREATE,
         target=token,
         after={
             "name": name,
@@ -92,7 +92,7 @@ def runtime_token_revoke(*, token: RuntimeToken, actor, reason: str = "") -> Run
     _identity_forget_after_commit(token, revoked=True)
     audit_record(
         actor=actor,
-        action="runtime_token.revoke",
+        action=AuditAction.RUNTIME_TOKEN_REVOKE,
         target=token,
         before={"revoked_at": None},
         after={"revoked_at": token.revoked_at.isoformat(), "reason": reason},

@@ -64,6 +64,26 @@ def test_access__admin_creates_role_grants_and_revokes__matrix_and_audit_follow(
         "grant.revoke",
     ]
 
+    # The audit log's action filter offers the actions by name; a family picks all of them.
+    page.goto(f"{live_server.url}/audit/")
+    page.get_by_label("Action").select_option(label="Every grant action (grant.*)")
+    page.get_by_role("button", name="Filter").click()
+    assert "action=grant." in page.url
+    codes = page.locator(
+        "[data-testid=audit-table] tbody tr td:nth-child(2) code"
+    ).all_inner_texts()
+    assert codes[:2] == ["grant.revoke", "grant.create"] and set(codes) <= {
+        "grant.create",
+        "grant.revoke",
+    }
+    assert page.get_by_label("Action").input_value() == "grant."
+    page.get_by_label("Action").select_option(label="Role created (role.create)")
+    page.get_by_role("button", name="Filter").click()
+    codes = page.locator(
+        "[data-testid=audit-table] tbody tr td:nth-child(2) code"
+    ).all_inner_texts()
+    assert codes[0] == "role.create" and set(codes) == {"role.create"}
+
 
 def test_access_log__admin_sees_a_refused_attempt(demo_world, login, page, live_server):
     login("viewer", "viewer-demo")

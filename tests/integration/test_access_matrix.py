@@ -207,7 +207,7 @@ def matrix_world(demo_world, make_user):
     """Per standard role: `<role>_in` (granted on the sample agent) and `<role>_out` (granted
     only on the other agent); `admin_all` (admin on all agents); some audit and access rows."""
     from console.access import services
-    from console.kernel.audit import access_record
+    from console.kernel.audit import AccessAction, access_record
     from console.kernel.models import Role
     from strategies.catalog.models import Agent
 
@@ -229,7 +229,7 @@ def matrix_world(demo_world, make_user):
     services.role_create(actor=users["admin_all"], name="matrix-empty")
     access_record(
         actor=users["support_in"],
-        action="trace.view",
+        action=AccessAction.TRACE_VIEW,
         agent=SAMPLE_AGENT,
         target=("trace", "req-92", "req-92"),
     )

@@ -13,7 +13,7 @@ from django.test import Client
 from django.urls import reverse
 
 from console.accounts.personal_tokens import personal_token_create
-from console.kernel.audit import audit_record
+from console.kernel.audit import AuditAction, audit_record
 from console.kernel.models import AccessLogEntry, AuditRecord
 from tests.factories import AgentFactory
 
@@ -31,13 +31,15 @@ def world(db, make_user):
     for n in range(4):
         audit_record(
             actor=admin,
-            action="pro.change",
+            action=AuditAction.AGENT_UPDATE,
             agent="assistant_professional",
             before={"n": n},
             after={"n": n + 1},
         )
-    audit_record(actor=admin, action="lite.change", agent="assistant_lite", after={"x": 1})
-    audit_record(actor=admin, action="console.change", after={"y": 1})
+    audit_record(
+        actor=admin, action=AuditAction.ENVIRONMENT_UPDATE, agent="assistant_lite", after={"x": 1}
+    )
+    audit_record(actor=admin, action=AuditAction.ROLE_UPDATE, after={"y": 1})
     return admin
 
 
@@ -79,7 +81,9 @@ def test_export__cursor_paging_while_rows_are_added__none_lost_or_repeated(world
         seen += [r["id"] for r in page]
         cursor = int(response["X-Next-Cursor"])
         if added < 5:  # a writer keeps adding rows between the polls
-            audit_record(actor=world, action="pro.change", agent="assistant_professional")
+            audit_record(
+                actor=world, action=AuditAction.AGENT_UPDATE, agent="assistant_professional"
+            )
             added += 1
         elif not page:
             break
@@ -90,7 +94,7 @@ def test_export__cursor_paging_while_rows_are_added__none_lost_or_repeated(world
 
 def test_export__filters_of_the_audit_list(world):
     client = signed_in(world)
-    pro = lines(client.get(EXPORT, {"agent": "assistant_professional", "action": "pro."}))
+    pro = lines(client.get(EXPORT, {"agent": "assistant_professional", "action": "agent."}))
     assert len(pro) == 4 and {r["agent_key"] for r in pro} == {"assistant_professional"}
     assert lines(client.get(EXPORT, {"actor": "nobody"})) == []
 
@@ -139,7 +143,7 @@ def test_csv__current_filters__streamed_and_logged(world):
     page = client.get(reverse("audit-list") + "?agent=assistant_lite").content.decode()
     assert reverse("audit-export-csv") + "?agent=assistant_lite" in page  # the Download link
     rows = csv_rows(client.get(reverse("audit-export-csv") + "?agent=assistant_lite"))
-    assert [r["action"] for r in rows] == ["lite.change"]
+    assert [r["action"] for r in rows] == ["environment.update"]
     assert json.loads(rows[0]["after"]) == {"x": 1} and rows[0]["hash"]
     export = AccessLogEntry.objects.get(action="audit.export")
     assert export.detail == {"format": "csv", "filters": {"agent": "assistant_lite"}}
@@ -148,7 +152,7 @@ def test_csv__current_filters__streamed_and_logged(world):
 def test_csv__formula_like_cells__prefixed_with_a_quote(world):
     audit_record(
         actor=world,
-        action="pro.change",
+        action=AuditAction.AGENT_UPDATE,
         agent="assistant_professional",
         target=("note", '=HYPERLINK("http://x")', "@SUM(A1:A9)"),
     )

@@ -9,7 +9,7 @@ from django.db import connection, transaction
 from django.db.utils import DatabaseError
 from django.urls import reverse
 
-from console.kernel.audit import access_record, audit_record
+from console.kernel.audit import AccessAction, AuditAction, access_record, audit_record
 from console.kernel.models import AccessLogEntry, AuditRecord
 from tests.factories import (
     AgentFactory,
@@ -27,8 +27,10 @@ pytestmark = pytest.mark.django_db
 def some_rows(make_user):
     actor = make_user("auditor_subject", admin=None)
     for n in range(3):
-        audit_record(actor=actor, action="test.change", before={"n": n}, after={"n": n + 1})
-        access_record(actor=actor, action="trace.view", reason=f"look {n}")
+        audit_record(
+            actor=actor, action=AuditAction.AGENT_UPDATE, before={"n": n}, after={"n": n + 1}
+        )
+        access_record(actor=actor, action=AccessAction.TRACE_VIEW, reason=f"look {n}")
     return actor
 
 
@@ -130,7 +132,9 @@ def audited_world(db, make_user):
         user=make_user("newcomer"),
         reason="console-wide read access",
     )
-    audit_record(actor=admin, action="lite.change", agent="assistant_lite", after={"x": 1})
+    audit_record(
+        actor=admin, action=AuditAction.AGENT_UPDATE, agent="assistant_lite", after={"x": 1}
+    )
     return admin
 
 
@@ -142,14 +146,15 @@ def test_audit_list__admin_on_one_agent__sees_only_that_agents_rows(
     assert response.status_code == 200
     agents = {row.agent_key for row in response.context["page_obj"]}
     assert agents == {"assistant_professional"}
-    assert "lite.change" not in response.content.decode()
-    assert "role.create" not in response.content.decode()  # console-wide: needs all agents
+    assert "<code>agent.update</code>" not in response.content.decode()
+    # console-wide: needs all agents
+    assert "<code>role.create</code>" not in response.content.decode()
 
 
 def test_audit_list__admin_on_all_agents__sees_console_wide_rows_too(audited_world, client):
     client.force_login(audited_world)
     actions = {row.action for row in client.get(reverse("audit-list")).context["page_obj"]}
-    assert {"role.create", "grant.create", "lite.change", "draft.update"} <= actions
+    assert {"role.create", "grant.create", "agent.update", "draft.update"} <= actions
 
 
 def test_audit_list__support_without_view_audit__403_and_logged(client):
@@ -189,7 +194,7 @@ def test_log_lists__first_or_last_day_of_the_calendar__rows_shown_never_a_server
     audited_world, client, query
 ):
     """The "To" date includes its day by ending before the next one; the last day has none."""
-    access_record(actor=audited_world, action="trace.list")  # a row for the access log
+    access_record(actor=audited_world, action=AccessAction.TRACE_LIST)  # a row for the access log
     client.force_login(audited_world)
     for name in ("audit-list", "access-log-list"):
         response = client.get(reverse(name), query)
@@ -213,7 +218,7 @@ def test_audit_detail__htmx_expand__field_level_before_after(audited_world, clie
 
 def test_audit_detail__row_of_an_agent_out_of_scope__404(audited_world, make_user, client):
     client.force_login(make_user("pro_admin", admin="assistant_professional"))
-    record = AuditRecord.objects.get(action="lite.change")
+    record = AuditRecord.objects.get(action=AuditAction.AGENT_UPDATE)
     assert client.get(reverse("audit-detail", args=[record.pk])).status_code == 404
 
 
@@ -242,3 +247,121 @@ def test_api_access_log_list__viewer__403_error_shape(client):
     response = client.get(reverse("api-access-log-list"))
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "forbidden"
+
+
+# --- actions: one list per log, and the filter offers it ------------------------------------------
+@pytest.fixture
+def every_action(make_user):
+    """One row for each action of each log (console-wide), in member order. Returns admin."""
+    admin = make_user("every_action_admin", admin=None)
+    for member in AuditAction:
+        audit_record(actor=admin, action=member, after={"action": member.name})
+    for member in AccessAction:
+        access_record(actor=admin, action=member)
+    return admin
+
+
+def test_every_member__stored_as_its_string__and_the_chains_verify(every_action, capsys):
+    audit = list(AuditRecord.objects.order_by("id").values_list("action", flat=True))
+    access = list(AccessLogEntry.objects.order_by("id").values_list("action", flat=True))
+    assert audit == [m.value for m in AuditAction]
+    assert access == [m.value for m in AccessAction]
+    assert all(type(a) is str for a in audit + access)  # plain strings in the rows
+    call_command("audit_verify")
+    out = capsys.readouterr().out
+    assert f"audit log: {len(AuditAction)} records, chain intact" in out
+    assert f"access log: {len(AccessAction)} records, chain intact" in out
+
+
+def test_audit_record__a_plain_string__refused_and_nothing_written(db):
+    """Only members are written, even a string that is a member's value: every action in the
+    log is one the page's filter offers."""
+    for action in ("release.publish", "release.unpublish"):
+        with pytest.raises(TypeError):
+            audit_record(actor=None, action=action)
+    assert AuditRecord.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "name, offered, other",
+    [("audit-list", AuditAction, AccessAction), ("access-log-list", AccessAction, AuditAction)],
+)
+def test_log_pages__action_filter__offers_the_logs_actions_with_labels(
+    every_action, client, name, offered, other
+):
+    client.force_login(every_action)
+    html = client.get(reverse(name)).content.decode()
+    assert '<select name="action" id="f-action" class="input">' in html
+    assert '<option value="" selected>Any action</option>' in html
+    for member in offered:
+        assert f'<option value="{member.value}">{member.label} ({member.value})</option>' in html
+    for member in other:
+        assert f'value="{member.value}"' not in html
+
+
+def test_audit_list__action_family_picked__only_its_rows_and_it_stays_selected(
+    audited_world, client
+):
+    client.force_login(audited_world)
+    response = client.get(reverse("audit-list"), {"action": "grant."})
+    assert {row.action for row in response.context["page_obj"]} == {"grant.create"}
+    html = response.content.decode()
+    assert '<option value="grant." selected>Every grant action (grant.*)</option>' in html
+
+
+@pytest.mark.parametrize("action", ["nope", "trace.view", "grant"])
+def test_audit_list__unknown_action__readable_error_and_filters_ignored(
+    audited_world, client, action
+):
+    client.force_login(audited_world)
+    response = client.get(reverse("audit-list"), {"action": action, "actor": "ops"})
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Some filters are not valid and were ignored" in html
+    assert f"Action: No action of this log is called “{action}”: pick one from the list." in html
+    assert "role.create" in {row.action for row in response.context["page_obj"]}  # unfiltered
+
+
+def test_access_log_list__audit_action__readable_error(audited_world, client):
+    client.force_login(audited_world)
+    html = client.get(reverse("access-log-list"), {"action": "grant.create"}).content.decode()
+    assert "Action: No action of this log is called “grant.create”" in html
+
+
+@pytest.mark.parametrize(
+    "url, action",
+    [
+        ("/api/v1/audit/", "nope"),
+        ("/api/v1/audit/", "trace.view"),  # an access-log action
+        ("/api/v1/access-log/", "grant.create"),  # an audit action
+        ("/api/v1/audit/export", "draft"),  # a family is named with its dot
+    ],
+)
+def test_api_logs__unknown_action__400_naming_it(audited_world, client, url, action):
+    client.force_login(audited_world)
+    before = AccessLogEntry.objects.count()
+    response = client.get(url, {"action": action})
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["code"] == "validation_failed"
+    assert error["details"] == [
+        {
+            "path": "action",
+            "code": "invalid_choice",
+            "message": f"No action of this log is called “{action}”.",
+        }
+    ]
+    assert AccessLogEntry.objects.count() == before  # no export logged
+
+
+def test_api_logs__filter_by_each_action__exactly_its_rows(every_action, client):
+    """Every action can be filtered on, and only by itself: admin.change is not
+    admin.change_related (a prefix match would have mixed them)."""
+    client.force_login(every_action)
+    for url, actions in (("/api/v1/audit/", AuditAction), ("/api/v1/access-log/", AccessAction)):
+        for member in actions:
+            response = client.get(url, {"action": member.value})
+            assert response.status_code == 200, (url, member)
+            assert [r["action"] for r in response.json()["results"]] == [member.value]
+    admin = client.get("/api/v1/audit/", {"action": "admin.", "limit": 50}).json()["results"]
+    assert {r["action"] for r in admin} == {m.value for m in AuditAction if m.family == "admin."}

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from django.db import DatabaseError, connection, transaction
 
-from console.kernel.audit import access_record, audit_record
+from console.kernel.audit import AccessAction, AuditAction, access_record, audit_record
 from console.kernel.models import AccessLogEntry, AuditRecord
 from strategies.documents.models import Version
 from strategies.releases.models import Release, ReleaseEvent
@@ -44,8 +44,10 @@ def world(make_user):
     actor = make_user("guard_subject")
     with transaction.atomic():
         for n in range(3):
-            audit_record(actor=actor, action="test.change", before={"n": n}, after={"n": n + 1})
-            access_record(actor=actor, action="trace.view", reason=f"look {n}")
+            audit_record(
+                actor=actor, action=AuditAction.AGENT_UPDATE, before={"n": n}, after={"n": n + 1}
+            )
+            access_record(actor=actor, action=AccessAction.TRACE_VIEW, reason=f"look {n}")
     frozen = FrozenVersionFactory(number=1)
     draft = Version.objects.create(
         document=frozen.document, number=2, body={}, content_hash="draft", author_label="t"

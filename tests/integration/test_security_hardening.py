@@ -22,7 +22,14 @@ from django.urls import reverse
 
 from console.access.api import OperatorPagination
 from console.celery import app
-from console.kernel.audit import CHAIN_FIELDS, access_record, audit_record, record_hash
+from console.kernel.audit import (
+    CHAIN_FIELDS,
+    AccessAction,
+    AuditAction,
+    access_record,
+    audit_record,
+    record_hash,
+)
 from console.kernel.models import AccessLogEntry, AuditRecord, ChainCheckpoint
 from console.kernel.request_context import RequestContext, client_ip, current_request
 from console.tasks import chain_checkpoint
@@ -174,10 +181,10 @@ def test_client_ip__trusted_hops__the_entry_the_nearest_proxies_wrote(
 def test_audit_record__address_set_by_a_script__normalised_before_hashing(db, capsys):
     token = current_request.set(RequestContext(ip="2001:0DB8::0:1"))
     try:
-        row = audit_record(actor=None, action="test.change")
+        row = audit_record(actor=None, action=AuditAction.AGENT_UPDATE)
         garbage = current_request.set(RequestContext(ip="not-an-address"))
         try:
-            unknown = audit_record(actor=None, action="test.change")
+            unknown = audit_record(actor=None, action=AuditAction.AGENT_UPDATE)
         finally:
             current_request.reset(garbage)
     finally:
@@ -202,8 +209,10 @@ def test_trusted_proxy_hops__not_a_whole_number__refused_at_start(value):
 def rows(db):
     actor = user_with_grants("auditor_subject", admin=None)
     for n in range(3):
-        audit_record(actor=actor, action="test.change", before={"n": n}, after={"n": n + 1})
-        access_record(actor=actor, action="trace.view", reason=f"look {n}")
+        audit_record(
+            actor=actor, action=AuditAction.AGENT_UPDATE, before={"n": n}, after={"n": n + 1}
+        )
+        access_record(actor=actor, action=AccessAction.TRACE_VIEW, reason=f"look {n}")
     return actor
 
 
@@ -303,8 +312,8 @@ def test_audit_verify__row_deleted_after_the_checkpoint__gap_in_the_chain(rows, 
     chain_checkpoint()
     actor = rows
     for n in range(3):
-        audit_record(actor=actor, action="test.later", after={"n": n})
-    _, victim, follower = AuditRecord.objects.filter(action="test.later").order_by("id")
+        audit_record(actor=actor, action=AuditAction.ROLE_UPDATE, after={"n": n})
+    _, victim, follower = AuditRecord.objects.filter(action=AuditAction.ROLE_UPDATE).order_by("id")
     _with_triggers_off(
         "console_auditrecord", ("DELETE FROM console_auditrecord WHERE id = %s", victim.pk)
     )
@@ -317,10 +326,10 @@ def test_audit_verify__row_deleted_after_the_checkpoint__gap_in_the_chain(rows, 
 
 def test_audit_verify__rolled_back_insert_skips_an_id__no_false_alarm(rows, capsys):
     with pytest.raises(RuntimeError), transaction.atomic():
-        audit_record(actor=rows, action="test.rolled_back")
+        audit_record(actor=rows, action=AuditAction.ROLE_CREATE)
         raise RuntimeError("the service failed after its audit row")
     chain_checkpoint()
-    audit_record(actor=rows, action="test.after")
+    audit_record(actor=rows, action=AuditAction.ROLE_UPDATE)
     chain_checkpoint()
     ids = list(AuditRecord.objects.order_by("id").values_list("id", flat=True))
     assert ids[-1] - ids[-2] == 2  # the sequence skipped the rolled-back id
@@ -451,8 +460,7 @@ def test_self_approval__refused_and_logged(client):
 
 def test_audit_detail__row_of_an_agent_out_of_scope__404_and_logged(client):
     world()
-    audit_record(actor=None, action="lite.change", agent="assistant_lite")
-    record = AuditRecord.objects.get(action="lite.change")
+    record = audit_record(actor=None, action=AuditAction.AGENT_UPDATE, agent="assistant_lite")
     client.force_login(user_with_grants("pro_admin", admin=SAMPLE_AGENT))
     assert client.get(reverse("audit-detail", args=[record.pk])).status_code == 404
     (row,) = denials(action="access.denied")
@@ -561,7 +569,7 @@ def test_healthz__signed_in__detail_shown(client, db, settings):
 
 def test_api_page_size__huge_limit__capped(db, client):
     for n in range(OperatorPagination.max_limit + 1):
-        audit_record(actor=None, action="test.bulk", after={"n": n})
+        audit_record(actor=None, action=AuditAction.AGENT_UPDATE, after={"n": n})
     client.force_login(user_with_grants("boss", admin=None))
     body = client.get(reverse("api-audit-list"), {"limit": 1_000_000}).json()
     assert len(body["results"]) == OperatorPagination.max_limit
@@ -576,8 +584,8 @@ def test_api_page_size__every_operator_list__one_maximum(client, monkeypatch, ur
     secret = runtime_token(env["environments"]["sg-test"], capabilities=("traces:write",))
     post_batch(client, secret, [trace_payload(f"req-{n}") for n in range(3)])
     for n in range(3):
-        audit_record(actor=None, action="test.bulk", after={"n": n})
-        access_record(actor=None, action="test.bulk")
+        audit_record(actor=None, action=AuditAction.AGENT_UPDATE, after={"n": n})
+        access_record(actor=None, action=AccessAction.TRACE_LIST)
     for n in range(3):
         AgentFactory(key=f"agent_extra_{n}")
     monkeypatch.setattr(OperatorPagination, "max_limit", 2)

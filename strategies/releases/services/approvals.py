@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from console.kernel.audit import actor_label, audit_record
+from console.kernel.audit import AuditAction, actor_label, audit_record
 from console.kernel.errors import Conflict
 from console.kernel.policy import check_user_can_decide_approval, check_user_can_withdraw_approval
 from console.kernel.reasons import reason_clean
@@ -53,7 +53,7 @@ def _approval_create(
     )
     audit_record(
         actor=actor,
-        action="approval.request",
+        action=AuditAction.APPROVAL_REQUEST,
         target=approval,
         agent=document.agent,
         after=approval_state(approval),
@@ -133,7 +133,7 @@ def approval_reject(*, approval: ApprovalRequest, actor, note: str) -> ApprovalR
     approval = _decide(approval, actor=actor, status=ApprovalRequest.Status.REJECTED, note=note)
     audit_record(
         actor=actor,
-        action="approval.reject",
+        action=AuditAction.APPROVAL_REJECT,
         target=approval,
         agent=approval.document.agent,
         after=approval_state(approval),
@@ -170,7 +170,7 @@ def approval_withdraw(*, approval: ApprovalRequest, actor, reason: str) -> Appro
     approval.refresh_from_db()
     audit_record(
         actor=actor,
-        action="approval.withdraw",
+        action=AuditAction.APPROVAL_WITHDRAW,
         target=approval,
         agent=approval.document.agent,
         before=before,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.db.models import F
 from django.utils import timezone
 
-from console.kernel.audit import audit_record
+from console.kernel.audit import AuditAction, audit_record
 from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.delivery import config as runtime_config
@@ -18,6 +18,13 @@ from strategies.documents.models import Document, Version
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
 from strategies.releases.services.notifications import _notify
 from strategies.releases.services.state import _current, _release_state, _stale
+
+# The audit action of each way a release pointer moves.
+RELEASE_ACTIONS = {
+    ReleaseEvent.Action.PUBLISH: AuditAction.RELEASE_PUBLISH,
+    ReleaseEvent.Action.APPROVE: AuditAction.RELEASE_APPROVE,
+    ReleaseEvent.Action.ROLLBACK: AuditAction.RELEASE_ROLLBACK,
+}
 
 
 def _release_move(
@@ -89,7 +96,7 @@ def _release_move(
     _notify(release, before, action, rendered.etag, now, actor=actor, approval=approval)
     audit_record(
         actor=actor,
-        action=f"release.{action}",
+        action=RELEASE_ACTIONS[action],
         target=release,
         agent=document.agent,
         before=_release_state(before),

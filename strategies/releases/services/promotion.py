@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from console.kernel.audit import audit_record
+from console.kernel.audit import AuditAction, audit_record
 from console.kernel.errors import ApplicationError, ValidationFailed
 from console.kernel.policy import check_user_can_publish_to
 from console.kernel.reasons import reason_clean
@@ -123,7 +123,7 @@ def release_promote(
     outcome = PromotionOutcome(source=source, target=target, items=items)
     audit_record(
         actor=actor,
-        action="release.promote",
+        action=AuditAction.RELEASE_PROMOTE,
         target=(
             "promotion",
             f"{source.key}->{target.key}",

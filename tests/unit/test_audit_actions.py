@@ -1,0 +1,160 @@
+"""The one list of audit and access-log actions (console.kernel.audit): every member stands for
+exactly the string stored today, the writers refuse anything that is not one of their log's
+members, and no call site in the code base writes an action as a bare string."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from console.kernel.audit import (
+    AccessAction,
+    AuditAction,
+    access_record,
+    action_filter_choices,
+    audit_record,
+)
+from strategies.releases.models import ReleaseEvent
+
+ROOT = Path(__file__).resolve().parents[2]
+WRITERS = {"audit_record": AuditAction, "access_record": AccessAction}
+# Access-log rows written through a helper that passes its `action` on to access_record.
+FORWARDERS = {"trace_look_record": AccessAction}
+
+
+@pytest.mark.parametrize("member", [*AuditAction, *AccessAction], ids=str)
+def test_member__round_trips_to_its_stored_string(member):
+    enum = type(member)
+    assert enum(member.value) is member
+    assert str(member) == member.value == f"{member}"
+    assert re.fullmatch(r"[a-z_]+\.[a-z_]+", member.value)
+    assert member.label and member.label != member.value
+    assert member.family == member.value.split(".")[0] + "."
+
+
+def test_members__each_string_in_one_log_only_and_labels_unique():
+    audit = {m.value for m in AuditAction}
+    access = {m.value for m in AccessAction}
+    assert audit & access == set()
+    for enum in (AuditAction, AccessAction):
+        labels = [m.label for m in enum]
+        assert len(labels) == len(set(labels)), enum
+
+
+def test_members__stored_strings_as_written_before_the_enum():
+    """Rows already written (and their hashes) name these strings: they must never change."""
+    assert {m.value for m in AccessAction} == {
+        "trace.view",
+        "trace.search",
+        "trace.list",
+        "trace.export",
+        "snapshot.view",
+        "audit.export",
+        "config.export",
+        "auth.login",
+        "access.denied",
+    }
+    assert {m.value for m in AuditAction} == {
+        *(f"agent.{a}" for a in ("create", "update", "archive", "unarchive", "delete")),
+        *(f"environment.{a}" for a in ("create", "update", "archive", "unarchive", "delete")),
+        "document.create",
+        "manifest.record",
+        *(f"draft.{a}" for a in ("create", "update", "discard")),
+        "version.freeze",
+        *(f"release.{a}" for a in ("publish", "approve", "rollback", "promote")),
+        *(f"approval.{a}" for a in ("request", "reject", "withdraw")),
+        "config.import",
+        *(f"webhook.{a}" for a in ("create", "delete")),
+        *(f"runtime_token.{a}" for a in ("create", "revoke")),
+        *(f"role.{a}" for a in ("create", "update")),
+        *(f"grant.{a}" for a in ("create", "revoke")),
+        "auth.unlock",
+        *(f"personal_token.{a}" for a in ("create", "revoke")),
+        *(f"admin.{a}" for a in ("add", "change", "change_related", "delete", "password_change")),
+    }
+
+
+@pytest.mark.parametrize(
+    "writer, action, error",
+    [
+        (audit_record, "agent.made_up", TypeError),  # a string that is no member's value
+        (audit_record, "", TypeError),
+        (audit_record, "agent.create", TypeError),  # a member's value, but not the member
+        (audit_record, "AGENT_CREATE", TypeError),  # a member's name is not its value
+        (audit_record, AccessAction.TRACE_VIEW, TypeError),  # the other log's member
+        (audit_record, None, TypeError),
+        (audit_record, 3, TypeError),
+        (access_record, "trace.peek", TypeError),
+        (access_record, "agent.create", TypeError),  # an audit action's string
+        (access_record, AuditAction.AGENT_CREATE, TypeError),
+        (access_record, ReleaseEvent.Action.PUBLISH, TypeError),  # some other enum
+    ],
+)
+def test_writers__anything_but_their_logs_member__refused_before_any_write(writer, action, error):
+    # No database in unit tests: the refusal comes before the row is even built.
+    with pytest.raises(error):
+        writer(actor=None, action=action)
+
+
+def test_filter_choices__every_member_with_its_label_and_the_families():
+    groups = dict(action_filter_choices(AuditAction))
+    offered = {value: label for options in groups.values() for value, label in options}
+    for member in AuditAction:
+        assert offered[member.value] == f"{member.label} ({member.value})"
+    assert offered["grant."] == "Every grant action (grant.*)"
+    assert offered["runtime_token."] == "Every runtime token action (runtime_token.*)"
+    assert "version." not in offered  # a family of one is the member itself
+    assert set(offered) - {m.value for m in AuditAction} == {
+        f for f in groups if sum(m.family == f for m in AuditAction) > 1
+    }
+
+
+# --- the code base: every action written is a member -----------------------------------------------
+def _calls():
+    """(where, writer, the `action` argument) of every audit_record/access_record call (and of
+    the helpers that forward to access_record) in console/, strategies/ and traces/."""
+    names = WRITERS | FORWARDERS
+    for package in ("console", "strategies", "traces"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if "migrations" in path.parts:
+                continue
+            relative = str(path.relative_to(ROOT))
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, ast.Call):
+                    continue
+                func = node.func
+                name = getattr(func, "id", None) or getattr(func, "attr", None)
+                if name not in names:
+                    continue
+                action = next((k.value for k in node.keywords if k.arg == "action"), None)
+                yield f"{relative}:{node.lineno}", relative, names[name], action
+
+
+def test_code_base__every_action_written__a_member_of_its_log():
+    calls = list(_calls())
+    assert len(calls) > 40  # the scan sees the call sites
+    bare, wrong_log = [], []
+    for where, _path, enum, action in calls:
+        assert action is not None, f"{where}: no action= keyword"
+        if isinstance(action, ast.Constant | ast.JoinedStr):
+            bare.append((where, enum, action))
+        for node in ast.walk(action):  # AuditAction.X / AccessAction.Y, also inside an `if`
+            if not (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)):
+                continue
+            if node.value.id in ("AuditAction", "AccessAction") and (
+                node.value.id != enum.__name__ or node.attr not in enum.__members__
+            ):
+                wrong_log.append(f"{where}: {ast.unparse(node)}")
+    assert [where for where, _, _ in bare] == []
+    assert wrong_log == []
+
+
+def test_release_events__each_has_its_audit_action():
+    """Every way a release pointer moves is written as its own audit action."""
+    from strategies.releases.services.move import RELEASE_ACTIONS
+
+    assert set(RELEASE_ACTIONS) == set(ReleaseEvent.Action)
+    assert {a.family for a in RELEASE_ACTIONS.values()} == {"release."}
