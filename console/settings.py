@@ -352,7 +352,7 @@ LOGGING = {
 }
 
 # Webhook targets: private, loopback and link-local addresses are refused at registration and
-# at delivery unless this is on (tests, on-premise receivers); see strategies/delivery/webhooks.py.
+# at delivery unless this is on (tests, on-premise receivers); see strategies/delivery/transport.py.
 WEBHOOK_ALLOW_PRIVATE_TARGETS = env_bool("WEBHOOK_ALLOW_PRIVATE_TARGETS", False)
 
 DEMO_MODE = env_bool("CONSOLE_DEMO", not PRODUCTION)
