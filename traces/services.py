@@ -22,7 +22,7 @@ from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.policy import Capability, check_user_can
 from console.kernel.reasons import reason_clean
 from console.kernel.transactions import service_transaction
-from strategies.catalog.models import Agent, Environment
+from strategies.catalog.models import TRACE_RETENTION_DAYS_DEFAULT, Agent, Environment
 from strategies.documents.models import Document, Version
 from traces import crypto, partitions
 from traces.ingest import ParsedBatch, Rejection
@@ -574,7 +574,10 @@ def partitions_maintain(*, now: datetime | None = None, days_ahead: int = 7) -> 
     Must run outside a transaction (DETACH CONCURRENTLY refuses a transaction block)."""
     now = now or timezone.now()
     today = now.astimezone(UTC).date()
-    longest = max(Environment.objects.values_list("trace_retention_days", flat=True), default=30)
+    longest = max(
+        Environment.objects.values_list("trace_retention_days", flat=True),
+        default=TRACE_RETENTION_DAYS_DEFAULT,
+    )
     # A day goes when all of it is older than the longest retention.
     before = (now - timedelta(days=longest)).astimezone(UTC).date()
     with connection.cursor() as cursor:

@@ -1,4 +1,5 @@
-"""Periodic trace jobs (scheduled in traces.apps): retention purge and hourly rollups."""
+"""Periodic trace jobs (scheduled in console.settings.CELERY_BEAT_SCHEDULE): retention purge
+and hourly rollups."""
 
 from __future__ import annotations
 

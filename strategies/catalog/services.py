@@ -27,7 +27,13 @@ from console.kernel.policy import Capability, check_user_can
 from console.kernel.reasons import MAX_REASON_CHARS
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse
-from strategies.catalog.models import Agent, Environment, Manifest
+from strategies.catalog.models import (
+    SNAPSHOT_RETENTION_DAYS_DEFAULT,
+    TRACE_RETENTION_DAYS_DEFAULT,
+    Agent,
+    Environment,
+    Manifest,
+)
 from strategies.delivery.models import ConfigPayload, Webhook
 from strategies.documents.models import Document, Version
 from strategies.releases.models import ApprovalRequest, Release
@@ -399,8 +405,8 @@ def environment_create(
     position: int | None = None,
     protected: bool = False,
     rollback_needs_approval: bool = False,
-    trace_retention_days: int = 30,
-    snapshot_retention_days: int = 7,
+    trace_retention_days: int = TRACE_RETENTION_DAYS_DEFAULT,
+    snapshot_retention_days: int = SNAPSHOT_RETENTION_DAYS_DEFAULT,
     actor,
 ) -> Environment:
     """Add an environment (needs manage_catalog on all agents). Without a position it goes
