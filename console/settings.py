@@ -196,9 +196,15 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_QUEUE", "console") or "console"
 # Minutes between two anchors of the audit chains (console.chain_checkpoint, below).
 AUDIT_CHECKPOINT_MINUTES = env_count("AUDIT_CHECKPOINT_MINUTES", 15, minimum=1)
+# Minutes between two trace purges: a retention change applies at the next one (the
+# environment form says so, from this).
+TRACES_PURGE_MINUTES = 15
 # Every periodic task, in one place; `celery -A console beat` runs them.
 CELERY_BEAT_SCHEDULE: dict = {
-    "traces-purge-expired": {"task": "traces.purge_expired", "schedule": 15 * 60.0},
+    "traces-purge-expired": {
+        "task": "traces.purge_expired",
+        "schedule": TRACES_PURGE_MINUTES * 60.0,
+    },
     "traces-rollup-recent-hours": {"task": "traces.rollup_recent_hours", "schedule": 3600.0},
     # Day partitions of traces and candidates: a week ahead, and whole days past retention
     # dropped (docs/traces-storage.md). Every 6 hours: a missed run is harmless.
@@ -245,9 +251,10 @@ SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_HTTPONLY = False  # htmx reads the token from the page, not the cookie
-# Sign-in lockout (django-axes). 5 failed sign-ins for one username from one address within
-# 15 minutes lock that pair — that username from that address only, so nobody can lock an
-# admin out from everywhere. Counted in PostgreSQL (works with Redis down); admins unlock
+# Sign-in lockout (django-axes). AXES_FAILURE_LIMIT failed sign-ins for one username from one
+# address within AXES_COOLOFF_TIME lock that pair — that username from that address only, so
+# nobody can lock an admin out from everywhere (the sign-in locks page states both, from
+# here). Counted in PostgreSQL (works with Redis down); admins unlock
 # at /access/sign-in-locks/. The access log keeps every attempt (console.access.forms.SignInMixin).
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",  # first: refuses a locked pair before any check
@@ -258,8 +265,8 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_FAILURE_LIMIT = 5
 AXES_COOLOFF_TIME = timedelta(minutes=15)
 AXES_RESET_ON_SUCCESS = True
-# A refused attempt during the lock is not another failure: the lock lifts 15 minutes after
-# the failure that set it, however often someone keeps trying.
+# A refused attempt during the lock is not another failure: the lock lifts AXES_COOLOFF_TIME
+# after the failure that set it, however often someone keeps trying.
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 # The one place that decides the client address (also used by the access log).
 AXES_CLIENT_IP_CALLABLE = "console.kernel.request_context.client_ip"
@@ -352,8 +359,7 @@ LOGGING = {
 }
 
 # Webhook targets: private, loopback and link-local addresses are refused at registration and
-# at delivery unless this is on (tests, on-premise receivers); see strategies/delivery/webhooks.py.
+# at delivery unless this is on (tests, on-premise receivers); see strategies/delivery/transport.py.
 WEBHOOK_ALLOW_PRIVATE_TARGETS = env_bool("WEBHOOK_ALLOW_PRIVATE_TARGETS", False)
 
 DEMO_MODE = env_bool("CONSOLE_DEMO", not PRODUCTION)
-TRACE_RETENTION_DEFAULT = timedelta(days=30)

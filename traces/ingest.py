@@ -9,6 +9,11 @@ others go on to be stored.
 Every value is bounded to what the store holds (docs/runtime-contract.md §3): the structs
 bound lengths and numbers to their columns; here a string PostgreSQL cannot keep (a NUL
 character, invalid UTF-8, a lone surrogate) is refused with its path, one trace at a time.
+
+Only what the bytes themselves say is decided here (decoding, shape, limits). What needs
+the token, the environment, the database or the clock — the agent in scope, `occurred_at`
+within the retention and the clock skew, whether the strategy version allows a snapshot —
+is decided when storing, in `traces.services.trace_batch_store`.
 """
 
 from __future__ import annotations
@@ -16,14 +21,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 
 import msgspec
 import orjson
 from context_runtime.findings import Finding
 from context_runtime.wire import (
     DECISIONS,
-    MAX_CLOCK_SKEW_SECONDS,
     MAX_TRACES_PER_BATCH,
     REQUEST_ID_RULE,
     STATUSES,
@@ -62,6 +65,8 @@ class ParsedBatch:
     valid: list[tuple[int, Trace]]
     rejected: list[Rejection]
     size: int
+    # The snapshot of each valid trace that carries one, by index: the bytes as sent.
+    snapshots: dict[int, bytes] = field(default_factory=dict)
 
 
 def error(path: str, code: str, message: str) -> Finding:
@@ -117,30 +122,6 @@ def _semantic_errors(trace: Trace) -> list[Finding]:
             error("documents", "required", f"the version of strategy '{trace.strategy}' is missing")
         )
     return errors
-
-
-def occurred_at_errors(trace: Trace, *, now: datetime, retention_days: int) -> list[Finding]:
-    """occurred_at within [now − the environment's retention, now + the allowed clock skew]:
-    a later time is a broken clock (and year 10000 would break every read), an earlier one
-    would be purged at once."""
-    if trace.occurred_at > now + timedelta(seconds=MAX_CLOCK_SKEW_SECONDS):
-        return [
-            error(
-                "occurred_at",
-                "out_of_range",
-                f"is in the future: at most {MAX_CLOCK_SKEW_SECONDS // 60} minutes ahead of "
-                f"the console's clock ({now:%Y-%m-%dT%H:%M:%SZ}); check the runtime's clock",
-            )
-        ]
-    if trace.occurred_at < now - timedelta(days=retention_days):
-        return [
-            error(
-                "occurred_at",
-                "out_of_range",
-                f"is older than this environment's trace retention ({retention_days} days)",
-            )
-        ]
-    return []
 
 
 # --- strings the store cannot keep ------------------------------------------------------------
@@ -283,7 +264,7 @@ def parse_batch(body: bytes) -> ParsedBatch:
         )
     # A NUL character can only come as the escape \u0000: look closer only when one is there.
     look_for_nul = _NUL_ESCAPE in body
-    valid, rejected = [], []
+    valid, rejected, snapshots = [], [], {}
     for index, raw in enumerate(traces):
         try:
             trace = _trace_decoder.decode(raw)
@@ -300,13 +281,16 @@ def parse_batch(body: bytes) -> ParsedBatch:
         problems = _semantic_errors(trace)
         if look_for_nul and not problems:
             problems = _trace_string_findings(orjson.loads(bytes(raw)))
-        if not problems and snapshot_bytes(trace) is not None:
+        snapshot = None if problems else snapshot_bytes(trace)
+        if snapshot is not None:
             problems = _snapshot_findings(trace)
         if problems:
             rejected.append(Rejection(index, trace.request_id, problems))
         else:
             valid.append((index, trace))
-    return ParsedBatch(valid=valid, rejected=rejected, size=len(traces))
+            if snapshot is not None:
+                snapshots[index] = snapshot
+    return ParsedBatch(valid=valid, rejected=rejected, size=len(traces), snapshots=snapshots)
 
 
 def snapshot_bytes(trace: Trace) -> bytes | None:

@@ -19,6 +19,18 @@ from console.kernel.policy import Capability, agents_where, refuse, user_can, us
 from strategies.catalog.dependents import Reference
 from strategies.catalog.models import Environment
 from strategies.releases.models import Release, ReleaseEvent
+from traces.charts import (
+    CHART_TOP_REASONS,
+    DASHBOARD_DAYS,
+    ChartMark,
+    ExclusionReason,
+    StatusChart,
+    bucket_index,
+    chart_ticks,
+    chart_window,
+    release_mark,
+    status_chart,
+)
 from traces.diagnosis import STATUS_EXPLAINED, config_source, where_to_look
 from traces.filters import TraceFilters
 from traces.models import Candidate, HourlyRollup, RequestKey, Snapshot, Trace
@@ -27,9 +39,6 @@ LIST_COUNT_CAP = 10_000  # counting tens of millions of rows for a page footer i
 CANDIDATE_COUNT_CAP = 1_000  # the same, when every match must be checked against its candidates
 MAX_MATCHES = 50  # one request_id in more environments than this is not a real case
 DASHBOARD_TRACES_PER_AGENT = 5
-DASHBOARD_DAYS = 7
-CHART_BUCKET_HOURS = 6  # one bar per 6 hours: 28 bars for the 7 days
-CHART_TOP_REASONS = 5
 
 
 def trace_access_check(user) -> None:
@@ -570,132 +579,14 @@ def status_counts_last_day(*, user, now=None) -> list[StatusCount]:
 
 
 # --- the dashboard's charts (from the hourly rollups, never a scan of the traces) --------------
-# The three colours of the chart, bottom up: ready green, degraded amber, the failures red.
-CHART_GROUPS = ("ready", "degraded", "failed")
-CHART_GROUP_OF = {status: "failed" for status in STATUSES} | {
-    "ready": "ready",
-    "degraded": "degraded",
-}
-CHART_WIDTH = 10  # SVG units per bar slot (bar 8 + gap 2)
-CHART_BARS_HEIGHT = 60  # SVG units for the bars; the axis labels sit under them
-
-
-@dataclass
-class ChartSegment:
-    group: str  # ready | degraded | failed
-    y: float
-    height: float
-
-
-@dataclass
-class ChartBucket:
-    start: object  # aware datetime (UTC)
-    counts: dict  # status → traces
-    x: int
-    segments: list
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def title(self) -> str:
-        end = self.start + timedelta(hours=CHART_BUCKET_HOURS)
-        when = f"{self.start:%Y-%m-%d %H:%M}–{end:%H:%M} UTC"
-        if not self.total:
-            return f"{when}: no traces"
-        parts = [
-            f"{self.counts[status]} {status.replace('_', ' ')}"
-            for status in sorted(STATUSES, key=lambda s: CHART_GROUPS.index(CHART_GROUP_OF[s]))
-            if self.counts.get(status)
-        ]
-        return f"{when}: {self.total} traces — {', '.join(parts)}"
-
-
-@dataclass
-class ChartMark:
-    """A release change on the time axis."""
-
-    x: float
-    occurred_at: object
-    label: str
-
-
-@dataclass
-class ChartTick:
-    x: int
-    label: str
-
-
-@dataclass
-class ExclusionReason:
-    source: str
-    decision: str
-    reason: str
-    count: int
-
-
-@dataclass
-class StatusChart:
-    """Traces per 6 hours by status over the last 7 days, for one agent in one environment."""
-
-    environment: str
-    since: object
-    until: object
-    buckets: list
-    marks: list
-    ticks: list
-    reasons: list  # the top exclusion reasons (candidates not sent), most frequent first
-    totals: dict  # chart group → traces
-
-    width: int = 0
-    height: int = CHART_BARS_HEIGHT + 14
-    bars_height: int = CHART_BARS_HEIGHT
-    bar_width: int = CHART_WIDTH - 2
-
-    @property
-    def total(self) -> int:
-        return sum(self.totals.values())
-
-    @property
-    def summary(self) -> str:
-        """The chart in words, for screen readers (and the legend)."""
-        return (
-            f"{self.total} traces in {self.environment} in the last {DASHBOARD_DAYS} days: "
-            f"{self.totals['ready']} ready, {self.totals['degraded']} degraded, "
-            f"{self.totals['failed']} failed"
-            + (f"; {len(self.marks)} release changes marked" if self.marks else "")
-            + "."
-        )
-
-
-def _chart_start(now) -> tuple:
-    """(start, end): the 28 six-hour buckets that end with the one holding the last closed
-    hour, aligned to 00/06/12/18 UTC."""
-    end = now.replace(minute=0, second=0, microsecond=0)
-    last = end - timedelta(hours=1)
-    last_bucket = last.replace(hour=last.hour - last.hour % CHART_BUCKET_HOURS)
-    buckets = DASHBOARD_DAYS * 24 // CHART_BUCKET_HOURS
-    start = last_bucket - timedelta(hours=CHART_BUCKET_HOURS * (buckets - 1))
-    return start, end, buckets
-
-
-def _bucket_index(when, start) -> int:
-    return int((when - start).total_seconds() // (CHART_BUCKET_HOURS * 3600))
-
-
-def _chart_x(when, start) -> float:
-    hours = (when - start).total_seconds() / 3600
-    return round(hours * CHART_WIDTH / CHART_BUCKET_HOURS, 1)
-
-
 def status_charts(*, user, agents, now=None) -> dict[int, list[StatusChart]]:
     """For each agent shown on which the user may view traces (others are left out): one
     chart per environment that has traces in the last 7 days, with release changes marked (up
-    to now, even in the hour not counted yet) and the top exclusion reasons. Three queries for all agents: the trace rollups, the candidate
-    rollups, the release events."""
+    to now, even in the hour not counted yet) and the top exclusion reasons. Three queries for
+    all agents: the trace rollups, the candidate rollups, the release events; the geometry is
+    traces.charts'."""
     now = now or timezone.now()
-    start, end, bucket_count = _chart_start(now)
+    start, end, bucket_count = chart_window(now)
     allowed = agents_where(user, Capability.VIEW_TRACES).filter(pk__in=[a.pk for a in agents])
     rollups = HourlyRollup.objects.filter(agent__in=allowed, hour__gte=start, hour__lt=end)
     per_status = (
@@ -709,7 +600,7 @@ def status_charts(*, user, agents, now=None) -> dict[int, list[StatusChart]]:
     for agent_id, env, position, hour, status, total in per_status:
         positions[env] = position
         buckets = counts.setdefault((agent_id, env), [{} for _ in range(bucket_count)])
-        index = _bucket_index(hour, start)
+        index = bucket_index(hour, start)
         if 0 <= index < bucket_count:
             buckets[index][status] = buckets[index].get(status, 0) + total
 
@@ -741,26 +632,24 @@ def status_charts(*, user, agents, now=None) -> dict[int, list[StatusChart]]:
         )
         .order_by("occurred_at")
     )
-    width = bucket_count * CHART_WIDTH
     for agent_id, env, document, action, number, actor, when in events:
-        if _chart_x(when, start) > width:
-            continue  # past the newest bucket (its hours are not counted yet)
-        label = (
-            f"{when:%Y-%m-%d %H:%M} UTC: {document} v{number} {_ACTION_WORDS.get(action, action)}"
+        mark = release_mark(
+            when=when,
+            document=document,
+            action=action,
+            number=number,
+            actor=actor,
+            start=start,
+            bucket_count=bucket_count,
         )
-        marks.setdefault((agent_id, env), []).append(
-            ChartMark(_chart_x(when, start), when, f"{label} by {actor}")
-        )
+        if mark is not None:
+            marks.setdefault((agent_id, env), []).append(mark)
 
-    ticks = [
-        ChartTick(i * CHART_WIDTH, f"{start + timedelta(hours=CHART_BUCKET_HOURS * i):%m-%d}")
-        for i in range(bucket_count)
-        if (start + timedelta(hours=CHART_BUCKET_HOURS * i)).hour == 0
-    ]
+    ticks = chart_ticks(start, bucket_count)
     charts: dict[int, list[StatusChart]] = {}
     for (agent_id, env), buckets in sorted(counts.items(), key=lambda i: positions[i[0][1]]):
         charts.setdefault(agent_id, []).append(
-            _chart(
+            status_chart(
                 env,
                 buckets,
                 start=start,
@@ -771,50 +660,6 @@ def status_charts(*, user, agents, now=None) -> dict[int, list[StatusChart]]:
             )
         )
     return charts
-
-
-_ACTION_WORDS = {
-    "publish": "published",
-    "approve": "published (approved)",
-    "rollback": "rolled back to",
-}
-
-
-def _chart(env, buckets, *, start, end, marks, ticks, reasons) -> StatusChart:
-    peak = max((sum(b.values()) for b in buckets), default=0) or 1
-    scale = CHART_BARS_HEIGHT / peak
-    chart_buckets = []
-    totals = dict.fromkeys(CHART_GROUPS, 0)
-    for i, bucket_counts in enumerate(buckets):
-        grouped = dict.fromkeys(CHART_GROUPS, 0)
-        for status, count in bucket_counts.items():
-            grouped[CHART_GROUP_OF.get(status, "failed")] += count
-        segments, top = [], float(CHART_BARS_HEIGHT)
-        for group in CHART_GROUPS:
-            totals[group] += grouped[group]
-            if grouped[group]:
-                height = round(grouped[group] * scale, 2)
-                top -= height
-                segments.append(ChartSegment(group, round(top, 2), height))
-        chart_buckets.append(
-            ChartBucket(
-                start=start + timedelta(hours=CHART_BUCKET_HOURS * i),
-                counts=bucket_counts,
-                x=i * CHART_WIDTH,
-                segments=segments,
-            )
-        )
-    return StatusChart(
-        environment=env,
-        since=start,
-        until=end,
-        buckets=chart_buckets,
-        marks=marks,
-        ticks=ticks,
-        reasons=reasons,
-        totals=totals,
-        width=len(buckets) * CHART_WIDTH,
-    )
 
 
 def dashboard_context(*, user, agents) -> dict:

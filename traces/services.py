@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import msgspec
+from context_runtime.findings import Finding
 from context_runtime.reporter import snapshot_allowed
 from context_runtime.wire import MAX_CLOCK_SKEW_SECONDS
 from context_runtime.wire import Trace as WireTrace
@@ -21,10 +22,10 @@ from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.policy import Capability, check_user_can
 from console.kernel.reasons import reason_clean
 from console.kernel.transactions import service_transaction
-from strategies.catalog.models import Agent, Environment
+from strategies.catalog.models import TRACE_RETENTION_DAYS_DEFAULT, Agent, Environment
 from strategies.documents.models import Document, Version
 from traces import crypto, partitions
-from traces.ingest import ParsedBatch, Rejection, error, occurred_at_errors, snapshot_bytes
+from traces.ingest import ParsedBatch, Rejection
 from traces.models import Snapshot, Trace
 from traces.selectors import traces_keyed
 
@@ -127,7 +128,7 @@ def trace_row(
         agent_id,
         environment_id,
         # In UTC: PostgreSQL refuses offsets beyond ±15:59, which datetime allows. Bounded
-        # by occurred_at_errors first, so the conversion cannot overflow.
+        # by _occurred_at_errors first, so the conversion cannot overflow.
         trace.occurred_at.astimezone(UTC),
         received_at,
         trace.strategy,
@@ -195,22 +196,48 @@ def _copy(cursor, table: str, columns: str, rows) -> None:
             copy.write_row(row)
 
 
-def _scope_errors(trace: WireTrace, identity, agent_ids: dict[str, int]) -> list[dict]:
+# --- store-time checks: what needs the token, the environment, the database or the clock -----
+# (what the bytes alone say was decided by traces.ingest.parse_batch)
+def _scope_errors(trace: WireTrace, identity, agent_ids: dict[str, int]) -> list[Finding]:
     errors = []
     if trace.agent not in agent_ids or not identity.covers_agent(trace.agent):
         # Unknown and out of the token's scope get the same answer (docs/runtime-contract.md).
         errors.append(
-            error("agent", "unknown_agent", f"unknown agent '{trace.agent}' for this token")
+            Finding("agent", "unknown_agent", f"unknown agent '{trace.agent}' for this token")
         )
     if trace.environment and trace.environment != identity.environment_key:
         errors.append(
-            error(
+            Finding(
                 "environment",
                 "environment_mismatch",
                 f"this token writes to '{identity.environment_key}' only",
             )
         )
     return errors
+
+
+def _occurred_at_errors(trace: WireTrace, *, now: datetime, retention_days: int) -> list[Finding]:
+    """occurred_at within [now − the environment's retention, now + the allowed clock skew]:
+    a later time is a broken clock (and year 10000 would break every read), an earlier one
+    would be purged at once."""
+    if trace.occurred_at > now + timedelta(seconds=MAX_CLOCK_SKEW_SECONDS):
+        return [
+            Finding(
+                "occurred_at",
+                "out_of_range",
+                f"is in the future: at most {MAX_CLOCK_SKEW_SECONDS // 60} minutes ahead of "
+                f"the console's clock ({now:%Y-%m-%dT%H:%M:%SZ}); check the runtime's clock",
+            )
+        ]
+    if trace.occurred_at < now - timedelta(days=retention_days):
+        return [
+            Finding(
+                "occurred_at",
+                "out_of_range",
+                f"is older than this environment's trace retention ({retention_days} days)",
+            )
+        ]
+    return []
 
 
 def _strategy_version(trace: WireTrace) -> int | None:
@@ -258,7 +285,7 @@ def _not_stored(identity, environment, request_ids: list[str], indexes: dict[str
         if owner is None or identity.covers_agent(owner):
             duplicates.append(request_id)
         else:
-            taken = error(
+            taken = Finding(
                 "request_id",
                 "request_id_taken",
                 f"already used in environment '{environment.key}' by a runtime outside this "
@@ -291,7 +318,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     indexes: dict[str, int] = {}
     in_scope = []
     for index, trace in batch.valid:
-        problems = _scope_errors(trace, identity, agent_ids) or occurred_at_errors(
+        problems = _scope_errors(trace, identity, agent_ids) or _occurred_at_errors(
             trace, now=now, retention_days=environment.trace_retention_days
         )
         if problems:
@@ -299,7 +326,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         else:
             in_scope.append((index, trace))
     allowed = _snapshots_allowed(
-        [trace for _, trace in in_scope if snapshot_bytes(trace) is not None], agent_ids
+        [trace for index, trace in in_scope if index in batch.snapshots], agent_ids
     )
     dropped: list[str] = []
     traces, snapshots = [], []
@@ -310,7 +337,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         seen.add(trace.request_id)
         accepted[trace.request_id] = trace
         indexes[trace.request_id] = index
-        snapshot = snapshot_bytes(trace)
+        snapshot = batch.snapshots.get(index)
         if snapshot and (trace.agent, trace.strategy, _strategy_version(trace)) not in allowed:
             dropped.append(trace.request_id)
             snapshot = None
@@ -549,7 +576,10 @@ def partitions_maintain(*, now: datetime | None = None, days_ahead: int = 7) -> 
     Must run outside a transaction (DETACH CONCURRENTLY refuses a transaction block)."""
     now = now or timezone.now()
     today = now.astimezone(UTC).date()
-    longest = max(Environment.objects.values_list("trace_retention_days", flat=True), default=30)
+    longest = max(
+        Environment.objects.values_list("trace_retention_days", flat=True),
+        default=TRACE_RETENTION_DAYS_DEFAULT,
+    )
     # A day goes when all of it is older than the longest retention.
     before = (now - timedelta(days=longest)).astimezone(UTC).date()
     with connection.cursor() as cursor:

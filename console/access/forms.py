@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import date, datetime, time, timedelta
 
 from django import forms
-from django.conf import settings
 from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth.forms import AuthenticationForm
 from django.contrib.auth.models import AnonymousUser, Group
 from django.utils import timezone
 
+from console.access.selectors import login_lock_rule
 from console.kernel.audit import AccessAction, AuditAction, access_record, action_filter_choices
 from console.kernel.models import Role
 from console.kernel.policy import CAPABILITY_LABELS, Capability
@@ -20,10 +20,11 @@ from strategies.catalog.models import Agent
 
 
 # --- sign-in -------------------------------------------------------------------------------
-# Lockout is django-axes' (settings: AXES_*): 5 failures for one username from one address
-# lock that pair for 15 minutes. The forms below write the access-log row of each attempt.
+# Lockout is django-axes' (settings AXES_FAILURE_LIMIT, AXES_COOLOFF_TIME): that many failures
+# for one username from one address lock that pair. The forms below write the access-log row
+# of each attempt.
 def lockout_message() -> str:
-    minutes = int(settings.AXES_COOLOFF_TIME.total_seconds() // 60)
+    minutes = login_lock_rule().cool_off_minutes
     return (
         "Too many failed sign-ins for this account from this address. "
         f"Wait {minutes} minutes, or ask an admin to unlock it."

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from axes.helpers import get_cool_off, get_failure_limit
 from axes.models import AccessAttempt
@@ -94,3 +95,18 @@ def login_locks_current() -> list[dict]:
         .order_by("-since", "username")
     )
     return [{**lock, "until": lock["since"] + cool_off} for lock in locks]
+
+
+@dataclass(frozen=True)
+class LoginLockRule:
+    failure_limit: int
+    cool_off_minutes: int  # the window failures are counted in, and how long a lock lasts
+
+
+def login_lock_rule() -> LoginLockRule:
+    """The lockout rule as django-axes applies it (settings AXES_FAILURE_LIMIT and
+    AXES_COOLOFF_TIME), for the pages and messages that state it."""
+    return LoginLockRule(
+        failure_limit=get_failure_limit(None, None),
+        cool_off_minutes=int(get_cool_off().total_seconds() // 60),
+    )

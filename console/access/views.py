@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 
 from console.access import services
 from console.access.forms import ALL_AGENTS, GrantForm, RoleForm
-from console.access.selectors import login_locks_current
+from console.access.selectors import login_lock_rule, login_locks_current
 from console.kernel.errors import ApplicationError, NotFound
 from console.kernel.models import Grant, Role
 from console.kernel.policy import (
@@ -318,7 +318,9 @@ def login_lock_list(request):
             f"the {lock['failures']} failed sign-ins from there are forgotten.",
             "Other addresses are not affected.",
         ]
-    return TemplateResponse(request, "access/login_lock_list.html", {"locks": locks})
+    return TemplateResponse(
+        request, "access/login_lock_list.html", {"locks": locks, "rule": login_lock_rule()}
+    )
 
 
 @require_POST

@@ -5,8 +5,11 @@ at the field they name (`show_refusal`)."""
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
+from django.utils.functional import lazy
 
 from console.kernel.errors import ApplicationError
+from strategies.catalog.models import SNAPSHOT_RETENTION_DAYS_DEFAULT, TRACE_RETENTION_DAYS_DEFAULT
 from strategies.catalog.services import MAX_POSITION, MAX_RETENTION_DAYS
 
 KEY_HELP = (
@@ -65,14 +68,20 @@ class EnvironmentForm(_Edit):
     trace_retention_days = forms.IntegerField(
         min_value=1,
         max_value=MAX_RETENTION_DAYS,
-        initial=30,
-        help_text="Traces older than this are deleted. A change applies at the next purge "
-        "(every 15 minutes).",
+        initial=TRACE_RETENTION_DAYS_DEFAULT,
+        # Lazy: the cadence is read when the form is shown (settings.TRACES_PURGE_MINUTES).
+        help_text=lazy(
+            lambda: (
+                "Traces older than this are deleted. A change applies at the next purge "
+                f"(every {settings.TRACES_PURGE_MINUTES} minutes)."
+            ),
+            str,
+        )(),
     )
     snapshot_retention_days = forms.IntegerField(
         min_value=1,
         max_value=MAX_RETENTION_DAYS,
-        initial=7,
+        initial=SNAPSHOT_RETENTION_DAYS_DEFAULT,
         help_text="Full requests (sensitive) are deleted sooner; at most the trace retention.",
     )
 

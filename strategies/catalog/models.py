@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from django.db import models
 
+# What a new environment keeps unless its admin says otherwise: traces for a month, snapshots
+# (full requests, sensitive) for a week. The form, the API and environment_create start from
+# these; the migrations keep the literal they were made with.
+TRACE_RETENTION_DAYS_DEFAULT = 30
+SNAPSHOT_RETENTION_DAYS_DEFAULT = 7
+
 
 class Agent(models.Model):
     key = models.SlugField(max_length=100, unique=True)
@@ -28,8 +34,8 @@ class Environment(models.Model):
     protected = models.BooleanField(
         default=False, help_text="Publishing needs a second person's approval."
     )
-    trace_retention_days = models.PositiveIntegerField(default=30)
-    snapshot_retention_days = models.PositiveIntegerField(default=7)
+    trace_retention_days = models.PositiveIntegerField(default=TRACE_RETENTION_DAYS_DEFAULT)
+    snapshot_retention_days = models.PositiveIntegerField(default=SNAPSHOT_RETENTION_DAYS_DEFAULT)
     # The revert policy. Off by default: a rollback is the emergency action and must be
     # fast. On: a rollback here is a request bound to its target version, like a publish.
     rollback_needs_approval = models.BooleanField(

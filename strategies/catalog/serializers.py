@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from console.kernel.api_schema import StrictSerializer
 from console.kernel.reasons import MAX_REASON_CHARS
+from strategies.catalog.models import SNAPSHOT_RETENTION_DAYS_DEFAULT, TRACE_RETENTION_DAYS_DEFAULT
 from strategies.catalog.services import MAX_POSITION, MAX_RETENTION_DAYS
 
 KEY_HELP = "Lowercase letters, digits, '-' and '_', at most 100, e.g. bank-uat. Cannot change."
@@ -61,9 +62,11 @@ class EnvironmentCreateRequest(StrictSerializer):
         default=False,
         help_text="The revert policy: a rollback needs a second person's approval.",
     )
-    trace_retention_days = _days(required=False, default=30)
+    trace_retention_days = _days(required=False, default=TRACE_RETENTION_DAYS_DEFAULT)
     snapshot_retention_days = _days(
-        required=False, default=7, help_text="At most trace_retention_days."
+        required=False,
+        default=SNAPSHOT_RETENTION_DAYS_DEFAULT,
+        help_text="At most trace_retention_days.",
     )
 
 

@@ -33,7 +33,13 @@ from strategies.catalog.dependents import (
     references_to_agent,
     references_to_environment,
 )
-from strategies.catalog.models import Agent, Environment, Manifest
+from strategies.catalog.models import (
+    SNAPSHOT_RETENTION_DAYS_DEFAULT,
+    TRACE_RETENTION_DAYS_DEFAULT,
+    Agent,
+    Environment,
+    Manifest,
+)
 
 # Retention is counted in whole days; ten years is the longest any environment may keep.
 MAX_RETENTION_DAYS = 3650
@@ -382,8 +388,8 @@ def environment_create(
     position: int | None = None,
     protected: bool = False,
     rollback_needs_approval: bool = False,
-    trace_retention_days: int = 30,
-    snapshot_retention_days: int = 7,
+    trace_retention_days: int = TRACE_RETENTION_DAYS_DEFAULT,
+    snapshot_retention_days: int = SNAPSHOT_RETENTION_DAYS_DEFAULT,
     actor,
 ) -> Environment:
     """Add an environment (needs manage_catalog on all agents). Without a position it goes

@@ -6,14 +6,9 @@ the stored body, POSTs it and records every try (`WebhookAttempt`). A non-2xx an
 timeout is retried with exponential backoff, at most `MAX_TRIES` tries in all. The delivery
 id travels as `X-Console-Delivery`: the same on every try, so receivers can de-duplicate.
 
-Targets (docs/runtime-api.md §4): the console calls public addresses only. A URL whose host
-is, or resolves to, a private, loopback, link-local, reserved, multicast or unspecified
-address (IPv4-mapped IPv6 included) is refused at registration and again at every try,
-unless `WEBHOOK_ALLOW_PRIVATE_TARGETS` is on (tests, on-premise receivers); the cloud
-metadata address never. A try resolves the host once, checks every address and connects to
-a checked one (so a DNS answer that changes between check and connect cannot switch it),
-with the URL's host in the Host header and as TLS server name. Redirects are not followed
-(a 3xx is a failed try), and a try ends at `TRY_DEADLINE_SECONDS` whatever the receiver does.
+Targets (docs/runtime-api.md §4): the console calls public addresses only, checked at
+registration and again at every try; the check, the pinned connection and the deadline are
+`strategies.delivery.transport`'s. A redirect is not followed: a 3xx is a failed try.
 
 A try holds no row lock and no transaction while it POSTs: it claims the next try number in
 one short transaction (a conditional UPDATE, so of two concurrent tasks one claims and the
@@ -24,18 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import http.client
-import io
-import ipaddress
 import logging
 import os
 import secrets
-import socket
-import ssl
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from urllib.parse import urlsplit
 
 from celery import current_app
 from django.conf import settings
@@ -50,6 +39,7 @@ from console.kernel.errors import Conflict, NotFound, ValidationFailed
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import update_or_refuse
 from strategies.catalog.models import Environment
+from strategies.delivery import transport
 from strategies.delivery.models import (
     WEBHOOK_EVENT,
     WEBHOOK_EVENTS,
@@ -61,10 +51,9 @@ from strategies.delivery.models import (
 log = logging.getLogger(__name__)
 
 MAX_TRIES = 5
-# The whole of one try — resolution, connect, TLS, sending, the answer's status and headers.
-TRY_DEADLINE_SECONDS = 10.0
 # A claimed try still "in progress" this long after it started was abandoned (its worker
-# stopped): the deadline plus room for the two short transactions around the POST.
+# stopped): the deadline (transport.TRY_DEADLINE_SECONDS) plus room for the two short
+# transactions around the POST.
 CLAIM_STALE_AFTER_SECONDS = 60.0
 EVENT = WEBHOOK_EVENT
 DELIVER_TASK = "strategies.deliver_webhook"
@@ -73,12 +62,6 @@ RETRY_BASE_SECONDS = float(os.environ.get("WEBHOOK_RETRY_BASE_SECONDS", "10"))
 BUSY = "busy"  # another task holds this try: nothing to do (not a delivery status)
 IN_PROGRESS = "in progress"
 _ABANDONED = "abandoned: the worker stopped during this try"
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-# Never a receiver, whatever the setting says.
-_METADATA_ADDRESSES = frozenset(
-    ipaddress.ip_address(a) for a in ("169.254.169.254", "169.254.170.2", "fd00:ec2::254")
-)
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 
 
 def new_webhook_secret() -> str:
@@ -94,190 +77,6 @@ def retry_delay(tries_done: int) -> float:
     return RETRY_BASE_SECONDS * (2 ** (tries_done - 1))
 
 
-# --- which targets the console calls -----------------------------------------------------------
-class TargetRefused(Exception):
-    """The URL's host is, or resolves to, an address the console does not call."""
-
-
-class TargetUnresolved(Exception):
-    """The URL's host does not resolve (now): a try fails and is retried."""
-
-
-@dataclass(frozen=True)
-class Target:
-    """A webhook URL resolved once: the checked addresses to connect to, in order."""
-
-    scheme: str
-    host: str  # as in the URL, without brackets
-    port: int
-    path: str  # path and query, as sent in the request line
-    addresses: tuple[str, ...]
-
-    @property
-    def host_header(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if self.port == _DEFAULT_PORTS[self.scheme] else f"{host}:{self.port}"
-
-
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one carries (IPv4-mapped, 6to4, NAT64), if any."""
-    if ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    if ip.sixtofour is not None:
-        return ip.sixtofour
-    if ip in _NAT64:
-        return ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
-    return None
-
-
-def address_refusal(address: str) -> str | None:
-    """Why the console does not call `address` (a sentence fragment), or None."""
-    ip = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 scope id is not part of it
-    if isinstance(ip, ipaddress.IPv6Address):
-        ip = _embedded_ipv4(ip) or ip
-    if ip in _METADATA_ADDRESSES:
-        return "the cloud metadata address"
-    if ip.is_unspecified:
-        return "an unspecified address"
-    if ip.is_multicast:
-        return "a multicast address"
-    if settings.WEBHOOK_ALLOW_PRIVATE_TARGETS:
-        return None
-    for refused, label in (
-        (ip.is_loopback, "a loopback address"),
-        (ip.is_link_local, "a link-local address"),
-        (ip.is_private, "a private address"),
-        (ip.is_reserved, "a reserved address"),
-        (not ip.is_global, "not a public address"),
-    ):
-        if refused:
-            return label
-    return None
-
-
-def target_resolve(url: str) -> Target:
-    """Resolve the URL's host once and check every address (TargetRefused, TargetUnresolved)."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS or not parts.hostname:
-        raise TargetRefused("not an http(s) URL")
-    try:
-        port = parts.port or _DEFAULT_PORTS[scheme]
-    except ValueError as exc:
-        raise TargetRefused("the port is not a number from 1 to 65535") from exc
-    host = parts.hostname
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise TargetUnresolved(f"{host} does not resolve ({exc})") from exc
-    addresses = tuple(dict.fromkeys(info[4][0] for info in infos))
-    if not addresses:
-        raise TargetUnresolved(f"{host} does not resolve")
-    for address in addresses:
-        reason = address_refusal(address)
-        if reason:
-            where = address if address == host else f"{host} resolves to {address}"
-            raise TargetRefused(f"{where}, {reason}")
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return Target(scheme=scheme, host=host, port=port, path=path, addresses=addresses)
-
-
-# --- one POST within one deadline ----------------------------------------------------------------
-def tls_context() -> ssl.SSLContext:
-    """The TLS settings of a try: the system's trust store, the host name checked."""
-    return ssl.create_default_context()
-
-
-class _DeadlineReader(io.RawIOBase):
-    """Reads from the socket, each read waiting at most until the try's deadline."""
-
-    def __init__(self, sock, deadline: float):
-        self._sock, self._deadline = sock, deadline
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer) -> int:
-        remaining = self._deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("the try's deadline passed")
-        self._sock.settimeout(remaining)
-        return self._sock.recv_into(buffer)
-
-
-class _DeadlineSocket:
-    """What `http.client.HTTPResponse` reads the answer from: the socket, behind the deadline."""
-
-    def __init__(self, sock, deadline: float):
-        self._sock, self._deadline = sock, deadline
-
-    def makefile(self, mode="rb", *args, **kwargs):
-        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
-
-
-def _answer_read_until(deadline: float):
-    """An `HTTPConnection.response_class` whose reads all end by `deadline`."""
-
-    def response(sock, *args, **kwargs):
-        return http.client.HTTPResponse(_DeadlineSocket(sock, deadline), *args, **kwargs)
-
-    return response
-
-
-def _remaining(deadline: float) -> float:
-    remaining = deadline - time.monotonic()
-    if remaining <= 0:
-        raise TimeoutError("the try's deadline passed")
-    return remaining
-
-
-class _PinnedHTTPSConnection(http.client.HTTPSConnection):
-    """TLS to a checked address, with the URL's host name as server name (SNI) and as the
-    name the certificate must carry."""
-
-    def __init__(self, address: str, port: int, *, server_hostname: str, deadline: float):
-        super().__init__(address, port, timeout=_remaining(deadline), context=tls_context())
-        self._server_hostname, self._deadline = server_hostname, deadline
-
-    def connect(self) -> None:
-        http.client.HTTPConnection.connect(self)  # TCP to the pinned address
-        self.sock.settimeout(_remaining(self._deadline))  # the handshake, as a whole
-        self.sock = self._context.wrap_socket(self.sock, server_hostname=self._server_hostname)
-
-
-def _connection(target: Target, address: str, deadline: float) -> http.client.HTTPConnection:
-    if target.scheme == "https":
-        conn = _PinnedHTTPSConnection(
-            address, target.port, server_hostname=target.host, deadline=deadline
-        )
-    else:
-        conn = http.client.HTTPConnection(address, target.port, timeout=_remaining(deadline))
-    conn.response_class = _answer_read_until(deadline)
-    return conn
-
-
-def _post(target: Target, body: bytes, headers: dict, deadline: float) -> tuple[int, str]:
-    """POST to the first checked address that accepts a connection: (status, Location)."""
-    connect_error: OSError | None = None
-    for address in target.addresses:
-        conn = _connection(target, address, deadline)
-        try:
-            try:
-                conn.connect()
-            except ssl.SSLError:
-                raise  # the receiver answered: its certificate is wrong, not its address
-            except OSError as exc:
-                connect_error = exc
-                continue
-            conn.sock.settimeout(_remaining(deadline))  # sendall: a total, not per chunk
-            conn.request("POST", target.path, body=body, headers=headers)
-            response = conn.getresponse()
-            return response.status, response.getheader("Location") or ""
-        finally:
-            conn.close()
-    raise connect_error or OSError("no address to connect to")
-
-
 @dataclass(frozen=True)
 class TryOutcome:
     ok: bool
@@ -288,26 +87,17 @@ class TryOutcome:
 
 
 def post_once(delivery: WebhookDelivery) -> TryOutcome:
-    """One try: resolve and check the target, POST the stored body, within the deadline.
-    Touches no database; ok = a 2xx answer in time. Redirects are not followed."""
+    """One try: POST the stored body, signed, through the transport (which checks the
+    target and keeps the deadline). Touches no database; ok = a 2xx answer in time."""
     body = bytes(delivery.body)
     webhook = delivery.webhook
     clock = time.monotonic()
-    deadline = clock + TRY_DEADLINE_SECONDS
 
     def outcome(**fields) -> TryOutcome:
         fields["error"] = fields.get("error", "")[:500]
         return TryOutcome(duration_ms=int((time.monotonic() - clock) * 1000), **fields)
 
-    try:
-        target = target_resolve(webhook.url)
-    except TargetRefused as exc:
-        log.warning("webhook %s: target refused: %s", webhook.pk, exc)
-        return outcome(ok=False, error=f"refused: {exc}", final=True)
-    except TargetUnresolved as exc:
-        return outcome(ok=False, error=str(exc))
     headers = {
-        "Host": target.host_header,
         "Content-Type": "application/json",
         "User-Agent": "context-console-webhooks/1",
         "X-Console-Event": delivery.event,
@@ -316,13 +106,13 @@ def post_once(delivery: WebhookDelivery) -> TryOutcome:
         "Connection": "close",
     }
     try:
-        status, location = _post(target, body, headers, deadline)
-    except TimeoutError as exc:
-        if time.monotonic() >= deadline - 0.05:
-            return outcome(ok=False, error=f"deadline: no answer within {TRY_DEADLINE_SECONDS:g} s")
-        return outcome(ok=False, error=f"TimeoutError: {exc}")
-    except (OSError, http.client.HTTPException) as exc:
-        return outcome(ok=False, error=f"{type(exc).__name__}: {exc}")
+        answer = transport.post(webhook.url, body, headers)
+    except transport.TargetRefused as exc:
+        log.warning("webhook %s: target refused: %s", webhook.pk, exc)
+        return outcome(ok=False, error=f"refused: {exc}", final=True)
+    except (transport.TargetUnresolved, transport.PostFailed) as exc:
+        return outcome(ok=False, error=str(exc))
+    status, location = answer.status, answer.location
     if 300 <= status < 400:
         log.warning("webhook %s: HTTP %s redirect to %r not followed", webhook.pk, status, location)
         return outcome(
@@ -471,7 +261,9 @@ def deliveries_relay(*, grace: timedelta = RELAY_GRACE, send=deliveries_send) ->
         if tries == 0 or last_try is None:
             expected = created_at  # queued after commit: runs at once
         else:  # the retry after the last try, or the takeover of a try whose worker died
-            wait = max(retry_delay(tries), CLAIM_STALE_AFTER_SECONDS) + TRY_DEADLINE_SECONDS
+            wait = (
+                max(retry_delay(tries), CLAIM_STALE_AFTER_SECONDS) + transport.TRY_DEADLINE_SECONDS
+            )
             expected = last_try + timedelta(seconds=wait)
         if expected + grace <= now:
             due.append(pk)
@@ -498,8 +290,8 @@ def webhook_url_check(url: str) -> None:
             "not an http(s) URL",
         ) from exc
     try:
-        target_resolve(url)
-    except TargetRefused as exc:
+        transport.target_resolve(url)
+    except transport.TargetRefused as exc:
         raise _url_refused(
             f"The console does not send webhooks to internal addresses: {exc}. Use the "
             "receiver's public address (on-premise receivers: an operator can allow private "
@@ -507,7 +299,7 @@ def webhook_url_check(url: str) -> None:
             "internal_address",
             str(exc),
         ) from exc
-    except TargetUnresolved as exc:
+    except transport.TargetUnresolved as exc:
         raise _url_refused(
             f"The console cannot resolve this URL's host: {exc}. Check the name, or register "
             "the webhook once it resolves.",

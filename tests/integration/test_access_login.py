@@ -4,6 +4,8 @@ admin for superusers only and audited."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
@@ -143,6 +145,20 @@ def test_login_locks_page__a_locked_pair__listed_with_address_and_failures(
     rows = response.context["locks"]
     assert [(r["username"], r["ip_address"], r["failures"]) for r in rows] == [(person, HOME, 5)]
     assert "Unlock…" in response.content.decode()
+
+
+def test_login_locks_page__lockout_rule__stated_from_the_axes_settings(admin_client, settings):
+    default = admin_client.get(reverse("login-lock-list")).content.decode()
+    assert "After 5 failed sign-ins within 15 minutes" in default
+    assert "for 15 minutes." in default
+
+    settings.AXES_FAILURE_LIMIT = 3
+    settings.AXES_COOLOFF_TIME = timedelta(minutes=40)
+    page = admin_client.get(reverse("login-lock-list")).content.decode()
+
+    assert "After 3 failed sign-ins within 40 minutes" in page
+    assert "for 40 minutes." in page
+    assert "15 minutes" not in page
 
 
 def test_login_lock_clear__admin_with_reason__audited_and_user_signs_in_at_once(

@@ -245,6 +245,41 @@ def test_environment_create_page__defaults__last_in_order_and_audited(admin_clie
     assert AuditRecord.objects.get(action="environment.create").after["key"] == "bank-uat"
 
 
+def test_environment_form__purge_cadence__help_text_follows_the_setting(admin_client, settings):
+    default = html.unescape(admin_client.get("/catalog/environments/new/").content.decode())
+    assert "A change applies at the next purge (every 15 minutes)." in default
+
+    settings.TRACES_PURGE_MINUTES = 5
+    page = html.unescape(admin_client.get("/catalog/environments/new/").content.decode())
+
+    assert "A change applies at the next purge (every 5 minutes)." in page
+    assert "every 15 minutes" not in page
+
+
+def test_environment_create__no_retention_given__the_one_default_everywhere(admin):
+    from strategies.catalog.forms import EnvironmentForm
+    from strategies.catalog.models import (
+        SNAPSHOT_RETENTION_DAYS_DEFAULT,
+        TRACE_RETENTION_DAYS_DEFAULT,
+    )
+    from strategies.catalog.serializers import EnvironmentCreateRequest
+
+    env = services.environment_create(key="bank-uat", actor=admin)
+    defaults = (TRACE_RETENTION_DAYS_DEFAULT, SNAPSHOT_RETENTION_DAYS_DEFAULT)
+    assert (env.trace_retention_days, env.snapshot_retention_days) == defaults
+    form = EnvironmentForm()
+    assert (
+        form.fields["trace_retention_days"].initial,
+        form.fields["snapshot_retention_days"].initial,
+    ) == defaults
+    request = EnvironmentCreateRequest(data={"key": "prod"})
+    assert request.is_valid(), request.errors
+    assert (
+        request.validated_data["trace_retention_days"],
+        request.validated_data["snapshot_retention_days"],
+    ) == defaults
+
+
 @pytest.mark.parametrize(
     ("trace_days", "snapshot_days", "field", "words"),
     [

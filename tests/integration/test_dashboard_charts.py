@@ -12,8 +12,9 @@ from django.utils import timezone
 from strategies.releases.models import ReleaseEvent
 from tests.factories import ReleaseFactory
 from tests.factories.traces import world as traces_world
+from traces.charts import chart_window
 from traces.models import HourlyRollup
-from traces.selectors import _chart_start, dashboard_context, status_charts
+from traces.selectors import dashboard_context, status_charts
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +39,7 @@ def rollup(w, hour, status, count, *, agent="assistant_professional", env="sg-te
 
 def test_status_charts__rollups__counted_per_bucket_by_status(w, make_user):
     now = datetime(2026, 11, 30, 10, 20, tzinfo=UTC)
-    start, end, buckets = _chart_start(now)
+    start, end, buckets = chart_window(now)
     last = start + timedelta(hours=6 * (buckets - 1))  # the newest bucket: 06:00–12:00
     assert (start, last, end) == (
         datetime(2026, 11, 23, 12, tzinfo=UTC),
@@ -90,7 +91,7 @@ def test_status_charts__rollups__counted_per_bucket_by_status(w, make_user):
 
 def test_status_charts__other_agents_grant__sees_only_that_agent(w, make_user):
     now = timezone.now()
-    start, _end, _buckets = _chart_start(now)
+    start, _end, _buckets = chart_window(now)
     rollup(w, start, "ready", 3)
     rollup(w, start, "ready", 5, agent="assistant_lite")
     lite = w["agents"]["assistant_lite"]
@@ -115,7 +116,7 @@ def test_status_charts__release_event__marked_on_the_axis(w, make_user):
         actor="ops",
     )
     now = timezone.now() + timedelta(hours=2)  # the event's hour has closed
-    start, _end, _buckets = _chart_start(now)
+    start, _end, _buckets = chart_window(now)
     rollup(w, start, "ready", 1)
 
     (chart,) = status_charts(
@@ -144,7 +145,7 @@ def test_dashboard_part__no_rollups__empty_state_and_many_agents_in_few_queries(
 
 def test_dashboard_part__rollups__svg_with_bars_legend_and_words(w, make_user):
     now = timezone.now()
-    start, _end, buckets = _chart_start(now)
+    start, _end, buckets = chart_window(now)
     rollup(w, start + timedelta(hours=6 * (buckets - 1)), "ready", 4)
     rollup(w, start + timedelta(hours=6 * (buckets - 1)), "degraded", 2)
     user = make_user("sup4", support=None)

@@ -30,7 +30,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from console.kernel.errors import ValidationFailed
-from strategies.delivery import webhooks
+from strategies.delivery import transport, webhooks
 from strategies.delivery.models import Webhook, WebhookAttempt, WebhookDelivery
 from tests.factories import EnvironmentFactory, user_with_grants
 
@@ -334,7 +334,7 @@ def test_delivery__answer_dribbled_byte_by_byte__stopped_at_the_overall_deadline
     world, network, receivers, private_allowed, monkeypatch
 ):
     """Each byte arrives well within any per-read timeout; the whole answer takes 4 s."""
-    monkeypatch.setattr(webhooks, "TRY_DEADLINE_SECONDS", 1.0, raising=False)
+    monkeypatch.setattr(transport, "TRY_DEADLINE_SECONDS", 1.0, raising=False)
     monkeypatch.setattr(webhooks, "TIMEOUT_SECONDS", 1.0, raising=False)  # the old per-read one
     stop = threading.Event()
 
@@ -399,7 +399,7 @@ def test_delivery__https__pinned_address_with_sni_and_certificate_of_the_host_na
     seen_sni: list[str | None] = []
     server_tls.sni_callback = lambda sock, name, ctx: seen_sni.append(name)
     monkeypatch.setattr(
-        webhooks,
+        transport,
         "tls_context",
         lambda: ssl.create_default_context(cafile=str(cert_path)),
         raising=False,

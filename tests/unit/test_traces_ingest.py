@@ -90,6 +90,20 @@ def test_snapshot_bytes__object_sent__kept_verbatim():
     assert ingest.snapshot_bytes(trace) == b'{"messages":["hi"]}'
 
 
+def test_parse_batch__snapshots__handed_over_by_index_for_the_valid_traces_that_carry_one():
+    """The store reads each trace's snapshot from the parsed batch, not from the trace again."""
+    bad = trace_payload("req-bad", snapshot={"messages": ["lost"]})
+    bad["status"] = "maybe"
+    batch = parse(
+        trace_payload("req-none"),
+        trace_payload("req-null", snapshot=None),
+        bad,
+        trace_payload("req-snap", snapshot={"messages": ["hi"]}),
+    )
+    assert [i for i, _ in batch.valid] == [0, 1, 3]
+    assert batch.snapshots == {3: b'{"messages":["hi"]}'}
+
+
 def _trace(status, **kw):
     base = dict(
         status=status,
