@@ -32,6 +32,27 @@ CHROMIUM_FLAGS = [
 ]
 
 
+def pytest_sessionstart(session):
+    """With CONSOLE_TEST_ENGINES=embedded the suite must run on the embedded engines alone:
+    stop at once if it was pointed at a TCP server (the machine's 5432/6379), which would let
+    a child that guesses 127.0.0.1:5432 pass by luck."""
+    from tests.engines import embedded_mode, machine_servers_in_use
+
+    if not embedded_mode():
+        return
+    from django.conf import settings
+    from django.db import connections
+
+    found = machine_servers_in_use(connections["default"].settings_dict, settings.REDIS_URL)
+    if found:
+        pytest.exit(
+            "CONSOLE_TEST_ENGINES=embedded, but the tests use "
+            + " and ".join(found)
+            + "; run them through scripts/test.sh, which starts the embedded engines",
+            returncode=pytest.ExitCode.USAGE_ERROR,
+        )
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup):
     """Empty the database between transactional tests through a path only a superuser has.
@@ -88,21 +109,13 @@ def demo_world(db):
 
 # --- a real Celery worker process --------------------------------------------------------------
 @pytest.fixture
-def celery_worker_process(transactional_db, settings):
+def celery_worker_process(transactional_db):
     """Start `celery -A console worker` as a separate process against the test database and
     the real broker, on a queue private to this test run. Yields the queue name."""
-    from django.db import connection
+    from tests.engines import child_env
 
     queue = f"test-{os.getpid()}-{time.monotonic_ns()}"
-    db = connection.settings_dict
-    env = dict(os.environ)
-    host = db.get("HOST") or ""
-    env["DATABASE_URL"] = (
-        f"postgresql://{db['USER']}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
-        if host and not host.startswith("/")
-        else f"postgresql://{db['USER']}@/{db['NAME']}?host={host}"
-    )
-    env["REDIS_URL"] = settings.CELERY_BROKER_URL
+    env = child_env()
     env["CELERY_QUEUE"] = queue
     (ROOT / ".data").mkdir(exist_ok=True)
     log = open(ROOT / ".data" / f"worker-{queue}.log", "w")  # noqa: SIM115

@@ -22,6 +22,7 @@ from console.kernel.audit import AccessAction, AuditAction, access_record, audit
 from console.kernel.models import AccessLogEntry, AuditRecord
 from strategies.documents.models import Version
 from strategies.releases.models import Release, ReleaseEvent
+from tests.engines import pg_connect_kwargs
 from tests.factories import EnvironmentFactory, FrozenVersionFactory
 
 # The role must see committed rows: these tests commit, and the database is emptied after
@@ -79,13 +80,8 @@ def app_role():
         with connection.cursor() as cursor:
             for table in tables:
                 cursor.execute(f'GRANT {privileges} ON {table} TO "{name}"')
-        conn = psycopg.connect(
-            host="127.0.0.1",
-            port=int(db.get("PORT") or 5432),
-            dbname=db["NAME"],
-            user=name,
-            autocommit=True,
-        )
+        # The test database's server as this process reaches it (TCP or socket), as `name`.
+        conn = psycopg.connect(**pg_connect_kwargs(user=name, password=None), autocommit=True)
         opened.append(conn)
         return conn
 

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import io
-import os
 import signal
 import subprocess
 import sys
@@ -26,6 +25,7 @@ from strategies.catalog.services import manifest_record
 from strategies.documents.models import Version
 from strategies.releases.services import release_publish
 from strategies.runtime.models import RuntimeToken
+from tests.engines import child_env
 from tests.runtime_sim import ROOT, ConsoleServer, wait_until
 from traces.models import Snapshot, Trace
 
@@ -134,32 +134,16 @@ def test_demo_traces__replayed_through_engine__same_decisions():
         )
 
 
-def _database_url(settings_dict: dict) -> str:
-    host, user = settings_dict.get("HOST") or "", settings_dict["USER"]
-    if settings_dict.get("PASSWORD"):
-        user = f"{user}:{settings_dict['PASSWORD']}"
-    if host and not host.startswith("/"):
-        port = settings_dict.get("PORT") or 5432
-        return f"postgresql://{user}@{host}:{port}/{settings_dict['NAME']}"
-    return f"postgresql://{user}@/{settings_dict['NAME']}?host={host}"
-
-
 @pytest.mark.django_db(transaction=True)
 def test_demo_traffic__real_console__publish_v3_to_bank_uat__next_traces_carry_v3(
     settings, tmp_path
 ):
     from django.contrib.auth import get_user_model
-    from django.db import connection
 
     load_demo()
-    env = {
-        **os.environ,
-        "DATABASE_URL": _database_url(connection.settings_dict),
-        "REDIS_URL": settings.REDIS_URL,
-        "CACHE_PREFIX": settings.CACHES["default"]["KEY_PREFIX"],
-        "DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-    }
+    env = child_env(
+        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"], DEBUG="false", LOG_LEVEL="WARNING"
+    )
     console = ConsoleServer(env, log_path=tmp_path / "console.log").start()
     command = [sys.executable, "manage.py", "demo_traffic", "--console", console.url]
     traffic = None

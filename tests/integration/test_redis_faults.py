@@ -17,7 +17,6 @@ The outage test starts its own redis-server on a free port and stops only that o
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import socket
@@ -33,7 +32,6 @@ from pathlib import Path
 import pytest
 import redis
 from axes.models import AccessAttempt
-from django.db import connection
 from django.test import Client
 
 from strategies.delivery import config as runtime_config
@@ -44,6 +42,7 @@ from strategies.runtime.auth import token_hash
 from strategies.runtime.models import RuntimeToken
 from strategies.runtime.tokens import runtime_token_revoke
 from strategies.tasks import reconcile_runtime_cache, relay_webhook_deliveries
+from tests.engines import child_env
 from tests.factories import bearer, release_setup, runtime_token, trace_payload
 from tests.runtime_sim import ConsoleServer
 from traces.models import Trace
@@ -254,23 +253,10 @@ def own_redis():
     server.stop()
 
 
-def database_url() -> str:
-    db = connection.settings_dict
-    host = db.get("HOST") or ""
-    if host and not host.startswith("/"):
-        return f"postgresql://{db['USER']}@{host}:{db.get('PORT') or 5432}/{db['NAME']}"
-    return f"postgresql://{db['USER']}@/{db['NAME']}?host={host}"
-
-
 @pytest.fixture
 def console_on_own_redis(own_redis, tmp_path):
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(),
-        "REDIS_URL": own_redis.url,
-        "DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-    }
+    # The test database of this process, but a Redis of its own (the one the test kills).
+    env = child_env(REDIS_URL=own_redis.url, DEBUG="false", LOG_LEVEL="WARNING")
     server = ConsoleServer(env, log_path=tmp_path / "console.log").start()
     yield server
     server.stop()

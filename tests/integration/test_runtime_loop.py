@@ -14,7 +14,6 @@ Measured delays are printed (`pytest -s` shows them).
 
 from __future__ import annotations
 
-import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -25,6 +24,7 @@ from strategies.delivery.models import WebhookDelivery
 from strategies.delivery.webhooks import webhook_create
 from strategies.releases.models import Release
 from strategies.releases.services import release_publish, release_rollback
+from tests.engines import child_env
 from tests.factories import release_setup, runtime_token
 from tests.runtime_sim import ROOT, ConsoleServer, RuntimeSim, free_port, wait_until
 from traces.models import Trace
@@ -40,17 +40,6 @@ WEBHOOK_LIMIT = 1.0  # the runtime serves the new version within 1 s of the deli
 OUTAGE_SECONDS = 6.0
 
 
-def database_url(settings_dict: dict) -> str:
-    """The test database as a URL, the way `celery_worker_process` builds it."""
-    host = settings_dict.get("HOST") or ""
-    user = settings_dict["USER"]
-    if settings_dict.get("PASSWORD"):
-        user = f"{user}:{settings_dict['PASSWORD']}"
-    if host and not host.startswith("/"):
-        return f"postgresql://{user}@{host}:{settings_dict.get('PORT') or 5432}/{settings_dict['NAME']}"
-    return f"postgresql://{user}@/{settings_dict['NAME']}?host={host}"
-
-
 @pytest.fixture
 def loopback_targets(monkeypatch, settings):
     """The simulated runtime's webhook listens on 127.0.0.1: allow private targets in this
@@ -64,17 +53,12 @@ def console_env(transactional_db, settings, loopback_targets):
     """What a console process needs to serve the test's committed rows: the test database,
     the test settings' Redis and cache prefix (so it reads the payloads this process writes
     and hears its invalidations)."""
-    from django.db import connection
-
-    return {
-        **os.environ,
-        "DATABASE_URL": database_url(connection.settings_dict),
-        "REDIS_URL": settings.REDIS_URL,
-        "CACHE_PREFIX": settings.CACHES["default"]["KEY_PREFIX"],
-        "DEBUG": "false",
-        "LOG_LEVEL": "WARNING",
-        "WEBHOOK_ALLOW_PRIVATE_TARGETS": "true",
-    }
+    return child_env(
+        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
+        DEBUG="false",
+        LOG_LEVEL="WARNING",
+        WEBHOOK_ALLOW_PRIVATE_TARGETS="true",
+    )
 
 
 @pytest.fixture

@@ -34,6 +34,7 @@ from console.kernel.models import AccessLogEntry, AuditRecord, ChainCheckpoint
 from console.kernel.request_context import RequestContext, client_ip, current_request
 from console.tasks import chain_checkpoint
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
+from tests.engines import pg_connect_kwargs
 from tests.factories import (
     SAMPLE_AGENT,
     STRATEGY_KEY,
@@ -375,12 +376,9 @@ def test_checkpoints__production_grants__the_app_role_only_reads_and_adds():
         _sql(f'GRANT CONNECT ON DATABASE "{db["NAME"]}" TO "{role}"')
         _sql(f'GRANT USAGE ON SCHEMA public TO "{role}"')
         _sql(f'GRANT SELECT, INSERT ON console_chaincheckpoint TO "{role}"')
+        # The test database's server as this process reaches it (TCP or socket), as `role`.
         with psycopg.connect(
-            host="127.0.0.1",
-            port=int(db.get("PORT") or 5432),
-            dbname=db["NAME"],
-            user=role,
-            autocommit=True,
+            **pg_connect_kwargs(user=role, password=None), autocommit=True
         ) as conn:
             assert conn.execute("SELECT count(*) FROM console_chaincheckpoint").fetchone() == (2,)
             for statement in (

@@ -1,0 +1,103 @@
+"""How a process the tests start reaches the engines the test process uses.
+
+The test database may be reached over TCP (`postgresql://u@host:port/db`), over a unix socket
+named as the URL's host (`postgresql://u@%2Ftmp/db`), or through `?host=` (the embedded
+PostgreSQL of scripts/embedded.py: Django's HOST is then empty and the socket directory sits
+in OPTIONS). Every child (Celery worker, granian console, psycopg probe as another role) is
+given the server, port and test database of this process from here, never a guessed
+127.0.0.1:5432; its broker is this process's REDIS_URL, never a guessed 6379.
+"""
+
+from __future__ import annotations
+
+import os
+from urllib.parse import quote, urlencode
+
+# OPTIONS keys Django consumes itself; everything else in OPTIONS is a libpq parameter.
+_DJANGO_ONLY_OPTIONS = {
+    "assume_role",
+    "context",
+    "cursor_factory",
+    "isolation_level",
+    "pool",
+    "prepare_threshold",
+    "server_side_binding",
+}
+
+
+def embedded_mode() -> bool:
+    """scripts/test.sh was asked for the embedded engines alone (CONSOLE_TEST_ENGINES)."""
+    return os.environ.get("CONSOLE_TEST_ENGINES", "") == "embedded"
+
+
+def _settings_dict() -> dict:
+    from django.db import connection
+
+    return connection.settings_dict
+
+
+def pg_connect_kwargs(settings_dict: dict | None = None, **overrides) -> dict:
+    """psycopg.connect() keywords for the database of `settings_dict` (default: the test
+    database, once pytest-django set it up), as this process reaches it. `overrides` win,
+    e.g. user=<a probe role>; a None override drops the key (password=None)."""
+    db = settings_dict if settings_dict is not None else _settings_dict()
+    kwargs = {
+        key: value
+        for key, value in (db.get("OPTIONS") or {}).items()
+        if key not in _DJANGO_ONLY_OPTIONS and isinstance(value, str | int)
+    }
+    kwargs["dbname"] = db["NAME"]
+    # Django's HOST/PORT/USER/PASSWORD win over OPTIONS, as in its get_connection_params().
+    for key, param in (("USER", "user"), ("PASSWORD", "password"), ("HOST", "host")):
+        if db.get(key):
+            kwargs[param] = db[key]
+    if db.get("PORT"):
+        kwargs["port"] = int(db["PORT"])
+    kwargs.update(overrides)
+    return {key: value for key, value in kwargs.items() if value is not None}
+
+
+def database_url(settings_dict: dict | None = None) -> str:
+    """A DATABASE_URL naming the same server, port and database as pg_connect_kwargs():
+    `postgresql://u@host:port/db` over TCP, `postgresql://u@/db?host=<dir>` for a socket (or
+    no host at all: libpq's default socket)."""
+    kwargs = pg_connect_kwargs(settings_dict)
+    user = quote(str(kwargs.pop("user", "")), safe="")
+    if "password" in kwargs:
+        user = f"{user}:{quote(str(kwargs.pop('password')), safe='')}"
+    name = quote(str(kwargs.pop("dbname")), safe="")
+    host = str(kwargs.pop("host", ""))
+    auth = f"{user}@" if user else ""
+    if host and not host.startswith("/"):
+        netloc = f"[{host}]" if ":" in host else host
+        if "port" in kwargs:
+            netloc = f"{netloc}:{kwargs.pop('port')}"
+        query = urlencode(kwargs)
+        return f"postgresql://{auth}{netloc}/{name}" + (f"?{query}" if query else "")
+    query = urlencode({**({"host": host} if host else {}), **kwargs})
+    return f"postgresql://{auth}/{name}" + (f"?{query}" if query else "")
+
+
+def broker_url() -> str:
+    """This process's REDIS_URL (its broker and cache), for a child's REDIS_URL."""
+    from django.conf import settings
+
+    return settings.REDIS_URL
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """os.environ with DATABASE_URL (the test database) and REDIS_URL of this process, plus
+    `extra`: the environment of a console, worker or script the test starts."""
+    return {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": broker_url(), **extra}
+
+
+def machine_servers_in_use(settings_dict: dict, redis_url: str) -> list[str]:
+    """What of the test process's engines is a TCP server rather than a unix socket; in
+    embedded mode this must be empty (the embedded engines listen on sockets only)."""
+    found = []
+    host = str(pg_connect_kwargs(settings_dict).get("host", ""))
+    if host and not host.startswith("/"):
+        found.append(f"PostgreSQL over TCP ({host}:{settings_dict.get('PORT') or 'default port'})")
+    if not redis_url.startswith(("redis+socket://", "unix://")):
+        found.append(f"Redis over TCP ({redis_url})")
+    return found
