@@ -22,6 +22,8 @@ from typing import Any
 
 import msgspec
 
+from context_runtime import _json
+
 __all__ = [
     "DELIVERY_HEADER",
     "EVENT_HEADER",
@@ -150,7 +152,7 @@ def read_delivery(
     if not verify_signature(secrets, bytes(body), header_value(headers, SIGNATURE_HEADER)):
         raise WebhookRefused(401, "bad_signature", "The signature does not match the body.")
     try:
-        data = msgspec.json.decode(body)
+        data = _json.decode(body)
     except (msgspec.DecodeError, ValueError) as error:
         raise WebhookRefused(400, "malformed", f"The body is not JSON: {error}") from error
     if not isinstance(data, dict):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from context_runtime import __version__
+from context_runtime import __version__, _json
 
 API_PREFIX = "/api/v1/runtime/"
 USER_AGENT = f"context-runtime/{__version__} (python)"
@@ -70,7 +70,7 @@ def error_of(body: bytes) -> tuple[str, str]:
     """``(code, message)`` of ``{"error": {"code", "message", ...}}``; empty strings if the
     body is something else."""
     try:
-        data = msgspec.json.decode(body)
+        data = _json.decode(body)
     except (msgspec.DecodeError, ValueError):
         return "", ""
     error = data.get("error") if isinstance(data, dict) else None
