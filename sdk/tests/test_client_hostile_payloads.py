@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 
 import msgspec
 import pytest
 from context_runtime.client import STALE, ConfigClient
 from context_runtime.client._http import Response
-from context_runtime.webhook import WebhookRefused, read_delivery, sign
+from context_runtime.webhook import WebhookRefused, read_delivery, sign_delivery
 from fake_console import AGENT, PAYLOAD, TOKEN, dead_url
 
 STRATEGY = "after_sales_consultation"
@@ -90,7 +91,12 @@ def test_error_answer_nested_thousands_deep__summarised_not_raised():
 
 def test_webhook__signed_body_nested_thousands_deep__refused_as_malformed():
     body = nested(5_000)
-    headers = {"X-Console-Delivery": "d-1", "X-Console-Signature": sign("whsec_x", body)}
+    stamp = int(time.time())
+    headers = {
+        "webhook-id": "d-1",
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": sign_delivery("whsec_x", "d-1", stamp, body),
+    }
 
     with pytest.raises(WebhookRefused) as refused:
         read_delivery(["whsec_x"], headers, body)
