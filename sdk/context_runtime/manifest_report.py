@@ -33,6 +33,7 @@ from typing import Any
 
 import msgspec
 
+from context_runtime import _json
 from context_runtime.client import _http as http
 from context_runtime.client._http import TransportError
 from context_runtime.findings import blocking
@@ -268,7 +269,7 @@ def report_manifest_in_background(*args, **kwargs) -> threading.Thread:
 
 def _accepted(response: http.Response, body: dict) -> ManifestResult:
     try:
-        answer = msgspec.json.decode(response.body)
+        answer = _json.decode(response.body)
     except (msgspec.DecodeError, ValueError):
         answer = {}
     answer = answer if isinstance(answer, dict) else {}

@@ -37,6 +37,7 @@ from typing import Any
 
 import msgspec
 
+from context_runtime import _json
 from context_runtime.client import _http as http
 from context_runtime.client._http import TransportError
 from context_runtime.wire import MAX_BATCH_BYTES, MAX_TRACES_PER_BATCH, Trace
@@ -440,7 +441,7 @@ class TraceReporter:
 
     def _committed(self, batch: list[tuple[str, bytes]], response: http.Response) -> None:
         try:
-            answer = msgspec.json.decode(response.body)
+            answer = _json.decode(response.body)
         except (msgspec.DecodeError, ValueError):
             answer = None
         if not isinstance(answer, dict):

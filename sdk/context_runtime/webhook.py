@@ -1,9 +1,20 @@
 """Webhooks from the console (RUNTIME_API §4): check the signature, read the delivery.
 
-The console POSTs ``release.changed`` with ``X-Console-Event``, ``X-Console-Delivery`` (the
-idempotency key, the same on every retry) and ``X-Console-Signature: sha256=<hex HMAC-SHA256 of
-the raw body with the webhook's secret>``. It counts a 2xx within 5 s as delivered and retries
-anything else, so the handler answers at once and leaves the work to a background thread
+The console POSTs ``release.changed`` signed after the Standard Webhooks scheme
+(https://www.standardwebhooks.com/): ``webhook-id`` (the delivery id, the idempotency key, the
+same on every retry), ``webhook-timestamp`` (Unix seconds of this try) and
+``webhook-signature: v1,<base64 HMAC-SHA256 of "{id}.{timestamp}.{raw body}">`` (several,
+space-separated, during a secret rotation). The key is the webhook's secret as UTF-8 bytes.
+Signing the id and the time with the body is what stops a replay: a captured delivery sent
+again with another id, or later than :data:`TOLERANCE_SECONDS`, does not verify.
+
+Until 2027-06-01 the console also sends the old headers (``X-Console-Event``,
+``X-Console-Delivery``, ``X-Console-Signature: sha256=<hex HMAC of the body alone>``) for
+receivers not updated yet; this module no longer accepts them alone (:func:`sign` and
+:func:`verify_signature` remain for those receivers' tests).
+
+The console counts a 2xx within 5 s as delivered and retries anything else, so the handler
+answers at once and leaves the work to a background thread
 (:meth:`context_runtime.client.ConfigClient.handle_webhook` does exactly that).
 
 To mount it without a web framework, :func:`make_wsgi_app` wraps a handler as a WSGI app.
@@ -11,10 +22,13 @@ To mount it without a web framework, :func:`make_wsgi_app` wraps a handler as a 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import hmac
 import http.client
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -22,12 +36,18 @@ from typing import Any
 
 import msgspec
 
+from context_runtime import _json
+
 __all__ = [
     "DELIVERY_HEADER",
     "EVENT_HEADER",
     "MAX_WEBHOOK_BYTES",
     "SIGNATURE_HEADER",
     "SIGNATURE_PREFIX",
+    "TOLERANCE_SECONDS",
+    "WEBHOOK_ID_HEADER",
+    "WEBHOOK_SIGNATURE_HEADER",
+    "WEBHOOK_TIMESTAMP_HEADER",
     "Delivery",
     "DeliveryLog",
     "Handler",
@@ -37,9 +57,19 @@ __all__ = [
     "make_wsgi_app",
     "read_delivery",
     "sign",
+    "sign_delivery",
+    "verify_delivery",
     "verify_signature",
 ]
 
+WEBHOOK_ID_HEADER = "webhook-id"
+WEBHOOK_TIMESTAMP_HEADER = "webhook-timestamp"
+WEBHOOK_SIGNATURE_HEADER = "webhook-signature"
+SIGNATURE_VERSION = "v1"
+# A delivery signed more than this long before (or after) the receiver's clock is refused:
+# a captured one cannot be replayed later. The Standard Webhooks default.
+TOLERANCE_SECONDS = 300
+# The old headers, sent by the console during the transition (see the module).
 SIGNATURE_PREFIX = "sha256="
 EVENT_HEADER = "X-Console-Event"
 DELIVERY_HEADER = "X-Console-Delivery"
@@ -47,17 +77,91 @@ SIGNATURE_HEADER = "X-Console-Signature"
 MAX_WEBHOOK_BYTES = 64 * 1024
 
 
+def _key(secret: str | bytes) -> bytes:
+    return secret.encode() if isinstance(secret, str) else bytes(secret)
+
+
+def sign_delivery(secret: str | bytes, delivery_id: str, timestamp: int, body: bytes) -> str:
+    """The ``webhook-signature`` value: ``v1,<base64 HMAC-SHA256 of id.timestamp.body>``."""
+    signed = f"{delivery_id}.{timestamp}.".encode() + bytes(body)
+    digest = hmac.new(_key(secret), signed, hashlib.sha256).digest()
+    return f"{SIGNATURE_VERSION}," + base64.b64encode(digest).decode()
+
+
+def verify_delivery(
+    secret: str | bytes | Iterable[str | bytes],
+    headers: Mapping[str, str],
+    body: bytes,
+    *,
+    now: float | None = None,
+    tolerance: float = TOLERANCE_SECONDS,
+) -> str:
+    """Check the Standard Webhooks signature of a delivery; return its ``webhook-id``.
+
+    Raises :class:`WebhookRefused` (401) when a header is missing, the timestamp is further
+    than ``tolerance`` seconds from ``now``, or no ``v1`` signature in the header matches
+    under ``secret`` (or any of several secrets, for a rotation). Constant-time comparison.
+    """
+    delivery_id = header_value(headers, WEBHOOK_ID_HEADER)
+    timestamp = header_value(headers, WEBHOOK_TIMESTAMP_HEADER)
+    given = header_value(headers, WEBHOOK_SIGNATURE_HEADER)
+    for name, value in (
+        (WEBHOOK_ID_HEADER, delivery_id),
+        (WEBHOOK_TIMESTAMP_HEADER, timestamp),
+        (WEBHOOK_SIGNATURE_HEADER, given),
+    ):
+        if not value or not value.strip():
+            raise WebhookRefused(401, "missing_header", f"{name} is missing.")
+    try:
+        sent_at = int(timestamp.strip())
+    except ValueError:
+        raise WebhookRefused(
+            401, "bad_timestamp", f"{WEBHOOK_TIMESTAMP_HEADER} is not a number."
+        ) from None
+    now = time.time() if now is None else now
+    if abs(now - sent_at) > tolerance:
+        raise WebhookRefused(
+            401,
+            "stale_timestamp",
+            f"The delivery was signed {now - sent_at:+.0f} s from now; at most "
+            f"{tolerance:g} s are accepted.",
+        )
+    offered = []
+    for part in given.split():
+        version, _, value = part.partition(",")
+        if version != SIGNATURE_VERSION:
+            continue
+        try:
+            offered.append(base64.b64decode(value, validate=True))
+        except (binascii.Error, ValueError):
+            continue
+    secrets = [secret] if isinstance(secret, str | bytes) else list(secret)
+    signed = f"{delivery_id}.{sent_at}.".encode() + bytes(body)
+    matched = False
+    for one in secrets:
+        if not one:
+            continue
+        expected = hmac.new(_key(one), signed, hashlib.sha256).digest()
+        for candidate in offered:
+            # No early exit, so the time taken does not say which secret matched.
+            matched |= hmac.compare_digest(expected, candidate)
+    if not matched:
+        raise WebhookRefused(401, "bad_signature", "The signature does not match the delivery.")
+    return delivery_id
+
+
 def sign(secret: str | bytes, body: bytes) -> str:
-    """The ``X-Console-Signature`` value for ``body``: ``sha256=<hex>``."""
-    key = secret.encode() if isinstance(secret, str) else secret
-    return SIGNATURE_PREFIX + hmac.new(key, body, hashlib.sha256).hexdigest()
+    """The old ``X-Console-Signature`` value for ``body``: ``sha256=<hex>`` (the body alone,
+    so it can be replayed; sent during the transition only)."""
+    return SIGNATURE_PREFIX + hmac.new(_key(secret), body, hashlib.sha256).hexdigest()
 
 
 def verify_signature(
     secret: str | bytes | Iterable[str | bytes], body: bytes, header: str | None
 ) -> bool:
-    """True when ``header`` is ``sha256=<hex HMAC-SHA256 of body>`` under ``secret`` (or under
-    any of several secrets, for a rotation). Constant-time comparison; never raises."""
+    """True when ``header`` is the old ``sha256=<hex HMAC-SHA256 of body>`` under ``secret``
+    (or any of several). Constant-time comparison; never raises. :func:`read_delivery` does
+    not accept this alone: it does not stop a replay."""
     if not isinstance(header, str) or not isinstance(body, bytes | bytearray):
         return False
     header = header.strip()
@@ -124,7 +228,7 @@ class Delivery:
 
 def header_value(headers: Mapping[str, str], name: str) -> str | None:
     """A header from a dict (any case), an ``email.message.Message``, Django's
-    ``request.headers`` or a WSGI environ (``HTTP_X_CONSOLE_SIGNATURE``)."""
+    ``request.headers`` or a WSGI environ (``HTTP_WEBHOOK_SIGNATURE``)."""
     value = headers.get(name)
     if value is None:
         value = headers.get("HTTP_" + name.upper().replace("-", "_"))
@@ -147,18 +251,15 @@ def read_delivery(
         raise WebhookRefused(400, "malformed", "The body must be the raw bytes received.")
     if len(body) > MAX_WEBHOOK_BYTES:
         raise WebhookRefused(413, "too_large", "The delivery is larger than a webhook can be.")
-    if not verify_signature(secrets, bytes(body), header_value(headers, SIGNATURE_HEADER)):
-        raise WebhookRefused(401, "bad_signature", "The signature does not match the body.")
+    delivery = verify_delivery(secrets, headers, bytes(body))
     try:
-        data = msgspec.json.decode(body)
+        data = _json.decode(body)
     except (msgspec.DecodeError, ValueError) as error:
         raise WebhookRefused(400, "malformed", f"The body is not JSON: {error}") from error
     if not isinstance(data, dict):
         raise WebhookRefused(400, "malformed", "The body must be a JSON object.")
-    event = header_value(headers, EVENT_HEADER) or _text(data.get("event")) or ""
-    delivery = header_value(headers, DELIVERY_HEADER) or ""
-    if not delivery:
-        raise WebhookRefused(400, "malformed", f"{DELIVERY_HEADER} is missing.")
+    # The signed body's event first; the header is not signed.
+    event = _text(data.get("event")) or header_value(headers, EVENT_HEADER) or ""
     return Delivery(event=event, delivery=delivery, body=data)
 
 

@@ -93,6 +93,9 @@ class FakeConsole:
         self.modes = {"config": OK, "traces": OK, "manifest": OK}
         self.fail_next = {"config": [], "traces": [], "manifest": []}  # statuses to answer first
         self.hang_seconds = 3.0
+        # When set, every config request gets 200 with these bytes under the current ETag,
+        # If-None-Match ignored: a console (or a cache in front of it) that misbehaves.
+        self.config_body: bytes | None = None
         self.max_batch_bytes: int | None = None  # traces larger than this → 413
         self.config_requests: list[tuple[str | None, int]] = []  # (If-None-Match, status)
         self.trace_posts: list[dict] = []  # {"status", "bytes", "request_ids"}
@@ -188,6 +191,10 @@ class FakeConsole:
         with self.lock:
             etag = self.etag
             body = msgspec.json.encode({**self.payload, "etag": etag})
+            if self.config_body is not None:
+                self.config_requests.append((inm, 200))
+                _send(handler, 200, self.config_body, {"ETag": etag})
+                return
         if mode == GARBAGE:
             self.config_requests.append((inm, 200))
             _send(handler, 200, b'{"agent": "assistant_prof', {"ETag": etag})

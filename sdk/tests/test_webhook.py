@@ -13,7 +13,15 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import msgspec
 import pytest
 from context_runtime.client import ConfigClient
-from context_runtime.webhook import make_wsgi_app, sign, verify_signature
+from context_runtime.webhook import (
+    WebhookRefused,
+    make_wsgi_app,
+    read_delivery,
+    sign,
+    sign_delivery,
+    verify_delivery,
+    verify_signature,
+)
 from fake_console import AGENT, ENVIRONMENT, HANG, PAYLOAD, TOKEN
 
 SECRET = "whsec_test-secret"
@@ -52,12 +60,20 @@ def release_changed(console, *, agent=AGENT, environment=ENVIRONMENT, delivery="
             "occurred_at": "2026-11-30T09:12:44Z",
         }
     )
-    headers = {
+    return signed(body, delivery), body
+
+
+def signed(body: bytes, delivery: str = "d-1", *, at: float | None = None, secret=SECRET):
+    """The headers the console sends with ``body`` (Standard Webhooks, and the old ones)."""
+    timestamp = int(time.time() if at is None else at)
+    return {
+        "webhook-id": delivery,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": sign_delivery(secret, delivery, timestamp, body),
         "X-Console-Event": "release.changed",
         "X-Console-Delivery": delivery,
-        "X-Console-Signature": sign(SECRET, body),
+        "X-Console-Signature": sign(secret, body),
     }
-    return headers, body
 
 
 def publish_version_4(console) -> str:
@@ -108,6 +124,88 @@ def test_verify_signature__secret_rotation__either_secret_matches():
     assert not verify_signature([], body, sign(SECRET, body))
 
 
+def test_verify_delivery__signed_id_time_and_body__returns_the_id():
+    body = b'{"event": "release.changed"}'
+
+    assert verify_delivery(SECRET, signed(body, "d-7"), body) == "d-7"
+
+
+def test_verify_delivery__captured_body_replayed_with_another_id__refused():
+    body = b'{"event": "release.changed"}'
+    captured = signed(body, "d-7")
+
+    with pytest.raises(WebhookRefused) as refused:
+        verify_delivery(SECRET, {**captured, "webhook-id": "d-8"}, body)
+
+    assert (refused.value.status, refused.value.outcome) == (401, "bad_signature")
+
+
+def test_verify_delivery__body_swapped_under_a_captured_signature__refused():
+    captured = signed(b'{"event": "release.changed", "etag": "a"}', "d-7")
+
+    with pytest.raises(WebhookRefused, match="does not match"):
+        verify_delivery(SECRET, captured, b'{"event": "release.changed", "etag": "b"}')
+
+
+@pytest.mark.parametrize("offset", [-301, 301, -3600, 86400])
+def test_verify_delivery__timestamp_outside_five_minutes__refused(offset):
+    body = b"{}"
+    headers = signed(body, at=time.time() + offset)  # genuinely signed, at another time
+
+    with pytest.raises(WebhookRefused) as refused:
+        verify_delivery(SECRET, headers, body)
+
+    assert refused.value.outcome == "stale_timestamp"
+
+
+@pytest.mark.parametrize("offset", [-299, 0, 299])
+def test_verify_delivery__timestamp_within_five_minutes__accepted(offset):
+    body = b"{}"
+    now = time.time()
+
+    assert verify_delivery(SECRET, signed(body, at=now + offset), body, now=now) == "d-1"
+
+
+@pytest.mark.parametrize("missing", ["webhook-id", "webhook-timestamp", "webhook-signature"])
+def test_verify_delivery__a_header_missing__refused_even_with_the_old_signature(missing):
+    body = b"{}"
+    headers = signed(body)
+    del headers[missing]
+
+    with pytest.raises(WebhookRefused) as refused:
+        verify_delivery(SECRET, headers, body)
+
+    assert (refused.value.status, refused.value.outcome) == (401, "missing_header")
+
+
+@pytest.mark.parametrize("value", ["v1,", "v1,not base64!", "v2,AAAA", "sha256=00", "abc"])
+def test_verify_delivery__malformed_signature__refused(value):
+    body = b"{}"
+
+    with pytest.raises(WebhookRefused, match="does not match"):
+        verify_delivery(SECRET, {**signed(body), "webhook-signature": value}, body)
+
+
+def test_verify_delivery__rotation__any_signature_of_the_list_under_any_secret():
+    body = b"{}"
+    headers = signed(body)
+    new = signed(body, secret="whsec_new")["webhook-signature"]
+    both = {**headers, "webhook-signature": f"{new} {headers['webhook-signature']}"}
+
+    assert verify_delivery(SECRET, both, body) == "d-1"  # a receiver still on the old secret
+    assert verify_delivery(["whsec_new"], both, body) == "d-1"
+    assert verify_delivery(["whsec_new", SECRET], headers, body) == "d-1"
+    with pytest.raises(WebhookRefused):
+        verify_delivery(["whsec_other"], both, body)
+
+
+def test_read_delivery__the_id_is_the_signed_one_not_the_old_header():
+    body = b'{"event": "release.changed", "agent": "a"}'
+    headers = {**signed(body, "d-1"), "X-Console-Delivery": "d-forged"}
+
+    assert read_delivery([SECRET], headers, body).delivery == "d-1"
+
+
 # ---------------------------------------------------------------- the config client
 
 
@@ -129,7 +227,7 @@ def test_webhook__bad_signature__refused_and_no_refresh(console, client):
     old_etag = client.snapshot().etag
     publish_version_4(console)
     headers, body = release_changed(console)
-    headers["X-Console-Signature"] = sign("whsec_attacker", body)
+    headers["webhook-signature"] = signed(body, secret="whsec_attacker")["webhook-signature"]
     requests_before = len(console.config_requests)
 
     result = client.handle_webhook(headers, body)
@@ -228,9 +326,25 @@ def test_webhook__client_not_started__503_so_console_retries(console, tmp_path):
     assert retried.outcome != "duplicate"
 
 
+def test_webhook__captured_delivery_replayed_under_a_new_id__refused_and_no_refresh(
+    console, client
+):
+    captured_headers, body = release_changed(console, delivery="d-1")
+    assert client.handle_webhook(captured_headers, body).status in (200, 202)
+    publish_version_4(console)  # what the attacker wants the runtime to fetch out of turn
+    requests_before = len(console.config_requests)
+    replay = {**captured_headers, "webhook-id": "d-2", "X-Console-Delivery": "d-2"}
+
+    result = client.handle_webhook(replay, body)
+
+    assert (result.status, result.outcome) == (401, "bad_signature")
+    time.sleep(0.3)
+    assert len(console.config_requests) == requests_before
+
+
 def test_webhook__not_json_but_signed__400(client):
     body = b"not json"
-    headers = {"X-Console-Delivery": "d-9", "X-Console-Signature": sign(SECRET, body)}
+    headers = signed(body, "d-9")
 
     assert client.handle_webhook(headers, body).status == 400
 
@@ -254,7 +368,7 @@ def test_webhook__wsgi_app_over_loopback__202_and_refreshed(console, client):
         with urllib.request.urlopen(request, timeout=2) as answer:  # noqa: S310 (loopback)
             status, reply = answer.status, msgspec.json.decode(answer.read())
         bad = urllib.request.Request(
-            url, data=body, headers={**headers, "X-Console-Signature": "sha256=00"}, method="POST"
+            url, data=body, headers={**headers, "webhook-signature": "v1,AAAA"}, method="POST"
         )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(bad, timeout=2)  # noqa: S310 (loopback)

@@ -3,8 +3,14 @@
 Deliveries are an outbox: the release service writes one `WebhookDelivery` per registered
 webhook in its own transaction, and schedules the Celery task after commit. The task signs
 the stored body, POSTs it and records every try (`WebhookAttempt`). A non-2xx answer or a
-timeout is retried with exponential backoff, at most `MAX_TRIES` tries in all. The delivery
-id travels as `X-Console-Delivery`: the same on every try, so receivers can de-duplicate.
+timeout is retried with exponential backoff, at most `MAX_TRIES` tries in all.
+
+Signing (docs/runtime-api.md §4) follows Standard Webhooks: `webhook-id` (the delivery id, the
+same on every try, so receivers can de-duplicate), `webhook-timestamp` (this try's time) and
+`webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`, so a captured delivery
+replayed under another id or later than the receivers' tolerance does not verify. Until
+`LEGACY_HEADERS_UNTIL` the old headers (`X-Console-Signature` over the body alone) go along
+for receivers not updated yet.
 
 Targets (docs/runtime-api.md §4): the console calls public addresses only, checked at
 registration and again at every try; the check, the pinned connection and the deadline are
@@ -17,6 +23,7 @@ other stops), POSTs, then writes the outcome in a second short transaction.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import logging
@@ -68,8 +75,35 @@ def new_webhook_secret() -> str:
     return "whsec_" + secrets.token_urlsafe(32)
 
 
+# The old headers are sent until this date (docs/runtime-api.md §4), then removed.
+LEGACY_HEADERS_UNTIL = "2027-06-01"
+
+
 def signature(secret: str, body: bytes) -> str:
+    """The old `X-Console-Signature`: the body alone (replayable; sent during the transition)."""
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def signature_v1(secret: str, delivery_id: str, timestamp: int, body: bytes) -> str:
+    """`webhook-signature`: `v1,<base64 HMAC-SHA256 of "id.timestamp.body">` (Standard
+    Webhooks; the key is the secret's UTF-8 bytes)."""
+    signed = f"{delivery_id}.{timestamp}.".encode() + body
+    return (
+        "v1,"
+        + base64.b64encode(hmac.new(secret.encode(), signed, hashlib.sha256).digest()).decode()
+    )
+
+
+def signed_headers(secret: str, delivery_id: str, event: str, body: bytes, timestamp: int):
+    """The headers that sign one try of a delivery, the old ones included."""
+    return {
+        "webhook-id": delivery_id,
+        "webhook-timestamp": str(timestamp),
+        "webhook-signature": signature_v1(secret, delivery_id, timestamp, body),
+        "X-Console-Event": event,
+        "X-Console-Delivery": delivery_id,
+        "X-Console-Signature": signature(secret, body),
+    }
 
 
 def retry_delay(tries_done: int) -> float:
@@ -100,9 +134,10 @@ def post_once(delivery: WebhookDelivery) -> TryOutcome:
     headers = {
         "Content-Type": "application/json",
         "User-Agent": "context-console-webhooks/1",
-        "X-Console-Event": delivery.event,
-        "X-Console-Delivery": str(delivery.delivery_id),
-        "X-Console-Signature": signature(webhook.secret, body),
+        # Signed at each try: its timestamp is this try's, so a retry is not refused as old.
+        **signed_headers(
+            webhook.secret, str(delivery.delivery_id), delivery.event, body, int(time.time())
+        ),
         "Connection": "close",
     }
     try:

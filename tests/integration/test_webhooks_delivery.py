@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
@@ -88,6 +89,38 @@ def publish_to_receiver(world, statuses, version_number):
         return wait_for_outcome({"webhook": hook}), receiver, secret
     finally:
         receiver.close()
+
+
+def standard_webhooks_valid(secret: str, headers: dict, body: bytes) -> bool:
+    """The Standard Webhooks check, written from the spec: any `v1,<base64>` of the
+    space-separated list equals HMAC-SHA256 of "id.timestamp.body" (key: the secret's bytes)."""
+    signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
+    expected = base64.b64encode(hmac.new(secret.encode(), signed, hashlib.sha256).digest())
+    return any(
+        part.startswith("v1,") and hmac.compare_digest(part[3:].encode(), expected)
+        for part in headers["webhook-signature"].split()
+    )
+
+
+def test_webhook__every_try__signs_its_id_and_time_with_the_body_standard_webhooks(worker, client):
+    world = release_setup()
+    before = int(time.time())
+
+    delivery, receiver, secret = publish_to_receiver(world, [500, 200], version_number=2)
+
+    assert delivery.status == WebhookDelivery.Status.DELIVERED and len(receiver.calls) == 2
+    for headers, body in receiver.calls:
+        assert headers["webhook-id"] == str(delivery.delivery_id)
+        assert before - 1 <= int(headers["webhook-timestamp"]) <= int(time.time()) + 1
+        assert standard_webhooks_valid(secret, headers, body)
+        # A replay under another id, or with another time, does not verify.
+        assert not standard_webhooks_valid(secret, {**headers, "webhook-id": "other"}, body)
+        later = str(int(headers["webhook-timestamp"]) + 600)
+        assert not standard_webhooks_valid(secret, {**headers, "webhook-timestamp": later}, body)
+    # The old body-only header still goes along during the transition.
+    headers, body = receiver.calls[-1]
+    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    assert hmac.compare_digest(headers["X-Console-Signature"], expected)
 
 
 def test_webhook__receiver_fails_twice__third_try_delivers_signed_payload(worker, client):

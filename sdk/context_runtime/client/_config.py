@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import hashlib
 import logging
 import os
 import random
@@ -34,6 +35,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 import context_runtime.client._http as http
+from context_runtime import _json
 from context_runtime.client._http import TransportError
 from context_runtime.documents import validate_document
 from context_runtime.findings import Finding, blocking
@@ -300,6 +302,14 @@ def validate_config_payload(
     tolerated = frozenset(tolerated)
     if not isinstance(payload, dict):
         return [_finding("", "invalid_type", "The configuration must be a JSON object.")]
+    # First, before anything walks it: a value nested this deep is no configuration, and the
+    # checks and the freezing below recurse.
+    if _json.deeper_than(payload, _json.MAX_DEPTH):
+        return [
+            _finding(
+                "", "too_deep", f"The configuration nests deeper than {_json.MAX_DEPTH} levels."
+            )
+        ]
     problems: list[Finding] = []
     for field in ("agent", "etag"):
         value = payload.get(field)
@@ -370,6 +380,13 @@ def _summary(findings: list[Finding], limit: int = 5) -> str:
     parts = [f"{f.path or '(root)'}: {f.message}" for f in findings[:limit]]
     more = len(findings) - limit
     return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")
+
+
+def _served(payload: Mapping | None) -> tuple | None:
+    """What a payload makes the runtime serve (its envelope's other fields aside)."""
+    if payload is None:
+        return None
+    return tuple(payload.get(field) for field in ("environment", "profile", "strategies", "shadow"))
 
 
 def _documents(entries: Mapping) -> Mapping[str, Document]:
@@ -455,7 +472,9 @@ class ConfigClient:
         self._consecutive_failures = 0
         self._polls = 0
         self._rejected_payloads = 0
-        self._rejected_etag: str | None = None
+        self._etag_conflicts = 0  # answers whose content changed under an unchanged ETag
+        # The last rejected answer, by its bytes: the same ETag may come back with other content.
+        self._rejected_digest: bytes | None = None
         self._rejected_reason = ""
         self._last_disk_error: str | None = None
         self._disk_confirmed_at = 0.0
@@ -496,6 +515,7 @@ class ConfigClient:
             "consecutive_failures": self._consecutive_failures,
             "polls": self._polls,
             "rejected_payloads": self._rejected_payloads,
+            "etag_conflicts": self._etag_conflicts,
             "last_disk_error": self._last_disk_error,
             "running": self._thread is not None and self._thread.is_alive(),
         }
@@ -636,18 +656,24 @@ class ConfigClient:
 
     def _take(self, response: http.Response) -> bool:
         try:
-            payload = msgspec.json.decode(response.body)
+            payload = _json.decode(response.body)
         except (msgspec.DecodeError, ValueError) as error:
             self._note_failure(f"the console answered with invalid JSON: {error}")
             return False
         etag = payload.get("etag") if isinstance(payload, dict) else None
-        if etag is not None and etag == self._rejected_etag:
+        digest = hashlib.sha256(response.body).digest()
+        if digest == self._rejected_digest:
             self._note_failure(f"configuration {etag} was rejected: {self._rejected_reason}")
             return False
-        snapshot, problems = self._build(payload, SOURCE_CONSOLE, FRESH, time.monotonic())
+        try:
+            snapshot, problems = self._build(payload, SOURCE_CONSOLE, FRESH, time.monotonic())
+        except Exception as error:  # a shape the checks did not foresee is a bad payload too
+            logger.exception("Config of %s: the payload broke the checks", self.agent)
+            snapshot = None
+            problems = [_finding("", "unreadable", f"{type(error).__name__}: {error}")]
         if snapshot is None:
             self._rejected_payloads += 1
-            self._rejected_etag = etag if isinstance(etag, str) else None
+            self._rejected_digest = digest
             self._rejected_reason = _summary(problems)
             self._note_failure(f"rejected configuration {etag}: {self._rejected_reason}")
             return False
@@ -661,11 +687,26 @@ class ConfigClient:
                 snapshot.etag,
             )
         previous = self._snapshot
+        content_changed = _served(previous.payload) != _served(payload)
+        if previous.etag == snapshot.etag and content_changed:
+            # The console's ETag changes with every release change, so this is never a real
+            # change: a console or a cache in front of it is inconsistent. The console's
+            # latest answer is served (a refusal would be "confirmed" by the next 304 while
+            # serving what the console no longer serves), on_change fires, and it is counted.
+            self._etag_conflicts += 1
+            logger.warning(
+                "Config of %s: the console served other content under the same ETag %s "
+                "(was %s); serving the new content (%s)",
+                self.agent,
+                snapshot.etag,
+                previous.source,
+                _versions(snapshot),
+            )
         self._snapshot = snapshot
         self._ready.set()
         self._note_success()
         self._write_cache(payload)
-        if previous.etag != snapshot.etag:
+        if previous.etag != snapshot.etag or content_changed:
             logger.info(
                 "Config of %s: now %s (was %s, %s)",
                 self.agent,
@@ -775,7 +816,7 @@ class ConfigClient:
 
     def _load_file(self, path: Path, source: str) -> ConfigSnapshot | None:
         try:
-            data = msgspec.json.decode(path.read_bytes())
+            data = _json.decode(path.read_bytes())
         except FileNotFoundError:
             if source == BOOTSTRAP:
                 logger.warning("Config bootstrap file %s does not exist", path)

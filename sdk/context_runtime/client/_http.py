@@ -1,16 +1,26 @@
 """HTTP to the console for the runtime's background threads: one request at a time, always
-with a timeout, the bearer token of RUNTIME_API "Authentication", and a readable summary of
+within one deadline, the bearer token of RUNTIME_API "Authentication", and a readable summary of
 the contract's error shape.
 
 Standard library only (``urllib.request``), so proxies from the environment (``HTTPS_PROXY``,
 ``NO_PROXY``) are honoured. Redirects are not followed: a redirect would carry the runtime token
 to wherever it points, and the runtime API never redirects.
+
+A request's ``timeout`` is one deadline for all of it (connect, TLS, send, status line,
+headers, body), not a bound per socket read: a console (or a proxy) trickling a byte at a time
+must not hold a refresh, and with it an emergency rollback, for longer than ``timeout``.
+Every socket operation gets what is left of the deadline as its own timeout. (Name
+resolution is the system resolver's and is not bounded here.)
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
+import io
 import random
+import socket
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -19,7 +29,7 @@ from dataclasses import dataclass
 
 import msgspec
 
-from context_runtime import __version__
+from context_runtime import __version__, _json
 
 API_PREFIX = "/api/v1/runtime/"
 USER_AGENT = f"context-runtime/{__version__} (python)"
@@ -60,7 +70,7 @@ def error_of(body: bytes) -> tuple[str, str]:
     """``(code, message)`` of ``{"error": {"code", "message", ...}}``; empty strings if the
     body is something else."""
     try:
-        data = msgspec.json.decode(body)
+        data = _json.decode(body)
     except (msgspec.DecodeError, ValueError):
         return "", ""
     error = data.get("error") if isinstance(data, dict) else None
@@ -84,7 +94,95 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None  # urllib then raises HTTPError with the 3xx status
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect())
+class _DeadlineReader(io.RawIOBase):
+    """The raw reader under an HTTP response: each read may take what is left of the
+    request's deadline, no more, however few bytes each read brings."""
+
+    def __init__(self, sock, deadline: float):
+        super().__init__()
+        self._sock = sock
+        self._raw = sock.makefile("rb", buffering=0)  # counts as a user of the socket
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b):
+        self._sock.settimeout(_time_left(self._deadline))
+        return self._raw.readinto(b)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()
+        super().close()
+
+
+class _DeadlineResponse(http.client.HTTPResponse):
+    def __init__(self, sock, *args, deadline: float, **kwargs):
+        super().__init__(sock, *args, **kwargs)
+        self.fp.close()  # the plain reader of the base class, replaced before any read
+        self.fp = io.BufferedReader(_DeadlineReader(sock, deadline))
+
+
+class _DeadlineConnection:
+    """Mixed into http.client's connections: connect, send and every read within the
+    request's deadline (``deadline``: a ``time.monotonic()`` value)."""
+
+    def __init__(self, *args, deadline: float, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._deadline = deadline
+        self.response_class = functools.partial(_DeadlineResponse, deadline=deadline)
+        self._create_connection = self._connect_in_time  # the base class sets it per instance
+
+    def _connect_in_time(self, address, timeout, source_address=None):
+        sock = socket.create_connection(address, _time_left(self._deadline), source_address)
+        sock.settimeout(_time_left(self._deadline))  # the TLS handshake that follows
+        return sock
+
+    def send(self, data):
+        if self.sock is not None:
+            self.sock.settimeout(_time_left(self._deadline))
+        super().send(data)
+
+
+class _DeadlineHTTPConnection(_DeadlineConnection, http.client.HTTPConnection):
+    pass
+
+
+class _DeadlineHTTPSConnection(_DeadlineConnection, http.client.HTTPSConnection):
+    pass
+
+
+def _time_left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("the request's deadline passed")
+    return left
+
+
+_DEADLINE_CONNECTIONS = {
+    http.client.HTTPConnection: _DeadlineHTTPConnection,
+    http.client.HTTPSConnection: _DeadlineHTTPSConnection,
+}
+
+
+class _DeadlineHandler:
+    """Mixed into urllib's handlers: their connections keep the request's deadline."""
+
+    def do_open(self, http_class, req, **kwargs):
+        connection = functools.partial(_DEADLINE_CONNECTIONS[http_class], deadline=req.deadline)
+        return super().do_open(connection, req, **kwargs)
+
+
+class _DeadlineHTTPHandler(_DeadlineHandler, urllib.request.HTTPHandler):
+    pass
+
+
+class _DeadlineHTTPSHandler(_DeadlineHandler, urllib.request.HTTPSHandler):
+    pass
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect(), _DeadlineHTTPHandler, _DeadlineHTTPSHandler)
 
 
 def request(
@@ -99,8 +197,8 @@ def request(
 ) -> Response:
     """Send one request and return the answer whatever its status.
 
-    ``timeout`` bounds connecting and every read of the socket. Raises
-    :class:`TransportError` when there is no HTTP answer to return.
+    ``timeout`` bounds the whole request, from connecting to the last byte of the body.
+    Raises :class:`TransportError` when there is no HTTP answer to return.
     """
     if not url.startswith(("http://", "https://")):
         raise TransportError(f"{url} is not an http(s) URL.")
@@ -113,6 +211,7 @@ def request(
         all_headers["Content-Type"] = "application/json"
     all_headers.update(headers or {})
     req = urllib.request.Request(url, data=body, method=method, headers=all_headers)  # noqa: S310
+    req.deadline = time.monotonic() + timeout  # read by the deadline handlers above
     try:
         try:
             answer = _OPENER.open(req, timeout=timeout)
@@ -127,6 +226,8 @@ def request(
     except TimeoutError as error:
         raise TransportError(f"no answer within {timeout:g} s ({method} {url})") from error
     except urllib.error.URLError as error:
+        if isinstance(error.reason, TimeoutError):
+            raise TransportError(f"no answer within {timeout:g} s ({method} {url})") from error
         raise TransportError(
             f"cannot reach the console: {error.reason} ({method} {url})"
         ) from error
