@@ -2,8 +2,9 @@
 
 The console POSTs ``release.changed`` with ``X-Console-Event``, ``X-Console-Delivery`` (the
 idempotency key, the same on every retry) and ``X-Console-Signature: sha256=<hex HMAC-SHA256 of
-the raw body with the webhook's secret>``. It counts a 2xx within 5 s as delivered and retries
-anything else, so the handler answers at once and leaves the work to a background thread
+the raw body with the webhook's secret>``. It counts a 2xx within 10 s as delivered (the
+console's ``strategies.delivery.transport.TRY_DEADLINE_SECONDS``, for the whole try) and
+retries anything else, so the handler answers at once and leaves the work to a background thread
 (:meth:`context_runtime.client.ConfigClient.handle_webhook` does exactly that).
 
 To mount it without a web framework, :func:`make_wsgi_app` wraps a handler as a WSGI app.
