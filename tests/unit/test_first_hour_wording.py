@@ -66,3 +66,16 @@ def test_messages_with_one_of_a_thing__singular_noun():
     chart = status_chart("prod", buckets, start=start, end=end, marks=[], ticks=[], reasons=[])
     assert chart.summary.startswith("1 trace in prod in the last 7 days:")
     assert chart.buckets[0].title.endswith(": 1 trace — 1 ready")
+
+
+def test_readme__opens_with_the_dashboard__links_the_trace_page__files_the_tests_save():
+    readme = (ROOT / "README.md").read_text()
+    shown = re.findall(r"\]\((docs/screenshots/[^)]+\.png)\)", readme)
+    assert shown[:1] == ["docs/screenshots/dashboard-1366.png"]  # the first picture
+    assert readme.index(shown[0]) < readme.index("\n## ")  # before the first section
+    assert "docs/screenshots/trace-1366.png" in shown
+    saver = (ROOT / "tests/functional/test_screenshots.py").read_text()
+    for path in shown:
+        assert (ROOT / path).stat().st_size > 10_000, path  # present, not a placeholder
+        name = Path(path).stem.rsplit("-", 1)[0]
+        assert f'"{name}"' in saver, f"{path} is not one test_screenshots.py saves"
