@@ -355,7 +355,13 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO") or "INFO"},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "loggers": {
+        # Without handlers of its own: Django's default console handler (DEBUG only) would
+        # print every django.* record (each 4xx of django.request) a second time beside the
+        # root's. The records still reach the root's console handler, once.
+        "django": {"handlers": [], "level": "INFO", "propagate": True},
+        "django.db.backends": {"level": "WARNING"},
+    },
 }
 
 # Webhook targets: private, loopback and link-local addresses are refused at registration and

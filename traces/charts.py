@@ -12,6 +12,8 @@ from datetime import timedelta
 
 from context_runtime.wire import STATUSES
 
+from console.kernel.wording import counted
+
 DASHBOARD_DAYS = 7
 CHART_BUCKET_HOURS = 6  # one bar per 6 hours: 28 bars for the 7 days
 CHART_TOP_REASONS = 5
@@ -54,7 +56,7 @@ class ChartBucket:
             for status in sorted(STATUSES, key=lambda s: CHART_GROUPS.index(CHART_GROUP_OF[s]))
             if self.counts.get(status)
         ]
-        return f"{when}: {self.total} traces — {', '.join(parts)}"
+        return f"{when}: {counted(self.total, 'trace')} — {', '.join(parts)}"
 
 
 @dataclass
@@ -106,10 +108,10 @@ class StatusChart:
     def summary(self) -> str:
         """The chart in words, for screen readers (and the legend)."""
         return (
-            f"{self.total} traces in {self.environment} in the last {DASHBOARD_DAYS} days: "
+            f"{counted(self.total, 'trace')} in {self.environment} in the last {DASHBOARD_DAYS} days: "
             f"{self.totals['ready']} ready, {self.totals['degraded']} degraded, "
             f"{self.totals['failed']} failed"
-            + (f"; {len(self.marks)} release changes marked" if self.marks else "")
+            + (f"; {counted(len(self.marks), 'release change')} marked" if self.marks else "")
             + "."
         )
 

@@ -16,6 +16,7 @@ from django.utils.http import urlencode
 
 from console.kernel.errors import Conflict, Forbidden, NotFound
 from console.kernel.policy import Capability, agents_where, refuse, user_can, user_can_anywhere
+from console.kernel.wording import counted
 from strategies.catalog.dependents import Reference
 from strategies.catalog.models import Environment
 from strategies.releases.models import Release, ReleaseEvent
@@ -298,7 +299,7 @@ class TraceAmbiguous(Conflict):
     def __init__(self, request_id: str, matches: list[Trace]):
         keys = [trace.environment.key for trace in matches]
         super().__init__(
-            f"request_id '{request_id}' exists in {len(keys)} environments "
+            f"request_id '{request_id}' exists in {counted(len(keys), 'environment')} "
             f"({', '.join(keys)}); choose one with ?environment=.",
             details=[{"path": "environment", "code": "ambiguous", "message": key} for key in keys],
         )

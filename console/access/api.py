@@ -14,6 +14,7 @@ from django.contrib.auth.models import Group
 from django.db.models import Q
 from django.http import HttpResponse
 from django.utils.decorators import method_decorator
+from django.utils.translation import ngettext
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import generics, serializers, status
@@ -98,7 +99,7 @@ def _valid(request, serializer_class, data=None):
         unknown = sorted(set(data) - set(serializer_class().fields))
         if unknown:
             raise ValidationFailed(
-                f"Unknown field{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}.",
+                f"Unknown {ngettext('field', 'fields', len(unknown))}: {', '.join(unknown)}.",
                 details=[
                     {"path": k, "code": "unknown_field", "message": "Unknown field."}
                     for k in unknown

@@ -24,6 +24,7 @@ from console.kernel.errors import Conflict, Forbidden, NotFound, ValidationFaile
 from console.kernel.policy import (
     Capability,
     agents_visible_to,
+    capability_label,
     refuse,
     user_can,
     user_can_anywhere,
@@ -98,11 +99,14 @@ def _clean_scope(user, capabilities, agent_keys) -> tuple[list[str], list]:
     if wider:
         raise ValidationFailed(
             "A token's scope is never wider than your own grants: you do not hold "
-            + ", ".join(wider)
+            + ", ".join(f"“{capability_label(c)}”" for c in wider)
             + ".",
             code="scope_too_wide",
             details=[
-                Finding("capabilities", "scope_too_wide", f"You do not hold {c}.") for c in wider
+                Finding(
+                    "capabilities", "scope_too_wide", f"You do not hold “{capability_label(c)}”."
+                )
+                for c in wider
             ],
         )
     keys = sorted({str(k) for k in agent_keys or []})

@@ -113,27 +113,46 @@ def demo_token(environment, *, token_file: Path | None):
     demo keeps working after a restart). Without a usable secret a new token replaces the
     demo token(s) and its secret is stored; with no file at all an active token is kept (its
     secret was shown when it was made). Automated: recorded as the system, never a person."""
-    active = RuntimeToken.objects.filter(name=DEMO_TOKEN_NAME, revoked_at__isnull=True)
+    return kept_token(
+        DEMO_TOKEN_NAME,
+        environment,
+        capabilities=RuntimeToken.CAPABILITIES,
+        token_file=token_file,
+        keep_without_file=True,
+    )
+
+
+def demo_traffic_token_file(environment_key: str) -> Path | None:
+    """Where the demo traffic's runtime in `environment_key` keeps its token's secret: beside
+    the demo token file, so that a restart reuses the token instead of revoking it and
+    making another (None when there is no demo token file)."""
+    token_file = demo_token_file()
+    return token_file.with_name(f"demo-traffic-token-{environment_key}") if token_file else None
+
+
+def kept_token(
+    name: str, environment, *, capabilities, token_file: Path | None, keep_without_file: bool
+):
+    """The active token called `name` whose secret is in `token_file`, else a new one whose
+    secret is stored there: (token, secret or None, reused). Other active tokens of that name
+    are revoked. `keep_without_file`: with no file at all keep the newest active token (its
+    secret is then unknown: None) rather than replace it. Recorded as the system."""
+    active = RuntimeToken.objects.filter(name=name, revoked_at__isnull=True)
     stored = _stored_secret(token_file)
     keep = active.filter(token_hash=token_hash(stored)).first() if stored else None
-    if keep is None and token_file is None:
+    if keep is None and token_file is None and keep_without_file:
         keep = active.order_by("-created_at").first()
         stored = ""
     if keep is not None:
         for other in active.exclude(pk=keep.pk):
-            runtime_token_revoke(
-                token=other, actor=None, reason="another demo runtime token is in use"
-            )
+            runtime_token_revoke(token=other, actor=None, reason=f"another {name} token is in use")
         return keep, stored or None, True
     for old in active:
         runtime_token_revoke(
-            token=old, actor=None, reason="its secret is not in the demo token file; replaced"
+            token=old, actor=None, reason=f"its secret is not in the {name} token file; replaced"
         )
     token, secret = runtime_token_create(
-        name=DEMO_TOKEN_NAME,
-        environment=environment,
-        capabilities=list(RuntimeToken.CAPABILITIES),
-        actor=None,
+        name=name, environment=environment, capabilities=list(capabilities), actor=None
     )
     if token_file is not None:
         _store_secret(token_file, secret)

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from console.kernel.models import AccessLogEntry, AuditRecord, ChainCheckpoint, Grant
 from console.kernel.request_context import current_request, ip_normalise
+from console.kernel.wording import counted
 
 
 # --- the actions, one list per log ------------------------------------------------------------
@@ -388,7 +389,7 @@ class ChainReport:
 def _checkpoint_words(checkpoint: ChainCheckpoint) -> str:
     return (
         f"checkpoint #{checkpoint.pk} of {checkpoint.created_at:%Y-%m-%d %H:%M:%S} UTC recorded "
-        f"{checkpoint.row_count} records up to #{checkpoint.last_id}"
+        f"{counted(checkpoint.row_count, 'record')} up to #{checkpoint.last_id}"
     )
 
 
@@ -448,7 +449,7 @@ def chain_verify(model, anchors: Iterable[tuple[int, str]] = ()) -> ChainReport:
         for checkpoint in missing:
             report.add_problem(
                 f"{where}{_checkpoint_words(checkpoint)}, but record #{last_id} is gone; the "
-                f"chain now ends at {ends} after {report.checked} records"
+                f"chain now ends at {ends} after {counted(report.checked, 'record')}"
             )
     for last_id in sorted(anchored):
         report.add_problem(f"record #{last_id} (anchored) is gone")

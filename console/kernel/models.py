@@ -16,6 +16,7 @@ from django.db import models
 from django.db.models import Q
 
 from console.kernel.guards import append_only_triggers
+from console.kernel.wording import counted
 
 
 class Role(models.Model):
@@ -194,4 +195,4 @@ class ChainCheckpoint(models.Model):
         triggers = append_only_triggers()
 
     def __str__(self) -> str:
-        return f"{self.get_log_display()} @ #{self.last_id} ({self.row_count} rows)"
+        return f"{self.get_log_display()} @ #{self.last_id} ({counted(self.row_count, 'row')})"

@@ -61,6 +61,16 @@ CAPABILITY_LABELS = {
     Capability.MANAGE_CATALOG: "Create and edit agents and environments",
 }
 
+
+def capability_label(capability: Capability | str) -> str:
+    """What a person reads for a capability (refusals, pages): its label, never its code.
+    A name that is no capability (a token action) is returned as it is."""
+    try:
+        return CAPABILITY_LABELS[Capability(capability)]
+    except ValueError:
+        return str(capability)
+
+
 # The standard roles created by migration (console 0002). Any other role starts empty.
 STANDARD_ROLES: dict[str, tuple[str, list[Capability]]] = {
     "viewer": ("Reads configuration.", [Capability.VIEW_CONFIG]),
@@ -168,7 +178,9 @@ def check_user_can(
         refuse(NotFound("Not found."), user=user, capability=capability, agent=agent, target=target)
     if not user_can(user, capability, agent):
         refuse(
-            Forbidden(message or f"You do not have the '{capability}' permission here."),
+            Forbidden(
+                message or f"You do not have the permission “{capability_label(capability)}” here."
+            ),
             user=user,
             capability=capability,
             agent=agent,

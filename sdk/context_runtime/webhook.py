@@ -13,8 +13,9 @@ Until 2027-06-01 the console also sends the old headers (``X-Console-Event``,
 receivers not updated yet; this module no longer accepts them alone (:func:`sign` and
 :func:`verify_signature` remain for those receivers' tests).
 
-The console counts a 2xx within 5 s as delivered and retries anything else, so the handler
-answers at once and leaves the work to a background thread
+The console counts a 2xx within 10 s as delivered (the console's
+``strategies.delivery.transport.TRY_DEADLINE_SECONDS``, for the whole try) and retries anything
+else, so the handler answers at once and leaves the work to a background thread
 (:meth:`context_runtime.client.ConfigClient.handle_webhook` does exactly that).
 
 To mount it without a web framework, :func:`make_wsgi_app` wraps a handler as a WSGI app.

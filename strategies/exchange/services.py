@@ -10,6 +10,7 @@ from console.kernel.audit import AccessAction, AuditAction, access_record, audit
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.limits import too_large
 from console.kernel.transactions import service_transaction
+from console.kernel.wording import counted
 from strategies.catalog.models import Agent, Environment
 from strategies.catalog.services import agent_create
 from strategies.documents.models import Document, Version
@@ -46,7 +47,7 @@ def config_read(data) -> ConfigFile:
     config, findings = file_read(data)
     if config is None:
         raise ValidationFailed(
-            f"The file is not a valid agent configuration ({len(findings)} problems).",
+            f"The file is not a valid agent configuration ({counted(len(findings), 'problem')}).",
             code="invalid_file",
             details=findings,
         )
@@ -83,7 +84,7 @@ def config_dry_run(*, agent_key: str, data, actor) -> Plan:
 def _refuse_if_blocked(plan: Plan) -> None:
     if plan.errors:
         raise ValidationFailed(
-            f"The file cannot be applied: {len(plan.errors)} problems. Nothing was written.",
+            f"The file cannot be applied: {counted(len(plan.errors), 'problem')}. Nothing was written.",
             code="invalid_file",
             details=plan.errors,
             extra={"plan": plan.as_dict()},

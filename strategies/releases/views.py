@@ -7,6 +7,7 @@ from django.contrib import messages
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils.translation import ngettext
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
@@ -443,7 +444,10 @@ def _promotion_message(outcome) -> str:
     if outcome.published:
         parts.append(f"{len(outcome.published)} live now ({listed(outcome.published)})")
     if outcome.requested:
-        parts.append(f"{len(outcome.requested)} wait for approval ({listed(outcome.requested)})")
+        waiting = ngettext("waits", "wait", len(outcome.requested))
+        parts.append(
+            f"{len(outcome.requested)} {waiting} for approval ({listed(outcome.requested)})"
+        )
     unchanged = len(outcome.items) - len(outcome.published) - len(outcome.requested)
     if unchanged:
         parts.append(f"{unchanged} unchanged")

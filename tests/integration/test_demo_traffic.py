@@ -142,7 +142,10 @@ def test_demo_traffic__real_console__publish_v3_to_bank_uat__next_traces_carry_v
 
     load_demo()
     env = child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"], DEBUG="false", LOG_LEVEL="WARNING"
+        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
+        DEBUG="false",
+        LOG_LEVEL="WARNING",
+        CONSOLE_DEMO_TOKEN_FILE=str(tmp_path / "demo-runtime-token"),
     )
     console = ConsoleServer(env, log_path=tmp_path / "console.log").start()
     command = [sys.executable, "manage.py", "demo_traffic", "--console", console.url]
@@ -199,5 +202,68 @@ def test_demo_traffic__real_console__publish_v3_to_bank_uat__next_traces_carry_v
             traffic.kill()
             traffic.wait()
         console.stop()
-    # Only the old tokens were revoked: the second run replaced the first run's three.
-    assert RuntimeToken.objects.filter(name__startswith="demo traffic (").count() == 6
+    # The second run reused the first run's three tokens (their secrets are kept beside the
+    # demo token file): nothing was revoked, nothing added.
+    traffic_tokens = RuntimeToken.objects.filter(name__startswith="demo traffic (")
+    assert (traffic_tokens.count(), traffic_tokens.filter(revoked_at__isnull=False).count()) == (
+        3,
+        0,
+    )
+
+
+def _demo_start(token_file) -> str:
+    """What `make run` does with the database: load_demo, then demo_traffic (here against an
+    address where nothing answers, one request each: its runtimes hold no configuration)."""
+    load_demo()
+    out = io.StringIO()
+    call_command(
+        "demo_traffic",
+        "--console",
+        "http://127.0.0.1:9",
+        "--once",
+        "1",
+        "--interval",
+        "0",
+        "--wait-ready",
+        "0",
+        stdout=out,
+    )
+    return out.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_traffic__archived_environment__skipped_said_once_no_token_there(
+    tmp_path, monkeypatch
+):
+    from django.contrib.auth import get_user_model
+
+    from strategies.catalog.services import environment_archive
+
+    monkeypatch.setenv("CONSOLE_DEMO_TOKEN_FILE", str(tmp_path / "demo-runtime-token"))
+    load_demo()
+    scratch = Environment.objects.create(key="scratch", name="Scratch", position=9)
+    admin = get_user_model().objects.get(username="admin")
+    environment_archive(environment=scratch, actor=admin, reason="not used any more")
+
+    out = _demo_start(tmp_path)
+
+    assert out.count("skips archived environments: scratch.") == 1
+    assert "demo traffic sg-test: stopped after" in out
+    assert "demo traffic scratch" not in out
+    assert not RuntimeToken.objects.filter(environment=scratch).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_starts__same_demo_tokens__no_revoked_rows_added(tmp_path, monkeypatch):
+    monkeypatch.setenv("CONSOLE_DEMO_TOKEN_FILE", str(tmp_path / "demo-runtime-token"))
+    _demo_start(tmp_path)
+    tokens = RuntimeToken.objects.filter(name__startswith="demo ")
+    first = set(tokens.filter(revoked_at__isnull=True).values_list("pk", flat=True))
+    revoked = tokens.filter(revoked_at__isnull=False).count()
+
+    _demo_start(tmp_path)
+
+    assert set(tokens.filter(revoked_at__isnull=True).values_list("pk", flat=True)) == first
+    assert len(first) == 4  # the sg-test demo runtime's and one per environment's traffic
+    assert tokens.filter(revoked_at__isnull=False).count() == revoked
+    assert (tmp_path / "demo-traffic-token-prod").stat().st_mode & 0o777 == 0o600

@@ -98,7 +98,10 @@ def test_api_create__capability_not_held__400_names_it_nothing_written(agents, m
     )
     assert response.status_code == 400
     error = response.json()["error"]
-    assert error["code"] == "scope_too_wide" and "publish" in error["message"]
+    assert (
+        error["code"] == "scope_too_wide"
+        and "Publish to unprotected environments" in error["message"]
+    )
     assert error["details"][0]["path"] == "capabilities"
     assert not PersonalToken.objects.exists()
     assert not AuditRecord.objects.filter(action="personal_token.create").exists()

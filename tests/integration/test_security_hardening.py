@@ -126,7 +126,7 @@ def test_address__non_canonical_form__stored_canonical_and_the_chain_verifies(
     (row,) = login_rows()
     assert row.ip == stored
     call_command("audit_verify")  # raises CommandError on a broken chain
-    assert "access log: 1 records, chain intact" in capsys.readouterr().out
+    assert "access log: 1 record, chain intact" in capsys.readouterr().out
 
 
 def test_xff__rotated_on_every_attempt__still_locked_by_the_peer_address(person, client):

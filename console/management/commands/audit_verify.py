@@ -11,6 +11,7 @@ import re
 from django.core.management.base import BaseCommand, CommandError
 
 from console.kernel.audit import CHAIN_LOGS, chain_verify
+from console.kernel.wording import counted
 
 ANCHOR = re.compile(r"^(?P<log>[a-z]+):(?P<id>\d+):(?P<hash>[0-9a-f]{64})$")
 SHOWN_PER_KIND = 5  # breaks and checkpoint problems listed per log; the rest are counted
@@ -50,7 +51,7 @@ class Command(BaseCommand):
                 self.stderr.write(self.style.ERROR(message))
             broken.append(label)
         if broken:
-            raise CommandError(f"{len(broken)} chain(s) broken; see above.")
+            raise CommandError(f"{counted(len(broken), 'chain')} broken; see above.")
 
     @staticmethod
     def _anchors(values: list[str]) -> dict[str, dict[int, str]]:
@@ -67,7 +68,7 @@ class Command(BaseCommand):
 
     @staticmethod
     def _intact(label: str, report) -> str:
-        message = f"{label}: {report.checked} records, chain intact"
+        message = f"{label}: {counted(report.checked, 'record')}, chain intact"
         if report.reached is not None:
             checkpoint = report.reached
             message += (

@@ -1,7 +1,10 @@
 """Live demo traffic: one simulated runtime per environment, talking to a running console.
 
 Each runtime has its own runtime token (config:read, traces:write, created by the system as
-"demo traffic (<env>)"; older tokens of that name are revoked first), keeps the agent's live
+"demo traffic (<env>)"), kept across restarts: its secret is stored beside the demo token file
+(``console.demo.releases.demo_traffic_token_file``), so a start reuses it and revokes nothing;
+without that file (a bare ``manage.py demo_traffic``) a new token replaces the older ones.
+Archived environments have no runtime: they are skipped, said once. It keeps the agent's live
 configuration with a ``ConfigClient`` and reports with a ``TraceReporter``, exactly as a real
 runtime does over HTTP. Every ``--interval`` seconds each one runs a weighted-random seed
 scenario through the selection engine with the configuration it holds at that moment
@@ -29,9 +32,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from console.demo import traffic
+from console.demo.releases import demo_traffic_token_file, kept_token
+from console.kernel.wording import counted
 from strategies.catalog.models import Environment
-from strategies.runtime.models import RuntimeToken
-from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
 
 logger = logging.getLogger("console.demo_traffic")
 CAPABILITIES = ("config:read", "traces:write")
@@ -106,7 +109,10 @@ class DemoRuntime:
         counts = ", ".join(f"{status} {count}" for status, count in self.minute.most_common())
         versions = "/".join(f"v{v}" for v in sorted(self.versions)) or "no version"
         requests = sum(self.minute.values())
-        line = f"demo traffic {self.environment}: {requests} requests on {versions} ({counts})"
+        line = (
+            f"demo traffic {self.environment}: {counted(requests, 'request')} on {versions} "
+            f"({counts})"
+        )
         self.minute.clear()
         self.versions.clear()
         return line
@@ -164,19 +170,24 @@ class Command(BaseCommand):
                 signal.signal(signum, handler)
 
     def _run(self, options, stop: threading.Event) -> None:
+        environments = list(Environment.objects.order_by("position"))
+        archived = [env.key for env in environments if env.archived_at is not None]
+        if archived:  # no runtime token can be made there, and no runtime asks there
+            self._say(f"Demo traffic skips archived environments: {', '.join(archived)}.")
         runtimes = [
             DemoRuntime(
                 env.key,
-                self._fresh_token(env),
+                self._token_secret(env),
                 options["console"],
                 poll=options["poll"],
                 seed=options["seed"],
             )
-            for env in Environment.objects.order_by("position")
+            for env in environments
+            if env.archived_at is None
         ]
         connection.close()  # from here on only HTTP, as a runtime: hold no database connection
         if not runtimes:
-            raise CommandError("No environments: run load_demo first.")
+            raise CommandError("No active environments: run load_demo first.")
         for runtime in runtimes:
             runtime.client.start()
         deadline = time.monotonic() + options["wait_ready"]
@@ -194,7 +205,8 @@ class Command(BaseCommand):
                 stats = runtime.stop(timeout=10.0 if options["once"] else 3.0)
                 undelivered += stats["queued"] - stats["delivered"]
                 self._say(
-                    f"demo traffic {runtime.environment}: stopped after {runtime.total} requests "
+                    f"demo traffic {runtime.environment}: stopped after "
+                    f"{counted(runtime.total, 'request')} "
                     f"({stats['delivered']} delivered, {stats['rejected']} rejected, "
                     f"{stats['dropped']} dropped)"
                 )
@@ -217,15 +229,15 @@ class Command(BaseCommand):
             next_at += interval
             stop.wait(max(0.0, next_at - time.monotonic()))
 
-    def _fresh_token(self, environment) -> str:
-        """A new token for this environment's demo runtime; older ones stop working."""
-        name = token_name(environment.key)
-        for old in RuntimeToken.objects.filter(
-            name=name, environment=environment, revoked_at__isnull=True
-        ):
-            runtime_token_revoke(token=old, actor=None, reason="demo traffic restarted")
-        _, secret = runtime_token_create(
-            name=name, environment=environment, capabilities=CAPABILITIES, actor=None
+    def _token_secret(self, environment) -> str:
+        """The secret of this environment's demo runtime token: the one kept from the last
+        start while it is active, else a new one (older ones of that name are revoked)."""
+        _, secret, _ = kept_token(
+            token_name(environment.key),
+            environment,
+            capabilities=CAPABILITIES,
+            token_file=demo_traffic_token_file(environment.key),
+            keep_without_file=False,
         )
         return secret
 

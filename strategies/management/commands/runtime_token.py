@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Q
+from django.utils.translation import ngettext
 
 from console.kernel.errors import ApplicationError
 from strategies.catalog.models import Agent, Environment
@@ -50,7 +51,9 @@ class Command(BaseCommand):
         agents = list(Agent.objects.filter(key__in=options["agent"]))
         missing = set(options["agent"]) - {a.key for a in agents}
         if missing:
-            raise CommandError(f"Unknown agent(s): {', '.join(sorted(missing))}.")
+            raise CommandError(
+                f"Unknown {ngettext('agent', 'agents', len(missing))}: {', '.join(sorted(missing))}."
+            )
         token, secret = runtime_token_create(
             name=options["name"] or f"{environment.key} runtime (command line)",
             environment=environment,

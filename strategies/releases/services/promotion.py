@@ -11,6 +11,7 @@ from console.kernel.errors import ApplicationError, ValidationFailed
 from console.kernel.policy import check_user_can_publish_to
 from console.kernel.reasons import reason_clean
 from console.kernel.transactions import service_transaction
+from console.kernel.wording import counted
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document
 from strategies.releases.models import ApprovalRequest, Release
@@ -62,8 +63,7 @@ def _promotion_refused(source, target, failures: list[tuple[Document, Applicatio
             details.append({**detail, "path": path})
     return ValidationFailed(
         f"Nothing was promoted from {source.key} to {target.key}: "
-        f"{len(failures)} document{'s' if len(failures) != 1 else ''} cannot go. "
-        + " ".join(lines),
+        f"{counted(len(failures), 'document')} cannot go. " + " ".join(lines),
         code="promotion_refused",
         details=details,
     )

@@ -2,6 +2,7 @@
 
 from django.core.management.base import BaseCommand
 
+from console.kernel.wording import counted
 from traces import crypto, services
 
 
@@ -14,6 +15,6 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         count = services.snapshots_rotate(batch_size=options["batch_size"])
         self.stdout.write(
-            f"Re-encrypted {count} snapshot(s) with key {crypto.current_key_id()}. "
+            f"Re-encrypted {counted(count, 'snapshot')} with key {crypto.current_key_id()}. "
             "Older keys can be removed from SNAPSHOT_KEYS once no snapshot uses them."
         )

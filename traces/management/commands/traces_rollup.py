@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.core.management.base import BaseCommand
 from django.utils import timezone
 
+from console.kernel.wording import counted
 from traces import services
 
 
@@ -18,4 +19,4 @@ class Command(BaseCommand):
         now = timezone.now().replace(minute=0, second=0, microsecond=0)
         for back in range(options["hours"], 0, -1):
             services.rollup_hour_refresh(hour=now - timedelta(hours=back))
-        self.stdout.write(f"Rolled up {options['hours']} hour(s).")
+        self.stdout.write(f"Rolled up {counted(options['hours'], 'hour')}.")
