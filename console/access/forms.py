@@ -96,7 +96,8 @@ ALL_AGENTS = "*"
 
 class GrantForm(forms.Form):
     """Who gets which role where. Validation accepts any existing agent: the service then
-    refuses (404, logged) an agent outside the actor's scope, so a forged form is caught."""
+    refuses (404, logged) an agent outside the actor's scope, so a forged form is caught.
+    `roles` are the roles offered: those the actor may grant somewhere (policy)."""
 
     # Picked from the list of users on the page (a username); a group is the alternative.
     username = forms.CharField(required=False, label="User", max_length=150)
@@ -109,10 +110,10 @@ class GrantForm(forms.Form):
     agent = forms.CharField(label="Agent")
     reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), min_length=3)
 
-    def __init__(self, *args, agent_choices: list[tuple[str, str]], **kwargs):
+    def __init__(self, *args, agent_choices: list[tuple[str, str]], roles: list[Role], **kwargs):
         super().__init__(*args, **kwargs)
         role = self.fields["role"]
-        role.queryset = Role.objects.order_by("name")
+        role.queryset = Role.objects.filter(pk__in=[r.pk for r in roles]).order_by("name")
         role.label_from_instance = lambda r: (
             f"{r.name} — {r.description}" if r.description else r.name
         )

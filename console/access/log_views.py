@@ -18,12 +18,18 @@ from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 
 from console.access.forms import LogFilterForm
-from console.access.selectors import change_rows, logs_filter, logs_visible_to
+from console.access.selectors import (
+    change_rows,
+    log_agent_keys,
+    logs_filter,
+    logs_visible_to,
+)
 from console.kernel.audit import (
     AUDIT_HASHED,
     CHAIN_FIELDS,
     OPTIONAL_HASHED,
     AccessAction,
+    AgentRef,
     AuditAction,
     access_record,
 )
@@ -47,13 +53,12 @@ def _log_page(request, model, actions):
     page = Paginator(rows, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    agents = agents_where(request.user, Capability.VIEW_AUDIT).order_by("key")
     return {
         "form": form,
         "page_obj": page,
         "querystring": query.urlencode(),
         "filtered": any(v for k, v in request.GET.items() if k != "page"),
-        "agent_keys": list(agents.values_list("key", flat=True)),
+        "agent_keys": log_agent_keys(request.user),
     }
 
 
@@ -82,14 +87,15 @@ def audit_detail(request, pk: int):
     record = logs_visible_to(request.user, AuditRecord).filter(pk=pk).first()
     if record is None:
         error = NotFound("No such audit record.")
-        hidden = AuditRecord.objects.filter(pk=pk).values_list("agent_key", flat=True).first()
+        hidden = AuditRecord.objects.filter(pk=pk).values_list("agent_key", "agent_id").first()
         if hidden is None:
             raise error
+        key, agent_id = hidden
         refuse(  # a row that exists, of an agent (or console-wide) out of the user's scope
             error,
             user=request.user,
             capability=Capability.VIEW_AUDIT,
-            agent=hidden,
+            agent=AgentRef(key, agent_id) if key else None,  # the row's agent, not the key's
             target=("console.auditrecord", pk, f"audit record #{pk}"),
         )
     template = "access/audit_detail.html"

@@ -7,19 +7,39 @@ from dataclasses import dataclass
 
 from axes.helpers import get_cool_off, get_failure_limit
 from axes.models import AccessAttempt
-from django.db.models import Max, Q, Sum
+from django.db.models import Exists, Max, OuterRef, Q, Sum
 from django.utils import timezone
 
+from console.kernel.audit import AuditAction
+from console.kernel.models import AuditRecord
 from console.kernel.policy import Capability, agents_where, user_can
 
 
 def logs_visible_to(user, model):
-    """Rows of a log the user may read: those of agents where they hold VIEW_AUDIT, and
-    console-wide rows (no agent) only with VIEW_AUDIT on all agents. Deny by default."""
-    keys = list(agents_where(user, Capability.VIEW_AUDIT).values_list("key", flat=True))
+    """Rows of a log the user may read. VIEW_AUDIT on all agents: every row, console-wide
+    ones and those of agents deleted since. Otherwise the rows of the agents where they hold
+    VIEW_AUDIT, by the agent id the row was written with — a new agent that takes a deleted
+    agent's key does not inherit its rows. Rows written before rows kept that id go by the
+    key, from the agent's creation on. Deny by default."""
     if user_can(user, Capability.VIEW_AUDIT):
-        keys.append("")
-    return model.objects.filter(agent_key__in=keys)
+        return model.objects.all()
+    audited = agents_where(user, Capability.VIEW_AUDIT)
+    keyed_only = Exists(
+        audited.filter(key=OuterRef("agent_key"), created_at__lte=OuterRef("occurred_at"))
+    )
+    return model.objects.filter(
+        Q(agent_id__in=audited.values("pk")) | Q(keyed_only, agent_id__isnull=True)
+    )
+
+
+def log_agent_keys(user) -> list[str]:
+    """The agent filter's keys: the agents where the user holds VIEW_AUDIT, and for those
+    who audit all agents the keys of agents deleted since (their `agent.delete` rows)."""
+    keys = set(agents_where(user, Capability.VIEW_AUDIT).values_list("key", flat=True))
+    if user_can(user, Capability.VIEW_AUDIT):
+        deleted = AuditRecord.objects.filter(action=AuditAction.AGENT_DELETE.value)
+        keys |= set(deleted.values_list("agent_key", flat=True).distinct())
+    return sorted(keys - {""})
 
 
 def logs_filter(

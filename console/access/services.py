@@ -14,6 +14,9 @@ from console.kernel.policy import (
     STANDARD_ROLES,
     Capability,
     check_user_can,
+    check_user_can_change_role,
+    check_user_can_grant_role,
+    check_user_can_revoke_grant,
     forget_cached_grants,
 )
 from console.kernel.reasons import reason_clean
@@ -36,9 +39,11 @@ def standard_roles_ensure() -> None:
 
 
 # --- roles and grants ----------------------------------------------------------------------------
-# Roles are console-wide, so creating or changing one needs MANAGE_GRANTS on all agents.
-# A grant on one agent may be given or revoked by someone with MANAGE_GRANTS on that agent;
-# a grant on all agents needs MANAGE_GRANTS on all agents.
+# Nobody hands out more than they hold (console.kernel.policy.grant_refusal): a grant on one
+# agent needs MANAGE_GRANTS and every capability of its role on that agent, a grant on all
+# agents the same on all agents, and never goes to the granter (or a group they are in);
+# revoking needs the same but the self rule. Roles are console-wide: creating or changing
+# one needs MANAGE_GRANTS and each of its capabilities (before and after) on all agents.
 
 
 def _role_state(role) -> dict:
@@ -94,10 +99,12 @@ def role_create(*, actor, name: str, description: str = "", capabilities=()) -> 
     """Create a role. A new role holds exactly the capabilities given — none by default."""
 
     check_user_can(actor, Capability.MANAGE_GRANTS)
+    capabilities = capabilities_clean(capabilities)
+    check_user_can_change_role(actor, after=capabilities)
     role = Role.objects.create(
         name=_check_role_name(name),
         description=(description or "").strip(),
-        capabilities=capabilities_clean(capabilities),
+        capabilities=capabilities,
     )
     audit_record(actor=actor, action=AuditAction.ROLE_CREATE, target=role, after=_role_state(role))
     return role
@@ -123,6 +130,9 @@ def role_update(
         role.description = description.strip()
     if capabilities is not None:
         role.capabilities = capabilities_clean(capabilities)
+    check_user_can_change_role(
+        actor, before=before["capabilities"], after=role.capabilities, target=role
+    )
     after = _role_state(role)
     if after == before:
         return role
@@ -143,6 +153,7 @@ def grant_create(*, actor, role: Role, agent=None, user=None, group=None, reason
             "Grant a role to either a user or a group.",
             details=[{"path": "user", "code": "required", "message": "Choose a user or a group."}],
         )
+    check_user_can_grant_role(actor, role, agent, to_user=user, to_group=group)
     reason = reason_clean(reason, ask="Give a reason (it is recorded in the audit log).")
     if Grant.objects.filter(user=user, group=group, role=role, agent=agent).exists():
         raise Conflict("That grant already exists.", code="grant_exists")
@@ -161,9 +172,11 @@ def grant_create(*, actor, role: Role, agent=None, user=None, group=None, reason
 
 @service_transaction(durable=True)
 def grant_revoke(*, actor, grant: Grant, reason: str) -> None:
-    """Take a role away. Needs MANAGE_GRANTS where the grant applies (404 out of scope)."""
+    """Take a role away. Needs MANAGE_GRANTS where the grant applies (404 out of scope) and
+    every capability of its role there (a delegate does not take away a role above theirs)."""
 
     check_user_can(actor, Capability.MANAGE_GRANTS, grant.agent, target=grant)
+    check_user_can_revoke_grant(actor, grant)
     reason = reason_clean(reason, ask="Give a reason (it is recorded in the audit log).")
     _keep_one_console_admin(without=grant)
     state = _grant_state(grant)

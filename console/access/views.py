@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from console.access import services
 from console.access.forms import ALL_AGENTS, GrantForm, RoleForm
 from console.access.selectors import login_lock_rule, login_locks_current
-from console.kernel.errors import ApplicationError, NotFound
+from console.kernel.errors import ApplicationError, Forbidden, NotFound
 from console.kernel.models import Grant, Role
 from console.kernel.policy import (
     CAPABILITY_LABELS,
@@ -25,10 +25,12 @@ from console.kernel.policy import (
     Everywhere,
     agents_where,
     capabilities_on,
-    check_user_can,
+    check_user_can_grant_role,
+    grantable_roles,
     refuse,
     requires,
     user_can,
+    user_can_revoke_grant,
 )
 from strategies.catalog.models import Agent
 
@@ -92,7 +94,7 @@ def access_overview(request):
     roles = list(Role.objects.all())
     manages_all = user_can(request.user, Capability.MANAGE_GRANTS)
     for grant in grants:
-        grant.revocable = manages_all or grant.agent_id is not None
+        grant.revocable = user_can_revoke_grant(request.user, grant)
         grant.dialog_id = f"revoke-grant-{grant.pk}"
         who = grant.user.username if grant.user_id else f"group {grant.group.name}"
         where = grant.agent.key if grant.agent_id else "all agents"
@@ -120,6 +122,15 @@ def _render_role_form(request, form, role=None, status=200):
     )
 
 
+# Refusals a form shows as a message (403, logged) rather than an error page: the user may
+# pick another role or person and try again.
+FORM_REFUSALS = ("role_above_own", "self_grant")
+
+
+def _form_refusal(error: ApplicationError) -> bool:
+    return isinstance(error, Forbidden) and error.code in FORM_REFUSALS
+
+
 def _form_error(form, error: ApplicationError) -> None:
     """Show a service's refusal at the field it names (or at the top of the form)."""
     if error.details:
@@ -138,9 +149,10 @@ def role_create(request):
         try:
             role = services.role_create(actor=request.user, **form.cleaned_data)
         except ApplicationError as error:
-            if error.status in (403, 404):
+            if error.status in (403, 404) and not _form_refusal(error):
                 raise
             _form_error(form, error)
+            return _render_role_form(request, form, status=error.status)
         else:
             messages.success(request, f"Role “{role.name}” created.")
             return redirect("access-overview")
@@ -165,9 +177,10 @@ def role_edit(request, pk: int):
         try:
             services.role_update(actor=request.user, role=role, **form.cleaned_data)
         except ApplicationError as error:
-            if error.status in (403, 404):
+            if error.status in (403, 404) and not _form_refusal(error):
                 raise
             _form_error(form, error)
+            return _render_role_form(request, form, role, status=error.status)
         else:
             messages.success(request, f"Role “{role.name}” saved.")
             return redirect("access-overview")
@@ -198,12 +211,25 @@ def grant_create(request):
             "username": request.GET.get("user") or request.GET.get("username", ""),
         },
         agent_choices=agent_choices,
+        roles=_roles_offered(request.user, agent_choices),
     )
     preview = None
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        # A forged agent is refused (404, logged) before anything is shown or written.
-        check_user_can(request.user, Capability.MANAGE_GRANTS, data["agent"])
+        # A forged agent is refused (404, logged) before anything is shown or written; a role
+        # above the user's own there, or a grant to themselves, is told on the form (403).
+        try:
+            check_user_can_grant_role(
+                request.user,
+                data["role"],
+                data["agent"],
+                to_user=data["username"],
+                to_group=data["group"],
+            )
+        except Forbidden as error:
+            if not _form_refusal(error):
+                raise
+            return _grant_refused(request, form, error)
         if "confirm" not in request.POST or "edit" in request.POST:
             preview = None if "edit" in request.POST else _grant_preview(data)
             context = {"form": form, "preview": preview, **_user_picker(request)}
@@ -218,6 +244,8 @@ def grant_create(request):
                 reason=data["reason"],
             )
         except ApplicationError as error:
+            if _form_refusal(error):
+                return _grant_refused(request, form, error)
             if error.status in (403, 404):
                 raise
             _form_error(form, error)
@@ -228,6 +256,19 @@ def grant_create(request):
     return TemplateResponse(
         request, "access/grant_form.html", context, status=400 if form.errors else 200
     )
+
+
+def _roles_offered(user, agent_choices) -> list[Role]:
+    """The roles the user may grant on at least one agent the form offers."""
+    agents = {a.key: a for a in Agent.objects.filter(key__in=[k for k, _ in agent_choices])}
+    scopes = [None if key == ALL_AGENTS else agents[key] for key, _ in agent_choices]
+    return grantable_roles(user, Role.objects.order_by("name"), scopes)
+
+
+def _grant_refused(request, form, error: ApplicationError):
+    _form_error(form, error)
+    context = {"form": form, "preview": None, **_user_picker(request)}
+    return TemplateResponse(request, "access/grant_form.html", context, status=error.status)
 
 
 def _user_picker(request) -> dict:

@@ -23,6 +23,7 @@ from django.utils import timezone
 from console.kernel.models import AccessLogEntry, AuditRecord, ChainCheckpoint, Grant
 from console.kernel.request_context import current_request, ip_normalise
 from console.kernel.wording import counted
+from strategies.catalog.models import Agent
 
 
 # --- the actions, one list per log ------------------------------------------------------------
@@ -151,8 +152,8 @@ CHAIN_FIELDS = (
     "ip",
 )
 # Hashed only when non-empty (after the fields above), so rows written before they existed
-# keep their hash: the personal token a user acted through.
-OPTIONAL_HASHED = ("actor_token_id", "actor_token_label")
+# keep their hash: the personal token a user acted through, the id of the row's agent.
+OPTIONAL_HASHED = ("actor_token_id", "actor_token_label", "agent_id")
 AUDIT_HASHED = ("before", "after", "changes")
 _EXTRA_HASHED = {
     "AuditRecord": AUDIT_HASHED,
@@ -294,14 +295,37 @@ def _append(model, fields: dict[str, Any]):
         return model.objects.create(**fields)
 
 
+@dataclass(frozen=True)
+class AgentRef:
+    """An agent as a log row names it, for one that is gone by the time the row is written
+    (`agent.delete`): its key and the id it had."""
+
+    key: str
+    pk: int | None
+
+
+def describe_agent(agent) -> dict[str, Any]:
+    """The agent columns: its key, and its id — what the row is scoped by, so the row stays
+    with the agent it was written for, not with a later agent that takes the key. `agent`
+    is an Agent, an AgentRef, a key (its agent's id looked up, none if there is no such
+    agent) or None (a console-wide row)."""
+    if not agent:
+        return {"agent_key": "", "agent_id": None}
+    if isinstance(agent, str):
+        return {
+            "agent_key": agent,
+            "agent_id": Agent.objects.filter(key=agent).values_list("pk", flat=True).first(),
+        }
+    return {"agent_key": agent.key, "agent_id": agent.pk}
+
+
 def _context_fields(actor, target, agent) -> dict[str, Any]:
     ctx = current_request.get()
-    agent_key = getattr(agent, "key", agent) or ""
     return {
         "occurred_at": timezone.now(),
         **describe_actor(actor),
         **describe_target(target),
-        "agent_key": agent_key,
+        **describe_agent(agent),
         "request_id": ctx.request_id,
         "ip": ip_normalise(ctx.ip),  # None for anything that is not an address
     }

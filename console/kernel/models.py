@@ -121,6 +121,11 @@ class ChainedRecord(models.Model):
     target_id = models.CharField(max_length=200, blank=True)
     target_label = models.CharField(max_length=300, blank=True)
     agent_key = models.CharField(max_length=100, blank=True, db_index=True)
+    # The id of the agent the row was written for, stored at write time and never a foreign
+    # key: the row outlives its agent, and a new agent that takes the key is another agent.
+    # Empty for console-wide rows and for rows written before this column (hashed only when
+    # set, so those still verify).
+    agent_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     request_id = models.CharField(max_length=100, blank=True)
     ip = models.GenericIPAddressField(null=True, blank=True)
     prev_hash = models.CharField(max_length=64)

@@ -429,6 +429,138 @@ def check_user_can_enable_sensitive(user, agent, paths: list[str]) -> None:
     refuse_sensitive(sensitive_refusals(user, agent, paths), user=user, agent=agent)
 
 
+# --- grants and roles: nobody hands out more than they hold ------------------------------------
+# Kubernetes RBAC's escalate rule: a grant needs MANAGE_GRANTS where it applies AND every
+# capability of its role there, so a delegate of one agent can pass on what they may do and
+# no more; nobody grants to themselves (or to a group they are in). Roles are console-wide,
+# so defining one is judged the same way on all agents.
+def capabilities_held(user, agent=None) -> frozenset[str]:
+    """On an agent: everything the user may do there. Agent None: what they hold on all
+    agents (through grants without an agent)."""
+    if agent is not None:
+        return capabilities_on(user, agent)
+    caps: set[str] = set()
+    for granted_agent, granted_caps in _grant_rows(user):
+        if granted_agent is None:
+            caps |= granted_caps
+    return frozenset(caps)
+
+
+def _scope_words(agent) -> str:
+    return f"on {getattr(agent, 'key', agent)}" if agent is not None else "on all agents"
+
+
+def _above_own(user, capabilities, agent) -> list[str]:
+    """The capabilities in `capabilities` the user does not hold there, as labels."""
+    missing = set(capabilities) - capabilities_held(user, agent)
+    return [CAPABILITY_LABELS.get(c, c) for c in CAPABILITY_VALUES if c in missing]
+
+
+def _is_self(user, to_user=None, to_group=None) -> bool:
+    if to_user is not None and to_user.pk == getattr(user, "pk", None):
+        return True
+    return to_group is not None and user.groups.filter(pk=to_group.pk).exists()
+
+
+def grant_refusal(user, role, agent, *, to_user=None, to_group=None) -> Finding | None:
+    """Why `user` may not grant `role` on `agent` (None: all agents) to `to_user` or
+    `to_group` (None: they may): the agent out of their scope (`not_found`), no
+    MANAGE_GRANTS there (`forbidden`), a role holding more than they hold there
+    (`role_above_own`), or a grant to themselves (`self_grant`)."""
+    if agent is not None and not user_sees_agent(user, agent):
+        return Finding("", "not_found", "Not found.")
+    where = _scope_words(agent)
+    if not user_can(user, Capability.MANAGE_GRANTS, agent):
+        return Finding("agent", "forbidden", f"You may not manage access {where}.")
+    missing = _above_own(user, role.capabilities, agent)
+    if missing:
+        return Finding(
+            "role",
+            "role_above_own",
+            f"You cannot grant “{role.name}” {where}: it includes {', '.join(missing)}, which "
+            "you do not hold there yourself. Ask someone who holds them.",
+        )
+    if _is_self(user, to_user, to_group):
+        whom = "yourself" if to_group is None else f"group {to_group.name}, which you are in"
+        return Finding(
+            "group" if to_group is not None else "username",
+            "self_grant",
+            f"You cannot grant a role to {whom}: another manager has to.",
+        )
+    return None
+
+
+def _refuse_finding(refusal: Finding | None, *, user, agent, target=None) -> None:
+    """Raise a grant or role refusal (404 or a 403 carrying its code and field), logged."""
+    if refusal is None:
+        return
+    if refusal.code == "not_found":
+        error = NotFound(refusal.message)
+    else:
+        error = Forbidden(refusal.message, code=refusal.code, details=[refusal])
+    refuse(error, user=user, capability=Capability.MANAGE_GRANTS, agent=agent, target=target)
+
+
+def user_can_grant_role(user, role, agent=None, *, to_user=None, to_group=None) -> bool:
+    return grant_refusal(user, role, agent, to_user=to_user, to_group=to_group) is None
+
+
+def check_user_can_grant_role(
+    user, role, agent=None, *, to_user=None, to_group=None, target=None
+) -> None:
+    _refuse_finding(
+        grant_refusal(user, role, agent, to_user=to_user, to_group=to_group),
+        user=user,
+        agent=agent,
+        target=target,
+    )
+
+
+def revoke_refusal(user, grant) -> Finding | None:
+    """Revoking is judged like granting, without the self rule (giving up one's own role is
+    no escalation): a delegate may not take away a role above their own there either."""
+    return grant_refusal(user, grant.role, grant.agent)
+
+
+def user_can_revoke_grant(user, grant) -> bool:
+    return revoke_refusal(user, grant) is None
+
+
+def check_user_can_revoke_grant(user, grant) -> None:
+    _refuse_finding(revoke_refusal(user, grant), user=user, agent=grant.agent, target=grant)
+
+
+def role_refusal(user, before, after) -> Finding | None:
+    """Why `user` may not define a role holding `after` (capabilities) where it held `before`
+    (empty for a new role): MANAGE_GRANTS on all agents, and every capability of the role,
+    before and after, held on all agents — editing a role regrants it to all its holders."""
+    if not user_can(user, Capability.MANAGE_GRANTS):
+        return Finding("", "forbidden", "Roles apply to all agents: you may not change them.")
+    missing = _above_own(user, set(before) | set(after), None)
+    if missing:
+        return Finding(
+            "capabilities",
+            "role_above_own",
+            f"You cannot define a role with {', '.join(missing)}: you do not hold "
+            "that on all agents yourself.",
+        )
+    return None
+
+
+def user_can_change_role(user, before=(), after=()) -> bool:
+    return role_refusal(user, before, after) is None
+
+
+def check_user_can_change_role(user, before=(), after=(), *, target=None) -> None:
+    _refuse_finding(role_refusal(user, before, after), user=user, agent=None, target=target)
+
+
+def grantable_roles(user, roles, agents) -> list:
+    """The roles `user` may grant on at least one of `agents` (None: all agents), for the
+    grant form's choices."""
+    return [r for r in roles if any(user_can_grant_role(user, r, a) for a in agents)]
+
+
 def agents_visible_to(user) -> QuerySet:
     """The agents a user may see at all: the scope of every list."""
     rows = _grant_rows(user)

@@ -20,7 +20,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
-from console.kernel.audit import AuditAction, audit_record
+from console.kernel.audit import AgentRef, AuditAction, audit_record
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.models import Grant
 from console.kernel.policy import Capability, check_user_can
@@ -369,7 +369,7 @@ def agent_delete(*, agent: Agent, actor, reason: str = "") -> None:
         actor=actor,
         action=AuditAction.AGENT_DELETE,
         target=target,
-        agent=before["key"],
+        agent=AgentRef(before["key"], target[1]),  # the id it had: the row stays its own
         before=before,
         after={"reason": _note(reason)} if _note(reason) else None,
     )

@@ -18,6 +18,8 @@ from strategies.catalog.models import Agent
 EXTRA_ROLES: dict[str, list[str]] = {
     # the second person for protected environments: an operator who may also approve
     "approver": [Capability.VIEW_CONFIG.value, Capability.APPROVE.value],
+    # someone trusted to hand out access, and nothing more
+    "delegate": [Capability.VIEW_CONFIG.value, Capability.MANAGE_GRANTS.value],
 }
 
 

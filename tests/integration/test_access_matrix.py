@@ -506,3 +506,104 @@ def test_access_matrix__url_without_required_entry__reported(db, settings):
     finally:
         clear_url_caches()
     assert undeclared == ["forgot"]
+
+
+# --- grants made by delegates: never above the granter's own --------------------------------------
+def _held(user, agent_key: str | None) -> set[str]:
+    """What the user holds there, read from their grant rows (not through the policy): on an
+    agent its grants and the all-agent ones; on all agents the all-agent ones only."""
+    from django.db.models import Q
+
+    from console.kernel.models import Grant
+
+    where = Q(agent__isnull=True)
+    if agent_key is not None:
+        where |= Q(agent__key=agent_key)
+    held: set[str] = set()
+    for caps in (
+        Grant.objects.filter(user=user).filter(where).values_list("role__capabilities", flat=True)
+    ):
+        held |= set(caps)
+    return held
+
+
+def _grants(user, role, agent_key: str | None):
+    from console.kernel.models import Grant
+
+    if agent_key is None:
+        return Grant.objects.filter(user=user, role=role, agent__isnull=True)
+    return Grant.objects.filter(user=user, role=role, agent__key=agent_key)
+
+
+def _grant_attempt(client, channel: str, role, agent_key: str | None, whom):
+    """POST one grant through the API or the grant page (confirmed), rolled back. Returns
+    (the response, whether the grant existed before, whether it exists after)."""
+    reason = "matrix: a delegate's grant"
+    existed = _grants(whom, role, agent_key).exists()
+    with rolled_back():
+        if channel == "api":
+            body = {"role": role.name, "agent": agent_key, "user": whom.username, "reason": reason}
+            response = client.post(reverse("api-grant-list"), body, content_type="application/json")
+        else:
+            body = {
+                "username": whom.username,
+                "role": role.pk,
+                "agent": agent_key or "*",
+                "reason": reason,
+                "confirm": "1",
+            }
+            response = client.post(reverse("grant-create"), body)
+        exists = _grants(whom, role, agent_key).exists()
+    return response, existed, exists
+
+
+def test_access_matrix__grants_by_every_principal__only_within_their_own_and_never_to_self(
+    matrix_world, make_user
+):
+    """Every principal (the matrix's, plus a delegate of the sample agent and one of all
+    agents: view_config + manage_grants) grants every role, on the sample agent and on all
+    agents, to someone else and to themselves, through the API and the grant page. A grant
+    may succeed only with manage_grants and every capability of the role there, never to
+    oneself; and each one that may, does."""
+    from console.kernel.models import Role
+
+    users = {
+        **matrix_world,
+        "delegate_in": make_user("m_delegate_in", delegate=SAMPLE_AGENT),
+        "delegate_all": make_user("m_delegate_all", delegate=None),
+    }
+    recipient = make_user("m_recipient")
+    roles = list(Role.objects.filter(name__in=[*STANDARD_ROLES, "delegate"]))
+    problems, allowed = [], 0
+    for label, user in users.items():
+        principal = Principal(label, user)
+        for role in roles:
+            for scope in (SAMPLE_AGENT, None):
+                held = _held(user, scope)
+                for whom in (recipient, user):
+                    may = (
+                        "manage_grants" in held
+                        and set(role.capabilities) <= held
+                        and whom.pk != user.pk
+                    )
+                    allowed += may
+                    for channel in ("api", "page"):
+                        response, existed, exists = _grant_attempt(
+                            principal.client, channel, role, scope, whom
+                        )
+                        where = (
+                            f"{channel}: {label} grants {role.name} on {scope or 'all agents'} "
+                            f"to {'themselves' if whom is user else 'someone else'}"
+                        )
+                        if response.status_code >= 500:
+                            problems.append(f"{where}: server error {response.status_code}")
+                        elif exists and not existed and not may:
+                            problems.append(
+                                f"{where}: granted ({response.status_code}), above their own"
+                            )
+                        elif may and not (_is_success(response) and exists):
+                            problems.append(
+                                f"{where}: refused ({response.status_code}), within their own"
+                            )
+    assert not problems, f"{len(problems)} problems:\n  " + "\n  ".join(problems)
+    assert allowed >= 10  # the sweep exercised grants that must succeed, not only refusals

@@ -253,7 +253,8 @@ def test_audit__change_made_with_a_token__names_user_and_token_and_chain_verifie
 ):
     admin = make_user("root", admin=None)
     make_user("newcomer")
-    _, secret = make_token(admin, capabilities=["manage_grants"])
+    # A token grants only what it holds itself (no escalation): viewer needs view_config.
+    _, secret = make_token(admin, capabilities=["manage_grants", "view_config"])
     response = bearer_client(secret).post(
         "/api/v1/grants/",
         {"user": "newcomer", "role": "viewer", "agent": "assistant_lite", "reason": "ci grant"},
