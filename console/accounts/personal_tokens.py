@@ -119,6 +119,21 @@ def _clean_scope(user, capabilities, agent_keys) -> tuple[list[str], list]:
     return capabilities, agents
 
 
+def check_session_manages_tokens(user) -> None:
+    """Token management (list, read, revoke) is for a signed-in session, as creation is: a
+    request made with a personal token gets 403, whatever its scope — a leaked read-only
+    token must not list its user's other tokens or revoke the CI's one."""
+    if acting_token(user) is not None:
+        refuse(
+            Forbidden(
+                "A personal token cannot manage tokens: sign in and use your account page.",
+                code="token_cannot_manage_tokens",
+            ),
+            user=user,
+            capability="personal_token.manage",
+        )
+
+
 @service_transaction(durable=True)
 def personal_token_create(
     *, user, name: str, capabilities, agents=(), expires_in_days=None
@@ -168,7 +183,8 @@ def user_can_revoke_token(user, token: PersonalToken) -> bool:
 @service_transaction(durable=True)
 def personal_token_revoke(*, token: PersonalToken, actor, reason: str = "") -> PersonalToken:
     """Revoke at once (the next request with it gets 401). Someone else's token is 404
-    unless the actor manages access on all agents."""
+    unless the actor manages access on all agents; a request made with a token is 403."""
+    check_session_manages_tokens(actor)
     if not user_can_revoke_token(actor, token):
         refuse(NotFound("Not found."), user=actor, capability=Capability.MANAGE_GRANTS)
     reason = reason.strip()[:1000] if isinstance(reason, str) else ""
