@@ -20,6 +20,7 @@ from console.accounts.serializers import (
     PersonalTokenSerializer,
 )
 from console.kernel.api_schema import ErrorSerializer
+from console.kernel.credentials import shows_secret
 from console.kernel.errors import NotFound
 from console.kernel.limits import check_request_size
 
@@ -57,6 +58,7 @@ def _error(description: str) -> OpenApiResponse:
         413: _error("payload_too_large"),
     },
 )
+@shows_secret
 @api_view(["GET", "POST"])
 def personal_token_list(request):
     if request.method == "POST":

@@ -3,13 +3,16 @@ strategies.runtime) and a person's API token (`ccp_…`, console.accounts.person
 
 A secret is a recognisable prefix and 32 random bytes (URL-safe base64); only its SHA-256
 is stored, so a leaked database does not leak a usable token. `bearer_value` reads the
-`Authorization: Bearer <secret>` header both authentication classes accept.
+`Authorization: Bearer <secret>` header both authentication classes accept. `shows_secret`
+marks the views whose answer may carry a secret, shown once.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+
+from django.views.decorators.cache import never_cache
 
 PREFIX_SHOWN = 6  # random characters kept after the prefix, to recognise a token in a list
 
@@ -36,3 +39,10 @@ def bearer_value(header: str) -> str | None:
     if scheme.lower() != "bearer" or not value.strip():
         return None
     return value.strip()
+
+
+def shows_secret(view):
+    """View decorator for an answer that may carry a secret shown once (a new token, a
+    webhook's signing secret): `Cache-Control: no-store` (with no-cache, must-revalidate,
+    private, max-age=0), so no browser cache, back button or proxy keeps a copy."""
+    return never_cache(view)

@@ -13,6 +13,7 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from console.kernel.api_schema import ErrorSerializer, StrictSerializer
+from console.kernel.credentials import shows_secret
 from console.kernel.errors import NotFound
 from console.kernel.policy import Capability, Everywhere, requires
 from strategies.catalog.models import Agent, Environment
@@ -117,6 +118,7 @@ def _token(pk: int) -> RuntimeToken:
     responses={201: RuntimeTokenCreatedSerializer, **ERRORS, **TOO_LARGE},
     tags=["runtime tokens"],
 )
+@shows_secret
 @api_view(["GET", "POST"])
 @MANAGERS
 def runtime_token_list(request):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.contrib import messages
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
+from console.kernel.credentials import shows_secret
 from console.kernel.errors import ApplicationError, NotFound
 from console.kernel.policy import Capability, requires
 from strategies.catalog.models import Agent
@@ -18,7 +18,7 @@ from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
 
 
 @requires(Capability.MANAGE_TOKENS, agent_kwarg=None)
-@never_cache
+@shows_secret
 @require_http_methods(["GET", "POST"])
 def tokens(request):
     """List and create runtime tokens; a new token's secret is shown on this response only."""
