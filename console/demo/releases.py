@@ -133,6 +133,7 @@ def demo_token(environment, *, token_file: Path | None):
         name=DEMO_TOKEN_NAME,
         environment=environment,
         capabilities=list(RuntimeToken.CAPABILITIES),
+        all_agents=True,
         actor=None,
     )
     if token_file is not None:

@@ -44,6 +44,7 @@ def bearer_client(secret: str, **kwargs) -> Client:
 
 
 def make_token(user, name="ci-deploy", capabilities=("view_config",), **scope):
+    scope.setdefault("all_agents", not scope.get("agents"))
     return personal_token_create(user=user, name=name, capabilities=list(capabilities), **scope)
 
 
@@ -370,3 +371,30 @@ def test_admin_tokens_page__lists_everyones__revokes_with_reason(agents, make_us
     assert token.state == "revoked"
     row = AuditRecord.objects.get(action="personal_token.revoke")
     assert row.actor_label == "root" and row.after["reason"] == "ann left the team"
+
+
+# --- "every agent" is said, never an empty set ------------------------------------------------------
+@pytest.mark.parametrize(
+    "scope, status, path",
+    [
+        ({}, 201, None),  # the API's documented default: no agents, every agent
+        ({"all_agents": True}, 201, None),
+        ({"agents": ["assistant_professional"]}, 201, None),
+        ({"all_agents": False}, 400, "agents"),
+        ({"all_agents": True, "agents": ["assistant_professional"]}, 400, "agents"),
+    ],
+    ids=["omitted", "all-agents", "a-list", "none-and-not-all", "both"],
+)
+def test_api_create__agent_scope__explicit_flag_stored(
+    agents, make_user, client, scope, status, path
+):
+    client.force_login(make_user("ann", viewer=None))
+    body = {"name": "t", "capabilities": ["view_config"], **scope}
+    response = client.post(TOKENS, body, content_type="application/json")
+    assert response.status_code == status, response.content
+    if status == 400:
+        assert response.json()["error"]["details"][0]["path"] == path
+        assert not PersonalToken.objects.exists()
+        return
+    token = PersonalToken.objects.get()
+    assert response.json()["all_agents"] is token.all_agents is (not scope.get("agents"))

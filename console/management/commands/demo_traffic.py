@@ -225,7 +225,11 @@ class Command(BaseCommand):
         ):
             runtime_token_revoke(token=old, actor=None, reason="demo traffic restarted")
         _, secret = runtime_token_create(
-            name=name, environment=environment, capabilities=CAPABILITIES, actor=None
+            name=name,
+            environment=environment,
+            capabilities=CAPABILITIES,
+            all_agents=True,
+            actor=None,
         )
         return secret
 
