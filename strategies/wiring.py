@@ -1,7 +1,9 @@
 """What each job answers the catalog (strategies.catalog.dependents), registered at app start
 by StrategiesConfig.ready: the jobs import the catalog, so the catalog cannot import them.
-TracesConfig.ready registers what traces answers."""
+TracesConfig.ready registers what traces answers; the personal tokens of console.accounts
+answer here too (they name agents; console has no ready of its own)."""
 
+from console.accounts import personal_tokens
 from strategies.catalog import dependents
 from strategies.catalog import selectors as catalog
 from strategies.delivery import selectors as delivery
@@ -17,7 +19,10 @@ def register() -> None:
         agent=releases.references_to_agent, environment=releases.references_to_environment
     )
     dependents.register_references(agent=documents.references_to_agent)
-    dependents.register_references(environment=runtime.references_to_environment)
+    dependents.register_references(
+        agent=runtime.references_to_agent, environment=runtime.references_to_environment
+    )
+    dependents.register_references(agent=personal_tokens.references_to_agent)
     dependents.register_references(environment=delivery.references_to_environment)
     dependents.register_agent_documents(
         dependents.AgentDocuments(

@@ -9,6 +9,7 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from console.accounts.personal_tokens import (
+    check_session_manages_tokens,
     personal_token_create,
     personal_token_revoke,
     personal_tokens_of,
@@ -19,11 +20,14 @@ from console.accounts.serializers import (
     PersonalTokenSerializer,
 )
 from console.kernel.api_schema import ErrorSerializer
+from console.kernel.credentials import shows_secret
 from console.kernel.errors import NotFound
 from console.kernel.limits import check_request_size
 
 BODY_LIMIT = 16 * 1024
 TAGS = ["personal tokens"]
+# Managing tokens is for a signed-in session: a request made with a token is refused.
+TOKEN_REFUSED = "token_cannot_manage_tokens: a token cannot list, read or revoke tokens"
 
 
 def _error(description: str) -> OpenApiResponse:
@@ -34,7 +38,11 @@ def _error(description: str) -> OpenApiResponse:
     methods=["GET"],
     summary="List your personal API tokens (revoked and expired ones too)",
     tags=TAGS,
-    responses={200: PersonalTokenSerializer(many=True), 401: _error("not_authenticated")},
+    responses={
+        200: PersonalTokenSerializer(many=True),
+        401: _error("not_authenticated"),
+        403: _error(TOKEN_REFUSED),
+    },
 )
 @extend_schema(
     methods=["POST"],
@@ -50,6 +58,7 @@ def _error(description: str) -> OpenApiResponse:
         413: _error("payload_too_large"),
     },
 )
+@shows_secret
 @api_view(["GET", "POST"])
 def personal_token_list(request):
     if request.method == "POST":
@@ -59,6 +68,7 @@ def personal_token_list(request):
         token, secret = personal_token_create(user=request.user, **body.validated_data)
         token.token = secret
         return Response(PersonalTokenCreatedSerializer(token).data, status=status.HTTP_201_CREATED)
+    check_session_manages_tokens(request.user)
     tokens = personal_tokens_of(request.user)
     return Response(PersonalTokenSerializer(tokens, many=True).data)
 
@@ -67,7 +77,11 @@ def personal_token_list(request):
     methods=["GET"],
     summary="One of your personal API tokens",
     tags=TAGS,
-    responses={200: PersonalTokenSerializer, 404: _error("not_found (also: not yours)")},
+    responses={
+        200: PersonalTokenSerializer,
+        403: _error(TOKEN_REFUSED),
+        404: _error("not_found (also: not yours)"),
+    },
 )
 @extend_schema(
     methods=["DELETE"],
@@ -76,12 +90,14 @@ def personal_token_list(request):
     request=None,
     responses={
         204: None,
+        403: _error(TOKEN_REFUSED),
         404: _error("not_found (also: not yours)"),
         409: _error("already_revoked"),
     },
 )
 @api_view(["GET", "DELETE"])
 def personal_token_detail(request, pk: int):
+    check_session_manages_tokens(request.user)  # before the lookup: 403, never a 404 probe
     token = personal_tokens_of(request.user).filter(pk=pk).first()
     if token is None:
         raise NotFound("No such token.")

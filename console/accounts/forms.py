@@ -31,6 +31,12 @@ class PersonalTokenForm(forms.Form):
         help_text="None ticked: every agent your grants cover, now and later.",
     )
 
+    def clean(self):
+        cleaned = super().clean()
+        # The form's "none ticked" is every agent; the service is told so explicitly.
+        cleaned["all_agents"] = not cleaned.get("agents")
+        return cleaned
+
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         offered = capabilities_offered(user)

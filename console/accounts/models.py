@@ -33,11 +33,16 @@ class PersonalToken(models.Model):
         default=list,
         help_text="console.kernel.policy.Capability values",
     )
+    # "Every agent" is this flag, never an empty set: a token whose agents are all gone
+    # covers no agent, it does not widen to all of them.
+    all_agents = models.BooleanField(
+        default=False, help_text="Every agent the user's grants cover, now and later."
+    )
     agents = models.ManyToManyField(
         "strategies.Agent",
         blank=True,
         related_name="personal_tokens",
-        help_text="Empty: every agent the user's grants cover.",
+        help_text="The agents it covers when not all agents (none: no agent).",
     )
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()

@@ -19,7 +19,12 @@ from django.utils import timezone
 from console.access.services import capabilities_clean
 from console.accounts.models import PersonalToken
 from console.kernel.audit import AuditAction, acting_token, audit_record
-from console.kernel.credentials import secret_hash, secret_new, secret_shown
+from console.kernel.credentials import (
+    check_agent_scope_explicit,
+    secret_hash,
+    secret_new,
+    secret_shown,
+)
 from console.kernel.errors import Conflict, Forbidden, NotFound, ValidationFailed
 from console.kernel.policy import (
     Capability,
@@ -31,6 +36,7 @@ from console.kernel.policy import (
 )
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse, update_or_refuse
+from strategies.catalog.dependents import Reference
 
 TOKEN_PREFIX = "ccp_"
 DEFAULT_DAYS = 90
@@ -51,6 +57,7 @@ def _state(token: PersonalToken) -> dict:
         "prefix": token.prefix,
         "user": token.user.get_username(),
         "capabilities": sorted(token.capabilities),
+        "all_agents": token.all_agents,
         "agents": sorted(a.key for a in token.agents.all()),
         "expires_at": token.expires_at.isoformat(),
     }
@@ -86,7 +93,7 @@ def _clean_days(days) -> int:
     return days
 
 
-def _clean_scope(user, capabilities, agent_keys) -> tuple[list[str], list]:
+def _clean_scope(user, capabilities, all_agents, agent_keys) -> tuple[list[str], list]:
     """The token's capabilities and agents, refused (400, naming each) when wider than what
     the user holds: a capability they hold on no agent, an agent they do not see."""
     capabilities = capabilities_clean(capabilities or [])
@@ -110,6 +117,7 @@ def _clean_scope(user, capabilities, agent_keys) -> tuple[list[str], list]:
             ],
         )
     keys = sorted({str(k) for k in agent_keys or []})
+    check_agent_scope_explicit(all_agents=all_agents, agents=keys)
     agents = list(agents_visible_to(user).filter(key__in=keys).order_by("key"))
     unknown = sorted(set(keys) - {a.key for a in agents})
     if unknown:  # the same answer for an agent that does not exist and one out of scope
@@ -123,13 +131,29 @@ def _clean_scope(user, capabilities, agent_keys) -> tuple[list[str], list]:
     return capabilities, agents
 
 
+def check_session_manages_tokens(user) -> None:
+    """Token management (list, read, revoke) is for a signed-in session, as creation is: a
+    request made with a personal token gets 403, whatever its scope — a leaked read-only
+    token must not list its user's other tokens or revoke the CI's one."""
+    if acting_token(user) is not None:
+        refuse(
+            Forbidden(
+                "A personal token cannot manage tokens: sign in and use your account page.",
+                code="token_cannot_manage_tokens",
+            ),
+            user=user,
+            capability="personal_token.manage",
+        )
+
+
 @service_transaction(durable=True)
 def personal_token_create(
-    *, user, name: str, capabilities, agents=(), expires_in_days=None
+    *, user, name: str, capabilities, all_agents: bool, agents=(), expires_in_days=None
 ) -> tuple[PersonalToken, str]:
     """Create one of `user`'s tokens; returns (token, secret). The secret is shown once.
-    `agents` are agent keys (none: every agent the user's grants cover). A request made
-    with a token cannot make another: a token would outlive or outgrow itself."""
+    `all_agents`: every agent the user's grants cover, now and later; otherwise `agents`,
+    agent keys (at least one). A request made with a token cannot make another: a token
+    would outlive or outgrow itself."""
     if acting_token(user) is not None:
         refuse(
             Forbidden(
@@ -141,7 +165,7 @@ def personal_token_create(
         )
     name = _clean_name(name)
     days = _clean_days(expires_in_days)
-    capabilities, agent_objects = _clean_scope(user, capabilities, agents)
+    capabilities, agent_objects = _clean_scope(user, capabilities, all_agents, agents)
     secret = secret_new(TOKEN_PREFIX)
     token = create_or_refuse(
         PersonalToken,
@@ -155,6 +179,7 @@ def personal_token_create(
         prefix=secret_shown(secret, TOKEN_PREFIX),
         token_hash=secret_hash(secret),
         capabilities=capabilities,
+        all_agents=all_agents,
         expires_at=timezone.now() + timedelta(days=days),
     )
     token.agents.set(agent_objects)
@@ -172,7 +197,8 @@ def user_can_revoke_token(user, token: PersonalToken) -> bool:
 @service_transaction(durable=True)
 def personal_token_revoke(*, token: PersonalToken, actor, reason: str = "") -> PersonalToken:
     """Revoke at once (the next request with it gets 401). Someone else's token is 404
-    unless the actor manages access on all agents."""
+    unless the actor manages access on all agents; a request made with a token is 403."""
+    check_session_manages_tokens(actor)
     if not user_can_revoke_token(actor, token):
         refuse(NotFound("Not found."), user=actor, capability=Capability.MANAGE_GRANTS)
     reason = reason.strip()[:1000] if isinstance(reason, str) else ""
@@ -211,6 +237,27 @@ def personal_token_note_use(token: PersonalToken) -> None:
         return
     PersonalToken.objects.filter(pk=token.pk).update(last_used_at=now)
     token.last_used_at = now
+
+
+def references_to_agent(agent) -> list[Reference]:
+    """Active personal tokens naming the agent refuse its delete (named, with their owners,
+    to revoke first): without it they would cover no agent; revoking is the owners' call."""
+    tokens = (
+        PersonalToken.objects.active()
+        .filter(agents=agent)
+        .order_by("user__username", "name")
+        .values_list("user__username", "name")
+    )
+    if not tokens:
+        return []
+    return [
+        Reference(
+            "has_personal_tokens",
+            "personal tokens are scoped to it ("
+            + ", ".join(f"{user}’s “{name}”" for user, name in tokens)
+            + "): revoke them first",
+        )
+    ]
 
 
 def personal_tokens_of(user):

@@ -17,6 +17,7 @@ from console.accounts.personal_tokens import (
     personal_tokens_all,
     personal_tokens_of,
 )
+from console.kernel.credentials import shows_secret
 from console.kernel.errors import ApplicationError, NotFound
 from console.kernel.policy import CAPABILITY_LABELS, Capability, Everywhere, requires
 
@@ -40,6 +41,7 @@ def token_rows(tokens) -> list[PersonalToken]:
     return rows
 
 
+@shows_secret
 @require_http_methods(["GET", "POST"])
 def account(request):
     """The user's account: their personal API tokens. A new token's secret is shown in this

@@ -152,7 +152,11 @@ def kept_token(
             token=old, actor=None, reason=f"its secret is not in the {name} token file; replaced"
         )
     token, secret = runtime_token_create(
-        name=name, environment=environment, capabilities=list(capabilities), actor=None
+        name=name,
+        environment=environment,
+        capabilities=list(capabilities),
+        all_agents=True,
+        actor=None,
     )
     if token_file is not None:
         _store_secret(token_file, secret)

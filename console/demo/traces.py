@@ -120,6 +120,7 @@ def ingest_as_runtime(environment, traces: list[wire.Trace]) -> services.IngestR
         name=f"demo loader ({environment.key})",
         environment_id=environment.pk,
         environment_key=environment.key,
+        all_agents=True,
         agent_keys=frozenset(),
         capabilities=frozenset({"traces:write"}),
     )

@@ -3,13 +3,20 @@ strategies.runtime) and a person's API token (`ccp_…`, console.accounts.person
 
 A secret is a recognisable prefix and 32 random bytes (URL-safe base64); only its SHA-256
 is stored, so a leaked database does not leak a usable token. `bearer_value` reads the
-`Authorization: Bearer <secret>` header both authentication classes accept.
+`Authorization: Bearer <secret>` header both authentication classes accept. `shows_secret`
+marks the views whose answer may carry a secret, shown once; `check_agent_scope_explicit`
+says what "every agent" is for both kinds.
 """
 
 from __future__ import annotations
 
 import hashlib
 import secrets
+
+from context_runtime.findings import Finding
+from django.views.decorators.cache import never_cache
+
+from console.kernel.errors import ValidationFailed
 
 PREFIX_SHOWN = 6  # random characters kept after the prefix, to recognise a token in a list
 
@@ -36,3 +43,30 @@ def bearer_value(header: str) -> str | None:
     if scheme.lower() != "bearer" or not value.strip():
         return None
     return value.strip()
+
+
+def shows_secret(view):
+    """View decorator for an answer that may carry a secret shown once (a new token, a
+    webhook's signing secret): `Cache-Control: no-store` (with no-cache, must-revalidate,
+    private, max-age=0), so no browser cache, back button or proxy keeps a copy."""
+    return never_cache(view)
+
+
+def check_agent_scope_explicit(*, all_agents, agents) -> None:
+    """A token covers every agent (`all_agents`) or the agents named, never both, and never
+    none by omission: "every agent" is said, not inferred from an empty list (400)."""
+    if all_agents is not True and all_agents is not False:
+        raise ValidationFailed(
+            "Say whether the token covers every agent (all_agents true or false).",
+            details=[Finding("all_agents", "required", "true or false.")],
+        )
+    if all_agents and agents:
+        raise ValidationFailed(
+            "Choose every agent or a list of agents, not both.",
+            details=[Finding("agents", "conflicts", "Give no agents with all_agents.")],
+        )
+    if not all_agents and not agents:
+        raise ValidationFailed(
+            "Choose at least one agent, or every agent.",
+            details=[Finding("agents", "required", "At least one agent, or all_agents.")],
+        )

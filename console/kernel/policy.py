@@ -117,16 +117,19 @@ def _grant_rows(user) -> list[tuple[int | None, frozenset[str]]]:
 
 def _narrowed_to_token(rows, token) -> list[tuple[int | None, frozenset[str]]]:
     """A request made with a personal token may do what the user's grants allow AND the
-    token's scope covers: its capabilities, and its agents (none: every agent). A grant on
-    all agents, through a token for some agents, becomes a grant on each of those agents."""
+    token's scope covers: its capabilities, and every agent (`all_agents`) or its agents —
+    none left (all deleted): no agent. A grant on all agents, through a token for some
+    agents, becomes a grant on each of those agents."""
     scope = frozenset(token.capabilities)
-    agent_ids = frozenset(token.agents.values_list("pk", flat=True))
+    agent_ids = (
+        frozenset() if token.all_agents else frozenset(token.agents.values_list("pk", flat=True))
+    )
     narrowed = []
     for agent_id, caps in rows:
         caps = caps & scope
         if not caps:
             continue
-        if not agent_ids:
+        if token.all_agents:
             narrowed.append((agent_id, caps))
         elif agent_id is None:
             narrowed.extend((scoped, caps) for scoped in sorted(agent_ids))

@@ -38,6 +38,7 @@ REASON_ORDER = (
     "has_traces",
     "has_frozen_versions",
     "has_runtime_tokens",
+    "has_personal_tokens",
     "has_manifests",
     "has_approval_requests",
     "has_webhooks",

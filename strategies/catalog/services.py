@@ -339,7 +339,8 @@ def _in_use(what: str, refusals: list[dict]) -> Conflict:
 def agent_delete(*, agent: Agent, actor, reason: str = "") -> None:
     """Delete an agent made by mistake, with its profile, drafts and grants. Needs
     manage_catalog on all agents (creating one does). Refused (409, every reason) once it has
-    releases, traces, frozen versions or approval requests: archive it instead."""
+    releases, traces, frozen versions or approval requests: archive it instead; or while
+    active tokens are scoped to it, named: revoke them first."""
     check_user_can(actor, Capability.MANAGE_CATALOG, agent, target=agent)
     check_user_can(
         actor,

@@ -13,6 +13,7 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from console.kernel.api_schema import ErrorSerializer, StrictSerializer
+from console.kernel.credentials import shows_secret
 from console.kernel.errors import NotFound
 from console.kernel.policy import Capability, Everywhere, requires
 from strategies.catalog.models import Environment
@@ -132,6 +133,7 @@ def _webhook(pk: int, *, active: bool = False) -> Webhook:
     },
     tags=["webhooks"],
 )
+@shows_secret
 @api_view(["GET", "POST"])
 @MANAGERS
 def webhook_list(request):

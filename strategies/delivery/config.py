@@ -388,7 +388,7 @@ def cache_clear_all() -> int:
     client = redis_client()
     keys = [
         *client.scan_iter(match=cache_key("rtcfg:*"), count=500),
-        *client.scan_iter(match=cache_key("rtid:*"), count=500),
+        *client.scan_iter(match=cache_key("rtid*:*"), count=500),  # rtid2: and the older rtid:
     ]
     deleted = client.delete(*keys) if keys else 0
     for key in keys:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.contrib import messages
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
+from console.kernel.credentials import shows_secret
 from console.kernel.errors import ApplicationError, NotFound
 from console.kernel.policy import Capability, requires
 from strategies.catalog.selectors import environment_get, environment_list
@@ -22,7 +22,7 @@ EVENT_CHOICES = [
 
 
 @requires(Capability.MANAGE_TOKENS, agent_kwarg=None)
-@never_cache
+@shows_secret
 @require_http_methods(["GET", "POST"])
 def webhook_list(request):
     created, error = None, None

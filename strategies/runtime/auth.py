@@ -38,7 +38,8 @@ class RuntimeIdentity:
     name: str
     environment_id: int
     environment_key: str
-    agent_keys: frozenset[str]  # empty: every agent
+    all_agents: bool  # every agent, now and later; otherwise only agent_keys
+    agent_keys: frozenset[str]  # none (all deleted): no agent
     capabilities: frozenset[str]
     is_runtime_token = True
 
@@ -47,7 +48,7 @@ class RuntimeIdentity:
         return self.token_id
 
     def covers_agent(self, agent_key: str) -> bool:
-        return not self.agent_keys or agent_key in self.agent_keys
+        return self.all_agents or agent_key in self.agent_keys
 
 
 def token_hash(secret: str) -> str:
@@ -86,6 +87,7 @@ def identity_for_secret(secret: str) -> RuntimeIdentity | None:
         name=token.name,
         environment_id=token.environment_id,
         environment_key=token.environment.key,
+        all_agents=token.all_agents,
         agent_keys=frozenset(a.key for a in token.agents.all()),
         capabilities=frozenset(token.capabilities),
     )
@@ -123,7 +125,8 @@ _last_noted: dict[int, float] = {}
 
 
 def _identity_key(hash_hex: str) -> str:
-    return cache_key(f"rtid:{hash_hex}")
+    # rtid2: the identity says all_agents; an older cached identity (without it) is never read
+    return cache_key(f"rtid2:{hash_hex}")
 
 
 def _identity_dump(identity: RuntimeIdentity) -> bytes:
@@ -133,6 +136,7 @@ def _identity_dump(identity: RuntimeIdentity) -> bytes:
             identity.name,
             identity.environment_id,
             identity.environment_key,
+            identity.all_agents,
             sorted(identity.agent_keys),
             sorted(identity.capabilities),
         ]
@@ -140,8 +144,10 @@ def _identity_dump(identity: RuntimeIdentity) -> bytes:
 
 
 def _identity_load(raw: bytes) -> RuntimeIdentity:
-    token_id, name, env_id, env_key, agents, caps = json.loads(raw)
-    return RuntimeIdentity(token_id, name, env_id, env_key, frozenset(agents), frozenset(caps))
+    token_id, name, env_id, env_key, all_agents, agents, caps = json.loads(raw)
+    return RuntimeIdentity(
+        token_id, name, env_id, env_key, all_agents is True, frozenset(agents), frozenset(caps)
+    )
 
 
 def mirrored_identity(secret: str) -> RuntimeIdentity | None:

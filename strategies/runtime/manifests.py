@@ -27,9 +27,10 @@ MANIFEST_SCOPE_MESSAGE = (
 
 
 def manifest_writer_check(actor) -> None:
-    """403 for a runtime token limited to some agents: a manifest is environment-wide (it
-    could declassify a sensitive section for agents the token does not cover)."""
-    if getattr(actor, "agent_keys", None):
+    """403 for a runtime token not for every agent (limited to some, or to none once they
+    are deleted): a manifest is environment-wide (it could declassify a sensitive section
+    for agents the token does not cover)."""
+    if not getattr(actor, "all_agents", False):
         raise Forbidden(MANIFEST_SCOPE_MESSAGE)
 
 

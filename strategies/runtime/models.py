@@ -9,7 +9,7 @@ from strategies.catalog.models import Agent, Environment
 
 
 class RuntimeToken(models.Model):
-    """A runtime's credential: one environment, optionally some agents, some capabilities.
+    """A runtime's credential: one environment, every agent or some, some capabilities.
     Only the SHA-256 of the secret is stored; the secret is shown once at creation."""
 
     CAPABILITIES = ("config:read", "manifest:write", "traces:write")
@@ -19,8 +19,14 @@ class RuntimeToken(models.Model):
     environment = models.ForeignKey(
         Environment, on_delete=models.PROTECT, related_name="runtime_tokens"
     )
+    # "Every agent" is this flag, never an empty set: a token whose agents are all gone
+    # covers no agent, it does not widen to all of them.
+    all_agents = models.BooleanField(default=False, help_text="Every agent, now and later.")
     agents = models.ManyToManyField(
-        Agent, blank=True, related_name="runtime_tokens", help_text="Empty: every agent."
+        Agent,
+        blank=True,
+        related_name="runtime_tokens",
+        help_text="The agents it covers when not all agents (none: no agent).",
     )
     capabilities = ArrayField(models.CharField(max_length=30), default=list)
     prefix = models.CharField(max_length=16, help_text="First characters, to recognise a token.")

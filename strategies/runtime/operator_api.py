@@ -13,6 +13,7 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from console.kernel.api_schema import ErrorSerializer, StrictSerializer
+from console.kernel.credentials import shows_secret
 from console.kernel.errors import NotFound
 from console.kernel.policy import Capability, Everywhere, requires
 from strategies.catalog.models import Agent, Environment
@@ -40,7 +41,10 @@ class RuntimeTokenSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
     environment = serializers.CharField(source="environment.key")
-    agents = serializers.SerializerMethodField(help_text="Agent keys; empty = every agent.")
+    all_agents = serializers.BooleanField(help_text="Every agent; otherwise only `agents`.")
+    agents = serializers.SerializerMethodField(
+        help_text="Agent keys it covers when not all_agents ([]: none, e.g. all deleted)."
+    )
     capabilities = serializers.ListField(child=serializers.CharField())
     prefix = serializers.CharField(help_text="The secret's first characters, to recognise it.")
     created_by = serializers.CharField()
@@ -71,13 +75,22 @@ class RuntimeTokenCreateRequest(StrictSerializer):
         max_length=len(RuntimeToken.CAPABILITIES),
         help_text="Any of " + ", ".join(RuntimeToken.CAPABILITIES) + "; at least one.",
     )
+    all_agents = serializers.BooleanField(
+        required=False,
+        help_text="Every agent, now and later. Omitted: true when no agents are given.",
+    )
     agents = KeyField(
         queryset=Agent.objects.all(),
         many=True,
         required=False,
         default=list,
-        help_text="Agent keys; omit or [] for every agent.",
+        help_text="Agent keys; omit or [] (with all_agents omitted or true) for every agent.",
     )
+
+    def validate(self, attrs):
+        # Omitted, all_agents is what the API always meant: no agents given, every agent.
+        attrs.setdefault("all_agents", not attrs.get("agents"))
+        return attrs
 
 
 class RuntimeTokenRevokeRequest(StrictSerializer):
@@ -117,6 +130,7 @@ def _token(pk: int) -> RuntimeToken:
     responses={201: RuntimeTokenCreatedSerializer, **ERRORS, **TOO_LARGE},
     tags=["runtime tokens"],
 )
+@shows_secret
 @api_view(["GET", "POST"])
 @MANAGERS
 def runtime_token_list(request):

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from context_runtime.findings import Finding
+
+from console.kernel.errors import ValidationFailed
 from strategies.catalog.dependents import Reference
 from strategies.catalog.models import Agent, Environment
 from strategies.catalog.selectors import environment_list, latest_manifests
@@ -30,6 +33,40 @@ def tokens_list() -> list[RuntimeToken]:
             if token.last_used_at is None or noted_at > token.last_used_at:
                 token.last_used_at = noted_at
     return tokens
+
+
+def agents_named(keys) -> list[Agent]:
+    """The agents of these keys, in key order; 400 naming any that does not exist (deleted
+    since the form was shown): never fewer agents than asked for, which could read as none."""
+    keys = sorted(set(keys))
+    agents = list(Agent.objects.filter(key__in=keys).order_by("key"))
+    unknown = sorted(set(keys) - {a.key for a in agents})
+    if unknown:
+        raise ValidationFailed(
+            "Unknown agent " + ", ".join(unknown) + ".",
+            details=[Finding("agents", "unknown_agent", f"Unknown agent {k}.") for k in unknown],
+        )
+    return agents
+
+
+def references_to_agent(agent) -> list[Reference]:
+    """Active runtime tokens naming the agent refuse its delete (named, to revoke first):
+    without it they would cover no agent, and revoking is for a person to decide."""
+    names = list(
+        RuntimeToken.objects.filter(agents=agent, revoked_at__isnull=True)
+        .order_by("name")
+        .values_list("name", flat=True)
+    )
+    if not names:
+        return []
+    return [
+        Reference(
+            "has_runtime_tokens",
+            "runtime tokens are scoped to it ("
+            + ", ".join(f"“{name}”" for name in names)
+            + "): revoke them first",
+        )
+    ]
 
 
 def references_to_environment(environment) -> list[Reference]:

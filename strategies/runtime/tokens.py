@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from console.kernel.audit import AuditAction, actor_label, audit_record
+from console.kernel.credentials import check_agent_scope_explicit
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import update_or_refuse
@@ -27,8 +28,11 @@ def _identity_forget_after_commit(token: RuntimeToken, *, revoked: bool) -> None
 
 
 @service_transaction
-def runtime_token_create(*, name: str, environment, capabilities, agents=(), actor=None):
-    """Create a token; returns (token, secret). The secret is shown once and never stored."""
+def runtime_token_create(
+    *, name: str, environment, capabilities, all_agents: bool, agents=(), actor=None
+):
+    """Create a token; returns (token, secret). The secret is shown once and never stored.
+    `all_agents`: every agent, now and later; otherwise `agents` (at least one)."""
     name = name.strip() if isinstance(name, str) else ""
     if not name:
         raise ValidationFailed(
@@ -55,11 +59,14 @@ def runtime_token_create(*, name: str, environment, capabilities, agents=(), act
                 {"path": "capabilities", "code": "required", "message": "at least one capability"}
             ],
         )
+    agents = list(agents)
+    check_agent_scope_explicit(all_agents=all_agents, agents=agents)
     secret = new_secret()
     token = RuntimeToken.objects.create(
         name=name,
         environment=environment,
         capabilities=capabilities,
+        all_agents=all_agents,
         prefix=secret[: len(TOKEN_PREFIX) + 6],
         token_hash=token_hash(secret),
         created_by=actor_label(actor),
@@ -74,6 +81,7 @@ def runtime_token_create(*, name: str, environment, capabilities, agents=(), act
             "name": name,
             "environment": environment.key,
             "capabilities": capabilities,
+            "all_agents": all_agents,
             "agents": sorted(a.key for a in agents),
         },
     )

@@ -5,20 +5,20 @@ from __future__ import annotations
 from django.contrib import messages
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_http_methods, require_POST
 
+from console.kernel.credentials import shows_secret
 from console.kernel.errors import ApplicationError, NotFound
 from console.kernel.policy import Capability, requires
 from strategies.catalog.models import Agent
 from strategies.catalog.selectors import environment_get, environment_list
 from strategies.runtime.models import RuntimeToken
-from strategies.runtime.selectors import tokens_list
+from strategies.runtime.selectors import agents_named, tokens_list
 from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
 
 
 @requires(Capability.MANAGE_TOKENS, agent_kwarg=None)
-@never_cache
+@shows_secret
 @require_http_methods(["GET", "POST"])
 def tokens(request):
     """List and create runtime tokens; a new token's secret is shown on this response only."""
@@ -26,11 +26,13 @@ def tokens(request):
     if request.method == "POST":
         try:
             environment = environment_get(key=request.POST.get("environment", ""))
-            agents = list(Agent.objects.filter(key__in=request.POST.getlist("agents")))
+            keys = request.POST.getlist("agents")
+            agents = agents_named(keys)
             created = runtime_token_create(
                 name=request.POST.get("name", ""),
                 environment=environment,
                 capabilities=request.POST.getlist("capabilities"),
+                all_agents=not keys,  # the form's "none ticked" is every agent
                 agents=agents,
                 actor=request.user,
             )

@@ -529,7 +529,9 @@ def main() -> None:
 
     agent = Agent.objects.create(key="assistant_professional", name="AP")
     env = Environment.objects.create(key="sg-test", name="SG test", position=1)
-    _, secret = runtime_token_create(name="bench", environment=env, capabilities=["traces:write"])
+    _, secret = runtime_token_create(
+        name="bench", environment=env, capabilities=["traces:write"], all_agents=True
+    )
     granian = None
     try:
         start = (datetime.now(UTC) - timedelta(days=3)).replace(

@@ -13,6 +13,7 @@ def runtime_token(environment, capabilities=RuntimeToken.CAPABILITIES, agents=()
         name=f"test {environment.key}",
         environment=environment,
         capabilities=list(capabilities),
+        all_agents=not agents,
         agents=list(agents),
     )
     return secret

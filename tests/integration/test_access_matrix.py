@@ -143,7 +143,9 @@ def _sample_personal_token(model):
     from console.accounts.personal_tokens import personal_token_create
 
     user = get_user_model().objects.filter(grants__isnull=False).order_by("pk").first()
-    token, _ = personal_token_create(user=user, name="matrix sample", capabilities=["view_config"])
+    token, _ = personal_token_create(
+        user=user, name="matrix sample", capabilities=["view_config"], all_agents=True
+    )
     return token
 
 
@@ -342,6 +344,7 @@ def token_principals(users: dict) -> tuple[list[TokenPrincipal], TokenPrincipal]
     from tests.factories import runtime_token
 
     def token_of(label, user, **scope):
+        scope.setdefault("all_agents", not scope.get("agents"))
         token, secret = personal_token_create(user=user, name=f"matrix {label}", **scope)
         return TokenPrincipal(f"{label}+token", user, secret, token)
 
@@ -357,10 +360,44 @@ def token_principals(users: dict) -> tuple[list[TokenPrincipal], TokenPrincipal]
             agents=[SAMPLE_AGENT],
         )
     )
+    # A token whose only agent is gone (deleted in a race with the token's creation, or in
+    # the days when a delete did not look at tokens): it covers no agent, never every agent.
+    principals.append(
+        token_of(
+            "admin_all+deleted-agent",
+            users["admin_all"],
+            capabilities=[c.value for c in capabilities_offered(users["admin_all"])],
+            agents=[_doomed_agent(users["admin_all"]).key],
+        )
+    )
+    _agent_gone(DOOMED_AGENT)
     runtime = TokenPrincipal(
         "runtime-token", None, runtime_token(Environment.objects.get(key="sg-test"))
     )
     return principals, runtime
+
+
+DOOMED_AGENT = "sbx-1"
+
+
+def _doomed_agent(admin):
+    from strategies.catalog.models import Agent
+    from strategies.catalog.services import agent_create
+
+    return Agent.objects.filter(key=DOOMED_AGENT).first() or agent_create(
+        key=DOOMED_AGENT, actor=admin
+    )
+
+
+def _agent_gone(key: str) -> None:
+    """Delete the agent as agent_delete does once its checks passed (documents, then the row
+    and, by CASCADE, the tokens' scope rows): what a token made in a race with it is left."""
+    from strategies.catalog.dependents import agent_documents
+    from strategies.catalog.models import Agent
+
+    agent = Agent.objects.get(key=key)
+    agent_documents().delete_with_agent(agent=agent)
+    agent.delete()
 
 
 def run_matrix(users: dict, only: set[str] | None = None, *, tokens: bool = True):
@@ -451,6 +488,99 @@ def test_access_matrix__narrowed_token__rule_allows_only_its_scope(matrix_world)
     keys = {a["key"] for a in agents.get("results", agents)}
     assert keys == {SAMPLE_AGENT}
     assert runtime.request("GET", reverse("api-agent-list")).status_code == 401
+
+
+# --- tokens of a deleted agent: no agent, never every agent ----------------------------------------
+def test_access_matrix__agent_delete__refused_while_tokens_name_it(matrix_world):
+    """Deleting an agent that active tokens are scoped to is 409 in_use, naming each token
+    (personal ones with their owner): revoking them is a person's decision, and a deleted
+    scope must never read as "every agent"."""
+    from django.test import Client
+
+    from console.accounts.personal_tokens import personal_token_create
+    from strategies.catalog.models import Agent
+    from strategies.runtime.tokens import runtime_token_create
+
+    admin = matrix_world["admin_all"]
+    agent = _doomed_agent(admin)
+    personal_token_create(
+        user=admin,
+        name="sbx-ci",
+        capabilities=["view_config"],
+        all_agents=False,
+        agents=[agent.key],
+    )
+    from strategies.catalog.models import Environment
+
+    runtime_token_create(
+        name="sbx runner",
+        environment=Environment.objects.get(key="sg-test"),
+        capabilities=["config:read", "manifest:write"],
+        all_agents=False,
+        agents=[agent],
+    )
+    client = Client()
+    client.force_login(admin)
+    response = client.delete(reverse("api-agent-detail", kwargs={"agent": agent.key}))
+    assert response.status_code == 409, response.content
+    error = response.json()["error"]
+    assert error["code"] == "in_use"
+    assert {d["code"] for d in error["details"]} == {"has_runtime_tokens", "has_personal_tokens"}
+    assert "“sbx runner”" in error["message"] and "m_admin_all’s “sbx-ci”" in error["message"]
+    assert Agent.objects.filter(key=agent.key).exists()
+
+
+def test_access_matrix__personal_token_of_a_deleted_agent__covers_no_agent(matrix_world):
+    """The token of sbx-1, after sbx-1 is gone: no agent listed, another agent's documents
+    404, the audit export 403 — where it used to widen to every agent the admin sees."""
+    from console.kernel.policy import Capability, Everywhere
+
+    bearers, _ = token_principals(matrix_world)
+    orphan = next(p for p in bearers if p.label == "admin_all+deleted-agent+token")
+    assert orphan.request("GET", reverse("api-agent-list")).status_code == 200
+    agents = orphan.request("GET", reverse("api-agent-list")).json()
+    assert agents.get("results", agents) == []
+    documents = reverse("api-document-list", kwargs={"agent": SAMPLE_AGENT})
+    assert orphan.request("GET", documents).status_code == 404
+    assert orphan.request("GET", reverse("api-audit-export")).status_code == 403
+    assert not rule_allows(orphan.user, Capability.VIEW_CONFIG)
+    assert not rule_allows(orphan.user, Everywhere(Capability.VIEW_AUDIT))
+
+
+def test_access_matrix__runtime_token_of_a_deleted_agent__covers_no_agent(matrix_world):
+    """A runtime token of sbx-1, after sbx-1 is gone — looked up afresh, as once its cached
+    identity expires: every agent's config 404, traces refused, the manifest 403."""
+    from django.test import Client
+
+    from strategies.catalog.models import Agent, Environment, Manifest
+    from strategies.runtime.auth import cached_identity
+    from strategies.runtime.tokens import runtime_token_create
+    from tests.factories import manifest_body, post_batch, trace_payload
+
+    _, secret = runtime_token_create(
+        name="sbx runner",
+        environment=Environment.objects.get(key="sg-test"),
+        capabilities=["config:read", "manifest:write", "traces:write"],
+        all_agents=False,
+        agents=[_doomed_agent(matrix_world["admin_all"])],
+    )
+    _agent_gone(DOOMED_AGENT)
+    runtime = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    for key in Agent.objects.values_list("key", flat=True):
+        response = runtime.get(reverse("runtime-config", kwargs={"agent": key}))
+        assert response.status_code == 404, (key, response.status_code)
+    stored = post_batch(runtime, secret, [trace_payload("req-orphan")]).json()
+    assert stored["accepted"] == 0 and stored["rejected"][0]["errors"][0]["code"] == "unknown_agent"
+    manifests = Manifest.objects.count()
+    response = runtime.put(
+        reverse("runtime-manifest"), data=manifest_body(), content_type="application/json"
+    )
+    assert response.status_code == 403 and Manifest.objects.count() == manifests
+    # The identity cached in Redis (what the process mirror and the WSGI dispatcher hold)
+    # says so too: read back from the cache, it covers no agent.
+    cached = cached_identity(secret)
+    assert cached is not None and not cached.all_agents and cached.agent_keys == frozenset()
+    assert not any(cached.covers_agent(k) for k in Agent.objects.values_list("key", flat=True))
 
 
 # --- the matrix catches what it should -------------------------------------------------------------

@@ -108,7 +108,9 @@ def test_export__visibility__auditor_of_one_agent_sees_only_its_rows(world, make
 
 
 def test_export__with_a_personal_token__works_and_is_logged_with_the_token(world):
-    _, secret = personal_token_create(user=world, name="siem", capabilities=["view_audit"])
+    _, secret = personal_token_create(
+        user=world, name="siem", capabilities=["view_audit"], all_agents=True
+    )
     response = Client(HTTP_AUTHORIZATION=f"Bearer {secret}").get(EXPORT)
     assert response.status_code == 200 and len(lines(response)) == 7  # + the token's creation
     export = AccessLogEntry.objects.get(action="audit.export")

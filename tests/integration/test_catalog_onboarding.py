@@ -505,12 +505,14 @@ def test_environment_archived__no_new_runtime_token__until_unarchived(admin):
         environment=EnvironmentFactory(key="old-uat"), actor=admin, reason="decommissioned"
     )
     with pytest.raises(ValidationFailed) as refused:
-        runtime_token_create(name="uat", environment=env, capabilities=["config:read"], actor=admin)
+        runtime_token_create(
+            name="uat", environment=env, capabilities=["config:read"], all_agents=True, actor=admin
+        )
     assert refused.value.details[0]["path"] == "environment"
     assert refused.value.details[0]["code"] == "environment_archived"
     assert not RuntimeToken.objects.exists()
     env = services.environment_unarchive(environment=env, actor=admin)
     token, _ = runtime_token_create(
-        name="uat", environment=env, capabilities=["config:read"], actor=admin
+        name="uat", environment=env, capabilities=["config:read"], all_agents=True, actor=admin
     )
     assert token.environment == env

@@ -46,10 +46,11 @@ def tokens(transactional_db):
         user=w.ops,
         name="ci-publish",
         capabilities=["view_config", "edit_drafts", "publish", "request_protected_publish"],
+        all_agents=False,
         agents=[AGENT],
     )
     ops2_token, ops2_secret = personal_token_create(
-        user=w.ops2, name="review-bot", capabilities=["view_config", "approve"]
+        user=w.ops2, name="review-bot", capabilities=["view_config", "approve"], all_agents=True
     )
     return w, (ops_token, ops_secret), (ops2_token, ops2_secret)
 

@@ -44,6 +44,7 @@ def bearer_client(secret: str, **kwargs) -> Client:
 
 
 def make_token(user, name="ci-deploy", capabilities=("view_config",), **scope):
+    scope.setdefault("all_agents", not scope.get("agents"))
     return personal_token_create(user=user, name=name, capabilities=list(capabilities), **scope)
 
 
@@ -156,6 +157,38 @@ def test_api_create__with_a_token__403_a_token_cannot_make_tokens(agents, make_u
     assert PersonalToken.objects.count() == 1
 
 
+def test_api_manage__with_a_token__403_on_list_detail_and_revoke_nothing_changes(agents, make_user):
+    """A view_config-only token may not list its user's tokens, read one or revoke the CI's
+    token: managing tokens is for a signed-in session, as creating them is."""
+    ann = make_user("ann", viewer=None)
+    ci, _ = make_token(ann, name="ci")
+    _, secret = make_token(ann, name="read-only")
+    api = bearer_client(secret)
+    answers = [
+        api.get(TOKENS),
+        api.get(f"{TOKENS}{ci.pk}/"),
+        api.delete(f"{TOKENS}{ci.pk}/"),
+        api.get(f"{TOKENS}999999/"),  # 403 before the lookup: no probing for ids
+    ]
+    assert [r.status_code for r in answers] == [403, 403, 403, 403]
+    assert {r.json()["error"]["code"] for r in answers} == {"token_cannot_manage_tokens"}
+    assert "ci" not in answers[0].content.decode()
+    ci.refresh_from_db()
+    assert ci.state == "active"
+    assert not AuditRecord.objects.filter(action="personal_token.revoke").exists()
+    denied = AccessLogEntry.objects.filter(action="access.denied", actor_token_label="read-only")
+    assert denied.count() == 4
+
+
+def test_api_manage__schema_documents_the_403(db):
+    from drf_spectacular.generators import SchemaGenerator
+
+    paths = SchemaGenerator().get_schema(request=None, public=True)["paths"]
+    listed, one = paths[TOKENS], paths[TOKENS + "{id}/"]
+    for operation in (listed["get"], one["get"], one["delete"]):
+        assert "token_cannot_manage_tokens" in operation["responses"]["403"]["description"]
+
+
 # --- authentication ----------------------------------------------------------------------------------
 def test_bearer__valid__user_sees_agents_and_last_used_noted_once_a_minute(agents, make_user):
     token, secret = make_token(make_user("ann", viewer="assistant_professional"))
@@ -215,7 +248,10 @@ def test_csrf__session_writes_need_it__token_writes_do_not(agents, make_user):
     assert browser.post(TOKENS, body, content_type="application/json").status_code == 403
     token, secret = make_token(ann)
     script = bearer_client(secret, enforce_csrf_checks=True)
-    assert script.delete(f"{TOKENS}{token.pk}/").status_code == 204
+    # The write reaches the view (no CSRF refusal), which refuses a token managing tokens.
+    response = script.delete(f"{TOKENS}{token.pk}/")
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "token_cannot_manage_tokens"
 
 
 # --- scope: the user's grants AND the token's ---------------------------------------------------------
@@ -339,3 +375,30 @@ def test_admin_tokens_page__lists_everyones__revokes_with_reason(agents, make_us
     assert token.state == "revoked"
     row = AuditRecord.objects.get(action="personal_token.revoke")
     assert row.actor_label == "root" and row.after["reason"] == "ann left the team"
+
+
+# --- "every agent" is said, never an empty set ------------------------------------------------------
+@pytest.mark.parametrize(
+    "scope, status, path",
+    [
+        ({}, 201, None),  # the API's documented default: no agents, every agent
+        ({"all_agents": True}, 201, None),
+        ({"agents": ["assistant_professional"]}, 201, None),
+        ({"all_agents": False}, 400, "agents"),
+        ({"all_agents": True, "agents": ["assistant_professional"]}, 400, "agents"),
+    ],
+    ids=["omitted", "all-agents", "a-list", "none-and-not-all", "both"],
+)
+def test_api_create__agent_scope__explicit_flag_stored(
+    agents, make_user, client, scope, status, path
+):
+    client.force_login(make_user("ann", viewer=None))
+    body = {"name": "t", "capabilities": ["view_config"], **scope}
+    response = client.post(TOKENS, body, content_type="application/json")
+    assert response.status_code == status, response.content
+    if status == 400:
+        assert response.json()["error"]["details"][0]["path"] == path
+        assert not PersonalToken.objects.exists()
+        return
+    token = PersonalToken.objects.get()
+    assert response.json()["all_agents"] is token.all_agents is (not scope.get("agents"))

@@ -1,4 +1,4 @@
-"""`manage.py runtime_token create|list|revoke`."""
+"""`manage.py runtime_token create|list|revoke`, and the token page's agent choice."""
 
 from __future__ import annotations
 
@@ -69,3 +69,23 @@ def test_runtime_token__bad_input__clear_error_nothing_written(envs, args):
     with pytest.raises(CommandError):
         run(*args)
     assert RuntimeToken.objects.filter(revoked_at__isnull=True).count() == 0
+
+
+def test_runtime_token_page__agent_gone_since_the_form__400_not_an_all_agents_token(client, envs):
+    """A ticked agent deleted before the form is sent is refused by name: the token is never
+    made with fewer agents than asked for (none would have meant every agent)."""
+    from tests.factories import user_with_grants
+
+    client.force_login(user_with_grants("root", admin=None))
+    response = client.post(
+        "/releases/tokens/",
+        {
+            "name": "r",
+            "environment": "sg-test",
+            "capabilities": ["config:read"],
+            "agents": ["gone"],
+        },
+    )
+    assert response.status_code == 400
+    assert "Unknown agent gone" in response.content.decode()
+    assert not RuntimeToken.objects.exists()

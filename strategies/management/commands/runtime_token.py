@@ -58,6 +58,7 @@ class Command(BaseCommand):
             name=options["name"] or f"{environment.key} runtime (command line)",
             environment=environment,
             capabilities=options["capability"] or ["config:read"],
+            all_agents=not agents,  # no --agent: every agent, said explicitly
             agents=agents,
         )
         self.stderr.write(
@@ -68,7 +69,8 @@ class Command(BaseCommand):
 
     def _list(self, options):
         for t in tokens_list():
-            agents = ",".join(a.key for a in t.agents.all()) or "all agents"
+            agents = "all agents" if t.all_agents else ",".join(a.key for a in t.agents.all())
+            agents = agents or "no agent"
             state = f"revoked {t.revoked_at:%Y-%m-%d %H:%M}" if t.revoked_at else "active"
             used = f"{t.last_used_at:%Y-%m-%d %H:%M}" if t.last_used_at else "never"
             self.stdout.write(
