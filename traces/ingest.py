@@ -34,6 +34,8 @@ from context_runtime.wire import (
     Trace,
 )
 
+from console.kernel import strict_json
+
 _trace_decoder = msgspec.json.Decoder(Trace)
 _batch_decoder = msgspec.json.Decoder(Batch)
 
@@ -241,6 +243,17 @@ def _request_id_of(raw: bytes) -> str | None:
     return value if isinstance(value, str) else None
 
 
+# --- a key twice in one object (msgspec keeps the last) --------------------------------------------
+def _envelope_repeated_key(body: bytes, traces: list) -> None:
+    """`{"traces": [...], "traces": [...]}`: refused. A body written compactly is exactly
+    its traces joined, with no other key: read again only when it is not."""
+    if body == b'{"traces":[' + b",".join(traces) + b"]}":
+        return
+    found = strict_json.duplicate_key(body)
+    if found is not None and not found.path.startswith("traces["):
+        raise BatchRefused(strict_json.DUPLICATE_KEY, found.message, found.path)
+
+
 def parse_batch(body: bytes) -> ParsedBatch:
     """Decode a batch; each trace is validated on its own."""
     if not body.strip():
@@ -256,6 +269,7 @@ def parse_batch(body: bytes) -> ParsedBatch:
         traces = _lenient_envelope(body, exc)
     except RecursionError:  # absurd nesting is bad input, not a crash
         raise BatchRefused("malformed_json", "The JSON is nested too deeply.", "") from None
+    _envelope_repeated_key(body, traces)
     if len(traces) > MAX_TRACES_PER_BATCH:
         raise BatchRefused(
             "too_many_traces",

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from context_runtime import vocabulary
 from context_runtime.findings import Finding
 
+from console.kernel import strict_json
 from console.kernel.errors import ValidationFailed
 from strategies.documents.services import DOCUMENT_KEY
 
@@ -125,16 +126,8 @@ def _join(path: str, name) -> str:
 
 
 def file_parse_text(text: str | bytes) -> dict:
-    """The JSON of an uploaded file; malformed JSON, duplicate keys or NaN are refused (400).
-    Size is checked by the caller (the upload limit)."""
-
-    def no_duplicates(pairs):
-        seen = {}
-        for key, value in pairs:
-            if key in seen:
-                raise ValueError(f"the key {key!r} appears twice in one object")
-            seen[key] = value
-        return seen
+    """The JSON of an uploaded file; malformed JSON, duplicate keys (at their path) or NaN are
+    refused (400). Size is checked by the caller (the upload limit)."""
 
     def no_constant(name):
         raise ValueError(f"{name} is not a JSON number")
@@ -149,12 +142,21 @@ def file_parse_text(text: str | bytes) -> dict:
                 details=[_finding("", "malformed_file", "Save the file as UTF-8.")],
             ) from None
     try:
-        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
+        data = json.loads(text, parse_constant=no_constant)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"
         message = f"Not valid JSON: {exc.msg} ({where})."
     except (ValueError, RecursionError) as exc:
         message = f"Not valid JSON: {exc}."
+    else:
+        repeated = strict_json.duplicate_key(text)
+        if repeated is None:
+            return data
+        raise ValidationFailed(
+            f"The file is not valid: {repeated.message}",
+            code=strict_json.DUPLICATE_KEY,
+            details=[repeated.as_finding()],
+        )
     raise ValidationFailed(
         "The file is not valid JSON.",
         code="malformed_file",

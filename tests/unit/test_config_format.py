@@ -78,9 +78,16 @@ def test_file_read__not_an_object__one_finding():
 
 @pytest.mark.parametrize(
     "text",
-    ['{"a": 1, "a": 2}', '{"a": NaN}', "{not json", b"\xff\xfe", "[" * 100_000],
+    ['{"a": NaN}', "{not json", b"\xff\xfe", "[" * 100_000],
 )
-def test_file_parse_text__duplicate_keys_nan_malformed_or_not_utf8__400(text):
+def test_file_parse_text__nan_malformed_or_not_utf8__400(text):
     with pytest.raises(ValidationFailed) as caught:
         file_parse_text(text)
     assert caught.value.status == 400 and caught.value.details[0]["path"] == ""
+
+
+def test_file_parse_text__duplicate_key__400_at_the_key_s_path():
+    with pytest.raises(ValidationFailed) as caught:
+        file_parse_text('{"a": 1, "b": {"c": 1, "c": 2}}')
+    assert caught.value.status == 400 and caught.value.code == "duplicate_key"
+    assert caught.value.details[0]["path"] == "b.c"
