@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import msgspec
 import orjson
 from context_runtime.findings import Finding
+from context_runtime.text import NUL, unstorable
 from context_runtime.wire import (
     DECISIONS,
     MAX_TRACES_PER_BATCH,
@@ -128,14 +129,14 @@ def _semantic_errors(trace: Trace) -> list[Finding]:
 
 # --- strings the store cannot keep ------------------------------------------------------------
 _NUL_ESCAPE = b"\\u0000"  # how JSON writes a NUL character (a raw one is invalid JSON)
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _TRACE_FIELDS = frozenset(Trace.__struct_fields__)
 
 
 def _string_problem(text: str, *, nul_ok: bool) -> str | None:
-    if not nul_ok and "\x00" in text:
+    problem = unstorable(text, nul_ok=nul_ok)  # the one rule (context_runtime.text)
+    if problem == NUL:
         return "holds a NUL character (\\u0000), which the store cannot keep"
-    if _SURROGATE.search(text):
+    if problem:  # invalid UTF-8 bytes were decoded to lone surrogates (`_lenient_loads`)
         return "is not valid Unicode (invalid UTF-8, or a lone surrogate \\ud800–\\udfff)"
     return None
 
