@@ -342,7 +342,7 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
-        "console.kernel.api_schema.document_unauthenticated",
+        "console.kernel.api_schema.document_every_operation_answers",
     ],
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = (

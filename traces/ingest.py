@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 import msgspec
 import orjson
 from context_runtime.findings import Finding
+from context_runtime.text import NUL, unstorable
 from context_runtime.wire import (
     DECISIONS,
     MAX_TRACES_PER_BATCH,
@@ -33,6 +34,8 @@ from context_runtime.wire import (
     Batch,
     Trace,
 )
+
+from console.kernel import strict_json
 
 _trace_decoder = msgspec.json.Decoder(Trace)
 _batch_decoder = msgspec.json.Decoder(Batch)
@@ -126,14 +129,14 @@ def _semantic_errors(trace: Trace) -> list[Finding]:
 
 # --- strings the store cannot keep ------------------------------------------------------------
 _NUL_ESCAPE = b"\\u0000"  # how JSON writes a NUL character (a raw one is invalid JSON)
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
 _TRACE_FIELDS = frozenset(Trace.__struct_fields__)
 
 
 def _string_problem(text: str, *, nul_ok: bool) -> str | None:
-    if not nul_ok and "\x00" in text:
+    problem = unstorable(text, nul_ok=nul_ok)  # the one rule (context_runtime.text)
+    if problem == NUL:
         return "holds a NUL character (\\u0000), which the store cannot keep"
-    if _SURROGATE.search(text):
+    if problem:  # invalid UTF-8 bytes were decoded to lone surrogates (`_lenient_loads`)
         return "is not valid Unicode (invalid UTF-8, or a lone surrogate \\ud800–\\udfff)"
     return None
 
@@ -241,6 +244,17 @@ def _request_id_of(raw: bytes) -> str | None:
     return value if isinstance(value, str) else None
 
 
+# --- a key twice in one object (msgspec keeps the last) --------------------------------------------
+def _envelope_repeated_key(body: bytes, traces: list) -> None:
+    """`{"traces": [...], "traces": [...]}`: refused. A body written compactly is exactly
+    its traces joined, with no other key: read again only when it is not."""
+    if body == b'{"traces":[' + b",".join(traces) + b"]}":
+        return
+    found = strict_json.duplicate_key(body)
+    if found is not None and not found.path.startswith("traces["):
+        raise BatchRefused(strict_json.DUPLICATE_KEY, found.message, found.path)
+
+
 def parse_batch(body: bytes) -> ParsedBatch:
     """Decode a batch; each trace is validated on its own."""
     if not body.strip():
@@ -256,6 +270,7 @@ def parse_batch(body: bytes) -> ParsedBatch:
         traces = _lenient_envelope(body, exc)
     except RecursionError:  # absurd nesting is bad input, not a crash
         raise BatchRefused("malformed_json", "The JSON is nested too deeply.", "") from None
+    _envelope_repeated_key(body, traces)
     if len(traces) > MAX_TRACES_PER_BATCH:
         raise BatchRefused(
             "too_many_traces",

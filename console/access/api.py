@@ -6,6 +6,7 @@ go through console.access.services, which check the actor's scope again and writ
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlencode
 
 import orjson
@@ -300,7 +301,24 @@ class JSONLinesRenderer(BaseRenderer):
             if response is not None:
                 response["Content-Type"] = "application/json"
             return orjson.dumps(data)
-        return b"".join(orjson.dumps(row) + b"\n" for row in data)
+        return b"".join(json_line(row) for row in data)
+
+
+# orjson escapes U+0000–U+001F only. DEL, the C1 controls (U+0080–U+009F, with NEL U+0085) and
+# U+2028/U+2029 stay raw, and many line readers (Python's splitlines, JavaScript) break a line
+# there: each is written as its \u escape, so a record is one line for any reader. In UTF-8
+# these bytes only ever start a character, so the match cannot cut one in half.
+_LINE_BREAKERS = re.compile(rb"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]")
+
+
+def _escaped(match: re.Match) -> bytes:
+    return b"\\u%04x" % ord(match.group().decode())
+
+
+def json_line(row) -> bytes:
+    """One JSON Lines record: the row as compact JSON with every control character and line
+    separator escaped, then a newline."""
+    return _LINE_BREAKERS.sub(_escaped, orjson.dumps(row)) + b"\n"
 
 
 NEXT_CURSOR = "X-Next-Cursor"

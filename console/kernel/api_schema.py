@@ -46,18 +46,37 @@ class StrictSerializer(serializers.Serializer):
         return value
 
 
-UNAUTHENTICATED = {
-    "description": "Not signed in, or the bearer token is unknown, expired or revoked "
-    "(`WWW-Authenticate: Bearer`).",
-    "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+def _error(description: str) -> dict:
+    return {
+        "description": description,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
+
+
+UNAUTHENTICATED = _error(
+    "Not signed in, or the bearer token is unknown, expired or revoked "
+    "(`WWW-Authenticate: Bearer`)."
+)
+# What every operation can answer whatever it does, because something in front of every view
+# answers it: the authentication, the NUL check (console.middleware.UnstorableInputMiddleware)
+# and DRF's format negotiation (`?format=` naming a format the operation has no renderer for).
+EVERY_OPERATION = {
+    "400": _error(
+        "The address holds a NUL character (%00) in its path or a query parameter "
+        "(`invalid_character`)."
+    ),
+    "401": UNAUTHENTICATED,
+    "404": _error("`?format=` names a format this operation does not answer in."),
 }
 
 
-def document_unauthenticated(result, generator, request, public):
-    """drf-spectacular postprocessing hook: every API operation can answer 401 (no session,
-    or a token that does not work), so each one documents it once, in the error shape."""
+def document_every_operation_answers(result, generator, request, public):
+    """drf-spectacular postprocessing hook: each operation documents the statuses any operation
+    can answer (EVERY_OPERATION), in the error shape; where it documents one already, for its
+    own reasons, that stays and the error shape is the same."""
     for operations in result.get("paths", {}).values():
         for operation in operations.values():
             if isinstance(operation, dict) and "responses" in operation:
-                operation["responses"].setdefault("401", UNAUTHENTICATED)
+                for status, response in EVERY_OPERATION.items():
+                    operation["responses"].setdefault(status, response)
     return result

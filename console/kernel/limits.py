@@ -1,12 +1,32 @@
 """Size limits, and the one way a body that is too large is refused: 413 in the error shape,
 naming the limit. The trace ingest, the document API, the editor and Django's own upload
-limit all refuse through `too_large`."""
+limit all refuse through `too_large`. And the limits of a name, a description and a note, with
+`text_findings`, the one judgement of such a text (the serializers' max_length are these)."""
 
 from __future__ import annotations
 
 from context_runtime.findings import Finding
+from context_runtime.text import INVALID_TEXT, unstorable
 
 from console.kernel.errors import PayloadTooLarge
+
+MAX_NAME_CHARS = 200  # the name columns of agents, environments and documents
+MAX_DESCRIPTION_CHARS = 2000  # an agent's or an environment's description
+MAX_NOTE_CHARS = 2000  # a version's note
+
+
+def text_findings(text: str, path: str, *, max_chars: int) -> list[Finding]:
+    """Why `text` cannot be kept where at most `max_chars` go, at `path`: a NUL character or
+    a lone surrogate (context_runtime.text), or its length. The same as the API's DRF fields
+    refuse (`invalid_text` here, their `null_characters_not_allowed` there; `max_length`)."""
+    problem = unstorable(text)
+    if problem:
+        return [Finding(path, INVALID_TEXT, f"{path} contains {problem}.")]
+    if len(text) > max_chars:
+        return [
+            Finding(path, "max_length", f"At most {max_chars:,} characters, not {len(text):,}.")
+        ]
+    return []
 
 
 def _size(limit: int) -> str:

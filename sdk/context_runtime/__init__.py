@@ -3,6 +3,7 @@
 - ``vocabulary``  the document kinds, blocks, sections, switches and limits of the contract
 - ``findings``    ``Finding``: one place in some input that is wrong, with a severity
 - ``canonical``   canonical JSON and content hashes
+- ``text``        text a store can keep: no NUL character, no lone surrogate
 - ``manifest``    what a runtime implements, and the check of its wire form
 - ``documents``   the one validator per document kind
 - ``diff``        field-by-field changes between two bodies, in words
@@ -37,6 +38,7 @@ __all__ = [
     "manifest",
     "manifest_report",
     "reporter",
+    "text",
     "vocabulary",
     "webhook",
     "wire",

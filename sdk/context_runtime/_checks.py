@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 
 from context_runtime.canonical import canonical_json
 from context_runtime.findings import ERROR, Finding
+from context_runtime.text import INVALID_TEXT, unstorable_strings
 from context_runtime.vocabulary import MAX_BODY_BYTES
 
 
@@ -68,7 +69,14 @@ def _suggest(key, choices: Iterable[str]) -> str:
 
 
 def _check_document(body, what: str) -> list[Finding]:
-    """Size and shape of the whole body."""
+    """Size and shape of the whole body. A body with a string no store keeps gets only those
+    findings: the validators read nothing else of it (see `_unreadable`)."""
+    try:
+        text_findings = list(unstorable_strings(body, what=f"The {what}"))
+    except RecursionError:  # absurd nesting: canonical_json says so below
+        text_findings = []
+    if text_findings:
+        return text_findings
     findings: list[Finding] = []
     try:
         size = len(canonical_json(body))
@@ -89,6 +97,13 @@ def _check_document(body, what: str) -> list[Finding]:
             _err("", "invalid_type", f"A {what} must be a JSON object, not {_kind(body)}.")
         )
     return findings
+
+
+def _unreadable(body, findings: list[Finding]) -> bool:
+    """Whether a validator reads no further than `_check_document`: the body is not an object,
+    or holds text no store keeps (other messages would repeat that text, and a content hash
+    cannot be taken of a lone surrogate)."""
+    return not isinstance(body, dict) or any(f.code == INVALID_TEXT for f in findings)
 
 
 def _unknown_fields(

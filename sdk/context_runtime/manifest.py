@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from context_runtime._checks import _check_string_item, _err, _kind, _name_list, _show
 from context_runtime.findings import Finding, blocking
+from context_runtime.text import unstorable_strings
 from context_runtime.vocabulary import BLOCKS
 
 __all__ = [
@@ -87,7 +88,7 @@ def validate_manifest(data) -> list[Finding]:
     """
     if not isinstance(data, dict):
         return [_err("", "invalid_type", f"A manifest must be a JSON object, not {_kind(data)}.")]
-    text_findings = list(_unstorable_text(data, ""))
+    text_findings = list(unstorable_strings(data, what="The manifest"))
     if text_findings:  # nothing else is read from a body that cannot be stored
         return text_findings
     findings: list[Finding] = []
@@ -100,35 +101,6 @@ def validate_manifest(data) -> list[Finding]:
     findings += _manifest_sections(data)
     findings += _name_list(data, "switches", "switches", required=True)[0]
     return findings
-
-
-def _bad_text(text: str) -> str | None:
-    if "\x00" in text:
-        return "contains a NUL character (\\u0000)"
-    if any("\ud800" <= ch <= "\udfff" for ch in text):
-        return "contains a lone surrogate (\\ud800–\\udfff), which is not valid Unicode"
-    return None
-
-
-def _unstorable_text(value, path: str):
-    """Findings for every string (key or value) that JSON can carry but no text store keeps:
-    a NUL character or a lone surrogate."""
-    if isinstance(value, str):
-        problem = _bad_text(value)
-        if problem:
-            yield _err(path, "invalid_text", f"{path or 'The manifest'} {problem}.")
-    elif isinstance(value, Mapping):
-        for key, item in value.items():
-            here = f"{path}.{key}" if path else str(key)
-            problem = _bad_text(str(key))
-            if problem:
-                here = f"{path}.{key!r}" if path else repr(key)
-                yield _err(here, "invalid_text", f"A field name {problem}.")
-                continue
-            yield from _unstorable_text(item, here)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _unstorable_text(item, f"{path}[{i}]")
 
 
 def _manifest_sections(data: Mapping) -> list[Finding]:

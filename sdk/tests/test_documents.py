@@ -525,3 +525,22 @@ def test_manifest__malformed__value_error_names_the_problem():
     assert validate_manifest({**DEMO_MANIFEST, "tools": "lookup_order"})
     with pytest.raises(ValueError, match="tools"):
         Manifest.from_dict({**DEMO_MANIFEST, "tools": "lookup_order"})
+
+
+# --- text no store keeps (issue 19, item 8) ----------------------------------------------------
+@pytest.mark.parametrize(
+    ("kind", "body", "path"),
+    [
+        (STRATEGY, {**doc_003_strategy(), "optional": ["a\x00b"]}, "optional[0]"),
+        (STRATEGY, {**doc_003_strategy(), "optional": ["a\ud800b"]}, "optional[0]"),
+        (STRATEGY, {**doc_003_strategy(), "on_missing": {"a\x00b": "x"}}, "on_missing.'a\\x00b'"),
+        (PROFILE, {**BANK_PROFILE, "switches": {"a\udfffb": True}}, "switches.'a\\udfffb'"),
+    ],
+    ids=["nul-in-string", "surrogate-in-string", "nul-in-key", "surrogate-in-profile-key"],
+)
+def test_validate_document__unstorable_text__only_invalid_text_at_its_path(kind, body, path):
+    # Only that finding: another message would repeat the text, and the body has no hash.
+    findings = validate_document(kind, body)
+
+    assert [(f.path, f.code) for f in findings] == [(path, "invalid_text")]
+    assert all("\x00" not in f.message and "\ud800" not in f.message for f in findings)

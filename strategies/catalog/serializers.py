@@ -7,6 +7,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from console.kernel.api_schema import StrictSerializer
+from console.kernel.limits import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS
 from console.kernel.reasons import MAX_REASON_CHARS
 from strategies.catalog.models import SNAPSHOT_RETENTION_DAYS_DEFAULT, TRACE_RETENTION_DAYS_DEFAULT
 from strategies.catalog.services import MAX_POSITION, MAX_RETENTION_DAYS
@@ -19,16 +20,22 @@ REASON_HELP = "Optional: recorded in the audit log."
 class AgentCreateRequest(StrictSerializer):
     key = serializers.CharField(max_length=100, help_text=KEY_HELP + " What runtimes send.")
     name = serializers.CharField(
-        max_length=200, required=False, allow_blank=True, default="", help_text="Default: key."
+        max_length=MAX_NAME_CHARS,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Default: key.",
     )
     description = serializers.CharField(
-        max_length=2000, required=False, allow_blank=True, default=""
+        max_length=MAX_DESCRIPTION_CHARS, required=False, allow_blank=True, default=""
     )
 
 
 class AgentUpdateRequest(StrictSerializer):
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
-    description = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+    name = serializers.CharField(max_length=MAX_NAME_CHARS, required=False, allow_blank=True)
+    description = serializers.CharField(
+        max_length=MAX_DESCRIPTION_CHARS, required=False, allow_blank=True
+    )
     archived = serializers.BooleanField(
         required=False,
         help_text="true: hide it from lists, the dashboard and pickers (its pages, history "
@@ -46,7 +53,11 @@ def _days(**kwargs):
 class EnvironmentCreateRequest(StrictSerializer):
     key = serializers.CharField(max_length=100, help_text=KEY_HELP + " What tokens name.")
     name = serializers.CharField(
-        max_length=200, required=False, allow_blank=True, default="", help_text="Default: key."
+        max_length=MAX_NAME_CHARS,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Default: key.",
     )
     position = serializers.IntegerField(
         min_value=0,
@@ -71,7 +82,7 @@ class EnvironmentCreateRequest(StrictSerializer):
 
 
 class EnvironmentUpdateRequest(StrictSerializer):
-    name = serializers.CharField(max_length=200, required=False, allow_blank=True)
+    name = serializers.CharField(max_length=MAX_NAME_CHARS, required=False, allow_blank=True)
     position = serializers.IntegerField(min_value=0, max_value=MAX_POSITION, required=False)
     protected = serializers.BooleanField(required=False)
     rollback_needs_approval = serializers.BooleanField(required=False)

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from console.kernel.audit import AgentRef, AuditAction, audit_record
 from console.kernel.errors import Conflict, ValidationFailed
+from console.kernel.limits import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS
 from console.kernel.models import Grant
 from console.kernel.policy import Capability, check_user_can
 from console.kernel.reasons import MAX_REASON_CHARS
@@ -68,7 +69,7 @@ def _key_clean(key: str, *, what: str) -> str:
 
 def _name_clean(name: str, *, default: str) -> str:
     name = (name or "").strip() or default
-    if len(name) > 200:
+    if len(name) > MAX_NAME_CHARS:
         raise ValidationFailed(
             "The name is too long.",
             details=[{"path": "name", "code": "max_length", "message": "At most 200 characters."}],
@@ -78,7 +79,7 @@ def _name_clean(name: str, *, default: str) -> str:
 
 def _description_clean(description) -> str:
     description = (description or "").strip()
-    if len(description) > 2000:
+    if len(description) > MAX_DESCRIPTION_CHARS:
         raise ValidationFailed(
             "The description is too long.",
             details=[

@@ -9,6 +9,7 @@ import json
 from context_runtime import vocabulary
 from django import forms
 
+from console.kernel import strict_json
 from console.kernel.limits import too_large
 from strategies.documents.selectors import readable_body
 
@@ -117,7 +118,7 @@ def parse_json(text: str):
     if len(text.encode()) > vocabulary.MAX_BODY_BYTES * 2:
         return None, too_large("The document", vocabulary.MAX_BODY_BYTES).details[0]
     try:
-        return json.loads(text), None
+        body = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, {
             "path": "",
@@ -130,6 +131,10 @@ def parse_json(text: str):
             "code": "malformed_json",
             "message": "Not valid JSON: it is nested too deeply.",
         }
+    repeated = strict_json.duplicate_key(text)
+    if repeated is not None:
+        return None, repeated.as_finding()
+    return body, None
 
 
 def pretty(body, kind: str = vocabulary.STRATEGY) -> str:

@@ -9,7 +9,7 @@ from context_runtime import vocabulary
 from rest_framework import serializers
 
 from console.kernel.api_schema import ErrorDetailSerializer, ErrorSerializer, StrictSerializer  # noqa: F401 - re-exported
-from console.kernel.limits import check_request_size
+from console.kernel.limits import MAX_NAME_CHARS, MAX_NOTE_CHARS, check_request_size
 
 
 class KeyField(serializers.SlugRelatedField):
@@ -48,14 +48,20 @@ class DocumentCreateRequest(StrictSerializer):
         help_text="The task key the runtime asks for: lowercase letters, digits and "
         "underscores ('profile' is reserved).",
     )
-    name = serializers.CharField(required=False, allow_blank=True, max_length=200, default="")
+    name = serializers.CharField(
+        required=False, allow_blank=True, max_length=MAX_NAME_CHARS, default=""
+    )
     body = serializers.JSONField(help_text="The first draft's body (docs/runtime-contract.md §5).")
-    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    note = serializers.CharField(
+        required=False, allow_blank=True, max_length=MAX_NOTE_CHARS, default=""
+    )
 
 
 class DraftCreateRequest(StrictSerializer):
     body = serializers.JSONField(help_text="The document body (docs/runtime-contract.md §5).")
-    note = serializers.CharField(required=False, allow_blank=True, max_length=2000, default="")
+    note = serializers.CharField(
+        required=False, allow_blank=True, max_length=MAX_NOTE_CHARS, default=""
+    )
 
 
 class DraftUpdateRequest(StrictSerializer):
@@ -63,14 +69,14 @@ class DraftUpdateRequest(StrictSerializer):
     revision = serializers.IntegerField(
         min_value=1, help_text="The draft revision you loaded; a stale one gets 409."
     )
-    note = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    note = serializers.CharField(required=False, allow_blank=True, max_length=MAX_NOTE_CHARS)
 
 
 class FreezeRequest(StrictSerializer):
     revision = serializers.IntegerField(
         min_value=1, required=False, help_text="Refuse (409) if the draft changed since."
     )
-    note = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+    note = serializers.CharField(required=False, allow_blank=True, max_length=MAX_NOTE_CHARS)
 
 
 class ValidateRequest(StrictSerializer):

@@ -14,8 +14,16 @@ from dataclasses import dataclass, field
 
 from context_runtime import vocabulary
 from context_runtime.findings import Finding
+from context_runtime.text import unstorable_strings
 
+from console.kernel import strict_json
 from console.kernel.errors import ValidationFailed
+from console.kernel.limits import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_NAME_CHARS,
+    MAX_NOTE_CHARS,
+    text_findings,
+)
 from strategies.documents.services import DOCUMENT_KEY
 
 FORMAT = "context-console/agent-config"
@@ -104,13 +112,16 @@ class _Reader:
                 self.add(_join(path, name), "required", f"{what} needs {name!r}.")
         return value
 
-    def text(self, value, path: str, *, required: bool = True) -> str:
+    def text(self, value, path: str, *, required: bool = True, max_chars: int = 0) -> str:
+        """A string; with `max_chars`, one the documents API would take there too."""
         if not isinstance(value, str):
             if value is not None or required:
                 self.add(path, "invalid_type", "Must be a string.")
             return ""
         if required and not value.strip():
             self.add(path, "required", "Must not be empty.")
+        if max_chars:
+            self.findings += [f.as_dict() for f in text_findings(value, path, max_chars=max_chars)]
         return value
 
     def number(self, value, path: str) -> int | None:
@@ -125,16 +136,8 @@ def _join(path: str, name) -> str:
 
 
 def file_parse_text(text: str | bytes) -> dict:
-    """The JSON of an uploaded file; malformed JSON, duplicate keys or NaN are refused (400).
-    Size is checked by the caller (the upload limit)."""
-
-    def no_duplicates(pairs):
-        seen = {}
-        for key, value in pairs:
-            if key in seen:
-                raise ValueError(f"the key {key!r} appears twice in one object")
-            seen[key] = value
-        return seen
+    """The JSON of an uploaded file; malformed JSON, duplicate keys (at their path) or NaN are
+    refused (400). Size is checked by the caller (the upload limit)."""
 
     def no_constant(name):
         raise ValueError(f"{name} is not a JSON number")
@@ -149,12 +152,21 @@ def file_parse_text(text: str | bytes) -> dict:
                 details=[_finding("", "malformed_file", "Save the file as UTF-8.")],
             ) from None
     try:
-        return json.loads(text, object_pairs_hook=no_duplicates, parse_constant=no_constant)
+        data = json.loads(text, parse_constant=no_constant)
     except json.JSONDecodeError as exc:
         where = f"line {exc.lineno}, column {exc.colno}"
         message = f"Not valid JSON: {exc.msg} ({where})."
     except (ValueError, RecursionError) as exc:
         message = f"Not valid JSON: {exc}."
+    else:
+        repeated = strict_json.duplicate_key(text)
+        if repeated is None:
+            return data
+        raise ValidationFailed(
+            f"The file is not valid: {repeated.message}",
+            code=strict_json.DUPLICATE_KEY,
+            details=[repeated.as_finding()],
+        )
     raise ValidationFailed(
         "The file is not valid JSON.",
         code="malformed_file",
@@ -164,7 +176,13 @@ def file_parse_text(text: str | bytes) -> dict:
 
 def file_read(data) -> tuple[ConfigFile | None, list[dict]]:
     """(the file, []) or (None, every finding at its path). Only the file's own structure is
-    judged here; bodies are judged by the document validator when the import is planned."""
+    judged here; bodies are judged by the document validator when the import is planned.
+    A file with a string no store keeps (a NUL, a lone surrogate: in a note, a name, a body)
+    gets those findings alone, before anything else is read of it, so nothing the apply
+    would fail to write is ever planned."""
+    unstorable = [f.as_dict() for f in unstorable_strings(data, what="The file")]
+    if unstorable:
+        return None, unstorable
     reader = _Reader()
     top = reader.obj(data, "", TOP_FIELDS, what="The file")
     if top is None:
@@ -179,8 +197,15 @@ def file_read(data) -> tuple[ConfigFile | None, list[dict]]:
         )
     agent = reader.obj(top.get("agent"), "agent", AGENT_FIELDS, what="The agent") or {}
     agent_key = reader.text(agent.get("key"), "agent.key")
-    agent_name = reader.text(agent.get("name"), "agent.name", required=False)
-    agent_description = reader.text(agent.get("description"), "agent.description", required=False)
+    agent_name = reader.text(
+        agent.get("name"), "agent.name", required=False, max_chars=MAX_NAME_CHARS
+    )
+    agent_description = reader.text(
+        agent.get("description"),
+        "agent.description",
+        required=False,
+        max_chars=MAX_DESCRIPTION_CHARS,
+    )
     documents = _read_documents(reader, top.get("documents"))
     live = _read_live(reader, top.get("live"), documents)
     if reader.findings:
@@ -225,7 +250,9 @@ def _read_documents(reader: _Reader, value) -> list[FileDocument]:
         if key in seen:
             reader.add(f"{path}.key", "duplicate", f"{key} is in the file twice.")
         seen.add(key)
-        name = reader.text(doc.get("name"), f"{path}.name", required=False)
+        name = reader.text(
+            doc.get("name"), f"{path}.name", required=False, max_chars=MAX_NAME_CHARS
+        )
         versions = _read_versions(reader, doc.get("versions"), path)
         draft = None
         if doc.get("draft") is not None:
@@ -278,7 +305,9 @@ def _read_version(reader: _Reader, raw, path: str) -> FileVersion | None:
     body = version.get("body")
     if "body" in version and not isinstance(body, dict):
         reader.add(f"{path}.body", "invalid_type", "body must be an object.")
-    note = reader.text(version.get("note"), f"{path}.note", required=False)
+    note = reader.text(
+        version.get("note"), f"{path}.note", required=False, max_chars=MAX_NOTE_CHARS
+    )
     if number is None or not isinstance(body, dict):
         return None
     return FileVersion(number=number, body=body, note=note, path=path)

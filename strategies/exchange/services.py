@@ -42,7 +42,8 @@ def config_export_text(*, agent: Agent, actor) -> str:
 def config_read(data) -> ConfigFile:
     """The file, or 400 with every structural finding at its path (413 over the limit,
     measured as this console writes it, however it arrived)."""
-    if len(file_text(data).encode()) > MAX_FILE_BYTES:
+    # surrogatepass: a lone surrogate is measured here and refused, at its path, by file_read
+    if len(file_text(data).encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
         raise too_large("The configuration file", MAX_FILE_BYTES)
     config, findings = file_read(data)
     if config is None:

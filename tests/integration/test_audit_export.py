@@ -72,6 +72,23 @@ def test_export__ndjson_oldest_first_every_field_and_a_cursor(world):
     assert export.actor_label == "root" and export.detail["rows"] == 4
 
 
+# Characters orjson writes raw that line readers break a line at (Python's splitlines,
+# JavaScript's line terminators), and the other controls beside them.
+LINE_BREAKERS = ["\x85", "\u2028", "\u2029", "\x7f", "\x80", "\x9f", "\x1c", "\x1e", "\n", "\r"]
+
+
+@pytest.mark.parametrize("char", LINE_BREAKERS, ids=[f"U+{ord(c):04X}" for c in LINE_BREAKERS])
+def test_export__name_with_a_line_separator__escaped_one_record_a_line(world, char):
+    name = f"Shop{char}assistant"
+    audit_record(actor=world, action=AuditAction.AGENT_UPDATE, after={"name": name})
+    response = signed_in(world).get(EXPORT + "?limit=100")
+    records = response.content.split(b"\n")
+    assert records[-1] == b"" and not any(char.encode() in r for r in records)  # escaped
+    rows = lines(response)  # splitlines: one record a line, or json.loads fails on a half
+    assert len(rows) == 7
+    assert rows[-1]["after"] == {"name": name}  # the escape reads back as the character
+
+
 def test_export__cursor_paging_while_rows_are_added__none_lost_or_repeated(world):
     client = signed_in(world)
     seen, cursor, added = [], 0, 0

@@ -78,9 +78,45 @@ def test_file_read__not_an_object__one_finding():
 
 @pytest.mark.parametrize(
     "text",
-    ['{"a": 1, "a": 2}', '{"a": NaN}', "{not json", b"\xff\xfe", "[" * 100_000],
+    ['{"a": NaN}', "{not json", b"\xff\xfe", "[" * 100_000],
 )
-def test_file_parse_text__duplicate_keys_nan_malformed_or_not_utf8__400(text):
+def test_file_parse_text__nan_malformed_or_not_utf8__400(text):
     with pytest.raises(ValidationFailed) as caught:
         file_parse_text(text)
     assert caught.value.status == 400 and caught.value.details[0]["path"] == ""
+
+
+def test_file_parse_text__duplicate_key__400_at_the_key_s_path():
+    with pytest.raises(ValidationFailed) as caught:
+        file_parse_text('{"a": 1, "b": {"c": 1, "c": 2}}')
+    assert caught.value.status == 400 and caught.value.code == "duplicate_key"
+    assert caught.value.details[0]["path"] == "b.c"
+
+
+@pytest.mark.parametrize(
+    ("change", "path", "code"),
+    [
+        (lambda d: d["agent"].update(description="a\ud800b"), "agent.description", "invalid_text"),
+        (lambda d: d["agent"].update(name="n" * 201), "agent.name", "max_length"),
+        (lambda d: d["documents"][0].update(name="a\x00b"), "documents[0].name", "invalid_text"),
+        (
+            lambda d: d["documents"][0]["versions"][0].update(note="x" * 2001),
+            "documents[0].versions[0].note",
+            "max_length",
+        ),
+        (
+            lambda d: d["documents"][0]["versions"][0]["body"].update(required=["a\x00"]),
+            "documents[0].versions[0].body.required[0]",
+            "invalid_text",
+        ),
+        (lambda d: d["live"].update({"a\udc80": {}}), "live.'a\\udc80'", "invalid_text"),
+    ],
+)
+def test_file_read__text_no_store_keeps_or_too_long__finding_at_its_path(change, path, code):
+    # What the documents API refuses (NUL, lone surrogate, 200 / 2,000 characters), the file
+    # reader refuses too, before any plan: the apply never meets it at the database.
+    data = sample()
+    change(data)
+    config, findings = file_read(data)
+    assert config is None
+    assert (path, code) in [(f["path"], f["code"]) for f in findings]

@@ -14,6 +14,7 @@ from context_runtime._checks import (
     _show,
     _suggest,
     _unknown_fields,
+    _unreadable,
 )
 from context_runtime.findings import FLAG, Finding
 from context_runtime.manifest import Manifest
@@ -40,7 +41,7 @@ def validate_profile(
     knows (the console passes every section any environment's runtime declares sensitive).
     """
     findings = _check_document(body, "profile")
-    if not isinstance(body, dict):
+    if _unreadable(body, findings):
         return findings
     findings += _check_sections(body, manifest, sensitive)
     findings += _check_switches(body, manifest, agent_keys)

@@ -18,6 +18,7 @@ from context_runtime._checks import (
     _name_list,
     _show,
     _unknown_fields,
+    _unreadable,
 )
 from context_runtime.findings import Finding
 from context_runtime.manifest import Manifest
@@ -38,7 +39,7 @@ from context_runtime.vocabulary import (
 def validate_strategy(body, manifest: Manifest | None = None) -> list[Finding]:
     """Check a strategy body; with a manifest, also that the runtime implements it."""
     findings = _check_document(body, "strategy")
-    if not isinstance(body, dict):
+    if _unreadable(body, findings):
         return findings
     v = _StrategyCheck(body, manifest)
     for field in STRATEGY_FIELDS:

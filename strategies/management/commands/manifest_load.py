@@ -7,6 +7,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from console.kernel import strict_json
 from console.kernel.errors import ApplicationError
 from strategies.catalog.selectors import environment_get
 from strategies.catalog.services import manifest_record
@@ -22,11 +23,15 @@ class Command(BaseCommand):
     def handle(self, *args, **options):
         path = Path(options["file"])
         try:
-            body = json.loads(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+            body = json.loads(text)
         except OSError as exc:
             raise CommandError(f"Cannot read {path}: {exc.strerror}.") from exc
         except json.JSONDecodeError as exc:
             raise CommandError(f"{path} is not valid JSON: {exc}.") from exc
+        repeated = strict_json.duplicate_key(text)
+        if repeated is not None:
+            raise CommandError(f"{path} is not valid: {repeated.message}")
         try:
             environment = environment_get(key=options["environment"])
             manifest, created = manifest_record(

@@ -1,0 +1,99 @@
+"""JSON read strictly: the one detection of a key that appears twice in one object.
+
+Every JSON decoder here (orjson for the API, msgspec for the trace ingest, the standard
+library for files) keeps the last of two equal keys, so `{"dry_run": true, "dry_run": false}`
+would apply. Input that says two things is refused instead (400 `duplicate_key`, at the
+key's path), whatever decoded it. Pure Python, no Django: the trace ingest uses it too.
+"""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+
+DUPLICATE_KEY = "duplicate_key"
+
+
+class DuplicateKey(ValueError):
+    """A key that appears twice in one object, at its path (e.g. `budget.max_input_tokens`,
+    `traces[3].status`)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        super().__init__(f"{path or 'A key'} appears twice in one object; say it once.")
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+    def as_finding(self) -> dict:
+        return {"path": self.path, "code": DUPLICATE_KEY, "message": self.message}
+
+
+class _Repeated(dict):
+    """An object that had a key twice, marked with that key for `_first` to find."""
+
+    __slots__ = ("repeated",)
+
+
+def _join(path: str, key) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _first(value, path: str) -> DuplicateKey | None:
+    if isinstance(value, _Repeated):
+        return DuplicateKey(_join(path, value.repeated))
+    if isinstance(value, dict):
+        children = ((_join(path, k), v) for k, v in value.items())
+    elif isinstance(value, list):
+        children = ((f"{path}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    for where, child in children:
+        found = _first(child, where)
+        if found is not None:
+            return found
+    return None
+
+
+def duplicate_key(text: str | bytes) -> DuplicateKey | None:
+    """The first key that appears twice in one object of `text`, or None (also for text that
+    is not JSON: the caller's decoder says what is wrong with it)."""
+    repeated = False
+
+    def pairs(items: list) -> dict:
+        nonlocal repeated
+        obj = dict(items)
+        if len(obj) == len(items):
+            return obj
+        repeated = True
+        seen: set = set()
+        for key, _ in items:
+            if key in seen:
+                break
+            seen.add(key)
+        marked = _Repeated(obj)
+        marked.repeated = key
+        return marked
+
+    try:
+        tree = json.loads(text, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None
+    if not repeated:  # the walk to place it only when there is one
+        return None
+    try:
+        return _first(tree, "")
+    except RecursionError:  # deeper than Python walks: still refused, just not placed
+        return DuplicateKey("")
+
+
+def loads(raw: str | bytes):
+    """orjson's decode (bounded nesting, no NaN, valid UTF-8 only), refusing duplicate keys:
+    raises orjson.JSONDecodeError or DuplicateKey."""
+    value = orjson.loads(raw)
+    found = duplicate_key(raw)
+    if found is not None:
+        raise found
+    return value
