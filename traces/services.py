@@ -399,7 +399,7 @@ def trace_look_record(
         actor=actor,
         action=action,
         target=("trace", trace.request_id, trace.request_id) if trace else None,
-        agent=trace.agent.key if trace else None,
+        agent=trace.agent if trace else None,  # the loaded agent: its id without a query
         detail=detail or {},
     )
 

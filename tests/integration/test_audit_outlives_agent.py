@@ -27,6 +27,7 @@ from console.kernel.audit import (
     audit_record,
 )
 from console.kernel.models import AccessLogEntry, AuditRecord
+from console.kernel.wording import counted
 from strategies.catalog.models import Agent
 from strategies.catalog.services import agent_create, agent_delete
 from tests.factories import user_with_grants
@@ -202,8 +203,8 @@ def test_audit_verify__legacy_rows_and_rows_with_agent_ids__chains_intact(
     assert AuditRecord.objects.filter(agent_id=first_pilot).count() >= 3
     call_command("audit_verify")
     out = capsys.readouterr().out
-    assert f"audit log: {AuditRecord.objects.count()} records, chain intact" in out
-    assert f"access log: {AccessLogEntry.objects.count()} records, chain intact" in out
+    assert f"audit log: {counted(AuditRecord.objects.count(), 'record')}, chain intact" in out
+    assert f"access log: {counted(AccessLogEntry.objects.count(), 'record')}, chain intact" in out
 
 
 def test_audit_verify__agent_id_rewritten__content_break_reported(admin, first_pilot):

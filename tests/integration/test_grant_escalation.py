@@ -246,7 +246,7 @@ def test_api_grant__through_a_narrow_token__only_what_the_token_holds(agents, he
 
     admin = user_with_grants("root", admin=None)
     _, secret = personal_token_create(
-        user=admin, name="ci", capabilities=["manage_grants", "view_config"]
+        user=admin, name="ci", capabilities=["manage_grants", "view_config"], all_agents=True
     )
     token_client = Client(HTTP_AUTHORIZATION=f"Bearer {secret}")
     assert api_grant(token_client, role="admin", user="helper").status_code == 403
