@@ -4,6 +4,7 @@ loss, bounded retries with backoff, explicit task names (see settings.CELERY_*).
 import os
 
 from celery import Celery, Task
+from celery.signals import beat_init, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -23,3 +24,14 @@ class AuditGradeTask(Task):
 app = Celery("console", task_cls=AuditGradeTask)
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+@beat_init.connect
+def refuse_privileged_database_role(**kwargs):
+    """A production worker or beat never runs as a role that could switch the audit log's
+    guards off."""
+    # Django is set up only once the worker starts: imported here, not at the top.
+    from console.kernel.database_role import refuse_to_start_as_privileged_role
+
+    refuse_to_start_as_privileged_role()

@@ -195,7 +195,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_QUEUE", "console") or "console"
 # Minutes between two anchors of the audit chains (console.chain_checkpoint, below).
-AUDIT_CHECKPOINT_MINUTES = env_count("AUDIT_CHECKPOINT_MINUTES", 15, minimum=1)
+# Rows newer than the last anchor are what a superuser could still delete unseen: keep it short.
+AUDIT_CHECKPOINT_MINUTES = env_count("AUDIT_CHECKPOINT_MINUTES", 1, minimum=1)
 # Minutes between two trace purges: a retention change applies at the next one (the
 # environment form says so, from this).
 TRACES_PURGE_MINUTES = 15
@@ -361,6 +362,13 @@ LOGGING = {
         # root's. The records still reach the root's console handler, once.
         "django": {"handlers": [], "level": "INFO", "propagate": True},
         "django.db.backends": {"level": "WARNING"},
+        # The audit chains' anchors are for the off-host log: written whatever level the
+        # process runs at (`make run` and production run worker and beat at WARNING).
+        "console.kernel.audit.anchor": {
+            "handlers": ["console"],
+            "level": "INFO",
+            "propagate": False,
+        },
     },
 }
 

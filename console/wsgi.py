@@ -28,7 +28,10 @@ from django.core.exceptions import DisallowedHost  # noqa: E402
 from django.core.handlers.wsgi import WSGIRequest  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
+from console.kernel.database_role import refuse_to_start_as_privileged_role  # noqa: E402
 from strategies.runtime.api import config_fast  # noqa: E402
+
+refuse_to_start_as_privileged_role()
 
 log = logging.getLogger(__name__)
 

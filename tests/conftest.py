@@ -85,6 +85,41 @@ def django_db_setup(django_db_setup):
     DatabaseOperations.execute_sql_flush = flush
 
 
+# --- database roles --------------------------------------------------------------------------
+@pytest.fixture
+def login_role(transactional_db):
+    """login_role(member_of=None) → the name of a new LOGIN role (not a superuser, owning
+    nothing) that may connect to the test database and use its schema, as production's
+    application role is made; `member_of` makes it a member of that role too. Committed, so
+    a child process can sign in as it; dropped afterwards."""
+    import uuid
+
+    from django.db import connection
+
+    created: list[str] = []
+
+    def make(member_of: str | None = None) -> str:
+        name = f"probe_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f'CREATE ROLE "{name}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION'
+            )
+            cursor.execute(
+                f'GRANT CONNECT ON DATABASE "{connection.settings_dict["NAME"]}" TO "{name}"'
+            )
+            cursor.execute(f'GRANT USAGE ON SCHEMA public TO "{name}"')
+            if member_of:
+                cursor.execute(f'GRANT "{member_of}" TO "{name}"')
+        created.append(name)
+        return name
+
+    yield make
+    with connection.cursor() as cursor:
+        for name in created:
+            cursor.execute(f'DROP OWNED BY "{name}"')
+            cursor.execute(f'DROP ROLE "{name}"')
+
+
 # --- users and grants ------------------------------------------------------------------------
 @pytest.fixture
 def make_user(db):
@@ -109,9 +144,12 @@ def demo_world(db):
 
 # --- a real Celery worker process --------------------------------------------------------------
 @pytest.fixture
-def celery_worker_process(transactional_db):
+def celery_worker_process(request, transactional_db):
     """Start `celery -A console worker` as a separate process against the test database and
-    the real broker, on a queue private to this test run. Yields the queue name."""
+    the real broker, on a queue private to this test run, logging at INFO (or the level an
+    indirect parametrization gives, e.g. production's WARNING). Yields the queue name; the
+    worker's output is in .data/worker-<queue>.log."""
+    level = getattr(request, "param", "INFO")
     from tests.engines import child_env
 
     queue = f"test-{os.getpid()}-{time.monotonic_ns()}"
@@ -135,7 +173,7 @@ def celery_worker_process(transactional_db):
             "--without-mingle",
             "--without-heartbeat",
             "-l",
-            "INFO",
+            level,
         ],
         cwd=ROOT,
         env=env,

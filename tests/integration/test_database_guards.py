@@ -10,9 +10,6 @@ superuser, not the tables' owner — the way production's application role conne
 
 from __future__ import annotations
 
-import os
-import uuid
-
 import pgtrigger
 import psycopg
 import pytest
@@ -63,18 +60,11 @@ def world(make_user):
 
 
 @pytest.fixture
-def app_role():
+def app_role(login_role):
     """app_role(privileges, tables) → a psycopg connection (autocommit) as a new LOGIN role
     holding only those privileges on those tables; the role is dropped afterwards."""
-    name = f"guard_probe_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-    db = connection.settings_dict
+    name = login_role()
     opened: list[psycopg.Connection] = []
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f'CREATE ROLE "{name}" LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION'
-        )
-        cursor.execute(f'GRANT CONNECT ON DATABASE "{db["NAME"]}" TO "{name}"')
-        cursor.execute(f'GRANT USAGE ON SCHEMA public TO "{name}"')
 
     def _connect(privileges: str, tables: list[str]) -> psycopg.Connection:
         with connection.cursor() as cursor:
@@ -88,9 +78,6 @@ def app_role():
     yield _connect
     for conn in opened:
         conn.close()
-    with connection.cursor() as cursor:
-        cursor.execute(f'DROP OWNED BY "{name}"')
-        cursor.execute(f'DROP ROLE "{name}"')
 
 
 def _every_switch_on(conn: psycopg.Connection) -> None:

@@ -68,19 +68,80 @@ def test_database_url__unreachable__one_line_not_traceback():
     assert "Traceback" not in result.stderr
 
 
-def test_production_settings__all_values_set__check_deploy_is_clean():
+PRODUCTION_VALUES = {
+    "CONSOLE_ENV": "production",
+    "SECRET_KEY": "x" * 64 + "-long-random-secret-for-the-check-only",
+    "ALLOWED_HOSTS": "console.example.com",
+    "SNAPSHOT_KEYS": "ZGV2LW9ubHktc25hcHNob3Qta2V5LW5vdC1zZWNyZXQ=",
+}
+
+
+def _database_url_as(role: str | None = None) -> str:
+    """The test database's DATABASE_URL, signed in as `role` (default: the tests' own,
+    a superuser)."""
+    from django.db import connection
+
+    from tests.engines import database_url
+
+    if role is None:
+        return database_url()
+    return database_url({**connection.settings_dict, "USER": role, "PASSWORD": ""})
+
+
+def test_production_settings__all_values_set__check_deploy_is_clean(login_role):
     result = run_manage(
         "check",
         "--deploy",
         "--fail-level",
         "WARNING",
-        CONSOLE_ENV="production",
-        SECRET_KEY="x" * 64 + "-long-random-secret-for-the-check-only",
-        ALLOWED_HOSTS="console.example.com",
-        SNAPSHOT_KEYS="ZGV2LW9ubHktc25hcHNob3Qta2V5LW5vdC1zZWNyZXQ=",
+        DATABASE_URL=_database_url_as(login_role()),
+        **PRODUCTION_VALUES,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_check_deploy__superuser_database_role__refused_naming_why(transactional_db):
+    result = run_manage("check", "--deploy", DATABASE_URL=_database_url_as(), **PRODUCTION_VALUES)
+    assert result.returncode == 1
+    assert "console.E101" in result.stderr and "is a superuser" in result.stderr
+    assert "Database privileges" in result.stderr  # the hint says where the two roles are
+
+
+def test_check_deploy__role_in_the_tables_owner_role__refused_naming_the_tables(login_role):
+    from django.db import connection
+
+    owner = connection.settings_dict["USER"] or "postgres"  # who ran the migrations
+    result = run_manage(
+        "check",
+        "--deploy",
+        DATABASE_URL=_database_url_as(login_role(member_of=owner)),
+        **PRODUCTION_VALUES,
+    )
+    assert result.returncode == 1
+    assert "console.E101" in result.stderr
+    assert (
+        "console_auditrecord" in result.stderr and "can disable or drop the guards" in result.stderr
+    )
+
+
+@pytest.mark.parametrize(
+    "start",
+    [
+        ["-c", "import console.wsgi"],
+        ["-m", "celery", "-A", "console", "worker", "--pool=solo", "-Q", "never-consumed"],
+        ["-m", "celery", "-A", "console", "beat", "-s", "/tmp/never-scheduled"],
+    ],
+    ids=["web", "worker", "beat"],
+)
+def test_production_start__superuser_database_role__refused(transactional_db, start):
+    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    env.update(PRODUCTION_VALUES, DATABASE_URL=_database_url_as())
+    result = subprocess.run(
+        [sys.executable, *start], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode != 0
+    assert "is a superuser" in result.stdout + result.stderr
 
 
 def test_healthz__database_and_broker_up__200(client, db):

@@ -49,6 +49,7 @@ from tests.factories import (
     user_with_grants,
     world,
 )
+from tests.runtime_sim import wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -241,6 +242,24 @@ def test_checkpoint_task__head_of_each_log_stored_and_written_to_the_app_log(row
         assert any(
             head.hash in r.getMessage() and f"#{head.pk}" in r.getMessage() for r in anchored
         )
+
+
+@pytest.mark.parametrize("celery_worker_process", ["WARNING"], indirect=True)
+def test_checkpoint_task__worker_at_production_level__anchor_lines_in_its_log(
+    rows, celery_worker_process
+):
+    """`make run` and production run the worker at WARNING: the anchors must still be
+    written, or the off-host copy the docs rely on never exists."""
+    chain_checkpoint.apply_async(queue=celery_worker_process)
+    log = ROOT / ".data" / f"worker-{celery_worker_process}.log"
+    head = AuditRecord.objects.order_by("-id").first()
+    expected = f"--anchor audit:{head.pk}:{head.hash}"
+    checkpointed = ChainCheckpoint.objects.filter(log="audit", last_id=head.pk)
+    assert wait_until(checkpointed.exists, 60, 0.2), log.read_text(errors="replace")
+    # The line is written right after the row commits; a moment for the file to get it.
+    assert wait_until(lambda: expected in log.read_text(errors="replace"), 5, 0.1), log.read_text(
+        errors="replace"
+    )
 
 
 def test_checkpoint_task__in_the_beat_schedule(settings):
