@@ -233,6 +233,7 @@ STALE_REVISION = "stale_revision"
 SENSITIVE_SECTION = "sensitive_section"  # switched on without the permission
 APPROVAL_PENDING = "approval_pending"  # a request already waits here (protected environment)
 APPROVAL_REQUIRED = "approval_required"  # protected: a request instead (a flag, not a refusal)
+REPLACES_REQUEST = "replaces_request"  # the actor's own waiting publish request gives way (a flag)
 JUDGEMENT_CODES = frozenset(
     {
         NOT_FOUND,
@@ -242,6 +243,7 @@ JUDGEMENT_CODES = frozenset(
         SENSITIVE_SECTION,
         APPROVAL_PENDING,
         APPROVAL_REQUIRED,
+        REPLACES_REQUEST,
     }
 )
 
@@ -253,6 +255,20 @@ def is_runtime_finding(finding: Finding) -> bool:
 
 def request_kind_word(kind: str) -> str:
     return "rollback" if kind == ApprovalRequest.Kind.ROLLBACK else "publish"
+
+
+def replaced_by_new_request(pending: ApprovalRequest | None, actor, number: int | None) -> bool:
+    """A new publish request replaces the one waiting when that one is the same person's own
+    publish request for another version (they asked for v3, now they ask for v4): it is
+    withdrawn, not a dead end. Someone else's request, a rollback, or the same version asked
+    again still waits."""
+    return (
+        pending is not None
+        and pending.kind == ApprovalRequest.Kind.PUBLISH
+        and pending.requested_by_id is not None
+        and pending.requested_by_id == getattr(actor, "pk", None)
+        and pending.version.number != number
+    )
 
 
 def waiting_finding(*, pending: ApprovalRequest | None, document_key: str, environment) -> Finding:
@@ -334,7 +350,17 @@ def body_publish_refusals(
         context=context,
     )
     if environment.protected:
-        if pending is not None:
+        if replaced_by_new_request(pending, actor, number):
+            refusals.append(
+                Finding(
+                    "environment",
+                    REPLACES_REQUEST,
+                    f"Your waiting request for {document_key} v{pending.version.number} in "
+                    f"{environment.key} is withdrawn and replaced by this one.",
+                    severity=FLAG,
+                )
+            )
+        elif pending is not None:
             refusals.append(
                 waiting_finding(pending=pending, document_key=document_key, environment=environment)
             )

@@ -154,20 +154,35 @@ def publish(request, agent, document, environment):
             error = exc
         else:
             if outcome.approval:
+                replaced = (
+                    f" It replaces your request for v{outcome.replaced.version.number}."
+                    if outcome.replaced
+                    else ""
+                )
                 messages.success(
                     request,
                     f"{doc.key} v{version.number} waits for approval in {env.key}: "
-                    "someone else with the approve permission must approve it.",
+                    f"someone else with the approve permission must approve it.{replaced}",
                 )
             else:
                 messages.success(request, f"{doc.key} v{version.number} is live in {env.key}.")
             return redirect(_overview_url(request.agent))
     preview = selectors.change_preview(version=version, environment=env)
+    waiting = selectors.pending_for(document=doc, environment=env) if env.protected else None
+    replaces = selectors.replaced_by_new_request(waiting, request.user, version.number)
     context = {
         "agent": request.agent,
         "document": doc,
         "environment": env,
         "version": version,
+        # A request already waiting here: the person's own gives way to this one, another's
+        # blocks it (the publish judgement's words).
+        "replaces_request": waiting if replaces else None,
+        "waiting_request": None if replaces else waiting,
+        "waiting_message": waiting
+        and selectors.waiting_finding(
+            pending=waiting, document_key=doc.key, environment=env
+        ).message,
         "versions": selectors.publishable_versions(document=doc),
         "preview": preview,
         "error": error,

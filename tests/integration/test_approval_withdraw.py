@@ -73,14 +73,48 @@ def test_withdraw__already_decided__409(world):
 def test_withdraw__withdrawn_request__no_longer_blocks_a_new_one(world):
     first = request_prod(world, version=2)
     with pytest.raises(Conflict) as blocked:
-        request_prod(world, version=3)
+        request_prod(world, version=3, actor=world.ops2)
     assert blocked.value.code == "approval_pending"
 
     approval_withdraw(approval=first, actor=world.ops, reason="v3 instead")
-    second = request_prod(world, version=3)
+    second = request_prod(world, version=3, actor=world.ops2)
 
     assert second.status == "pending" and second.version.number == 3
     assert ApprovalRequest.objects.filter(status="withdrawn").count() == 1
+
+
+def test_new_request__requester_s_own_waiting_one__replaced_withdrawn_and_audited(world):
+    """The README tour: ops' request for one version waits in prod, ops asks for a newer one;
+    a dead-end 409 before, now the old request gives way."""
+    first = request_prod(world, version=2)
+
+    outcome = release_publish(
+        version=world.strategy[3], environment=world.envs["prod"], actor=world.ops, reason="v3"
+    )
+
+    first.refresh_from_db()
+    assert (first.status, first.decided_by, first.decision_note) == (
+        "withdrawn",
+        world.ops,
+        "Replaced by a request for v3.",
+    )
+    assert outcome.replaced == first and outcome.approval.version.number == 3
+    assert list(ApprovalRequest.objects.filter(status="pending")) == [outcome.approval]
+    assert list(
+        AuditRecord.objects.filter(action__startswith="approval.").values_list("action", flat=True)
+    ) == ["approval.request", "approval.withdraw", "approval.request"]
+
+
+@pytest.mark.parametrize("who", ["ops2", "ops"], ids=["another_person", "same_version_again"])
+def test_new_request__someone_else_s_or_the_same_version__still_409(world, who):
+    first = request_prod(world, version=2)
+
+    with pytest.raises(Conflict) as blocked:
+        request_prod(world, version=2 if who == "ops" else 3, actor=getattr(world, who))
+
+    assert blocked.value.code == "approval_pending"
+    first.refresh_from_db()
+    assert first.status == "pending" and ApprovalRequest.objects.count() == 1
 
 
 def test_publish_page__request_pending__409_names_the_request_not_a_release(client, world):

@@ -149,6 +149,11 @@ def approval_withdraw(*, approval: ApprovalRequest, actor, reason: str) -> Appro
     reason = reason_clean(
         reason, ask="Say why you withdraw the request (recorded in the audit log)."
     )
+    return _approval_withdraw(approval, actor=actor, reason=reason)
+
+
+def _approval_withdraw(approval: ApprovalRequest, *, actor, reason: str) -> ApprovalRequest:
+    """pending → withdrawn, audited; the caller checked who may and why."""
     before = approval_state(approval)
 
     def not_pending() -> Conflict:

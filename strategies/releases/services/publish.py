@@ -12,8 +12,13 @@ from strategies.catalog.models import Environment
 from strategies.documents.models import Version
 from strategies.documents.services import version_freeze
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
-from strategies.releases.selectors import APPROVAL_REQUIRED, publish_refusals
-from strategies.releases.services.approvals import _approval_create
+from strategies.releases.selectors import (
+    APPROVAL_REQUIRED,
+    REPLACES_REQUEST,
+    pending_for,
+    publish_refusals,
+)
+from strategies.releases.services.approvals import _approval_create, _approval_withdraw
 from strategies.releases.services.checks import publish_refuse
 from strategies.releases.services.move import _release_move
 from strategies.releases.services.state import _current
@@ -25,6 +30,7 @@ class PublishOutcome:
 
     release: Release | None = None  # set when the version went live
     approval: ApprovalRequest | None = None  # set when it waits for a second person
+    replaced: ApprovalRequest | None = None  # the person's own older request it withdrew
 
 
 @service_transaction
@@ -49,15 +55,24 @@ def release_publish(
     publish_refuse(refusals, version=version, environment=environment, actor=actor)
     if version.is_draft:
         version = version_freeze(draft=version, actor=actor)
+    replaced = None
+    if any(finding.code == REPLACES_REQUEST for finding in refusals):
+        # The person's own older request gives way to this one (the judgement said so).
+        replaced = _approval_withdraw(
+            pending_for(document=document, environment=environment),
+            actor=actor,
+            reason=f"Replaced by a request for v{version.number}.",
+        )
     if any(finding.code == APPROVAL_REQUIRED for finding in refusals):
         return PublishOutcome(
+            replaced=replaced,
             approval=_approval_create(
                 version=version,
                 environment=environment,
                 live=_current(document, environment),
                 actor=actor,
                 reason=reason,
-            )
+            ),
         )
     release = _release_move(
         document=document,
