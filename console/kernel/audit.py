@@ -19,6 +19,7 @@ in the console). The rows of a nested service that fails go with its savepoint; 
 written outside any service transaction (the Django admin, a refusal logged once its unit
 of work is over) is appended at once, in a transaction of its own when there is none.
 """
+
 from __future__ import annotations
 
 import hashlib
