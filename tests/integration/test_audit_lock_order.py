@@ -12,6 +12,7 @@ they wait."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import json
@@ -26,8 +27,17 @@ from django.db import connection, transaction
 from django.test import Client
 
 from console.access.services import chain_checkpoints_write
-from console.kernel.audit import CHAIN_LOGS, chain_verify
-from console.kernel.models import AuditRecord
+from console.kernel.audit import (
+    CHAIN_LOGS,
+    AccessAction,
+    AuditAction,
+    access_record,
+    audit_record,
+    chain_verify,
+)
+from console.kernel.errors import Conflict
+from console.kernel.models import AccessLogEntry, AuditRecord
+from console.kernel.transactions import service_transaction
 from strategies.releases.models import Release
 from tests.factories import SAMPLE_AGENT, STRATEGY_KEY, publish, release_setup, user_with_grants
 
@@ -360,3 +370,40 @@ def test_writers_together_for_30_s__no_deadlock_no_500_chains_verify(live_v1_to_
         report = chain_verify(model)
         assert report.intact, (model.__name__, report.breaks[:3], report.problems[:3])
         assert report.reached is not None and report.reached.last_id > 0
+
+
+# --- what a service's rows become ---------------------------------------------------------------
+@service_transaction
+def _audited(label: str, *, fails: bool = False):
+    audit_record(actor=None, action=AuditAction.AGENT_UPDATE, target=("test", 0, label))
+    access_record(actor=None, action=AccessAction.TRACE_VIEW, target=("test", 0, label))
+    if fails:
+        raise Conflict(f"{label} refused")
+
+
+@service_transaction
+def _composed() -> int:
+    _audited("first")
+    with contextlib.suppress(Conflict):  # its caller goes on
+        _audited("refused", fails=True)
+    _audited("second")
+    return AuditRecord.objects.count()  # nothing appended yet: that is the commit's last step
+
+
+def test_service_rows__appended_at_the_end_in_order__a_failed_nested_service_s_dropped():
+    # Given a service that composes three, the middle one refused and its refusal caught
+    # When it runs
+    seen_inside = _composed()
+
+    # Then its rows were appended as its last step, in the order written, the refused
+    # service's rows gone with its savepoint, and both chains verify
+    assert seen_inside == 0
+    for model in (AuditRecord, AccessLogEntry):
+        labels = list(model.objects.order_by("id").values_list("target_label", flat=True))
+        assert labels == ["first", "second"], model.__name__
+    assert_chains_intact()
+
+
+def test_rows_outside_a_service__appended_at_once():
+    row = audit_record(actor=None, action=AuditAction.AGENT_UPDATE, target=("test", 0, "now"))
+    assert AuditRecord.objects.get().pk == row.pk
