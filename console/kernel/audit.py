@@ -325,7 +325,9 @@ def log_rows_appended_last() -> Iterator[None]:
     """Inside a transaction (a service's): the audit and access rows written in the block
     are appended when it ends — by the outermost block, as its last step before the commit;
     a nested block that succeeds hands them to the one around it, one that fails drops them
-    (its savepoint rolls back what they describe)."""
+    (its savepoint rolls back what they describe). A plain `transaction.atomic()` inside a
+    service is no such boundary: a service writes its row after such a block, once it held
+    (as `agent_delete` does)."""
     outer = _pending_rows.get()
     rows: list = []
     token = _pending_rows.set(rows)
