@@ -5,13 +5,28 @@ row commit or roll back together. Rows are hash-chained: a transaction-scoped ad
 serialises writers per log, so each row's `prev_hash` is the hash of the row before it (and
 rows commit in id order). `chain_head` reads a chain's newest row for the checkpoints that
 anchor it; `chain_verify` walks a chain and checks it still reaches them.
+
+The lock order: the chain locks are the last locks a transaction takes. Inside a service
+transaction (`console.kernel.transactions.service_transaction`, which opens
+`log_rows_appended_last`) a row is only prepared when the service writes it; the rows are
+appended — lock, chain head, insert, in the order they were written — as the outermost
+service's last step before its commit, the audit log's lock before the access log's. So a
+transaction takes its domain rows' locks first and a chain lock last, never the reverse (an
+import that took the chain first and a release row later deadlocked a publish that took
+them the other way), and it holds the chain lock for the moment between its last insert
+and its commit, not while it works (a 3 s import no longer holds back every audited write
+in the console). The rows of a nested service that fails go with its savepoint; a row
+written outside any service transaction (the Django admin, a refusal logged once its unit
+of work is over) is appended at once, in a transaction of its own when there is none.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -277,22 +292,65 @@ def field_changes(before: Any, after: Any, prefix: str = "") -> list[dict[str, A
     return [{"path": prefix or "(value)", "before": before, "after": after}]
 
 
-def _append(model, fields: dict[str, Any]):
+def _append(model, rows: list[dict[str, Any]]) -> list:
+    """Append `rows` to `model`'s chain, in order: its lock (held until the transaction
+    commits), then the head, then the inserts."""
     name = model.__name__
     with transaction.atomic():
         with connection.cursor() as cursor:
             # The address is hashed as PostgreSQL hands it back (`host(inet)`), so the hash
             # covers exactly what audit_verify reads, whatever form it arrived in.
             cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s), host(%s::inet)",
-                [_LOCK_KEYS[name], fields["ip"]],
+                "SELECT pg_advisory_xact_lock(%s), ARRAY(SELECT host(ip::inet) FROM "
+                "unnest(%s::text[]) WITH ORDINALITY AS given(ip, n) ORDER BY n)",
+                [_LOCK_KEYS[name], [fields["ip"] for fields in rows]],
             )
-            fields["ip"] = cursor.fetchone()[1]
-        last = model.objects.order_by("-id").values_list("hash", flat=True).first()
-        prev = last or GENESIS
-        fields["prev_hash"] = prev
-        fields["hash"] = record_hash(name, fields, prev)
-        return model.objects.create(**fields)
+            ips = cursor.fetchone()[1]
+        prev = model.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
+        written = []
+        for fields, ip in zip(rows, ips, strict=True):
+            fields.update(ip=ip, prev_hash=prev)
+            fields["hash"] = prev = record_hash(name, fields, prev)
+            written.append(model.objects.create(**fields))
+        return written
+
+
+# The rows prepared inside the current service transaction, waiting for its end (None
+# outside any): (model, fields) in the order they were written.
+_pending_rows: ContextVar[list | None] = ContextVar("pending_log_rows", default=None)
+
+
+@contextmanager
+def log_rows_appended_last() -> Iterator[None]:
+    """Inside a transaction (a service's): the audit and access rows written in the block
+    are appended when it ends — by the outermost block, as its last step before the commit;
+    a nested block that succeeds hands them to the one around it, one that fails drops them
+    (its savepoint rolls back what they describe). A plain `transaction.atomic()` inside a
+    service is no such boundary: a service writes its row after such a block, once it held
+    (as `agent_delete` does)."""
+    outer = _pending_rows.get()
+    rows: list = []
+    token = _pending_rows.set(rows)
+    try:
+        yield
+    finally:
+        _pending_rows.reset(token)
+    if outer is not None:
+        outer.extend(rows)
+        return
+    for model in CHAIN_LOGS.values():  # one lock order: the audit log's, then the access log's
+        mine = [fields for row_model, fields in rows if row_model is model]
+        if mine:
+            _append(model, mine)
+
+
+def _write(model, fields: dict[str, Any]):
+    """The row, appended at once — or, inside a service transaction, when it ends (None)."""
+    pending = _pending_rows.get()
+    if pending is None:
+        return _append(model, [fields])[0]
+    pending.append((model, fields))
+    return None
 
 
 @dataclass(frozen=True)
@@ -334,13 +392,15 @@ def _context_fields(actor, target, agent) -> dict[str, Any]:
 def audit_record(
     *, actor, action: AuditAction, target=None, agent=None, before: Any = None, after: Any = None
 ):
-    """Write one audit row for a change. Call inside the service's transaction."""
+    """Write one audit row for a change. Call inside the service's transaction: the row is
+    appended as that transaction's last step (None is returned then; the row itself outside
+    any service transaction)."""
     action = _member(AuditAction, action)
     fields = _context_fields(actor, target, agent)
     fields.update(
         action=action.value, before=before, after=after, changes=field_changes(before, after)
     )
-    return _append(AuditRecord, fields)
+    return _write(AuditRecord, fields)
 
 
 def access_record(
@@ -357,7 +417,7 @@ def access_record(
     action = _member(AccessAction, action)
     fields = _context_fields(actor, target, agent)
     fields.update(action=action.value, outcome=outcome, reason=reason, detail=detail or {})
-    return _append(AccessLogEntry, fields)
+    return _write(AccessLogEntry, fields)
 
 
 def chain_head(model) -> tuple[int, str, int]:

@@ -7,6 +7,11 @@ inside another transaction, so its commit is the real commit and what it schedul
 `transaction.on_commit` (webhooks, tasks) really runs after it — as Zulip's actions declare
 with `durable=True`. Services that other services compose (publish inside an import, a
 draft inside a document's creation) stay nestable.
+
+The audit and access rows a service writes are appended as the last step of the outermost
+service transaction, just before it commits (`console.kernel.audit.log_rows_appended_last`):
+the lock order everywhere is the domain rows first, the audit chains' lock last, and that
+console-wide lock is held only while the transaction commits.
 """
 
 from __future__ import annotations
@@ -15,17 +20,19 @@ from functools import wraps
 
 from django.db import transaction
 
+from console.kernel.audit import log_rows_appended_last
 from console.kernel.policy import denials_logged
 
 
 def service_transaction(func=None, *, durable: bool = False):
-    """Atomic, and a refusal raised inside is written to the access log once the transaction
-    is over (it would roll back with it otherwise)."""
+    """Atomic, its audit rows appended as its last step, and a refusal raised inside is
+    written to the access log once the transaction is over (it would roll back with it
+    otherwise)."""
 
     def decorate(func):
         @wraps(func)
         def run(*args, **kwargs):
-            with denials_logged(), transaction.atomic(durable=durable):
+            with denials_logged(), transaction.atomic(durable=durable), log_rows_appended_last():
                 return func(*args, **kwargs)
 
         run.durable = durable
