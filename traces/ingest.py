@@ -276,6 +276,7 @@ def _repeated_in_body(body: bytes, traces: list) -> dict[int, strict_json.Duplic
 # The console's encoding of a decoded trace: the SDK's reporter writes a trace exactly so
 # (msgspec, the wire structs' field order, defaults written; see `encode_trace`).
 _canonical = msgspec.json.Encoder()
+_LAST_FIELD = f',"{Trace.__struct_fields__[-1]}":'.encode()
 
 
 def _repeated_in_trace(raw: msgspec.Raw, trace: Trace) -> Finding | None:
@@ -284,12 +285,14 @@ def _repeated_in_trace(raw: msgspec.Raw, trace: Trace) -> Finding | None:
     encoding had each key once (the struct writes each field once) — except in the snapshot,
     which the struct carries verbatim and is read on its own. Anything else (other clients,
     whitespace, another field order) is proven by `own_encoding` or read by `marked_loads`."""
-    if memoryview(raw) == _canonical.encode(trace):
+    raw = bytes(raw)  # (a memoryview would compare byte by byte)
+    # Every field written, the snapshot last: encoded only when the end can match.
+    if raw.endswith(_LAST_FIELD + trace.snapshot + b"}") and raw == _canonical.encode(trace):
         text, where = snapshot_bytes(trace), "snapshot"
         if text is None:
             return None
     else:
-        text, where = bytes(raw), ""
+        text, where = raw, ""
     if strict_json.own_encoding(text):
         return None
     try:

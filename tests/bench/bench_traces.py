@@ -176,6 +176,22 @@ def start_granian(bench_url: str, root: Path = ROOT, port: int = PORT) -> subpro
     raise SystemExit("granian did not start")
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of a process and its live descendants: granian's workers."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = [
+            int(child)
+            for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()
+        ]
+    except OSError:  # gone meanwhile
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / ticks
+    return own + sum(cpu_seconds(child) for child in children)
+
+
 def ingest_over_http(bodies: list[bytes], secret: str, port: int = PORT) -> tuple[float, int]:
     queue = list(bodies)
     lock = threading.Lock()
@@ -595,14 +611,17 @@ def main() -> None:
         granian = start_granian(bench_url)
         other = start_granian(bench_url, args.against, PORT + 1) if args.against else None
         spent = {"http": 0.0, "other": 0.0, "lean": 0.0, "copy": 0.0, "bulk": 0.0}
+        cpu = {"http": 0.0, "other": 0.0}  # the server's, whatever else the machine runs
         rounds = args.rounds
         for r in range(rounds):
             part = slice(r * len(bodies) // rounds, (r + 1) * len(bodies) // rounds)
-            servers = [("http", bodies, PORT)]
+            servers = [("http", bodies, PORT, granian)]
             if other is not None:  # alternate which goes first: load drifts hit both alike
-                servers.insert(r % 2, ("other", other_bodies, PORT + 1))
-            for name, sent, port in servers:
+                servers.insert(r % 2, ("other", other_bodies, PORT + 1, other))
+            for name, sent, port, server in servers:
+                before = cpu_seconds(server.pid)
                 elapsed, accepted = ingest_over_http(sent[part], secret, port)
+                cpu[name] += cpu_seconds(server.pid) - before
                 assert accepted == sum(counts[part]), (name, accepted, sum(counts[part]))
                 spent[name] += elapsed
                 if other is not None:
@@ -623,6 +642,11 @@ def main() -> None:
             print(
                 f"   HTTP through {args.against}: {other_rate:>9,.0f} traces/s · this checkout "
                 f"÷ that one = {args.traces / spent['http'] / other_rate:.3f}"
+            )
+            print(
+                f"   server CPU per trace: this checkout {cpu['http'] / args.traces * 1e6:,.0f} µs"
+                f" · that one {cpu['other'] / args.traces * 1e6:,.0f} µs · this ÷ that = "
+                f"{cpu['http'] / cpu['other']:.3f}"
             )
         http_rate = args.traces / spent["http"]
         lean_rate = args.traces / spent["lean"]
