@@ -295,8 +295,8 @@ def _repeated_in_trace(raw: msgspec.Raw, trace: Trace) -> Finding | None:
         text, where = raw, ""
     if strict_json.own_encoding(text):
         return None
-    try:
-        value, repeated = strict_json.marked_loads(text)
+    try:  # invalid UTF-8 (msgspec passes it in skipped fields and the snapshot) is read too
+        value, repeated = strict_json.marked_loads(text.decode("utf-8", "surrogateescape"))
     except RecursionError:  # msgspec read it a few frames up; not proven, so refused
         return error(where, "too_deep", "the trace is nested too deeply")
     except ValueError as exc:  # msgspec read it; nothing known gets here, but never unchecked

@@ -400,3 +400,19 @@ def test_parse_batch__sdk_made_batch__proven_without_reading_any_trace_again(mon
     batch = ingest.parse_batch(body)
     assert (len(batch.valid), batch.rejected) == (3, [])
     assert read == [b'{"messages":[{"role":"user","text":"hi"}]}'] == [batch.snapshots[2]]
+
+
+def test_parse_batch__invalid_utf8_msgspec_lets_through__read_for_keys_and_still_named():
+    """msgspec does not look inside the snapshot or a field it ignores: bytes there that are
+    not UTF-8 are read anyway, for a key twice, and the snapshot's are still named."""
+    bad_snapshot = compact(trace_payload("req-1", snapshot={"text": "@@"})).replace(
+        b"@@", b"bad \xff bytes"
+    )
+    unknown = compact(trace_payload("req-2", later_field="@@")).replace(b"@@", b"\xff")
+    unknown_twice = twice(unknown.replace(b"req-2", b"req-3"), b'"status":"ready"', b'"ready"')
+    batch = ingest.parse_batch(batch_of(bad_snapshot, unknown, unknown_twice))
+    assert [i for i, _ in batch.valid] == [1]
+    assert duplicate_findings(batch) == [
+        (0, "req-1", "snapshot.text", "invalid_string"),
+        (2, "req-3", "status", "duplicate_key"),
+    ]
