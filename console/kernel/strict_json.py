@@ -4,6 +4,11 @@ Every JSON decoder here (orjson for the API, msgspec for the trace ingest, the s
 library for files) keeps the last of two equal keys, so `{"dry_run": true, "dry_run": false}`
 would apply. Input that says two things is refused instead (400 `duplicate_key`, at the
 key's path), whatever decoded it. Pure Python, no Django: the trace ingest uses it too.
+
+Reading a text again to look for a key twice costs more than decoding it, so a text that is
+exactly orjson's compact encoding of what it decodes to is taken as proof enough
+(`own_encoding`: an encoding of decoded objects writes each key once); any other is read by
+`marked_loads`.
 """
 
 from __future__ import annotations
