@@ -265,7 +265,11 @@ def _repeated_in_body(body: bytes, traces: list) -> dict[int, strict_json.Duplic
     {}: no trace needs a look of its own."""
     if body == b'{"traces":[' + b",".join(traces) + b"]}":
         return None
-    found = strict_json.duplicate_key(body)
+    try:  # not compact: no cheap proof to try; bytes msgspec skipped may not be UTF-8
+        value, repeated = strict_json.marked_loads(body.decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError):
+        return None  # not read: each trace is checked on its own
+    found = strict_json.first_duplicate(value) if repeated else None
     if found is None:
         return {}
     if not found.path.startswith("traces["):

@@ -416,3 +416,11 @@ def test_parse_batch__invalid_utf8_msgspec_lets_through__read_for_keys_and_still
         (0, "req-1", "snapshot.text", "invalid_string"),
         (2, "req-3", "status", "duplicate_key"),
     ]
+
+
+def test_parse_batch__body_with_whitespace_and_bytes_not_utf8__key_twice_still_rejected():
+    unknown = compact(trace_payload("req-1", later_field="@@")).replace(b"@@", b"\xff")
+    bad = twice(compact(trace_payload("req-2")), b'"status":"ready"', b'"degraded"')
+    batch = ingest.parse_batch(b'{"traces": [' + unknown + b", " + bad + b"]}")
+    assert [i for i, _ in batch.valid] == [0]
+    assert duplicate_findings(batch) == [(1, "req-2", "status", "duplicate_key")]
