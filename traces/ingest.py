@@ -206,20 +206,33 @@ def _snapshot_findings(trace: Trace) -> list[Finding]:
     return []
 
 
-def _lenient_envelope(body: bytes, exc: msgspec.DecodeError) -> list[bytes]:
+def _lenient_envelope(body: bytes, exc: msgspec.DecodeError) -> tuple[list[bytes], dict]:
     """The batch's traces when msgspec refused the body for a string only (a lone surrogate
     escape is valid JSON syntax that msgspec will not decode): each trace re-encoded on its
-    own, so the bad ones are refused one by one and the rest stand."""
+    own, so the bad ones are refused one by one and the rest stand. Re-encoding keeps one of
+    two equal keys, so they are found here: the envelope's refuse the body, each trace's come
+    back by index (`_repeated_in_body`'s answer)."""
     try:
-        decoded = _lenient_loads(body)
+        decoded, repeated = strict_json.marked_loads(
+            bytes(body).decode("utf-8", "surrogateescape"), parse_constant=_no_constant
+        )
     except RecursionError:
         raise BatchRefused("malformed_json", "The JSON is nested too deeply.", "") from None
     except ValueError:
         raise BatchRefused("malformed_json", f"The body is not valid JSON: {exc}", "") from exc
     traces = decoded.get("traces") if isinstance(decoded, dict) else None
+    found = strict_json.first_duplicate(decoded) if repeated else None
+    if found is not None and not found.path.startswith("traces["):
+        raise BatchRefused(strict_json.DUPLICATE_KEY, found.message, found.path)
     if not isinstance(traces, list):
         raise BatchRefused("validation_failed", "Send an object with a 'traces' list.")
-    return [_reencoded(trace) for trace in traces]
+    in_traces = {}
+    if repeated:
+        for index, trace in enumerate(traces):
+            found = strict_json.first_duplicate(trace)
+            if found is not None:
+                in_traces[index] = found
+    return [_reencoded(trace) for trace in traces], in_traces
 
 
 def _reencoded(trace) -> bytes:
@@ -245,14 +258,55 @@ def _request_id_of(raw: bytes) -> str | None:
 
 
 # --- a key twice in one object (msgspec keeps the last) --------------------------------------------
-def _envelope_repeated_key(body: bytes, traces: list) -> None:
+def _repeated_in_body(body: bytes, traces: list) -> dict[int, strict_json.DuplicateKey] | None:
     """`{"traces": [...], "traces": [...]}`: refused. A body written compactly is exactly
-    its traces joined, with no other key: read again only when it is not."""
+    its traces joined, with no other key: None, each trace is still to be checked
+    (`_repeated_in_trace`). Any other body is read whole here; with no key twice anywhere,
+    {}: no trace needs a look of its own."""
     if body == b'{"traces":[' + b",".join(traces) + b"]}":
-        return
-    found = strict_json.duplicate_key(body)
-    if found is not None and not found.path.startswith("traces["):
+        return None
+    try:  # not compact: no cheap proof to try; bytes msgspec skipped may not be UTF-8
+        value, repeated = strict_json.marked_loads(body.decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError):
+        return None  # not read: each trace is checked on its own
+    found = strict_json.first_duplicate(value) if repeated else None
+    if found is None:
+        return {}
+    if not found.path.startswith("traces["):
         raise BatchRefused(strict_json.DUPLICATE_KEY, found.message, found.path)
+    return None  # the first one only: each trace is checked on its own
+
+
+# The console's encoding of a decoded trace: the SDK's reporter writes a trace exactly so
+# (msgspec, the wire structs' field order, defaults written; see `encode_trace`).
+_canonical = msgspec.json.Encoder()
+_LAST_FIELD = f',"{Trace.__struct_fields__[-1]}":'.encode()
+
+
+def _repeated_in_trace(raw: msgspec.Raw, trace: Trace) -> Finding | None:
+    """A key twice in one object of the trace, at its path relative to the trace; None when
+    there is none. Exact, and cheap for what the SDK sends: bytes equal to the struct's own
+    encoding had each key once (the struct writes each field once) — except in the snapshot,
+    which the struct carries verbatim and is read on its own. Anything else (other clients,
+    whitespace, another field order) is proven by `own_encoding` or read by `marked_loads`."""
+    raw = bytes(raw)  # (a memoryview would compare byte by byte)
+    # Every field written, the snapshot last: encoded only when the end can match.
+    if raw.endswith(_LAST_FIELD + trace.snapshot + b"}") and raw == _canonical.encode(trace):
+        text, where = snapshot_bytes(trace), "snapshot"
+        if text is None:
+            return None
+    else:
+        text, where = raw, ""
+    if strict_json.own_encoding(text):
+        return None
+    try:  # invalid UTF-8 (msgspec passes it in skipped fields and the snapshot) is read too
+        value, repeated = strict_json.marked_loads(text.decode("utf-8", "surrogateescape"))
+    except RecursionError:  # msgspec read it a few frames up; not proven, so refused
+        return error(where, "too_deep", "the trace is nested too deeply")
+    except ValueError as exc:  # msgspec read it; nothing known gets here, but never unchecked
+        return error(where, "malformed_json", f"the trace is not valid JSON: {exc}")
+    found = strict_json.first_duplicate(value, where) if repeated else None
+    return None if found is None else error(found.path, strict_json.DUPLICATE_KEY, found.message)
 
 
 def parse_batch(body: bytes) -> ParsedBatch:
@@ -267,10 +321,11 @@ def parse_batch(body: bytes) -> ParsedBatch:
             "validation_failed", "Send an object with a 'traces' list.", detail.path or "traces"
         ) from exc
     except msgspec.DecodeError as exc:
-        traces = _lenient_envelope(body, exc)
+        traces, repeated = _lenient_envelope(body, exc)
     except RecursionError:  # absurd nesting is bad input, not a crash
         raise BatchRefused("malformed_json", "The JSON is nested too deeply.", "") from None
-    _envelope_repeated_key(body, traces)
+    else:
+        repeated = _repeated_in_body(body, traces)
     if len(traces) > MAX_TRACES_PER_BATCH:
         raise BatchRefused(
             "too_many_traces",
@@ -292,6 +347,16 @@ def parse_batch(body: bytes) -> ParsedBatch:
             continue
         except msgspec.DecodeError as exc:  # invalid UTF-8 or a lone surrogate in a string
             rejected.append(Rejection(index, *_undecodable(raw, exc)))
+            continue
+        if repeated is None:
+            twice = _repeated_in_trace(raw, trace)
+        elif index in repeated:  # found when the whole body was read
+            found = repeated[index]
+            twice = error(found.path, strict_json.DUPLICATE_KEY, found.message)
+        else:
+            twice = None
+        if twice is not None:
+            rejected.append(Rejection(index, trace.request_id, [twice]))
             continue
         problems = _semantic_errors(trace)
         if look_for_nul and not problems:

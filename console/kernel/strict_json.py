@@ -4,6 +4,11 @@ Every JSON decoder here (orjson for the API, msgspec for the trace ingest, the s
 library for files) keeps the last of two equal keys, so `{"dry_run": true, "dry_run": false}`
 would apply. Input that says two things is refused instead (400 `duplicate_key`, at the
 key's path), whatever decoded it. Pure Python, no Django: the trace ingest uses it too.
+
+Reading a text again to look for a key twice costs more than decoding it, so a text that is
+exactly orjson's compact encoding of what it decodes to is taken as proof enough
+(`own_encoding`: an encoding of decoded objects writes each key once); any other is read by
+`marked_loads`.
 """
 
 from __future__ import annotations
@@ -57,9 +62,19 @@ def _first(value, path: str) -> DuplicateKey | None:
     return None
 
 
-def duplicate_key(text: str | bytes) -> DuplicateKey | None:
-    """The first key that appears twice in one object of `text`, or None (also for text that
-    is not JSON: the caller's decoder says what is wrong with it)."""
+def own_encoding(raw: bytes) -> bool:
+    """True when `raw` is exactly orjson's compact encoding of what it decodes to: an encoding
+    of decoded objects writes each key once, so such a text had no key twice. A cheap proof
+    for compact JSON (most clients' and the SDK's); anything else is read by `marked_loads`."""
+    try:
+        return orjson.dumps(orjson.loads(raw)) == raw
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):  # e.g. nested beyond 1,024
+        return False
+
+
+def marked_loads(text: str | bytes, **json_options):
+    """(the decoded value, whether a key appeared twice): each object that had a key twice is
+    marked, for `first_duplicate` to place. Raises ValueError (not JSON) or RecursionError."""
     repeated = False
 
     def pairs(items: list) -> dict:
@@ -77,23 +92,42 @@ def duplicate_key(text: str | bytes) -> DuplicateKey | None:
         marked.repeated = key
         return marked
 
+    value = json.loads(text, object_pairs_hook=pairs, **json_options)
+    return value, repeated
+
+
+def first_duplicate(value, path: str = "") -> DuplicateKey | None:
+    """The first key twice in one object of a value from `marked_loads`, at its path under
+    `path`."""
     try:
-        tree = json.loads(text, object_pairs_hook=pairs)
+        return _first(value, path)
+    except RecursionError:  # deeper than Python walks: still refused, just not placed
+        return DuplicateKey(path)
+
+
+def duplicate_key(text: str | bytes) -> DuplicateKey | None:
+    """The first key that appears twice in one object of `text`, or None (also for text that
+    is not JSON: the caller's decoder says what is wrong with it)."""
+    if isinstance(text, bytes) and own_encoding(text):
+        return None
+    return _read_for_duplicate(text)
+
+
+def _read_for_duplicate(text: str | bytes) -> DuplicateKey | None:
+    try:
+        value, repeated = marked_loads(text)
     except (ValueError, RecursionError):
         return None
-    if not repeated:  # the walk to place it only when there is one
-        return None
-    try:
-        return _first(tree, "")
-    except RecursionError:  # deeper than Python walks: still refused, just not placed
-        return DuplicateKey("")
+    return first_duplicate(value) if repeated else None  # the walk only when there is one
 
 
 def loads(raw: str | bytes):
     """orjson's decode (bounded nesting, no NaN, valid UTF-8 only), refusing duplicate keys:
     raises orjson.JSONDecodeError or DuplicateKey."""
     value = orjson.loads(raw)
-    found = duplicate_key(raw)
+    if isinstance(raw, bytes) and orjson.dumps(value) == raw:
+        return value  # its own compact encoding (`own_encoding`): each key once
+    found = _read_for_duplicate(raw)
     if found is not None:
         raise found
     return value

@@ -97,7 +97,7 @@ def encode_trace(trace: Trace | Mapping[str, Any], *, resolution=None, strategy=
                     changes[name] = fields[name]
         if changes:
             trace = msgspec.structs.replace(trace, **changes)
-        data = msgspec.json.encode(trace)
+        data = msgspec.json.encode(_floats_written_as_floats(trace))
         extra = {
             name: fields[name]
             for name in _RESOLUTION_FIELDS
@@ -114,6 +114,29 @@ def encode_trace(trace: Trace | Mapping[str, Any], *, resolution=None, strategy=
     if fields is not None:
         wire.update(fields)
     return msgspec.json.encode(wire)
+
+
+def _floats_written_as_floats(trace: Trace) -> Trace:
+    """The trace with an int in a float field as a float (6200 → 6200.0), so that what is
+    sent is exactly the console's encoding of the trace it decodes (a float field decodes as
+    a float): then the console proves cheaply that no key came twice
+    (traces.ingest._repeated_in_trace). The same number on the wire; ints are rare here (the
+    engine writes floats), so the check is all it costs."""
+    changes: dict[str, Any] = {}
+    if type(trace.config_age_seconds) is int:
+        changes["config_age_seconds"] = float(trace.config_age_seconds)
+    estimate = trace.input_estimate
+    if estimate is not None and type(estimate.value) is int:
+        changes["input_estimate"] = msgspec.structs.replace(estimate, value=float(estimate.value))
+    candidates = trace.candidates
+    if any(type(c.relevance) is int for c in candidates):
+        changes["candidates"] = [
+            msgspec.structs.replace(c, relevance=float(c.relevance))
+            if type(c.relevance) is int
+            else c
+            for c in candidates
+        ]
+    return msgspec.structs.replace(trace, **changes) if changes else trace
 
 
 _TRACE_DECODER = msgspec.json.Decoder(Trace)

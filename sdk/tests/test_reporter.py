@@ -12,7 +12,7 @@ import msgspec
 import pytest
 from context_runtime.client import Resolution
 from context_runtime.reporter import TraceReporter, encode_trace, snapshot_allowed
-from context_runtime.wire import Candidate, Trace
+from context_runtime.wire import Candidate, Estimate, Trace
 from fake_console import (
     AGENT,
     COMMIT_THEN_500,
@@ -393,3 +393,23 @@ def test_encode_trace__struct_with_resolution__one_json_object_with_each_field_o
 )
 def test_snapshot_allowed__only_a_true_boolean__allows(strategy, allowed):
     assert snapshot_allowed(strategy) is allowed
+
+
+def test_encode_trace__int_in_a_float_field__written_as_the_float_the_console_decodes():
+    """What is sent is exactly the encoding of the trace it decodes to (the console then
+    proves cheaply that no key came twice): 6200 in a float field goes as 6200.0."""
+    data = encode_trace(
+        trace(
+            1,
+            input_estimate=Estimate(value=6200),
+            candidates=[
+                Candidate(id="a", source="task_state", decision="selected", relevance=1),
+                Candidate(id="b", source="task_state", decision="selected", relevance=0.5),
+            ],
+        ),
+        resolution=Resolution("cached", 3, True),
+    )
+
+    assert msgspec.json.encode(msgspec.json.decode(data, type=Trace)) == data
+    assert b'"value":6200.0' in data and b'"relevance":1.0' in data
+    assert b'"config_age_seconds":3.0' in data

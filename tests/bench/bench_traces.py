@@ -16,7 +16,12 @@ DATABASE_URL. Phases:
    client, in process, the whole view: middleware, queries, access-log write, template).
 3. retention of one day: DETACH + DROP of that day's partitions vs a batched DELETE of another.
 
-`--ingest-only` runs phase 1 alone (a quick check of the write path).
+`--ingest-only` runs phase 1 alone (a quick check of the write path). The batches are what
+the SDK's reporter sends (`--wire sdk`, the default: `encode_trace`, the wire structs' field
+order with defaults written) or compact JSON of plain dicts, as another client might write
+(`--wire plain`). `--against DIR` also serves another checkout (say the commit before a
+change, from `git archive`) on a second port and ingests through both, alternating which goes
+first in each round: the cost of a change in the same run.
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
+import msgspec
 import orjson
 from context_runtime import wire
+from context_runtime.reporter import encode_trace
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH_DB = "bench_traces"
@@ -112,8 +119,29 @@ def payloads(count: int, candidates: int, prefix: str, start: datetime) -> list[
 
 
 # --- phase 1: ingest ---------------------------------------------------------------------------------
-def start_granian(bench_url: str) -> subprocess.Popen:
-    env = {**os.environ, "DATABASE_URL": bench_url, "DEBUG": "false", "LOG_LEVEL": "WARNING"}
+def batch_bodies(traces: list[dict], how: str) -> list[bytes]:
+    """The batches of 500 as the SDK's reporter writes them, or as plain compact JSON."""
+    if how == "plain":
+        return [
+            orjson.dumps({"traces": traces[i : i + BATCH]}) for i in range(0, len(traces), BATCH)
+        ]
+    decoder = msgspec.json.Decoder(wire.Trace)
+    encoded = [encode_trace(decoder.decode(orjson.dumps(t))) for t in traces]
+    return [
+        b'{"traces":[' + b",".join(encoded[i : i + BATCH]) + b"]}"
+        for i in range(0, len(encoded), BATCH)
+    ]
+
+
+def start_granian(bench_url: str, root: Path = ROOT, port: int = PORT) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "DATABASE_URL": bench_url,
+        "DEBUG": "false",
+        "LOG_LEVEL": "WARNING",
+        # that checkout's SDK (the wire structs), whatever the virtualenv installed
+        "PYTHONPATH": f"{root / 'sdk'}{os.pathsep}{root}",
+    }
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -124,21 +152,21 @@ def start_granian(bench_url: str) -> subprocess.Popen:
             "--host",
             "127.0.0.1",
             "--port",
-            str(PORT),
+            str(port),
             "--workers",
             "2",
             "--blocking-threads",
             "2",
             "console.wsgi:application",
         ],
-        cwd=ROOT,
+        cwd=root,
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     for _ in range(100):
         try:
-            conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=2)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             conn.request("GET", "/healthz")
             conn.getresponse().read()
             return proc
@@ -148,14 +176,30 @@ def start_granian(bench_url: str) -> subprocess.Popen:
     raise SystemExit("granian did not start")
 
 
-def ingest_over_http(bodies: list[bytes], secret: str) -> tuple[float, int]:
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) of a process and its live descendants: granian's workers."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = [
+            int(child)
+            for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()
+        ]
+    except OSError:  # gone meanwhile
+        return 0.0
+    own = (int(fields[11]) + int(fields[12])) / ticks
+    return own + sum(cpu_seconds(child) for child in children)
+
+
+def ingest_over_http(bodies: list[bytes], secret: str, port: int = PORT) -> tuple[float, int]:
     queue = list(bodies)
     lock = threading.Lock()
     accepted = [0]
     errors: list[str] = []
 
     def client():
-        conn = http.client.HTTPConnection("127.0.0.1", PORT, timeout=120)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         while True:
             with lock:
                 if not queue:
@@ -506,6 +550,9 @@ def main() -> None:
     parser.add_argument("--lookup-candidates", type=int, default=10)
     parser.add_argument("--keep", action="store_true", help="do not drop the bench database")
     parser.add_argument("--ingest-only", action="store_true", help="phase 1 only")
+    parser.add_argument("--wire", choices=["sdk", "plain"], default="sdk", help="batch bytes")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds")
+    parser.add_argument("--against", type=Path, help="another checkout to ingest through too")
     args = parser.parse_args()
 
     admin_url, bench_url = database_urls()
@@ -532,17 +579,19 @@ def main() -> None:
     _, secret = runtime_token_create(
         name="bench", environment=env, capabilities=["traces:write"], all_agents=True
     )
-    granian = None
+    granian = other = None
     try:
         start = (datetime.now(UTC) - timedelta(days=3)).replace(
             hour=0, minute=0, second=0, microsecond=0
         )
         http_traces = payloads(args.traces, args.candidates, "http", start)
-        bodies = [
-            orjson.dumps({"traces": http_traces[i : i + BATCH]})
-            for i in range(0, len(http_traces), BATCH)
-        ]
+        bodies = batch_bodies(http_traces, args.wire)
         counts = [len(http_traces[i : i + BATCH]) for i in range(0, len(http_traces), BATCH)]
+        other_bodies = (
+            batch_bodies(payloads(args.traces, args.candidates, "other", start), args.wire)
+            if args.against
+            else []
+        )
         copy_rows = rows_for(
             payloads(args.traces, args.candidates, "copy", start), agent.pk, env.pk
         )
@@ -555,25 +604,50 @@ def main() -> None:
         )
         print(
             f"\n1. ingest {args.traces:,} traces × {args.candidates} candidates "
-            f"({len(bodies)} batches of {BATCH}, {sum(map(len, bodies)) / 2**20:.0f} MiB); "
-            f"bulk_create on {args.bulk_slice:,}; the three interleaved in {ROUNDS} rounds so a "
-            "change in the machine's load hits all of them"
+            f"({len(bodies)} batches of {BATCH}, {sum(map(len, bodies)) / 2**20:.0f} MiB, "
+            f"{args.wire} wire); bulk_create on {args.bulk_slice:,}; interleaved in "
+            f"{args.rounds} rounds so a change in the machine's load hits all of them"
         )
         granian = start_granian(bench_url)
-        spent = {"http": 0.0, "lean": 0.0, "copy": 0.0, "bulk": 0.0}
-        for r in range(ROUNDS):
-            part = slice(r * len(bodies) // ROUNDS, (r + 1) * len(bodies) // ROUNDS)
-            elapsed, accepted = ingest_over_http(bodies[part], secret)
-            assert accepted == sum(counts[part]), (accepted, sum(counts[part]))
-            spent["http"] += elapsed
-            rows = slice(r * len(copy_rows) // ROUNDS, (r + 1) * len(copy_rows) // ROUNDS)
+        other = start_granian(bench_url, args.against, PORT + 1) if args.against else None
+        spent = {"http": 0.0, "other": 0.0, "lean": 0.0, "copy": 0.0, "bulk": 0.0}
+        cpu = {"http": 0.0, "other": 0.0}  # the server's, whatever else the machine runs
+        rounds = args.rounds
+        for r in range(rounds):
+            part = slice(r * len(bodies) // rounds, (r + 1) * len(bodies) // rounds)
+            servers = [("http", bodies, PORT, granian)]
+            if other is not None:  # alternate which goes first: load drifts hit both alike
+                servers.insert(r % 2, ("other", other_bodies, PORT + 1, other))
+            for name, sent, port, server in servers:
+                before = cpu_seconds(server.pid)
+                elapsed, accepted = ingest_over_http(sent[part], secret, port)
+                cpu[name] += cpu_seconds(server.pid) - before
+                assert accepted == sum(counts[part]), (name, accepted, sum(counts[part]))
+                spent[name] += elapsed
+                if other is not None:
+                    print(f"   round {r + 1} {name}: {sum(counts[part]) / elapsed:,.0f} traces/s")
+            rows = slice(r * len(copy_rows) // rounds, (r + 1) * len(copy_rows) // rounds)
             spent["copy"] += bare_copy(copy_rows[rows])
             spent["lean"] += lean_copy(lean_rows[rows])
-            rows = slice(r * len(bulk_rows) // ROUNDS, (r + 1) * len(bulk_rows) // ROUNDS)
+            rows = slice(r * len(bulk_rows) // rounds, (r + 1) * len(bulk_rows) // rounds)
             spent["bulk"] += django_bulk_create(bulk_rows[rows])
         granian.terminate()
         granian.wait()
         granian = None
+        if other is not None:
+            other.terminate()
+            other.wait()
+            other = None
+            other_rate = args.traces / spent["other"]
+            print(
+                f"   HTTP through {args.against}: {other_rate:>9,.0f} traces/s · this checkout "
+                f"÷ that one = {args.traces / spent['http'] / other_rate:.3f}"
+            )
+            print(
+                f"   server CPU per trace: this checkout {cpu['http'] / args.traces * 1e6:,.0f} µs"
+                f" · that one {cpu['other'] / args.traces * 1e6:,.0f} µs · this ÷ that = "
+                f"{cpu['http'] / cpu['other']:.3f}"
+            )
         http_rate = args.traces / spent["http"]
         lean_rate = args.traces / spent["lean"]
         copy_rate = args.traces / spent["copy"]
@@ -590,7 +664,7 @@ def main() -> None:
 
         # Free phase 1's millions of objects: a full GC pass over them would land in the
         # page timings below.
-        del http_traces, bodies, copy_rows, lean_rows, bulk_rows
+        del http_traces, bodies, other_bodies, copy_rows, lean_rows, bulk_rows
         if args.ingest_only:
             return
         gc.collect()
@@ -644,8 +718,9 @@ def main() -> None:
             f"batched DELETE (with candidates) {delete_ms:.0f} ms"
         )
     finally:
-        if granian is not None:
-            granian.terminate()
+        for server in (granian, other):
+            if server is not None:
+                server.terminate()
         connection.close()
         if not args.keep:
             admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')

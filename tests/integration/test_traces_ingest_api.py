@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import html
 
+import msgspec
 import orjson
 import pytest
 from context_runtime import wire
+from context_runtime.reporter import encode_trace
 
 from tests.factories import candidate, post_batch, runtime_token, trace_payload, world
 from tests.factories.traces import snapshots_allowed
-from traces.models import Candidate, Snapshot, Trace
+from traces.models import Candidate, RequestKey, Snapshot, Trace
 
 pytestmark = pytest.mark.django_db
 
@@ -253,3 +255,44 @@ def test_ingest__replay_fields_out_of_range__rejected_alone(client, secret):
     body = post_batch(client, secret, [bad, trace_payload("req-ok")]).json()
     assert body["accepted"] == 1
     assert body["rejected"][0]["errors"][0]["path"].startswith("candidates[0].")
+
+
+@pytest.mark.parametrize("separator", [b",", b",\n  "], ids=["compact", "with-whitespace"])
+def test_ingest__key_twice_inside_a_trace__that_trace_rejected_alone_nothing_of_it_stored(
+    client, secret, separator
+):
+    """Issue 19, item 7: msgspec keeps the last of two equal keys, so `"decision": "selected",
+    "decision": "irrelevant"` would be stored as one of them. The trace is rejected instead,
+    like any invalid trace: 200 for the batch, the rest stored."""
+    sdk_made = encode_trace(
+        msgspec.json.decode(orjson.dumps(trace_payload("req-2")), type=wire.Trace)
+    )
+    bad = orjson.dumps(trace_payload("req-58")).replace(
+        b'"decision":"irrelevant"', b'"decision":"selected","decision":"irrelevant"', 1
+    )
+    sdk_bad = encode_trace(
+        msgspec.json.decode(orjson.dumps(trace_payload("req-59")), type=wire.Trace)
+    ).replace(b'"name":"model-x"', b'"name":"model-y","name":"model-x"', 1)
+    body = (
+        b'{"traces":['
+        + separator.join([orjson.dumps(trace_payload("req-1")), bad, sdk_made, sdk_bad])
+        + b"]}"
+    )
+    response = post_batch(client, secret, body=body)
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["accepted"] == 2
+    assert [
+        (r["index"], r["request_id"], e["path"], e["code"])
+        for r in answer["rejected"]
+        for e in r["errors"]
+    ] == [
+        (1, "req-58", "candidates[2].decision", "duplicate_key"),
+        (3, "req-59", "model.name", "duplicate_key"),
+    ]
+    assert answer["rejected"][0]["errors"][0]["message"] == (
+        "candidates[2].decision appears twice in one object; say it once."
+    )
+    assert sorted(Trace.objects.values_list("request_id", flat=True)) == ["req-1", "req-2"]
+    assert not RequestKey.objects.filter(request_id__in=["req-58", "req-59"]).exists()
+    assert Candidate.objects.count() == 6

@@ -155,7 +155,7 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
             msgspec.structs.replace(
                 decision.to_wire(),
                 outcome=item.outcome,
-                relevance=item.relevance,
+                relevance=None if item.relevance is None else float(item.relevance),
                 depends_on=tuple(item.depends_on[: wire.MAX_LINKS]),
                 conflicts_with=tuple(item.conflicts_with[: wire.MAX_LINKS]),
                 note=reasons.short(item.note),
@@ -173,7 +173,7 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
                 reserve_output_tokens=self.reserve_output_tokens,
             ),
             "input_estimate": wire.Estimate(
-                value=self.input_estimate, unit="token", estimator=self.estimator
+                value=float(self.input_estimate), unit="token", estimator=self.estimator
             ),
             "candidates": self.wire_candidates(),
         }
