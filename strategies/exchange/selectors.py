@@ -29,6 +29,7 @@ from strategies.documents.models import Document, Version
 from strategies.exchange.format import FORMAT, FORMAT_VERSION, ConfigFile, FileDocument
 from strategies.releases.selectors import (
     APPROVAL_REQUIRED,
+    UNREVIEWED,
     NOT_ALLOWED,
     NOT_FOUND,
     SENSITIVE_SECTION,
@@ -574,4 +575,5 @@ def _release_action(refusals: list[Finding], *, person: bool) -> tuple[str, str]
     approval = next((f for f in refusals if f.code == APPROVAL_REQUIRED), None)
     if approval is not None:
         return "request", approval.message
-    return "publish", ""
+    unreviewed = next((f for f in refusals if f.code == UNREVIEWED), None)
+    return "publish", unreviewed.message if unreviewed is not None else ""
