@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.urls import reverse
 
 from console.kernel.models import AuditRecord
 from strategies.catalog.models import Environment
@@ -59,3 +60,164 @@ def test_revert_policy__one_admin_switches_it_off__refused(client, world):
     assert response.json()["error"]["code"] == "break_glass_required"
     assert Environment.objects.get(key="prod").rollback_needs_approval is True
     assert not AuditRecord.objects.filter(action__startswith="environment.").exists()
+
+
+def break_glass(client, world, reason="INC-4711: fraud rule hotfix, approver unreachable", **flags):
+    response = send(
+        client,
+        "patch",
+        ENV,
+        {"protected": False, **flags, "break_glass_reason": reason},
+        world.admin,
+    )
+    assert response.status_code == 200, response.json()
+    return response.json()
+
+
+def restore(client, world, **flags):
+    response = send(client, "patch", ENV, flags or {"protected": True}, world.admin)
+    assert response.status_code == 200, response.json()
+    return response.json()
+
+
+def test_break_glass__reason_given__relaxed_audited_as_break_glass_and_shown(client, world):
+    body = break_glass(client, world)
+
+    assert body["protected"] is False
+    assert body["break_glass"]["by"] == "admin"
+    assert body["break_glass"]["reason"].startswith("INC-4711")
+    assert body["break_glass"]["relaxed"] == ["protected"]
+    record = AuditRecord.objects.get(action="environment.break_glass")
+    assert record.actor_label == "admin"
+    assert record.after["break_glass"]["reason"].startswith("INC-4711")
+    assert {c["path"] for c in record.changes} >= {"protected"}
+    assert not AuditRecord.objects.filter(action="environment.update").exists()
+    assert client.get(ENV).json()["break_glass"]["relaxed"] == ["protected"]
+
+
+@pytest.mark.parametrize("reason", ["", "  ", "ok"])
+def test_break_glass__blank_or_too_short_reason__refused_nothing_saved(client, world, reason):
+    response = send(
+        client, "patch", ENV, {"protected": False, "break_glass_reason": reason}, world.admin
+    )
+
+    assert response.status_code in (400, 409)
+    assert response.json()["error"]["code"] in ("break_glass_required", "validation_failed")
+    prod = Environment.objects.get(key="prod")
+    assert (prod.protected, prod.break_glass_at) == (True, None)
+    assert not AuditRecord.objects.filter(action__startswith="environment.").exists()
+
+
+def test_tightening__no_reason_needed__plain_update(client, world):
+    response = send(
+        client,
+        "patch",
+        "/api/v1/environments/sg-test/",
+        {"protected": True, "rollback_needs_approval": True},
+        world.admin,
+    )
+
+    assert response.status_code == 200
+    assert response.json()["break_glass"] is None
+    assert AuditRecord.objects.filter(action="environment.update").count() == 1
+
+
+def test_break_glass__publish__live_marked_unreviewed_in_release_history_and_audit(client, world):
+    break_glass(client, world)
+
+    response = send(client, "post", f"{DOC}/prod/", {"version": 2, "reason": "hotfix"}, world.admin)
+
+    assert response.status_code == 200, response.json()
+    assert response.json()["release"]["unreviewed"] is True
+    history = client.get(f"{API}/releases/history/?environment=prod").json()["results"]
+    assert [(e["to_version"], e["unreviewed"]) for e in history] == [(2, True)]
+    listed = client.get(f"{API}/releases/").json()["documents"]
+    strategy = next(d for d in listed if d["key"] == "after_sales_consultation")
+    assert strategy["releases"]["prod"]["unreviewed"] is True
+    audit = AuditRecord.objects.get(action="release.publish", target_label__contains="prod")
+    assert audit.after["unreviewed"] is True
+    assert audit.after["break_glass_reason"].startswith("INC-4711")
+
+
+def test_restore__ends_break_glass__next_publish_asks_a_second_person_again(client, world):
+    break_glass(client, world)
+
+    body = restore(client, world)
+
+    assert body["break_glass"] is None
+    assert AuditRecord.objects.filter(action="environment.break_glass_end").count() == 1
+    response = send(client, "post", f"{DOC}/prod/", {"version": 2, "reason": "x"}, world.admin)
+    assert response.status_code == 202
+
+
+def test_unreviewed_version__not_a_rollback_target__api_409_page_does_not_offer_it(client, world):
+    # Given v1 went live in prod with approval, v2 by break-glass, then v3 with approval
+    publish(world.strategy[1], world.envs["prod"], actor=world.ops, approver=world.ops2)
+    break_glass(client, world)
+    send(client, "post", f"{DOC}/prod/", {"version": 2, "reason": "hotfix"}, world.admin)
+    restore(client, world)
+    prod = Environment.objects.get(key="prod")
+    publish(world.strategy[3], prod, actor=world.ops, approver=world.ops2)
+
+    # When the admin rolls back to v2
+    before = ReleaseEvent.objects.count()
+    response = send(
+        client, "post", f"{DOC}/prod/rollback/", {"version": 2, "reason": "back"}, world.admin
+    )
+
+    # Then it is refused: v2 went live unreviewed; v1 still is a target
+    assert response.status_code == 409, response.json()
+    assert response.json()["error"]["code"] == "unreviewed_version"
+    assert ReleaseEvent.objects.count() == before
+    page = client.get(
+        reverse(
+            "release-rollback", args=["assistant_professional", "after_sales_consultation", "prod"]
+        )
+    )
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'name="version" value="1"' in html
+    assert 'name="version" value="2"' not in html
+    assert "went live in prod unreviewed" in html
+    ok = send(client, "post", f"{DOC}/prod/rollback/", {"version": 1, "reason": "v3 regressed"}, world.admin)
+    assert ok.status_code == 200, ok.json()
+
+
+def test_revert_policy_break_glass__rollback_at_once_is_marked_unreviewed(client, world):
+    prod = world.envs["prod"]
+    prod.rollback_needs_approval = True
+    prod.save()
+    publish(world.strategy[1], prod, actor=world.ops, approver=world.ops2)
+    publish(world.strategy[2], prod, actor=world.ops, approver=world.ops2)
+    relaxed = send(
+        client,
+        "patch",
+        ENV,
+        {"rollback_needs_approval": False, "break_glass_reason": "INC-9: v2 breaks refunds"},
+        world.admin,
+    )
+    assert relaxed.status_code == 200
+    assert relaxed.json()["break_glass"]["relaxed"] == ["rollback_needs_approval"]
+
+    response = send(
+        client, "post", f"{DOC}/prod/rollback/", {"version": 1, "reason": "refunds"}, world.admin
+    )
+
+    assert response.status_code == 200, response.json()
+    assert response.json()["release"]["unreviewed"] is True
+    assert ReleaseEvent.objects.get(action="rollback").unreviewed is True
+    # protection itself was not relaxed: a publish still asks a second person
+    again = send(client, "post", f"{DOC}/prod/", {"version": 3, "reason": "x"}, world.admin)
+    assert again.status_code == 202
+    ended = restore(client, world, rollback_needs_approval=True)
+    assert ended["break_glass"] is None
+
+
+def test_break_glass__approved_request_applied_meanwhile__not_unreviewed(client, world):
+    waiting = publish(world.strategy[1], world.envs["prod"], actor=world.ops)
+    break_glass(client, world)
+
+    send(client, "post", f"/api/v1/approvals/{waiting.pk}/approve/", {}, world.ops2)
+
+    release = Release.objects.get(environment__key="prod")
+    assert (release.version.number, release.unreviewed) == (1, False)
