@@ -29,10 +29,10 @@ from strategies.documents.models import Document, Version
 from strategies.exchange.format import FORMAT, FORMAT_VERSION, ConfigFile, FileDocument
 from strategies.releases.selectors import (
     APPROVAL_REQUIRED,
-    UNREVIEWED,
     NOT_ALLOWED,
     NOT_FOUND,
     SENSITIVE_SECTION,
+    UNREVIEWED,
     body_publish_refusals,
     is_runtime_finding,
     live_by_document,

@@ -179,7 +179,13 @@ def test_unreviewed_version__not_a_rollback_target__api_409_page_does_not_offer_
     assert 'name="version" value="1"' in html
     assert 'name="version" value="2"' not in html
     assert "went live in prod unreviewed" in html
-    ok = send(client, "post", f"{DOC}/prod/rollback/", {"version": 1, "reason": "v3 regressed"}, world.admin)
+    ok = send(
+        client,
+        "post",
+        f"{DOC}/prod/rollback/",
+        {"version": 1, "reason": "v3 regressed"},
+        world.admin,
+    )
     assert ok.status_code == 200, ok.json()
 
 
@@ -221,3 +227,155 @@ def test_break_glass__approved_request_applied_meanwhile__not_unreviewed(client,
 
     release = Release.objects.get(environment__key="prod")
     assert (release.version.number, release.unreviewed) == (1, False)
+
+
+# --- the other ways one person gets a version live ----------------------------------------------
+def test_promotion__during_break_glass__goes_live_marked_unreviewed(client, world):
+    publish(world.strategy[2], world.envs["sg-test"], actor=world.ops)
+    break_glass(client, world)
+
+    response = send(
+        client,
+        "post",
+        f"{API}/promote/",
+        {
+            "source": "sg-test",
+            "target": "prod",
+            "documents": ["after_sales_consultation"],
+            "reason": "hotfix",
+        },
+        world.admin,
+    )
+
+    assert response.status_code == 200, response.json()
+    [item] = response.json()["results"]
+    assert (item["outcome"], item["release"]["unreviewed"]) == ("published", True)
+    assert ReleaseEvent.objects.get(release__environment__key="prod").unreviewed is True
+
+
+def test_promotion__protected__asks_a_second_person_nothing_unreviewed(client, world):
+    publish(world.strategy[2], world.envs["sg-test"], actor=world.ops)
+
+    response = send(
+        client,
+        "post",
+        f"{API}/promote/",
+        {"source": "sg-test", "target": "prod", "reason": "release train"},
+        world.admin,
+    )
+
+    assert response.status_code == 202
+    assert not Release.objects.filter(environment__key="prod").exists()
+
+
+def config_file(client, world) -> dict:
+    client.force_login(world.admin)
+    data = json.loads(client.get(f"{API}/config").content)
+    strategy = next(d for d in data["documents"] if d["key"] == "after_sales_consultation")
+    strategy["draft"] = None
+    data["live"].setdefault("prod", {})["after_sales_consultation"] = 2
+    return data
+
+
+def test_import__during_break_glass__dry_run_says_unreviewed_apply_marks_it(client, world):
+    break_glass(client, world)
+    data = config_file(client, world)
+
+    plan = send(client, "post", f"{API}/config", {"file": data, "dry_run": True}, world.admin)
+    applied = send(client, "post", f"{API}/config", {"file": data, "dry_run": False}, world.admin)
+
+    assert plan.status_code == 200, plan.json()
+    [step] = [
+        r
+        for r in plan.json()["plan"]["releases"]
+        if r["environment"] == "prod" and r["document"] == "after_sales_consultation"
+    ]
+    assert step["action"] == "publish"
+    assert "goes live unreviewed" in step["reason"]
+    assert applied.status_code == 200, applied.json()
+    release = Release.objects.get(environment__key="prod", document__key="after_sales_consultation")
+    assert (release.version.number, release.unreviewed) == (2, True)
+
+
+def test_import__protected__an_approval_request_never_live_alone(client, world):
+    data = config_file(client, world)
+
+    applied = send(client, "post", f"{API}/config", {"file": data, "dry_run": False}, world.admin)
+
+    assert applied.status_code == 200, applied.json()
+    assert [r["environment"] for r in applied.json()["outcome"]["approval_requests"]] == ["prod"]
+    assert not Release.objects.filter(environment__key="prod").exists()
+
+
+# --- the environment form --------------------------------------------------------------------------
+def edit_form(client, world, **changes):
+    client.force_login(world.admin)
+    url = reverse("catalog-environment-edit", args=["prod"])
+    page = client.get(url)
+    form = page.context["form"]
+    data = {name: value for name, value in form.initial.items() if name in form.fields}
+    data = {k: v for k, v in data.items() if v not in (False, None)}
+    data.update(changes)
+    return client.post(url, {k: v for k, v in data.items() if v is not False})
+
+
+def test_environment_form__protection_off_without_reason__409_says_break_glass_nothing_saved(
+    client, world
+):
+    response = edit_form(client, world, protected=False)
+
+    assert response.status_code == 409
+    html = response.content.decode()
+    assert "break-glass reason" in html
+    assert "marked unreviewed" in html
+    assert Environment.objects.get(key="prod").protected is True
+
+
+def test_environment_form__with_reason__saved_banner_on_the_form_and_the_releases_page(
+    client, world
+):
+    response = edit_form(
+        client, world, protected=False, break_glass_reason="INC-1: approver on leave"
+    )
+
+    assert response.status_code == 302
+    page = client.get(reverse("catalog-environment-edit", args=["prod"])).content.decode()
+    assert 'id="break-glass-prod"' in page
+    assert "INC-1: approver on leave" in page
+    releases = client.get(reverse("release-overview")).content.decode()
+    assert 'id="break-glass-prod"' in releases
+
+
+def test_schema__documents_break_glass_fields_and_refusals(db):
+    from drf_spectacular.generators import SchemaGenerator
+
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    components = schema["components"]["schemas"]
+    patch = schema["paths"]["/api/v1/environments/{environment}/"]["patch"]
+    assert "break_glass_required" in patch["responses"]["409"]["description"]
+    assert (
+        "break_glass_reason" in components["PatchedEnvironmentUpdateRequestRequest"]["properties"]
+    )
+    assert "break_glass" in components["Environment"]["properties"]
+    assert "unreviewed" in components["Release"]["properties"]
+    assert "unreviewed" in components["ReleaseEvent"]["properties"]
+    rollback = schema["paths"][
+        "/api/v1/agents/{agent}/documents/{document}/releases/{environment}/rollback/"
+    ]["post"]
+    assert "unreviewed_version" in rollback["responses"]["409"]["description"]
+
+
+def test_version_page__went_live_unreviewed__says_so(client, world):
+    break_glass(client, world)
+    send(client, "post", f"{DOC}/prod/", {"version": 2, "reason": "hotfix"}, world.admin)
+
+    page = client.get(
+        reverse("version-detail", args=["assistant_professional", "after_sales_consultation", 2])
+    ).content.decode()
+
+    assert 'id="unreviewed-version"' in page
+    assert "went live unreviewed in prod" in page
+    other = client.get(
+        reverse("version-detail", args=["assistant_professional", "after_sales_consultation", 1])
+    ).content.decode()
+    assert 'id="unreviewed-version"' not in other
