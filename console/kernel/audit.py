@@ -74,6 +74,12 @@ class AuditAction(_LabelledAction):
     ENVIRONMENT_ARCHIVE = "environment.archive", "Environment archived"
     ENVIRONMENT_UNARCHIVE = "environment.unarchive", "Environment unarchived"
     ENVIRONMENT_DELETE = "environment.delete", "Environment deleted"
+    # One person switched approvals off (break-glass, with a reason), and their end.
+    ENVIRONMENT_BREAK_GLASS = "environment.break_glass", "Break-glass: approvals switched off"
+    ENVIRONMENT_BREAK_GLASS_END = (
+        "environment.break_glass_end",
+        "Break-glass ended: approvals back on",
+    )
     DOCUMENT_CREATE = "document.create", "Document created"
     MANIFEST_RECORD = "manifest.record", "Runtime manifest recorded"
     # documents

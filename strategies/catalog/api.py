@@ -178,8 +178,23 @@ def environment_list_api(request):
     methods=["PATCH"],
     summary="Change an environment: name, order, protection, revert policy, retention "
     "(applies at the next purge), archived",
+    description="Switching approvals off (`protected` or `rollback_needs_approval` true → "
+    "false) lets one person put a version live alone: it is refused with 409 "
+    "`break_glass_required` (the flags in `details`, nothing saved) unless "
+    "`break_glass_reason` is given. Then it is a break-glass: audited as "
+    "`environment.break_glass`, shown in `break_glass` until those flags are on again "
+    "(`environment.break_glass_end`), and every version that goes live there meanwhile "
+    "without the usual approval is marked `unreviewed` and is never a rollback target.",
     request=EnvironmentUpdateRequest,
-    responses={200: EnvironmentSerializer, **WRITE_ERRORS},
+    responses={
+        200: EnvironmentSerializer,
+        **WRITE_ERRORS,
+        409: OpenApiResponse(
+            ErrorSerializer,
+            description="`break_glass_required`: approvals switched off without "
+            "`break_glass_reason`; `stale_state`: someone changed it since you read it.",
+        ),
+    },
     tags=TAGS,
 )
 @extend_schema(

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.utils.functional import lazy
 
 from console.kernel.errors import ApplicationError
+from console.kernel.reasons import MAX_REASON_CHARS
 from strategies.catalog.models import SNAPSHOT_RETENTION_DAYS_DEFAULT, TRACE_RETENTION_DAYS_DEFAULT
 from strategies.catalog.services import MAX_POSITION, MAX_RETENTION_DAYS
 
@@ -65,6 +66,16 @@ class EnvironmentForm(_Edit):
         help_text="Off by default: a rollback is the emergency action and must be fast. On: a "
         "rollback here becomes a request for a second person, like a protected publish.",
     )
+    break_glass_reason = forms.CharField(
+        max_length=MAX_REASON_CHARS,
+        required=False,
+        label="Break-glass reason",
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Needed only to switch an approval off, which no second person checks: the "
+        "change is flagged as break-glass in the audit log, the environment shows a banner "
+        "until the approval is on again, and every version that goes live here meanwhile is "
+        "marked unreviewed and is never offered as a rollback target.",
+    )
     trace_retention_days = forms.IntegerField(
         min_value=1,
         max_value=MAX_RETENTION_DAYS,
@@ -89,6 +100,7 @@ class EnvironmentForm(_Edit):
         super().__init__(*args, **kwargs)
         if not editing:
             del self.fields["loaded"]
+            del self.fields["break_glass_reason"]  # creating relaxes nothing
         else:
             del self.fields["key"]
             self.fields["position"].required = True
@@ -101,6 +113,9 @@ def show_refusal(form: forms.Form, error: ApplicationError) -> None:
         form.add_error("key", error.message + " Choose another key.")
         return
     placed = False
+    if error.code == "break_glass_required" and "break_glass_reason" in form.fields:
+        form.add_error("break_glass_reason", error.message)
+        placed = True
     for detail in error.details:
         field = detail.get("path")
         if field in form.fields:

@@ -42,12 +42,30 @@ class Environment(models.Model):
         default=False, help_text="A rollback needs a second person's approval."
     )
     archived_at = models.DateTimeField(null=True, blank=True)
+    # Break-glass: one admin switched approvals off here (`protected`, or the revert policy)
+    # with a reason instead of a second person. While `break_glass_at` is set, what goes
+    # live here without the approval the environment normally requires is marked unreviewed
+    # (Release.unreviewed, ReleaseEvent.unreviewed); switching the relaxed flags back on ends it.
+    break_glass_at = models.DateTimeField(null=True, blank=True)
+    break_glass_by = models.CharField(max_length=200, blank=True)
+    break_glass_reason = models.TextField(blank=True)
+    break_glass_relaxed = models.JSONField(
+        default=list, blank=True, help_text="The flags the break-glass switched off."
+    )
 
     class Meta:
         ordering = ["position", "key"]
 
     def __str__(self) -> str:
         return self.key
+
+    @property
+    def in_break_glass(self) -> bool:
+        return self.break_glass_at is not None
+
+    def relaxed_by_break_glass(self, flag: str) -> bool:
+        """`flag` ("protected" or "rollback_needs_approval") is off here by a break-glass."""
+        return self.in_break_glass and flag in (self.break_glass_relaxed or [])
 
 
 class Manifest(models.Model):

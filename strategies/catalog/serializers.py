@@ -4,13 +4,14 @@ the services' (strategies.catalog.services), so the pages and the API refuse ali
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.kernel.api_schema import StrictSerializer
 from console.kernel.limits import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS
 from console.kernel.reasons import MAX_REASON_CHARS
 from strategies.catalog.models import SNAPSHOT_RETENTION_DAYS_DEFAULT, TRACE_RETENTION_DAYS_DEFAULT
-from strategies.catalog.services import MAX_POSITION, MAX_RETENTION_DAYS
+from strategies.catalog.services import MAX_POSITION, MAX_RETENTION_DAYS, break_glass_state
 
 KEY_HELP = "Lowercase letters, digits, '-' and '_', at most 100, e.g. bank-uat. Cannot change."
 REASON_HELP = "Optional: recorded in the audit log."
@@ -84,8 +85,25 @@ class EnvironmentCreateRequest(StrictSerializer):
 class EnvironmentUpdateRequest(StrictSerializer):
     name = serializers.CharField(max_length=MAX_NAME_CHARS, required=False, allow_blank=True)
     position = serializers.IntegerField(min_value=0, max_value=MAX_POSITION, required=False)
-    protected = serializers.BooleanField(required=False)
-    rollback_needs_approval = serializers.BooleanField(required=False)
+    protected = serializers.BooleanField(
+        required=False,
+        help_text="true → false alone is a break-glass: refused (409 break_glass_required) "
+        "without break_glass_reason.",
+    )
+    rollback_needs_approval = serializers.BooleanField(
+        required=False,
+        help_text="true → false alone is a break-glass: refused (409 break_glass_required) "
+        "without break_glass_reason.",
+    )
+    break_glass_reason = serializers.CharField(
+        max_length=MAX_REASON_CHARS,
+        required=False,
+        allow_blank=True,
+        help_text="Why approvals must be switched off here (3 characters or more). Required "
+        "to switch protected or rollback_needs_approval off; the change is audited as "
+        "environment.break_glass, and what goes live meanwhile is marked unreviewed and is "
+        "never a rollback target, until those flags are on again. Not read otherwise.",
+    )
     trace_retention_days = _days(required=False, help_text="Applies at the next purge.")
     snapshot_retention_days = _days(
         required=False, help_text="At most trace_retention_days; applies at the next purge."
@@ -130,6 +148,16 @@ class AgentSerializer(serializers.Serializer):
         return [{"key": d.key, "kind": d.kind} for d in obj.documents.all()]
 
 
+class BreakGlassSerializer(serializers.Serializer):
+    since = serializers.DateTimeField()
+    by = serializers.CharField(help_text="Who switched approvals off.")
+    reason = serializers.CharField()
+    relaxed = serializers.ListField(
+        child=serializers.ChoiceField(choices=["protected", "rollback_needs_approval"]),
+        help_text="The approval flags it switched off; switching them on again ends it.",
+    )
+
+
 class EnvironmentSerializer(serializers.Serializer):
     key = serializers.CharField()
     name = serializers.CharField()
@@ -140,6 +168,13 @@ class EnvironmentSerializer(serializers.Serializer):
     snapshot_retention_days = serializers.IntegerField()
     archived = serializers.SerializerMethodField()
     archived_at = serializers.DateTimeField(allow_null=True)
+    break_glass = serializers.SerializerMethodField(
+        help_text="The break-glass in force (approvals switched off by one person), or null."
+    )
 
     def get_archived(self, obj) -> bool:
         return obj.archived_at is not None
+
+    @extend_schema_field(BreakGlassSerializer(allow_null=True))
+    def get_break_glass(self, obj) -> dict | None:
+        return break_glass_state(obj)

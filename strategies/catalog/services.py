@@ -20,12 +20,12 @@ from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
 from django.utils import timezone
 
-from console.kernel.audit import AgentRef, AuditAction, audit_record
+from console.kernel.audit import AgentRef, AuditAction, actor_label, audit_record
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.limits import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS
 from console.kernel.models import Grant
 from console.kernel.policy import Capability, check_user_can
-from console.kernel.reasons import MAX_REASON_CHARS
+from console.kernel.reasons import MAX_REASON_CHARS, reason_clean
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse
 from strategies.catalog.dependents import (
@@ -189,6 +189,20 @@ def environment_state(environment: Environment) -> dict:
         "trace_retention_days": environment.trace_retention_days,
         "snapshot_retention_days": environment.snapshot_retention_days,
         "archived": environment.archived_at is not None,
+        "break_glass": break_glass_state(environment),
+    }
+
+
+def break_glass_state(environment: Environment) -> dict | None:
+    """The break-glass in force in `environment` (None: none): since when, by whom, why, and
+    which approval flags it switched off."""
+    if environment.break_glass_at is None:
+        return None
+    return {
+        "since": environment.break_glass_at.isoformat(),
+        "by": environment.break_glass_by,
+        "reason": environment.break_glass_reason,
+        "relaxed": list(environment.break_glass_relaxed or []),
     }
 
 
@@ -433,6 +447,73 @@ ENVIRONMENT_SETTINGS = (
     "trace_retention_days",
     "snapshot_retention_days",
 )
+# The flags that ask a second person: switching one off lets one person put a version live
+# (or roll back) alone, so doing that is itself guarded (`_approvals_relaxed`).
+APPROVAL_FLAGS = ("protected", "rollback_needs_approval")
+BREAK_GLASS_FIELDS = (
+    "break_glass_at",
+    "break_glass_by",
+    "break_glass_reason",
+    "break_glass_relaxed",
+)
+APPROVAL_FLAG_WORDS = {
+    "protected": "publishing needs a second person's approval",
+    "rollback_needs_approval": "rollbacks need a second person's approval",
+}
+
+
+def break_glass_required(environment: Environment, relaxed: list[str]) -> Conflict:
+    """The refusal of switching approvals off in `environment` without a break-glass reason."""
+    return Conflict(
+        f"Switching off approvals in {environment.key} would let one person put a version live "
+        "there alone, so nobody does it alone without saying so. Give a break-glass reason to do "
+        f"it anyway: the change is flagged in the audit log, {environment.key} shows a banner "
+        "until approvals are on again, and every version that goes live there meanwhile is "
+        "marked unreviewed and is never offered as a rollback target. Nothing was saved.",
+        code="break_glass_required",
+        details=[
+            {
+                "path": flag,
+                "code": "break_glass_required",
+                "message": f"Switching this off ({APPROVAL_FLAG_WORDS[flag]}) alone is a "
+                "break-glass: give a break-glass reason.",
+            }
+            for flag in relaxed
+        ],
+    )
+
+
+def _approvals_relaxed(
+    environment: Environment, before: dict, *, reason: str, actor
+) -> AuditAction:
+    """Judge the approval flags `environment` now holds against `before`: switching one off
+    needs a break-glass reason (else 409 `break_glass_required`) and starts or widens the
+    break-glass; switching back on every flag it relaxed ends it. Returns the audit action
+    the change is recorded under."""
+    relaxed = [f for f in APPROVAL_FLAGS if before[f] and not getattr(environment, f)]
+    if relaxed:
+        if not (isinstance(reason, str) and reason.strip()):
+            raise break_glass_required(environment, relaxed)
+        environment.break_glass_reason = reason_clean(
+            reason,
+            ask="Say why approvals must be off (recorded in the audit log and on the banner).",
+            path="break_glass_reason",
+        )
+        environment.break_glass_at = environment.break_glass_at or timezone.now()
+        environment.break_glass_by = actor_label(actor)
+        environment.break_glass_relaxed = sorted(
+            set(environment.break_glass_relaxed or []) | set(relaxed)
+        )
+        return AuditAction.ENVIRONMENT_BREAK_GLASS
+    if environment.break_glass_at is None:
+        return AuditAction.ENVIRONMENT_UPDATE
+    still_off = [f for f in environment.break_glass_relaxed or [] if not getattr(environment, f)]
+    environment.break_glass_relaxed = still_off
+    if still_off:
+        return AuditAction.ENVIRONMENT_UPDATE
+    environment.break_glass_at = None
+    environment.break_glass_by = environment.break_glass_reason = ""
+    return AuditAction.ENVIRONMENT_BREAK_GLASS_END
 
 
 def _environment_locked(environment: Environment) -> Environment:
@@ -447,6 +528,7 @@ def environment_update(
     archived: bool | None = None,
     reason: str = "",
     loaded: str | None = None,
+    break_glass_reason: str = "",
     **changes,
 ) -> Environment:
     """Change an environment's settings (any of ENVIRONMENT_SETTINGS; its key stays: tokens
@@ -454,7 +536,12 @@ def environment_update(
     transaction. Needs manage_catalog on all agents. The row is locked, so two admins'
     changes apply one after the other, each audited with the fields it changed. Retention
     changes take effect at the next purge (traces.services). With `loaded` (the
-    `state_digest` the form was opened with) a change made meanwhile is refused (409)."""
+    `state_digest` the form was opened with) a change made meanwhile is refused (409).
+
+    Switching approvals off (`protected` or `rollback_needs_approval` true → false) is
+    refused (409 `break_glass_required`, nothing saved) unless `break_glass_reason` says why:
+    then it is a break-glass, audited as such, that lasts until those flags are on again.
+    Switching approvals on is always allowed; `break_glass_reason` is not read then."""
     check_user_can(actor, Capability.MANAGE_CATALOG, target=environment)
     unknown = sorted(set(changes) - set(ENVIRONMENT_SETTINGS))
     if unknown:
@@ -480,12 +567,13 @@ def environment_update(
         environment.trace_retention_days if trace_days is None else trace_days,
         environment.snapshot_retention_days if snapshot_days is None else snapshot_days,
     )
+    action = _approvals_relaxed(environment, before, reason=break_glass_reason, actor=actor)
     after = environment_state(environment)
     if after != before:
-        environment.save(update_fields=list(ENVIRONMENT_SETTINGS))
+        environment.save(update_fields=[*ENVIRONMENT_SETTINGS, *BREAK_GLASS_FIELDS])
         audit_record(
             actor=actor,
-            action=AuditAction.ENVIRONMENT_UPDATE,
+            action=action,
             target=environment,
             before=before,
             after=after,

@@ -34,6 +34,18 @@ def live_versions(*, document) -> dict[str, object]:
     }
 
 
+def unreviewed_in(*, document, version) -> list[str]:
+    """Environment keys where `version` went live unreviewed (published, or rolled back to,
+    while a break-glass had switched that environment's approval off), in promotion order.
+    Through the same `releases` relation, and their `events`."""
+    return list(
+        document.releases.filter(events__to_version=version, events__unreviewed=True)
+        .order_by("environment__position")
+        .values_list("environment__key", flat=True)
+        .distinct()
+    )
+
+
 # --------------------------------------------------------------------------- agents, documents
 
 

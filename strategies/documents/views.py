@@ -239,6 +239,7 @@ def version_detail(request, agent, document, number):
         "document": doc,
         "version": version,
         "live_in": live,
+        "unreviewed_in": selectors.unreviewed_in(document=doc, version=version),
         "json": pretty(version.body, doc.kind),
         "changes": selectors.version_diff(document=doc, before=version.parent, after=version),
         "before_label": f"v{version.parent.number}" if version.parent else "",

@@ -32,6 +32,7 @@ from strategies.releases.selectors import (
     NOT_ALLOWED,
     NOT_FOUND,
     SENSITIVE_SECTION,
+    UNREVIEWED,
     body_publish_refusals,
     is_runtime_finding,
     live_by_document,
@@ -574,4 +575,5 @@ def _release_action(refusals: list[Finding], *, person: bool) -> tuple[str, str]
     approval = next((f for f in refusals if f.code == APPROVAL_REQUIRED), None)
     if approval is not None:
         return "request", approval.message
-    return "publish", ""
+    unreviewed = next((f for f in refusals if f.code == UNREVIEWED), None)
+    return "publish", unreviewed.message if unreviewed is not None else ""

@@ -56,7 +56,8 @@ WRITE_ERRORS = {
     404: _error("Unknown agent, document, version or environment, or outside your scope."),
     409: _error(
         "Stale revision, already live, already decided or a request already waits; "
-        "`current` holds the current state."
+        "`unreviewed_version`: a rollback to a version that went live unreviewed (during a "
+        "break-glass). `current` holds the current state."
     ),
     413: _error("Body larger than 16 KiB."),
 }

@@ -22,6 +22,9 @@ class Release(models.Model):
     revision = models.PositiveIntegerField(default=1)
     updated_at = models.DateTimeField(auto_now=True)
     updated_by = models.CharField(max_length=200, blank=True)
+    # What is live went live without the approval its environment normally requires (during
+    # a break-glass): as its last ReleaseEvent says, kept here so every list reads it free.
+    unreviewed = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["document", "environment__position"]
@@ -55,6 +58,9 @@ class ReleaseEvent(models.Model):
     actor = models.CharField(max_length=200)
     approved_by = models.CharField(max_length=200, blank=True)
     reason = models.TextField(blank=True)
+    # Went live without the approval the environment normally requires: published (or rolled
+    # back to) while a break-glass had switched that approval off. Never a rollback target.
+    unreviewed = models.BooleanField(default=False)
     occurred_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -74,7 +74,7 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
     # Releases with something to roll back to: an earlier version that was live there
     # (rollback_targets non-empty), for all cells at once.
     rollback_ready = set(
-        ReleaseEvent.objects.filter(release__document__agent=agent)
+        ReleaseEvent.objects.filter(release__document__agent=agent, unreviewed=False)
         .exclude(to_version_id=F("release__version_id"))
         .values_list("release_id", flat=True)
         .distinct()
@@ -234,6 +234,7 @@ SENSITIVE_SECTION = "sensitive_section"  # switched on without the permission
 APPROVAL_PENDING = "approval_pending"  # a request already waits here (protected environment)
 APPROVAL_REQUIRED = "approval_required"  # protected: a request instead (a flag, not a refusal)
 REPLACES_REQUEST = "replaces_request"  # the actor's own waiting publish request gives way (a flag)
+UNREVIEWED = "unreviewed"  # break-glass: goes live without the usual approval (a flag)
 JUDGEMENT_CODES = frozenset(
     {
         NOT_FOUND,
@@ -244,6 +245,7 @@ JUDGEMENT_CODES = frozenset(
         APPROVAL_PENDING,
         APPROVAL_REQUIRED,
         REPLACES_REQUEST,
+        UNREVIEWED,
     }
 )
 
@@ -372,7 +374,21 @@ def body_publish_refusals(
                 severity=FLAG,
             )
         )
+    elif environment.relaxed_by_break_glass("protected"):
+        refusals.append(unreviewed_finding(environment))
     return refusals
+
+
+def unreviewed_finding(environment: Environment) -> Finding:
+    """The flag of a publish that goes live unreviewed: a break-glass switched approvals off."""
+    return Finding(
+        "environment",
+        UNREVIEWED,
+        f"{environment.key} is in break-glass (approvals switched off by "
+        f"{environment.break_glass_by}: {environment.break_glass_reason}): this goes live "
+        "unreviewed, is marked so and is never offered as a rollback target.",
+        severity=FLAG,
+    )
 
 
 def target_refusals(
@@ -395,10 +411,27 @@ def runtime_refusals(*, kind: str, body, environment, context=None) -> list[Find
 
 
 def rollback_targets(release: Release) -> list[Version]:
-    """Versions that were live in this environment before, newest first, except the live one."""
-    ids = ReleaseEvent.objects.filter(release=release).values_list("to_version_id", flat=True)
+    """Versions that were live in this environment before, newest first, except the live one
+    and those that only ever went live there unreviewed (`unreviewed_versions`)."""
+    ids = ReleaseEvent.objects.filter(release=release, unreviewed=False).values_list(
+        "to_version_id", flat=True
+    )
     return list(
         Version.objects.filter(pk__in=ids).exclude(pk=release.version_id).order_by("-number")
+    )
+
+
+def unreviewed_versions(release: Release) -> list[Version]:
+    """Versions that went live in this environment only without the approval it normally
+    requires (during a break-glass), newest first: never rollback targets."""
+    events = ReleaseEvent.objects.filter(release=release)
+    reviewed = events.filter(unreviewed=False).values_list("to_version_id", flat=True)
+    ids = events.filter(unreviewed=True).values_list("to_version_id", flat=True)
+    return list(
+        Version.objects.filter(pk__in=ids)
+        .exclude(pk__in=reviewed)
+        .exclude(pk=release.version_id)
+        .order_by("-number")
     )
 
 
@@ -463,6 +496,15 @@ def change_preview(*, version: Version, environment: Environment) -> ChangePrevi
 
 def rollback_choices(*, release: Release) -> list[Version]:
     return rollback_targets(release)
+
+
+def unreviewed_releases(*, version: Version) -> list[ReleaseEvent]:
+    """The times `version` went live unreviewed (break-glass), newest first: its page says so."""
+    return list(
+        ReleaseEvent.objects.filter(to_version=version, unreviewed=True)
+        .select_related("release__environment")
+        .order_by("-occurred_at", "-id")
+    )
 
 
 def history_events(*, agent, document_key: str = "", environment_key: str = ""):

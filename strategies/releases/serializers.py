@@ -98,6 +98,10 @@ class ReleaseSerializer(serializers.Serializer):
     revision = serializers.IntegerField()
     updated_by = serializers.CharField()
     updated_at = serializers.DateTimeField(allow_null=True)
+    unreviewed = serializers.BooleanField(
+        help_text="What is live went live without the approval its environment normally "
+        "requires (during a break-glass)."
+    )
 
 
 class ApprovalSerializer(serializers.Serializer):
@@ -163,6 +167,10 @@ class ReleaseEventSerializer(serializers.Serializer):
     actor = serializers.CharField()
     approved_by = serializers.CharField()
     reason = serializers.CharField()
+    unreviewed = serializers.BooleanField(
+        help_text="Went live without the approval its environment normally requires "
+        "(published, or rolled back to, during a break-glass); never a rollback target."
+    )
     occurred_at = serializers.DateTimeField()
 
     def get_from_version(self, obj) -> int | None:

@@ -235,6 +235,7 @@ def rollback(request, agent, document, environment):
         "environment": env,
         "release": release,
         "choices": choices,
+        "unreviewed": selectors.unreviewed_versions(release),
         "target": target,
         "needs_approval": rollback_needs_approval(env),
         "pending": selectors.pending_for(document=doc, environment=env),

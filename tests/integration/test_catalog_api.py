@@ -244,6 +244,7 @@ def test_environments_post__valid__201_and_listed_in_order(api):
         "snapshot_retention_days": 14,
         "archived": False,
         "archived_at": None,
+        "break_glass": None,
     }
     assert [e["key"] for e in api.get(ENVIRONMENTS).json()["results"]] == ["sg-test", "prod"]
 

@@ -60,6 +60,8 @@ def test_members__stored_strings_as_written_before_the_enum():
     assert {m.value for m in AuditAction} == {
         *(f"agent.{a}" for a in ("create", "update", "archive", "unarchive", "delete")),
         *(f"environment.{a}" for a in ("create", "update", "archive", "unarchive", "delete")),
+        "environment.break_glass",  # issue 19, item 3: approvals switched off by one person
+        "environment.break_glass_end",
         "document.create",
         "manifest.record",
         *(f"draft.{a}" for a in ("create", "update", "discard")),

@@ -22,6 +22,7 @@ from strategies.releases.selectors import (
     pending_for,
     rollback_targets,
     target_refusals,
+    unreviewed_versions,
 )
 from strategies.releases.services.state import _current, _release_state, _stale, approval_state
 
@@ -97,8 +98,26 @@ def check_publishable(*, version: Version, environment: Environment, actor) -> N
 
 def check_rollback_target(*, release: Release, to_version: Version) -> None:
     """Refuse (400) a version that was never live in the release's environment, or is live
-    there now: a rollback goes back to exactly the version asked for, or nowhere."""
+    there now: a rollback goes back to exactly the version asked for, or nowhere. Refuse (409
+    `unreviewed_version`) one that only went live there unreviewed, during a break-glass:
+    going back to it would make what nobody reviewed the safe state."""
     if to_version.pk not in {v.pk for v in rollback_targets(release)}:
+        if to_version.pk in {v.pk for v in unreviewed_versions(release)}:
+            raise Conflict(
+                f"v{to_version.number} went live in {release.environment.key} unreviewed, "
+                "during a break-glass (without the approval the environment requires), so it "
+                "is not a rollback target. Publish it for approval instead, or roll back to a "
+                "reviewed version.",
+                code="unreviewed_version",
+                details=[
+                    {
+                        "path": "version",
+                        "code": "unreviewed_version",
+                        "message": "went live unreviewed (break-glass)",
+                    }
+                ],
+                extra={"current": _release_state(release)},
+            )
         raise ValidationFailed(
             f"v{to_version.number} was never live in {release.environment.key} (or is live now); "
             "a rollback goes back to a version that was live there before.",

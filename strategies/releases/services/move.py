@@ -27,6 +27,19 @@ RELEASE_ACTIONS = {
 }
 
 
+def went_live_unreviewed(environment: Environment, action: str, approval) -> bool:
+    """A change that puts a version live without the approval `environment` normally asks
+    for: a publish while a break-glass has switched `protected` off, or a rollback at once
+    while it has switched the revert policy off. An approved change never is."""
+    if approval is not None:
+        return False
+    if action == ReleaseEvent.Action.PUBLISH:
+        return environment.relaxed_by_break_glass("protected")
+    if action == ReleaseEvent.Action.ROLLBACK:
+        return environment.relaxed_by_break_glass("rollback_needs_approval")
+    return False
+
+
 def _release_move(
     *,
     document: Document,
@@ -42,6 +55,7 @@ def _release_move(
     """Move the pointer. `approval`: the request this change applies (its approver is
     `actor`, its requester `actor_label`), named in the history, the audit and the webhook."""
     approved_by = str(approval.decided_by) if approval is not None else ""
+    unreviewed = went_live_unreviewed(environment, action, approval)
     before = _current(document, environment)
     now = timezone.now()
     if before is None:
@@ -57,6 +71,7 @@ def _release_move(
             version=to_version,
             revision=1,
             updated_by=actor_label,
+            unreviewed=unreviewed,
         )
     else:
         expected = before.revision if expected_revision is None else expected_revision
@@ -72,6 +87,7 @@ def _release_move(
             revision=F("revision") + 1,
             updated_by=actor_label,
             updated_at=now,
+            unreviewed=unreviewed,
         )
         release = _current(document, environment)
     ReleaseEvent.objects.create(
@@ -83,6 +99,7 @@ def _release_move(
         actor=actor_label,
         approved_by=approved_by,
         reason=reason,
+        unreviewed=unreviewed,
     )
     # A pending request was reviewed against what was live; once that moves it is void.
     ApprovalRequest.objects.filter(
@@ -100,6 +117,19 @@ def _release_move(
         target=release,
         agent=document.agent,
         before=_release_state(before),
-        after={**_release_state(release), "reason": reason, "approved_by": approved_by},
+        after={
+            **_release_state(release),
+            "reason": reason,
+            "approved_by": approved_by,
+            # The break-glass it went live under, so the audit row says so by itself.
+            **(
+                {
+                    "break_glass_reason": environment.break_glass_reason,
+                    "break_glass_by": environment.break_glass_by,
+                }
+                if unreviewed
+                else {}
+            ),
+        },
     )
     return release

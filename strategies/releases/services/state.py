@@ -19,6 +19,7 @@ def _release_state(release: Release | None) -> dict | None:
         "revision": release.revision,
         "updated_by": release.updated_by,
         "updated_at": release.updated_at.isoformat() if release.updated_at else None,
+        "unreviewed": release.unreviewed,
     }
 
 
