@@ -59,7 +59,8 @@ UNAUTHENTICATED = _error(
 )
 # What every operation can answer whatever it does, because something in front of every view
 # answers it: the authentication, the NUL check (console.middleware.UnstorableInputMiddleware)
-# and DRF's format negotiation (`?format=` naming a format the operation has no renderer for).
+# and DRF's content negotiation (`?format=` naming a format the operation has no renderer
+# for, an `Accept` header naming none it has).
 EVERY_OPERATION = {
     "400": _error(
         "The address holds a NUL character (%00) in its path or a query parameter "
@@ -67,6 +68,10 @@ EVERY_OPERATION = {
     ),
     "401": UNAUTHENTICATED,
     "404": _error("`?format=` names a format this operation does not answer in."),
+    "406": _error(
+        "The `Accept` header names no format this operation answers in (`not_acceptable`); "
+        "send `Accept: application/json` or leave it out."
+    ),
 }
 
 

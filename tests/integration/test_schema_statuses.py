@@ -14,7 +14,12 @@ import pytest
 from tests.factories import release_setup
 
 METHODS = ("get", "post", "put", "patch", "delete")
-HOSTILE = [("?format=AAA", 404, None), ("?format=json&q=a%00b", 400, "invalid_character")]
+# (query, Accept header, status, error code)
+HOSTILE = [
+    ("?format=AAA", None, 404, None),
+    ("?format=json&q=a%00b", None, 400, "invalid_character"),
+    ("", "application/xml", 406, "not_acceptable"),
+]
 
 
 @pytest.fixture
@@ -30,15 +35,20 @@ def _operations(schema: dict):
                 yield path, method, operation
 
 
-@pytest.mark.parametrize(("query", "status", "code"), HOSTILE, ids=["unknown-format", "nul"])
+@pytest.mark.parametrize(
+    ("query", "accept", "status", "code"), HOSTILE, ids=["unknown-format", "nul", "accept-xml"]
+)
 def test_every_operation__refused_before_its_view__that_status_is_documented(
-    admin_client, query, status, code
+    admin_client, query, accept, status, code
 ):
     schema = admin_client.get("/api/schema/", {"format": "json"}).json()
     undocumented, answered = [], []
     for path, method, operation in _operations(schema):
         url = re.sub(r"\{[^}]+\}", "1", path) + query
-        response = getattr(admin_client, method)(url, content_type="application/json")
+        headers = {"accept": accept} if accept else {}
+        response = getattr(admin_client, method)(
+            url, content_type="application/json", headers=headers
+        )
         documented = operation["responses"]
         if str(response.status_code) not in documented:
             undocumented.append(f"{method.upper()} {path} → {response.status_code}")
@@ -51,17 +61,17 @@ def test_every_operation__refused_before_its_view__that_status_is_documented(
     # every operation answers it (the audit export's 404 and traces/{request_id}'s 400 too)
     # The runtime's config read skips DRF's negotiation (its hot path, docs/PERFORMANCE.md): it
     # ignores `?format=`, and answers as it would without it.
-    not_negotiated = {"GET /api/v1/runtime/config/{agent}"} if status == 404 else set()
+    not_negotiated = {"GET /api/v1/runtime/config/{agent}"} if status in (404, 406) else set()
     every = {f"{m.upper()} {p}" for p, m, _ in _operations(schema)}
     assert every - set(answered) == not_negotiated
 
 
-def test_schema__every_operation_documents_400_401_and_404_in_the_error_shape(admin_client):
+def test_schema__every_operation_documents_400_401_404_and_406_in_the_error_shape(admin_client):
     schema = admin_client.get("/api/schema/", {"format": "json"}).json()
     missing = [
         f"{method.upper()} {path} {status}"
         for path, method, operation in _operations(schema)
-        for status in ("400", "401", "404")
+        for status in ("400", "401", "404", "406")
         if status not in operation["responses"]
     ]
     assert missing == []
