@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from console.kernel.audit import AuditAction, actor_label, audit_record
 from console.kernel.errors import Conflict, ValidationFailed
-from console.kernel.limits import too_large
+from console.kernel.limits import MAX_NOTE_CHARS, text_findings, too_large
 from console.kernel.policy import check_user_can_enable_sensitive
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse, update_or_refuse
@@ -58,6 +58,16 @@ def _check_body(kind: str, body) -> None:
         raise ValidationFailed("The document has errors.", details=errors)
 
 
+def _check_note(note: str | None) -> None:
+    """A version's note as every interface must keep it (the API's serializer, the editor,
+    an import): no NUL or lone surrogate, at most MAX_NOTE_CHARS — refused at `note`."""
+    if note is None:
+        return
+    findings = text_findings(note, "note", max_chars=MAX_NOTE_CHARS)
+    if findings:
+        raise ValidationFailed(findings[0].message, details=[f.as_dict() for f in findings])
+
+
 def _is_person(actor) -> bool:
     return bool(getattr(actor, "is_authenticated", False))
 
@@ -83,6 +93,7 @@ def draft_create(
 ) -> Version:
     """Open the document's draft. Refused with 409 when one is already open."""
     _check_body(document.kind, body)
+    _check_note(note)
     if parent is None:
         parent = document.versions.filter(state=Version.State.FROZEN).order_by("-number").first()
     _check_sensitive(
@@ -128,6 +139,7 @@ def draft_update(
     """Save a draft if nobody saved it since `revision` was read; else 409 with the current draft."""
     document = draft.document
     _check_body(document.kind, body)
+    _check_note(note)
     before = Version.objects.filter(pk=draft.pk).values("body", "note", "revision").first()
     earlier = [before["body"]] if before else []
     if draft.parent_id:
@@ -168,6 +180,7 @@ def version_freeze(
 ) -> Version:
     """Make a draft an immutable version. With `revision`, refuses a stale freeze (409)."""
     _check_body(draft.document.kind, draft.body)
+    _check_note(note)
     filters = {"pk": draft.pk, "state": Version.State.DRAFT}
     if revision is not None:
         filters["revision"] = revision

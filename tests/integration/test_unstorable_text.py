@@ -220,3 +220,34 @@ def test_documents_api__validate_unstorable_body__not_valid_names_the_path(world
     report = response.json()
     assert report["valid"] is False
     assert "optional[0]" in [e["path"] for e in report["errors"]]
+
+
+# --- the editor's note: the same judgement as the API's (noticed after item 8) ---------------
+def _pages(client, world, name: str) -> str:
+    return reverse(name, kwargs={"agent": SAMPLE_AGENT, "document": STRATEGY_KEY})
+
+
+@pytest.mark.parametrize("note", [NUL, "n" * 2001], ids=["nul", "long"])
+def test_editor__unstorable_note__400_readable_typed_text_kept_nothing_written(client, world, note):
+    client.force_login(world.ops)
+    refused = client.post(_pages(client, world, "draft-create"), {"note": note})
+    assert refused.status_code == 400
+    assert not Version.objects.filter(state=Version.State.DRAFT).exists()
+
+    client.post(_pages(client, world, "draft-create"), {"note": "first"})
+    draft = Version.objects.get(state=Version.State.DRAFT)
+    original = dict(draft.body)
+    typed = json.dumps({**draft.body, "max_extra_reads": 2})
+    saved = client.post(
+        _pages(client, world, "draft-edit"),
+        {"json": typed, "note": note, "revision": draft.revision},
+    )
+    page = html.unescape(saved.content.decode())
+    assert saved.status_code == 400
+    assert "note" in page and '"max_extra_reads": 2' in page  # the why, and nothing lost
+    frozen = client.post(
+        _pages(client, world, "draft-freeze"), {"note": note, "revision": draft.revision}
+    )
+    assert frozen.status_code == 400
+    draft.refresh_from_db()
+    assert (draft.state, draft.note, draft.body) == (Version.State.DRAFT, "first", original)
