@@ -161,3 +161,32 @@ def test_approval_page__someone_else__no_button_and_post_refused(client, world):
     assert AccessLogEntry.objects.filter(
         action="access.denied", actor_label="ops2", outcome="denied"
     ).exists()
+
+
+def test_new_request__own_waiting_one_decided_meanwhile__a_new_request_not_a_500(
+    world, monkeypatch
+):
+    """The 30-second writers' test found it: the judgement saw ops' own request waiting, a
+    second person rejected it before the publish withdrew it, and the withdrawal met nothing
+    (AttributeError, 500). The interleaving, made to happen here."""
+    from strategies.releases.services import publish as publish_module
+
+    first = request_prod(world, version=2)
+    judged = publish_module.publish_refusals
+
+    def judged_then_rejected(**kwargs):
+        refusals = judged(**kwargs)
+        # What the re-read sees of ops2's rejection, committed by another request meanwhile.
+        ApprovalRequest.objects.filter(pk=first.pk).update(
+            status="rejected", decided_by=world.ops2, decision_note="not this one"
+        )
+        return refusals
+
+    monkeypatch.setattr(publish_module, "publish_refusals", judged_then_rejected)
+    outcome = release_publish(
+        version=world.strategy[3], environment=world.envs["prod"], actor=world.ops, reason="v3"
+    )
+
+    first.refresh_from_db()
+    assert first.status == "rejected" and outcome.replaced is None
+    assert outcome.approval.status == "pending" and outcome.approval.version.number == 3

@@ -17,6 +17,7 @@ from strategies.releases.selectors import (
     REPLACES_REQUEST,
     pending_for,
     publish_refusals,
+    replaced_by_new_request,
 )
 from strategies.releases.services.approvals import _approval_create, _approval_withdraw
 from strategies.releases.services.checks import publish_refuse
@@ -57,12 +58,14 @@ def release_publish(
         version = version_freeze(draft=version, actor=actor)
     replaced = None
     if any(finding.code == REPLACES_REQUEST for finding in refusals):
-        # The person's own older request gives way to this one (the judgement said so).
-        replaced = _approval_withdraw(
-            pending_for(document=document, environment=environment),
-            actor=actor,
-            reason=f"Replaced by a request for v{version.number}.",
-        )
+        # The person's own older request gives way to this one (the judgement said so), read
+        # again: one decided since waits no more (nothing to withdraw), and one decided from
+        # now on is refused by the withdrawal itself (409 already_decided).
+        waiting = pending_for(document=document, environment=environment)
+        if replaced_by_new_request(waiting, actor, version.number):
+            replaced = _approval_withdraw(
+                waiting, actor=actor, reason=f"Replaced by a request for v{version.number}."
+            )
     if any(finding.code == APPROVAL_REQUIRED for finding in refusals):
         return PublishOutcome(
             replaced=replaced,
