@@ -125,6 +125,13 @@ class AccessAction(_LabelledAction):
     TRACE_SEARCH = "trace.search", "Trace searched"
     TRACE_LIST = "trace.list", "Trace list viewed"
     TRACE_EXPORT = "trace.export", "Trace exported"
+    # The engine re-run on a trace's stored candidates (its version, what is live, a draft).
+    TRACE_REPLAY = "trace.replay", "Trace replayed"
+    # Impact previews replay a window of retained traces: requesting one and reading its
+    # report (request ids, decisions) are looks at traces.
+    PREVIEW_REQUEST = "preview.request", "Impact preview requested"
+    PREVIEW_VIEW = "preview.view", "Impact preview viewed"
+    PREVIEW_CANCEL = "preview.cancel", "Impact preview cancelled"
     SNAPSHOT_VIEW = "snapshot.view", "Snapshot revealed"
     AUDIT_EXPORT = "audit.export", "Audit log exported"
     CONFIG_EXPORT = "config.export", "Configuration exported"

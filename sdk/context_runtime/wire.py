@@ -41,8 +41,11 @@ __all__ = [
     "Label",
     "ModelInfo",
     "OutcomeName",
+    "REASON_CODES",
+    "ReasonCodeName",
     "RequestId",
     "ResolutionName",
+    "SelectionInfo",
     "ShadowResult",
     "SourceRef",
     "StatusName",
@@ -92,6 +95,25 @@ DecisionName = Literal[
     "conflict",
 ]
 STATUSES: tuple[str, ...] = get_args(StatusName)
+# Why the engine decided as it did, from a closed list (docs/runtime-contract.md §3): what
+# reports and previews group by, where the free-text reason carries numbers and names.
+ReasonCodeName = Literal[
+    "required",  # selected: required content
+    "optional_fits",  # selected: optional, and it fitted
+    "below_threshold",  # irrelevant: relevance (an item's, or a bundle's best) too low
+    "over_budget_required",
+    "over_budget_optional",
+    "over_budget_bundle",
+    "bundle_incomplete",  # dependency_missing: a member of its bundle cannot be used
+    "dependency_unselected",  # dependency_missing: what it needs was not selected
+    "dependency_absent",  # dependency_missing: what it needs is not among the candidates
+    "versions_conflict",  # conflict: two fetched versions of one item
+    "flagged_conflict",  # conflict: a provider says two items contradict each other
+    "provider_not_fetched",  # the provider's outcome stands
+    "provider_no_access",
+    "provider_not_applicable",
+]
+REASON_CODES: tuple[str, ...] = get_args(ReasonCodeName)
 ResolutionName = Literal["fresh", "cached", "stale", "bootstrap", "error"]
 RESOLUTIONS: tuple[str, ...] = get_args(ResolutionName)
 DECISIONS: tuple[str, ...] = get_args(DecisionName)
@@ -152,7 +174,9 @@ MAX_LINKS = 50  # depends_on / conflicts_with ids per candidate
 class Candidate(_Wire):
     """One candidate and the engine's decision. The fields after `reason` are optional and
     carry what the engine needs to replay the decision without the providers (impact preview
-    on retained traffic): the provider's outcome, the relevance score and the links."""
+    on retained traffic): the provider's outcome, the relevance score, the links, the
+    provider's own bundle (``bundle`` is the group the engine decided, which merges bundles
+    that share an item) and the reason as a code from a closed list."""
 
     id: ItemId
     source: Key
@@ -168,6 +192,24 @@ class Candidate(_Wire):
     depends_on: Annotated[tuple[ItemId, ...], msgspec.Meta(max_length=MAX_LINKS)] = ()
     conflicts_with: Annotated[tuple[ItemId, ...], msgspec.Meta(max_length=MAX_LINKS)] = ()
     note: Annotated[str, msgspec.Meta(max_length=MAX_REASON_CHARS)] = ""
+    provider_bundle: Annotated[str, msgspec.Meta(max_length=100)] | None = None
+    reason_code: ReasonCodeName | None = None
+
+
+class SelectionInfo(_Wire):
+    """What the engine was asked besides the strategy and the candidates, and which engine
+    answered: with it a trace's selection can be replayed exactly (the same arguments give
+    the same decisions), and with another strategy version, previewed."""
+
+    # "context_runtime <version> rules <hash of the engine's rules>": two engines with the
+    # same rules decide alike.
+    engine: Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+    fixed_input_tokens: Count
+    relevance_threshold: Annotated[float, msgspec.Meta(ge=0, le=1)]
+    # The arguments the runtime gave select(): the model's window and the call's own cap
+    # (each only lowers the strategy's budget; null when not given).
+    context_window: Count | None = None
+    max_input_tokens: Count | None = None
 
 
 class ShadowResult(_Wire):
@@ -201,6 +243,7 @@ class Trace(_Wire):
     sources: list[SourceRef] = []
     candidates: Annotated[list[Candidate], msgspec.Meta(max_length=MAX_CANDIDATES_PER_TRACE)] = []
     shadow: ShadowResult | None = None
+    selection: SelectionInfo | None = None
     # Kept as the runtime's bytes (JSON null when absent) and encrypted as they are.
     snapshot: msgspec.Raw = msgspec.Raw(b"null")
 

@@ -51,6 +51,10 @@ def test_members__stored_strings_as_written_before_the_enum():
         "trace.search",
         "trace.list",
         "trace.export",
+        "trace.replay",  # issue 20: the engine re-run on a trace, and impact previews
+        "preview.request",
+        "preview.view",
+        "preview.cancel",
         "snapshot.view",
         "audit.export",
         "config.export",
