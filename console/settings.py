@@ -101,6 +101,7 @@ INSTALLED_APPS = [
     "console",
     "strategies",
     "traces",
+    "traces.previews",
 ]
 
 MIDDLEWARE = [

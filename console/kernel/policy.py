@@ -432,6 +432,29 @@ def check_user_can_enable_sensitive(user, agent, paths: list[str]) -> None:
     refuse_sensitive(sensitive_refusals(user, agent, paths), user=user, agent=agent)
 
 
+# --- impact previews: a look at an agent's traces through its configuration ------------------
+PREVIEW_CAPABILITIES = (Capability.VIEW_TRACES, Capability.VIEW_CONFIG)
+
+
+def user_can_preview(user, agent) -> bool:
+    """Requesting or reading an impact preview replays the agent's retained traces with its
+    strategy versions: it needs the sight of both, traces and configuration."""
+    return all(user_can(user, capability, agent) for capability in PREVIEW_CAPABILITIES)
+
+
+def check_user_can_preview(user, agent, *, target=None) -> None:
+    """404 when the agent is out of scope, 403 without traces or configuration; logged."""
+    for capability in PREVIEW_CAPABILITIES:
+        check_user_can(
+            user,
+            capability,
+            agent,
+            target=target,
+            message="Impact previews replay this agent's traces: you need the permissions "
+            "to view its traces and its configuration.",
+        )
+
+
 # --- grants and roles: nobody hands out more than they hold ------------------------------------
 # Kubernetes RBAC's escalate rule: a grant needs MANAGE_GRANTS where it applies AND every
 # capability of its role there, so a delegate of one agent can pass on what they may do and

@@ -66,6 +66,13 @@ class EnvironmentForm(_Edit):
         help_text="Off by default: a rollback is the emergency action and must be fast. On: a "
         "rollback here becomes a request for a second person, like a protected publish.",
     )
+    require_preview = forms.BooleanField(
+        required=False,
+        label="Publishing needs an impact preview",
+        help_text="A strategy goes live here only after a complete impact preview of the same "
+        "content, at most 24 hours old, over 1,000 traces or the whole last week (fewer: "
+        "allowed with a reason).",
+    )
     break_glass_reason = forms.CharField(
         max_length=MAX_REASON_CHARS,
         required=False,

@@ -41,6 +41,11 @@ class Environment(models.Model):
     rollback_needs_approval = models.BooleanField(
         default=False, help_text="A rollback needs a second person's approval."
     )
+    # A publish of a strategy here needs a complete impact preview of the same content, at
+    # most 24 h old (traces.previews; judged in releases.selectors.body_publish_refusals).
+    require_preview = models.BooleanField(
+        default=False, help_text="A publish needs a recent impact preview of the same content."
+    )
     archived_at = models.DateTimeField(null=True, blank=True)
     # Break-glass: one admin switched approvals off here (`protected`, or the revert policy)
     # with a reason instead of a second person. While `break_glass_at` is set, what goes

@@ -74,6 +74,12 @@ class EnvironmentCreateRequest(StrictSerializer):
         default=False,
         help_text="The revert policy: a rollback needs a second person's approval.",
     )
+    require_preview = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="A publish of a strategy needs a complete impact preview of the same "
+        "content, at most 24 hours old.",
+    )
     trace_retention_days = _days(required=False, default=TRACE_RETENTION_DAYS_DEFAULT)
     snapshot_retention_days = _days(
         required=False,
@@ -94,6 +100,11 @@ class EnvironmentUpdateRequest(StrictSerializer):
         required=False,
         help_text="true → false alone is a break-glass: refused (409 break_glass_required) "
         "without break_glass_reason.",
+    )
+    require_preview = serializers.BooleanField(
+        required=False,
+        help_text="A publish of a strategy needs a complete impact preview of the same "
+        "content, at most 24 hours old.",
     )
     break_glass_reason = serializers.CharField(
         max_length=MAX_REASON_CHARS,
@@ -164,6 +175,7 @@ class EnvironmentSerializer(serializers.Serializer):
     position = serializers.IntegerField()
     protected = serializers.BooleanField()
     rollback_needs_approval = serializers.BooleanField()
+    require_preview = serializers.BooleanField()
     trace_retention_days = serializers.IntegerField()
     snapshot_retention_days = serializers.IntegerField()
     archived = serializers.SerializerMethodField()

@@ -186,6 +186,7 @@ def environment_state(environment: Environment) -> dict:
         "position": environment.position,
         "protected": environment.protected,
         "rollback_needs_approval": environment.rollback_needs_approval,
+        "require_preview": environment.require_preview,
         "trace_retention_days": environment.trace_retention_days,
         "snapshot_retention_days": environment.snapshot_retention_days,
         "archived": environment.archived_at is not None,
@@ -404,6 +405,7 @@ def environment_create(
     position: int | None = None,
     protected: bool = False,
     rollback_needs_approval: bool = False,
+    require_preview: bool = False,
     trace_retention_days: int = TRACE_RETENTION_DAYS_DEFAULT,
     snapshot_retention_days: int = SNAPSHOT_RETENTION_DAYS_DEFAULT,
     actor,
@@ -427,6 +429,7 @@ def environment_create(
         position=position,
         protected=_flag(protected, path="protected"),
         rollback_needs_approval=_flag(rollback_needs_approval, path="rollback_needs_approval"),
+        require_preview=_flag(require_preview, path="require_preview"),
         trace_retention_days=trace_days,
         snapshot_retention_days=snapshot_days,
     )
@@ -444,6 +447,7 @@ ENVIRONMENT_SETTINGS = (
     "position",
     "protected",
     "rollback_needs_approval",
+    "require_preview",
     "trace_retention_days",
     "snapshot_retention_days",
 )
@@ -558,7 +562,7 @@ def environment_update(
         environment.position = _whole_number(
             changes["position"], path="position", low=0, high=MAX_POSITION, words="The position"
         )
-    for flag in ("protected", "rollback_needs_approval"):
+    for flag in ("protected", "rollback_needs_approval", "require_preview"):
         if changes.get(flag) is not None:
             setattr(environment, flag, _flag(changes[flag], path=flag))
     trace_days = changes.get("trace_retention_days")

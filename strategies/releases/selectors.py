@@ -33,6 +33,7 @@ from strategies.catalog.selectors import (
 )
 from strategies.documents.models import Document, Version
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
+from strategies.releases.preview_hook import preview_finding
 
 HISTORY_PAGE_SIZE = 25
 
@@ -235,8 +236,12 @@ APPROVAL_PENDING = "approval_pending"  # a request already waits here (protected
 APPROVAL_REQUIRED = "approval_required"  # protected: a request instead (a flag, not a refusal)
 REPLACES_REQUEST = "replaces_request"  # the actor's own waiting publish request gives way (a flag)
 UNREVIEWED = "unreviewed"  # break-glass: goes live without the usual approval (a flag)
+PREVIEW_REQUIRED = "preview_required"  # the environment requires a recent impact preview
+PREVIEW_FEW_TRACES = "preview_few_traces"  # the preview covered few traces (a flag: give a reason)
 JUDGEMENT_CODES = frozenset(
     {
+        PREVIEW_REQUIRED,
+        PREVIEW_FEW_TRACES,
         NOT_FOUND,
         NOT_ALLOWED,
         ALREADY_LIVE,
@@ -351,6 +356,12 @@ def body_publish_refusals(
         live=live,
         context=context,
     )
+    if environment.require_preview and kind == Document.Kind.STRATEGY:
+        finding = preview_finding(
+            agent=agent, environment=environment, document_key=document_key, body=body, actor=actor
+        )
+        if finding is not None:
+            refusals.append(finding)
     if environment.protected:
         if replaced_by_new_request(pending, actor, number):
             refusals.append(

@@ -16,6 +16,7 @@ from strategies.releases.selectors import (
     APPROVAL_PENDING,
     NOT_ALLOWED,
     NOT_FOUND,
+    PREVIEW_REQUIRED,
     SENSITIVE_SECTION,
     STALE_REVISION,
     is_runtime_finding,
@@ -56,6 +57,12 @@ def publish_refuse(
     if STALE_REVISION in codes:
         raise _stale(document, environment, codes[STALE_REVISION].message)
     _refuse_target(refused, version=version, environment=environment, actor=actor)
+    if PREVIEW_REQUIRED in codes:
+        raise Conflict(
+            codes[PREVIEW_REQUIRED].message,
+            code=PREVIEW_REQUIRED,
+            details=[codes[PREVIEW_REQUIRED].as_dict()],
+        )
     if APPROVAL_PENDING in codes:
         pending = pending_for(document=document, environment=environment)
         raise Conflict(

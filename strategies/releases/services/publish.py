@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from console.kernel.audit import actor_label
+from console.kernel.errors import ValidationFailed
 from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Environment
 from strategies.documents.models import Version
@@ -14,6 +15,7 @@ from strategies.documents.services import version_freeze
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
 from strategies.releases.selectors import (
     APPROVAL_REQUIRED,
+    PREVIEW_FEW_TRACES,
     REPLACES_REQUEST,
     pending_for,
     publish_refusals,
@@ -54,6 +56,15 @@ def release_publish(
         version=version, environment=environment, actor=actor, expected_revision=expected_revision
     )
     publish_refuse(refusals, version=version, environment=environment, actor=actor)
+    few = next((f for f in refusals if f.code == PREVIEW_FEW_TRACES), None)
+    if few is not None and not reason.strip():
+        # The environment requires a preview and the one there is covered few traces: allowed,
+        # with a reason (kept in the release's audit row).
+        raise ValidationFailed(
+            few.message,
+            code=PREVIEW_FEW_TRACES,
+            details=[{"path": "reason", "code": PREVIEW_FEW_TRACES, "message": few.message}],
+        )
     if version.is_draft:
         version = version_freeze(draft=version, actor=actor)
     replaced = None

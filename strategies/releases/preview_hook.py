@@ -1,0 +1,41 @@
+"""The publish judgement's question to the impact previews (traces.previews).
+
+An environment may require a preview before a publish (`Environment.require_preview`): the
+judgement (`selectors.body_publish_refusals`) must then ask whether a complete, recent preview
+of the same content exists. Previews live in traces, which imports strategies, so strategies
+cannot import it back: traces.previews registers its answer here at app start
+(PreviewsConfig.ready), as the jobs answer the catalog through strategies.catalog.dependents.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from context_runtime.findings import Finding
+
+# (agent=, environment=, document_key=, body=, actor=) -> a finding (a refusal, or a flag
+# that the preview covered few traces) or None when a good preview exists.
+PreviewJudge = Callable[..., Finding | None]
+
+_judges: dict[str, PreviewJudge] = {}
+
+
+def register_preview_judge(judge: PreviewJudge) -> None:
+    """The previews' answer (one job answers; registering again replaces it)."""
+    _judges["previews"] = judge
+
+
+def preview_finding(*, agent, environment, document_key: str, body, actor) -> Finding | None:
+    """What the previews say to publishing `body` in `environment` when it requires one.
+    Without a registered judge (previews not installed) a required preview cannot exist."""
+    judge = _judges.get("previews")
+    if judge is None:
+        return Finding(
+            "environment",
+            "preview_required",
+            f"{environment.key} requires an impact preview before a publish, and previews are "
+            "not available in this installation.",
+        )
+    return judge(
+        agent=agent, environment=environment, document_key=document_key, body=body, actor=actor
+    )

@@ -1,0 +1,562 @@
+"""The impact preview's replay and report: pure Python, no Django (unit-tested and benchmarked
+as it is; `traces.previews.selectors` feeds it rows read from the database).
+
+For each retained trace of the window (its stored candidates and the arguments its runtime
+gave `select()`, docs/runtime-contract.md §3 "selection"):
+
+1. **fidelity** — the recorded version replayed on the trace must reproduce the recorded
+   decisions (status, degradation, per candidate: decision, reason code, group label,
+   required). Below `FIDELITY_FLOOR` the report withholds its numbers and lists the traces
+   that did not reproduce, with both engine ids: a runtime/console engine difference is
+   itself the finding.
+2. **not previewable**, counted apart and never as regressions: traces without replay fields
+   (older runtimes, `engine == ""`), and traces where the live or the candidate version asks
+   a source the trace's recorded version did not have (the runtime never asked that provider,
+   so what it would have returned is unknowable).
+3. **old → new**: the live version and the candidate version replayed on the same candidates;
+   the status matrix, per source the required items lost / regained and the optional items
+   dropped / added (by reason code), conflicts newly detected / missed, input tokens (fixed +
+   used) mean and p95, over-budget counts. Each cell keeps its full count and up to
+   `IDS_PER_CELL` request ids.
+
+Rows are plain tuples in the column order of `TRACE_COLUMNS` / `CANDIDATE_COLUMNS` (what the
+database cursor returns), so nothing is converted twice. Candidates are rebuilt exactly as
+`context_runtime.replay.trace_candidates` maps them: the item's bundle is the provider's own
+bundle, size, relevance, outcome, links and note as recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from context_runtime.engine import (
+    CONFLICT,
+    OVER_BUDGET,
+    SELECTED,
+    CandidateItem,
+    EngineInputError,
+    Strategy,
+    select,
+)
+
+try:  # the engine id (context_runtime >= 0.2: issue 20's SDK side)
+    from context_runtime.engine import ENGINE as CONSOLE_ENGINE
+except ImportError:  # pragma: no cover - before the SDK's replay fields land
+    from context_runtime import __version__ as _sdk_version
+
+    CONSOLE_ENGINE = f"context_runtime {_sdk_version}"
+
+FIDELITY_FLOOR = 0.999
+IDS_PER_CELL = 50
+MAX_TRACES = 100_000
+Z95 = 1.959963984540054
+
+# The columns the selectors read, in this order.
+TRACE_COLUMNS = (
+    "id",
+    "request_id",
+    "strategy_version",
+    "status",
+    "degradation",
+    "engine",
+    "fixed_input_tokens",
+    "relevance_threshold",
+    "selection_context_window",
+    "selection_max_input_tokens",
+)
+(
+    T_ID,
+    T_REQUEST_ID,
+    T_VERSION,
+    T_STATUS,
+    T_DEGRADATION,
+    T_ENGINE,
+    T_FIXED,
+    T_THRESHOLD,
+    T_WINDOW,
+    T_MAX,
+) = range(len(TRACE_COLUMNS))
+
+CANDIDATE_COLUMNS = (
+    "trace_id",
+    "item_id",
+    "source",
+    "version",
+    "size",
+    "required",
+    "bundle",
+    "provider_bundle",
+    "decision",
+    "reason_code",
+    "outcome",
+    "relevance",
+    "depends_on",
+    "conflicts_with",
+    "note",
+)
+(
+    C_TRACE,
+    C_ITEM,
+    C_SOURCE,
+    C_VERSION,
+    C_SIZE,
+    C_REQUIRED,
+    C_BUNDLE,
+    C_PROVIDER_BUNDLE,
+    C_DECISION,
+    C_REASON_CODE,
+    C_OUTCOME,
+    C_RELEVANCE,
+    C_DEPENDS,
+    C_CONFLICTS,
+    C_NOTE,
+) = range(len(CANDIDATE_COLUMNS))
+
+
+# --- rebuilding a trace's selection -------------------------------------------------------------
+def candidate_item(row: Sequence) -> CandidateItem:
+    """A stored candidate as the item its provider returned (`trace_candidates`' mapping)."""
+    return CandidateItem(
+        id=row[C_ITEM],
+        source=row[C_SOURCE],
+        version=row[C_VERSION] or "",
+        size=row[C_SIZE],
+        relevance=row[C_RELEVANCE],
+        bundle=row[C_PROVIDER_BUNDLE] or None,
+        depends_on=tuple(row[C_DEPENDS] or ()),
+        conflicts_with=tuple(row[C_CONFLICTS] or ()),
+        outcome=row[C_OUTCOME] or "fetched",
+        note=row[C_NOTE] or "",
+    )
+
+
+def selection_arguments(trace: Sequence) -> dict:
+    """What the runtime gave `select()` besides the strategy and the candidates."""
+    return {
+        "fixed_input_tokens": trace[T_FIXED] or 0,
+        "relevance_threshold": trace[T_THRESHOLD],
+        "context_window": trace[T_WINDOW],
+        "max_input_tokens": trace[T_MAX],
+    }
+
+
+def replay(strategy: Strategy, items: Sequence[CandidateItem], arguments: Mapping):
+    """`select()` with the recorded arguments, on the candidates of the strategy's sources
+    (a runtime asks only the providers of its strategy's sources): the selection, and the
+    position among `items` of each of its decisions."""
+    sources = strategy.sources
+    if all(item.source in sources for item in items):
+        return select(strategy=strategy, candidates=tuple(items), **arguments), range(len(items))
+    positions = [i for i, item in enumerate(items) if item.source in sources]
+    chosen = tuple(items[i] for i in positions)
+    return select(strategy=strategy, candidates=chosen, **arguments), positions
+
+
+def _reason_code(decision) -> str:
+    return getattr(decision, "reason_code", None) or ""
+
+
+def replayed_facts(selection) -> tuple:
+    """The comparable part of a selection: status, degradation, and per candidate (decision,
+    reason code, group label, required) — as `context_runtime.replay.facts`."""
+    return (
+        selection.status,
+        selection.degradation or "",
+        tuple(
+            (d.decision, _reason_code(d), d.bundle or "", bool(d.required))
+            for d in selection.decisions
+        ),
+    )
+
+
+def recorded_facts(trace: Sequence, candidates: Sequence[Sequence]) -> tuple:
+    """The same facts as the runtime recorded them."""
+    return (
+        trace[T_STATUS],
+        trace[T_DEGRADATION] or "",
+        tuple(
+            (c[C_DECISION], c[C_REASON_CODE] or "", c[C_BUNDLE] or "", bool(c[C_REQUIRED]))
+            for c in candidates
+        ),
+    )
+
+
+def fidelity_difference(recorded: tuple, replayed: tuple, candidates) -> str:
+    """The first difference between recorded and replayed facts, in words."""
+    if recorded[0] != replayed[0]:
+        return f"status {recorded[0]} recorded, {replayed[0]} replayed"
+    if recorded[1] != replayed[1]:
+        return f"degradation {recorded[1] or 'none'} recorded, {replayed[1] or 'none'} replayed"
+    if len(recorded[2]) != len(replayed[2]):
+        return f"{len(recorded[2])} candidates recorded, {len(replayed[2])} replayed"
+    names = ("decision", "reason code", "group", "required")
+    for row, have, got in zip(candidates, recorded[2], replayed[2], strict=True):
+        for name, a, b in zip(names, have, got, strict=True):
+            if a != b:
+                return f"{row[C_ITEM]}: {name} {a or 'none'} recorded, {b or 'none'} replayed"
+    return ""
+
+
+# --- cells ------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class Cell:
+    """A count and up to `IDS_PER_CELL` of the request ids behind it."""
+
+    count: int = 0
+    ids: list = field(default_factory=list)
+
+    def add(self, request_id: str) -> None:
+        self.count += 1
+        if len(self.ids) < IDS_PER_CELL:
+            self.ids.append(request_id)
+
+    def as_dict(self) -> dict:
+        return {"count": self.count, "ids": self.ids}
+
+
+def _cells() -> dict:
+    return {}
+
+
+def _cell(table: dict, *keys) -> Cell:
+    for key in keys[:-1]:
+        table = table.setdefault(key, {})
+    cell = table.get(keys[-1])
+    if cell is None:
+        cell = table[keys[-1]] = Cell()
+    return cell
+
+
+def _dump(table):
+    if isinstance(table, Cell):
+        return table.as_dict()
+    return {key: _dump(value) for key, value in sorted(table.items())}
+
+
+# --- statistics -------------------------------------------------------------------------------------
+def wilson(successes: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """The Wilson score interval of a proportion (95 % by default)."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = min(1.0, max(0.0, successes / n))
+    denominator = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denominator
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def percentile(values: list[int], q: float) -> float | None:
+    """The q-th percentile (nearest rank) of the values, None when there are none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return float(ordered[rank - 1])
+
+
+def stratified_quotas(counts: Mapping[str, int], limit: int = MAX_TRACES) -> dict[str, int]:
+    """How many traces of each status to read when there are more than `limit`: every trace
+    of a rare status up to an equal share, the rest of the budget to the common ones (water
+    filling, the rarest first)."""
+    total = sum(counts.values())
+    if total <= limit:
+        return dict(counts)
+    quotas: dict[str, int] = {}
+    left, remaining = limit, sorted(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    while remaining:
+        share = left // len(remaining)
+        status, count = remaining.pop(0)
+        quotas[status] = min(count, share)
+        left -= quotas[status]
+    return quotas
+
+
+# --- the run ----------------------------------------------------------------------------------------
+@dataclass
+class Versions:
+    """The strategy versions a preview compares: every recorded version by number (bodies
+    read once), the live one (old) and the candidate (new)."""
+
+    recorded: Mapping[int, Strategy]
+    live_number: int
+    live: Strategy
+    candidate: Strategy
+    candidate_number: int | None = None  # None: a draft not frozen yet
+
+    def label(self, number: int | None) -> str:
+        return f"v{number}" if number is not None else "the draft"
+
+
+class Replay:
+    """Feed it traces (`add`), then ask for the report (`report`). Memory: the cells (each
+    at most `IDS_PER_CELL` ids) and two ints per trace for the token percentiles."""
+
+    def __init__(self, versions: Versions, *, weights: Mapping[str, float] | None = None):
+        self.versions = versions
+        # status -> 1 / sampling fraction of that stratum (sampled windows only)
+        self.weights = dict(weights or {})
+        self.read = 0
+        self.by_status: dict[str, int] = {}
+        self.no_fields = Cell()
+        self.unknown_version = Cell()
+        self.replay_errors = Cell()
+        self.unasked: dict[str, dict] = {}  # source -> {traces, with_candidates, versions}
+        self.checked = 0
+        self.reproduced = 0
+        self.mismatches: list[dict] = []
+        self.mismatch_count = 0
+        self.previewed = 0
+        self.matrix: dict = _cells()
+        self.sources: dict = _cells()
+        self.conflicts_new = Cell()
+        self.conflicts_missed = Cell()
+        self.changed = Cell()
+        self.over_old = Cell()
+        self.over_new = Cell()
+        self.tokens_old: list[int] = []
+        self.tokens_new: list[int] = []
+        live, new = versions.live, versions.candidate
+        self._needed = live.sources | new.sources
+        self._missing_cache: dict[int, frozenset[str]] = {}
+
+    # ------------------------------------------------------------------ per trace
+    def add(self, trace: Sequence, candidates: Sequence[Sequence]) -> None:
+        request_id = trace[T_REQUEST_ID]
+        self.read += 1
+        self.by_status[trace[T_STATUS]] = self.by_status.get(trace[T_STATUS], 0) + 1
+        if not trace[T_ENGINE]:
+            self.no_fields.add(request_id)
+            return
+        recorded = self.versions.recorded.get(trace[T_VERSION])
+        if recorded is None:
+            self.unknown_version.add(request_id)
+            return
+        items = [candidate_item(row) for row in candidates]
+        arguments = selection_arguments(trace)
+        try:
+            again, _ = replay(recorded, items, arguments)
+        except EngineInputError:
+            self.replay_errors.add(request_id)
+            return
+        self.checked += 1
+        have = recorded_facts(trace, candidates)
+        got = replayed_facts(again)
+        if have != got:
+            self.mismatch_count += 1
+            if len(self.mismatches) < IDS_PER_CELL:
+                self.mismatches.append(
+                    {
+                        "request_id": request_id,
+                        "trace_engine": trace[T_ENGINE],
+                        "console_engine": CONSOLE_ENGINE,
+                        "difference": fidelity_difference(have, got, candidates),
+                    }
+                )
+            return
+        self.reproduced += 1
+        missing = self._unasked_sources(trace[T_VERSION], recorded)
+        if missing:
+            present = {row[C_SOURCE] for row in candidates}
+            for source in missing:
+                entry = self.unasked.setdefault(
+                    source, {"traces": 0, "with_candidates": 0, "versions": set(), "ids": Cell()}
+                )
+                entry["traces"] += 1
+                entry["with_candidates"] += source in present
+                entry["versions"].add(trace[T_VERSION])
+                entry["ids"].add(request_id)
+            return
+        try:
+            if self.versions.live is recorded:
+                old, old_at = again, range(len(items))
+            else:
+                old, old_at = replay(self.versions.live, items, arguments)
+            new, new_at = replay(self.versions.candidate, items, arguments)
+        except EngineInputError:
+            self.replay_errors.add(request_id)
+            return
+        self.previewed += 1
+        self._compare(
+            request_id, items, old, _by_position(old, old_at), new, _by_position(new, new_at)
+        )
+
+    def _unasked_sources(self, number: int, recorded: Strategy) -> frozenset[str]:
+        missing = self._missing_cache.get(number)
+        if missing is None:
+            missing = self._missing_cache[number] = frozenset(self._needed - recorded.sources)
+        return missing
+
+    def _compare(self, request_id: str, items, old, old_by_position, new, new_by_position):
+        _cell(self.matrix, old.status, new.status).add(request_id)
+        self.tokens_old.append(old.fixed_input_tokens + old.used_tokens)
+        self.tokens_new.append(new.fixed_input_tokens + new.used_tokens)
+        changed = old.status != new.status or old.degradation != new.degradation
+        conflict_new = conflict_missed = over_old = over_new = False
+        for index, item in enumerate(items):
+            before = old_by_position.get(index)
+            after = new_by_position.get(index)
+            if before is not None and before.decision == OVER_BUDGET:
+                over_old = True
+            if after is not None and after.decision == OVER_BUDGET:
+                over_new = True
+            if before is None or after is None:
+                changed = changed or before is not after
+                continue
+            if (before.decision, _reason_code(before)) != (after.decision, _reason_code(after)):
+                changed = True
+            was, now = before.decision == SELECTED, after.decision == SELECTED
+            if after.decision == CONFLICT and before.decision != CONFLICT:
+                conflict_new = True
+            elif before.decision == CONFLICT and after.decision != CONFLICT:
+                conflict_missed = True
+            if was == now:
+                continue
+            required = before.required or after.required
+            if required:
+                kind, code = (
+                    ("required_lost", _reason_code(after))
+                    if was
+                    else (
+                        "required_kept",
+                        _reason_code(before),
+                    )
+                )
+            else:
+                kind, code = (
+                    ("optional_dropped", _reason_code(after))
+                    if was
+                    else (
+                        "optional_added",
+                        _reason_code(before),
+                    )
+                )
+            _cell(self.sources, item.source, kind, code or after.decision).add(request_id)
+        if changed:
+            self.changed.add(request_id)
+        if conflict_new:
+            self.conflicts_new.add(request_id)
+        if conflict_missed:
+            self.conflicts_missed.add(request_id)
+        if over_old:
+            self.over_old.add(request_id)
+        if over_new:
+            self.over_new.add(request_id)
+
+    # ------------------------------------------------------------------ the report
+    def report(self) -> dict:
+        share = self.reproduced / self.checked if self.checked else None
+        fidelity_ok = share is None or share >= FIDELITY_FLOOR
+        versions = self.versions
+        report = {
+            "engine": CONSOLE_ENGINE,
+            "live_version": versions.live_number,
+            "candidate_version": versions.candidate_number,
+            "traces_read": self.read,
+            "by_status": dict(sorted(self.by_status.items())),
+            "sampled": bool(self.weights),
+            "fidelity": {
+                "checked": self.checked,
+                "reproduced": self.reproduced,
+                "share": share,
+                "floor": FIDELITY_FLOOR,
+                "ok": fidelity_ok,
+                "mismatch_count": self.mismatch_count,
+                "mismatches": self.mismatches,
+            },
+            "not_previewable": {
+                "no_replay_fields": self.no_fields.as_dict(),
+                "unknown_version": self.unknown_version.as_dict(),
+                "replay_errors": self.replay_errors.as_dict(),
+                "sources": {
+                    source: {
+                        "traces": entry["traces"],
+                        "with_candidates": entry["with_candidates"],
+                        "recorded_versions": sorted(entry["versions"]),
+                        "ids": entry["ids"].ids,
+                    }
+                    for source, entry in sorted(self.unasked.items())
+                },
+            },
+            "previewed": self.previewed,
+            "withheld": not fidelity_ok,
+        }
+        if not fidelity_ok:
+            return report  # numbers from an engine that does not reproduce are no numbers
+        report.update(
+            {
+                "status_matrix": _dump(self.matrix),
+                "sources": _dump(self.sources),
+                "changed": self.changed.as_dict(),
+                "conflicts": {
+                    "newly_detected": self.conflicts_new.as_dict(),
+                    "missed": self.conflicts_missed.as_dict(),
+                },
+                "over_budget": {"old": self.over_old.as_dict(), "new": self.over_new.as_dict()},
+                "tokens": {
+                    "old": _token_figures(self.tokens_old),
+                    "new": _token_figures(self.tokens_new),
+                },
+            }
+        )
+        if self.weights:
+            report["intervals"] = self._intervals()
+        return report
+
+    def _intervals(self) -> dict:
+        """Rates over the previewed traces with 95 % Wilson intervals (sampled windows)."""
+        n = self.previewed
+        rates = {}
+        for old, row in self.matrix.items():
+            for new, cell in row.items():
+                low, high = wilson(cell.count, n)
+                rates[f"{old}->{new}"] = {
+                    "rate": cell.count / n if n else 0.0,
+                    "low": low,
+                    "high": high,
+                }
+        for name, cell in (("changed", self.changed), ("over_budget_new", self.over_new)):
+            low, high = wilson(cell.count, n)
+            rates[name] = {"rate": cell.count / n if n else 0.0, "low": low, "high": high}
+        return rates
+
+
+def _by_position(selection, positions) -> dict[int, object]:
+    """The decisions of a selection by the position of their candidate among all of the
+    trace's candidates (a version may leave a source's items out)."""
+    return dict(zip(positions, selection.decisions, strict=True))
+
+
+def _token_figures(values: list[int]) -> dict:
+    if not values:
+        return {"mean": None, "p95": None}
+    return {"mean": sum(values) / len(values), "p95": percentile(values, 95)}
+
+
+def run(
+    versions: Versions,
+    traces: Iterable[tuple[Sequence, Sequence[Sequence]]],
+    *,
+    weights: Mapping[str, float] | None = None,
+) -> dict:
+    """Replay every (trace, candidates) and return the report."""
+    replay_run = Replay(versions, weights=weights)
+    for trace, candidates in traces:
+        replay_run.add(trace, candidates)
+    return replay_run.report()
+
+
+# --- one trace, side by side --------------------------------------------------------------------------
+def side_by_side(
+    trace: Sequence, candidates: Sequence[Sequence], live: Strategy, candidate: Strategy
+):
+    """Both selections of one trace, candidate by candidate: [(item, old decision or None,
+    new decision or None)], with both selections (None when the engine refused the input)."""
+    items = [candidate_item(row) for row in candidates]
+    arguments = selection_arguments(trace)
+    old, old_at = replay(live, items, arguments)
+    new, new_at = replay(candidate, items, arguments)
+    before, after = _by_position(old, old_at), _by_position(new, new_at)
+    rows = [(item, before.get(i), after.get(i)) for i, item in enumerate(items)]
+    return old, new, rows

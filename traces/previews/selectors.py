@@ -1,0 +1,336 @@
+"""Reads of impact previews: a preview as its reader may see it, the saved preview of a
+version for the publish and approval pages, the window's traces streamed for the replay, one
+trace side by side, and the publish judgement's question (`preview_publish_finding`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from context_runtime.canonical import content_hash
+from context_runtime.engine import EngineInputError, Strategy
+from context_runtime.findings import FLAG, Finding
+from django.db import connection
+from django.utils import timezone
+
+from console.kernel.errors import NotFound
+from console.kernel.policy import check_user_can_preview
+from strategies.catalog.models import Environment
+from strategies.documents.models import Document, Version
+from strategies.releases.selectors import live_release
+from traces.previews import report
+from traces.previews.models import Preview
+
+BATCH_TRACES = 1_000
+# A running preview whose worker has not written for this long stopped (killed, lost): it
+# is shown as failed with what it covered, never as complete.
+STALE_AFTER = timedelta(seconds=60)
+DEFAULT_WINDOW = timedelta(days=7)
+# A publish where the environment requires a preview: a complete preview of the same content,
+# at most this old, over at least this many traces or every trace of the last 7 days.
+REQUIRED_FRESHNESS = timedelta(hours=24)
+REQUIRED_TRACES = 1_000
+PREVIEW_REQUIRED = "preview_required"
+PREVIEW_FEW_TRACES = "preview_few_traces"
+
+
+# --- what a reader sees -------------------------------------------------------------------------
+def is_stale(preview: Preview, *, now: datetime | None = None) -> bool:
+    """A running preview whose worker stopped writing: shown as failed."""
+    now = now or timezone.now()
+    beat = preview.heartbeat_at or preview.started_at
+    return preview.state == Preview.State.RUNNING and beat is not None and now - beat > STALE_AFTER
+
+
+def effective_state(preview: Preview) -> str:
+    """The state a reader is told: a running preview whose worker stopped is failed."""
+    return Preview.State.FAILED if is_stale(preview) else preview.state
+
+
+def is_finished(preview: Preview) -> bool:
+    return effective_state(preview) in (
+        Preview.State.COMPLETE,
+        Preview.State.CANCELLED,
+        Preview.State.FAILED,
+    )
+
+
+def failure_words(preview: Preview) -> str:
+    if is_stale(preview) and not preview.failure:
+        return "The worker running it stopped responding (killed or lost)."
+    return preview.failure
+
+
+def coverage_words(preview: Preview) -> str:
+    """What a cancelled or failed preview covered."""
+    until = f", up to {preview.covered_until:%Y-%m-%d %H:%M} UTC" if preview.covered_until else ""
+    return f"It covered {preview.traces_done:,} of {preview.traces_total:,} traces{until}."
+
+
+def progress_percent(preview: Preview) -> int:
+    if not preview.traces_total:
+        return 100 if is_finished(preview) else 0
+    return min(100, round(100 * preview.traces_done / preview.traces_total))
+
+
+def preview_get(*, user, pk: int) -> Preview:
+    """The preview with this id when `user` may see it (traces and configuration of its
+    agent); unknown or out of scope: 404, refusals logged."""
+    preview = (
+        Preview.objects.select_related("agent", "environment", "document", "version")
+        .filter(pk=pk)
+        .first()
+    )
+    if preview is None:
+        raise NotFound("No such preview.")
+    check_user_can_preview(user, preview.agent, target=_target(preview))
+    return preview
+
+
+def _target(preview: Preview):
+    return ("preview", str(preview.pk), f"preview {preview.pk}")
+
+
+def preview_target(preview: Preview):
+    """How the access log names a preview."""
+    return _target(preview)
+
+
+def saved_preview(*, version: Version, environment: Environment) -> Preview | None:
+    """The newest preview of this version's content in `environment` (complete first, else
+    the newest still running) — what the publish and approval pages show."""
+    previews = Preview.objects.filter(
+        document_id=version.document_id,
+        environment=environment,
+        content_hash=version.content_hash,
+    ).select_related("environment", "document")
+    complete = previews.filter(state=Preview.State.COMPLETE).order_by("-finished_at").first()
+    if complete is not None:
+        return complete
+    return previews.order_by("-requested_at").first()
+
+
+def reusable_preview(
+    *,
+    document: Document,
+    environment: Environment,
+    content: str,
+    live_content: str,
+    window_start: datetime,
+    window_end: datetime,
+    engine: str,
+) -> Preview | None:
+    """A preview of the same inputs that is complete, or still running: the second request
+    reuses it."""
+    for preview in Preview.objects.filter(
+        document=document,
+        environment=environment,
+        content_hash=content,
+        live_content_hash=live_content,
+        window_start=window_start,
+        window_end=window_end,
+        engine=engine,
+        state__in=[Preview.State.COMPLETE, Preview.State.RUNNING, Preview.State.QUEUED],
+    ).order_by("-requested_at"):
+        if not is_stale(preview):
+            return preview
+    return None
+
+
+# --- the window's traces ------------------------------------------------------------------------
+def window_counts(
+    *, agent_id: int, environment_id: int, strategy: str, start: datetime, end: datetime
+) -> dict[str, int]:
+    """{status: traces} of the strategy in the environment over the window."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT status, count(*) FROM traces_trace WHERE agent_id = %s AND environment_id = %s"
+            " AND strategy = %s AND occurred_at >= %s AND occurred_at < %s GROUP BY status",
+            [agent_id, environment_id, strategy, start, end],
+        )
+        return dict(cursor.fetchall())
+
+
+def sampling_thresholds(counts: dict[str, int], quotas: dict[str, int]) -> dict[str, int]:
+    """Per sampled status, the bound under which a trace's hash keeps it (out of 2³¹)."""
+    return {
+        status: int(quotas[status] / count * 2**31)
+        for status, count in counts.items()
+        if quotas.get(status, 0) < count
+    }
+
+
+_TRACE_SELECT = ", ".join(f"t.{column}" for column in report.TRACE_COLUMNS)
+_CANDIDATE_SELECT = ", ".join(f"c.{column}" for column in report.CANDIDATE_COLUMNS)
+
+
+def window_batches(
+    *,
+    agent_id: int,
+    environment_id: int,
+    strategy: str,
+    start: datetime,
+    end: datetime,
+    thresholds: dict[str, int] | None = None,
+    batch: int = BATCH_TRACES,
+) -> Iterator[list[tuple[tuple, list[tuple], datetime]]]:
+    """The window's traces in trace order (occurred_at, id), `batch` at a time, each with its
+    candidates in position order and its time: two queries per batch (the traces by keyset,
+    then their candidates bounded to the batch's days, so only those day partitions are
+    read). Nothing is held between batches: memory is one batch."""
+    sample_sql, sample_args = "", []
+    if thresholds:
+        cases = " ".join("WHEN %s THEN (hashint8(t.id) & 2147483647) < %s" for _ in thresholds)
+        sample_sql = f" AND CASE t.status {cases} ELSE true END"
+        for status, bound in thresholds.items():
+            sample_args += [status, bound]
+    after_time, after_id = start, 0
+    first = True
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {_TRACE_SELECT}, t.occurred_at FROM traces_trace t"
+                " WHERE t.agent_id = %s AND t.environment_id = %s AND t.strategy = %s"
+                " AND t.occurred_at < %s AND "
+                + ("t.occurred_at >= %s" if first else "(t.occurred_at, t.id) > (%s, %s)")
+                + sample_sql
+                + " ORDER BY t.occurred_at, t.id LIMIT %s",
+                [agent_id, environment_id, strategy, end]
+                + ([after_time] if first else [after_time, after_id])
+                + sample_args
+                + [batch],
+            )
+            traces = cursor.fetchall()
+            if not traces:
+                return
+            ids = [row[report.T_ID] for row in traces]
+            cursor.execute(
+                f"SELECT {_CANDIDATE_SELECT} FROM traces_candidate c"
+                " WHERE c.trace_id = ANY(%s) AND c.occurred_at >= %s AND c.occurred_at <= %s"
+                " ORDER BY c.trace_id, c.position",
+                [ids, traces[0][-1], traces[-1][-1]],
+            )
+            by_trace: dict[int, list[tuple]] = {}
+            for row in cursor.fetchall():
+                by_trace.setdefault(row[report.C_TRACE], []).append(row)
+        yield [(row[:-1], by_trace.get(row[report.T_ID], []), row[-1]) for row in traces]
+        first = False
+        after_time, after_id = traces[-1][-1], traces[-1][report.T_ID]
+        if len(traces) < batch:
+            return
+
+
+def recorded_strategies(document: Document) -> dict[int, Strategy]:
+    """Every frozen version of the strategy, read once (a body the engine refuses is left
+    out: its traces are counted as of an unknown version)."""
+    strategies = {}
+    for number, body in Version.objects.filter(
+        document=document, state=Version.State.FROZEN
+    ).values_list("number", "body"):
+        try:
+            strategies[number] = Strategy.from_body(body)
+        except EngineInputError:
+            continue
+    return strategies
+
+
+# --- one trace, side by side ------------------------------------------------------------------------
+@dataclass
+class SideBySide:
+    request_id: str
+    trace_status: str
+    old: object  # Selection
+    new: object
+    rows: list  # (item, old decision, new decision)
+
+
+def preview_side_by_side(*, preview: Preview, request_id: str) -> SideBySide:
+    """One trace of the preview's window replayed with the live version and the previewed
+    one, decision by decision (404 for a trace that is not in the window)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {_TRACE_SELECT}, t.occurred_at FROM traces_request_key k"
+            " JOIN traces_trace t ON t.id = k.trace_id AND t.occurred_at = k.occurred_at"
+            " WHERE k.environment_id = %s AND k.request_id = %s AND t.agent_id = %s"
+            " AND t.strategy = %s AND t.occurred_at >= %s AND t.occurred_at < %s",
+            [
+                preview.environment_id,
+                request_id,
+                preview.agent_id,
+                preview.document.key,
+                preview.window_start,
+                preview.window_end,
+            ],
+        )
+        trace = cursor.fetchone()
+        if trace is None:
+            raise NotFound(f"No trace {request_id} in this preview's window.")
+        cursor.execute(
+            f"SELECT {_CANDIDATE_SELECT} FROM traces_candidate c"
+            " WHERE c.trace_id = %s AND c.occurred_at = %s ORDER BY c.position",
+            [trace[report.T_ID], trace[-1]],
+        )
+        candidates = cursor.fetchall()
+    strategies = recorded_strategies(preview.document)
+    live = strategies.get(preview.live_version_number)
+    if live is None:
+        raise NotFound("The live version of this preview can no longer be read.")
+    old, new, rows = report.side_by_side(
+        trace[:-1], candidates, live, Strategy.from_body(preview.body)
+    )
+    return SideBySide(
+        request_id=request_id, trace_status=trace[report.T_STATUS], old=old, new=new, rows=rows
+    )
+
+
+# --- the publish judgement's question ---------------------------------------------------------------
+def preview_publish_finding(
+    *, agent, environment: Environment, document_key: str, body, actor, now=None
+) -> Finding | None:
+    """Where `environment` requires a preview: None when a complete preview of this content
+    against what is live now, at most 24 h old, covered at least 1,000 traces or every trace
+    of the last 7 days; a flag (publish with a reason) when it covered fewer; else the
+    refusal `preview_required`."""
+    now = now or timezone.now()
+    document = Document.objects.filter(agent=agent, key=document_key).first() if agent else None
+    if document is None or document.kind != Document.Kind.STRATEGY:
+        return None  # a profile, or a document not created yet: nothing to preview
+    live = live_release(document=document, environment=environment)
+    if live is None:
+        return None  # nothing live: no traffic to preview against
+    preview = (
+        Preview.objects.filter(
+            document=document,
+            environment=environment,
+            content_hash=content_hash(body),
+            live_content_hash=live.version.content_hash,
+            state=Preview.State.COMPLETE,
+            finished_at__gte=now - REQUIRED_FRESHNESS,
+        )
+        .order_by("-traces_done", "-finished_at")
+        .first()
+    )
+    if preview is None:
+        return Finding(
+            "environment",
+            PREVIEW_REQUIRED,
+            f"{environment.key} requires an impact preview before a publish: run one of this "
+            f"version against {environment.key} (complete, at most 24 hours old, against what "
+            "is live there now), then publish.",
+        )
+    whole_week = (
+        not preview.sampled
+        and preview.window_end >= now - REQUIRED_FRESHNESS
+        and preview.window_end - preview.window_start >= DEFAULT_WINDOW
+    )
+    if preview.traces_done >= REQUIRED_TRACES or whole_week:
+        return None
+    return Finding(
+        "reason",
+        PREVIEW_FEW_TRACES,
+        f"The impact preview covered only {preview.traces_done:,} traces (fewer than "
+        f"{REQUIRED_TRACES:,}, and not every trace of the last 7 days): say why it is "
+        "enough in the reason.",
+        severity=FLAG,
+    )
