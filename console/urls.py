@@ -39,6 +39,7 @@ PAGES = (
     "strategies.catalog.urls",
     "strategies.exchange.urls",
     "traces.urls",
+    "traces.previews.urls",
     "console.access.urls",
     "console.accounts.urls",
 )
@@ -50,6 +51,7 @@ OPERATOR_API = (
     "strategies.runtime.operator_api_urls",
     "strategies.delivery.api_urls",
     "traces.api_urls",
+    "traces.previews.api_urls",
     "console.access.api_urls",
     "console.accounts.api_urls",
 )

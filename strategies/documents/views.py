@@ -16,7 +16,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from django.views.decorators.vary import vary_on_headers
 
 from console.kernel.errors import Conflict, Forbidden, PayloadTooLarge, ValidationFailed
-from console.kernel.policy import Capability, check_user_can, requires, user_can
+from console.kernel.policy import Capability, check_user_can, requires, user_can, user_can_preview
 from strategies.catalog.selectors import environment_list
 from strategies.documents import selectors, services
 from strategies.documents.forms import (
@@ -224,6 +224,7 @@ def document_detail(request, agent, document):
         "previous": frozen[1] if len(frozen) > 1 else None,
         "environments": environment_list(),
         "can_edit": _can(request, Capability.EDIT_DRAFTS),
+        "can_preview": user_can_preview(request.user, request.agent),
     }
     return TemplateResponse(request, "documents/document_detail.html", context)
 

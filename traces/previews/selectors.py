@@ -334,3 +334,123 @@ def preview_publish_finding(
         "enough in the reason.",
         severity=FLAG,
     )
+
+
+# --- the report as the page shows it ----------------------------------------------------------------
+STATUS_ORDER = ("ready", "degraded", "missing_required_data", "budget_exceeded", "source_conflict")
+SOURCE_KINDS = (
+    ("required_lost", "Required items lost", "bad"),
+    ("required_kept", "Required items regained", "good"),
+    ("optional_dropped", "Optional items dropped", "warn"),
+    ("optional_added", "Optional items added", "info"),
+)
+
+
+def _tone(old: str, new: str) -> str:
+    if old == new:
+        return "same"
+    rank = {status: i for i, status in enumerate(STATUS_ORDER)}
+    worse = (new != "ready" and old == "ready") or (
+        new in ("missing_required_data", "budget_exceeded", "source_conflict")
+        and old in ("ready", "degraded")
+    )
+    if worse:
+        return "bad"
+    return "good" if rank.get(new, 9) < rank.get(old, 9) or new == "ready" else "warn"
+
+
+def report_view(report_data: dict | None) -> dict | None:
+    """The stored report reshaped for the page: the matrix as rows × columns over the
+    statuses seen, each cell with its count, tone and anchor; the per-source tables; the
+    cells' id lists (anchors the cells link to)."""
+    if not report_data:
+        return None
+    lists = []
+
+    def listed(anchor: str, title: str, cell: dict) -> dict:
+        entry = {"anchor": anchor, "title": title, **cell}
+        if cell.get("count"):
+            lists.append(entry)
+        return entry
+
+    view = {"report": report_data, "lists": lists}
+    matrix = report_data.get("status_matrix") or {}
+    seen = {old for old in matrix} | {new for row in matrix.values() for new in row}
+    statuses = [s for s in STATUS_ORDER if s in seen] + sorted(seen - set(STATUS_ORDER))
+    view["statuses"] = statuses
+    view["matrix"] = [
+        {
+            "old": old,
+            "cells": [
+                listed(
+                    f"ids-{old}-{new}",
+                    f"{old} → {new}",
+                    {
+                        **matrix.get(old, {}).get(new, {"count": 0, "ids": []}),
+                        "tone": _tone(old, new),
+                        "new": new,
+                    },
+                )
+                for new in statuses
+            ],
+        }
+        for old in statuses
+        if old in matrix
+    ]
+    view["sources"] = [
+        {
+            "source": source,
+            "rows": [
+                listed(
+                    f"ids-{source}-{kind}-{code}",
+                    f"{source}: {label} ({code})",
+                    {**cell, "kind": label, "tone": tone, "code": code},
+                )
+                for kind, label, tone in SOURCE_KINDS
+                for code, cell in sorted(kinds.get(kind, {}).items())
+            ],
+        }
+        for source, kinds in sorted((report_data.get("sources") or {}).items())
+    ]
+    for name, title in (("changed", "Traces whose decisions change"),):
+        if report_data.get(name):
+            view[name] = listed(f"ids-{name}", title, report_data[name])
+    conflicts = report_data.get("conflicts") or {}
+    view["conflicts"] = {
+        key: listed(f"ids-conflicts-{key}", f"Conflicts {key.replace('_', ' ')}", cell)
+        for key, cell in conflicts.items()
+    }
+    over = report_data.get("over_budget") or {}
+    view["over_budget"] = {
+        key: listed(f"ids-over-{key}", f"Over-budget items ({key})", cell)
+        for key, cell in over.items()
+    }
+    missing = report_data.get("not_previewable") or {}
+    view["not_previewable_count"] = (
+        missing.get("no_replay_fields", {}).get("count", 0)
+        + missing.get("unknown_version", {}).get("count", 0)
+        + missing.get("replay_errors", {}).get("count", 0)
+        + sum(entry["traces"] for entry in (missing.get("sources") or {}).values())
+    )
+    return view
+
+
+def budget_exceeded_words(preview: Preview) -> str:
+    """One line for the publish and approval pages: what the preview says in a sentence."""
+    data = preview.report or {}
+    days = max(1, round((preview.window_end - preview.window_start).total_seconds() / 86400))
+    where = f"Impact on the last {days} day{'s' if days != 1 else ''} of {preview.environment.key}"
+    if data.get("withheld"):
+        return f"{where}: withheld — the replay did not reproduce the recorded decisions."
+    matrix = data.get("status_matrix") or {}
+    becoming: dict[str, int] = {}
+    for old, row in matrix.items():
+        for new, cell in row.items():
+            if old != new:
+                becoming[new] = becoming.get(new, 0) + cell["count"]
+    parts = [f"{count:,} traces become {status}" for status, count in sorted(becoming.items())]
+    changed = (data.get("changed") or {}).get("count", 0)
+    previewed = data.get("previewed", 0)
+    if not parts:
+        parts = [f"no status changes over {previewed:,} traces"]
+    return f"{where}: " + ", ".join(parts) + f"; decisions change in {changed:,} of {previewed:,}."

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from celery import current_app
 from context_runtime.engine import Strategy
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -163,11 +165,18 @@ def preview_request(
         agent=agent,
         detail={"reused": False, "version": version.number, "environment": environment.key},
     )
-    # The task is imported here, not at the top: tasks (an interface) import this module.
-    from traces.previews.tasks import preview_run
-
-    transaction.on_commit(lambda: preview_run.delay(preview.pk))
+    transaction.on_commit(lambda: preview_queue(preview.pk))
     return preview, False
+
+
+RUN_TASK = "previews.run"
+
+
+def preview_queue(preview_id: int) -> None:
+    """Queue the run (the task is named, so this module needs no task import); the queue is
+    read at send time, so a test can point it at its own worker."""
+    queue = getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", None)
+    current_app.send_task(RUN_TASK, args=(preview_id,), queue=queue)
 
 
 @service_transaction(durable=True)
