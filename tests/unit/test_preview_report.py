@@ -1,0 +1,203 @@
+"""The impact preview's replay and report (traces.previews.report), without a database: traces
+made by the engine itself, as a runtime would record them, replayed with other versions and
+checked against a brute-force run of the engine on the original candidates."""
+
+from __future__ import annotations
+
+import random
+
+import msgspec
+from context_runtime.engine import NOT_FETCHED, CandidateItem, Strategy, select
+
+from traces.previews import report
+
+V3 = {
+    "required": ["task_state", "order_delivery", "applicable_policy"],
+    "optional": ["recent_dialogue"],
+    "on_missing": {"order_delivery": "general_policy_only"},
+    "budget": {"max_input_tokens": 8000, "reserve_output_tokens": 1000},
+}
+V2 = {
+    "required": ["task_state", "order_delivery"],
+    "optional": ["applicable_policy"],
+    "budget": {"max_input_tokens": 6000, "reserve_output_tokens": 800},
+}
+FIXED = 1_280
+WINDOW = 128_000
+
+
+def _with(body, **budget):
+    return {**body, "budget": {**body["budget"], **budget}}
+
+
+def _candidates(rng: random.Random, n: int) -> tuple[CandidateItem, ...]:
+    scale = rng.uniform(0.85, 1.15)  # the demo traffic's size factors
+    items = [
+        CandidateItem(id=f"task:{n}", source="task_state", version="4", size=round(310 * scale)),
+        CandidateItem(
+            id=f"order:{n}", source="order_delivery", version="r1", size=round(640 * scale)
+        ),
+        CandidateItem(
+            id="P7",
+            source="applicable_policy",
+            version="v2",
+            size=round(2100 * scale),
+            bundle="policy-P7",
+        ),
+        CandidateItem(
+            id="chat",
+            source="recent_dialogue",
+            version="e",
+            size=round(1150 * scale),
+            relevance=0.8,
+        ),
+        CandidateItem(id="old", source="recent_dialogue", version="e0", size=900, relevance=0.05),
+    ]
+    if rng.random() < 0.1:
+        items[1] = msgspec.structs.replace(items[1], size=None, version="", outcome=NOT_FETCHED)
+    return tuple(items)
+
+
+def _recorded(n: int, version: int, strategy: Strategy, items, *, engine="context_runtime test"):
+    """A trace as the runtime records it (what ingest stores), in the report's row shapes."""
+    selection = select(
+        strategy=strategy, candidates=items, context_window=WINDOW, fixed_input_tokens=FIXED
+    )
+    trace = (
+        n,
+        f"req-{n}",
+        version,
+        selection.status,
+        selection.degradation or "",
+        engine,
+        FIXED if engine else None,
+        0.2 if engine else None,
+        WINDOW if engine else None,
+        None,
+    )
+    rows = [
+        (
+            n,
+            d.id,
+            d.source,
+            d.version,
+            d.size,
+            d.required,
+            d.bundle or "",
+            item.bundle or "",
+            d.decision,
+            getattr(d, "reason_code", None) or "",
+            item.outcome,
+            item.relevance,
+            list(item.depends_on),
+            list(item.conflicts_with),
+            item.note,
+        )
+        for d, item in zip(selection.decisions, items, strict=True)
+    ]
+    return trace, rows
+
+
+def _world(count=300, seed=7):
+    rng = random.Random(seed)
+    v3 = Strategy.from_body(V3)
+    traces = [_recorded(n, 3, v3, items := _candidates(rng, n)) + (items,) for n in range(count)]
+    return v3, traces
+
+
+def _run(live, candidate, traces, recorded=None):
+    versions = report.Versions(
+        recorded=recorded or {3: live}, live_number=3, live=live, candidate=candidate
+    )
+    return report.run(versions, ((t, rows) for t, rows, _ in traces))
+
+
+def test_report__budget_4000__lists_exactly_the_traces_that_become_budget_exceeded():
+    v3, traces = _world(count=45)  # every cell under IDS_PER_CELL: the lists are whole
+    draft = Strategy.from_body(_with(V3, max_input_tokens=4000))
+    result = _run(v3, draft, traces)
+    listed = set()
+    count = 0
+    for old, row in result["status_matrix"].items():
+        cell = row.get("budget_exceeded")
+        if cell and old != "budget_exceeded":
+            listed |= set(cell["ids"])
+            count += cell["count"]
+    brute = {
+        f"req-{t[0]}"
+        for t, _, items in traces
+        if t[report.T_STATUS] != "budget_exceeded"
+        and select(
+            strategy=draft, candidates=items, context_window=WINDOW, fixed_input_tokens=FIXED
+        ).status
+        == "budget_exceeded"
+    }
+    assert result["fidelity"]["share"] == 1.0 and not result["withheld"]
+    assert count == len(brute) > 0
+    assert listed == brute
+
+
+def test_report__budget_6000__no_status_change_but_changed_decisions_listed():
+    v3, traces = _world()
+    draft = Strategy.from_body(_with(V3, max_input_tokens=6000))
+    result = _run(v3, draft, traces)
+    changes = {
+        (old, new): cell["count"]
+        for old, row in result["status_matrix"].items()
+        for new, cell in row.items()
+        if old != new
+    }
+    assert changes == {}
+    assert result["changed"]["count"] > 0
+    assert result["sources"]["recent_dialogue"]["optional_dropped"]
+
+
+def test_report__trace_without_replay_fields__counted_apart_never_compared():
+    v3, traces = _world(count=20)
+    rng = random.Random(1)
+    old_runtime = _recorded(999, 3, v3, _candidates(rng, 999), engine="")
+    result = _run(v3, v3, [*traces, (*old_runtime, ())])
+    assert result["not_previewable"]["no_replay_fields"] == {"count": 1, "ids": ["req-999"]}
+    assert result["previewed"] == 20
+
+
+def test_report__source_the_recorded_version_never_asked__not_previewable_per_source():
+    rng = random.Random(3)
+    v2 = Strategy.from_body(V2)
+    traces = []
+    for n in range(30):
+        items = tuple(i for i in _candidates(rng, n) if i.source in v2.sources)
+        traces.append((*_recorded(n, 2, v2, items), items))
+    needs_dialogue = Strategy.from_body({**V2, "required": [*V2["required"], "recent_dialogue"]})
+    result = report.run(
+        report.Versions(recorded={2: v2}, live_number=2, live=v2, candidate=needs_dialogue),
+        ((t, rows) for t, rows, _ in traces),
+    )
+    entry = result["not_previewable"]["sources"]["recent_dialogue"]
+    assert (entry["traces"], entry["with_candidates"], entry["recorded_versions"]) == (30, 0, [2])
+    assert result["previewed"] == 0 and "budget_exceeded" not in str(result["status_matrix"])
+
+
+def test_report__replay_does_not_reproduce__numbers_withheld_and_mismatches_named():
+    v3, traces = _world(count=50)
+    trace, rows, items = traces[0]
+    tampered = [(*rows[0][:8], "over_budget", *rows[0][9:]), *rows[1:]]
+    result = _run(v3, v3, [(trace, tampered, items), *traces[1:]])
+    assert result["withheld"] is True and "status_matrix" not in result
+    (mismatch,) = result["fidelity"]["mismatches"]
+    assert mismatch["request_id"] == "req-0"
+    assert mismatch["trace_engine"] == "context_runtime test"
+    assert mismatch["console_engine"] == report.CONSOLE_ENGINE
+
+
+def test_stratified_quotas__more_than_the_limit__rare_statuses_kept_whole():
+    quotas = report.stratified_quotas(
+        {"ready": 150_000, "budget_exceeded": 900, "degraded": 40_000}, limit=100_000
+    )
+    assert quotas["budget_exceeded"] == 900
+    assert sum(quotas.values()) <= 100_000 and quotas["ready"] >= quotas["degraded"] - 1
+
+
+def test_wilson__small_sample__interval_contains_the_rate():
+    low, high = report.wilson(3, 100)
+    assert low < 0.03 < high and 0 <= low and high < 0.1
