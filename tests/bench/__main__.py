@@ -7,6 +7,7 @@ python -m tests.bench trace_keys    # the ingest's check for a key twice inside 
 python -m tests.bench engine        # the SDK's selection engine (50 and 500 candidates)
 python -m tests.bench client        # a config read on the runtime's request path
 python -m tests.bench propagation   # publish → polling client / webhook → client
+python -m tests.bench preview       # impact preview: replay + report of 10,000 traces × 50
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ BENCHES = {
     "engine": "sdk/bench/bench_engine.py",
     "client": "sdk/bench/bench_client.py",
     "propagation": "tests.bench.bench_propagation",
+    "preview": "tests.bench.bench_preview",
 }
 
 
