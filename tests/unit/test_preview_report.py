@@ -200,4 +200,4 @@ def test_stratified_quotas__more_than_the_limit__rare_statuses_kept_whole():
 
 def test_wilson__small_sample__interval_contains_the_rate():
     low, high = report.wilson(3, 100)
-    assert low < 0.03 < high and 0 <= low and high < 0.1
+    assert low < 0.03 < high and low >= 0 and high < 0.1
