@@ -119,6 +119,31 @@ class CandidateOut(serializers.Serializer):
     depends_on = serializers.ListField(child=serializers.CharField())
     conflicts_with = serializers.ListField(child=serializers.CharField())
     note = serializers.CharField()
+    provider_bundle = serializers.CharField(
+        allow_null=True,
+        help_text="The provider's own bundle (bundle is the group the engine decided); "
+        "null from runtimes that send no replay fields.",
+    )
+    reason_code = serializers.ChoiceField(
+        choices=list(wire.REASON_CODES),
+        allow_null=True,
+        help_text="Why, from a closed list; null from runtimes that send no replay fields.",
+    )
+
+
+class SelectionOut(serializers.Serializer):
+    """What the engine was asked besides the strategy and the candidates, and which engine
+    answered (docs/runtime-contract.md §3)."""
+
+    engine = serializers.CharField(help_text='e.g. "context_runtime 0.2.0 rules 1a2b3c4d5e6f"')
+    fixed_input_tokens = serializers.IntegerField(allow_null=True)
+    relevance_threshold = serializers.FloatField(allow_null=True)
+    context_window = serializers.IntegerField(
+        allow_null=True, help_text="The context_window given to select()."
+    )
+    max_input_tokens = serializers.IntegerField(
+        allow_null=True, help_text="The call's own cap given to select()."
+    )
 
 
 class TraceSummaryOut(serializers.Serializer):
@@ -157,6 +182,11 @@ class TraceOut(serializers.Serializer):
     sources = serializers.ListField(child=serializers.DictField())
     candidates = CandidateOut(many=True)
     shadow = serializers.DictField(allow_null=True)
+    selection = SelectionOut(
+        allow_null=True,
+        help_text="Null when the runtime sent no replay fields (older runtimes): such a trace "
+        "cannot be replayed.",
+    )
     has_snapshot = serializers.BooleanField()
 
 

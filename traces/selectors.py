@@ -422,11 +422,28 @@ def trace_export(trace: Trace) -> dict:
                 "depends_on": c.depends_on,
                 "conflicts_with": c.conflicts_with,
                 "note": c.note,
+                "provider_bundle": c.provider_bundle or None,
+                "reason_code": c.reason_code or None,
             }
             for c in trace_candidates(trace)
         ],
         "shadow": trace.shadow,
+        "selection": trace_selection(trace),
         "has_snapshot": trace.has_snapshot,
+    }
+
+
+def trace_selection(trace: Trace) -> dict | None:
+    """The trace's `selection` block as the runtime sent it (`wire.SelectionInfo`), or None
+    for a runtime that sends no replay fields."""
+    if not trace.engine:
+        return None
+    return {
+        "engine": trace.engine,
+        "fixed_input_tokens": trace.fixed_input_tokens,
+        "relevance_threshold": trace.relevance_threshold,
+        "context_window": trace.selection_context_window,
+        "max_input_tokens": trace.selection_max_input_tokens,
     }
 
 
