@@ -369,7 +369,7 @@ def trace_links(trace: Trace) -> dict[str, str]:
     query = "?" + urlencode({"environment": trace.environment.key})
     return {
         name: reverse(f"trace-{name}", kwargs={"request_id": trace.request_id}) + query
-        for name in ("detail", "export", "snapshot")
+        for name in ("detail", "export", "snapshot", "replay")
     }
 
 
@@ -538,6 +538,12 @@ def trace_candidates(trace: Trace):
     return trace.candidates.filter(occurred_at=trace.occurred_at).order_by("position")
 
 
+def engine_label(engine: str) -> str:
+    """An engine id as the page shows it: "context_runtime 0.2.0 · rules 1a2b3c4d5e6f"."""
+    name, rules, digest = engine.rpartition(" rules ")
+    return f"{name} · rules {digest}" if rules and name else engine
+
+
 def trace_page_context(*, user, trace: Trace) -> dict:
     candidates = list(trace_candidates(trace))
     groups = candidate_groups(candidates)
@@ -564,6 +570,7 @@ def trace_page_context(*, user, trace: Trace) -> dict:
         else trace.input_estimate_unit,
         "hints": where_to_look(trace, candidates),
         "snapshot": snapshot_state(user=user, trace=trace),
+        "engine": engine_label(trace.engine) if trace.engine else "",
     }
 
 
