@@ -303,7 +303,7 @@ def test_ingest__selection_block_and_reason_codes__stored_shown_and_exported(
 
     client.force_login(make_user("sup", support="assistant_professional"))
     page = html.unescape(client.get("/traces/req-new/").content.decode())
-    assert "Decided by <span class=\"mono\">context_runtime 0.2.0 · rules 1a2b3c4d5e6f</span>" in page
+    assert 'Decided by <span class="mono">context_runtime 0.2.0 · rules 1a2b3c4d5e6f</span>' in page
     assert '<code class="tag tag-code" title="reason code">below_threshold</code>' in page
     exported = client.get("/api/v1/traces/req-new").json()
     assert exported["selection"] == {
