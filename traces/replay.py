@@ -225,8 +225,9 @@ class TraceReplay:
     recorded_input_tokens: int | None
     input_tokens: int
     rows: tuple[ReplayRow, ...]
-    # The recorded version only: whether the console's engine reproduces every recorded
-    # decision (status, degradation, per candidate decision, reason code, group, required).
+    # With the version the trace used (however it was asked for): whether the console's
+    # engine reproduces every recorded decision (status, degradation, per candidate
+    # decision, reason code, group, required); None with any other version.
     reproduces: bool | None
 
     @property
@@ -335,7 +336,7 @@ def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> Trace
         for c, d in zip(candidates, selection.decisions, strict=True)
     )
     reproduces = None
-    if kind == RECORDED:
+    if chosen.number == trace.strategy_version:  # asked as "recorded", "live" or its number
         reproduces = engine_replay.facts(selection) == _recorded_facts(trace, candidates)
     return TraceReplay(
         trace=trace,

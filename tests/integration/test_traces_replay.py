@@ -61,7 +61,7 @@ def test_replay__live_version__what_the_environment_serves_now(support):
     trace = Trace.objects.select_related("agent", "environment").get(request_id="req-96")
     assert (trace.environment.key, trace.strategy_version) == ("prod", 2)
     same = replay.trace_replay(user=support, trace=trace, version="live")
-    assert (same.kind, same.version, same.reproduces) == ("live", 2, True)
+    assert (same.kind, same.version, same.reproduces) == ("live", 2, True)  # = recorded
     # v3 goes live in prod: "live" now replays with it, and the policy becomes required.
     Release.objects.filter(document=_strategy(), environment=trace.environment).update(
         version=Version.objects.get(document=_strategy(), number=3)
