@@ -21,7 +21,7 @@ from console.kernel.audit import AccessAction
 from console.kernel.errors import ValidationFailed
 from console.kernel.limits import read_limited_body
 from strategies.runtime.authentication import runtime_view
-from traces import ingest, selectors, services
+from traces import ingest, replay, selectors, services
 from traces.filters import TraceFilters
 
 # --- runtime: POST /api/v1/runtime/traces -------------------------------------------------------
@@ -119,6 +119,31 @@ class CandidateOut(serializers.Serializer):
     depends_on = serializers.ListField(child=serializers.CharField())
     conflicts_with = serializers.ListField(child=serializers.CharField())
     note = serializers.CharField()
+    provider_bundle = serializers.CharField(
+        allow_null=True,
+        help_text="The provider's own bundle (bundle is the group the engine decided); "
+        "null from runtimes that send no replay fields.",
+    )
+    reason_code = serializers.ChoiceField(
+        choices=list(wire.REASON_CODES),
+        allow_null=True,
+        help_text="Why, from a closed list; null from runtimes that send no replay fields.",
+    )
+
+
+class SelectionOut(serializers.Serializer):
+    """What the engine was asked besides the strategy and the candidates, and which engine
+    answered (docs/runtime-contract.md §3)."""
+
+    engine = serializers.CharField(help_text='e.g. "context_runtime 0.2.0 rules 1a2b3c4d5e6f"')
+    fixed_input_tokens = serializers.IntegerField(allow_null=True)
+    relevance_threshold = serializers.FloatField(allow_null=True)
+    context_window = serializers.IntegerField(
+        allow_null=True, help_text="The context_window given to select()."
+    )
+    max_input_tokens = serializers.IntegerField(
+        allow_null=True, help_text="The call's own cap given to select()."
+    )
 
 
 class TraceSummaryOut(serializers.Serializer):
@@ -157,6 +182,11 @@ class TraceOut(serializers.Serializer):
     sources = serializers.ListField(child=serializers.DictField())
     candidates = CandidateOut(many=True)
     shadow = serializers.DictField(allow_null=True)
+    selection = SelectionOut(
+        allow_null=True,
+        help_text="Null when the runtime sent no replay fields (older runtimes): such a trace "
+        "cannot be replayed.",
+    )
     has_snapshot = serializers.BooleanField()
 
 
@@ -295,3 +325,123 @@ def trace_detail(request, request_id: str):
         actor=request.user, action=AccessAction.TRACE_VIEW, trace=trace, detail={"api": True}
     )
     return Response(selectors.trace_export(trace))
+
+
+# --- operator API: GET /api/v1/traces/<request_id>/replay ----------------------------------------
+
+
+class ReplayDecisionOut(serializers.Serializer):
+    decision = serializers.ChoiceField(choices=list(wire.DECISIONS))
+    reason_code = serializers.ChoiceField(choices=list(wire.REASON_CODES), allow_null=True)
+    reason = serializers.CharField()
+    required = serializers.BooleanField()
+    bundle = serializers.CharField(allow_null=True, help_text="The group the engine decided.")
+
+
+class ReplayCandidateOut(serializers.Serializer):
+    position = serializers.IntegerField()
+    id = serializers.CharField()
+    source = serializers.CharField()
+    size = serializers.IntegerField(allow_null=True)
+    recorded = ReplayDecisionOut()
+    replayed = ReplayDecisionOut()
+    changed = serializers.BooleanField(
+        help_text="Decision, reason code, required or group differ from the record."
+    )
+
+
+class ReplaySideOut(serializers.Serializer):
+    status = serializers.ChoiceField(choices=list(wire.STATUSES))
+    degradation = serializers.CharField(allow_null=True)
+    input_tokens = serializers.IntegerField(allow_null=True)
+
+
+class ReplayOut(serializers.Serializer):
+    """A trace replayed with one version of its strategy: recorded against replayed."""
+
+    request_id = serializers.CharField()
+    environment = serializers.CharField()
+    strategy = serializers.CharField()
+    version = serializers.IntegerField(help_text="The strategy version replayed with.")
+    version_state = serializers.ChoiceField(choices=["draft", "frozen"])
+    version_kind = serializers.ChoiceField(
+        choices=["recorded", "live", "draft", "version"],
+        help_text="recorded: the version the trace used; live: what its environment serves "
+        "now; draft or version: another one.",
+    )
+    reproduces = serializers.BooleanField(
+        allow_null=True,
+        help_text="With the recorded version: whether the console's engine reproduces every "
+        "recorded decision (false is a finding: see the two engines). Null for other versions.",
+    )
+    recorded_engine = serializers.CharField(
+        help_text="The engine that made the recorded decisions."
+    )
+    console_engine = serializers.CharField(help_text="The console's engine, which replayed them.")
+    recorded = ReplaySideOut()
+    replayed = ReplaySideOut()
+    status_changed = serializers.BooleanField()
+    changed = serializers.IntegerField(help_text="Candidates whose decision changed.")
+    candidates = ReplayCandidateOut(many=True)
+
+
+@extend_schema(
+    operation_id="traces_replay",
+    summary="Replay one trace with a version of its strategy",
+    description=(
+        "Re-runs the selection engine on the trace's stored candidates with the arguments it "
+        "recorded (its `selection` block) and a version of its strategy: `recorded` (the "
+        "version it used: the decisions must come out the same, `reproduces`), `live` (what "
+        "the trace's environment serves now) or a version number (drafts included). "
+        "Read-only; each replay is written to the access log (`trace.replay`). Needs "
+        "view_traces and view_config on the trace's agent. A request_id in several "
+        "environments needs `environment` (else 409 `ambiguous`)."
+    ),
+    parameters=[
+        OpenApiParameter(
+            "environment", str, description="environment key, when the id is in several"
+        ),
+        OpenApiParameter(
+            "version",
+            str,
+            description="recorded (default), live, or a version number of the trace's strategy",
+        ),
+    ],
+    responses={
+        200: ReplayOut,
+        400: OpenApiResponse(
+            ErrorSerializer,
+            description="`version` is not recorded, live or a version number (`bad_version`).",
+        ),
+        403: OpenApiResponse(ErrorSerializer, description="No view_config on the agent."),
+        404: OpenApiResponse(
+            ErrorSerializer,
+            description="Unknown trace (or out of your scope), unknown version "
+            "(`unknown_version`), or nothing live (`nothing_live`).",
+        ),
+        409: OpenApiResponse(
+            ErrorSerializer,
+            description="In several environments (`ambiguous`), or not replayable "
+            "(`not_replayable`: no strategy, a runtime that sends no replay fields, or a "
+            "version that cannot run on these candidates).",
+        ),
+    },
+    tags=["traces"],
+)
+@api_view(["GET"])
+def trace_replay(request, request_id: str):
+    trace = selectors.trace_get_visible(
+        user=request.user,
+        request_id=request_id,
+        environment=(request.query_params.get("environment") or "").strip(),
+    )
+    result = replay.trace_replay(
+        user=request.user, trace=trace, version=request.query_params.get("version")
+    )
+    services.trace_look_record(
+        actor=request.user,
+        action=AccessAction.TRACE_REPLAY,
+        trace=trace,
+        detail={**replay.replay_detail(result), "api": True},
+    )
+    return Response(replay.replay_export(result))

@@ -75,6 +75,25 @@ class Trace(models.Model):
     snapshot_expires_at = models.DateTimeField(
         null=True, blank=True, help_text="Set when the runtime sent a snapshot."
     )
+    # The trace's `selection` block (docs/runtime-contract.md §3): which engine decided, and
+    # the arguments besides the strategy and the candidates, so the selection can be replayed
+    # exactly. Blank/null for runtimes that send none: `engine != ""` ⇔ replayable. Plain
+    # integers, no CHECK: adding a checked column scans the whole table (the wire bounds them).
+    engine = models.CharField(
+        max_length=100,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="context_runtime <version> rules <hash>; blank: no replay fields sent.",
+    )
+    fixed_input_tokens = models.IntegerField(null=True, blank=True)
+    relevance_threshold = models.FloatField(null=True, blank=True)
+    selection_context_window = models.IntegerField(
+        null=True, blank=True, help_text="The context_window given to select()."
+    )
+    selection_max_input_tokens = models.IntegerField(
+        null=True, blank=True, help_text="The call's own cap given to select()."
+    )
 
     class Meta:
         ordering = ["-occurred_at", "-id"]
@@ -144,6 +163,19 @@ class Candidate(models.Model):
     depends_on = models.JSONField(default=list, blank=True)
     conflicts_with = models.JSONField(default=list, blank=True)
     note = models.CharField(max_length=200, blank=True, help_text="The provider's words.")
+    # `bundle` is the group the engine decided (bundles sharing an item merged, e.g.
+    # `policy-P7+terms`); the provider's own bundle is what a replay gives the engine.
+    provider_bundle = models.CharField(
+        max_length=100, blank=True, default="", db_default="", help_text="The provider's bundle."
+    )
+    reason_code = models.CharField(
+        max_length=30,
+        blank=True,
+        default="",
+        db_default="",
+        db_collation="C",
+        help_text="Why, from the closed list context_runtime.wire.REASON_CODES.",
+    )
     # The trace's occurred_at: the partition key, so a trace's candidates share its day.
     occurred_at = models.DateTimeField()
     # One candidate per (source, decision, reason) of a trace carries the mark: "traces with

@@ -369,7 +369,7 @@ def trace_links(trace: Trace) -> dict[str, str]:
     query = "?" + urlencode({"environment": trace.environment.key})
     return {
         name: reverse(f"trace-{name}", kwargs={"request_id": trace.request_id}) + query
-        for name in ("detail", "export", "snapshot")
+        for name in ("detail", "export", "snapshot", "replay")
     }
 
 
@@ -422,11 +422,28 @@ def trace_export(trace: Trace) -> dict:
                 "depends_on": c.depends_on,
                 "conflicts_with": c.conflicts_with,
                 "note": c.note,
+                "provider_bundle": c.provider_bundle or None,
+                "reason_code": c.reason_code or None,
             }
             for c in trace_candidates(trace)
         ],
         "shadow": trace.shadow,
+        "selection": trace_selection(trace),
         "has_snapshot": trace.has_snapshot,
+    }
+
+
+def trace_selection(trace: Trace) -> dict | None:
+    """The trace's `selection` block as the runtime sent it (`wire.SelectionInfo`), or None
+    for a runtime that sends no replay fields."""
+    if not trace.engine:
+        return None
+    return {
+        "engine": trace.engine,
+        "fixed_input_tokens": trace.fixed_input_tokens,
+        "relevance_threshold": trace.relevance_threshold,
+        "context_window": trace.selection_context_window,
+        "max_input_tokens": trace.selection_max_input_tokens,
     }
 
 
@@ -521,6 +538,12 @@ def trace_candidates(trace: Trace):
     return trace.candidates.filter(occurred_at=trace.occurred_at).order_by("position")
 
 
+def engine_label(engine: str) -> str:
+    """An engine id as the page shows it: "context_runtime 0.2.0 · rules 1a2b3c4d5e6f"."""
+    name, rules, digest = engine.rpartition(" rules ")
+    return f"{name} · rules {digest}" if rules and name else engine
+
+
 def trace_page_context(*, user, trace: Trace) -> dict:
     candidates = list(trace_candidates(trace))
     groups = candidate_groups(candidates)
@@ -547,6 +570,7 @@ def trace_page_context(*, user, trace: Trace) -> dict:
         else trace.input_estimate_unit,
         "hints": where_to_look(trace, candidates),
         "snapshot": snapshot_state(user=user, trace=trace),
+        "engine": engine_label(trace.engine) if trace.engine else "",
     }
 
 

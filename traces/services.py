@@ -36,7 +36,7 @@ PURGE_BATCH = 5_000
 # still hold the previous shape), then moved with ON CONFLICT so a stored request_id is skipped.
 # Candidates are COPYed straight into their table, only for the traces actually inserted.
 _TEMP_TABLES = """
-CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v2 (
+CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v3 (
     request_id varchar(200), agent_id bigint, environment_id bigint, occurred_at timestamptz,
     received_at timestamptz, strategy varchar(100), strategy_version integer,
     profile_version integer, documents jsonb, config_fallback boolean,
@@ -46,7 +46,9 @@ CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v2 (
     degradation varchar(100), budget_max_input_tokens integer,
     budget_reserve_output_tokens integer, input_estimate double precision,
     input_estimate_unit varchar(30), input_estimate_estimator varchar(100), sources jsonb,
-    shadow jsonb, snapshot_expires_at timestamptz
+    shadow jsonb, snapshot_expires_at timestamptz, engine varchar(100),
+    fixed_input_tokens integer, relevance_threshold double precision,
+    selection_context_window integer, selection_max_input_tokens integer
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS ingest_snapshot_in (
     request_id varchar(200), ciphertext bytea, key_id varchar(16), created_at timestamptz,
@@ -59,11 +61,14 @@ TRACE_COLUMNS = (
     "config_age_seconds, task_id, task_revision, "
     "principal, model_name, model_adapter, model_context_window, status, degradation, "
     "budget_max_input_tokens, budget_reserve_output_tokens, input_estimate, "
-    "input_estimate_unit, input_estimate_estimator, sources, shadow, snapshot_expires_at"
+    "input_estimate_unit, input_estimate_estimator, sources, shadow, snapshot_expires_at, "
+    "engine, fixed_input_tokens, relevance_threshold, selection_context_window, "
+    "selection_max_input_tokens"
 )
 CANDIDATE_COLUMNS = (
     "trace_id, position, item_id, source, version, size, required, bundle, decision, reason, "
-    "outcome, relevance, depends_on, conflicts_with, note, occurred_at, first_of_kind"
+    "outcome, relevance, depends_on, conflicts_with, note, occurred_at, first_of_kind, "
+    "provider_bundle, reason_code"
 )
 SNAPSHOT_COLUMNS = "ciphertext, key_id, created_at, expires_at"
 
@@ -77,13 +82,13 @@ _MOVE_FROM_TEMP = f"""
 WITH keys AS (
     INSERT INTO traces_request_key (environment_id, request_id, trace_id, occurred_at)
     SELECT environment_id, request_id, nextval('traces_trace_id_seq'), occurred_at
-    FROM ingest_trace_in_v2
+    FROM ingest_trace_in_v3
     ON CONFLICT (environment_id, request_id) DO NOTHING
     RETURNING trace_id, request_id, environment_id
 ), inserted AS (
     INSERT INTO traces_trace (id, {TRACE_COLUMNS})
     SELECT keys.trace_id, {", ".join("t." + c.strip() for c in TRACE_COLUMNS.split(","))}
-    FROM ingest_trace_in_v2 t
+    FROM ingest_trace_in_v3 t
     JOIN keys ON keys.request_id = t.request_id AND keys.environment_id = t.environment_id
     RETURNING id, request_id
 ), snapshots AS (
@@ -121,8 +126,10 @@ def _json(value) -> str:
 def trace_row(
     trace: WireTrace, *, agent_id: int, environment_id: int, received_at, snapshot_expires_at
 ) -> tuple:
-    """The ingest_trace row of one trace, in TRACE_COLUMNS order."""
+    """The ingest_trace row of one trace, in TRACE_COLUMNS order. A trace without a
+    `selection` block (a runtime older than the replay fields) stores blank/null there."""
     task, model, budget, estimate = trace.task, trace.model, trace.budget, trace.input_estimate
+    selection = trace.selection
     return (
         trace.request_id,
         agent_id,
@@ -154,6 +161,11 @@ def trace_row(
         _json(trace.sources),
         _json(trace.shadow) if trace.shadow is not None else None,
         snapshot_expires_at,
+        selection.engine if selection else "",
+        selection.fixed_input_tokens if selection else None,
+        selection.relevance_threshold if selection else None,
+        selection.context_window if selection else None,
+        selection.max_input_tokens if selection else None,
     )
 
 
@@ -185,6 +197,8 @@ def candidate_rows(trace: WireTrace, trace_id: int, occurred_at) -> list[tuple]:
                 c.note,
                 occurred_at,
                 first_of_kind,
+                c.provider_bundle or "",
+                c.reason_code or "",
             )
         )
     return rows
@@ -364,7 +378,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         # longer retention, rarely, here).
         partitions.ensure_days(cursor, {row[3].date() for row in traces})
         raw = cursor.cursor  # the psycopg 3 cursor: COPY goes through it
-        _copy(raw, "ingest_trace_in_v2", TRACE_COLUMNS, traces)
+        _copy(raw, "ingest_trace_in_v3", TRACE_COLUMNS, traces)
         if snapshots:
             _copy(raw, "ingest_snapshot_in", "request_id, " + SNAPSHOT_COLUMNS, snapshots)
         cursor.execute(_MOVE_FROM_TEMP)

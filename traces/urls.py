@@ -16,6 +16,7 @@ urlpatterns = [
     re_path(rf"^traces/{REQUEST_ID}/\Z", views.trace_detail, name="trace-detail"),
     re_path(rf"^traces/{REQUEST_ID}/export\.json\Z", views.trace_export, name="trace-export"),
     re_path(rf"^traces/{REQUEST_ID}/snapshot\Z", views.trace_snapshot, name="trace-snapshot"),
+    re_path(rf"^traces/{REQUEST_ID}/replay\Z", views.trace_replay, name="trace-replay"),
 ]
 
 # Scope is per agent: each view lets through only traces of agents where the user holds the
@@ -26,4 +27,6 @@ REQUIRED = {
     "trace-detail": Capability.VIEW_TRACES,
     "trace-export": Capability.VIEW_TRACES,
     "trace-snapshot": Capability.VIEW_SNAPSHOTS,
+    # and VIEW_CONFIG on the trace's agent (a draft's body): policy.check_user_can_replay_trace
+    "trace-replay": Capability.VIEW_TRACES,
 }

@@ -23,7 +23,7 @@ from console.kernel.audit import AccessAction
 from console.kernel.errors import ApplicationError
 from console.kernel.policy import Capability, agents_where
 from strategies.catalog.models import Environment
-from traces import selectors, services
+from traces import replay, selectors, services
 from traces.filters import TraceFilters
 
 
@@ -126,7 +126,53 @@ def trace_detail(request, request_id: str):
         return _choose(request, request_id, ambiguous.matches)
     services.trace_look_record(actor=request.user, action=AccessAction.TRACE_VIEW, trace=trace)
     context = selectors.trace_page_context(user=request.user, trace=trace)
+    context["replay_card"] = replay.replay_card(
+        user=request.user, trace=trace, live_number=_strategy_live(trace, context["versions"])
+    )
     return TemplateResponse(request, "traces/detail.html", context)
+
+
+def _strategy_live(trace, versions) -> int | None:
+    """What the trace's environment serves of its strategy now (from the versions card)."""
+    return next((v.live_number for v in versions if v.document == trace.strategy), None)
+
+
+@require_GET
+@vary_on_headers("HX-Request")
+def trace_replay(request, request_id: str):
+    """Re-run the engine on the trace's candidates with a version of its strategy (the
+    recorded one, what is live now, a draft): the Replay card's answer — its fragment for
+    htmx, a page of its own without JavaScript. Read-only; each replay is in the access log."""
+    trace = _visible(request, request_id)
+    wanted = (request.GET.get("version") or "").strip()
+    versions = selectors.versions_used(trace)
+    selected = int(wanted) if wanted.isascii() and wanted.isdigit() else None
+    context = {
+        "trace": trace,
+        "links": selectors.trace_links(trace),
+        "replay_card": replay.replay_card(
+            user=request.user,
+            trace=trace,
+            live_number=_strategy_live(trace, versions),
+            selected=selected,
+        ),
+    }
+    try:
+        result = replay.trace_replay(user=request.user, trace=trace, version=wanted)
+    except ApplicationError as exc:
+        context["replay_error"] = exc
+        status = exc.status
+    else:
+        services.trace_look_record(
+            actor=request.user,
+            action=AccessAction.TRACE_REPLAY,
+            trace=trace,
+            detail=replay.replay_detail(result),
+        )
+        context["replayed"] = result
+        status = 200
+    template = "traces/detail.html#replay" if request.htmx else "traces/replay_page.html"
+    return TemplateResponse(request, template, context, status=status)
 
 
 @require_GET

@@ -362,6 +362,26 @@ def check_user_can_withdraw_approval(user, approval) -> None:
         )
 
 
+def user_can_replay_trace(user, agent) -> bool:
+    """Replaying a trace re-runs the engine on its candidates with a version of the agent's
+    strategy, a draft's body included: viewing the agent's traces AND its configuration."""
+    return user_can(user, Capability.VIEW_TRACES, agent) and user_can(
+        user, Capability.VIEW_CONFIG, agent
+    )
+
+
+def check_user_can_replay_trace(user, agent, *, target=None) -> None:
+    check_user_can(user, Capability.VIEW_TRACES, agent, target=target)
+    check_user_can(
+        user,
+        Capability.VIEW_CONFIG,
+        agent,
+        target=target,
+        message="Replaying a trace shows what a version of the strategy decides: it needs the "
+        "permission to view this agent's configuration.",
+    )
+
+
 def rollback_needs_approval(environment) -> bool:
     """The revert policy: where it is on, a rollback is a request a second person approves
     (with APPROVE, never their own, like a publish); off, it takes effect at once."""

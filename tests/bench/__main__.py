@@ -4,6 +4,7 @@ python -m tests.bench               # all of them
 python -m tests.bench config        # the runtime config endpoint
 python -m tests.bench traces        # trace ingest and lookup
 python -m tests.bench trace_keys    # the ingest's check for a key twice inside a trace
+python -m tests.bench replay        # the trace page's replay (50 candidates)
 python -m tests.bench engine        # the SDK's selection engine (50 and 500 candidates)
 python -m tests.bench client        # a config read on the runtime's request path
 python -m tests.bench propagation   # publish → polling client / webhook → client
@@ -20,6 +21,7 @@ BENCHES = {
     "config": "tests.bench.bench_config",
     "traces": "tests.bench.bench_traces",
     "trace_keys": "tests.bench.bench_trace_keys",
+    "replay": "tests.bench.bench_replay",
     "engine": "sdk/bench/bench_engine.py",
     "client": "sdk/bench/bench_client.py",
     "propagation": "tests.bench.bench_propagation",

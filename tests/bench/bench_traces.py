@@ -21,7 +21,10 @@ the SDK's reporter sends (`--wire sdk`, the default: `encode_trace`, the wire st
 order with defaults written) or compact JSON of plain dicts, as another client might write
 (`--wire plain`). `--against DIR` also serves another checkout (say the commit before a
 change, from `git archive`) on a second port and ingests through both, alternating which goes
-first in each round: the cost of a change in the same run.
+first in each round: the cost of a change in the same run. The traces carry the replay
+fields of context_runtime 0.2.0 (issue 20: the `selection` block, per candidate outcome,
+relevance, provider bundle and reason code); `--old-runtime` leaves them out. Set
+`BENCH_TRACES_DB` / `BENCH_TRACES_PORT` to run two benches at once on one server.
 """
 
 from __future__ import annotations
@@ -47,8 +50,9 @@ from context_runtime import wire
 from context_runtime.reporter import encode_trace
 
 ROOT = Path(__file__).resolve().parents[2]
-BENCH_DB = "bench_traces"
-PORT = 8691
+# Overridable, so two checkouts can run the bench at once on one server.
+BENCH_DB = os.environ.get("BENCH_TRACES_DB", "bench_traces")
+PORT = int(os.environ.get("BENCH_TRACES_PORT", "8691"))
 BATCH = 500
 CLIENTS = 4
 ROUNDS = 4
@@ -81,7 +85,22 @@ def setup_database(admin_url: str, bench_url: str) -> dict:
     )
 
 
-def payloads(count: int, candidates: int, prefix: str, start: datetime) -> list[dict]:
+REASON_CODES = {
+    "selected": "required",
+    "irrelevant": "below_threshold",
+    "over_budget": "over_budget_optional",
+    "not_applicable": "provider_not_applicable",
+    "not_fetched": "provider_not_fetched",
+}
+OUTCOMES = {"not_applicable": "not_applicable", "not_fetched": "not_fetched"}
+
+
+def payloads(
+    count: int, candidates: int, prefix: str, start: datetime, *, replay_fields: bool = True
+) -> list[dict]:
+    """Traces as a runtime sends them: with the replay fields of context_runtime 0.2.0 (the
+    `selection` block; per candidate outcome, relevance, provider bundle, reason code), or
+    without them as an older runtime (`replay_fields=False`)."""
     rng = random.Random(prefix)
     decisions = ["selected"] * 5 + ["irrelevant", "over_budget", "not_applicable", "not_fetched"]
     sources = ["task_state", "order_delivery", "applicable_policy", "recent_dialogue", "memory"]
@@ -115,6 +134,21 @@ def payloads(count: int, candidates: int, prefix: str, start: datetime) -> list[
                 ],
             }
         )
+        if replay_fields:
+            trace = out[-1]
+            trace["selection"] = {
+                "engine": "context_runtime 0.2.0 rules 1a2b3c4d5e6f",
+                "fixed_input_tokens": 2890,
+                "relevance_threshold": 0.2,
+                "context_window": 128000,
+                "max_input_tokens": None,
+            }
+            for i, c in enumerate(trace["candidates"]):
+                c["outcome"] = OUTCOMES.get(c["decision"], "fetched")
+                c["relevance"] = round(rng.random(), 3)
+                c["reason_code"] = REASON_CODES[c["decision"]]
+                if i % 10 == 2:
+                    c["bundle"] = c["provider_bundle"] = "policy-P7"
     return out
 
 
@@ -553,7 +587,11 @@ def main() -> None:
     parser.add_argument("--wire", choices=["sdk", "plain"], default="sdk", help="batch bytes")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds")
     parser.add_argument("--against", type=Path, help="another checkout to ingest through too")
+    parser.add_argument(
+        "--old-runtime", action="store_true", help="traces without the replay fields (issue 20)"
+    )
     args = parser.parse_args()
+    replay = not args.old_runtime
 
     admin_url, bench_url = database_urls()
     print(f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()}")
@@ -584,23 +622,32 @@ def main() -> None:
         start = (datetime.now(UTC) - timedelta(days=3)).replace(
             hour=0, minute=0, second=0, microsecond=0
         )
-        http_traces = payloads(args.traces, args.candidates, "http", start)
+        http_traces = payloads(args.traces, args.candidates, "http", start, replay_fields=replay)
         bodies = batch_bodies(http_traces, args.wire)
         counts = [len(http_traces[i : i + BATCH]) for i in range(0, len(http_traces), BATCH)]
         other_bodies = (
-            batch_bodies(payloads(args.traces, args.candidates, "other", start), args.wire)
+            batch_bodies(
+                payloads(args.traces, args.candidates, "other", start, replay_fields=replay),
+                args.wire,
+            )
             if args.against
             else []
         )
         copy_rows = rows_for(
-            payloads(args.traces, args.candidates, "copy", start), agent.pk, env.pk
+            payloads(args.traces, args.candidates, "copy", start, replay_fields=replay),
+            agent.pk,
+            env.pk,
         )
         lean_rows = rows_for(
-            payloads(args.traces, args.candidates, "lean", start), agent.pk, env.pk
+            payloads(args.traces, args.candidates, "lean", start, replay_fields=replay),
+            agent.pk,
+            env.pk,
         )
         lean_schema()
         bulk_rows = rows_for(
-            payloads(args.bulk_slice, args.candidates, "bulk", start), agent.pk, env.pk
+            payloads(args.bulk_slice, args.candidates, "bulk", start, replay_fields=replay),
+            agent.pk,
+            env.pk,
         )
         print(
             f"\n1. ingest {args.traces:,} traces × {args.candidates} candidates "

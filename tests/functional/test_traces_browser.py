@@ -13,6 +13,7 @@ from strategies.catalog.models import Environment
 from strategies.documents.models import Document
 from strategies.documents.services import draft_create, version_freeze
 from tests.factories import post_batch, runtime_token, trace_payload
+from tests.factories.documents import STRATEGY_KEY
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -92,3 +93,39 @@ def test_support_narrows_the_list_by_the_last_day_and_by_date(demo_world, login)
     page.wait_for_url(f"**/traces/?*since={yesterday}*")
     assert "req-92" in page.locator("#trace-table").inner_text()
     assert page.locator("#f-since").input_value() == yesterday
+
+
+def test_support_replays_req_92_with_a_tighter_draft__sees_what_changes(demo_world, login):
+    """Issue 20: the trace page's Replay card. The version req-92 used reproduces its
+    decisions; a draft of the strategy with max_input_tokens 4000 shows, side by side, the
+    decisions that change and the status ready → budget_exceeded; each replay is logged."""
+    document = Document.objects.get(agent__key="assistant_professional", key=STRATEGY_KEY)
+    body = document.versions.get(number=3).body
+    draft = draft_create(
+        document=document,
+        body={**body, "budget": {**body["budget"], "max_input_tokens": 4000}},
+        actor=User.objects.get(username="ops"),
+    )
+    page = login("support", "support-demo")
+    page.goto(page.url + "traces/req-92/")
+    assert "Decided by context_runtime" in page.locator("#versions-used").inner_text()
+
+    page.click("#replay-run")  # the recorded version is chosen first
+    page.locator("#replay-result").wait_for()
+    assert "reproduces every recorded decision" in page.locator("#replay-finding").inner_text()
+
+    page.select_option("#replay-version", str(draft.number))
+    page.click("#replay-run")
+    page.locator(f"#replay-result[data-version='{draft.number}']").wait_for()
+    assert page.url.endswith("/traces/req-92/")  # swapped in place (htmx), not a new page
+    summary = page.locator("#replay-summary")
+    assert summary.locator("[data-status=ready]").count() == 1
+    assert summary.locator("[data-status=budget_exceeded]").count() == 1
+    changed = page.locator("#replay-result tr[data-changed=true]")
+    assert changed.count() >= 1
+    assert "over budget" in changed.first.locator("[data-replay=replayed]").inner_text().lower()
+    assert "change" in page.locator("#replay-finding").inner_text()
+    assert [
+        entry.detail["version"]
+        for entry in AccessLogEntry.objects.filter(action="trace.replay").order_by("id")
+    ] == [3, draft.number]

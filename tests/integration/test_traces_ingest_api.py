@@ -248,6 +248,114 @@ def test_ingest__config_source_and_replay_fields__stored_and_exported(client, se
     assert exported["candidates"][0]["note"] == "order service timed out after 2,000 ms"
 
 
+ENGINE_ID = "context_runtime 0.2.0 rules 1a2b3c4d5e6f"
+
+
+def test_ingest__selection_block_and_reason_codes__stored_shown_and_exported(
+    client, secret, make_user
+):
+    payload = trace_payload(
+        "req-new",
+        selection={
+            "engine": ENGINE_ID,
+            "fixed_input_tokens": 2890,
+            "relevance_threshold": 0.35,
+            "context_window": 128000,
+            "max_input_tokens": None,
+        },
+        candidates=[
+            candidate(reason_code="required", outcome="fetched"),
+            candidate(
+                "P7-v2",
+                source="applicable_policy",
+                bundle="policy-P7+terms",
+                provider_bundle="policy-P7",
+                reason_code="required",
+                outcome="fetched",
+            ),
+            candidate(
+                "old-chat",
+                source="recent_dialogue",
+                required=False,
+                decision="irrelevant",
+                reason="relevance 0.05 is below 0.35",
+                reason_code="below_threshold",
+                outcome="fetched",
+                relevance=0.05,
+            ),
+        ],
+    )
+    assert post_batch(client, secret, [payload]).json()["accepted"] == 1
+    trace = Trace.objects.get(request_id="req-new")
+    assert (
+        trace.engine,
+        trace.fixed_input_tokens,
+        trace.relevance_threshold,
+        trace.selection_context_window,
+        trace.selection_max_input_tokens,
+    ) == (ENGINE_ID, 2890, 0.35, 128000, None)
+    policy = trace.candidates.get(item_id="P7-v2")
+    assert (policy.bundle, policy.provider_bundle, policy.reason_code) == (
+        "policy-P7+terms",
+        "policy-P7",
+        "required",
+    )
+
+    client.force_login(make_user("sup", support="assistant_professional"))
+    page = html.unescape(client.get("/traces/req-new/").content.decode())
+    assert 'Decided by <span class="mono">context_runtime 0.2.0 · rules 1a2b3c4d5e6f</span>' in page
+    assert '<code class="tag tag-code" title="reason code">below_threshold</code>' in page
+    exported = client.get("/api/v1/traces/req-new").json()
+    assert exported["selection"] == {
+        "engine": ENGINE_ID,
+        "fixed_input_tokens": 2890,
+        "relevance_threshold": 0.35,
+        "context_window": 128000,
+        "max_input_tokens": None,
+    }
+    assert [(c["provider_bundle"], c["reason_code"]) for c in exported["candidates"]] == [
+        (None, "required"),
+        ("policy-P7", "required"),
+        (None, "below_threshold"),
+    ]
+    download = client.get("/traces/req-new/export.json").json()
+    assert download["selection"]["relevance_threshold"] == 0.35
+    # What the export says decodes as the runtime's own trace (the wire form, round trip).
+    again = msgspec.convert(download, wire.Trace, strict=False)
+    assert again.selection.engine == ENGINE_ID
+    assert again.candidates[1].provider_bundle == "policy-P7"
+
+
+def test_ingest__runtime_without_replay_fields__stored_blank_and_page_says_so(
+    client, secret, make_user
+):
+    assert post_batch(client, secret, [trace_payload("req-old")]).json()["accepted"] == 1
+    trace = Trace.objects.get(request_id="req-old")
+    assert (trace.engine, trace.fixed_input_tokens, trace.relevance_threshold) == ("", None, None)
+    assert set(trace.candidates.values_list("provider_bundle", "reason_code")) == {("", "")}
+    client.force_login(make_user("sup", support="assistant_professional"))
+    page = client.get("/traces/req-old/").content.decode()
+    assert "Recorded by a runtime that sends no replay fields" in page
+    assert "tag-code" not in page
+    exported = client.get("/api/v1/traces/req-old").json()
+    assert exported["selection"] is None
+    assert {c["reason_code"] for c in exported["candidates"]} == {None}
+
+
+def test_ingest__unknown_reason_code_or_bad_selection__that_trace_rejected_alone(client, secret):
+    bad_code = trace_payload("req-bad-code", candidates=[candidate(reason_code="because")])
+    bad_selection = trace_payload(
+        "req-bad-sel",
+        selection={"engine": "", "fixed_input_tokens": -1, "relevance_threshold": 2},
+    )
+    body = post_batch(client, secret, [bad_code, bad_selection, trace_payload("req-ok")]).json()
+    assert body["accepted"] == 1
+    paths = {r["request_id"]: r["errors"][0]["path"] for r in body["rejected"]}
+    assert paths["req-bad-code"] == "candidates[0].reason_code"
+    assert paths["req-bad-sel"].startswith("selection.")
+    assert list(Trace.objects.values_list("request_id", flat=True)) == ["req-ok"]
+
+
 def test_ingest__replay_fields_out_of_range__rejected_alone(client, secret):
     bad = trace_payload(
         "req-bad", candidates=[candidate("old-chat", relevance=1.5, outcome="maybe")]

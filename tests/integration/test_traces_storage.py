@@ -130,3 +130,83 @@ def test_lookup_by_request_id__reads_the_day_of_the_trace_only(env, django_asser
     # A miss is one probe of the request keys, and no trace partition at all.
     with django_assert_num_queries(1):
         assert list(selectors.traces_keyed(Trace.objects.all(), ["req-missing"])) == []
+
+
+# --- migration 0007: the replay fields on every partition, without a rewrite --------------------
+REPLAY_COLUMNS = {
+    "traces_trace": {
+        "engine",
+        "fixed_input_tokens",
+        "relevance_threshold",
+        "selection_context_window",
+        "selection_max_input_tokens",
+    },
+    "traces_candidate": {"provider_bundle", "reason_code"},
+}
+
+
+def _partition_columns(cursor, parent: str) -> dict[str, set[str]]:
+    cursor.execute(
+        "SELECT c.relname, a.attname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+        "JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+        "WHERE i.inhparent = %s::regclass",
+        [parent],
+    )
+    columns: dict[str, set[str]] = {}
+    for name, column in cursor.fetchall():
+        columns.setdefault(name, set()).add(column)
+    return columns
+
+
+def _files(cursor, names) -> dict[str, int]:
+    cursor.execute(
+        "SELECT relname, relfilenode FROM pg_class WHERE relname = ANY(%s)", [list(names)]
+    )
+    return dict(cursor.fetchall())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migration_0007__table_with_rows__every_partition_gains_the_columns_without_rewrite(
+    client,
+):
+    """Back to 0006 and forward again over stored traces: every day partition (and one
+    created later) has the replay columns, no partition was rewritten (its file is the same),
+    and the traces stored before read as "no replay fields"."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    from traces import partitions
+
+    env = world()
+    post_batch(client, runtime_token(env["environments"]["sg-test"]), [trace_payload("req-old")])
+    trace = Trace.objects.get(request_id="req-old")
+    day_partitions = [
+        partitions.partition_name(parent, trace.occurred_at.date()) for parent in partitions.PARENTS
+    ]
+    executor = MigrationExecutor(connection)
+    executor.migrate([("traces", "0006_candidate_key_and_exclusion_time")])
+    try:
+        with connection.cursor() as cursor:
+            before = _files(cursor, day_partitions)
+            assert (
+                not REPLAY_COLUMNS["traces_trace"]
+                & _partition_columns(cursor, "traces_trace")[day_partitions[0]]
+            )
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes("traces"))
+    with connection.cursor() as cursor:
+        assert _files(cursor, day_partitions) == before  # no rewrite
+        later = timezone.now().date() + timedelta(days=30)
+        partitions.ensure_days(cursor, [later])
+        for parent, wanted in REPLAY_COLUMNS.items():
+            columns = _partition_columns(cursor, parent)
+            assert partitions.partition_name(parent, later) in columns
+            assert all(wanted <= have for have in columns.values()), parent
+        cursor.execute(
+            "DROP TABLE "
+            + ", ".join(partitions.partition_name(p, later) for p in partitions.PARENTS)
+        )
+    trace = Trace.objects.get(request_id="req-old")
+    assert (trace.engine, trace.fixed_input_tokens) == ("", None)
+    assert set(Candidate.objects.values_list("provider_bundle", "reason_code")) == {("", "")}

@@ -14,10 +14,12 @@ from console.kernel.policy import (
     agents_visible_to,
     agents_where,
     check_user_can,
+    check_user_can_replay_trace,
     role_names,
     rule_allows,
     user_can,
     user_can_anywhere,
+    user_can_replay_trace,
 )
 
 pytestmark = pytest.mark.django_db
@@ -148,3 +150,19 @@ def test_field_changes__created_object__one_added_row_per_field():
     ]
     assert field_changes({"x": 1}, None) == [{"path": "x", "before": 1, "after": None}]
     assert field_changes(None, None) == []
+
+
+def test_replay_trace__needs_traces_and_configuration_of_the_agent(agents, make_user):
+    professional, lite = agents["assistant_professional"], agents["assistant_lite"]
+    Role.objects.create(name="trace-reader", capabilities=[Capability.VIEW_TRACES])
+    support = make_user("sup", support=professional)
+    reader = make_user("reader", **{"trace-reader": professional})
+    assert user_can_replay_trace(support, professional)
+    assert not user_can_replay_trace(support, lite)
+    assert not user_can_replay_trace(reader, professional)  # a draft's body is configuration
+    with pytest.raises(NotFound):
+        check_user_can_replay_trace(support, lite)
+    with pytest.raises(Forbidden):
+        check_user_can_replay_trace(reader, professional)
+    denied = AccessLogEntry.objects.filter(action="access.denied").order_by("id")
+    assert [entry.detail["capability"] for entry in denied] == ["view_traces", "view_config"]

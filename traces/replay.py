@@ -1,0 +1,432 @@
+"""Replay one trace's selection on its stored candidates (issue 20, the trace page's Replay).
+
+The engine is deterministic, and a trace with replay fields (its `selection` block, and per
+candidate the provider's outcome, bundle and a reason code) stores everything `select()` was
+given besides the strategy: so re-running it with the version the trace used must give the
+recorded decisions — a difference is itself a finding (a runtime on another engine than the
+console's) — and re-running it with what is live now, or with a draft, says what that
+version would have decided for this very request. Read-only: nothing is written here (the
+views write the access-log row of each replay).
+
+The candidates are rebuilt by `context_runtime.replay.trace_candidates` from the stored rows
+in their wire form, so the console maps them exactly as every runtime and the preview do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from context_runtime import replay as engine_replay
+from context_runtime import wire
+from context_runtime.engine import ENGINE, EngineInputError, Selection, Strategy
+
+from console.kernel.errors import Conflict, NotFound, ValidationFailed
+from console.kernel.policy import check_user_can_replay_trace, user_can_replay_trace
+from strategies.documents.models import Document, Version
+from strategies.releases.models import Release
+from traces.models import Candidate, Trace
+from traces.selectors import trace_candidates
+
+RECORDED = "recorded"  # the version the trace used
+LIVE = "live"  # what the trace's environment serves now
+
+
+class NotReplayable(Conflict):
+    """This trace (or this version of its strategy) cannot be replayed: 409."""
+
+    code = "not_replayable"
+
+
+def not_replayable_reason(trace: Trace) -> str | None:
+    """Why the engine cannot re-run this trace at all (None: it can)."""
+    if not trace.strategy:
+        return (
+            "This request used no strategy (its runtime reported the context profile only): "
+            "there is no selection to replay."
+        )
+    if not trace.engine:
+        return (
+            "Recorded by a runtime that sends no replay fields (which engine decided, the "
+            "relevance threshold, the fixed input tokens, each candidate's own bundle): the "
+            "engine cannot re-run it exactly. Runtimes on context_runtime 0.2.0 or later send "
+            "them."
+        )
+    return None
+
+
+def version_parse(text: str | None) -> str | int:
+    """`recorded` (the default), `live`, or a version number; anything else is a 400."""
+    text = (text or "").strip().lower() or RECORDED
+    if text in (RECORDED, LIVE):
+        return text
+    if text.isascii() and text.isdigit() and 0 < int(text) <= wire.MAX_INT32:
+        return int(text)
+    raise ValidationFailed(
+        "Choose the version to replay with: recorded, live, or a version number.",
+        code="bad_version",
+        details=[
+            {
+                "path": "version",
+                "code": "bad_version",
+                "message": "must be recorded, live or a version number",
+            }
+        ],
+    )
+
+
+@dataclass(frozen=True)
+class VersionChoice:
+    """One version the Replay card offers."""
+
+    number: int
+    state: str
+    recorded: bool  # the version the trace used
+    live: bool  # what the trace's environment serves now
+
+    @property
+    def label(self) -> str:
+        marks = [
+            word
+            for word, on in (
+                ("recorded", self.recorded),
+                ("live now", self.live),
+                ("draft", self.state == Version.State.DRAFT),
+            )
+            if on
+        ]
+        return f"v{self.number}" + (f" · {', '.join(marks)}" if marks else "")
+
+
+def _document(trace: Trace) -> Document | None:
+    return Document.objects.filter(
+        agent_id=trace.agent_id, key=trace.strategy, kind=Document.Kind.STRATEGY
+    ).first()
+
+
+def replay_choices(trace: Trace, *, live_number: int | None) -> list[VersionChoice]:
+    """The strategy's versions, newest first, drafts included (one query; the trace page
+    knows what is live from its versions card)."""
+    if not trace.strategy:
+        return []
+    rows = Version.objects.filter(
+        document__agent_id=trace.agent_id,
+        document__key=trace.strategy,
+        document__kind=Document.Kind.STRATEGY,
+    ).values_list("number", "state")
+    return [
+        VersionChoice(
+            number=number,
+            state=state,
+            recorded=number == trace.strategy_version,
+            live=number == live_number,
+        )
+        for number, state in sorted(rows, reverse=True)
+    ]
+
+
+@dataclass(frozen=True)
+class ReplayCard:
+    """What the trace page's Replay card offers before anything is replayed."""
+
+    why_not: str | None  # the trace cannot be replayed at all: why
+    allowed: bool  # the user may replay (traces and configuration of the agent)
+    choices: tuple[VersionChoice, ...]
+    selected: int | None  # the version chosen in the form (the recorded one first)
+
+
+def replay_card(*, user, trace: Trace, live_number: int | None, selected=None) -> ReplayCard:
+    """The card's state: nothing is run, at most one query (the strategy's versions)."""
+    why_not = not_replayable_reason(trace)
+    allowed = user_can_replay_trace(user, trace.agent)
+    choices = (
+        () if why_not or not allowed else tuple(replay_choices(trace, live_number=live_number))
+    )
+    return ReplayCard(
+        why_not=why_not,
+        allowed=allowed,
+        choices=choices,
+        selected=selected if selected is not None else trace.strategy_version,
+    )
+
+
+def _version_resolve(trace: Trace, wanted: str | int) -> tuple[Version, str]:
+    """The Version row `wanted` names, and which kind of choice it was."""
+    document = _document(trace)
+    if document is None:
+        raise NotFound(f"Strategy '{trace.strategy}' is not among {trace.agent.key}'s documents.")
+    if wanted == LIVE:
+        release = (
+            Release.objects.filter(document=document, environment_id=trace.environment_id)
+            .select_related("version")
+            .first()
+        )
+        if release is None:
+            raise NotFound(
+                f"Nothing of {trace.strategy} is live in {trace.environment.key} now.",
+                code="nothing_live",
+            )
+        return release.version, LIVE
+    number = trace.strategy_version if wanted == RECORDED else wanted
+    version = Version.objects.filter(document=document, number=number).first()
+    if version is None:
+        raise NotFound(
+            f"{trace.strategy} has no version {number}.",
+            code="unknown_version",
+            details=[{"path": "version", "code": "unknown_version", "message": str(number)}],
+        )
+    kind = (
+        RECORDED if number == trace.strategy_version else "draft" if version.is_draft else "version"
+    )
+    return version, kind
+
+
+@dataclass(frozen=True)
+class ReplayRow:
+    """One candidate: what was recorded, and what the replay decided."""
+
+    position: int
+    item_id: str
+    source: str
+    size: int | None
+    recorded_decision: str
+    recorded_code: str
+    recorded_reason: str
+    recorded_required: bool
+    recorded_bundle: str
+    decision: str
+    code: str
+    reason: str
+    required: bool
+    bundle: str
+
+    @property
+    def changed(self) -> bool:
+        return (self.recorded_decision, self.recorded_code, self.recorded_required) != (
+            self.decision,
+            self.code,
+            self.required,
+        ) or self.recorded_bundle != self.bundle
+
+
+@dataclass(frozen=True)
+class TraceReplay:
+    """A trace replayed with one version of its strategy: recorded against replayed."""
+
+    trace: Trace
+    version: int
+    version_state: str
+    kind: str  # recorded, live, draft or version
+    recorded_engine: str
+    console_engine: str
+    recorded_status: str
+    recorded_degradation: str
+    status: str
+    degradation: str
+    recorded_input_tokens: int | None
+    input_tokens: int
+    rows: tuple[ReplayRow, ...]
+    # With the version the trace used (however it was asked for): whether the console's
+    # engine reproduces every recorded decision (status, degradation, per candidate
+    # decision, reason code, group, required); None with any other version.
+    reproduces: bool | None
+
+    @property
+    def changed_rows(self) -> int:
+        return sum(1 for row in self.rows if row.changed)
+
+    @property
+    def status_changed(self) -> bool:
+        return (self.recorded_status, self.recorded_degradation) != (
+            self.status,
+            self.degradation,
+        )
+
+    @property
+    def same_engine(self) -> bool:
+        return self.recorded_engine == self.console_engine
+
+
+def _wire_candidate(c: Candidate) -> wire.Candidate:
+    """A stored candidate back in its wire form, as the runtime sent it."""
+    return wire.Candidate(
+        id=c.item_id,
+        source=c.source,
+        decision=c.decision,
+        version=c.version,
+        size=c.size,
+        required=c.required,
+        bundle=c.bundle or None,
+        reason=c.reason,
+        outcome=c.outcome or None,
+        relevance=c.relevance,
+        depends_on=tuple(c.depends_on),
+        conflicts_with=tuple(c.conflicts_with),
+        note=c.note,
+        provider_bundle=c.provider_bundle or None,
+        reason_code=c.reason_code or None,
+    )
+
+
+def selection_info(trace: Trace) -> wire.SelectionInfo:
+    """The trace's `selection` block, as stored."""
+    return wire.SelectionInfo(
+        engine=trace.engine,
+        fixed_input_tokens=trace.fixed_input_tokens or 0,
+        relevance_threshold=trace.relevance_threshold
+        if trace.relevance_threshold is not None
+        else 0.0,
+        context_window=trace.selection_context_window,
+        max_input_tokens=trace.selection_max_input_tokens,
+    )
+
+
+def _replayed(trace: Trace, version: Version, candidates: list[Candidate]) -> Selection:
+    try:
+        strategy = Strategy.from_body(version.body)
+        return engine_replay.replay(
+            strategy,
+            engine_replay.trace_candidates(_wire_candidate(c) for c in candidates),
+            selection_info(trace),
+        )
+    except EngineInputError as exc:
+        shown = "; ".join(f"{f.path}: {f.message}" for f in exc.findings[:3])
+        raise NotReplayable(
+            f"v{version.number} of {trace.strategy} cannot be replayed on this trace's "
+            f"candidates: {shown}",
+            details=exc.findings[:20],
+        ) from exc
+
+
+def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> TraceReplay:
+    """Re-run the engine on the trace's stored candidates with `version` of its strategy:
+    `recorded` (must reproduce the record), `live` (what its environment serves now), or a
+    version number (a draft included). Read-only.
+
+    Refused like the trace itself when the user may not see it; 403 without the right to
+    read the agent's configuration (a draft's body). 400 for a malformed version, 404 for an
+    unknown one, 409 when the trace cannot be replayed (no strategy, no replay fields) or
+    the version cannot run on its candidates."""
+    check_user_can_replay_trace(
+        user, trace.agent, target=("trace", trace.request_id, trace.request_id)
+    )
+    wanted = version_parse(version)
+    reason = not_replayable_reason(trace)
+    if reason is not None:
+        raise NotReplayable(reason)
+    chosen, kind = _version_resolve(trace, wanted)
+    candidates = list(trace_candidates(trace))
+    selection = _replayed(trace, chosen, candidates)
+    rows = tuple(
+        ReplayRow(
+            position=c.position,
+            item_id=c.item_id,
+            source=c.source,
+            size=c.size,
+            recorded_decision=c.decision,
+            recorded_code=c.reason_code,
+            recorded_reason=c.reason,
+            recorded_required=c.required,
+            recorded_bundle=c.bundle,
+            decision=d.decision,
+            code=d.reason_code or "",
+            reason=d.reason,
+            required=d.required,
+            bundle=d.bundle or "",
+        )
+        for c, d in zip(candidates, selection.decisions, strict=True)
+    )
+    reproduces = None
+    if chosen.number == trace.strategy_version:  # asked as "recorded", "live" or its number
+        reproduces = engine_replay.facts(selection) == _recorded_facts(trace, candidates)
+    return TraceReplay(
+        trace=trace,
+        version=chosen.number,
+        version_state=chosen.state,
+        kind=kind,
+        recorded_engine=trace.engine,
+        console_engine=ENGINE,
+        recorded_status=trace.status,
+        recorded_degradation=trace.degradation,
+        status=selection.status,
+        degradation=selection.degradation or "",
+        recorded_input_tokens=None if trace.input_estimate is None else int(trace.input_estimate),
+        input_tokens=selection.input_estimate,
+        rows=rows,
+        reproduces=reproduces,
+    )
+
+
+def _recorded_facts(trace: Trace, candidates: list[Candidate]):
+    return engine_replay.recorded_facts(
+        trace.status,
+        trace.degradation or None,
+        [_wire_candidate(c) for c in candidates],
+    )
+
+
+def replay_detail(result: TraceReplay) -> dict:
+    """What the access-log row of a replay says: which version, and what came out."""
+    return {
+        "version": result.version,
+        "kind": result.kind,
+        "state": result.version_state,
+        "reproduces": result.reproduces,
+        "changed": result.changed_rows,
+        "status": result.status,
+    }
+
+
+def replay_export(result: TraceReplay) -> dict:
+    """The replay as the operator API answers it (traces.api.ReplayOut)."""
+
+    def side(decision, code, reason, required, bundle) -> dict:
+        return {
+            "decision": decision,
+            "reason_code": code or None,
+            "reason": reason,
+            "required": required,
+            "bundle": bundle or None,
+        }
+
+    trace = result.trace
+    return {
+        "request_id": trace.request_id,
+        "environment": trace.environment.key,
+        "strategy": trace.strategy,
+        "version": result.version,
+        "version_state": result.version_state,
+        "version_kind": result.kind,
+        "reproduces": result.reproduces,
+        "recorded_engine": result.recorded_engine,
+        "console_engine": result.console_engine,
+        "recorded": {
+            "status": result.recorded_status,
+            "degradation": result.recorded_degradation or None,
+            "input_tokens": result.recorded_input_tokens,
+        },
+        "replayed": {
+            "status": result.status,
+            "degradation": result.degradation or None,
+            "input_tokens": result.input_tokens,
+        },
+        "status_changed": result.status_changed,
+        "changed": result.changed_rows,
+        "candidates": [
+            {
+                "position": row.position,
+                "id": row.item_id,
+                "source": row.source,
+                "size": row.size,
+                "recorded": side(
+                    row.recorded_decision,
+                    row.recorded_code,
+                    row.recorded_reason,
+                    row.recorded_required,
+                    row.recorded_bundle,
+                ),
+                "replayed": side(row.decision, row.code, row.reason, row.required, row.bundle),
+                "changed": row.changed,
+            }
+            for row in result.rows
+        ],
+    }
