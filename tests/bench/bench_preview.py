@@ -92,7 +92,7 @@ def main() -> None:
     started = time.perf_counter()
     for trace, rows in data:
         items = [report.candidate_item(r) for r in rows]
-        select(strategy=live, candidates=items, **report.selection_arguments(trace))
+        select(strategy=live, candidates=items, **_arguments(trace))
     baseline = time.perf_counter() - started
 
     versions = report.Versions(recorded={3: live}, live_number=3, live=live, candidate=draft)

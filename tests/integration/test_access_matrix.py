@@ -149,10 +149,44 @@ def _sample_personal_token(model):
     return token
 
 
+def _sample_preview(model):
+    """A complete impact preview of the demo strategy's v3 against sg-test, over the last 7
+    days (so req-92 is in its window for the side-by-side url)."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from strategies.catalog.models import Environment
+    from strategies.documents.models import Version
+
+    v3 = Version.objects.get(
+        document__agent__key=SAMPLE_AGENT, document__key="after_sales_consultation", number=3
+    )
+    now = timezone.now()
+    return model.objects.create(
+        agent=v3.document.agent,
+        environment=Environment.objects.get(key="sg-test"),
+        document=v3.document,
+        version=v3,
+        version_number=3,
+        content_hash=v3.content_hash,
+        body=v3.body,
+        live_version_number=3,
+        live_content_hash=v3.content_hash,
+        window_start=now - timedelta(days=7),
+        window_end=now + timedelta(minutes=1),
+        engine="matrix",
+        state=model.State.COMPLETE,
+        finished_at=now,
+        report={"previewed": 0, "withheld": False},
+    )
+
+
 # Objects the demo world does not have, created on demand for pk urls (by model label).
 SAMPLE_FACTORIES = {
     "strategies.webhook": _sample_webhook,
     "console.personaltoken": _sample_personal_token,
+    "previews.preview": _sample_preview,
 }
 
 

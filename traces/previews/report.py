@@ -31,6 +31,9 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import msgspec
+from context_runtime import replay as engine_replay
+from context_runtime import wire
 from context_runtime.engine import (
     CONFLICT,
     OVER_BUDGET,
@@ -38,15 +41,9 @@ from context_runtime.engine import (
     CandidateItem,
     EngineInputError,
     Strategy,
-    select,
 )
-
-try:  # the engine id (context_runtime >= 0.2: issue 20's SDK side)
-    from context_runtime.engine import ENGINE as CONSOLE_ENGINE
-except ImportError:  # pragma: no cover - before the SDK's replay fields land
-    from context_runtime import __version__ as _sdk_version
-
-    CONSOLE_ENGINE = f"context_runtime {_sdk_version}"
+from context_runtime.engine import ENGINE as CONSOLE_ENGINE
+from context_runtime.replay import CandidateFacts, Facts
 
 FIDELITY_FLOOR = 0.999
 IDS_PER_CELL = 50
@@ -116,6 +113,16 @@ CANDIDATE_COLUMNS = (
 
 
 # --- rebuilding a trace's selection -------------------------------------------------------------
+def _ids(value) -> tuple[str, ...]:
+    """A candidate's links: Django's database cursor hands JSON columns over as their text
+    (JSONField decodes them itself), so "[]" — nearly every row — is the cheap case."""
+    if not value or value == "[]":
+        return ()
+    if isinstance(value, str):
+        return tuple(msgspec.json.decode(value))
+    return tuple(value)
+
+
 def candidate_item(row: Sequence) -> CandidateItem:
     """A stored candidate as the item its provider returned (`trace_candidates`' mapping)."""
     return CandidateItem(
@@ -125,78 +132,53 @@ def candidate_item(row: Sequence) -> CandidateItem:
         size=row[C_SIZE],
         relevance=row[C_RELEVANCE],
         bundle=row[C_PROVIDER_BUNDLE] or None,
-        depends_on=tuple(row[C_DEPENDS] or ()),
-        conflicts_with=tuple(row[C_CONFLICTS] or ()),
+        depends_on=_ids(row[C_DEPENDS]),
+        conflicts_with=_ids(row[C_CONFLICTS]),
         outcome=row[C_OUTCOME] or "fetched",
         note=row[C_NOTE] or "",
     )
 
 
-def selection_arguments(trace: Sequence) -> dict:
-    """What the runtime gave `select()` besides the strategy and the candidates."""
-    return {
-        "fixed_input_tokens": trace[T_FIXED] or 0,
-        "relevance_threshold": trace[T_THRESHOLD],
-        "context_window": trace[T_WINDOW],
-        "max_input_tokens": trace[T_MAX],
-    }
-
-
-def replay(strategy: Strategy, items: Sequence[CandidateItem], arguments: Mapping):
-    """`select()` with the recorded arguments, on the candidates of the strategy's sources
-    (a runtime asks only the providers of its strategy's sources): the selection, and the
-    position among `items` of each of its decisions."""
-    sources = strategy.sources
-    if all(item.source in sources for item in items):
-        return select(strategy=strategy, candidates=tuple(items), **arguments), range(len(items))
-    positions = [i for i, item in enumerate(items) if item.source in sources]
-    chosen = tuple(items[i] for i in positions)
-    return select(strategy=strategy, candidates=chosen, **arguments), positions
-
-
-def _reason_code(decision) -> str:
-    return getattr(decision, "reason_code", None) or ""
-
-
-def replayed_facts(selection) -> tuple:
-    """The comparable part of a selection: status, degradation, and per candidate (decision,
-    reason code, group label, required) — as `context_runtime.replay.facts`."""
-    return (
-        selection.status,
-        selection.degradation or "",
-        tuple(
-            (d.decision, _reason_code(d), d.bundle or "", bool(d.required))
-            for d in selection.decisions
-        ),
+def selection_info(trace: Sequence) -> wire.SelectionInfo:
+    """The trace's `selection` block (what the runtime gave `select()` besides the strategy
+    and the candidates), as `traces.replay.selection_info` reads it from a Trace."""
+    return wire.SelectionInfo(
+        engine=trace[T_ENGINE],
+        fixed_input_tokens=trace[T_FIXED] or 0,
+        relevance_threshold=trace[T_THRESHOLD] if trace[T_THRESHOLD] is not None else 0.0,
+        context_window=trace[T_WINDOW],
+        max_input_tokens=trace[T_MAX],
     )
 
 
-def recorded_facts(trace: Sequence, candidates: Sequence[Sequence]) -> tuple:
-    """The same facts as the runtime recorded them."""
-    return (
+def replay(strategy: Strategy, items: Sequence[CandidateItem], info: wire.SelectionInfo):
+    """`context_runtime.replay.replay` (the candidates of sources the strategy does not
+    read are left out, as its runtime would not have asked them): the selection, and the
+    position among `items` of each of its decisions."""
+    selection = engine_replay.replay(strategy, items, info)
+    if len(selection.decisions) == len(items):
+        return selection, range(len(items))
+    sources = strategy.sources
+    return selection, [i for i, item in enumerate(items) if item.source in sources]
+
+
+def recorded_facts(trace: Sequence, candidates: Sequence[Sequence]) -> Facts:
+    """The facts the runtime recorded, mapped from the rows as `Facts.recorded` maps wire
+    candidates (no wire objects are built for it)."""
+    return Facts(
         trace[T_STATUS],
         trace[T_DEGRADATION] or "",
         tuple(
-            (c[C_DECISION], c[C_REASON_CODE] or "", c[C_BUNDLE] or "", bool(c[C_REQUIRED]))
+            CandidateFacts(c[C_DECISION], c[C_REASON_CODE] or "", c[C_BUNDLE] or "", c[C_REQUIRED])
             for c in candidates
         ),
     )
 
 
-def fidelity_difference(recorded: tuple, replayed: tuple, candidates) -> str:
-    """The first difference between recorded and replayed facts, in words."""
-    if recorded[0] != replayed[0]:
-        return f"status {recorded[0]} recorded, {replayed[0]} replayed"
-    if recorded[1] != replayed[1]:
-        return f"degradation {recorded[1] or 'none'} recorded, {replayed[1] or 'none'} replayed"
-    if len(recorded[2]) != len(replayed[2]):
-        return f"{len(recorded[2])} candidates recorded, {len(replayed[2])} replayed"
-    names = ("decision", "reason code", "group", "required")
-    for row, have, got in zip(candidates, recorded[2], replayed[2], strict=True):
-        for name, a, b in zip(names, have, got, strict=True):
-            if a != b:
-                return f"{row[C_ITEM]}: {name} {a or 'none'} recorded, {b or 'none'} replayed"
-    return ""
+def fidelity_difference(recorded: Facts, replayed: Facts, candidates) -> str:
+    """What differs between recorded and replayed facts, in words (`Facts.differences`)."""
+    found = recorded.differences(replayed, ids=[row[C_ITEM] for row in candidates])
+    return "; ".join(found[:3]) + (f" (+{len(found) - 3} more)" if len(found) > 3 else "")
 
 
 # --- cells ------------------------------------------------------------------------------------------
@@ -334,15 +316,15 @@ class Replay:
             self.unknown_version.add(request_id)
             return
         items = [candidate_item(row) for row in candidates]
-        arguments = selection_arguments(trace)
+        info = selection_info(trace)
         try:
-            again, _ = replay(recorded, items, arguments)
+            again, again_at = replay(recorded, items, info)
         except EngineInputError:
             self.replay_errors.add(request_id)
             return
         self.checked += 1
         have = recorded_facts(trace, candidates)
-        got = replayed_facts(again)
+        got = engine_replay.facts(again, of=items)
         if have != got:
             self.mismatch_count += 1
             if len(self.mismatches) < IDS_PER_CELL:
@@ -370,10 +352,10 @@ class Replay:
             return
         try:
             if self.versions.live is recorded:
-                old, old_at = again, range(len(items))
+                old, old_at = again, again_at  # the live replay IS the recorded one
             else:
-                old, old_at = replay(self.versions.live, items, arguments)
-            new, new_at = replay(self.versions.candidate, items, arguments)
+                old, old_at = replay(self.versions.live, items, info)
+            new, new_at = replay(self.versions.candidate, items, info)
         except EngineInputError:
             self.replay_errors.add(request_id)
             return
@@ -404,7 +386,7 @@ class Replay:
             if before is None or after is None:
                 changed = changed or before is not after
                 continue
-            if (before.decision, _reason_code(before)) != (after.decision, _reason_code(after)):
+            if (before.decision, before.reason_code) != (after.decision, after.reason_code):
                 changed = True
             was, now = before.decision == SELECTED, after.decision == SELECTED
             if after.decision == CONFLICT and before.decision != CONFLICT:
@@ -416,20 +398,20 @@ class Replay:
             required = before.required or after.required
             if required:
                 kind, code = (
-                    ("required_lost", _reason_code(after))
+                    ("required_lost", after.reason_code)
                     if was
                     else (
                         "required_kept",
-                        _reason_code(before),
+                        before.reason_code,
                     )
                 )
             else:
                 kind, code = (
-                    ("optional_dropped", _reason_code(after))
+                    ("optional_dropped", after.reason_code)
                     if was
                     else (
                         "optional_added",
-                        _reason_code(before),
+                        before.reason_code,
                     )
                 )
             _cell(self.sources, item.source, kind, code or after.decision).add(request_id)
@@ -554,9 +536,9 @@ def side_by_side(
     """Both selections of one trace, candidate by candidate: [(item, old decision or None,
     new decision or None)], with both selections (None when the engine refused the input)."""
     items = [candidate_item(row) for row in candidates]
-    arguments = selection_arguments(trace)
-    old, old_at = replay(live, items, arguments)
-    new, new_at = replay(candidate, items, arguments)
+    info = selection_info(trace)
+    old, old_at = replay(live, items, info)
+    new, new_at = replay(candidate, items, info)
     before, after = _by_position(old, old_at), _by_position(new, new_at)
     rows = [(item, before.get(i), after.get(i)) for i, item in enumerate(items)]
     return old, new, rows

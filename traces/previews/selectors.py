@@ -173,12 +173,13 @@ def window_batches(
     start: datetime,
     end: datetime,
     thresholds: dict[str, int] | None = None,
-    batch: int = BATCH_TRACES,
+    batch: int | None = None,
 ) -> Iterator[list[tuple[tuple, list[tuple], datetime]]]:
     """The window's traces in trace order (occurred_at, id), `batch` at a time, each with its
     candidates in position order and its time: two queries per batch (the traces by keyset,
     then their candidates bounded to the batch's days, so only those day partitions are
     read). Nothing is held between batches: memory is one batch."""
+    batch = batch or BATCH_TRACES  # read at call time, so a test can make batches small
     sample_sql, sample_args = "", []
     if thresholds:
         cases = " ".join("WHEN %s THEN (hashint8(t.id) & 2147483647) < %s" for _ in thresholds)
