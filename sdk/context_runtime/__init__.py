@@ -12,6 +12,8 @@
                   explicit failure statuses (pure, deterministic, no I/O)
 - ``client``      the config client: ETag polling, webhook refresh, last good copy in memory
                   and on disk; a read on the request path is a memory read
+- ``replay``      the engine again on a trace's recorded candidates: reproduce it, or preview
+                  another strategy version on the same request
 - ``reporter``    the trace reporter: bounded queue, batches in the background, retries
 - ``webhook``     verifying the console's webhook signature
 - ``manifest_report``  declaring what the runtime implements, from what it registered
@@ -37,6 +39,7 @@ __all__ = [
     "findings",
     "manifest",
     "manifest_report",
+    "replay",
     "reporter",
     "text",
     "vocabulary",

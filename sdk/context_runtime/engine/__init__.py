@@ -28,6 +28,8 @@ providers for candidates, and calls :func:`select`::
 - :class:`CandidateItem`: what a provider returned, with its outcome.
 - :class:`Estimator`, :class:`CharacterEstimator`: token estimation (``chars/4`` by default).
 - :func:`context_sections`: which contextSections the profile puts into each block.
+- :data:`ENGINE`: which engine this is (its version and a hash of its rules), recorded in
+  every trace's ``selection`` block.
 - :class:`EngineInputError`: malformed input, with a :class:`~context_runtime.findings.Finding`
   per bad item.
 """
@@ -43,6 +45,7 @@ from context_runtime.engine._candidates import (
 )
 from context_runtime.engine._errors import EngineInputError
 from context_runtime.engine._estimators import DEFAULT_ESTIMATOR, CharacterEstimator, Estimator
+from context_runtime.engine._identity import ENGINE
 from context_runtime.engine._profile import context_sections
 from context_runtime.engine._selection import (
     BUDGET_EXCEEDED,
@@ -70,6 +73,7 @@ __all__ = [
     "DEFAULT_RELEVANCE_THRESHOLD",
     "DEGRADED",
     "DEPENDENCY_MISSING",
+    "ENGINE",
     "FETCHED",
     "IRRELEVANT",
     "MISSING_REQUIRED_DATA",

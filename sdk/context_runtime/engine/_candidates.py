@@ -63,7 +63,8 @@ class CandidateItem(msgspec.Struct, frozen=True, kw_only=True):
 class ItemDecision(msgspec.Struct, frozen=True, gc=False):
     """The engine's decision about one candidate, with the reason an operator reads.
 
-    ``decision`` is one of :data:`context_runtime.wire.DECISIONS`; ``required`` says whether the
+    ``decision`` is one of :data:`context_runtime.wire.DECISIONS` and ``reason_code`` one of
+    :data:`context_runtime.wire.REASON_CODES` (what reports group by); ``required`` says whether the
     item was required content for this request (its source is required, it belongs to a
     bundle holding required items, or a required item depends on it) — an item that does not
     apply is never required.
@@ -77,6 +78,7 @@ class ItemDecision(msgspec.Struct, frozen=True, gc=False):
     bundle: str | None
     decision: str
     reason: str
+    reason_code: str
 
     def to_wire(self) -> wire.Candidate:
         """This decision as the trace's candidate struct (RUNTIME_API §3)."""
@@ -89,6 +91,7 @@ class ItemDecision(msgspec.Struct, frozen=True, gc=False):
             required=self.required,
             bundle=self.bundle,
             reason=self.reason,
+            reason_code=self.reason_code,
         )
 
 

@@ -76,6 +76,7 @@ from context_runtime.engine._candidates import (
 )
 from context_runtime.engine._errors import EngineInputError
 from context_runtime.engine._estimators import DEFAULT_ESTIMATOR, Estimator
+from context_runtime.engine._identity import ENGINE
 from context_runtime.engine._strategy import DEFAULT_PRIORITY, Strategy
 from context_runtime.findings import Finding
 
@@ -99,7 +100,13 @@ CONFLICT = "conflict"
 DEFAULT_RELEVANCE_THRESHOLD = 0.2
 
 _RANK = {status: i for i, status in enumerate(STATUS_PRECEDENCE)}
+_PROVIDER_CODES = {
+    NOT_FETCHED: "provider_not_fetched",
+    NO_ACCESS: "provider_no_access",
+    NOT_APPLICABLE: "provider_not_applicable",
+}
 _ABSENT = "absent"  # a dependency with no candidate at all (a root cause, never a decision)
+_NEED_ABSENT, _NEED_UNSELECTED = "dependency_absent", "dependency_unselected"
 _BLOCKS_BUNDLE = frozenset({NOT_FETCHED, NO_ACCESS, CONFLICT})
 
 
@@ -117,6 +124,10 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
     - ``max_input_tokens``, ``reserve_output_tokens``: the effective budget of the call;
       ``available_tokens`` what that left for the candidates after ``fixed_input_tokens``;
       ``used_tokens`` what the selected items take (never more than ``available_tokens``).
+    - ``relevance_threshold``, ``context_window``, ``call_max_input_tokens``: the arguments
+      the call gave (the last two ``None`` when not given), recorded in the trace's
+      ``selection`` block so that the selection can be replayed exactly
+      (:mod:`context_runtime.replay`); ``engine``: which engine decided.
     """
 
     status: str
@@ -131,7 +142,11 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
     available_tokens: int
     used_tokens: int
     estimator: str
+    relevance_threshold: float = DEFAULT_RELEVANCE_THRESHOLD
+    context_window: int | None = None
+    call_max_input_tokens: int | None = None
     candidates: tuple[CandidateItem, ...] = ()  # as given, for the replay fields of the trace
+    engine: str = ENGINE
 
     @property
     def usable(self) -> bool:
@@ -150,10 +165,11 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
     def wire_candidates(self) -> list[wire.Candidate]:
         """The decisions as the trace's ``candidates`` (docs/runtime-contract.md §3), each with
         what the engine needs to replay it without the providers: the provider's outcome,
-        the relevance score, the links and the provider's note."""
+        the relevance score, the links, the provider's note and its own bundle."""
         return [
             msgspec.structs.replace(
                 decision.to_wire(),
+                provider_bundle=item.bundle,
                 outcome=item.outcome,
                 relevance=None if item.relevance is None else float(item.relevance),
                 depends_on=tuple(item.depends_on[: wire.MAX_LINKS]),
@@ -176,7 +192,18 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
                 value=float(self.input_estimate), unit="token", estimator=self.estimator
             ),
             "candidates": self.wire_candidates(),
+            "selection": self.selection_info(),
         }
+
+    def selection_info(self) -> wire.SelectionInfo:
+        """The trace's ``selection`` block: the call's arguments and the engine."""
+        return wire.SelectionInfo(
+            engine=self.engine,
+            fixed_input_tokens=self.fixed_input_tokens,
+            relevance_threshold=float(self.relevance_threshold),
+            context_window=self.context_window,
+            max_input_tokens=self.call_max_input_tokens,
+        )
 
     def shadow_result(self, version: int) -> wire.ShadowResult:
         """This selection as the trace's ``shadow`` when it ran a shadow strategy version."""
@@ -247,6 +274,9 @@ def select(
         available_tokens=available,
         used_tokens=used,
         estimator=estimator.name,
+        relevance_threshold=relevance_threshold,
+        context_window=context_window,
+        call_max_input_tokens=max_input_tokens,
         candidates=items,
     )
 
@@ -323,6 +353,7 @@ class _Run:
         self.threshold = threshold
         self.decision: list = [None] * n
         self.reason: list = [""] * n
+        self.code: list = [""] * n  # the reason as a code of wire.REASON_CODES
         self.root: list = [None] * n  # (decision, source) behind a dependency_missing
         self.why: list = [None] * n  # why an item outside the required sources is required
         self.order: list[int] = []  # selected, in selection order
@@ -426,7 +457,7 @@ class _Run:
             self._allocate(optional_units)
 
     def _conflicts(self) -> None:
-        items, decision, reason = self.items, self.decision, self.reason
+        items, decision, reason, code = self.items, self.decision, self.reason, self.code
         for item_id, indexes in self.checked.versions.items():
             fetched = [j for j in indexes if items[j].outcome == FETCHED]
             if len(fetched) > 1:
@@ -434,6 +465,7 @@ class _Run:
                 for j in fetched:
                     decision[j] = CONFLICT
                     reason[j] = text
+                    code[j] = "versions_conflict"
         if not self.checked.has_conflict_flags:
             return
         for i, c in enumerate(items):
@@ -451,6 +483,7 @@ class _Run:
                         if decision[k] is None:
                             decision[k] = CONFLICT
                             reason[k] = text
+                            code[k] = "flagged_conflict"
 
     def _units(self) -> tuple[list[tuple], list[tuple]]:
         """The live units, required and optional: fetched, not in conflict, not in an
@@ -468,6 +501,7 @@ class _Run:
             outcome = c.outcome
             if outcome != FETCHED:  # what the provider said stands (rule 1)
                 decision[i] = outcome
+                self.code[i] = _PROVIDER_CODES[outcome]
                 if outcome == NOT_FETCHED:
                     self.reason[i] = reasons.not_fetched(c.source, c.note)
                 elif outcome == NO_ACCESS:
@@ -483,6 +517,7 @@ class _Run:
                     j, why = blocked[name]
                     decision[i] = DEPENDENCY_MISSING
                     self.reason[i] = reasons.bundle_incomplete(name, items[j].id, why)
+                    self.code[i] = "bundle_incomplete"
                     self.root[i] = (why, items[j].source)
                 elif name in grouped:
                     grouped[name].append(i)
@@ -496,6 +531,7 @@ class _Run:
                 if relevance is not None and relevance < threshold:
                     decision[i] = IRRELEVANT
                     self.reason[i] = reasons.irrelevant(relevance, threshold, c.note)
+                    self.code[i] = "below_threshold"
                     continue
                 level = priority.get(c.source, DEFAULT_PRIORITY)
                 score = level * 3.0 if relevance is None else level * 3.0 + relevance + 1.0
@@ -534,6 +570,7 @@ class _Run:
             for i in members:
                 self.decision[i] = IRRELEVANT
                 self.reason[i] = text
+                self.code[i] = "below_threshold"
             return
         level = max(strategy.priority_of(items[i].source) for i in members)
         key = (-_score(level, relevance), items[members[0]].id)
@@ -541,7 +578,8 @@ class _Run:
 
     def _allocate(self, units) -> None:
         """Take each unit, in order, if it fits what is left; otherwise leave it over budget."""
-        decision, reason, why, order = self.decision, self.reason, self.why, self.order
+        decision, reason, code = self.decision, self.reason, self.code
+        why, order = self.why, self.order
         remaining = self.remaining
         for _, members, bundle, size, required, priority, relevance in units:
             if size <= remaining:
@@ -550,6 +588,7 @@ class _Run:
                     for i in members:
                         decision[i] = SELECTED
                         reason[i] = why[i] or reasons.REQUIRED
+                        code[i] = "required"
                         order.append(i)
                     continue
                 if bundle is None:
@@ -559,17 +598,22 @@ class _Run:
                 for i in members:
                     decision[i] = SELECTED
                     reason[i] = text
+                    code[i] = "optional_fits"
                     order.append(i)
                 continue
             if bundle is not None:
                 text = reasons.over_budget_bundle(bundle, size, remaining)
+                why_code = "over_budget_bundle"
             elif required:
                 text = reasons.over_budget_required(size, remaining)
+                why_code = "over_budget_required"
             else:
                 text = reasons.over_budget_optional(priority, size, remaining)
+                why_code = "over_budget_optional"
             for i in members:
                 decision[i] = OVER_BUDGET
                 reason[i] = text
+                code[i] = why_code
         self.remaining = remaining
 
     def _in_dependency_order(self, units: list) -> None:
@@ -614,10 +658,11 @@ class _Run:
             if unmet is None:
                 self._allocate((unit,))
             else:
-                text, root = unmet
+                text, root, why_code = unmet
                 for i in unit[_MEMBERS]:
                     self.decision[i] = DEPENDENCY_MISSING
                     self.reason[i] = text
+                    self.code[i] = why_code
                     self.root[i] = root
             decided += 1
             for other in dependents[k]:
@@ -629,22 +674,25 @@ class _Run:
             raise EngineInputError([_circle(items, stuck)])
 
     def _unmet(self, members, k: int):
-        """The first dependency of the unit that was not selected: (reason, root cause)."""
+        """The first dependency of the unit that was not selected: (reason, root cause, reason
+        code)."""
         items, decision, unit_of = self.items, self.decision, self.unit_of
         for i in members:
             c = items[i]
             for need in c.depends_on:
                 found = self.checked.indexes(need)
                 if not found:
-                    return reasons.needs_absent_item(need), (_ABSENT, None)
+                    return reasons.needs_absent_item(need), (_ABSENT, None), _NEED_ABSENT
                 if not any(decision[j] == SELECTED or unit_of[j] == k for j in found):
-                    return reasons.needs(need, decision[found[0]]), self._root_of(found[0])
+                    root = self._root_of(found[0])
+                    return reasons.needs(need, decision[found[0]]), root, _NEED_UNSELECTED
             for source in self.strategy.depends_on.get(c.source, ()):
                 found = self.by_source.get(source, ())
                 if not found:
-                    return reasons.needs_empty_source(source), (_ABSENT, source)
+                    return reasons.needs_empty_source(source), (_ABSENT, source), _NEED_ABSENT
                 if not any(decision[j] == SELECTED or unit_of[j] == k for j in found):
-                    return reasons.needs(source, decision[found[0]]), self._root_of(found[0])
+                    root = self._root_of(found[0])
+                    return reasons.needs(source, decision[found[0]]), root, _NEED_UNSELECTED
         return None
 
     def _root_of(self, j: int) -> tuple[str, str | None]:
@@ -719,7 +767,7 @@ class _Run:
         short, limit = reasons.short, wire.MAX_REASON_CHARS
         return tuple(
             [
-                ItemDecision(  # by position: the fields' order, id to reason
+                ItemDecision(  # by position: the fields' order, id to reason code
                     c.id,
                     c.source,
                     c.version,
@@ -728,9 +776,10 @@ class _Run:
                     name,
                     d,
                     why if len(why) <= limit else short(why),
+                    code,
                 )
-                for c, size, needed, name, d, why in zip(
-                    self.items, sizes, required, bundle, decision, reason, strict=True
+                for c, size, needed, name, d, why, code in zip(
+                    self.items, sizes, required, bundle, decision, reason, self.code, strict=True
                 )
             ]
         )

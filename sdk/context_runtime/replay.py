@@ -1,0 +1,205 @@
+"""Replay: the engine run again on what a trace recorded, with the version it used or another.
+
+A trace carries everything the engine decided from (docs/runtime-contract.md §3): per
+candidate the provider's outcome, size, relevance, links and its own bundle, and per trace
+the ``selection`` block (the call's arguments and the engine). The providers are not asked
+again: the candidates are the ones the request had. So
+
+- with the strategy version the trace used, a replay must reproduce the recorded decisions
+  (a difference is itself a finding: another engine, or a bad record);
+- with another version, it says exactly what that version would have decided for the same
+  request — the impact preview of a draft on real traffic, at no model cost.
+
+What a replay cannot know: items of a source the recorded version never asked its providers
+for. Such a source is *not previewable* (:func:`sources_never_requested`), never a regression.
+
+Django-free; the console builds candidates straight from its rows the way
+:func:`trace_candidates` does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import msgspec
+
+from context_runtime import wire
+from context_runtime.engine import CandidateItem, Selection, Strategy, select
+
+__all__ = [
+    "CandidateFacts",
+    "Facts",
+    "NOT_REQUESTED",
+    "NotReplayable",
+    "facts",
+    "replay",
+    "replay_trace",
+    "sources_never_requested",
+    "trace_candidates",
+]
+
+
+class NotReplayable(Exception):
+    """The trace lacks what a replay needs (an older runtime sent no replay fields)."""
+
+
+def trace_candidates(candidates: Iterable[wire.Candidate]) -> tuple[CandidateItem, ...]:
+    """The candidates as the providers returned them, rebuilt from a trace's candidates.
+
+    The bundle is the provider's own (``provider_bundle``), not the group the engine decided:
+    another strategy version may group differently. Sizes are the recorded ones (an item sized
+    by the estimator keeps that size). Raises :class:`NotReplayable` for a candidate without
+    an outcome or a reason code (an older runtime)."""
+    rebuilt = []
+    for c in candidates:
+        if c.outcome is None or c.reason_code is None:
+            raise NotReplayable(f"candidate {c.id} has no replay fields (outcome, reason_code)")
+        rebuilt.append(
+            CandidateItem(
+                id=c.id,
+                source=c.source,
+                version=c.version,
+                size=c.size,
+                relevance=c.relevance,
+                bundle=c.provider_bundle,
+                depends_on=c.depends_on,
+                conflicts_with=c.conflicts_with,
+                outcome=c.outcome,
+                note=c.note,
+            )
+        )
+    return tuple(rebuilt)
+
+
+def replay(
+    strategy: Strategy | dict,
+    candidates: Sequence[CandidateItem],
+    selection: wire.SelectionInfo,
+) -> Selection:
+    """``select()`` with the arguments the trace recorded.
+
+    Candidates of a source the strategy does not read are left out, as the runtime would
+    not have asked that provider under it (``facts(selection, of=candidates)`` marks them
+    ``not_requested``); ``selection.candidates`` holds the ones given to the engine."""
+    if not isinstance(strategy, Strategy):
+        strategy = Strategy.from_body(strategy)
+    sources = strategy.sources
+    asked = candidates
+    for c in candidates:
+        if c.source not in sources:
+            asked = tuple(c for c in candidates if c.source in sources)
+            break
+    return select(
+        strategy=strategy,
+        candidates=asked,
+        context_window=selection.context_window,
+        max_input_tokens=selection.max_input_tokens,
+        fixed_input_tokens=selection.fixed_input_tokens,
+        relevance_threshold=selection.relevance_threshold,
+    )
+
+
+def replay_trace(strategy: Strategy | dict, trace: wire.Trace) -> Selection:
+    """Replay a whole trace; :class:`NotReplayable` when it has no replay fields."""
+    if trace.selection is None:
+        raise NotReplayable("the trace has no selection block (an older runtime)")
+    return replay(strategy, trace_candidates(trace.candidates), trace.selection)
+
+
+class CandidateFacts(msgspec.Struct, frozen=True, array_like=True):
+    """What a replay must reproduce of one decision: not the wording of the reason (it holds
+    numbers and names), its code."""
+
+    decision: str
+    reason_code: str
+    bundle: str  # the decided group label, "" outside any bundle
+    required: bool
+
+
+class Facts(msgspec.Struct, frozen=True):
+    """The comparable part of a selection: equal facts, equal decisions."""
+
+    status: str
+    degradation: str  # "" when none
+    candidates: tuple[CandidateFacts, ...]
+
+    @classmethod
+    def recorded(
+        cls, status: str, degradation: str | None, candidates: Iterable[wire.Candidate]
+    ) -> Facts:
+        """The facts of a recorded trace (its status and candidates)."""
+        return cls(
+            status,
+            degradation or "",
+            tuple(
+                CandidateFacts(c.decision, c.reason_code or "", c.bundle or "", c.required)
+                for c in candidates
+            ),
+        )
+
+    def differences(self, other: Facts, ids: Sequence[str] = ()) -> list[str]:
+        """What differs, in words, for a finding ("order:A1042: selected/required →
+        over_budget/over_budget_required"); ``ids`` name the candidates by position."""
+        found = []
+        if (self.status, self.degradation) != (other.status, other.degradation):
+            found.append(
+                f"status {self.status}{_with(self.degradation)} → "
+                f"{other.status}{_with(other.degradation)}"
+            )
+        if len(self.candidates) != len(other.candidates):
+            found.append(f"{len(self.candidates)} candidates → {len(other.candidates)}")
+            return found
+        for i, (a, b) in enumerate(zip(self.candidates, other.candidates, strict=True)):
+            if a != b:
+                name = ids[i] if i < len(ids) else f"candidate {i}"
+                found.append(f"{name}: {_fact(a)} → {_fact(b)}")
+        return found
+
+
+def _with(degradation: str) -> str:
+    return f" ({degradation})" if degradation else ""
+
+
+def _fact(c: CandidateFacts) -> str:
+    text = f"{c.decision}/{c.reason_code}"
+    if c.bundle:
+        text += f" in {c.bundle}"
+    return text + (" (required)" if c.required else "")
+
+
+NOT_REQUESTED = CandidateFacts("not_requested", "source_not_read", "", False)
+
+
+def facts(selection: Selection, of: Sequence[CandidateItem] | None = None) -> Facts:
+    """The facts of a selection the engine just made. With ``of`` (the candidates given to
+    :func:`replay`), one per candidate of ``of``: those the strategy does not read are
+    :data:`NOT_REQUESTED`."""
+    decided = [
+        CandidateFacts(d.decision, d.reason_code, d.bundle or "", d.required)
+        for d in selection.decisions
+    ]
+    if of is not None and len(of) != len(decided):
+        given = iter(zip(selection.candidates, decided, strict=True))
+        item, fact = next(given, (None, None))
+        aligned = []
+        for c in of:
+            if c is item:
+                aligned.append(fact)
+                item, fact = next(given, (None, None))
+            else:
+                aligned.append(NOT_REQUESTED)
+        decided = aligned
+    return Facts(selection.status, selection.degradation or "", tuple(decided))
+
+
+def sources_never_requested(
+    recorded: Strategy | dict, candidate: Strategy | dict
+) -> tuple[str, ...]:
+    """Sources the candidate version reads (required or optional) that the recorded version
+    did not: the runtime never asked their providers, so a replay cannot know what they
+    would have returned. In the candidate version's order."""
+    recorded = recorded if isinstance(recorded, Strategy) else Strategy.from_body(recorded)
+    candidate = candidate if isinstance(candidate, Strategy) else Strategy.from_body(candidate)
+    asked = recorded.sources
+    reads = dict.fromkeys((*candidate.required, *candidate.optional))
+    return tuple(source for source in reads if source not in asked)
