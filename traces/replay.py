@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from context_runtime import replay as engine_replay
 from context_runtime import wire
 from context_runtime.engine import ENGINE, EngineInputError, Selection, Strategy
+from context_runtime.replay import NOT_REQUESTED
 
 from console.kernel.errors import Conflict, NotFound, ValidationFailed
 from console.kernel.policy import check_user_can_replay_trace, user_can_replay_trace
@@ -229,6 +230,8 @@ class TraceReplay:
     # engine reproduces every recorded decision (status, degradation, per candidate
     # decision, reason code, group, required); None with any other version.
     reproduces: bool | None
+    # Sources this version reads that the recorded one did not (never asked: not previewable).
+    never_requested: tuple[str, ...] = ()
 
     @property
     def changed_rows(self) -> int:
@@ -280,14 +283,9 @@ def selection_info(trace: Trace) -> wire.SelectionInfo:
     )
 
 
-def _replayed(trace: Trace, version: Version, candidates: list[Candidate]) -> Selection:
+def _replayed(trace: Trace, version: Version, items) -> Selection:
     try:
-        strategy = Strategy.from_body(version.body)
-        return engine_replay.replay(
-            strategy,
-            engine_replay.trace_candidates(_wire_candidate(c) for c in candidates),
-            selection_info(trace),
-        )
+        return engine_replay.replay(Strategy.from_body(version.body), items, selection_info(trace))
     except EngineInputError as exc:
         shown = "; ".join(f"{f.path}: {f.message}" for f in exc.findings[:3])
         raise NotReplayable(
@@ -295,6 +293,22 @@ def _replayed(trace: Trace, version: Version, candidates: list[Candidate]) -> Se
             f"candidates: {shown}",
             details=exc.findings[:20],
         ) from exc
+
+
+def _never_requested(trace: Trace, chosen: Version) -> tuple[str, ...]:
+    """Sources `chosen` reads that the recorded version did not: the runtime never asked
+    their providers, so this replay cannot know what they would have returned."""
+    if chosen.number == trace.strategy_version:
+        return ()
+    recorded = Version.objects.filter(
+        document_id=chosen.document_id, number=trace.strategy_version
+    ).first()
+    if recorded is None:
+        return ()
+    try:
+        return engine_replay.sources_never_requested(recorded.body, chosen.body)
+    except EngineInputError:
+        return ()
 
 
 def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> TraceReplay:
@@ -315,29 +329,49 @@ def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> Trace
         raise NotReplayable(reason)
     chosen, kind = _version_resolve(trace, wanted)
     candidates = list(trace_candidates(trace))
-    selection = _replayed(trace, chosen, candidates)
-    rows = tuple(
-        ReplayRow(
-            position=c.position,
-            item_id=c.item_id,
-            source=c.source,
-            size=c.size,
-            recorded_decision=c.decision,
-            recorded_code=c.reason_code,
-            recorded_reason=c.reason,
-            recorded_required=c.required,
-            recorded_bundle=c.bundle,
-            decision=d.decision,
-            code=d.reason_code or "",
-            reason=d.reason,
-            required=d.required,
-            bundle=d.bundle or "",
+    recorded = [_wire_candidate(c) for c in candidates]
+    try:
+        items = engine_replay.trace_candidates(recorded)
+    except engine_replay.NotReplayable as exc:  # a selection block, yet a bare candidate
+        raise NotReplayable(
+            f"This trace cannot be replayed exactly: {exc}. Its runtime sent the selection "
+            "block but not every candidate's replay fields."
+        ) from exc
+    selection = _replayed(trace, chosen, items)
+    # The engine leaves out candidates of sources the version does not read (the runtime
+    # would not have asked those providers): matched back to the candidates by identity.
+    decided = {
+        id(item): decision
+        for item, decision in zip(selection.candidates, selection.decisions, strict=True)
+    }
+    rows = []
+    for c, item in zip(candidates, items, strict=True):
+        d = decided.get(id(item))
+        rows.append(
+            ReplayRow(
+                position=c.position,
+                item_id=c.item_id,
+                source=c.source,
+                size=c.size,
+                recorded_decision=c.decision,
+                recorded_code=c.reason_code,
+                recorded_reason=c.reason,
+                recorded_required=c.required,
+                recorded_bundle=c.bundle,
+                decision=d.decision if d else NOT_REQUESTED.decision,
+                code=d.reason_code if d else NOT_REQUESTED.reason_code,
+                reason=d.reason
+                if d
+                else f"v{chosen.number} does not read {c.source}: its provider is not asked",
+                required=d.required if d else False,
+                bundle=(d.bundle or "") if d else "",
+            )
         )
-        for c, d in zip(candidates, selection.decisions, strict=True)
-    )
     reproduces = None
     if chosen.number == trace.strategy_version:  # asked as "recorded", "live" or its number
-        reproduces = engine_replay.facts(selection) == _recorded_facts(trace, candidates)
+        reproduces = engine_replay.facts(selection, of=items) == engine_replay.Facts.recorded(
+            trace.status, trace.degradation, recorded
+        )
     return TraceReplay(
         trace=trace,
         version=chosen.number,
@@ -351,16 +385,9 @@ def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> Trace
         degradation=selection.degradation or "",
         recorded_input_tokens=None if trace.input_estimate is None else int(trace.input_estimate),
         input_tokens=selection.input_estimate,
-        rows=rows,
+        rows=tuple(rows),
         reproduces=reproduces,
-    )
-
-
-def _recorded_facts(trace: Trace, candidates: list[Candidate]):
-    return engine_replay.recorded_facts(
-        trace.status,
-        trace.degradation or None,
-        [_wire_candidate(c) for c in candidates],
+        never_requested=_never_requested(trace, chosen),
     )
 
 
@@ -411,6 +438,7 @@ def replay_export(result: TraceReplay) -> dict:
         },
         "status_changed": result.status_changed,
         "changed": result.changed_rows,
+        "never_requested": list(result.never_requested),
         "candidates": [
             {
                 "position": row.position,
