@@ -20,6 +20,7 @@ from context_runtime import replay as engine_replay
 from context_runtime import wire
 from context_runtime.engine import ENGINE, EngineInputError, Selection, Strategy
 from context_runtime.replay import NOT_REQUESTED
+from django.db.models import Exists, OuterRef
 
 from console.kernel.errors import Conflict, NotFound, ValidationFailed
 from console.kernel.policy import check_user_can_replay_trace, user_can_replay_trace
@@ -98,30 +99,32 @@ class VersionChoice:
         return f"v{self.number}" + (f" · {', '.join(marks)}" if marks else "")
 
 
-def _document(trace: Trace) -> Document | None:
-    return Document.objects.filter(
-        agent_id=trace.agent_id, key=trace.strategy, kind=Document.Kind.STRATEGY
-    ).first()
-
-
-def replay_choices(trace: Trace, *, live_number: int | None) -> list[VersionChoice]:
-    """The strategy's versions, newest first, drafts included (one query; the trace page
-    knows what is live from its versions card)."""
-    if not trace.strategy:
-        return []
-    rows = Version.objects.filter(
+def _versions_of_strategy(trace: Trace):
+    """The trace's strategy's versions (of its agent)."""
+    return Version.objects.filter(
         document__agent_id=trace.agent_id,
         document__key=trace.strategy,
         document__kind=Document.Kind.STRATEGY,
-    ).values_list("number", "state")
+    )
+
+
+def replay_choices(trace: Trace) -> list[VersionChoice]:
+    """The strategy's versions, newest first, drafts included, each marked when live in the
+    trace's environment: one query."""
+    if not trace.strategy:
+        return []
+    live = Release.objects.filter(version=OuterRef("pk"), environment_id=trace.environment_id)
+    rows = (
+        _versions_of_strategy(trace)
+        .annotate(live=Exists(live))
+        .values_list("number", "state", "live")
+        .order_by("-number")
+    )
     return [
         VersionChoice(
-            number=number,
-            state=state,
-            recorded=number == trace.strategy_version,
-            live=number == live_number,
+            number=number, state=state, recorded=number == trace.strategy_version, live=is_live
         )
-        for number, state in sorted(rows, reverse=True)
+        for number, state, is_live in rows
     ]
 
 
@@ -135,13 +138,11 @@ class ReplayCard:
     selected: int | None  # the version chosen in the form (the recorded one first)
 
 
-def replay_card(*, user, trace: Trace, live_number: int | None, selected=None) -> ReplayCard:
+def replay_card(*, user, trace: Trace, selected=None) -> ReplayCard:
     """The card's state: nothing is run, at most one query (the strategy's versions)."""
     why_not = not_replayable_reason(trace)
     allowed = user_can_replay_trace(user, trace.agent)
-    choices = (
-        () if why_not or not allowed else tuple(replay_choices(trace, live_number=live_number))
-    )
+    choices = () if why_not or not allowed else tuple(replay_choices(trace))
     return ReplayCard(
         why_not=why_not,
         allowed=allowed,
@@ -150,35 +151,46 @@ def replay_card(*, user, trace: Trace, live_number: int | None, selected=None) -
     )
 
 
-def _version_resolve(trace: Trace, wanted: str | int) -> tuple[Version, str]:
-    """The Version row `wanted` names, and which kind of choice it was."""
-    document = _document(trace)
-    if document is None:
-        raise NotFound(f"Strategy '{trace.strategy}' is not among {trace.agent.key}'s documents.")
+def _versions_resolve(trace: Trace, wanted: str | int) -> tuple[Version, str, Version | None]:
+    """The Version row `wanted` names, which kind of choice it was, and the version the trace
+    used (None when the console has no such version): one query, two for `live`."""
+    number = trace.strategy_version if wanted == RECORDED else wanted
     if wanted == LIVE:
-        release = (
-            Release.objects.filter(document=document, environment_id=trace.environment_id)
-            .select_related("version")
+        number = (
+            Release.objects.filter(
+                document__agent_id=trace.agent_id,
+                document__key=trace.strategy,
+                document__kind=Document.Kind.STRATEGY,
+                environment_id=trace.environment_id,
+            )
+            .values_list("version__number", flat=True)
             .first()
         )
-        if release is None:
+        if number is None:
             raise NotFound(
                 f"Nothing of {trace.strategy} is live in {trace.environment.key} now.",
                 code="nothing_live",
             )
-        return release.version, LIVE
-    number = trace.strategy_version if wanted == RECORDED else wanted
-    version = Version.objects.filter(document=document, number=number).first()
-    if version is None:
+    found = {
+        version.number: version
+        for version in _versions_of_strategy(trace).filter(
+            number__in={number, trace.strategy_version} - {None}
+        )
+    }
+    chosen = found.get(number)
+    if chosen is None:
         raise NotFound(
             f"{trace.strategy} has no version {number}.",
             code="unknown_version",
             details=[{"path": "version", "code": "unknown_version", "message": str(number)}],
         )
-    kind = (
-        RECORDED if number == trace.strategy_version else "draft" if version.is_draft else "version"
-    )
-    return version, kind
+    if wanted == LIVE:
+        kind = LIVE
+    elif number == trace.strategy_version:
+        kind = RECORDED
+    else:
+        kind = "draft" if chosen.is_draft else "version"
+    return chosen, kind, found.get(trace.strategy_version)
 
 
 @dataclass(frozen=True)
@@ -295,15 +307,10 @@ def _replayed(trace: Trace, version: Version, items) -> Selection:
         ) from exc
 
 
-def _never_requested(trace: Trace, chosen: Version) -> tuple[str, ...]:
+def _never_requested(chosen: Version, recorded: Version | None) -> tuple[str, ...]:
     """Sources `chosen` reads that the recorded version did not: the runtime never asked
     their providers, so this replay cannot know what they would have returned."""
-    if chosen.number == trace.strategy_version:
-        return ()
-    recorded = Version.objects.filter(
-        document_id=chosen.document_id, number=trace.strategy_version
-    ).first()
-    if recorded is None:
+    if recorded is None or chosen.number == recorded.number:
         return ()
     try:
         return engine_replay.sources_never_requested(recorded.body, chosen.body)
@@ -327,7 +334,7 @@ def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> Trace
     reason = not_replayable_reason(trace)
     if reason is not None:
         raise NotReplayable(reason)
-    chosen, kind = _version_resolve(trace, wanted)
+    chosen, kind, recorded_version = _versions_resolve(trace, wanted)
     candidates = list(trace_candidates(trace))
     recorded = [_wire_candidate(c) for c in candidates]
     try:
@@ -387,7 +394,7 @@ def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> Trace
         input_tokens=selection.input_estimate,
         rows=tuple(rows),
         reproduces=reproduces,
-        never_requested=_never_requested(trace, chosen),
+        never_requested=_never_requested(chosen, recorded_version),
     )
 
 
