@@ -331,8 +331,14 @@ def trace_detail(request, request_id: str):
 
 
 class ReplayDecisionOut(serializers.Serializer):
-    decision = serializers.ChoiceField(choices=list(wire.DECISIONS))
-    reason_code = serializers.ChoiceField(choices=list(wire.REASON_CODES), allow_null=True)
+    decision = serializers.ChoiceField(
+        choices=[*wire.DECISIONS, "not_requested"],
+        help_text="not_requested: the version does not read this source (its provider would "
+        "not be asked).",
+    )
+    reason_code = serializers.ChoiceField(
+        choices=[*wire.REASON_CODES, "source_not_read"], allow_null=True
+    )
     reason = serializers.CharField()
     required = serializers.BooleanField()
     bundle = serializers.CharField(allow_null=True, help_text="The group the engine decided.")
@@ -382,6 +388,12 @@ class ReplayOut(serializers.Serializer):
     replayed = ReplaySideOut()
     status_changed = serializers.BooleanField()
     changed = serializers.IntegerField(help_text="Candidates whose decision changed.")
+    never_requested = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Sources this version reads that the recorded version never asked for: "
+        "the trace has no candidates of them, so the replay cannot say what they would have "
+        "returned (not previewable, never a regression).",
+    )
     candidates = ReplayCandidateOut(many=True)
 
 

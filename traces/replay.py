@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from context_runtime import replay as engine_replay
 from context_runtime import wire
 from context_runtime.engine import ENGINE, EngineInputError, Selection, Strategy
+from context_runtime.replay import NOT_REQUESTED
+from django.db.models import Exists, OuterRef
 
 from console.kernel.errors import Conflict, NotFound, ValidationFailed
 from console.kernel.policy import check_user_can_replay_trace, user_can_replay_trace
@@ -97,30 +99,32 @@ class VersionChoice:
         return f"v{self.number}" + (f" · {', '.join(marks)}" if marks else "")
 
 
-def _document(trace: Trace) -> Document | None:
-    return Document.objects.filter(
-        agent_id=trace.agent_id, key=trace.strategy, kind=Document.Kind.STRATEGY
-    ).first()
-
-
-def replay_choices(trace: Trace, *, live_number: int | None) -> list[VersionChoice]:
-    """The strategy's versions, newest first, drafts included (one query; the trace page
-    knows what is live from its versions card)."""
-    if not trace.strategy:
-        return []
-    rows = Version.objects.filter(
+def _versions_of_strategy(trace: Trace):
+    """The trace's strategy's versions (of its agent)."""
+    return Version.objects.filter(
         document__agent_id=trace.agent_id,
         document__key=trace.strategy,
         document__kind=Document.Kind.STRATEGY,
-    ).values_list("number", "state")
+    )
+
+
+def replay_choices(trace: Trace) -> list[VersionChoice]:
+    """The strategy's versions, newest first, drafts included, each marked when live in the
+    trace's environment: one query."""
+    if not trace.strategy:
+        return []
+    live = Release.objects.filter(version=OuterRef("pk"), environment_id=trace.environment_id)
+    rows = (
+        _versions_of_strategy(trace)
+        .annotate(live=Exists(live))
+        .values_list("number", "state", "live")
+        .order_by("-number")
+    )
     return [
         VersionChoice(
-            number=number,
-            state=state,
-            recorded=number == trace.strategy_version,
-            live=number == live_number,
+            number=number, state=state, recorded=number == trace.strategy_version, live=is_live
         )
-        for number, state in sorted(rows, reverse=True)
+        for number, state, is_live in rows
     ]
 
 
@@ -134,13 +138,11 @@ class ReplayCard:
     selected: int | None  # the version chosen in the form (the recorded one first)
 
 
-def replay_card(*, user, trace: Trace, live_number: int | None, selected=None) -> ReplayCard:
+def replay_card(*, user, trace: Trace, selected=None) -> ReplayCard:
     """The card's state: nothing is run, at most one query (the strategy's versions)."""
     why_not = not_replayable_reason(trace)
     allowed = user_can_replay_trace(user, trace.agent)
-    choices = (
-        () if why_not or not allowed else tuple(replay_choices(trace, live_number=live_number))
-    )
+    choices = () if why_not or not allowed else tuple(replay_choices(trace))
     return ReplayCard(
         why_not=why_not,
         allowed=allowed,
@@ -149,35 +151,46 @@ def replay_card(*, user, trace: Trace, live_number: int | None, selected=None) -
     )
 
 
-def _version_resolve(trace: Trace, wanted: str | int) -> tuple[Version, str]:
-    """The Version row `wanted` names, and which kind of choice it was."""
-    document = _document(trace)
-    if document is None:
-        raise NotFound(f"Strategy '{trace.strategy}' is not among {trace.agent.key}'s documents.")
+def _versions_resolve(trace: Trace, wanted: str | int) -> tuple[Version, str, Version | None]:
+    """The Version row `wanted` names, which kind of choice it was, and the version the trace
+    used (None when the console has no such version): one query, two for `live`."""
+    number = trace.strategy_version if wanted == RECORDED else wanted
     if wanted == LIVE:
-        release = (
-            Release.objects.filter(document=document, environment_id=trace.environment_id)
-            .select_related("version")
+        number = (
+            Release.objects.filter(
+                document__agent_id=trace.agent_id,
+                document__key=trace.strategy,
+                document__kind=Document.Kind.STRATEGY,
+                environment_id=trace.environment_id,
+            )
+            .values_list("version__number", flat=True)
             .first()
         )
-        if release is None:
+        if number is None:
             raise NotFound(
                 f"Nothing of {trace.strategy} is live in {trace.environment.key} now.",
                 code="nothing_live",
             )
-        return release.version, LIVE
-    number = trace.strategy_version if wanted == RECORDED else wanted
-    version = Version.objects.filter(document=document, number=number).first()
-    if version is None:
+    found = {
+        version.number: version
+        for version in _versions_of_strategy(trace).filter(
+            number__in={number, trace.strategy_version} - {None}
+        )
+    }
+    chosen = found.get(number)
+    if chosen is None:
         raise NotFound(
             f"{trace.strategy} has no version {number}.",
             code="unknown_version",
             details=[{"path": "version", "code": "unknown_version", "message": str(number)}],
         )
-    kind = (
-        RECORDED if number == trace.strategy_version else "draft" if version.is_draft else "version"
-    )
-    return version, kind
+    if wanted == LIVE:
+        kind = LIVE
+    elif number == trace.strategy_version:
+        kind = RECORDED
+    else:
+        kind = "draft" if chosen.is_draft else "version"
+    return chosen, kind, found.get(trace.strategy_version)
 
 
 @dataclass(frozen=True)
@@ -229,6 +242,8 @@ class TraceReplay:
     # engine reproduces every recorded decision (status, degradation, per candidate
     # decision, reason code, group, required); None with any other version.
     reproduces: bool | None
+    # Sources this version reads that the recorded one did not (never asked: not previewable).
+    never_requested: tuple[str, ...] = ()
 
     @property
     def changed_rows(self) -> int:
@@ -280,14 +295,9 @@ def selection_info(trace: Trace) -> wire.SelectionInfo:
     )
 
 
-def _replayed(trace: Trace, version: Version, candidates: list[Candidate]) -> Selection:
+def _replayed(trace: Trace, version: Version, items) -> Selection:
     try:
-        strategy = Strategy.from_body(version.body)
-        return engine_replay.replay(
-            strategy,
-            engine_replay.trace_candidates(_wire_candidate(c) for c in candidates),
-            selection_info(trace),
-        )
+        return engine_replay.replay(Strategy.from_body(version.body), items, selection_info(trace))
     except EngineInputError as exc:
         shown = "; ".join(f"{f.path}: {f.message}" for f in exc.findings[:3])
         raise NotReplayable(
@@ -295,6 +305,17 @@ def _replayed(trace: Trace, version: Version, candidates: list[Candidate]) -> Se
             f"candidates: {shown}",
             details=exc.findings[:20],
         ) from exc
+
+
+def _never_requested(chosen: Version, recorded: Version | None) -> tuple[str, ...]:
+    """Sources `chosen` reads that the recorded version did not: the runtime never asked
+    their providers, so this replay cannot know what they would have returned."""
+    if recorded is None or chosen.number == recorded.number:
+        return ()
+    try:
+        return engine_replay.sources_never_requested(recorded.body, chosen.body)
+    except EngineInputError:
+        return ()
 
 
 def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> TraceReplay:
@@ -313,31 +334,51 @@ def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> Trace
     reason = not_replayable_reason(trace)
     if reason is not None:
         raise NotReplayable(reason)
-    chosen, kind = _version_resolve(trace, wanted)
+    chosen, kind, recorded_version = _versions_resolve(trace, wanted)
     candidates = list(trace_candidates(trace))
-    selection = _replayed(trace, chosen, candidates)
-    rows = tuple(
-        ReplayRow(
-            position=c.position,
-            item_id=c.item_id,
-            source=c.source,
-            size=c.size,
-            recorded_decision=c.decision,
-            recorded_code=c.reason_code,
-            recorded_reason=c.reason,
-            recorded_required=c.required,
-            recorded_bundle=c.bundle,
-            decision=d.decision,
-            code=d.reason_code or "",
-            reason=d.reason,
-            required=d.required,
-            bundle=d.bundle or "",
+    recorded = [_wire_candidate(c) for c in candidates]
+    try:
+        items = engine_replay.trace_candidates(recorded)
+    except engine_replay.NotReplayable as exc:  # a selection block, yet a bare candidate
+        raise NotReplayable(
+            f"This trace cannot be replayed exactly: {exc}. Its runtime sent the selection "
+            "block but not every candidate's replay fields."
+        ) from exc
+    selection = _replayed(trace, chosen, items)
+    # The engine leaves out candidates of sources the version does not read (the runtime
+    # would not have asked those providers): matched back to the candidates by identity.
+    decided = {
+        id(item): decision
+        for item, decision in zip(selection.candidates, selection.decisions, strict=True)
+    }
+    rows = []
+    for c, item in zip(candidates, items, strict=True):
+        d = decided.get(id(item))
+        rows.append(
+            ReplayRow(
+                position=c.position,
+                item_id=c.item_id,
+                source=c.source,
+                size=c.size,
+                recorded_decision=c.decision,
+                recorded_code=c.reason_code,
+                recorded_reason=c.reason,
+                recorded_required=c.required,
+                recorded_bundle=c.bundle,
+                decision=d.decision if d else NOT_REQUESTED.decision,
+                code=d.reason_code if d else NOT_REQUESTED.reason_code,
+                reason=d.reason
+                if d
+                else f"v{chosen.number} does not read {c.source}: its provider is not asked",
+                required=d.required if d else False,
+                bundle=(d.bundle or "") if d else "",
+            )
         )
-        for c, d in zip(candidates, selection.decisions, strict=True)
-    )
     reproduces = None
     if chosen.number == trace.strategy_version:  # asked as "recorded", "live" or its number
-        reproduces = engine_replay.facts(selection) == _recorded_facts(trace, candidates)
+        reproduces = engine_replay.facts(selection, of=items) == engine_replay.Facts.recorded(
+            trace.status, trace.degradation, recorded
+        )
     return TraceReplay(
         trace=trace,
         version=chosen.number,
@@ -351,16 +392,9 @@ def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> Trace
         degradation=selection.degradation or "",
         recorded_input_tokens=None if trace.input_estimate is None else int(trace.input_estimate),
         input_tokens=selection.input_estimate,
-        rows=rows,
+        rows=tuple(rows),
         reproduces=reproduces,
-    )
-
-
-def _recorded_facts(trace: Trace, candidates: list[Candidate]):
-    return engine_replay.recorded_facts(
-        trace.status,
-        trace.degradation or None,
-        [_wire_candidate(c) for c in candidates],
+        never_requested=_never_requested(chosen, recorded_version),
     )
 
 
@@ -411,6 +445,7 @@ def replay_export(result: TraceReplay) -> dict:
         },
         "status_changed": result.status_changed,
         "changed": result.changed_rows,
+        "never_requested": list(result.never_requested),
         "candidates": [
             {
                 "position": row.position,

@@ -126,15 +126,8 @@ def trace_detail(request, request_id: str):
         return _choose(request, request_id, ambiguous.matches)
     services.trace_look_record(actor=request.user, action=AccessAction.TRACE_VIEW, trace=trace)
     context = selectors.trace_page_context(user=request.user, trace=trace)
-    context["replay_card"] = replay.replay_card(
-        user=request.user, trace=trace, live_number=_strategy_live(trace, context["versions"])
-    )
+    context["replay_card"] = replay.replay_card(user=request.user, trace=trace)
     return TemplateResponse(request, "traces/detail.html", context)
-
-
-def _strategy_live(trace, versions) -> int | None:
-    """What the trace's environment serves of its strategy now (from the versions card)."""
-    return next((v.live_number for v in versions if v.document == trace.strategy), None)
 
 
 @require_GET
@@ -145,17 +138,11 @@ def trace_replay(request, request_id: str):
     htmx, a page of its own without JavaScript. Read-only; each replay is in the access log."""
     trace = _visible(request, request_id)
     wanted = (request.GET.get("version") or "").strip()
-    versions = selectors.versions_used(trace)
     selected = int(wanted) if wanted.isascii() and wanted.isdigit() else None
     context = {
         "trace": trace,
         "links": selectors.trace_links(trace),
-        "replay_card": replay.replay_card(
-            user=request.user,
-            trace=trace,
-            live_number=_strategy_live(trace, versions),
-            selected=selected,
-        ),
+        "replay_card": replay.replay_card(user=request.user, trace=trace, selected=selected),
     }
     try:
         result = replay.trace_replay(user=request.user, trace=trace, version=wanted)

@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from context_runtime.engine import CandidateItem, Strategy, select
+from context_runtime.engine import ENGINE, CandidateItem, Strategy, select
 from django.core.management import call_command
 
 from console.demo.data import DEMO_MANIFEST
@@ -93,6 +93,9 @@ def test_load_demo__support_traces__demo_statuses_from_engine__second_run_adds_n
 
 @pytest.mark.django_db
 def test_demo_traces__replayed_through_engine__same_decisions():
+    """Every demo trace carries its replay fields (the selection block; per candidate the
+    provider's bundle and a reason code), and the engine given exactly those — nothing
+    derived — makes the same decisions, with the same reasons and reason codes."""
     load_demo()
     versions = {
         (v.document.agent_id, v.document.key, v.number): v.body
@@ -101,6 +104,7 @@ def test_demo_traces__replayed_through_engine__same_decisions():
     traces = Trace.objects.filter(strategy=STRATEGY).prefetch_related("candidates")
     assert traces.count() == BACKGROUND_COUNT + len(SUPPORT_TRACES)
     for trace in traces:
+        assert trace.engine == ENGINE, trace.request_id
         body = versions[(trace.agent_id, trace.strategy, trace.strategy_version)]
         rows = sorted(trace.candidates.all(), key=lambda c: c.position)
         candidates = [
@@ -110,7 +114,7 @@ def test_demo_traces__replayed_through_engine__same_decisions():
                 version=c.version,
                 size=c.size,
                 relevance=c.relevance,
-                bundle=c.bundle or None,
+                bundle=c.provider_bundle or None,  # the provider's own, not the decided group
                 depends_on=tuple(c.depends_on),
                 conflicts_with=tuple(c.conflicts_with),
                 outcome=c.outcome,
@@ -118,20 +122,23 @@ def test_demo_traces__replayed_through_engine__same_decisions():
             )
             for c in rows
         ]
-        selected = sum(c.size for c in rows if c.decision == "selected")
         again = select(
             strategy=Strategy.from_body(body),
             candidates=candidates,
-            context_window=trace.model_context_window,
-            fixed_input_tokens=int(trace.input_estimate) - selected,
+            context_window=trace.selection_context_window,
+            max_input_tokens=trace.selection_max_input_tokens,
+            fixed_input_tokens=trace.fixed_input_tokens,
+            relevance_threshold=trace.relevance_threshold,
         )
         assert (again.status, again.degradation or "") == (trace.status, trace.degradation)
         assert again.max_input_tokens == trace.budget_max_input_tokens
+        assert again.input_estimate == trace.input_estimate
         assert [
-            (d.id, d.decision, d.reason, d.required, d.bundle or "") for d in again.decisions
-        ] == [(c.item_id, c.decision, c.reason, c.required, c.bundle) for c in rows], (
-            trace.request_id
-        )
+            (d.id, d.decision, d.reason, d.reason_code, d.required, d.bundle or "")
+            for d in again.decisions
+        ] == [
+            (c.item_id, c.decision, c.reason, c.reason_code, c.required, c.bundle) for c in rows
+        ], trace.request_id
 
 
 @pytest.mark.django_db(transaction=True)
