@@ -17,12 +17,32 @@ from context_runtime.findings import Finding
 # that the preview covered few traces) or None when a good preview exists.
 PreviewJudge = Callable[..., Finding | None]
 
+# (user=, version=, environment=) -> what the publish and approval pages show of the saved
+# preview of that version there (a dict, see traces.previews.selectors.preview_summary), or
+# None for a profile.
+PreviewSummary = Callable[..., dict | None]
+
 _judges: dict[str, PreviewJudge] = {}
+_summaries: dict[str, PreviewSummary] = {}
 
 
 def register_preview_judge(judge: PreviewJudge) -> None:
     """The previews' answer (one job answers; registering again replaces it)."""
     _judges["previews"] = judge
+
+
+def register_preview_summary(summary: PreviewSummary) -> None:
+    """The previews' summary for the publish and approval pages."""
+    _summaries["previews"] = summary
+
+
+def preview_summary(*, user, version, environment) -> dict | None:
+    """The saved impact preview of `version` in `environment` as the publish and approval
+    pages show it; None without previews installed, or for a profile."""
+    summary = _summaries.get("previews")
+    if summary is None:
+        return None
+    return summary(user=user, version=version, environment=environment)
 
 
 def preview_finding(*, agent, environment, document_key: str, body, actor) -> Finding | None:

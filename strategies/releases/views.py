@@ -27,6 +27,7 @@ from strategies.documents.models import Document
 from strategies.releases import selectors
 from strategies.releases import services as releases
 from strategies.releases.models import ApprovalRequest
+from strategies.releases.preview_hook import preview_summary
 
 
 # --- lookups from the URL (404 for anything unknown) -------------------------------------------------
@@ -185,6 +186,8 @@ def publish(request, agent, document, environment):
         ).message,
         "versions": selectors.publishable_versions(document=doc),
         "preview": preview,
+        # The saved impact preview of this version here (traces.previews, through the hook).
+        "impact": preview_summary(user=request.user, version=version, environment=env),
         "error": error,
         # A refused publish shows the form again with what the person typed.
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",
@@ -303,6 +306,11 @@ def _approval_context(request, approval, error):
         "approval": approval,
         "preview": selectors.change_preview(
             version=approval.version, environment=approval.environment
+        ),
+        "impact": None
+        if approval.kind == ApprovalRequest.Kind.ROLLBACK
+        else preview_summary(
+            user=request.user, version=approval.version, environment=approval.environment
         ),
         "can_decide": user_can_decide_approval(request.user, approval),
         "is_requester": approval.requested_by_id == request.user.pk,

@@ -12,10 +12,11 @@ from context_runtime.canonical import content_hash
 from context_runtime.engine import EngineInputError, Strategy
 from context_runtime.findings import FLAG, Finding
 from django.db import connection
+from django.urls import reverse
 from django.utils import timezone
 
 from console.kernel.errors import NotFound
-from console.kernel.policy import check_user_can_preview
+from console.kernel.policy import check_user_can_preview, user_can_preview
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document, Version
 from strategies.releases.selectors import live_release
@@ -436,22 +437,108 @@ def report_view(report_data: dict | None) -> dict | None:
     return view
 
 
-def budget_exceeded_words(preview: Preview) -> str:
-    """One line for the publish and approval pages: what the preview says in a sentence."""
+def impact_words(preview: Preview) -> str:
+    """One line for the publish and approval pages: "Impact on 1,234 traces of sg-test, last
+    7 days: 12 become budget_exceeded; decisions change in 40."."""
     data = preview.report or {}
     days = max(1, round((preview.window_end - preview.window_start).total_seconds() / 86400))
-    where = f"Impact on the last {days} day{'s' if days != 1 else ''} of {preview.environment.key}"
+    previewed = data.get("previewed", 0)
+    where = (
+        f"Impact on {previewed:,} trace{'s' if previewed != 1 else ''} of "
+        f"{preview.environment.key}, last {days} day{'s' if days != 1 else ''}"
+    )
     if data.get("withheld"):
         return f"{where}: withheld — the replay did not reproduce the recorded decisions."
-    matrix = data.get("status_matrix") or {}
     becoming: dict[str, int] = {}
-    for old, row in matrix.items():
+    for old, row in (data.get("status_matrix") or {}).items():
         for new, cell in row.items():
             if old != new:
                 becoming[new] = becoming.get(new, 0) + cell["count"]
-    parts = [f"{count:,} traces become {status}" for status, count in sorted(becoming.items())]
-    changed = (data.get("changed") or {}).get("count", 0)
-    previewed = data.get("previewed", 0)
+    parts = [f"{count:,} become {status}" for status, count in sorted(becoming.items())]
     if not parts:
-        parts = [f"no status changes over {previewed:,} traces"]
-    return f"{where}: " + ", ".join(parts) + f"; decisions change in {changed:,} of {previewed:,}."
+        parts = ["no status changes"]
+    changed = (data.get("changed") or {}).get("count", 0)
+    text = f"{where}: " + ", ".join(parts) + f"; decisions change in {changed:,}."
+    apart = sum(
+        entry["traces"]
+        for entry in ((data.get("not_previewable") or {}).get("sources") or {}).values()
+    ) + sum(
+        ((data.get("not_previewable") or {}).get(key) or {}).get("count", 0)
+        for key in ("no_replay_fields", "unknown_version", "replay_errors")
+    )
+    if apart:
+        text += f" {apart:,} not previewable (counted apart)."
+    return text
+
+
+def _fidelity_words(data: dict) -> str:
+    fidelity = data.get("fidelity") or {}
+    if not fidelity.get("checked"):
+        return "no trace with replay fields to check fidelity on"
+    share = fidelity["share"] * 100
+    shown = f"{share:.1f}".rstrip("0").rstrip(".")
+    return (
+        f"fidelity {shown} % ({fidelity['reproduced']:,} of {fidelity['checked']:,} traces "
+        "replayed as recorded)"
+    )
+
+
+def preview_summary(*, user, version: Version, environment: Environment) -> dict | None:
+    """What the publish page and the approval request show of the saved preview of this
+    version's content in `environment`: its state, one sentence of impact, the fidelity, a
+    link to the full report (for someone who may read it), or — when there is none — the
+    link to run one; and, where the environment requires a preview, what is missing (the
+    publish judgement's own finding). None for a profile."""
+    document = version.document
+    if document.kind != Document.Kind.STRATEGY:
+        return None
+    agent = document.agent
+    allowed = user_can_preview(user, agent)
+    preview = saved_preview(version=version, environment=environment)
+    summary = {
+        "allowed": allowed,
+        "environment": environment.key,
+        "new_url": reverse("preview-new", args=[agent.key, document.key])
+        + f"?version={version.number}&environment={environment.key}",
+        "preview": None,
+        "required": None,
+    }
+    if environment.require_preview:
+        finding = preview_publish_finding(
+            agent=agent,
+            environment=environment,
+            document_key=document.key,
+            body=version.body,
+            actor=user,
+        )
+        if finding is not None:
+            summary["required"] = {
+                "code": finding.code,
+                "message": finding.message,
+                "needs_reason": finding.code == PREVIEW_FEW_TRACES,
+            }
+    if preview is None:
+        return summary
+    state = effective_state(preview)
+    entry = {
+        "pk": preview.pk,
+        "state": state,
+        "url": reverse("preview-detail", args=[agent.key, preview.pk]),
+        "finished_at": preview.finished_at,
+        "live_version_number": preview.live_version_number,
+        "traces": preview.traces_done,
+    }
+    if state == Preview.State.COMPLETE:
+        entry["sentence"] = impact_words(preview)
+        entry["fidelity"] = _fidelity_words(preview.report or {})
+        entry["withheld"] = bool((preview.report or {}).get("withheld"))
+    elif state in (Preview.State.CANCELLED, Preview.State.FAILED):
+        entry["sentence"] = f"The last preview was {state}, not complete. " + coverage_words(
+            preview
+        )
+    else:
+        entry["sentence"] = (
+            f"A preview is running: {preview.traces_done:,} of {preview.traces_total:,} traces."
+        )
+    summary["preview"] = entry
+    return summary
