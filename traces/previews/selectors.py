@@ -376,6 +376,10 @@ def report_view(report_data: dict | None) -> dict | None:
         return entry
 
     view = {"report": report_data, "lists": lists}
+    share = (report_data.get("fidelity") or {}).get("share")
+    view["fidelity_percent"] = (
+        None if share is None else f"{share * 100:.1f}".rstrip("0").rstrip(".")
+    )
     matrix = report_data.get("status_matrix") or {}
     seen = {old for old in matrix} | {new for row in matrix.values() for new in row}
     statuses = [s for s in STATUS_ORDER if s in seen] + sorted(seen - set(STATUS_ORDER))
