@@ -1,27 +1,42 @@
-"""Impact preview: the replay and report of N traces × 50 candidates (issue 20).
+"""Impact preview end to end: the database read, the replay and the report of N traces × 50
+candidates (issue 20). A script, not a test:
 
-Baseline, measured in the same run: rebuilding each trace's candidates and one `select()` in
-memory (what a replay cannot do with less). The preview replays each trace up to three times
-(recorded version for fidelity — shared with the live one when they are the same version —
-and the candidate version) and aggregates the report.
+    python -m tests.bench.bench_preview [--traces 100000] [--sizes 10000,100000] [--repeat 0.3]
 
-    python -m tests.bench.bench_preview [traces]
+Runs against a separate database (bench_preview, created and dropped here; `BENCH_PREVIEW_DB`
+overrides) on the server of DATABASE_URL. The traces are made by the engine itself (v3-like
+strategy, 50 candidates from 6 sources, the replay fields of the SDK), as a runtime records
+them, and written with the ingest's own row functions and a COPY (tests.bench.bench_traces),
+spread evenly over the last 7 days. `--repeat` is the share of traces whose candidates repeat
+an earlier request's (real traffic repeats: the same order, policy and dialogue).
 
-Not yet here: the database read (the window's day partitions, two queries per 1,000 traces,
-traces.previews.selectors.window_batches), which needs the replay columns of the storage
-branch; the end-to-end figure is added once they are on main.
+Each size is measured in a fresh process (so its peak RSS is the preview's, not the
+generator's), reading the window's first N traces exactly as `preview_execute` does
+(`selectors.window_batches`, 1,000 per batch, two queries each):
+- end to end: database read + replay (recorded/live and the draft) + report;
+- the baseline in the same process: rebuild each trace's candidates and one `select()`, the
+  rows already in memory (what no replay can do with less), over the same traces;
+- the split of the end-to-end time: database read vs replay + report;
+- peak RSS (`resource.getrusage`, the whole process: Python, Django, one batch, the report).
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import platform
 import random
+import resource
+import subprocess
 import sys
 import time
-import tracemalloc
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from context_runtime.engine import CandidateItem, Strategy, select
-
-from traces.previews import report
+ROOT = Path(__file__).resolve().parents[2]
+BENCH_DB = os.environ.get("BENCH_PREVIEW_DB", "bench_preview")
+os.environ.setdefault("BENCH_TRACES_DB", BENCH_DB)
 
 BODY = {
     "required": ["task_state", "order_delivery", "applicable_policy"],
@@ -31,84 +46,326 @@ BODY = {
 }
 DRAFT = {**BODY, "budget": {"max_input_tokens": 4000, "reserve_output_tokens": 1000}}
 FIXED, WINDOW = 1280, 128_000
+DAYS = 7
 
 
-def traces(n: int, rng: random.Random):
-    strategy = Strategy.from_body(BODY)
-    for t in range(n):
-        items = [
-            CandidateItem(id=f"task:{t}", source="task_state", size=rng.randrange(200, 400)),
-            CandidateItem(id=f"order:{t}", source="order_delivery", size=rng.randrange(400, 800)),
+def _candidates(rng: random.Random, t: int):
+    from context_runtime.engine import CandidateItem
+
+    items = [
+        CandidateItem(id=f"task:{t}", source="task_state", size=rng.randrange(200, 400)),
+        CandidateItem(id=f"order:{t}", source="order_delivery", size=rng.randrange(400, 800)),
+        CandidateItem(
+            id="P7", source="applicable_policy", size=rng.randrange(1500, 2500), bundle="policy-P7"
+        ),
+    ]
+    for i in range(47):
+        source = ("recent_dialogue", "memory", "knowledge")[i % 3]
+        items.append(
             CandidateItem(
-                id="P7",
-                source="applicable_policy",
-                size=rng.randrange(1500, 2500),
-                bundle="policy-P7",
-            ),
-        ]
-        for i in range(47):
-            source = ("recent_dialogue", "memory", "knowledge")[i % 3]
-            items.append(
-                CandidateItem(
-                    id=f"{source}:{i}",
-                    source=source,
-                    size=rng.randrange(20, 200),
-                    relevance=round(rng.random(), 2),
-                )
+                id=f"{source}:{i}",
+                source=source,
+                size=rng.randrange(20, 200),
+                relevance=round(rng.random(), 2),
             )
-        s = select(
+        )
+    return items
+
+
+def generate(total: int, repeat: float, start: datetime, agent_id: int, env_id: int) -> float:
+    """Write `total` traces into the bench database, 5,000 at a time; returns the seconds."""
+    from context_runtime import wire
+    from context_runtime.engine import Strategy, select
+
+    from tests.bench.bench_traces import bare_copy
+    from traces import services
+
+    started = time.perf_counter()
+    rng = random.Random(20)
+    strategy = Strategy.from_body(BODY)
+    step = timedelta(days=DAYS) / total
+    earlier: list = []
+    chunk = []
+    now = datetime.now(UTC)
+    for t in range(total):
+        if earlier and rng.random() < repeat:
+            items = rng.choice(earlier)
+        else:
+            items = _candidates(rng, t)
+            if len(earlier) < 2_000:
+                earlier.append(items)
+        selection = select(
             strategy=strategy, candidates=items, context_window=WINDOW, fixed_input_tokens=FIXED
         )
-        trace = (t, f"req-{t}", 3, s.status, s.degradation or "", "bench", FIXED, 0.2, WINDOW, None)
-        rows = [
-            (
-                t,
-                d.id,
-                d.source,
-                d.version,
-                d.size,
-                d.required,
-                d.bundle or "",
-                it.bundle or "",
-                d.decision,
-                getattr(d, "reason_code", None) or "",
-                it.outcome,
-                it.relevance,
-                [],
-                [],
-                it.note,
+        trace = wire.Trace(
+            request_id=f"bench-{t:08d}",
+            agent="assistant_professional",
+            occurred_at=start + step * t,
+            documents={"after_sales_consultation": 3},
+            strategy="after_sales_consultation",
+            **selection.trace_fields(),
+        )
+        row = services.trace_row(
+            trace,
+            agent_id=agent_id,
+            environment_id=env_id,
+            received_at=now,
+            snapshot_expires_at=None,
+        )
+        chunk.append((row, trace))
+        if len(chunk) == 5_000:
+            bare_copy(chunk)
+            chunk = []
+    if chunk:
+        bare_copy(chunk)
+    return time.perf_counter() - started
+
+
+def measure(n: int, start: datetime, total: int, agent_id: int, env_id: int) -> dict:
+    """One size, in this (fresh) process: end to end, its split, the baseline, peak RSS."""
+    from context_runtime.engine import Strategy, select
+
+    from traces.previews import report, selectors
+
+    live, draft = Strategy.from_body(BODY), Strategy.from_body(DRAFT)
+    step = timedelta(days=DAYS) / total
+    window = {
+        "agent_id": agent_id,
+        "environment_id": env_id,
+        "strategy": "after_sales_consultation",
+        "start": start,
+        "end": start + step * n,
+    }
+    versions = report.Versions(recorded={3: live}, live_number=3, live=live, candidate=draft)
+
+    started = time.perf_counter()
+    counts = selectors.window_counts(**window)
+    run = report.Replay(versions)
+    read = time.perf_counter() - started
+    batches = selectors.window_batches(**window)
+    while True:
+        t0 = time.perf_counter()
+        batch = next(batches, None)
+        read += time.perf_counter() - t0
+        if batch is None:
+            break
+        for trace, candidates, _ in batch:
+            run.add(trace, candidates)
+    result = run.report()
+    end_to_end = time.perf_counter() - started
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+    baseline = 0.0
+    for batch in selectors.window_batches(**window):
+        t0 = time.perf_counter()
+        for trace, candidates, _ in batch:
+            items = [report.candidate_item(r) for r in candidates]
+            select(
+                strategy=live,
+                candidates=items,
+                context_window=trace[report.T_WINDOW],
+                max_input_tokens=trace[report.T_MAX],
+                fixed_input_tokens=trace[report.T_FIXED],
+                relevance_threshold=trace[report.T_THRESHOLD],
             )
-            for d, it in zip(s.decisions, items, strict=True)
-        ]
-        yield trace, rows
+        baseline += time.perf_counter() - t0
+    assert sum(counts.values()) == result["traces_read"] == n, (counts, result["traces_read"])
+    assert result["fidelity"]["share"] == 1.0, result["fidelity"]
+    return {
+        "traces": n,
+        "end_to_end": end_to_end,
+        "read": read,
+        "replay_report": end_to_end - read,
+        "baseline": baseline,
+        "peak_rss_mb": peak,
+        "memo_hits": getattr(run, "memo_hits", 0),
+    }
+
+
+def _shard_part(args) -> dict:
+    """One shard's replay (a forked process): its `Replay.state()` and its own times."""
+    index, count, window = args
+    from context_runtime.engine import Strategy
+    from django.db import connection
+
+    from traces.previews import report, selectors
+
+    connection.close()  # never share the parent's connection
+    live, draft = Strategy.from_body(BODY), Strategy.from_body(DRAFT)
+    versions = report.Versions(recorded={3: live}, live_number=3, live=live, candidate=draft)
+    run = report.Replay(versions)
+    for batch in selectors.window_batches(**window, shard=(index, count)):
+        for trace, candidates, _ in batch:
+            run.add(trace, candidates)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {"state": run.state(), "peak": peak}
+
+
+def measure_sharded(n: int, start: datetime, total: int, agent_id: int, env_id: int, shards: int):
+    """The same window replayed by `shards` processes (trace id modulo shards), their parts
+    merged into one report: what N Celery sub-tasks would do."""
+    import multiprocessing
+
+    from context_runtime.engine import Strategy
+    from django.db import connection
+
+    from traces.previews import report
+
+    step = timedelta(days=DAYS) / total
+    window = {
+        "agent_id": agent_id,
+        "environment_id": env_id,
+        "strategy": "after_sales_consultation",
+        "start": start,
+        "end": start + step * n,
+    }
+    live, draft = Strategy.from_body(BODY), Strategy.from_body(DRAFT)
+    versions = report.Versions(recorded={3: live}, live_number=3, live=live, candidate=draft)
+    connection.close()
+    started = time.perf_counter()
+    with multiprocessing.get_context("fork").Pool(shards) as pool:
+        parts = pool.map(_shard_part, [(i, shards, window) for i in range(shards)])
+    run = report.Replay(versions)
+    for part in parts:
+        run.merge(part["state"])
+    result = run.report()
+    elapsed = time.perf_counter() - started
+    assert result["traces_read"] == n and result["fidelity"]["share"] == 1.0
+    return {
+        "traces": n,
+        "shards": shards,
+        "end_to_end": elapsed,
+        "peak_rss_mb": max(p["peak"] for p in parts),
+        "memo_hits": run.memo_hits,
+    }
+
+
+def _django(bench_url: str) -> None:
+    os.environ["DATABASE_URL"] = bench_url
+    os.environ["DEBUG"] = "false"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
-    data = list(traces(n, random.Random(20)))
-    live = Strategy.from_body(BODY)
-    draft = Strategy.from_body(DRAFT)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--traces", type=int, default=100_000)
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--repeat", type=float, default=0.0)
+    parser.add_argument("--keep", action="store_true", help="do not drop the bench database")
+    parser.add_argument("--reuse", action="store_true", help="measure the kept database again")
+    parser.add_argument("--shards", type=int, default=2, help="processes for the sharded run")
+    parser.add_argument("--measure", type=int, help=argparse.SUPPRESS)  # the child process
+    parser.add_argument("--sharded", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--meta", help=argparse.SUPPRESS)
+    args = parser.parse_args()
 
-    started = time.perf_counter()
-    for trace, rows in data:
-        items = [report.candidate_item(r) for r in rows]
-        select(strategy=live, candidates=items, **_arguments(trace))
-    baseline = time.perf_counter() - started
+    from tests.bench.bench_traces import admin_sql, database_urls, setup_database
 
-    versions = report.Versions(recorded={3: live}, live_number=3, live=live, candidate=draft)
-    started = time.perf_counter()
-    result = report.run(versions, iter(data))
-    replay = time.perf_counter() - started
-    # Memory in a second run: tracemalloc slows every allocation, so never while timing.
-    tracemalloc.start()
-    report.run(versions, iter(data[: min(n, 2_000)]))
-    peak = tracemalloc.get_traced_memory()[1] / 2**20
-    tracemalloc.stop()
-    print(f"{n:,} traces × 50 candidates")
-    print(f"baseline rebuild + select():   {baseline:6.2f} s")
-    print(f"replay + report (2 selects):   {replay:6.2f} s  = {replay / baseline:.2f}× baseline")
-    print(f"report's own peak over 2,000 traces (tracemalloc, input excluded): {peak:.1f} MiB")
-    print(f"fidelity {result['fidelity']['share']}, previewed {result['previewed']:,}")
+    admin_url, bench_url = database_urls()
+    if args.measure:
+        _django(bench_url)
+        meta = json.loads(args.meta)
+        where = (
+            args.measure,
+            datetime.fromisoformat(meta["start"]),
+            meta["total"],
+            meta["agent_id"],
+            meta["env_id"],
+        )
+        if args.sharded:
+            print(json.dumps(measure_sharded(*where, args.shards)))
+        else:
+            print(json.dumps(measure(*where)))
+        return
+
+    print(f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()}")
+    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC · load {os.getloadavg()[0]:.2f}")
+    meta_file = ROOT / ".data" / f"{BENCH_DB}.json"
+    if not args.reuse:
+        setup_database(admin_url, bench_url)
+    _django(bench_url)
+    if args.reuse:
+        meta = json.loads(meta_file.read_text())
+    else:
+        from django.db import connection
+
+        from strategies.catalog.models import Agent, Environment
+        from traces import partitions
+
+        agent = Agent.objects.create(key="assistant_professional", name="AP")
+        env = Environment.objects.create(key="sg-test", name="SG test", position=1)
+        start = (datetime.now(UTC) - timedelta(days=DAYS, hours=1)).replace(microsecond=0)
+        with connection.cursor() as cursor:
+            partitions.ensure_range(
+                cursor, today=datetime.now(UTC).date(), days_back=9, days_ahead=1
+            )
+        seconds = generate(args.traces, args.repeat, start, agent.pk, env.pk)
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE traces_trace; ANALYZE traces_candidate")
+        print(f"generated {args.traces:,} traces × 50 candidates in {seconds:.0f} s")
+        meta = {
+            "start": start.isoformat(),
+            "total": args.traces,
+            "agent_id": agent.pk,
+            "env_id": env.pk,
+        }
+        meta_file.parent.mkdir(exist_ok=True)
+        meta_file.write_text(json.dumps(meta))
+    try:
+        for n in (int(s) for s in args.sizes.split(",")):
+            child = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.bench.bench_preview",
+                    "--measure",
+                    str(n),
+                    "--meta",
+                    json.dumps(meta),
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            r = json.loads(child.stdout.strip().splitlines()[-1])
+            sharded = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.bench.bench_preview",
+                    "--measure",
+                    str(n),
+                    "--sharded",
+                    "--shards",
+                    str(args.shards),
+                    "--meta",
+                    json.dumps(meta),
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            s = json.loads(sharded.stdout.strip().splitlines()[-1])
+            print(
+                f"{n:>7,} traces × 50: end to end {r['end_to_end']:6.2f} s "
+                f"(read {r['read']:5.2f} s, replay + report {r['replay_report']:5.2f} s) · "
+                f"baseline rebuild + select() {r['baseline']:5.2f} s · "
+                f"e2e/baseline {r['end_to_end'] / r['baseline']:.2f} · "
+                f"peak RSS {r['peak_rss_mb']:.0f} MB · memo hits {r['memo_hits']:,}"
+            )
+            print(
+                f"{'':>7}  sharded over {s['shards']} processes: end to end "
+                f"{s['end_to_end']:6.2f} s · peak RSS per process {s['peak_rss_mb']:.0f} MB"
+            )
+    finally:
+        if not args.keep:
+            admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
 
 
 if __name__ == "__main__":

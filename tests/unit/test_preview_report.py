@@ -201,3 +201,48 @@ def test_stratified_quotas__more_than_the_limit__rare_statuses_kept_whole():
 def test_wilson__small_sample__interval_contains_the_rate():
     low, high = report.wilson(3, 100)
     assert low < 0.03 < high and low >= 0 and high < 0.1
+
+
+def test_report__sharded_by_trace_and_merged__same_counts_and_exact_p95():
+    v3, traces = _world(count=200)
+    draft = Strategy.from_body(_with(V3, max_input_tokens=4000))
+    versions = report.Versions(recorded={3: v3}, live_number=3, live=v3, candidate=draft)
+    whole = report.run(versions, ((t, rows) for t, rows, _ in traces))
+    shards = [report.Replay(versions) for _ in range(3)]
+    for t, rows, _ in traces:
+        shards[t[report.T_ID] % 3].add(t, rows)
+    merged = shards[0]
+    for shard in shards[1:]:
+        merged.merge(shard.state())
+
+    result = merged.report()
+
+    def counts(table):
+        if "count" in table:
+            return table["count"]
+        return {key: counts(value) for key, value in table.items()}
+
+    assert counts(result["status_matrix"]) == counts(whole["status_matrix"])
+    assert counts(result["sources"]) == counts(whole["sources"])
+    assert result["tokens"] == whole["tokens"] and result["previewed"] == whole["previewed"] == 200
+    assert result["fidelity"] == whole["fidelity"]
+
+
+def test_report__identical_requests__worked_out_once_counted_every_time():
+    v3, traces = _world(count=30)
+    draft = Strategy.from_body(_with(V3, max_input_tokens=4000))
+    versions = report.Versions(recorded={3: v3}, live_number=3, live=v3, candidate=draft)
+    trace, rows, _ = traces[0]
+    copies = [((n, f"copy-{n}", *trace[2:]), [(n, *row[1:]) for row in rows]) for n in range(5)]
+    run = report.Replay(versions)
+    for t, r in [(t, r) for t, r, _ in traces] + copies:
+        run.add(t, r)
+
+    result = run.report()
+
+    assert run.memo_hits == 5 and result["previewed"] == 35
+    status = trace[report.T_STATUS]
+    new = next(
+        new for new, cell in result["status_matrix"][status].items() if "req-0" in cell["ids"]
+    )
+    assert {f"copy-{n}" for n in range(5)} <= set(result["status_matrix"][status][new]["ids"])

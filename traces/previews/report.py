@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from hashlib import blake2b
 
 import msgspec
 from context_runtime import replay as engine_replay
@@ -46,6 +47,17 @@ from context_runtime.engine import ENGINE as CONSOLE_ENGINE
 from context_runtime.replay import CandidateFacts, Facts
 
 FIDELITY_FLOOR = 0.999
+# Outcomes worked out once per run for identical inputs (keys are 16-byte digests, outcomes a
+# few shared tuples: a few MB at most).
+MEMO_ENTRIES = 50_000
+_encode = msgspec.msgpack.Encoder().encode
+_ERROR, _MISMATCH, _UNASKED, _ERROR_AFTER, _PREVIEWED = (
+    "error",
+    "mismatch",
+    "unasked",
+    "error_after",
+    "previewed",
+)
 IDS_PER_CELL = 50
 MAX_TRACES = 100_000
 Z95 = 1.959963984540054
@@ -197,6 +209,10 @@ class Cell:
     def as_dict(self) -> dict:
         return {"count": self.count, "ids": self.ids}
 
+    def merge(self, other: Cell) -> None:
+        self.count += other.count
+        self.ids = (self.ids + other.ids)[:IDS_PER_CELL]
+
 
 def _cells() -> dict:
     return {}
@@ -209,6 +225,14 @@ def _cell(table: dict, *keys) -> Cell:
     if cell is None:
         cell = table[keys[-1]] = Cell()
     return cell
+
+
+def _merge_tables(mine: dict, theirs: dict) -> None:
+    for key, value in theirs.items():
+        if isinstance(value, Cell):
+            _cell(mine, key).merge(value)
+        else:
+            _merge_tables(mine.setdefault(key, {}), value)
 
 
 def _dump(table):
@@ -302,6 +326,8 @@ class Replay:
         live, new = versions.live, versions.candidate
         self._needed = live.sources | new.sources
         self._missing_cache: dict[int, frozenset[str]] = {}
+        self._memo: dict[tuple, tuple] = {}
+        self.memo_hits = 0
 
     # ------------------------------------------------------------------ per trace
     def add(self, trace: Sequence, candidates: Sequence[Sequence]) -> None:
@@ -315,41 +341,50 @@ class Replay:
         if recorded is None:
             self.unknown_version.add(request_id)
             return
+        # Real traffic repeats (the same order, policy and dialogue): identical inputs and
+        # record give the identical outcome, so it is worked out once per run. The key is a
+        # 128-bit digest of everything the outcome depends on: the recorded version, the
+        # selection block, the recorded status and every candidate column but the trace id.
+        key = blake2b(
+            _encode(
+                (
+                    trace[T_VERSION],
+                    trace[T_STATUS],
+                    trace[T_DEGRADATION],
+                    trace[T_FIXED],
+                    trace[T_THRESHOLD],
+                    trace[T_WINDOW],
+                    trace[T_MAX],
+                    [row[1:] for row in candidates],
+                )
+            ),
+            digest_size=16,
+        ).digest()
+        outcome = self._memo.get(key)
+        if outcome is None:
+            outcome = self._outcome(trace, candidates, recorded)
+            if len(self._memo) < MEMO_ENTRIES:
+                self._memo[key] = outcome
+        else:
+            self.memo_hits += 1
+        self._apply(outcome, request_id, trace[T_VERSION], trace[T_ENGINE])
+
+    def _outcome(self, trace: Sequence, candidates: Sequence[Sequence], recorded: Strategy):
+        """What one trace contributes, without its request id: ("error",), ("mismatch",
+        difference), ("unasked", sources, present) or ("previewed", cell paths, tokens)."""
         items = [candidate_item(row) for row in candidates]
         info = selection_info(trace)
         try:
             again, again_at = replay(recorded, items, info)
         except EngineInputError:
-            self.replay_errors.add(request_id)
-            return
-        self.checked += 1
+            return (_ERROR,)
         have = recorded_facts(trace, candidates)
         got = engine_replay.facts(again, of=items)
         if have != got:
-            self.mismatch_count += 1
-            if len(self.mismatches) < IDS_PER_CELL:
-                self.mismatches.append(
-                    {
-                        "request_id": request_id,
-                        "trace_engine": trace[T_ENGINE],
-                        "console_engine": CONSOLE_ENGINE,
-                        "difference": fidelity_difference(have, got, candidates),
-                    }
-                )
-            return
-        self.reproduced += 1
+            return (_MISMATCH, fidelity_difference(have, got, candidates))
         missing = self._unasked_sources(trace[T_VERSION], recorded)
         if missing:
-            present = {row[C_SOURCE] for row in candidates}
-            for source in missing:
-                entry = self.unasked.setdefault(
-                    source, {"traces": 0, "with_candidates": 0, "versions": set(), "ids": Cell()}
-                )
-                entry["traces"] += 1
-                entry["with_candidates"] += source in present
-                entry["versions"].add(trace[T_VERSION])
-                entry["ids"].add(request_id)
-            return
+            return (_UNASKED, missing, frozenset(row[C_SOURCE] for row in candidates))
         try:
             if self.versions.live is recorded:
                 old, old_at = again, again_at  # the live replay IS the recorded one
@@ -357,12 +392,57 @@ class Replay:
                 old, old_at = replay(self.versions.live, items, info)
             new, new_at = replay(self.versions.candidate, items, info)
         except EngineInputError:
+            return (_ERROR_AFTER,)
+        return (
+            _PREVIEWED,
+            _compare(items, old, _by_position(old, old_at), new, _by_position(new, new_at)),
+            old.fixed_input_tokens + old.used_tokens,
+            new.fixed_input_tokens + new.used_tokens,
+        )
+
+    def _apply(self, outcome: tuple, request_id: str, version: int, engine: str) -> None:
+        kind = outcome[0]
+        if kind is _ERROR:
+            self.replay_errors.add(request_id)
+            return
+        self.checked += 1
+        if kind is _MISMATCH:
+            self.mismatch_count += 1
+            if len(self.mismatches) < IDS_PER_CELL:
+                self.mismatches.append(
+                    {
+                        "request_id": request_id,
+                        "trace_engine": engine,
+                        "console_engine": CONSOLE_ENGINE,
+                        "difference": outcome[1],
+                    }
+                )
+            return
+        self.reproduced += 1
+        if kind is _UNASKED:
+            for source in outcome[1]:
+                entry = self.unasked.setdefault(
+                    source, {"traces": 0, "with_candidates": 0, "versions": set(), "ids": Cell()}
+                )
+                entry["traces"] += 1
+                entry["with_candidates"] += source in outcome[2]
+                entry["versions"].add(version)
+                entry["ids"].add(request_id)
+            return
+        if kind is _ERROR_AFTER:
             self.replay_errors.add(request_id)
             return
         self.previewed += 1
-        self._compare(
-            request_id, items, old, _by_position(old, old_at), new, _by_position(new, new_at)
-        )
+        for path in outcome[1]:
+            name = path[0]
+            if name == "matrix":
+                _cell(self.matrix, *path[1:]).add(request_id)
+            elif name == "sources":
+                _cell(self.sources, *path[1:]).add(request_id)
+            else:
+                getattr(self, name).add(request_id)
+        self.tokens_old.append(outcome[2])
+        self.tokens_new.append(outcome[3])
 
     def _unasked_sources(self, number: int, recorded: Strategy) -> frozenset[str]:
         missing = self._missing_cache.get(number)
@@ -370,61 +450,53 @@ class Replay:
             missing = self._missing_cache[number] = frozenset(self._needed - recorded.sources)
         return missing
 
-    def _compare(self, request_id: str, items, old, old_by_position, new, new_by_position):
-        _cell(self.matrix, old.status, new.status).add(request_id)
-        self.tokens_old.append(old.fixed_input_tokens + old.used_tokens)
-        self.tokens_new.append(new.fixed_input_tokens + new.used_tokens)
-        changed = old.status != new.status or old.degradation != new.degradation
-        conflict_new = conflict_missed = over_old = over_new = False
-        for index, item in enumerate(items):
-            before = old_by_position.get(index)
-            after = new_by_position.get(index)
-            if before is not None and before.decision == OVER_BUDGET:
-                over_old = True
-            if after is not None and after.decision == OVER_BUDGET:
-                over_new = True
-            if before is None or after is None:
-                changed = changed or before is not after
-                continue
-            if (before.decision, before.reason_code) != (after.decision, after.reason_code):
-                changed = True
-            was, now = before.decision == SELECTED, after.decision == SELECTED
-            if after.decision == CONFLICT and before.decision != CONFLICT:
-                conflict_new = True
-            elif before.decision == CONFLICT and after.decision != CONFLICT:
-                conflict_missed = True
-            if was == now:
-                continue
-            required = before.required or after.required
-            if required:
-                kind, code = (
-                    ("required_lost", after.reason_code)
-                    if was
-                    else (
-                        "required_kept",
-                        before.reason_code,
-                    )
-                )
-            else:
-                kind, code = (
-                    ("optional_dropped", after.reason_code)
-                    if was
-                    else (
-                        "optional_added",
-                        before.reason_code,
-                    )
-                )
-            _cell(self.sources, item.source, kind, code or after.decision).add(request_id)
-        if changed:
-            self.changed.add(request_id)
-        if conflict_new:
-            self.conflicts_new.add(request_id)
-        if conflict_missed:
-            self.conflicts_missed.add(request_id)
-        if over_old:
-            self.over_old.add(request_id)
-        if over_new:
-            self.over_new.add(request_id)
+    # ------------------------------------------------------------------ shards
+    _CELLS = (
+        "no_fields",
+        "unknown_version",
+        "replay_errors",
+        "conflicts_new",
+        "conflicts_missed",
+        "changed",
+        "over_old",
+        "over_new",
+    )
+    _COUNTS = ("read", "checked", "reproduced", "mismatch_count", "previewed", "memo_hits")
+
+    def state(self) -> dict:
+        """What this run counted, without its versions and memo (picklable): a shard's part,
+        for `merge`."""
+        names = (*self._CELLS, *self._COUNTS, "by_status", "unasked", "mismatches")
+        return {
+            **{name: getattr(self, name) for name in names},
+            "matrix": self.matrix,
+            "sources": self.sources,
+            "tokens_old": self.tokens_old,
+            "tokens_new": self.tokens_new,
+        }
+
+    def merge(self, state: dict) -> None:
+        """Add another shard's counts (`state()`): counts add up, id lists are cut at
+        `IDS_PER_CELL`, token values are kept whole (p95 stays exact)."""
+        for name in self._COUNTS:
+            setattr(self, name, getattr(self, name) + state[name])
+        for name in self._CELLS:
+            getattr(self, name).merge(state[name])
+        for status, count in state["by_status"].items():
+            self.by_status[status] = self.by_status.get(status, 0) + count
+        for source, entry in state["unasked"].items():
+            mine = self.unasked.setdefault(
+                source, {"traces": 0, "with_candidates": 0, "versions": set(), "ids": Cell()}
+            )
+            mine["traces"] += entry["traces"]
+            mine["with_candidates"] += entry["with_candidates"]
+            mine["versions"] |= entry["versions"]
+            mine["ids"].merge(entry["ids"])
+        self.mismatches = (self.mismatches + state["mismatches"])[:IDS_PER_CELL]
+        _merge_tables(self.matrix, state["matrix"])
+        _merge_tables(self.sources, state["sources"])
+        self.tokens_old += state["tokens_old"]
+        self.tokens_new += state["tokens_new"]
 
     # ------------------------------------------------------------------ the report
     def report(self) -> dict:
@@ -502,6 +574,49 @@ class Replay:
             low, high = wilson(cell.count, n)
             rates[name] = {"rate": cell.count / n if n else 0.0, "low": low, "high": high}
         return rates
+
+
+def _compare(items, old, old_by_position, new, new_by_position) -> tuple:
+    """The cells one trace counts in (paths: ("matrix", old, new), ("sources", source, kind,
+    code), or the name of a single cell), old → new."""
+    paths = [("matrix", old.status, new.status)]
+    changed = old.status != new.status or old.degradation != new.degradation
+    conflict_new = conflict_missed = over_old = over_new = False
+    for index, item in enumerate(items):
+        before = old_by_position.get(index)
+        after = new_by_position.get(index)
+        if before is not None and before.decision == OVER_BUDGET:
+            over_old = True
+        if after is not None and after.decision == OVER_BUDGET:
+            over_new = True
+        if before is None or after is None:
+            changed = changed or before is not after
+            continue
+        if before.decision == after.decision and before.reason_code == after.reason_code:
+            continue
+        changed = True
+        was, now = before.decision == SELECTED, after.decision == SELECTED
+        if after.decision == CONFLICT and before.decision != CONFLICT:
+            conflict_new = True
+        elif before.decision == CONFLICT and after.decision != CONFLICT:
+            conflict_missed = True
+        if was == now:
+            continue
+        if before.required or after.required:
+            kind, code = ("required_lost", after) if was else ("required_kept", before)
+        else:
+            kind, code = ("optional_dropped", after) if was else ("optional_added", before)
+        paths.append(("sources", item.source, kind, code.reason_code or after.decision))
+    for flag, name in (
+        (changed, "changed"),
+        (conflict_new, "conflicts_new"),
+        (conflict_missed, "conflicts_missed"),
+        (over_old, "over_old"),
+        (over_new, "over_new"),
+    ):
+        if flag:
+            paths.append((name,))
+    return tuple(dict.fromkeys(paths))  # one count per trace and cell
 
 
 def _by_position(selection, positions) -> dict[int, object]:
