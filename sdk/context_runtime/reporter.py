@@ -340,6 +340,8 @@ class TraceReporter:
                         self._kick.set()
                     return True
             self._queue.put_nowait((request_id, data, None))
+            if self._idle:  # a spool sender waits on the kick, not on the queue
+                self._kick.set()
         except queue.Full:
             self._count("dropped")
             return False
@@ -390,7 +392,10 @@ class TraceReporter:
             self._finish("the reporter was closed")
         with self._lock:
             dropped = self._counts["dropped"] - dropped_before
-        return dropped == 0 and self._queue.qsize() == 0
+        in_memory = self._queue.qsize() + sum(
+            1 for batch in list(self._work) for item in batch if item[2] is None
+        )
+        return dropped == 0 and in_memory == 0
 
     def __enter__(self) -> TraceReporter:
         return self
