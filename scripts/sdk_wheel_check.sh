@@ -17,7 +17,8 @@ mkdir -p "$work"
 
 echo "== build (sdist and wheel) into $work/dist"
 "$python" -m venv "$work/build-env"
-"$work/build-env/bin/pip" install --quiet --disable-pip-version-check build
+"$work/build-env/bin/pip" install --quiet --disable-pip-version-check build 2>&1 \
+  | grep -v "^WARNING: Location" || true
 rm -rf sdk/build
 "$work/build-env/bin/python" -m build --outdir "$work/dist" sdk >"$work/build.log" 2>&1 \
   || { tail -30 "$work/build.log"; exit 1; }
