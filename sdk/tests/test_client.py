@@ -280,8 +280,8 @@ def test_client__token_revoked__serves_last_good_copy_loudly_and_recovers(
     assert snapshot.strategy(STRATEGY).version == 3  # the last good copy is still served
     resolution = snapshot.resolution
     assert (resolution.reason, resolution.fallback) == ("unauthorized", True)
-    # The wire has no "unauthorized" yet: the trace says stale (a copy no longer confirmed).
-    assert resolution.trace_fields()["config_resolution"] == STALE
+    # The trace says so too: support read "the console refused its token" on the trace page.
+    assert resolution.trace_fields()["config_resolution"] == "unauthorized"
     status = client.status()
     assert status["unauthorized"] is True and status["reason"] == "unauthorized"
     assert client.health()["healthy"] is False

@@ -101,7 +101,7 @@ class Resolution(NamedTuple):
     def trace_fields(self) -> dict[str, Any]:
         """The trace fields: ``config_fallback`` (the contract's boolean) and the proposed
         optional ``config_resolution`` and ``config_age_seconds``. A reason the wire does not
-        know yet (``unauthorized``) goes as ``stale``: a copy the console no longer confirms."""
+        know goes as ``stale``: a copy the console no longer confirms."""
         age = None if self.age_seconds is None else round(self.age_seconds, 3)
         reason = self.reason if self.reason in WIRE_RESOLUTIONS else STALE
         return {
