@@ -47,6 +47,11 @@ def config_source(trace) -> tuple[str, bool]:
         "stale": (f"the runtime's last good copy{age}: the console did not answer", True),
         "bootstrap": ("the runtime's bootstrap file: it had never reached the console", True),
         "error": ("no configuration: the runtime had no good copy at all", True),
+        "unauthorized": (
+            f"the runtime's last good copy{age}: the console refused its token (revoked or "
+            "expired); it keeps this copy until a valid token is set",
+            True,
+        ),
     }
     if trace.config_resolution in words:
         return words[trace.config_resolution]

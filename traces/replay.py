@@ -50,8 +50,8 @@ def not_replayable_reason(trace: Trace) -> str | None:
         return (
             "Recorded by a runtime that sends no replay fields (which engine decided, the "
             "relevance threshold, the fixed input tokens, each candidate's own bundle): the "
-            "engine cannot re-run it exactly. Runtimes on context_runtime 0.2.0 or later send "
-            "them."
+            "engine cannot re-run it exactly. The current context_runtime SDK sends them; "
+            "older runtimes do not."
         )
     return None
 

@@ -134,16 +134,17 @@ def trace_detail(request, request_id: str):
 @vary_on_headers("HX-Request")
 def trace_replay(request, request_id: str):
     """Re-run the engine on the trace's candidates with a version of its strategy (the
-    recorded one, what is live now, a draft): the Replay card's answer — its fragment for
-    htmx, a page of its own without JavaScript. Read-only; each replay is in the access log."""
+    recorded one, what is live now, a draft): the Replay card's answer — the result fragment
+    for htmx (the form stays), a page with the whole card without JavaScript. Read-only;
+    each replay is in the access log."""
     trace = _visible(request, request_id)
     wanted = (request.GET.get("version") or "").strip()
-    selected = int(wanted) if wanted.isascii() and wanted.isdigit() else None
-    context = {
-        "trace": trace,
-        "links": selectors.trace_links(trace),
-        "replay_card": replay.replay_card(user=request.user, trace=trace, selected=selected),
-    }
+    context = {"trace": trace, "links": selectors.trace_links(trace)}
+    if not request.htmx:  # the whole card, its form showing the version chosen
+        selected = int(wanted) if wanted.isascii() and wanted.isdigit() else None
+        context["replay_card"] = replay.replay_card(
+            user=request.user, trace=trace, selected=selected
+        )
     try:
         result = replay.trace_replay(user=request.user, trace=trace, version=wanted)
     except ApplicationError as exc:
@@ -158,7 +159,7 @@ def trace_replay(request, request_id: str):
         )
         context["replayed"] = result
         status = 200
-    template = "traces/detail.html#replay" if request.htmx else "traces/replay_page.html"
+    template = "traces/detail.html#replay_output" if request.htmx else "traces/replay_page.html"
     return TemplateResponse(request, template, context, status=status)
 
 

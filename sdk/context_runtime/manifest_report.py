@@ -20,6 +20,16 @@ declared, and so on, so the manifest cannot claim what the code does not have::
 runtime's start-up: a runtime that cannot reach the console still starts (and the console
 refuses publishes to an environment whose runtime never reported, so nothing unsupported can
 go live meanwhile).
+
+In a long-running runtime use :class:`ManifestReporter` (or
+:func:`report_manifest_in_background`, which starts one): a background thread that retries
+until the manifest lands (backoff with jitter, capped at ``backoff_max``; a refused token
+waits longer; a manifest the console refuses as invalid waits for the registry to change)
+and sends it again whenever the registry changes::
+
+    reporter = ManifestReporter(CONSOLE_URL, TOKEN, registry, "bank-assistant 2026.11.3")
+    reporter.start()
+    reporter.status()   # {"reported": True, "version": 4, ...}
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from context_runtime.vocabulary import BLOCKS, KNOWN_SENSITIVE_SECTIONS
 
 __all__ = [
     "ManifestReportError",
+    "ManifestReporter",
     "ManifestResult",
     "Registry",
     "report_manifest",
@@ -61,6 +72,8 @@ class Registry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
+        self.revision = 0  # grows with every change of what the manifest declares
         self._providers: dict[str, Callable | None] = {}
         self._tools: dict[str, Callable | None] = {}
         self._handlers: dict[str, Callable | None] = {}
@@ -113,13 +126,19 @@ class Registry:
                     f"section {key} is already registered as {existing[0]}"
                     f"{' (sensitive)' if existing[1] else ''}"
                 )
+            changed = existing is None
             self._sections[key] = (block, sensitive)
+        if changed:
+            self._changed()
 
     def register_switch(self, name: str) -> None:
         """Declare a pipeline switch the runtime reads."""
         _check_name(name, "switch name")
         with self._lock:
+            changed = name not in self._switches
             self._switches[name] = None
+        if changed:
+            self._changed()
 
     def _register(self, table: dict, what: str, name: str, fn: Callable | None):
         _check_name(name, f"{what} name")
@@ -129,8 +148,27 @@ class Registry:
             existing = table.get(name)
             if existing is not None and fn is not None and existing is not fn:
                 raise ValueError(f"{what} {name} is already registered to {existing!r}")
+            changed = name not in table
             table[name] = fn if fn is not None else existing
+        if changed:
+            self._changed()
         return fn
+
+    def add_listener(self, listener: Callable[[], None]) -> None:
+        """Call ``listener()`` after every change of what the manifest declares (a new
+        provider, tool, handler, section or switch), in the registering thread."""
+        with self._lock:
+            self._listeners.append(listener)
+
+    def _changed(self) -> None:
+        with self._lock:
+            self.revision += 1
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener()
+            except Exception:
+                logger.exception("A registry listener failed")
 
     # ------------------------------------------------------------ reading
 
@@ -256,15 +294,224 @@ def report_manifest(
     return None
 
 
-def report_manifest_in_background(*args, **kwargs) -> threading.Thread:
-    """:func:`report_manifest` in a daemon thread, so start-up does not wait for it."""
-    kwargs["raise_on_failure"] = False
-    thread = threading.Thread(
-        target=report_manifest, args=args, kwargs=kwargs, name="context-runtime-manifest"
-    )
-    thread.daemon = True
-    thread.start()
-    return thread
+def report_manifest_in_background(
+    base_url: str, token: str, registry: Registry, runtime_name: str, **options
+) -> ManifestReporter:
+    """Start a :class:`ManifestReporter` (start-up does not wait for it) and return it;
+    ``join(timeout)`` waits for its first outcome. ``attempts`` (optional) gives up after
+    that many tries; by default it retries until the manifest lands."""
+    options.pop("raise_on_failure", None)
+    return ManifestReporter(base_url, token, registry, runtime_name, **options).start()
+
+
+class ManifestReporter:
+    """Keeps the console's manifest of this runtime current, in a daemon thread.
+
+    Sends ``registry``'s manifest at :meth:`start` and again ``debounce`` seconds after the
+    registry last changed (:meth:`Registry.add_listener`; an unchanged body is not sent
+    again). A failed try is retried until it lands: connection errors, timeouts, 408, 429
+    and 5xx after ``backoff_initial`` doubling up to ``backoff_max`` seconds with jitter (or
+    the console's ``Retry-After``); 401/403 likewise from ``auth_backoff_initial``, logged as
+    an ERROR each time (the token may be fixed while the runtime runs); a manifest the console
+    refuses (400) is logged and waits for the registry to change. ``attempts`` bounds the tries
+    per change (``None``: no bound).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        registry: Registry,
+        runtime_name: str,
+        *,
+        timeout: float = 5.0,
+        backoff_initial: float = 1.0,
+        backoff_max: float = 300.0,
+        auth_backoff_initial: float = 60.0,
+        debounce: float = 0.5,
+        attempts: int | None = None,
+    ):
+        if not isinstance(registry, Registry):
+            raise TypeError("registry must be a context_runtime.manifest_report.Registry")
+        self._url = http.runtime_url(base_url, "manifest")
+        self._token = token
+        self.registry = registry
+        self.runtime_name = runtime_name
+        self.timeout = timeout
+        self.backoff_initial = backoff_initial
+        self.backoff_max = max(backoff_max, backoff_initial)
+        self.auth_backoff_initial = auth_backoff_initial
+        self.debounce = debounce
+        self.attempts = attempts
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._outcome = threading.Event()  # the current body landed or was given up on
+        self._thread: threading.Thread | None = None
+        self._sent_body: dict | None = None
+        self.result: ManifestResult | None = None
+        self._failures = 0
+        self._tries = 0
+        self._last_error: str | None = None
+        self._last_success_at: float | None = None
+        self._refused = False
+        self._unauthorized = False
+        registry.add_listener(self._registry_changed)
+
+    def start(self) -> ManifestReporter:
+        if self._thread is None or not self._thread.is_alive():
+            self._stop.clear()
+            self._wake.set()
+            self._thread = threading.Thread(
+                target=self._run, name="context-runtime-manifest", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait until the current manifest landed (or was refused or given up on)."""
+        return self._outcome.wait(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def status(self) -> dict[str, Any]:
+        """``reported`` (the console holds the registry's current manifest), ``version``,
+        ``pending`` (a change not yet landed), ``unauthorized``, ``refused``, ``failures``
+        in a row, ``last_error``, ``last_success_at``."""
+        current = self._sent_body is not None and self._body_or_none() == self._sent_body
+        return {
+            "reported": current,
+            "version": self.result.version if self.result is not None else None,
+            "pending": not current,
+            "unauthorized": self._unauthorized,
+            "refused": self._refused,
+            "failures": self._failures,
+            "last_error": self._last_error,
+            "last_success_at": self._last_success_at,
+            "running": self.is_alive(),
+        }
+
+    def _registry_changed(self) -> None:
+        self._outcome.clear()
+        self._wake.set()
+
+    def _body_or_none(self) -> dict | None:
+        try:
+            return self.registry.manifest_body(self.runtime_name)
+        except ValueError:
+            return None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait()
+            if self._stop.is_set():
+                return
+            # Registrations come in bursts at start-up: send once they settle.
+            while self._wake.is_set() and not self._stop.is_set():
+                self._wake.clear()
+                self._stop.wait(self.debounce)
+            try:
+                self._send_until_landed()
+            except Exception:  # the thread must survive anything
+                logger.exception("The manifest reporter failed unexpectedly")
+                self._wake.set()
+                self._stop.wait(self.backoff_max)
+
+    def _send_until_landed(self) -> None:
+        self._tries = 0
+        while not self._stop.is_set():
+            try:
+                body = self.registry.manifest_body(self.runtime_name)
+            except ValueError as error:
+                self._give_up(f"the registry does not make a valid manifest: {error}")
+                return
+            if body == self._sent_body:
+                self._outcome.set()
+                return
+            delay = self._try(body)
+            if delay is None:
+                return
+            self._tries += 1
+            if self.attempts is not None and self._tries >= self.attempts:
+                self._give_up(f"{self._tries} tries failed; last: {self._last_error}")
+                return
+            # A registry change meanwhile restarts the wait with the new body.
+            if self._wake.wait(delay) or self._stop.is_set():
+                return
+
+    def _try(self, body: dict) -> float | None:
+        """One PUT; ``None`` when there is nothing more to do for this body, else the delay
+        before the next try."""
+        data = msgspec.json.encode(body)
+        try:
+            response = http.request(
+                "PUT", self._url, token=self._token, timeout=self.timeout, body=data
+            )
+        except TransportError as failure:
+            return self._failed(str(failure))
+        if response.ok:
+            self.result = _accepted(response, body)
+            self._sent_body = body
+            self._failures = 0
+            self._unauthorized = self._refused = False
+            self._last_error = None
+            self._last_success_at = time.time()
+            self._outcome.set()
+            return None
+        summary = response.error_summary()
+        if response.status in (401, 403):
+            self._unauthorized = True
+            self._failures += 1
+            self._last_error = summary
+            delay = http.backoff_delay(
+                self._failures,
+                max(self.auth_backoff_initial, self.backoff_initial),
+                self.backoff_max,
+            )
+            logger.error(
+                "Manifest of %s refused: the console refuses the runtime token (%s); next "
+                "try in %.0f s",
+                self.runtime_name,
+                summary,
+                delay,
+            )
+            return delay
+        if response.status in (408, 429) or response.status >= 500:
+            return self._failed(summary, minimum=http.retry_after_seconds(response))
+        self._refused = True
+        self._give_up(f"the console refused it ({summary}); sent again when the registry changes")
+        return None
+
+    def _failed(self, message: str, minimum: float | None = None) -> float:
+        self._failures += 1
+        self._last_error = message
+        delay = http.backoff_delay(self._failures, self.backoff_initial, self.backoff_max)
+        if minimum is not None:
+            delay = min(max(delay, minimum), self.backoff_max)
+        level = logging.WARNING if self._failures <= 3 else logging.DEBUG
+        if self._failures in (10, 100) or self._failures % 1000 == 0:
+            level = logging.WARNING
+        logger.log(
+            level,
+            "Manifest of %s not reported yet (%s); next try in %.1f s (try %d)",
+            self.runtime_name,
+            message,
+            delay,
+            self._failures,
+        )
+        return delay
+
+    def _give_up(self, why: str) -> None:
+        self._last_error = why
+        logger.error("Manifest of %s not reported: %s", self.runtime_name, why)
+        self._outcome.set()
 
 
 def _accepted(response: http.Response, body: dict) -> ManifestResult:

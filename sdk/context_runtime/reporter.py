@@ -13,18 +13,34 @@ takes up to ``batch_size`` traces (and at most ``max_batch_bytes``), POSTs them,
   backoff and jitter, capped. The console de-duplicates by ``request_id``, so a retry whose
   first try was committed after all never stores a trace twice.
 - 401, 403, 404, 405 (a token or URL problem): logged as an error and retried every
-  ``auth_retry_interval`` seconds, since the token may be fixed while the runtime runs; the
-  bounded queue keeps memory flat meanwhile (new traces are dropped and counted). With
-  ``drop_on_auth_error=True`` the batch is dropped instead.
+  ``auth_retry_interval`` seconds (never hot), since the token may be fixed while the runtime
+  runs; 401/403 also show as ``unauthorized`` in :meth:`TraceReporter.status` until a
+  request is accepted again. Meanwhile new traces wait in the spool (or, without one, in the
+  bounded queue: beyond it they are dropped and counted). With ``drop_on_auth_error=True``
+  the batch is dropped instead.
+
+**Spool** (``spool_dir``): every trace is appended to a segment file in that directory by
+:meth:`report` itself (one ``os.write`` of a checksummed record, a few microseconds), and the
+sender delivers from the disk, deleting a segment only after the console's 2xx. So traces
+survive SIGTERM, kill -9 and restarts: a reporter on the same directory delivers what earlier
+processes left (each segment locked by one live process at a time), and the console's
+``request_id`` idempotency stores each trace once. The spool is bounded by
+``spool_max_bytes`` (oldest traces dropped first, counted); a disk that is full or read-only
+degrades the reporter to its memory queue with one WARNING and ``spool: "memory"`` in
+:meth:`~TraceReporter.status`, and it returns to the disk once a write succeeds again; a
+corrupt record is skipped and counted, the rest delivered. Format, locking and fsync policy:
+``context_runtime._spool``.
 
 :meth:`flush` waits until everything reported so far is settled; :meth:`close` flushes within
-its timeout, counts what is left as dropped, and also runs at interpreter exit.
+its timeout, counts what is left in memory as dropped (what is in the spool stays there for
+the next process), and also runs at interpreter exit.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import logging
 import os
 import queue
@@ -38,6 +54,7 @@ from typing import Any
 import msgspec
 
 from context_runtime import _json
+from context_runtime._spool import Spool
 from context_runtime.client import _http as http
 from context_runtime.client._http import TransportError
 from context_runtime.wire import MAX_BATCH_BYTES, MAX_TRACES_PER_BATCH, Trace
@@ -57,6 +74,9 @@ _WAKE = None  # put on the queue to wake the sender (flush, close)
 _NULL = msgspec.Raw(b"null")
 _RESOLUTION_FIELDS = ("config_resolution", "config_age_seconds")
 _CONFIG_STATUSES = (401, 403, 404, 405)
+_AUTH_STATUSES = (401, 403)
+_ORPHAN_RESCAN_SECONDS = 5.0
+_SPOOL_RETRY_SECONDS = 30.0
 _SPLIT_STATUSES = (400, 413, 422)
 
 
@@ -151,6 +171,12 @@ class TraceReporter:
     retried after ``backoff_initial`` doubling up to ``backoff_max`` seconds, with jitter.
     ``validate`` checks each trace against the wire structs before sending, so a trace the
     console would reject is counted (and logged) without a round trip.
+
+    ``spool_dir`` turns on the durable spool (module docstring): at most ``spool_max_bytes``
+    on disk, in segment files of about ``spool_segment_bytes``, fsynced at most every
+    ``spool_fsync_interval`` seconds (``None``: left to the operating system). Give each
+    runtime a directory on a local disk that outlives the process (not a tmpfs); replicas may
+    share one.
     """
 
     def __init__(
@@ -170,6 +196,10 @@ class TraceReporter:
         validate: bool = True,
         close_at_exit: bool = True,
         exit_timeout: float = 5.0,
+        spool_dir: str | os.PathLike | None = None,
+        spool_max_bytes: int = 256 * 1024 * 1024,
+        spool_segment_bytes: int = 1024 * 1024,
+        spool_fsync_interval: float | None = 1.0,
     ):
         if not 1 <= batch_size <= MAX_TRACES_PER_BATCH:
             raise ValueError(f"batch_size must be between 1 and {MAX_TRACES_PER_BATCH}")
@@ -191,6 +221,12 @@ class TraceReporter:
         self._validate = validate
         self._max_item_bytes = max_batch_bytes - _ENVELOPE_BYTES
         self._warned_snapshot = False
+        if spool_dir is not None and spool_max_bytes < 4 * spool_segment_bytes:
+            raise ValueError("spool_max_bytes must be at least 4 × spool_segment_bytes")
+        self.spool_dir = os.fspath(spool_dir) if spool_dir is not None else None
+        self.spool_max_bytes = spool_max_bytes
+        self.spool_segment_bytes = spool_segment_bytes
+        self.spool_fsync_interval = spool_fsync_interval
         self._reset()
         if close_at_exit:
             self._exit_timeout = exit_timeout
@@ -198,11 +234,15 @@ class TraceReporter:
         if hasattr(os, "register_at_fork"):
             ref = weakref.ref(self)
             os.register_at_fork(after_in_child=lambda: _reset_in_child(ref))
+        if self._spool is not None:
+            # What earlier processes spooled is delivered without waiting for a new trace.
+            self._start()
 
     def _reset(self) -> None:
         """The state that lives with the sender thread (fresh in a forked child)."""
         self._queue: queue.Queue = queue.Queue(self.max_queue)
-        self._work: deque[list[tuple[str, bytes]]] = deque()  # batches being sent
+        # batches being sent: (request id, wire bytes, spool segment or None)
+        self._work: deque[list[tuple]] = deque()
         self._lock = threading.Lock()  # counters
         self._settled_cond = threading.Condition(self._lock)
         self._closing = threading.Event()
@@ -211,13 +251,47 @@ class TraceReporter:
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
         self._counts = dict.fromkeys(
-            ("queued", "sent", "duplicates", "rejected", "dropped", "retries", "batches"), 0
+            (
+                "queued",
+                "recovered",
+                "sent",
+                "duplicates",
+                "rejected",
+                "dropped",
+                "retries",
+                "batches",
+            ),
+            0,
         )
         self._settled = 0
         self._failures = 0
         self._last_error: str | None = None
         self._last_error_at: float | None = None
         self._last_success_at: float | None = None
+        self._unauthorized = False
+        self._kick = threading.Event()  # new spooled traces for an idle sender
+        self._idle = False
+        old = getattr(self, "_spool", None)
+        if old is not None:  # a forked child: the parent's segments stay the parent's
+            old.forget()
+        self._spool: Spool | None = None
+        self._spool_ok = False
+        self._spool_error: str | None = None
+        self._spool_retry_at = 0.0
+        self._orphans_at = 0.0
+        if self.spool_dir is not None:
+            self._spool = Spool(
+                self.spool_dir,
+                max_bytes=self.spool_max_bytes,
+                segment_bytes=self.spool_segment_bytes,
+                fsync_interval=self.spool_fsync_interval,
+            )
+            try:
+                self._spool.open()
+            except OSError as error:
+                self._spool_failed(error)
+            else:
+                self._spool_ok = True
 
     # ------------------------------------------------------------ request path
 
@@ -252,7 +326,22 @@ class TraceReporter:
                 )
                 self._count("rejected")
                 return False
-            self._queue.put_nowait((request_id, data))
+            spool = self._spool
+            if spool is not None and self._spool_ok:
+                try:
+                    dropped = spool.append(request_id, data)
+                except OSError as error:
+                    self._spool_failed(error)
+                else:
+                    if dropped:
+                        self._settle(dropped=dropped)
+                    self._count("queued")
+                    if self._idle:
+                        self._kick.set()
+                    return True
+            self._queue.put_nowait((request_id, data, None))
+            if self._idle:  # a spool sender waits on the kick, not on the queue
+                self._kick.set()
         except queue.Full:
             self._count("dropped")
             return False
@@ -269,7 +358,7 @@ class TraceReporter:
         """Wait until every trace reported before the call is settled (delivered, rejected or
         dropped); True if that happened within ``timeout``."""
         with self._lock:
-            target = self._counts["queued"]
+            target = self._counts["queued"] + self._counts["recovered"]
             if self._settled >= target:
                 return True
         self._wake()
@@ -284,7 +373,8 @@ class TraceReporter:
 
     def close(self, timeout: float = 5.0) -> bool:
         """Stop taking traces, send what is queued within ``timeout`` seconds, and count the
-        rest as dropped. True if nothing had to be dropped. Idempotent."""
+        rest in memory as dropped (what is in the spool stays there, for the next process).
+        True if nothing had to be dropped. Idempotent."""
         if self._closed and not self._sender_alive():
             return self.pending() == 0
         with self._lock:
@@ -299,10 +389,13 @@ class TraceReporter:
             # it beyond its own: the sender settles those traces when the request returns.
             thread.join(timeout + 0.1)
         if not self._sender_alive():
-            self._drop_remaining("the reporter was closed")
+            self._finish("the reporter was closed")
         with self._lock:
             dropped = self._counts["dropped"] - dropped_before
-        return dropped == 0 and self.pending() == 0
+        in_memory = self._queue.qsize() + sum(
+            1 for batch in list(self._work) for item in batch if item[2] is None
+        )
+        return dropped == 0 and in_memory == 0
 
     def __enter__(self) -> TraceReporter:
         return self
@@ -311,8 +404,9 @@ class TraceReporter:
         self.close()
 
     def pending(self) -> int:
-        """Traces queued or in a batch being sent."""
-        return self._queue.qsize() + sum(len(batch) for batch in list(self._work))
+        """Traces queued, spooled and not yet read, or in a batch being sent."""
+        spooled = self._spool.unread() if self._spool is not None else 0
+        return self._queue.qsize() + sum(len(batch) for batch in list(self._work)) + spooled
 
     def stats(self) -> dict[str, Any]:
         """Counters since start: ``queued`` (accepted by :meth:`report`), ``sent`` (accepted
@@ -326,7 +420,63 @@ class TraceReporter:
         result["last_error_at"] = self._last_error_at
         result["last_success_at"] = self._last_success_at
         result["running"] = self._sender_alive()
+        result["unauthorized"] = self._unauthorized
+        result["spool"] = self._spool_state()
+        if self._spool is not None:
+            result["spool_error"] = self._spool_error
+            result.update({f"spool_{k}": v for k, v in self._spool.info().items()})
         return result
+
+    def status(self) -> dict[str, Any]:
+        """For health endpoints: ``state`` is ``ok``, ``unauthorized`` (the console refuses
+        the token: fix it; traces wait meanwhile), ``failing`` (the last upload failed),
+        ``spool_degraded`` (the spool's disk failed: traces are in memory only) or
+        ``closed``; with ``spool`` (``disk``, ``memory`` or ``off``), ``pending``,
+        ``dropped`` and ``last_error``."""
+        stats = self.stats()
+        if self._closed:
+            state = "closed"
+        elif self._unauthorized:
+            state = "unauthorized"
+        elif stats["spool"] == "memory":
+            state = "spool_degraded"
+        elif self._failures:
+            state = "failing"
+        else:
+            state = "ok"
+        return {
+            "state": state,
+            "healthy": state == "ok",
+            "unauthorized": self._unauthorized,
+            "spool": stats["spool"],
+            "spool_error": self._spool_error,
+            "pending": stats["pending"],
+            "dropped": stats["dropped"],
+            "last_error": stats["last_error"],
+            "last_success_at": stats["last_success_at"],
+        }
+
+    def _spool_state(self) -> str:
+        if self._spool is None:
+            return "off"
+        return "disk" if self._spool_ok else "memory"
+
+    def _spool_failed(self, error: OSError) -> None:
+        """The disk did not take a write: memory from now on, said loudly once."""
+        with self._lock:
+            was_ok = self._spool_ok or self._spool_error is None
+            self._spool_ok = False
+            self._spool_error = f"{type(error).__name__}: {error}"
+            self._spool_retry_at = time.monotonic() + _SPOOL_RETRY_SECONDS
+        if was_ok:
+            reason = "full" if getattr(error, "errno", None) == errno.ENOSPC else "unusable"
+            logger.warning(
+                "Trace spool %s is %s (%s): traces are kept in memory only (bounded, lost at "
+                "a restart) until the disk takes writes again",
+                self.spool_dir,
+                reason,
+                error,
+            )
 
     # ------------------------------------------------------------ sender thread
 
@@ -346,12 +496,14 @@ class TraceReporter:
         # When the queue is full the sender has plenty to do and looks at the flags soon.
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(_WAKE)
+        self._kick.set()
 
     def _run(self) -> None:
         while True:
             try:
                 if self._past_deadline():
                     break
+                self._maintain()
                 if not self._work:
                     batch = self._collect()
                     if batch:
@@ -363,12 +515,49 @@ class TraceReporter:
             except Exception:  # the sender must survive anything
                 logger.exception("The trace sender failed unexpectedly")
                 self._sleep(1.0)
-        self._drop_remaining("shutdown: the console could not be reached in time")
+        self._finish("shutdown: the console could not be reached in time")
 
-    def _collect(self) -> list[tuple[str, bytes]]:
+    def _finish(self, why: str) -> None:
+        self._drop_remaining(why)
+        if self._spool is not None:
+            self._spool.close()
+
+    def _maintain(self) -> None:
+        """The spool's housekeeping, between requests: fsync, adopt what dead processes
+        left, delete a delivered active segment, try the disk again after a failure."""
+        spool = self._spool
+        if spool is None:
+            return
+        now = time.monotonic()
+        if not self._spool_ok:
+            if now < self._spool_retry_at:
+                return
+            try:
+                spool.open()
+            except OSError as error:
+                with self._lock:
+                    self._spool_error = f"{type(error).__name__}: {error}"
+                    self._spool_retry_at = now + _SPOOL_RETRY_SECONDS
+                return
+            with self._lock:
+                self._spool_ok = True
+            logger.warning("Trace spool %s takes writes again", self.spool_dir)
+        spool.sync()
+        if not self._work:
+            spool.seal_if_delivered()
+        if now >= self._orphans_at and not self._closing.is_set():
+            self._orphans_at = now + _ORPHAN_RESCAN_SECONDS
+            found = spool.claim_orphans()
+            if found:
+                with self._lock:
+                    self._counts["recovered"] += found
+
+    def _collect(self) -> list[tuple]:
         """Wait for traces, then take a batch: up to ``batch_size`` traces and
         ``max_batch_bytes``, waiting at most ``flush_interval`` after the first for more (not
         at all when flushing or closing)."""
+        if self._spool is not None:
+            return self._collect_spooled()
         try:
             if self._closing.is_set():
                 item = self._queue.get_nowait()
@@ -406,19 +595,81 @@ class TraceReporter:
             except queue.Empty:
                 return batch
 
-    def _acceptable(self, item: tuple[str, bytes]) -> bool:
+    def _collect_spooled(self) -> list[tuple]:
+        """:meth:`_collect` with the spool: traces the memory queue holds (while the disk
+        failed) first, then the spool's, in order."""
+        spool = self._spool
+        batch: list[tuple] = []
+        size = _ENVELOPE_BYTES
+        urgent = False
+        linger_until: float | None = None
+        while True:
+            while len(batch) < self.batch_size:  # memory first: it is lost at a restart
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _WAKE:
+                    urgent = True
+                elif self._acceptable(item):
+                    if batch and size + len(item[1]) + 1 > self.max_batch_bytes:
+                        self._work.append(batch)
+                        batch, size = [], _ENVELOPE_BYTES
+                    batch.append(item)
+                    size += len(item[1]) + 1
+            room = self.batch_size - len(batch)
+            if room > 0 and (self._spool_ok or spool.unread()):
+                for item in spool.read(room, self.max_batch_bytes - size, at_least_one=not batch):
+                    if self._acceptable(item):
+                        batch.append(item)
+                        size += len(item[1]) + 1
+            now = time.monotonic()
+            if batch and linger_until is None:
+                linger_until = now + self.flush_interval
+            if (
+                len(batch) >= self.batch_size
+                or (batch and (urgent or self._closing.is_set() or now >= linger_until))
+                or (not batch and self._closing.is_set())
+            ):
+                return batch
+            self._kick.clear()
+            self._idle = True
+            try:
+                if not batch:
+                    if spool.unread() or not self._queue.empty():
+                        continue
+                    self._kick.wait(0.5)
+                    return []
+                self._kick.wait(max(0.0, linger_until - now))
+            finally:
+                self._idle = False
+
+    def _acceptable(self, item: tuple) -> bool:
         if not self._validate:
             return True
         try:
             _TRACE_DECODER.decode(item[1])
         except msgspec.ValidationError as error:
             logger.warning("Trace %s is not valid and is not sent: %s", item[0], error)
+            self._done([item])
             self._settle(rejected=1)
             return False
         return True
 
-    def _send(self, batch: list[tuple[str, bytes]]) -> None:
-        body = _ENVELOPE_OPEN + b",".join(data for _, data in batch) + _ENVELOPE_CLOSE
+    def _done(self, items: list[tuple]) -> None:
+        """These traces are settled for good: their spool records may go."""
+        if self._spool is None:
+            return
+        counts: dict = {}
+        for item in items:
+            segment = item[2]
+            if segment is not None:
+                counts[segment] = counts.get(segment, 0) + 1
+        for segment, count in counts.items():
+            self._spool.settle(segment, count)
+
+    def _send(self, batch: list[tuple]) -> None:
+        body = _ENVELOPE_OPEN + b",".join(item[1] for item in batch) + _ENVELOPE_CLOSE
         timeout = self.timeout
         if self._deadline is not None:
             timeout = max(0.05, min(timeout, self._deadline - time.monotonic()))
@@ -431,6 +682,8 @@ class TraceReporter:
             return
         if response.ok:
             self._work.popleft()
+            self._unauthorized = False
+            self._done(batch)
             self._committed(batch, response)
         elif response.status in _SPLIT_STATUSES:
             self._work.popleft()
@@ -448,21 +701,31 @@ class TraceReporter:
                     batch[0][0],
                     response.error_summary(),
                 )
+                self._done(batch)
                 self._settle(rejected=1)
         elif response.status in _CONFIG_STATUSES:
             message = response.error_summary()
+            if response.status in _AUTH_STATUSES:
+                self._unauthorized = True
             if self.drop_on_auth_error:
                 self._work.popleft()
                 self._note_error(message)
                 logger.error("Trace upload refused (%s); %d traces dropped", message, len(batch))
+                self._done(batch)
                 self._settle(dropped=len(batch))
             else:
-                self._retry_later(message, batch, delay=self.auth_retry_interval, loud=True)
+                where = "spooled" if self._spool_ok else "kept in memory"
+                self._retry_later(
+                    f"{message} (traces are {where}; check the runtime token)",
+                    batch,
+                    delay=self.auth_retry_interval,
+                    loud=True,
+                )
         else:
             delay = http.retry_after_seconds(response)
             self._retry_later(response.error_summary(), batch, minimum=delay)
 
-    def _committed(self, batch: list[tuple[str, bytes]], response: http.Response) -> None:
+    def _committed(self, batch: list[tuple], response: http.Response) -> None:
         try:
             answer = _json.decode(response.body)
         except (msgspec.DecodeError, ValueError):
@@ -525,7 +788,8 @@ class TraceReporter:
         self._sleep(delay)
 
     def _sleep(self, delay: float) -> None:
-        """Sleep, shortened by close() to what its deadline leaves."""
+        """Sleep, shortened by close() to what its deadline leaves (and waking each second
+        for the spool's fsync)."""
         end = time.monotonic() + delay
         while True:
             now = time.monotonic()
@@ -533,7 +797,9 @@ class TraceReporter:
             if now >= limit:
                 return
             if not self._closing.is_set():
-                self._closing.wait(limit - now)
+                self._closing.wait(min(limit - now, 1.0))
+                if self._spool is not None and self._spool_ok:
+                    self._spool.sync()
             else:  # closing: keep the backoff, cut only at close()'s deadline
                 time.sleep(limit - now)
                 return
@@ -542,9 +808,14 @@ class TraceReporter:
         return self._deadline is not None and time.monotonic() >= self._deadline
 
     def _drop_remaining(self, why: str) -> None:
+        """Count what is in memory as dropped; what came from the spool stays on disk."""
         count = 0
         while self._work:
-            count += len(self._work.popleft())
+            for item in self._work.popleft():
+                if item[2] is None:
+                    count += 1
+                else:
+                    self._spool.release(item[2])
         while True:
             try:
                 item = self._queue.get_nowait()

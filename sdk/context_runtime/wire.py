@@ -114,7 +114,7 @@ ReasonCodeName = Literal[
     "provider_not_applicable",
 ]
 REASON_CODES: tuple[str, ...] = get_args(ReasonCodeName)
-ResolutionName = Literal["fresh", "cached", "stale", "bootstrap", "error"]
+ResolutionName = Literal["fresh", "cached", "stale", "bootstrap", "error", "unauthorized"]
 RESOLUTIONS: tuple[str, ...] = get_args(ResolutionName)
 DECISIONS: tuple[str, ...] = get_args(DecisionName)
 

@@ -13,6 +13,7 @@ Run it against a console, with a runtime token that has ``config:read``, ``trace
     export CONSOLE_URL=https://console.example.com
     export CONSOLE_TOKEN=cc_rt_...                   # the runtime token
     export CONSOLE_AGENT=assistant_professional      # the agent key (default)
+    export CONSOLE_SPOOL_DIR=/var/lib/my-agent/traces  # optional: traces survive restarts
     python sdk/examples/adk_agent.py "Can I still return order A1042?"
 
 Add ``--order-down`` to simulate the order service timing out (the strategy's
@@ -176,12 +177,16 @@ async def run(
     order_down: bool = False,
     no_permission: bool = False,
     model: BaseLlm | str | None = None,
+    spool_dir: str | None = None,
 ) -> str:
-    """Ask the agent one question; returns its final answer."""
+    """Ask the agent one question; returns its final answer. With ``spool_dir`` the traces
+    go through the reporter's disk spool (delivered by this or a later run)."""
     registry = build_registry(order_down=order_down, no_permission=no_permission)
     report_manifest(base_url, token, registry, RUNTIME, attempts=2)
     client = ConfigClient(base_url, token, agent_key, poll_interval=30.0)
-    reporter = TraceReporter(base_url, token, flush_interval=0.2, close_at_exit=False)
+    reporter = TraceReporter(
+        base_url, token, flush_interval=0.2, close_at_exit=False, spool_dir=spool_dir
+    )
     try:
         if not client.start(wait=5.0):
             print("warning: no configuration yet; the agent will refuse", file=sys.stderr)
@@ -218,6 +223,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("question", nargs="?", default="Can I still return order A1042?")
     parser.add_argument("--order-down", action="store_true")
     parser.add_argument("--no-permission", action="store_true")
+    parser.add_argument(
+        "--spool-dir",
+        default=os.environ.get("CONSOLE_SPOOL_DIR"),
+        help="the trace reporter's disk spool (default: $CONSOLE_SPOOL_DIR; none: memory)",
+    )
     args = parser.parse_args(argv)
     try:
         base_url, token = os.environ["CONSOLE_URL"], os.environ["CONSOLE_TOKEN"]
@@ -232,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
             args.question,
             order_down=args.order_down,
             no_permission=args.no_permission,
+            spool_dir=args.spool_dir,
         )
     )
     print(answer)

@@ -85,8 +85,12 @@ def dead_url() -> str:
 
 
 class FakeConsole:
-    def __init__(self, payload: dict | None = None):
+    """``port``: listen there (a console coming back where runtimes expect it); ``token``:
+    the one token it takes (change it to revoke the runtime's)."""
+
+    def __init__(self, payload: dict | None = None, *, port: int = 0):
         self.lock = threading.Lock()
+        self.token = TOKEN
         self.payload = copy.deepcopy(payload or PAYLOAD)
         self.revision = 41
         self.etag = self._etag()
@@ -121,8 +125,9 @@ class FakeConsole:
         class Server(ThreadingHTTPServer):
             daemon_threads = True
             block_on_close = False
+            allow_reuse_address = True
 
-        self.server = Server(("127.0.0.1", 0), Handler)
+        self.server = Server(("127.0.0.1", port), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(
             target=self.server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
@@ -160,7 +165,7 @@ class FakeConsole:
     def _gate(self, endpoint: str, handler) -> str | None:
         """Auth, scripted failures and hanging; returns the mode to answer in, or None when
         the answer was sent already."""
-        if handler.headers.get("Authorization") != f"Bearer {TOKEN}":
+        if handler.headers.get("Authorization") != f"Bearer {self.token}":
             _send_error(handler, 401, "not_authenticated", "Unknown token.")
             return None
         with self.lock:

@@ -588,3 +588,24 @@ def test_example_agent_runs_against_a_console(console):
     assert [t["status"] for t in new] == ["ready"]
     assert new[0]["task"] == {"id": "T9", "revision": 4}  # from the session state
     assert console.manifests and "general_policy_only" in console.manifests[-1]["handlers"]
+
+
+def test_example_agent__spool_dir__trace_delivered_through_the_spool(console, tmp_path):
+    path = Path(__file__).resolve().parents[1] / "examples" / "adk_agent.py"
+    spec = importlib.util.spec_from_file_location("adk_agent_example_spool", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+
+    asyncio.run(
+        example.run(
+            console.url,
+            TOKEN,
+            AGENT,
+            "Can I return A1042?",
+            model=example.OfflineModel(),
+            spool_dir=str(tmp_path / "spool"),
+        )
+    )
+
+    assert [t["status"] for t in console.stored.values()] == ["ready"]
+    assert list((tmp_path / "spool").glob("*.spool")) == []  # delivered, then removed

@@ -251,17 +251,64 @@ def test_client__console_hangs__reads_stay_memory_fast_and_copy_turns_stale(cons
     assert elapsed < 0.25
     assert wait_for(lambda: client.snapshot().resolution.reason == STALE)
     assert client.snapshot().strategy(STRATEGY).version == 3
-    assert "no answer within" in client.status()["last_error"]
+    # (The copy can read stale by its age a moment before the timed-out poll is noted.)
+    assert wait_for(lambda: "no answer within" in (client.status()["last_error"] or ""))
 
 
-def test_client__token_refused__stale_and_status_says_why(console, make_client):
+def test_client__token_refused__unauthorized_and_status_says_why(console, make_client):
     client = make_client(console.url)
     client.start(wait=2.0)
 
     console.modes["config"] = UNAUTHORIZED
 
-    assert wait_for(lambda: client.snapshot().resolution.reason == STALE)
+    assert wait_for(lambda: client.snapshot().resolution.reason == "unauthorized")
     assert "401 not_authenticated" in client.status()["last_error"]
+
+
+def test_client__token_revoked__serves_last_good_copy_loudly_and_recovers(
+    console, make_client, caplog
+):
+    changes = []
+    client = make_client(console.url, auth_backoff_initial=0.05, on_health_change=changes.append)
+    client.start(wait=2.0)
+    assert wait_for(lambda: client.health()["state"] == "ok")
+
+    console.token = "cc_rt_another-token"  # the runtime's token is revoked
+
+    assert wait_for(lambda: client.health()["state"] == "unauthorized")
+    snapshot = client.snapshot()
+    assert snapshot.strategy(STRATEGY).version == 3  # the last good copy is still served
+    resolution = snapshot.resolution
+    assert (resolution.reason, resolution.fallback) == ("unauthorized", True)
+    # The trace says so too: support read "the console refused its token" on the trace page.
+    assert resolution.trace_fields()["config_resolution"] == "unauthorized"
+    status = client.status()
+    assert status["unauthorized"] is True and status["reason"] == "unauthorized"
+    assert client.health()["healthy"] is False
+    assert "refuses the runtime token" in caplog.text
+    assert any(r.levelname == "ERROR" for r in caplog.records)
+
+    console.token = TOKEN  # fixed
+
+    assert wait_for(lambda: client.health()["state"] == "ok", timeout=5.0)
+    assert client.status()["unauthorized"] is False
+    assert [change["state"] for change in changes] == ["ok", "unauthorized", "ok"]
+
+
+def test_client__token_revoked__backs_off_instead_of_retrying_hot(console, make_client):
+    client = make_client(
+        console.url, backoff_initial=0.01, backoff_max=2.0, auth_backoff_initial=0.4
+    )
+    client.start(wait=2.0)
+    console.token = "cc_rt_another-token"
+    assert wait_for(lambda: client.status()["unauthorized"])
+    before = len(console.config_requests)
+
+    time.sleep(1.0)
+
+    # Ordinary failures would retry every 10-20 ms here; a refused token waits 0.2-0.4 s,
+    # then 0.4-0.8 s…
+    assert len(console.config_requests) - before <= 4
 
 
 def test_client__console_recovers__back_to_fresh_with_new_release(console, make_client):

@@ -86,3 +86,22 @@ def test_installed_package__ships_only_modules_of_the_source_tree():
     ]
 
     assert [name for name in shipped if not (source / name).is_file()] == []
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("context_runtime.client", "UNAUTHORIZED"),
+        ("context_runtime.manifest_report", "ManifestReporter"),
+        ("context_runtime.reporter", "TraceReporter"),
+    ],
+)
+def test_public_surface__issue_21_names__public(module, name):
+    assert name in importlib.import_module(module).__all__
+
+
+def test_package__version__is_the_distribution_s():
+    assert context_runtime.__version__ == "0.2.0"
+    distribution = installed_wheel()
+
+    assert distribution.version == context_runtime.__version__

@@ -9,12 +9,13 @@ import time
 import pytest
 from context_runtime.documents import validate_document
 from context_runtime.manifest_report import (
+    ManifestReporter,
     ManifestReportError,
     Registry,
     report_manifest,
     report_manifest_in_background,
 )
-from fake_console import HANG, TOKEN, dead_url
+from fake_console import HANG, TOKEN, FakeConsole, dead_url
 
 RUNTIME = "bank-assistant 2026.11.3"
 
@@ -193,3 +194,108 @@ def test_manifest_report__in_background__start_up_not_blocked(console):
     assert time.monotonic() - started < 0.25  # the console answers only after 0.5 s
     thread.join(3)
     assert len(console.manifests) == 1
+
+
+# ---------------------------------------------------------------- retried until it lands (21.6)
+
+
+def wait_for(predicate, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+@pytest.fixture
+def manifest_reporters():
+    made = []
+    yield made
+    for reporter in made:
+        reporter.stop()
+
+
+def fast(url, registry, made, **options):
+    settings = {"backoff_initial": 0.02, "backoff_max": 0.1, "debounce": 0.01, "timeout": 0.5}
+    settings.update(options)
+    reporter = ManifestReporter(url, TOKEN, registry, RUNTIME, **settings)
+    made.append(reporter)
+    return reporter.start()
+
+
+def test_manifest_reporter__console_down_at_start__retries_until_it_lands(manifest_reporters):
+    url = dead_url()
+    reporter = fast(url, bank_registry(), manifest_reporters)
+    assert wait_for(lambda: reporter.status()["failures"] >= 3)
+    assert reporter.status()["reported"] is False
+
+    console = FakeConsole(port=int(url.rsplit(":", 1)[1]))  # the console comes up
+    try:
+        assert reporter.join(5.0)
+        assert reporter.status()["reported"] is True
+        assert reporter.status()["version"] == 1
+        assert console.manifests == [bank_registry().manifest_body(RUNTIME)]
+    finally:
+        console.close()
+
+
+def test_manifest_reporter__registry_changes__sent_again_once(console, manifest_reporters):
+    registry = bank_registry()
+    reporter = fast(console.url, registry, manifest_reporters)
+    assert reporter.join(3.0) and len(console.manifests) == 1
+
+    registry.register_tool("refund_order")
+    registry.register_switch("newSwitch.enabled")  # a burst: one report for both
+
+    assert wait_for(lambda: len(console.manifests) == 2)
+    assert "refund_order" in console.manifests[-1]["tools"]
+    assert wait_for(lambda: reporter.status()["reported"])
+    registry.register_tool("refund_order")  # nothing new
+    time.sleep(0.2)
+    assert len(console.manifests) == 2
+    assert reporter.status()["version"] == 2
+
+
+def test_manifest_reporter__5xx_then_ok__backoff_with_jitter_bounded(console, manifest_reporters):
+    console.fail_next["manifest"] = [500, 503, 502, 500]
+
+    started = time.monotonic()
+    reporter = fast(console.url, bank_registry(), manifest_reporters, backoff_max=0.1)
+
+    assert reporter.join(3.0)
+    assert len(console.manifests) == 1
+    # four waits, each at most backoff_max: the bound holds, the retries are not hot (≥ half a step)
+    assert 0.01 * 4 <= time.monotonic() - started < 2.0
+
+
+def test_manifest_reporter__invalid_manifest_refused__waits_for_a_change(
+    console, manifest_reporters
+):
+    console.fail_next["manifest"] = [400]
+    registry = bank_registry()
+    reporter = fast(console.url, registry, manifest_reporters)
+
+    assert reporter.join(3.0)
+    time.sleep(0.2)
+    status = reporter.status()
+    assert (status["refused"], status["reported"]) == (True, False)
+    assert console.manifests == []  # asked once, not again
+
+    registry.register_tool("fixed_tool")
+
+    assert wait_for(lambda: reporter.status()["reported"])
+    assert len(console.manifests) == 1
+
+
+def test_manifest_reporter__token_refused__unauthorized_and_slow(console, manifest_reporters):
+    console.token = "cc_rt_revoked"
+    reporter = fast(
+        console.url, bank_registry(), manifest_reporters, auth_backoff_initial=0.5, backoff_max=1.0
+    )
+    assert wait_for(lambda: reporter.status()["unauthorized"])
+
+    console.token = TOKEN
+
+    assert wait_for(lambda: reporter.status()["reported"], timeout=5.0)
+    assert reporter.status()["unauthorized"] is False

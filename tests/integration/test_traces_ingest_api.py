@@ -404,3 +404,21 @@ def test_ingest__key_twice_inside_a_trace__that_trace_rejected_alone_nothing_of_
     assert sorted(Trace.objects.values_list("request_id", flat=True)) == ["req-1", "req-2"]
     assert not RequestKey.objects.filter(request_id__in=["req-58", "req-59"]).exists()
     assert Candidate.objects.count() == 6
+
+
+def test_ingest__revoked_token_resolution__stored_and_said_on_the_trace_page(
+    client, secret, make_user
+):
+    """Issue 21.5: a runtime whose config token was refused serves its last good copy and
+    says so; support read it on the trace page (it was sent as `stale` before)."""
+    payload = trace_payload(
+        "req-unauth",
+        config_fallback=True,
+        config_resolution="unauthorized",
+        config_age_seconds=3700,
+    )
+    assert post_batch(client, secret, [payload]).json()["accepted"] == 1
+    assert Trace.objects.get(request_id="req-unauth").config_resolution == "unauthorized"
+    client.force_login(make_user("sup", support="assistant_professional"))
+    shown = html.unescape(client.get("/traces/req-unauth/").content.decode())
+    assert "the console refused its token (revoked or expired)" in shown

@@ -231,3 +231,17 @@ def test_replay_view__old_runtime_trace__card_says_why_no_500(client, support):
     response = client.get("/traces/req-old/replay")
     assert response.status_code == 409
     assert "sends no replay fields" in response.content.decode()
+
+
+def test_api_replay__selection_block_but_bare_candidates__409_not_500(client, support):
+    """A runtime that sends the selection block without each candidate's outcome and reason
+    code cannot be replayed exactly: said so, never a crash."""
+    selection = {"engine": ENGINE, "fixed_input_tokens": 900, "relevance_threshold": 0.2}
+    secret = runtime_token(Trace.objects.get(request_id="req-92").environment)
+    post_batch(client, secret, [trace_payload("req-half", selection=selection)])
+    client.force_login(support)
+    response = client.get("/api/v1/traces/req-half/replay")
+    assert response.status_code == 409
+    assert "every candidate's replay fields" in response.json()["error"]["message"]
+    page = client.get("/traces/req-half/replay")
+    assert page.status_code == 409 and 'id="replay-error"' in page.content.decode()

@@ -46,6 +46,7 @@ from context_runtime.webhook import (
     WebhookResult,
     read_delivery,
 )
+from context_runtime.wire import RESOLUTIONS as WIRE_RESOLUTIONS
 
 logger = logging.getLogger("context_runtime.client")
 
@@ -56,7 +57,17 @@ CACHED = "cached"  # the disk copy of an earlier run; the console not reached si
 STALE = "stale"  # from the console, but the latest attempts failed (or it is too old)
 BOOTSTRAP = "bootstrap"  # the bootstrap file; the console never reached
 ERROR = "error"  # no good copy at all: nothing to serve, readers get defaults
-REASONS = (FRESH, CACHED, STALE, BOOTSTRAP, ERROR)
+# The console refuses the token (401/403): the last good copy is served, nothing new arrives
+# until the token is fixed.
+UNAUTHORIZED = "unauthorized"
+REASONS = (FRESH, CACHED, STALE, BOOTSTRAP, ERROR, UNAUTHORIZED)
+_AUTH_STATUSES = (401, 403)
+
+# Health states (ConfigClient.health, on_health_change).
+HEALTH_OK = "ok"
+HEALTH_DEGRADED = "degraded"  # serving a fallback copy (stale, cached, bootstrap)
+HEALTH_UNAUTHORIZED = "unauthorized"
+HEALTH_NO_CONFIG = "no_config"
 
 # Where the served bytes came from (``ConfigSnapshot.source``).
 SOURCE_CONSOLE = "console"
@@ -76,7 +87,8 @@ CACHE_FORMAT = "context_runtime.config_cache/1"
 class Resolution(NamedTuple):
     """Where a read's value came from.
 
-    ``reason`` is one of ``fresh``, ``cached``, ``stale``, ``bootstrap``, ``error``;
+    ``reason`` is one of ``fresh``, ``cached``, ``stale``, ``bootstrap``, ``error``,
+    ``unauthorized`` (the console refuses the token: the last good copy is served);
     ``age_seconds`` is the time since the console last confirmed the value (``None`` for a
     bootstrap file or no value); ``fallback`` is the contract's ``config_fallback``: true for
     everything but ``fresh``.
@@ -88,11 +100,13 @@ class Resolution(NamedTuple):
 
     def trace_fields(self) -> dict[str, Any]:
         """The trace fields: ``config_fallback`` (the contract's boolean) and the proposed
-        optional ``config_resolution`` and ``config_age_seconds``."""
+        optional ``config_resolution`` and ``config_age_seconds``. A reason the wire does not
+        know goes as ``stale``: a copy the console no longer confirms."""
         age = None if self.age_seconds is None else round(self.age_seconds, 3)
+        reason = self.reason if self.reason in WIRE_RESOLUTIONS else STALE
         return {
             "config_fallback": self.fallback,
-            "config_resolution": self.reason,
+            "config_resolution": reason,
             "config_age_seconds": age,
         }
 
@@ -416,6 +430,13 @@ class ConfigClient:
     intervals plus the timeout) reads as ``stale``. ``webhook_secret`` (one secret, or several
     during a rotation) enables :meth:`handle_webhook`. ``on_change(snapshot)`` is called in
     the background thread after a new configuration was taken.
+
+    A 401 or 403 (a revoked or expired token) is loud: the last good copy is still served but
+    reads as ``unauthorized``, every refused attempt is logged as an ERROR, the next attempts
+    back off from ``auth_backoff_initial`` seconds (doubling, with jitter, up to
+    ``backoff_max``), :meth:`status` and :meth:`health` say so, and ``on_health_change(health)``
+    (called in the background thread whenever :meth:`health`'s ``state`` changes) lets the
+    runtime alert or fail its readiness check.
     """
 
     def __init__(
@@ -436,6 +457,8 @@ class ConfigClient:
         max_response_bytes: int = http.DEFAULT_MAX_RESPONSE_BYTES,
         tolerated_codes: Iterable[str] = TOLERATED_CODES,
         on_change: Callable[[ConfigSnapshot], None] | None = None,
+        auth_backoff_initial: float = 10.0,
+        on_health_change: Callable[[dict[str, Any]], None] | None = None,
     ):
         if poll_interval <= 0 or timeout <= 0:
             raise ValueError("poll_interval and timeout must be positive")
@@ -451,6 +474,10 @@ class ConfigClient:
         self._max_response_bytes = max_response_bytes
         self._tolerated = frozenset(tolerated_codes)
         self._on_change = on_change
+        self.auth_backoff_initial = auth_backoff_initial
+        self._on_health_change = on_health_change
+        self._health_state: str | None = None
+        self._unauthorized = False
         self.cache_path = Path(cache_path) if cache_path is not None else None
         self.bootstrap_path = Path(bootstrap_path) if bootstrap_path is not None else None
         self._webhook_secrets = _secrets(webhook_secret)
@@ -518,7 +545,43 @@ class ConfigClient:
             "etag_conflicts": self._etag_conflicts,
             "last_disk_error": self._last_disk_error,
             "running": self._thread is not None and self._thread.is_alive(),
+            "unauthorized": self._unauthorized,
         }
+
+    def health(self) -> dict[str, Any]:
+        """For a health or readiness endpoint: ``state`` is ``ok`` (fresh), ``degraded``
+        (serving a stale, cached or bootstrap copy), ``unauthorized`` (the console refuses
+        the token: fix it; the last good copy is served meanwhile) or ``no_config``;
+        ``healthy`` is true only for ``ok``; with ``reason``, ``etag`` and ``last_error``."""
+        snap = self._snapshot
+        reason = snap.resolution.reason
+        if self._unauthorized:
+            state = HEALTH_UNAUTHORIZED
+        elif not snap.has_config:
+            state = HEALTH_NO_CONFIG
+        elif reason == FRESH:
+            state = HEALTH_OK
+        else:
+            state = HEALTH_DEGRADED
+        return {
+            "state": state,
+            "healthy": state == HEALTH_OK,
+            "reason": reason,
+            "etag": snap.etag,
+            "last_error": self._last_error if state != HEALTH_OK else None,
+        }
+
+    def _health_changed(self) -> None:
+        health = self.health()
+        if health["state"] == self._health_state:
+            return
+        self._health_state = health["state"]
+        if self._on_health_change is None:
+            return
+        try:
+            self._on_health_change(health)
+        except Exception:
+            logger.exception("on_health_change callback failed")
 
     # ------------------------------------------------------------ lifecycle
 
@@ -612,6 +675,7 @@ class ConfigClient:
                 self._note_failure(f"unexpected {type(error).__name__}: {error}")
                 ok = False
             self._first_attempt.set()
+            self._health_changed()
             if ok:
                 delay = self.poll_interval * random.uniform(0.9, 1.1)
                 # A webhook announced an etag the console did not serve yet (its caches may
@@ -624,9 +688,10 @@ class ConfigClient:
                     if self._wanted_etag == wanted:
                         self._wanted_etag = None
             else:
-                delay = http.backoff_delay(
-                    self._consecutive_failures, self.backoff_initial, self.backoff_max
-                )
+                initial = self.backoff_initial
+                if self._unauthorized:  # a token is not fixed in a second: no hot retries
+                    initial = max(initial, self.auth_backoff_initial)
+                delay = http.backoff_delay(self._consecutive_failures, initial, self.backoff_max)
             self._wake.wait(delay)
 
     def _refresh_once(self) -> bool:
@@ -649,6 +714,9 @@ class ConfigClient:
             if response.status == 304 and current.has_config:
                 self._confirm(current)
                 return True
+            if response.status in _AUTH_STATUSES:
+                self._note_unauthorized(response.error_summary())
+                return False
             if response.status != 200:
                 self._note_failure(response.error_summary())
                 return False
@@ -739,6 +807,27 @@ class ConfigClient:
             )
         self._consecutive_failures = 0
         self._last_success_at = time.time()
+        if self._unauthorized:
+            self._unauthorized = False
+            logger.warning("Config of %s: the console takes the token again", self.agent)
+
+    def _note_unauthorized(self, message: str) -> None:
+        """401/403: keep serving the last good copy, read as ``unauthorized``, loudly."""
+        self._unauthorized = True
+        self._consecutive_failures += 1
+        self._last_error = message
+        self._last_error_at = time.time()
+        current = self._snapshot
+        if current._state != UNAUTHORIZED:
+            self._snapshot = current._with(state=UNAUTHORIZED, confirmed=current._confirmed)
+        logger.error(
+            "Config of %s: the console refuses the runtime token (%s); serving the last good "
+            "copy %s until the token is fixed (attempt %d)",
+            self.agent,
+            message,
+            f"{current.etag} ({current.source})" if current.has_config else "(none)",
+            self._consecutive_failures,
+        )
 
     def _note_failure(self, message: str) -> None:
         self._consecutive_failures += 1
