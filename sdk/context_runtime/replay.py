@@ -24,13 +24,22 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from context_runtime import wire
-from context_runtime.engine import CandidateItem, Selection, Strategy, select
+from context_runtime.engine import (
+    DEFAULT_ESTIMATOR,
+    CandidateItem,
+    EngineInputError,
+    Selection,
+    Strategy,
+)
+from context_runtime.engine._candidates import check_candidates
+from context_runtime.engine._selection import _check_arguments, decide
 
 __all__ = [
     "CandidateFacts",
     "Facts",
     "NOT_REQUESTED",
     "NotReplayable",
+    "Replay",
     "facts",
     "replay",
     "replay_trace",
@@ -71,32 +80,60 @@ def trace_candidates(candidates: Iterable[wire.Candidate]) -> tuple[CandidateIte
     return tuple(rebuilt)
 
 
+class Replay:
+    """One request's candidates, replayed with as many strategy versions as asked: checked
+    once per set of sources read (a preview replays every trace with the version it used and
+    the draft; the check is a fifth of a selection), decided per version, each decision the
+    one :func:`~context_runtime.engine.select` makes."""
+
+    def __init__(self, candidates: Sequence[CandidateItem], selection: wire.SelectionInfo):
+        self.candidates = candidates if type(candidates) is tuple else tuple(candidates)
+        self.selection = selection
+        self._arguments = {
+            "context_window": selection.context_window,
+            "max_input_tokens": selection.max_input_tokens,
+            "fixed_input_tokens": selection.fixed_input_tokens,
+            "relevance_threshold": selection.relevance_threshold,
+            "estimator": DEFAULT_ESTIMATOR,
+        }
+        self._refused = _check_arguments(*self._arguments.values())
+        self._present = frozenset(c.source for c in self.candidates)
+        self._checked: dict[frozenset, tuple] = {}
+
+    def run(self, strategy: Strategy | dict) -> Selection:
+        """``select()`` with the recorded arguments. Candidates of a source the strategy does
+        not read are left out, as the runtime would not have asked that provider under it
+        (``facts(selection, of=candidates)`` marks them ``not_requested``);
+        ``selection.candidates`` holds the ones given to the engine."""
+        if not isinstance(strategy, Strategy):
+            strategy = Strategy.from_body(strategy)
+        if self._refused:
+            raise EngineInputError(self._refused)
+        read = self._present & strategy.sources
+        known = self._checked.get(read)
+        if known is None:
+            asked = self.candidates
+            if read != self._present:
+                asked = tuple(c for c in self.candidates if c.source in read)
+            findings: list = []
+            # Every source of `asked` is in `read`: the check says the same for any strategy
+            # that reads them, so it is kept for the next version.
+            checked = check_candidates(asked, read, DEFAULT_ESTIMATOR, findings)
+            known = self._checked[read] = (asked, checked, findings)
+        asked, checked, findings = known
+        if findings:
+            raise EngineInputError(findings)
+        return decide(strategy, asked, checked, **self._arguments)
+
+
 def replay(
     strategy: Strategy | dict,
     candidates: Sequence[CandidateItem],
     selection: wire.SelectionInfo,
 ) -> Selection:
-    """``select()`` with the arguments the trace recorded.
-
-    Candidates of a source the strategy does not read are left out, as the runtime would
-    not have asked that provider under it (``facts(selection, of=candidates)`` marks them
-    ``not_requested``); ``selection.candidates`` holds the ones given to the engine."""
-    if not isinstance(strategy, Strategy):
-        strategy = Strategy.from_body(strategy)
-    sources = strategy.sources
-    asked = candidates
-    for c in candidates:
-        if c.source not in sources:
-            asked = tuple(c for c in candidates if c.source in sources)
-            break
-    return select(
-        strategy=strategy,
-        candidates=asked,
-        context_window=selection.context_window,
-        max_input_tokens=selection.max_input_tokens,
-        fixed_input_tokens=selection.fixed_input_tokens,
-        relevance_threshold=selection.relevance_threshold,
-    )
+    """``select()`` with the arguments the trace recorded (:meth:`Replay.run`; with several
+    versions of one request, a :class:`Replay` checks the candidates once)."""
+    return Replay(candidates, selection).run(strategy)
 
 
 def replay_trace(strategy: Strategy | dict, trace: wire.Trace) -> Selection:

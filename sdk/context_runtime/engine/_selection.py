@@ -249,7 +249,33 @@ def select(
     checked = check_candidates(items, strategy.sources, estimator, findings)
     if findings:
         raise EngineInputError(findings)
+    return decide(
+        strategy,
+        items,
+        checked,
+        context_window=context_window,
+        max_input_tokens=max_input_tokens,
+        fixed_input_tokens=fixed_input_tokens,
+        relevance_threshold=relevance_threshold,
+        estimator=estimator,
+    )
 
+
+def decide(
+    strategy: Strategy,
+    items: tuple[CandidateItem, ...],
+    checked: CheckedCandidates,
+    *,
+    context_window: int | None,
+    max_input_tokens: int | None,
+    fixed_input_tokens: int,
+    relevance_threshold: float,
+    estimator: Estimator,
+) -> Selection:
+    """:func:`select` after its checks: ``checked`` is what :func:`check_candidates` found for
+    exactly these items (every source among the strategy's, no finding), the arguments
+    passed ``_check_arguments``. A replay with several versions of one strategy checks the
+    candidates once (``context_runtime.replay.Replay``)."""
     limit = strategy.max_input_tokens
     if context_window is not None and context_window < limit:
         limit = context_window
