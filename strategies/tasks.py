@@ -8,7 +8,7 @@ from celery import shared_task
 
 from strategies.delivery import webhooks
 from strategies.delivery.config import cache_reconcile
-from strategies.runtime.auth import last_used_flush, revocations_reconcile
+from strategies.runtime.auth import last_used_flush, refused_flush, revocations_reconcile
 
 
 @shared_task(
@@ -28,8 +28,9 @@ def deliver_webhook(self, delivery_id: int) -> str:
 
 @shared_task(name="strategies.flush_token_last_used", autoretry_for=())
 def flush_token_last_used() -> int:
-    """Copy the runtime tokens' last-used times from Redis to the database."""
-    return last_used_flush()
+    """Copy the runtime tokens' last-used times, and the refused attempts of revoked tokens,
+    from Redis to the database."""
+    return last_used_flush() + refused_flush()
 
 
 @shared_task(name="strategies.reconcile_runtime_cache", autoretry_for=())

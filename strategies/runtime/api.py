@@ -9,6 +9,7 @@ OpenAPI schema.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse, HttpResponseNotModified, JsonResponse
 from drf_spectacular.types import OpenApiTypes
@@ -91,13 +92,21 @@ def config_response(request, agent: str) -> HttpResponse:
         if entry is None:
             raise NotFound(f"Unknown agent '{agent}'.")
     etag, body = entry
+    stream = _stream_header()
     if etag_matches(request.META.get("HTTP_IF_NONE_MATCH", ""), etag):
-        return HttpResponseNotModified(headers={"ETag": etag})
+        return HttpResponseNotModified(headers={"ETag": etag, **dict(stream)})
     return HttpResponse(
         b"" if request.method == "HEAD" else body,
         content_type="application/json",
-        headers={"ETag": etag, "Cache-Control": "no-cache"},
+        headers={"ETag": etag, "Cache-Control": "no-cache", **dict(stream)},
     )
+
+
+def _stream_header() -> list[tuple[str, str]]:
+    """`X-Config-Stream`: where this console's config stream is (docs/runtime-contract.md
+    §1a), when one is configured (settings.STREAM_URL)."""
+    url = settings.STREAM_URL
+    return [("X-Config-Stream", url)] if url else []
 
 
 _CONTENT_TYPE = ("Content-Type", "application/json")
@@ -125,9 +134,10 @@ def config_fast(environ: dict, agent: str) -> tuple[int, list[tuple[str, str]], 
         return None
     etag, body = entry
     if_none_match = environ.get("HTTP_IF_NONE_MATCH")
+    stream = _stream_header()
     if if_none_match and (if_none_match == etag or etag_matches(if_none_match, etag)):
-        return 304, [("ETag", etag)], b""
-    headers = [("ETag", etag), _NO_CACHE, _CONTENT_TYPE]  # HttpResponse's order
+        return 304, [("ETag", etag), *stream], b""
+    headers = [("ETag", etag), _NO_CACHE, *stream, _CONTENT_TYPE]  # HttpResponse's order
     return 200, headers, b"" if environ.get("REQUEST_METHOD") == "HEAD" else body
 
 
