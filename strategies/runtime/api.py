@@ -28,6 +28,7 @@ from strategies.runtime.authentication import (
     etag_matches,
     runtime_view,
 )
+from strategies.runtime.instances import runtime_heartbeat
 from strategies.runtime.manifests import manifest_report, manifest_writer_check
 
 
@@ -217,3 +218,51 @@ def manifest(request):
     environment = Environment.objects.get(pk=identity.environment_id)
     report = manifest_report(environment=environment, body=request.data, actor=identity)
     return Response({"version": report.manifest.version, "warnings": report.warnings})
+
+
+# --- §2a heartbeat: who serves what -------------------------------------------------------------
+class HeartbeatAgentSerializer(serializers.Serializer):
+    etag = serializers.CharField(max_length=100, help_text="The config ETag served.")
+    documents = serializers.DictField(
+        child=serializers.IntegerField(), help_text='Versions served, e.g. {"profile": 7}.'
+    )
+    resolution = serializers.CharField(
+        max_length=20, required=False, help_text="fresh, cached, stale, unauthorized…"
+    )
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    instance = serializers.CharField(max_length=200, help_text="The runtime process's own id.")
+    sdk_version = serializers.CharField(max_length=50, required=False)
+    runtime = serializers.CharField(max_length=200, required=False)
+    transport = serializers.ChoiceField(choices=["stream", "poll"], required=False)
+    agents = serializers.DictField(child=HeartbeatAgentSerializer())
+
+
+class HeartbeatResultSerializer(serializers.Serializer):
+    recorded = serializers.IntegerField()
+    heartbeat_seconds = serializers.IntegerField()
+    minimum_sdk_version = serializers.CharField()
+    sdk_supported = serializers.BooleanField(allow_null=True)
+
+
+@extend_schema(
+    tags=["runtime"],
+    operation_id="runtime_heartbeat_create",
+    summary="Report which configuration this runtime process serves",
+    description="Sent by the SDK every `heartbeat_seconds` and after every configuration "
+    "change: the process's id, SDK version, transport and, per agent, the ETag and document "
+    "versions it serves. The releases page shows them (docs/runtime-contract.md §2a).",
+    request=HeartbeatSerializer,
+    responses={
+        200: HeartbeatResultSerializer,
+        400: OpenApiResponse(ErrorSerializer, description="Malformed heartbeat."),
+        **_ERRORS,
+        404: OpenApiResponse(
+            ErrorSerializer, description="An agent unknown, or outside the token's scope."
+        ),
+    },
+)
+@runtime_view(["POST"], capability="config:read")
+def heartbeat(request):
+    return Response(runtime_heartbeat(identity=request.user, body=request.data))
