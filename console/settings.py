@@ -375,6 +375,16 @@ LOGGING = {
 
 # Webhook targets: private, loopback and link-local addresses are refused at registration and
 # at delivery unless this is on (tests, on-premise receivers); see strategies/delivery/transport.py.
+# The config stream (strategies.runtime.stream, docs/runtime-contract.md §1a): where runtimes
+# reach it, advertised in the config answers' X-Config-Stream header — an absolute base URL
+# (https://stream.console.example) or ":<port>" (the console's host and scheme, that port);
+# empty: not advertised (runtimes poll, unless configured with a stream_url).
+STREAM_URL = (env("STREAM_URL", "") or "").rstrip("/")
+STREAM_HEARTBEAT_SECONDS = float(env("STREAM_HEARTBEAT_SECONDS", "15") or 15)
+STREAM_MAX_PER_TOKEN = env_count("STREAM_MAX_PER_TOKEN", 256, minimum=1)
+STREAM_QUEUE_SIZE = env_count("STREAM_QUEUE_SIZE", 16, minimum=1)
+STREAM_WRITE_TIMEOUT = float(env("STREAM_WRITE_TIMEOUT", "10") or 10)
+
 WEBHOOK_ALLOW_PRIVATE_TARGETS = env_bool("WEBHOOK_ALLOW_PRIVATE_TARGETS", False)
 
 DEMO_MODE = env_bool("CONSOLE_DEMO", not PRODUCTION)

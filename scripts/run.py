@@ -52,6 +52,9 @@ class Launcher:
     def __init__(self) -> None:
         self.host = os.environ.get("HOST", "").strip() or "127.0.0.1"
         self.port = os.environ.get("PORT", "").strip() or "8000"
+        # The config stream server (console.stream, ASGI): runtimes hold their event streams
+        # there, never in the web server's worker threads.
+        self.stream_port = os.environ.get("STREAM_PORT", "").strip() or str(int(self.port) + 1)
         self.verbose = os.environ.get("VERBOSE", "").strip().lower() in {"1", "true", "yes"}
         self.demo = os.environ.get("CONSOLE_ENV", "development") != "production"
         self.embedded = False  # registered as a user of the embedded engines
@@ -81,15 +84,24 @@ class Launcher:
         host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host  # noqa: S104
         return f"http://[{host}]:{self.port}" if ":" in host else f"http://{host}:{self.port}"
 
+    @property
+    def local_stream_url(self) -> str:
+        return self.local_url.rsplit(":", 1)[0] + f":{self.stream_port}"
+
     def port_problem(self) -> str | None:
-        """None when HOST:PORT can be listened on; else one line saying why not. Binds without
+        return self._port_problem(self.port, "PORT=8002") or self._port_problem(
+            self.stream_port, "STREAM_PORT=8003"
+        )
+
+    def _port_problem(self, port_text: str, hint: str) -> str | None:
+        """None when HOST:port can be listened on; else one line saying why not. Binds without
         SO_REUSEPORT, so a server already listening there (granian uses SO_REUSEPORT, which
         would let a second one bind beside it) is found."""
         try:
-            port = int(self.port)
+            port = int(port_text)
             infos = socket.getaddrinfo(self.host, port, type=socket.SOCK_STREAM)
         except (ValueError, OSError) as exc:
-            return f"cannot listen on {self.host}:{self.port}: {exc}"
+            return f"cannot listen on {self.host}:{port_text}: {exc}"
         family, _, _, _, address = infos[0]
         with socket.socket(family, socket.SOCK_STREAM) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -99,17 +111,19 @@ class Launcher:
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
                     return (
-                        f"cannot start: {self.host}:{self.port} is already in use (another "
-                        "`make run`?); stop it first or choose another port, e.g. PORT=8001 make run"
+                        f"cannot start: {self.host}:{port_text} is already in use (another "
+                        f"`make run`?); stop it first or choose another port, e.g. {hint} make run"
                     )
-                return f"cannot listen on {self.host}:{self.port}: {exc.strerror}"
+                return f"cannot listen on {self.host}:{port_text}: {exc.strerror}"
         return None
 
     # --- starting -----------------------------------------------------------------------------
 
     def child_env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(HOST=self.host, PORT=self.port)
+        env.update(HOST=self.host, PORT=self.port, STREAM_PORT=self.stream_port)
+        # Advertised to runtimes in the config answers (X-Config-Stream): same host, this port.
+        env.setdefault("STREAM_URL", f":{self.stream_port}")
         env.setdefault("CONSOLE_DEMO_TOKEN_FILE", str(embedded.DATA_DIR / "demo-runtime-token"))
         if not self.verbose:
             env.setdefault("LOG_LEVEL", "WARNING")
@@ -217,6 +231,24 @@ class Launcher:
             level.lower(),
             "console.wsgi:application",
         )
+        self.procs["stream server"] = self.spawn(
+            "-m",
+            "granian",
+            "--interface",
+            "asgi",
+            "--host",
+            self.host,
+            "--port",
+            self.stream_port,
+            "--workers",
+            os.environ.get("STREAM_WORKERS", "1"),
+            # held connections, not requests: granian's default bound would refuse the 1001st
+            "--backpressure",
+            os.environ.get("STREAM_BACKPRESSURE", "10000"),
+            "--log-level",
+            level.lower(),
+            "console.stream:application",
+        )
         self.procs["worker"] = self.spawn(
             *celery,
             "worker",
@@ -256,6 +288,14 @@ class Launcher:
     def web_answers(self) -> bool:
         try:
             with urllib.request.urlopen(f"{self.local_url}/healthz", timeout=3) as response:  # noqa: S310
+                return response.status == 200
+        except OSError:
+            return False
+
+    def stream_answers(self) -> bool:
+        """The stream server answers /healthz: it LISTENs to PostgreSQL's notifications."""
+        try:
+            with urllib.request.urlopen(f"{self.local_stream_url}/healthz", timeout=3) as response:  # noqa: S310
                 return response.status == 200
         except OSError:
             return False
@@ -342,10 +382,11 @@ class Launcher:
         problem = self.port_problem()  # again: the migrations took a while
         if problem:
             raise SystemExit(problem)
-        print("Starting the web server, worker and beat…", flush=True)
+        print("Starting the web server, stream server, worker and beat…", flush=True)
         self.start_children()
         deadline = time.monotonic() + READY_SECONDS
         self.wait_until("web server", self.web_answers, deadline)
+        self.wait_until("stream server", self.stream_answers, deadline)
         self.wait_until("Celery worker and beat", self.celery_answers, deadline)
         traffic_line = self.start_demo_traffic() if self.demo else ""
         self.banner(demo_output, traffic_line)
@@ -358,6 +399,9 @@ class Launcher:
         cut = next((n for n, t in enumerate(lines) if t.startswith("Demo logins")), len(lines))
         rule = "=" * 72
         out = ["", rule, f"Context Console is running at {self.local_url}/"]
+        out.append(
+            f"Config stream for runtimes at {self.local_stream_url}/api/v1/runtime/stream/<agent>"
+        )
         if self.host in ("0.0.0.0", "::"):  # noqa: S104
             out.append(f"  (listening on every address of this machine, port {self.port})")
         out += lines[cut:] + lines[:cut]  # the logins first, then the token and the rest
@@ -368,7 +412,7 @@ class Launcher:
             ]
         if self.embedded:
             out.append(f"Data: embedded PostgreSQL and Redis in {embedded.DATA_DIR}")
-        stops = "web server, worker, beat, demo traffic"
+        stops = "web server, stream server, worker, beat, demo traffic"
         if self.embedded:
             stops += ", embedded PostgreSQL and Redis"
         out += [f"Press Ctrl-C to stop everything ({stops}).", rule, ""]

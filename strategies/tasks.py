@@ -8,7 +8,8 @@ from celery import shared_task
 
 from strategies.delivery import webhooks
 from strategies.delivery.config import cache_reconcile
-from strategies.runtime.auth import last_used_flush, revocations_reconcile
+from strategies.runtime.auth import last_used_flush, refused_flush, revocations_reconcile
+from strategies.runtime.instances import instances_purge
 
 
 @shared_task(
@@ -28,8 +29,9 @@ def deliver_webhook(self, delivery_id: int) -> str:
 
 @shared_task(name="strategies.flush_token_last_used", autoretry_for=())
 def flush_token_last_used() -> int:
-    """Copy the runtime tokens' last-used times from Redis to the database."""
-    return last_used_flush()
+    """Copy the runtime tokens' last-used times, and the refused attempts of revoked tokens,
+    from Redis to the database; forget runtimes unheard for a week."""
+    return last_used_flush() + refused_flush() + instances_purge()
 
 
 @shared_task(name="strategies.reconcile_runtime_cache", autoretry_for=())

@@ -319,11 +319,13 @@ class ConsoleServer:
         port: int | None = None,
         log_path: Path | None = None,
         app: str = "console.wsgi:application",
+        interface: str = "wsgi",
     ):
         self.env = env
         self.port = port or free_port()
         self.log_path = log_path
         self.app = app
+        self.interface = interface
         self.proc: subprocess.Popen | None = None
         self._log = None
 
@@ -343,9 +345,10 @@ class ConsoleServer:
             self._log = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [
-                sys.executable, "-m", "granian", "--interface", "wsgi",
+                sys.executable, "-m", "granian", "--interface", self.interface,
                 "--host", "127.0.0.1", "--port", str(self.port),
                 "--workers", "1", "--no-ws", "--log-level", "warning",
+                *(["--backpressure", "10000"] if self.interface == "asgi" else []),
                 self.app,
             ],
             cwd=ROOT,
@@ -371,6 +374,11 @@ class ConsoleServer:
         if self._log is not None:
             self._log.close()
             self._log = None
+
+
+def stream_server(env: dict, **kwargs) -> ConsoleServer:
+    """The config stream server (``console.stream``, ASGI) as a real process."""
+    return ConsoleServer(env, app="console.stream:application", interface="asgi", **kwargs)
 
 
 class RuntimeSim:

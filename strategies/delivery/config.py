@@ -33,7 +33,7 @@ import redis
 from django.conf import settings
 from django.core.cache import cache
 from django.core.signals import setting_changed
-from django.db import transaction
+from django.db import connection, transaction
 from django.dispatch import receiver
 
 from strategies.catalog.models import Agent
@@ -52,6 +52,10 @@ MIRROR_TTL_SECONDS = 10.0
 # costs one failed call per process per interval, not one per request).
 REDIS_RETRY_AFTER_SECONDS = 2.0
 REDIS_ERRORS = (redis.RedisError, OSError)
+# PostgreSQL LISTEN/NOTIFY channel of release changes: "<environment id> <agent key> <etag>",
+# sent inside the change's transaction, so delivered (to the config stream servers,
+# strategies.runtime.stream) only when it commits, in commit order.
+CONFIG_CHANNEL = "context_console_config"
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,11 @@ def payload_refresh(*, agent, environment) -> RenderedConfig:
     row.revision_sum, row.etag, row.body = rendered.revision_sum, rendered.etag, rendered.body
     row.save(update_fields=["revision_sum", "etag", "body", "rendered_at"])
     key = (agent.key, environment.pk)
+    with connection.cursor() as cursor:  # delivered on commit; dropped with a rollback
+        cursor.execute(
+            "SELECT pg_notify(%s, %s)",
+            [CONFIG_CHANNEL, f"{environment.pk} {agent.key} {rendered.etag}"],
+        )
     # Robust: a Redis error after commit is logged, never raised into the committed change
     # (the request, the other callbacks); the reconcile task pushes what this did not.
     transaction.on_commit(lambda: cache_put(*key, rendered), robust=True)

@@ -227,7 +227,9 @@ def rollback(request, agent, document, environment):
                 )
             messages.success(
                 request,
-                f"{env.key} is back on {doc.key} v{target.number}. The runtime gets it now.",
+                f"{env.key} is back on {doc.key} v{target.number}. Runtimes connected to the "
+                "config stream take it within a second, polling ones at their next poll: the "
+                "Runtimes card below shows which serve it.",
             )
             return redirect(_overview_url(request.agent))
     except ApplicationError as exc:

@@ -9,6 +9,7 @@ OpenAPI schema.
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse, HttpResponseNotModified, JsonResponse
 from drf_spectacular.types import OpenApiTypes
@@ -27,6 +28,7 @@ from strategies.runtime.authentication import (
     etag_matches,
     runtime_view,
 )
+from strategies.runtime.instances import runtime_heartbeat
 from strategies.runtime.manifests import manifest_report, manifest_writer_check
 
 
@@ -91,13 +93,21 @@ def config_response(request, agent: str) -> HttpResponse:
         if entry is None:
             raise NotFound(f"Unknown agent '{agent}'.")
     etag, body = entry
+    stream = _stream_header()
     if etag_matches(request.META.get("HTTP_IF_NONE_MATCH", ""), etag):
-        return HttpResponseNotModified(headers={"ETag": etag})
+        return HttpResponseNotModified(headers={"ETag": etag, **dict(stream)})
     return HttpResponse(
         b"" if request.method == "HEAD" else body,
         content_type="application/json",
-        headers={"ETag": etag, "Cache-Control": "no-cache"},
+        headers={"ETag": etag, "Cache-Control": "no-cache", **dict(stream)},
     )
+
+
+def _stream_header() -> list[tuple[str, str]]:
+    """`X-Config-Stream`: where this console's config stream is (docs/runtime-contract.md
+    §1a), when one is configured (settings.STREAM_URL)."""
+    url = settings.STREAM_URL
+    return [("X-Config-Stream", url)] if url else []
 
 
 _CONTENT_TYPE = ("Content-Type", "application/json")
@@ -125,9 +135,10 @@ def config_fast(environ: dict, agent: str) -> tuple[int, list[tuple[str, str]], 
         return None
     etag, body = entry
     if_none_match = environ.get("HTTP_IF_NONE_MATCH")
+    stream = _stream_header()
     if if_none_match and (if_none_match == etag or etag_matches(if_none_match, etag)):
-        return 304, [("ETag", etag)], b""
-    headers = [("ETag", etag), _NO_CACHE, _CONTENT_TYPE]  # HttpResponse's order
+        return 304, [("ETag", etag), *stream], b""
+    headers = [("ETag", etag), _NO_CACHE, *stream, _CONTENT_TYPE]  # HttpResponse's order
     return 200, headers, b"" if environ.get("REQUEST_METHOD") == "HEAD" else body
 
 
@@ -207,3 +218,51 @@ def manifest(request):
     environment = Environment.objects.get(pk=identity.environment_id)
     report = manifest_report(environment=environment, body=request.data, actor=identity)
     return Response({"version": report.manifest.version, "warnings": report.warnings})
+
+
+# --- §2a heartbeat: who serves what -------------------------------------------------------------
+class HeartbeatAgentSerializer(serializers.Serializer):
+    etag = serializers.CharField(max_length=100, help_text="The config ETag served.")
+    documents = serializers.DictField(
+        child=serializers.IntegerField(), help_text='Versions served, e.g. {"profile": 7}.'
+    )
+    resolution = serializers.CharField(
+        max_length=20, required=False, help_text="fresh, cached, stale, unauthorized…"
+    )
+
+
+class HeartbeatSerializer(serializers.Serializer):
+    instance = serializers.CharField(max_length=200, help_text="The runtime process's own id.")
+    sdk_version = serializers.CharField(max_length=50, required=False)
+    runtime = serializers.CharField(max_length=200, required=False)
+    transport = serializers.ChoiceField(choices=["stream", "poll"], required=False)
+    agents = serializers.DictField(child=HeartbeatAgentSerializer())
+
+
+class HeartbeatResultSerializer(serializers.Serializer):
+    recorded = serializers.IntegerField()
+    heartbeat_seconds = serializers.IntegerField()
+    minimum_sdk_version = serializers.CharField()
+    sdk_supported = serializers.BooleanField(allow_null=True)
+
+
+@extend_schema(
+    tags=["runtime"],
+    operation_id="runtime_heartbeat_create",
+    summary="Report which configuration this runtime process serves",
+    description="Sent by the SDK every `heartbeat_seconds` and after every configuration "
+    "change: the process's id, SDK version, transport and, per agent, the ETag and document "
+    "versions it serves. The releases page shows them (docs/runtime-contract.md §2a).",
+    request=HeartbeatSerializer,
+    responses={
+        200: HeartbeatResultSerializer,
+        400: OpenApiResponse(ErrorSerializer, description="Malformed heartbeat."),
+        **_ERRORS,
+        404: OpenApiResponse(
+            ErrorSerializer, description="An agent unknown, or outside the token's scope."
+        ),
+    },
+)
+@runtime_view(["POST"], capability="config:read")
+def heartbeat(request):
+    return Response(runtime_heartbeat(identity=request.user, body=request.data))

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from console.kernel.credentials import bearer_value, secret_hash, secret_new
@@ -267,3 +267,76 @@ def last_used_flush() -> int:
             Q(last_used_at__isnull=True) | Q(last_used_at__lt=used_at)
         ).update(last_used_at=used_at)
     return len(raw)
+
+
+# --- refused attempts (a runtime that keeps calling with a revoked token) --------------------
+# One HINCRBY in Redis per refused request (no database write); the beat task
+# `strategies.flush_refused_tokens` adds them to the revoked token's row every minute. Only
+# secrets that look like runtime tokens count; the hash is emptied at every flush, and one
+# that grew past REFUSED_MAX_ENTRIES (random secrets) stops counting until then.
+REFUSED_KEY = "rt-refused"
+REFUSED_AT_KEY = "rt-refused-at"
+REFUSED_MAX_ENTRIES = 10_000
+
+
+def note_refused(secret: str) -> None:
+    """Count a request refused with 401 by the hash of its secret (never raises)."""
+    if not secret.startswith(TOKEN_PREFIX):
+        return
+    hash_hex = token_hash(secret)
+    now = timezone.now().isoformat()
+
+    def count(client):
+        key = cache_key(REFUSED_KEY)
+        if client.hlen(key) >= REFUSED_MAX_ENTRIES and not client.hexists(key, hash_hex):
+            return
+        pipe = client.pipeline(transaction=False)
+        pipe.hincrby(key, hash_hex, 1)
+        pipe.hset(cache_key(REFUSED_AT_KEY), hash_hex, now)
+        pipe.execute()
+
+    redis_call(count)
+
+
+def refused_flush() -> int:
+    """Add the counted refusals to the tokens they belong to (`refused_count`,
+    `last_refused_at`); refusals of secrets no token has are dropped. Returns how many tokens
+    were updated. Run by beat; fails loudly without Redis."""
+    pipe = redis_client().pipeline(transaction=True)
+    pipe.hgetall(cache_key(REFUSED_KEY))
+    pipe.hgetall(cache_key(REFUSED_AT_KEY))
+    pipe.delete(cache_key(REFUSED_KEY), cache_key(REFUSED_AT_KEY))
+    counts, times, _ = pipe.execute()
+    if not counts:
+        return 0
+    tokens = dict(
+        RuntimeToken.objects.filter(token_hash__in=[h.decode() for h in counts]).values_list(
+            "token_hash", "pk"
+        )
+    )
+    updated = 0
+    for hash_raw, count in counts.items():
+        pk = tokens.get(hash_raw.decode())
+        if pk is None:
+            continue
+        at = times.get(hash_raw)
+        refused_at = datetime.fromisoformat(at.decode()) if at else timezone.now()
+        RuntimeToken.objects.filter(pk=pk).update(refused_count=F("refused_count") + int(count))
+        RuntimeToken.objects.filter(pk=pk).filter(
+            Q(last_refused_at__isnull=True) | Q(last_refused_at__lt=refused_at)
+        ).update(last_refused_at=refused_at)
+        updated += 1
+    return updated
+
+
+def refused_pending() -> dict[str, tuple[int, str]]:
+    """Refusals counted in Redis and not flushed yet: {token hash: (count, ISO time)}."""
+
+    def read(client):
+        pipe = client.pipeline(transaction=True)
+        pipe.hgetall(cache_key(REFUSED_KEY))
+        pipe.hgetall(cache_key(REFUSED_AT_KEY))
+        return pipe.execute()
+
+    counts, times = redis_call(read, default=({}, {}))
+    return {h.decode(): (int(n), (times.get(h) or b"").decode()) for h, n in counts.items()}

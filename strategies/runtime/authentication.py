@@ -22,6 +22,7 @@ from strategies.runtime.auth import (
     bearer_secret_of,
     cached_identity,
     mirrored_identity,
+    note_refused,
 )
 
 
@@ -32,8 +33,10 @@ class RuntimeTokenAuthentication(BaseAuthentication):
     def identify(request, capability: str | None = None) -> RuntimeIdentity:
         """The identity of the request's token (401), holding `capability` if named (403)."""
         request = getattr(request, "_request", request)  # a DRF request wraps Django's
-        identity = cached_identity(bearer_secret(request))
+        secret = bearer_secret(request)
+        identity = cached_identity(secret)
         if identity is None:
+            note_refused(secret)
             raise NotAuthenticated("The runtime token is unknown or revoked.")
         return authorize_runtime(identity, capability) if capability else identity
 

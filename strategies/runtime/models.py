@@ -35,6 +35,10 @@ class RuntimeToken(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     last_used_at = models.DateTimeField(null=True, blank=True)
+    # Requests refused with 401 after the token was revoked (a runtime still using it),
+    # counted in Redis and added here by beat (strategies.runtime.auth.refused_flush).
+    refused_count = models.PositiveBigIntegerField(default=0)
+    last_refused_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["environment__position", "name"]
@@ -45,3 +49,38 @@ class RuntimeToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class RuntimeInstance(models.Model):
+    """One runtime process serving one agent in one environment, as it last reported itself
+    (`POST /api/v1/runtime/heartbeat`): which SDK, over which transport, which configuration
+    (ETag and document versions) it serves, with which token, and when it was last heard."""
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.CASCADE, related_name="runtime_instances"
+    )
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="runtime_instances")
+    instance = models.CharField(max_length=200, help_text="The runtime's own id (host, pid…).")
+    token = models.ForeignKey(
+        RuntimeToken, on_delete=models.SET_NULL, null=True, related_name="instances"
+    )
+    sdk_version = models.CharField(max_length=50, blank=True)
+    runtime = models.CharField(max_length=200, blank=True, help_text="Runtime build, free text.")
+    transport = models.CharField(max_length=10, blank=True)  # stream | poll
+    resolution = models.CharField(max_length=20, blank=True)  # fresh, stale, unauthorized…
+    etag = models.CharField(max_length=100, blank=True)
+    documents = models.JSONField(default=dict, blank=True)  # {"profile": 7, "<strategy>": 3}
+    serving_since = models.DateTimeField(help_text="When it started serving this ETag.")
+    first_seen = models.DateTimeField()
+    last_seen = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["environment", "agent", "instance"], name="runtime_instance_once"
+            )
+        ]
+        indexes = [models.Index(fields=["environment", "agent", "-last_seen"])]
+
+    def __str__(self) -> str:
+        return f"{self.instance} ({self.agent_id}@{self.environment_id})"

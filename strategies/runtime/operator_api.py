@@ -7,19 +7,23 @@ parse strictly, call strategies.runtime.tokens (which audits), serialize — nev
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from datetime import timedelta
+
+from django.utils import timezone
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
 from console.kernel.api_schema import ErrorSerializer, StrictSerializer
 from console.kernel.credentials import shows_secret
-from console.kernel.errors import NotFound
-from console.kernel.policy import Capability, Everywhere, requires
+from console.kernel.errors import NotFound, ValidationFailed
+from console.kernel.policy import Capability, Everywhere, agents_where, requires
 from strategies.catalog.models import Agent, Environment
 from strategies.documents.serializers import KeyField, parse_strict
+from strategies.runtime.instances import LISTED_FOR_HOURS, MINIMUM_SDK_VERSION, sdk_supported
 from strategies.runtime.models import RuntimeToken
-from strategies.runtime.selectors import tokens_list
+from strategies.runtime.selectors import runtime_instances_list, tokens_list
 from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
 
 # A token request is a name, an environment, a few capabilities and agent keys.
@@ -174,3 +178,79 @@ def runtime_token_revoke_view(request, pk: int):
     data = _parse(request, RuntimeTokenRevokeRequest)
     runtime_token_revoke(token=token, actor=request.user, reason=data["reason"])
     return Response(RuntimeTokenSerializer(_token(pk)).data)
+
+
+# --- who serves what: the runtimes that report (GET /api/v1/runtimes/) ---------------------------
+class RuntimeInstanceSerializer(serializers.Serializer):
+    instance = serializers.CharField(help_text="The runtime process's own id.")
+    agent = serializers.CharField(source="agent.key")
+    environment = serializers.CharField(source="environment.key")
+    sdk_version = serializers.CharField()
+    sdk_supported = serializers.SerializerMethodField()
+    runtime = serializers.CharField()
+    transport = serializers.CharField(help_text="stream or poll")
+    resolution = serializers.CharField(help_text="fresh, stale, unauthorized…")
+    etag = serializers.CharField(help_text="The config ETag it serves.")
+    documents = serializers.DictField(child=serializers.IntegerField())
+    serving_since = serializers.DateTimeField()
+    first_seen = serializers.DateTimeField()
+    last_seen = serializers.DateTimeField()
+    token = serializers.SerializerMethodField(help_text="{id, name, revoked} of the token used.")
+
+    def get_sdk_supported(self, obj) -> bool | None:
+        return sdk_supported(obj.sdk_version)
+
+    def get_token(self, obj) -> dict | None:
+        if obj.token is None:
+            return None
+        return {"id": obj.token.pk, "name": obj.token.name, "revoked": not obj.token.is_active}
+
+
+class RuntimeInstanceListSerializer(serializers.Serializer):
+    results = RuntimeInstanceSerializer(many=True)
+    minimum_sdk_version = serializers.CharField()
+
+
+@extend_schema(
+    tags=["runtime-tokens"],
+    operation_id="runtimes_list",
+    summary="Runtimes that reported what they serve (who serves what)",
+    description="Runtime processes heard in the last 24 hours, newest first, for the agents "
+    "you may view the configuration of; `?agent=` and `?environment=` filter.",
+    parameters=[
+        OpenApiParameter("agent", str, description="Agent key."),
+        OpenApiParameter("environment", str, description="Environment key."),
+    ],
+    responses={
+        200: RuntimeInstanceListSerializer,
+        400: OpenApiResponse(ErrorSerializer, description="Unknown filter."),
+        403: OpenApiResponse(ErrorSerializer, description="No view_config anywhere."),
+        404: OpenApiResponse(ErrorSerializer, description="Unknown agent or environment."),
+    },
+)
+@api_view(["GET"])
+@requires(Capability.VIEW_CONFIG, agent_kwarg=None, anywhere=True)
+def runtimes_list(request):
+    unknown = sorted(set(request.query_params) - {"agent", "environment"})
+    if unknown:
+        raise ValidationFailed(f"Unknown filter {unknown[0]}.")
+    agents = agents_where(request.user, Capability.VIEW_CONFIG)
+    if key := request.query_params.get("agent"):
+        agents = agents.filter(key=key)
+        if not agents.exists():
+            raise NotFound(f"Unknown agent '{key}'.")
+    environment = None
+    if key := request.query_params.get("environment"):
+        environment = Environment.objects.filter(key=key).first()
+        if environment is None:
+            raise NotFound(f"Unknown environment '{key}'.")
+    since = timezone.now() - timedelta(hours=LISTED_FOR_HOURS)
+    items = runtime_instances_list(agents=agents, environment=environment).filter(
+        last_seen__gte=since
+    )[:1000]
+    return Response(
+        {
+            "results": RuntimeInstanceSerializer(items, many=True).data,
+            "minimum_sdk_version": MINIMUM_SDK_VERSION,
+        }
+    )

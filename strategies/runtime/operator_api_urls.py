@@ -16,6 +16,7 @@ urlpatterns = [
         api.runtime_token_revoke_view,
         name="api-runtimetoken-revoke",
     ),
+    path("runtimes/", api.runtimes_list, name="api-runtimes-list"),
 ]
 
 # Console-wide, as the token pages: manage_tokens on all agents.
@@ -23,4 +24,6 @@ REQUIRED = {
     "api-runtimetoken-list": Everywhere(Capability.MANAGE_TOKENS),
     "api-runtimetoken-detail": Everywhere(Capability.MANAGE_TOKENS),
     "api-runtimetoken-revoke": Everywhere(Capability.MANAGE_TOKENS),
+    # the agents one may view the configuration of (filtered with agents_where)
+    "api-runtimes-list": Capability.VIEW_CONFIG,
 }

@@ -8,9 +8,11 @@ from strategies.runtime import views
 urlpatterns = [
     path("releases/tokens/", views.tokens, name="token-list"),
     path("releases/tokens/<int:pk>/revoke/", views.token_revoke, name="token-revoke"),
+    path("releases/<slug:agent>/runtimes/", views.instances, name="runtime-instances"),
 ]
 
 REQUIRED = {
     "token-list": Capability.MANAGE_TOKENS,
     "token-revoke": Capability.MANAGE_TOKENS,
+    "runtime-instances": Capability.VIEW_CONFIG,
 }

@@ -1,4 +1,5 @@
-"""Runtime token pages (/releases/tokens/): list, create (the secret shown once), revoke."""
+"""Runtime token pages (/releases/tokens/): list, create (the secret shown once), revoke; and
+the runtimes of an agent (/releases/<agent>/runtimes/): who serves what."""
 
 from __future__ import annotations
 
@@ -6,14 +7,16 @@ from django.contrib import messages
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
 
 from console.kernel.credentials import shows_secret
 from console.kernel.errors import ApplicationError, NotFound
 from console.kernel.policy import Capability, requires
 from strategies.catalog.models import Agent
 from strategies.catalog.selectors import environment_get, environment_list
+from strategies.runtime.instances import MINIMUM_SDK_VERSION
 from strategies.runtime.models import RuntimeToken
-from strategies.runtime.selectors import agents_named, tokens_list
+from strategies.runtime.selectors import agents_named, runtimes_of_agent, tokens_list
 from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
 
 
@@ -65,3 +68,21 @@ def token_revoke(request, pk):
     )
     messages.success(request, f"Revoked {token.name} ({token.prefix}…). It stops working now.")
     return redirect("token-list")
+
+
+@requires(Capability.VIEW_CONFIG)
+@vary_on_headers("HX-Request")
+@require_http_methods(["GET"])
+def instances(request, agent):
+    """Who serves what: the agent's runtimes per environment, against what is live there.
+    htmx asks for the card alone (the releases page refreshes it every few seconds)."""
+    template = "runtime/instances.html" + ("#card" if request.htmx else "")
+    return TemplateResponse(
+        request,
+        template,
+        {
+            "agent": request.agent,
+            "environments": runtimes_of_agent(agent=request.agent),
+            "minimum_sdk": MINIMUM_SDK_VERSION,
+        },
+    )

@@ -23,6 +23,7 @@ import hashlib
 import logging
 import os
 import random
+import socket
 import tempfile
 import threading
 import time
@@ -35,8 +36,9 @@ from typing import Any, NamedTuple
 import msgspec
 
 import context_runtime.client._http as http
-from context_runtime import _json
+from context_runtime import __version__, _json
 from context_runtime.client._http import TransportError
+from context_runtime.client._stream import StreamListener, stream_url
 from context_runtime.documents import validate_document
 from context_runtime.findings import Finding, blocking
 from context_runtime.vocabulary import PROFILE, STRATEGY
@@ -68,6 +70,12 @@ HEALTH_OK = "ok"
 HEALTH_DEGRADED = "degraded"  # serving a fallback copy (stale, cached, bootstrap)
 HEALTH_UNAUTHORIZED = "unauthorized"
 HEALTH_NO_CONFIG = "no_config"
+
+# How changes reach the client (``status()["transport"]``): the console's event stream, or
+# polling alone (no stream advertised, refused, or not connected right now).
+TRANSPORT_STREAM = "stream"
+TRANSPORT_POLL = "poll"
+STREAM_HEADER = "X-Config-Stream"
 
 # Where the served bytes came from (``ConfigSnapshot.source``).
 SOURCE_CONSOLE = "console"
@@ -437,6 +445,19 @@ class ConfigClient:
     ``backoff_max``), :meth:`status` and :meth:`health` say so, and ``on_health_change(health)``
     (called in the background thread whenever :meth:`health`'s ``state`` changes) lets the
     runtime alert or fail its readiness check.
+
+    **Stream** (``stream=True``, the default): when the console advertises its config stream
+    (the ``X-Config-Stream`` header of the config answer) or ``stream_url`` names one, a
+    second thread holds that connection and the client refetches within a moment of every
+    publish or rollback; it reconnects with jittered backoff and polling every
+    ``poll_interval`` stays on as the safety net. ``status()["transport"]`` is ``stream``
+    while connected, else ``poll``.
+
+    **Heartbeat** (``heartbeat_interval``, default 60 s; ``None`` turns it off): the client
+    tells the console which configuration this process serves (``POST heartbeat``: its
+    ``instance_id`` — default ``<host>:<pid>`` —, the SDK version, the transport, the ETag and
+    document versions), every interval and at once after a change, so the releases page can
+    say how many runtimes serve what is live.
     """
 
     def __init__(
@@ -459,6 +480,11 @@ class ConfigClient:
         on_change: Callable[[ConfigSnapshot], None] | None = None,
         auth_backoff_initial: float = 10.0,
         on_health_change: Callable[[dict[str, Any]], None] | None = None,
+        stream: bool = True,
+        stream_url: str | None = None,
+        heartbeat_interval: float | None = 60.0,
+        instance_id: str | None = None,
+        runtime_name: str | None = None,
     ):
         if poll_interval <= 0 or timeout <= 0:
             raise ValueError("poll_interval and timeout must be positive")
@@ -506,6 +532,34 @@ class ConfigClient:
         self._last_disk_error: str | None = None
         self._disk_confirmed_at = 0.0
 
+        # The stream and the heartbeat.
+        self._base_url = base_url
+        self.instance_id = instance_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.runtime_name = runtime_name
+        self._explicit_stream = stream_url
+        self._advertised_stream: str | None = None
+        self._stream: StreamListener | None = None
+        if stream:
+            self._stream = StreamListener(
+                url=self._stream_url,
+                token=token,
+                headers={"X-Runtime-Instance": self.instance_id},
+                current_etag=lambda: self._snapshot.etag,
+                on_etag=self._stream_said,
+                on_state=self._transport_changed,
+                connect_timeout=timeout,
+                reconnect_max=max(backoff_max, 1.0),
+                name=f"context-runtime-stream-{agent}",
+            )
+        self.heartbeat_interval = heartbeat_interval
+        self._heartbeat_url = http.runtime_url(base_url, "heartbeat")
+        self._heartbeat_wake = threading.Event()
+        self._heartbeat_thread: threading.Thread | None = None
+        self._heartbeats = 0
+        self._heartbeat_error: str | None = None
+        self._heartbeat_refused = False  # 404/405: an older console without the endpoint
+        self._stream_events = 0
+
         self._load_initial()
 
     # ------------------------------------------------------------ reading (request path)
@@ -546,7 +600,21 @@ class ConfigClient:
             "last_disk_error": self._last_disk_error,
             "running": self._thread is not None and self._thread.is_alive(),
             "unauthorized": self._unauthorized,
+            "transport": self.transport,
+            "stream_url": self._stream.url if self._stream is not None else None,
+            "stream_connects": self._stream.connects if self._stream is not None else 0,
+            "stream_events": self._stream_events,
+            "stream_error": self._stream.last_error if self._stream is not None else None,
+            "instance_id": self.instance_id,
+            "heartbeats": self._heartbeats,
+            "heartbeat_error": self._heartbeat_error,
         }
+
+    @property
+    def transport(self) -> str:
+        """``stream`` while the console's event stream is connected, else ``poll``."""
+        stream = self._stream
+        return TRANSPORT_STREAM if stream is not None and stream.connected else TRANSPORT_POLL
 
     def health(self) -> dict[str, Any]:
         """For a health or readiness endpoint: ``state`` is ``ok`` (fresh), ``degraded``
@@ -569,6 +637,7 @@ class ConfigClient:
             "reason": reason,
             "etag": snap.etag,
             "last_error": self._last_error if state != HEALTH_OK else None,
+            "transport": self.transport,
         }
 
     def _health_changed(self) -> None:
@@ -594,6 +663,17 @@ class ConfigClient:
                 target=self._run, name=f"context-runtime-config-{self.agent}", daemon=True
             )
             self._thread.start()
+        if self._stream is not None:
+            self._stream.start()
+        if self.heartbeat_interval and (
+            self._heartbeat_thread is None or not self._heartbeat_thread.is_alive()
+        ):
+            self._heartbeat_thread = threading.Thread(
+                target=self._heartbeat_run,
+                name=f"context-runtime-heartbeat-{self.agent}",
+                daemon=True,
+            )
+            self._heartbeat_thread.start()
         if wait:
             self._first_attempt.wait(wait)
         return self.ready
@@ -601,6 +681,9 @@ class ConfigClient:
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
         self._wake.set()
+        self._heartbeat_wake.set()
+        if self._stream is not None:
+            self._stream.stop(timeout)
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
@@ -661,6 +744,93 @@ class ConfigClient:
         )
         return WebhookResult(202, "refresh_scheduled", "The configuration is being refreshed.")
 
+    # ------------------------------------------------------------ stream and heartbeat
+
+    def _stream_url(self) -> str | None:
+        if self._explicit_stream:
+            return http.runtime_url(
+                self._explicit_stream, "stream/" + http.quote_segment(self.agent)
+            )
+        return stream_url(self._base_url, self._advertised_stream, self.agent)
+
+    def _note_advertised(self, value: str | None) -> None:
+        if value != self._advertised_stream:
+            self._advertised_stream = value
+            if self._stream is not None and value:
+                self._stream.poke()
+
+    def _stream_said(self, etag: str) -> None:
+        """A ``config`` event: refetch unless this ETag is served already."""
+        self._stream_events += 1
+        if etag != self._snapshot.etag:
+            self._wanted_etag = etag
+            self._wake.set()
+
+    def _transport_changed(self) -> None:
+        logger.info("Config of %s: transport %s", self.agent, self.transport)
+        self._heartbeat_wake.set()
+
+    def heartbeat_body(self) -> dict[str, Any]:
+        """What :meth:`send_heartbeat` sends (RUNTIME_API §2a)."""
+        snap = self._snapshot
+        body: dict[str, Any] = {
+            "instance": self.instance_id,
+            "sdk_version": __version__,
+            "transport": self.transport,
+            "agents": {
+                self.agent: {
+                    "etag": snap.etag or "",
+                    "documents": dict(snap.documents),
+                    "resolution": snap.resolution.reason,
+                }
+            },
+        }
+        if self.runtime_name:
+            body["runtime"] = self.runtime_name
+        return body
+
+    def send_heartbeat(self) -> bool:
+        """Tell the console what this process serves, once (the background thread does it
+        every ``heartbeat_interval``). True when the console recorded it."""
+        try:
+            response = http.request(
+                "POST",
+                self._heartbeat_url,
+                token=self._token,
+                timeout=self.timeout,
+                body=msgspec.json.encode(self.heartbeat_body()),
+            )
+        except TransportError as error:
+            self._heartbeat_error = str(error)
+            return False
+        # 404/405: an older console without the endpoint (or the agent unknown there).
+        self._heartbeat_refused = response.status in (404, 405)
+        if not response.ok:
+            self._heartbeat_error = response.error_summary()
+            return False
+        self._heartbeats += 1
+        self._heartbeat_error = None
+        return True
+
+    def _heartbeat_run(self) -> None:
+        failures = 0
+        self._first_attempt.wait(self.timeout * 2)
+        while not self._stop.is_set():
+            self._heartbeat_wake.clear()
+            try:
+                ok = self.send_heartbeat()
+            except Exception as error:  # the heartbeat must never break the runtime
+                logger.exception("Heartbeat failed unexpectedly")
+                self._heartbeat_error = f"unexpected {type(error).__name__}: {error}"
+                ok = False
+            failures = 0 if ok else failures + 1
+            delay = self.heartbeat_interval or 60.0
+            if self._heartbeat_refused:  # an older console: ask again rarely
+                delay = max(delay, 300.0)
+            elif not ok:
+                delay = min(delay, http.backoff_delay(failures, self.backoff_initial, delay))
+            self._heartbeat_wake.wait(delay * (random.uniform(0.9, 1.1) if ok else 1.0))
+
     # ------------------------------------------------------------ background thread
 
     def _run(self) -> None:
@@ -680,9 +850,11 @@ class ConfigClient:
                 delay = self.poll_interval * random.uniform(0.9, 1.1)
                 # A webhook announced an etag the console did not serve yet (its caches may
                 # lag by a moment): look again soon, a few times.
-                if wanted is not None and self._snapshot.etag != wanted and quick_rechecks < 3:
+                # 0.1, 0.2, 0.4, 0.8, 1.6 s: the stream announces a change at commit, a moment
+                # before the console's caches serve it.
+                if wanted is not None and self._snapshot.etag != wanted and quick_rechecks < 5:
                     quick_rechecks += 1
-                    delay = min(delay, 0.25 * 2 ** (quick_rechecks - 1))
+                    delay = min(delay, 0.1 * 2 ** (quick_rechecks - 1))
                 else:
                     quick_rechecks = 0
                     if self._wanted_etag == wanted:
@@ -711,6 +883,8 @@ class ConfigClient:
             except TransportError as error:
                 self._note_failure(str(error))
                 return False
+            if response.status in (200, 304):
+                self._note_advertised(response.header(STREAM_HEADER))
             if response.status == 304 and current.has_config:
                 self._confirm(current)
                 return True
@@ -783,6 +957,7 @@ class ConfigClient:
                 _versions(snapshot),
             )
             self._changed(snapshot)
+            self._heartbeat_wake.set()  # tell the console at once what this process serves
         return True
 
     def _confirm(self, current: ConfigSnapshot) -> None:

@@ -1,0 +1,176 @@
+"""Who serves what: the runtimes' heartbeats (`POST /api/v1/runtime/heartbeat`,
+docs/runtime-contract.md §2a), one row per runtime process × agent (`RuntimeInstance`).
+
+A heartbeat is the runtime's own report, not a change anyone made: it is bookkeeping like a
+token's last use, written with one upsert per agent and no audit row. It comes every
+`HEARTBEAT_SECONDS` and at once after the runtime took a new configuration, so the releases
+page can say "3 of 3 runtimes serve v4" a moment after a publish.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+from django.db import connection
+from django.utils import timezone
+
+from console.kernel.errors import NotFound, ValidationFailed
+from console.kernel.transactions import service_transaction
+from strategies.catalog.models import Agent
+from strategies.runtime.auth import RuntimeIdentity, check_agent_scope
+from strategies.runtime.models import RuntimeInstance
+
+# The oldest SDK the console still supports: an older one is flagged on the releases page
+# (0.2.0: the first with the spool, `unauthorized`, the manifest retries and the stream).
+MINIMUM_SDK_VERSION = "0.2.0"
+HEARTBEAT_SECONDS = 60  # what the SDK is told; a runtime unheard for 3 of them is "gone"
+GONE_AFTER_SECONDS = 3 * HEARTBEAT_SECONDS
+# A runtime still serving another configuration this long after the change is a warning.
+LAGGING_AFTER_SECONDS = 60
+LISTED_FOR_HOURS = 24  # runtimes unheard longer leave the page (rows purged after 7 days)
+MAX_AGENTS = 100
+TRANSPORTS = ("stream", "poll")
+_INSTANCE = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,199}$")
+
+
+def sdk_supported(version: str) -> bool | None:
+    """Whether `version` is at least MINIMUM_SDK_VERSION (None: not a version we can read)."""
+    parsed = _parse(version)
+    return None if parsed is None else parsed >= _parse(MINIMUM_SDK_VERSION)
+
+
+def _parse(version: str) -> tuple[int, ...] | None:
+    match = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", version or "")
+    return None if match is None else tuple(int(p or 0) for p in match.groups())
+
+
+def _text(body: dict, name: str, limit: int, *, required: bool = False) -> str:
+    value = body.get(name, "")
+    if value is None:
+        value = ""
+    if not isinstance(value, str) or len(value) > limit or "\x00" in value:
+        raise ValidationFailed(
+            f"{name} must be text of at most {limit} characters.",
+            details=[{"path": name, "code": "invalid", "message": f"at most {limit} characters"}],
+        )
+    if required and not value:
+        raise ValidationFailed(
+            f"{name} is required.", details=[{"path": name, "code": "required", "message": ""}]
+        )
+    return value
+
+
+def _parsed(body) -> tuple[dict, dict[str, dict]]:
+    if not isinstance(body, dict):
+        raise ValidationFailed("The heartbeat must be a JSON object.")
+    fields = {
+        "instance": _text(body, "instance", 200, required=True),
+        "sdk_version": _text(body, "sdk_version", 50),
+        "runtime": _text(body, "runtime", 200),
+        "transport": _text(body, "transport", 10),
+    }
+    if not _INSTANCE.match(fields["instance"]):
+        raise ValidationFailed(
+            "instance must be printable ASCII.",
+            details=[{"path": "instance", "code": "invalid_format", "message": "printable ASCII"}],
+        )
+    if fields["transport"] and fields["transport"] not in TRANSPORTS:
+        raise ValidationFailed(
+            "transport must be stream or poll.",
+            details=[{"path": "transport", "code": "invalid_choice", "message": "stream, poll"}],
+        )
+    agents = body.get("agents")
+    if not isinstance(agents, dict) or not agents or len(agents) > MAX_AGENTS:
+        raise ValidationFailed(
+            f"agents must map 1 to {MAX_AGENTS} agent keys to what is served.",
+            details=[{"path": "agents", "code": "invalid", "message": "an object"}],
+        )
+    served = {}
+    for key, entry in agents.items():
+        if not isinstance(entry, dict):
+            raise ValidationFailed(
+                "Each agent maps to {etag, documents, resolution}.",
+                details=[{"path": f"agents.{key}", "code": "invalid_type", "message": ""}],
+            )
+        documents = entry.get("documents") or {}
+        if (
+            not isinstance(documents, dict)
+            or len(documents) > 200
+            or not all(
+                isinstance(k, str) and len(k) <= 100 and type(v) is int and 0 <= v < 2**31
+                for k, v in documents.items()
+            )
+        ):
+            raise ValidationFailed(
+                "documents maps document keys to version numbers.",
+                details=[{"path": f"agents.{key}.documents", "code": "invalid", "message": ""}],
+            )
+        served[key] = {
+            "etag": _text(entry, "etag", 100),
+            "resolution": _text(entry, "resolution", 20),
+            "documents": documents,
+        }
+    return fields, served
+
+
+_UPSERT = """
+INSERT INTO strategies_runtimeinstance AS t
+    (environment_id, agent_id, instance, token_id, sdk_version, runtime, transport,
+     resolution, etag, documents, serving_since, first_seen, last_seen)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s)
+ON CONFLICT (environment_id, agent_id, instance) DO UPDATE SET
+    token_id = EXCLUDED.token_id, sdk_version = EXCLUDED.sdk_version,
+    runtime = EXCLUDED.runtime, transport = EXCLUDED.transport,
+    resolution = EXCLUDED.resolution, documents = EXCLUDED.documents,
+    serving_since = CASE WHEN t.etag = EXCLUDED.etag THEN t.serving_since
+                         ELSE EXCLUDED.serving_since END,
+    etag = EXCLUDED.etag, last_seen = EXCLUDED.last_seen
+"""
+
+
+@service_transaction
+def runtime_heartbeat(*, identity: RuntimeIdentity, body) -> dict:
+    """Record what a runtime process serves, per agent (404 for an agent outside the
+    token's scope or unknown, 400 for a malformed body; nothing written then)."""
+    fields, served = _parsed(body)
+    for key in served:
+        check_agent_scope(identity, key)
+    agents = dict(Agent.objects.filter(key__in=served).values_list("key", "pk"))
+    unknown = sorted(set(served) - set(agents))
+    if unknown:
+        raise NotFound(f"Unknown agent '{unknown[0]}'.")
+    now = timezone.now()
+    with connection.cursor() as cursor:
+        for key, entry in sorted(served.items()):
+            cursor.execute(
+                _UPSERT,
+                [
+                    identity.environment_id,
+                    agents[key],
+                    fields["instance"],
+                    identity.token_id,
+                    fields["sdk_version"],
+                    fields["runtime"],
+                    fields["transport"],
+                    entry["resolution"],
+                    entry["etag"],
+                    json.dumps(entry["documents"]),
+                    now,
+                    now,
+                    now,
+                ],
+            )
+    return {
+        "recorded": len(served),
+        "heartbeat_seconds": HEARTBEAT_SECONDS,
+        "minimum_sdk_version": MINIMUM_SDK_VERSION,
+        "sdk_supported": sdk_supported(fields["sdk_version"]),
+    }
+
+
+def instances_purge(days: int = 7) -> int:
+    """Forget runtimes unheard for `days` (beat, with the token flush)."""
+    cutoff = timezone.now() - timedelta(days=days)
+    return RuntimeInstance.objects.filter(last_seen__lt=cutoff).delete()[0]
