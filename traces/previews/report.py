@@ -163,11 +163,12 @@ def selection_info(trace: Sequence) -> wire.SelectionInfo:
     )
 
 
-def replay(strategy: Strategy, items: Sequence[CandidateItem], info: wire.SelectionInfo):
-    """`context_runtime.replay.replay` (the candidates of sources the strategy does not
+def replay(strategy: Strategy, request: engine_replay.Replay):
+    """`context_runtime.replay.Replay.run` (the candidates of sources the strategy does not
     read are left out, as its runtime would not have asked them): the selection, and the
-    position among `items` of each of its decisions."""
-    selection = engine_replay.replay(strategy, items, info)
+    position among the request's candidates of each of its decisions."""
+    items = request.candidates
+    selection = request.run(strategy)
     if len(selection.decisions) == len(items):
         return selection, range(len(items))
     sources = strategy.sources
@@ -372,10 +373,11 @@ class Replay:
     def _outcome(self, trace: Sequence, candidates: Sequence[Sequence], recorded: Strategy):
         """What one trace contributes, without its request id: ("error",), ("mismatch",
         difference), ("unasked", sources, present) or ("previewed", cell paths, tokens)."""
-        items = [candidate_item(row) for row in candidates]
-        info = selection_info(trace)
+        items = tuple([candidate_item(row) for row in candidates])
+        # One Replay: the candidates are checked once for the two or three versions.
+        request = engine_replay.Replay(items, selection_info(trace))
         try:
-            again, again_at = replay(recorded, items, info)
+            again, again_at = replay(recorded, request)
         except EngineInputError:
             return (_ERROR,)
         have = recorded_facts(trace, candidates)
@@ -389,8 +391,8 @@ class Replay:
             if self.versions.live is recorded:
                 old, old_at = again, again_at  # the live replay IS the recorded one
             else:
-                old, old_at = replay(self.versions.live, items, info)
-            new, new_at = replay(self.versions.candidate, items, info)
+                old, old_at = replay(self.versions.live, request)
+            new, new_at = replay(self.versions.candidate, request)
         except EngineInputError:
             return (_ERROR_AFTER,)
         return (
@@ -650,10 +652,12 @@ def side_by_side(
 ):
     """Both selections of one trace, candidate by candidate: [(item, old decision or None,
     new decision or None)], with both selections (None when the engine refused the input)."""
-    items = [candidate_item(row) for row in candidates]
-    info = selection_info(trace)
-    old, old_at = replay(live, items, info)
-    new, new_at = replay(candidate, items, info)
+    request = engine_replay.Replay(
+        [candidate_item(row) for row in candidates], selection_info(trace)
+    )
+    items = request.candidates
+    old, old_at = replay(live, request)
+    new, new_at = replay(candidate, request)
     before, after = _by_position(old, old_at), _by_position(new, new_at)
     rows = [(item, before.get(i), after.get(i)) for i, item in enumerate(items)]
     return old, new, rows
