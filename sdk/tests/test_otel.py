@@ -16,6 +16,9 @@ pytest.importorskip("opentelemetry.sdk", reason="the test extra brings opentelem
 pytest.importorskip("google.adk", reason="google-adk is not installed (the sdk's [adk] extra)")
 
 from context_runtime import otel  # noqa: E402
+from context_runtime.client import ConfigClient  # noqa: E402
+from context_runtime.reporter import TraceReporter  # noqa: E402
+from fake_console import AGENT, TOKEN  # noqa: E402
 from opentelemetry import trace  # noqa: E402
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
@@ -32,9 +35,6 @@ from test_adk import (  # noqa: E402
     make_registry,
 )
 from test_every_request import agent_with, nan_dialogue  # noqa: E402
-from context_runtime.client import ConfigClient  # noqa: E402
-from context_runtime.reporter import TraceReporter  # noqa: E402
-from fake_console import AGENT, TOKEN  # noqa: E402
 
 EXPORTER = InMemorySpanExporter()
 
