@@ -433,7 +433,7 @@ def trace_export(trace: Trace) -> dict:
         "selection": trace_selection(trace),
         "candidates_truncated": trace.candidates_truncated,
         "candidate_counts": trace.candidate_counts,
-        "input_errors": trace.input_errors,
+        "input_errors": trace.input_errors or [],
         "input_errors_total": trace.input_errors_total,
         "sections": trace.sections,
         "has_snapshot": trace.has_snapshot,
