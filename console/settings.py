@@ -68,6 +68,18 @@ CSRF_TRUSTED_ORIGINS = [o for o in (env("CSRF_TRUSTED_ORIGINS", "") or "").split
 # Where people reach the console (e.g. https://console.bank.example): links in webhook
 # payloads (approval.requested) are absolute with it, paths without it.
 CONSOLE_PUBLIC_URL = (env("CONSOLE_PUBLIC_URL", "") or "").rstrip("/")
+# The trace page links a request_id to the users' tracing system (the SDK's assembly span
+# carries it: context_runtime.otel), e.g. https://grafana.example/explore?traceId={request_id}.
+# Empty: no link. `{request_id}` is replaced by the id, URL-encoded.
+TRACE_LINK_URL_TEMPLATE = env("TRACE_LINK_URL_TEMPLATE", "") or ""
+if TRACE_LINK_URL_TEMPLATE and (
+    "{request_id}" not in TRACE_LINK_URL_TEMPLATE
+    or not TRACE_LINK_URL_TEMPLATE.startswith(("https://", "http://"))
+):
+    raise ImproperlyConfigured(
+        "TRACE_LINK_URL_TEMPLATE must be an http(s) URL with {request_id} in it, "
+        f"not {TRACE_LINK_URL_TEMPLATE!r}"
+    )
 
 # Snapshot encryption keys: comma-separated Fernet keys, newest first (rotation: prepend).
 SNAPSHOT_KEYS = [

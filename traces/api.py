@@ -187,6 +187,27 @@ class TraceOut(serializers.Serializer):
         help_text="Null when the runtime sent no replay fields (older runtimes): such a trace "
         "cannot be replayed.",
     )
+    candidates_truncated = serializers.BooleanField(
+        help_text="True when the request had more candidates than a trace holds: `candidates` "
+        "are the ones that matter most, `candidate_counts` counts them all."
+    )
+    candidate_counts = serializers.DictField(
+        child=serializers.IntegerField(),
+        allow_null=True,
+        help_text="Decision → candidates, all of them (sent with a truncated trace).",
+    )
+    input_errors = serializers.ListField(
+        child=serializers.DictField(),
+        allow_null=True,
+        help_text="Status input_refused: the engine's findings {path, code, message, source, "
+        "item}, at most 20.",
+    )
+    input_errors_total = serializers.IntegerField(allow_null=True)
+    sections = serializers.DictField(
+        child=serializers.ListField(child=serializers.CharField()),
+        allow_null=True,
+        help_text="The contextSections rendered into the request: keys per block, never values.",
+    )
     has_snapshot = serializers.BooleanField()
 
 

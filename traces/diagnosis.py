@@ -30,6 +30,10 @@ STATUS_EXPLAINED = {
         "A source failed and the runtime switched to a declared fallback handler, so the answer "
         "was deliberately more general than usual."
     ),
+    "input_refused": (
+        "The runtime refused its own input: an item a provider returned (or the configuration "
+        "it read) was malformed, so the engine decided nothing and the model was not called."
+    ),
 }
 
 
@@ -93,6 +97,53 @@ def _names(items) -> list[str]:
     return [f"{c.item_id} ({c.reason})" if c.reason else c.item_id for c in items]
 
 
+def _refused_input_hints(trace, strategy: str) -> list[Hint]:
+    """The runtime refused its input: per provider that returned a malformed item, what was
+    wrong; findings on the strategy or the call's arguments point at those."""
+    by_source: dict[str, list[str]] = {}
+    other: list[str] = []
+    config: list[str] = []
+    for error in trace.input_errors or []:
+        path, message = error.get("path") or "", error.get("message") or error.get("code") or ""
+        source = error.get("source")
+        if source:
+            item = error.get("item") or path
+            by_source.setdefault(source, []).append(f"{item}: {message}")
+        elif path.startswith("strategy"):
+            config.append(f"{path}: {message}" if path else message)
+        else:
+            other.append(f"{path}: {message}" if path else message)
+    hints = [
+        Hint(
+            f"{source} provider",
+            f"The {source} provider returned items the runtime's engine refused (a value out of "
+            "range, a duplicate id, a dependency cycle…). Fix what that provider returns for "
+            "this request; the runtime stopped rather than guess.",
+            items,
+        )
+        for source, items in by_source.items()
+    ]
+    if config:
+        hints.append(
+            Hint(
+                strategy,
+                f"The runtime could not use {strategy} as it received it. Compare the version "
+                "it served with the console's, and the runtime's SDK version.",
+                config,
+            )
+        )
+    if other or not hints:
+        hints.append(
+            Hint(
+                "the runtime's context assembly",
+                "The runtime's own call to the engine was malformed (its arguments, or items "
+                "with no named provider). Check the runtime's logs for this request_id.",
+                other,
+            )
+        )
+    return hints
+
+
 def where_to_look(trace, candidates) -> list[Hint]:
     """The components to check for this trace, the most likely first."""
     candidates = list(candidates)
@@ -101,6 +152,8 @@ def where_to_look(trace, candidates) -> list[Hint]:
     )
     hints: list[Hint] = []
 
+    if trace.status == "input_refused":
+        hints.extend(_refused_input_hints(trace, strategy))
     if trace.status == "degraded":
         failed = _by_source(candidates, ("not_fetched", "no_access"))
         sources = ", ".join(failed) or "a source"

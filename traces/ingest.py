@@ -76,8 +76,9 @@ def error(path: str, code: str, message: str) -> Finding:
     return Finding(path, code, message)
 
 
-# msgspec says e.g. "Expected `str` of length <= 200 - at `$.candidates[0].reason`".
-_AT = re.compile(r" - at `\$\.?(?P<path>[^`]*)`$")
+# msgspec says e.g. "Expected `str` of length <= 200 - at `$.candidates[0].reason`" (and
+# "- at `key` in `$.candidate_counts`" for a mapping's key).
+_AT = re.compile(r" - at (?:`key` in )?`\$\.?(?P<path>[^`]*)`$")
 _MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
 
 
@@ -98,7 +99,7 @@ def _msgspec_error(exc: msgspec.ValidationError) -> Finding:
     if re.match(r"Expected `(int|float)` [<>]", message):
         return error(path, "out_of_range", message.replace("Expected", "must be").replace("`", ""))
     if message.startswith("Invalid enum value"):
-        choices = DECISIONS if path.endswith("decision") else STATUSES
+        choices = DECISIONS if path.endswith(("decision", "candidate_counts")) else STATUSES
         return error(path, "invalid_choice", "must be one of " + ", ".join(choices))
     if "length <=" in message:
         return error(path, "too_long", message.replace("Expected", "must be").replace("`", ""))
@@ -119,6 +120,33 @@ def _semantic_errors(trace: Trace) -> list[Finding]:
     if trace.status == "degraded" and not trace.degradation:
         errors.append(
             error("degradation", "required", "a degraded trace names the handler it used")
+        )
+    if trace.status == "input_refused" and not trace.input_errors:
+        errors.append(
+            error(
+                "input_errors",
+                "required",
+                "an input_refused trace names what the engine refused (at least one finding)",
+            )
+        )
+    if trace.candidates_truncated and not trace.candidate_counts:
+        errors.append(
+            error(
+                "candidate_counts",
+                "required",
+                "a truncated trace gives the counts of all its candidates by decision",
+            )
+        )
+    elif trace.candidate_counts is not None and sum(trace.candidate_counts.values()) < len(
+        trace.candidates
+    ):
+        errors.append(
+            error(
+                "candidate_counts",
+                "out_of_range",
+                f"counts {sum(trace.candidate_counts.values())} candidates, fewer than the "
+                f"{len(trace.candidates)} the trace carries",
+            )
         )
     if trace.strategy and trace.strategy not in trace.documents:
         errors.append(

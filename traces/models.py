@@ -19,6 +19,7 @@ class Status(models.TextChoices):
     BUDGET_EXCEEDED = "budget_exceeded", "Budget exceeded"
     SOURCE_CONFLICT = "source_conflict", "Source conflict"
     DEGRADED = "degraded", "Degraded"
+    INPUT_REFUSED = "input_refused", "Runtime refused its input"
 
 
 class Decision(models.TextChoices):
@@ -93,6 +94,23 @@ class Trace(models.Model):
     )
     selection_max_input_tokens = models.IntegerField(
         null=True, blank=True, help_text="The call's own cap given to select()."
+    )
+    # Issue 21 (docs/runtime-contract.md §3): a request with more candidates than a trace
+    # holds keeps the ones that matter most, the flag and the counts of all by decision; a
+    # request whose input the runtime refused (status input_refused) keeps the engine's
+    # findings; and the contextSections rendered into the request (keys per block).
+    candidates_truncated = models.BooleanField(
+        default=False, db_default=False, help_text="Only part of the candidates are stored."
+    )
+    candidate_counts = models.JSONField(
+        null=True, blank=True, help_text="Decision → candidates, all of them (when truncated)."
+    )
+    input_errors = models.JSONField(
+        null=True, blank=True, help_text="[{path, code, message, source, item}] (input_refused)."
+    )
+    input_errors_total = models.IntegerField(null=True, blank=True)
+    sections = models.JSONField(
+        null=True, blank=True, help_text="{user_context: [keys], query_context: [keys]} rendered."
     )
 
     class Meta:

@@ -46,6 +46,17 @@ def not_replayable_reason(trace: Trace) -> str | None:
             "This request used no strategy (its runtime reported the context profile only): "
             "there is no selection to replay."
         )
+    if trace.status == "input_refused":
+        return (
+            "The runtime refused this request's input before the engine decided anything: "
+            "there is no selection to replay. The findings above say what was malformed."
+        )
+    if trace.candidates_truncated:
+        return (
+            "This trace carries only part of its candidates (the request had more than a trace "
+            "holds): the engine cannot re-run "
+            "the selection on part of them, and an impact preview counts it as not previewable."
+        )
     if not trace.engine:
         return (
             "Recorded by a runtime that sends no replay fields (which engine decided, the "
@@ -338,7 +349,7 @@ def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> Trace
     candidates = list(trace_candidates(trace))
     recorded = [_wire_candidate(c) for c in candidates]
     try:
-        items = engine_replay.trace_candidates(recorded)
+        items = engine_replay.trace_candidates(recorded, truncated=trace.candidates_truncated)
     except engine_replay.NotReplayable as exc:  # a selection block, yet a bare candidate
         raise NotReplayable(
             f"This trace cannot be replayed exactly: {exc}. Its runtime sent the selection "

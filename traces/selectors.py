@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import quote
 
 from context_runtime.wire import DECISIONS, STATUSES
+from django.conf import settings
 from django.core.paginator import Paginator
 from django.db.models import Exists, OuterRef, QuerySet, Sum
 from django.urls import reverse
@@ -429,6 +431,11 @@ def trace_export(trace: Trace) -> dict:
         ],
         "shadow": trace.shadow,
         "selection": trace_selection(trace),
+        "candidates_truncated": trace.candidates_truncated,
+        "candidate_counts": trace.candidate_counts,
+        "input_errors": trace.input_errors or [],
+        "input_errors_total": trace.input_errors_total,
+        "sections": trace.sections,
         "has_snapshot": trace.has_snapshot,
     }
 
@@ -571,7 +578,33 @@ def trace_page_context(*, user, trace: Trace) -> dict:
         "hints": where_to_look(trace, candidates),
         "snapshot": snapshot_state(user=user, trace=trace),
         "engine": engine_label(trace.engine) if trace.engine else "",
+        "candidates_total": sum(trace.candidate_counts.values())
+        if trace.candidates_truncated and trace.candidate_counts
+        else len(candidates),
+        "candidate_counts": _counts_in_order(trace.candidate_counts)
+        if trace.candidates_truncated
+        else [],
+        "input_errors": trace.input_errors or [],
+        "input_errors_more": max(
+            0, (trace.input_errors_total or 0) - len(trace.input_errors or [])
+        ),
+        "sections": trace.sections,
+        "trace_link": trace_link(trace.request_id),
     }
+
+
+def _counts_in_order(counts: dict | None) -> list[tuple[str, int]]:
+    """(decision, count) in the decisions' order, the ones with none left out."""
+    counts = counts or {}
+    return [(decision, counts[decision]) for decision in DECISIONS if counts.get(decision)]
+
+
+def trace_link(request_id: str) -> str | None:
+    """The request in the users' tracing system (TRACE_LINK_URL_TEMPLATE), or None."""
+    template = settings.TRACE_LINK_URL_TEMPLATE
+    if not template:
+        return None
+    return template.replace("{request_id}", quote(request_id, safe=""))
 
 
 @dataclass

@@ -36,7 +36,7 @@ PURGE_BATCH = 5_000
 # still hold the previous shape), then moved with ON CONFLICT so a stored request_id is skipped.
 # Candidates are COPYed straight into their table, only for the traces actually inserted.
 _TEMP_TABLES = """
-CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v3 (
+CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v4 (
     request_id varchar(200), agent_id bigint, environment_id bigint, occurred_at timestamptz,
     received_at timestamptz, strategy varchar(100), strategy_version integer,
     profile_version integer, documents jsonb, config_fallback boolean,
@@ -48,7 +48,9 @@ CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v3 (
     input_estimate_unit varchar(30), input_estimate_estimator varchar(100), sources jsonb,
     shadow jsonb, snapshot_expires_at timestamptz, engine varchar(100),
     fixed_input_tokens integer, relevance_threshold double precision,
-    selection_context_window integer, selection_max_input_tokens integer
+    selection_context_window integer, selection_max_input_tokens integer,
+    candidates_truncated boolean, candidate_counts jsonb, input_errors jsonb,
+    input_errors_total integer, sections jsonb
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS ingest_snapshot_in (
     request_id varchar(200), ciphertext bytea, key_id varchar(16), created_at timestamptz,
@@ -63,7 +65,8 @@ TRACE_COLUMNS = (
     "budget_max_input_tokens, budget_reserve_output_tokens, input_estimate, "
     "input_estimate_unit, input_estimate_estimator, sources, shadow, snapshot_expires_at, "
     "engine, fixed_input_tokens, relevance_threshold, selection_context_window, "
-    "selection_max_input_tokens"
+    "selection_max_input_tokens, candidates_truncated, candidate_counts, input_errors, "
+    "input_errors_total, sections"
 )
 CANDIDATE_COLUMNS = (
     "trace_id, position, item_id, source, version, size, required, bundle, decision, reason, "
@@ -82,13 +85,13 @@ _MOVE_FROM_TEMP = f"""
 WITH keys AS (
     INSERT INTO traces_request_key (environment_id, request_id, trace_id, occurred_at)
     SELECT environment_id, request_id, nextval('traces_trace_id_seq'), occurred_at
-    FROM ingest_trace_in_v3
+    FROM ingest_trace_in_v4
     ON CONFLICT (environment_id, request_id) DO NOTHING
     RETURNING trace_id, request_id, environment_id
 ), inserted AS (
     INSERT INTO traces_trace (id, {TRACE_COLUMNS})
     SELECT keys.trace_id, {", ".join("t." + c.strip() for c in TRACE_COLUMNS.split(","))}
-    FROM ingest_trace_in_v3 t
+    FROM ingest_trace_in_v4 t
     JOIN keys ON keys.request_id = t.request_id AND keys.environment_id = t.environment_id
     RETURNING id, request_id
 ), snapshots AS (
@@ -166,6 +169,11 @@ def trace_row(
         selection.relevance_threshold if selection else None,
         selection.context_window if selection else None,
         selection.max_input_tokens if selection else None,
+        trace.candidates_truncated,
+        _json(trace.candidate_counts) if trace.candidate_counts is not None else None,
+        _json(trace.input_errors) if trace.input_errors else None,
+        trace.input_errors_total,
+        _json(trace.sections) if trace.sections is not None else None,
     )
 
 
@@ -378,7 +386,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         # longer retention, rarely, here).
         partitions.ensure_days(cursor, {row[3].date() for row in traces})
         raw = cursor.cursor  # the psycopg 3 cursor: COPY goes through it
-        _copy(raw, "ingest_trace_in_v3", TRACE_COLUMNS, traces)
+        _copy(raw, "ingest_trace_in_v4", TRACE_COLUMNS, traces)
         if snapshots:
             _copy(raw, "ingest_snapshot_in", "request_id, " + SNAPSHOT_COLUMNS, snapshots)
         cursor.execute(_MOVE_FROM_TEMP)

@@ -17,6 +17,8 @@
 - ``reporter``    the trace reporter: bounded queue, batches in the background, retries
 - ``webhook``     verifying the console's webhook signature
 - ``manifest_report``  declaring what the runtime implements, from what it registered
+- ``otel``        OpenTelemetry spans and metrics (active with the ``[otel]`` extra; a no-op
+                  without it)
 - ``adk``         the Google ADK integration (needs the ``[adk]`` extra)
 
 These modules, and the names in each one's ``__all__``, are the public surface; a module whose
@@ -39,6 +41,7 @@ __all__ = [
     "findings",
     "manifest",
     "manifest_report",
+    "otel",
     "replay",
     "reporter",
     "text",

@@ -76,12 +76,13 @@ import msgspec
 from google.adk.models import LlmRequest, LlmResponse
 from google.genai import types
 
-from context_runtime import wire
+from context_runtime import otel, wire
 from context_runtime.engine import (
     BUDGET_EXCEEDED,
     DEFAULT_ESTIMATOR,
     DEFAULT_RELEVANCE_THRESHOLD,
     DEGRADED,
+    INPUT_REFUSED,
     MISSING_REQUIRED_DATA,
     NOT_FETCHED,
     OVER_BUDGET,
@@ -510,8 +511,24 @@ class ContextAssembly:
         return result.response
 
     async def assemble(self, callback_context, llm_request: LlmRequest) -> AssemblyResult:
-        """Everything :meth:`before_model_callback` does, returning what happened."""
+        """Everything :meth:`before_model_callback` does, returning what happened.
+
+        With OpenTelemetry installed (the ``otel`` extra) the assembly is one span, a child of
+        ADK's model-call span (:mod:`context_runtime.otel`)."""
         request_id = self._request_id(callback_context)
+        with otel.assembly_span(
+            request_id=request_id,
+            agent=getattr(self.client, "agent", None) or "",
+            model=getattr(llm_request, "model", None),
+            conversation_id=_session_id(callback_context),
+        ) as span:
+            result = await self._assemble_safely(request_id, callback_context, llm_request)
+            if span.recording:
+                span.set("strategy", result.strategy)
+                span.record(result.trace, status=result.status, reason=result.reason)
+            return result
+
+    async def _assemble_safely(self, request_id, callback_context, llm_request):
         try:
             return await self._assemble(request_id, callback_context, llm_request)
         except (asyncio.CancelledError, KeyboardInterrupt, SystemExit):
@@ -546,7 +563,17 @@ class ContextAssembly:
         except EngineInputError as error:
             logger.error("The strategy %s v%s cannot be used: %s", key, document.version, error)
             why = f"the configuration of {key} cannot be used"
-            return self._fail(request, snapshot, document, None, None, why, llm_request)
+            return self._fail(
+                request,
+                snapshot,
+                document,
+                None,
+                None,
+                why,
+                llm_request,
+                status=INPUT_REFUSED,
+                extra=error.trace_fields(),
+            )
         profile = snapshot.profile
         enabled = context_sections(profile.body) if profile is not None else {}
         user_keys = enabled.get("user_context", [])
@@ -571,7 +598,19 @@ class ContextAssembly:
         except EngineInputError as error:  # a provider's item is malformed
             logger.error("The candidates of %s cannot be selected from: %s", request_id, error)
             why = "the information found for this request is malformed"
-            return self._fail(request, snapshot, document, strategy, None, why, llm_request)
+            # Its own status, with the engine's findings (which provider, which field): the
+            # model is not called, and the trace says the runtime refused its input.
+            return self._fail(
+                request,
+                snapshot,
+                document,
+                strategy,
+                None,
+                why,
+                llm_request,
+                status=INPUT_REFUSED,
+                extra=error.trace_fields(candidates),
+            )
         status, degradation, note = selection.status, selection.degradation, None
         if status == DEGRADED:
             note, problem = await self._handle(degradation, request, selection)
@@ -608,8 +647,20 @@ class ContextAssembly:
             missing=_missing_words(selection, strategy) if degradation is not None else (),
         )
         _inject(llm_request, user_block, query_block, self._ack)
+        rendered = wire.Sections(
+            user_context=_rendered(user_keys, values) if user_block else (),
+            query_context=_rendered(query_keys, values) if query_block else (),
+        )
         trace = self._report(
-            request, snapshot, document, status, degradation, selection, candidates, llm_request
+            request,
+            snapshot,
+            document,
+            status,
+            degradation,
+            selection,
+            candidates,
+            llm_request,
+            extra={"sections": rendered},
         )
         return AssemblyResult(
             request_id=request_id,
@@ -634,11 +685,20 @@ class ContextAssembly:
         *,
         status: str = MISSING_REQUIRED_DATA,
         candidates: Sequence[CandidateItem] = (),
+        extra: Mapping[str, Any] | None = None,
     ) -> AssemblyResult:
         """The explicit answer instead of the model call, and its trace."""
         text = self._refusal_text(status, selection, strategy, why)
         trace = self._report(
-            request, snapshot, document, status, None, selection, candidates, llm_request
+            request,
+            snapshot,
+            document,
+            status,
+            None,
+            selection,
+            candidates,
+            llm_request,
+            extra=extra,
         )
         return AssemblyResult(
             request_id=request.request_id,
@@ -817,12 +877,23 @@ class ContextAssembly:
     # ------------------------------------------------------------ the trace
 
     def _report(
-        self, request, snapshot, document, status, degradation, selection, candidates, llm_request
+        self,
+        request,
+        snapshot,
+        document,
+        status,
+        degradation,
+        selection,
+        candidates,
+        llm_request,
+        extra: Mapping[str, Any] | None = None,
     ) -> wire.Trace | None:
         try:
             trace = self._trace(
                 request, snapshot, document, status, degradation, selection, candidates, llm_request
             )
+            if extra:
+                trace = msgspec.structs.replace(trace, **extra)
         except Exception:
             logger.exception("The trace of %s could not be built", request.request_id)
             return None
@@ -905,6 +976,13 @@ class ContextAssembly:
 
 
 # ---------------------------------------------------------------- request edits
+
+
+def _rendered(keys: Sequence[str], values: Mapping[str, str]) -> tuple[str, ...]:
+    """The section keys that went into a block: switched on and with a value (as
+    :func:`_sections_text` renders them), at most the wire's number per block."""
+    found = [k for k in keys if isinstance(values.get(k), str) and values[k].strip()]
+    return tuple(k[:100] for k in found[: wire.MAX_SECTIONS_PER_BLOCK])
 
 
 def _inject(llm_request: LlmRequest, user_block, query_block, ack) -> None:

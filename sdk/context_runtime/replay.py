@@ -12,6 +12,10 @@ again: the candidates are the ones the request had. So
 
 What a replay cannot know: items of a source the recorded version never asked its providers
 for. Such a source is *not previewable* (:func:`sources_never_requested`), never a regression.
+Nor a trace that carries only part of its candidates (``candidates_truncated``: the engine
+decided on more than a trace holds), nor one whose input the runtime refused
+(``input_refused``: the engine decided nothing): :data:`TRUNCATED` and :data:`REFUSED` say
+why, and :func:`trace_candidates` / :func:`replay_trace` refuse them.
 
 Django-free; the console builds candidates straight from its rows the way
 :func:`trace_candidates` does.
@@ -40,6 +44,8 @@ __all__ = [
     "NOT_REQUESTED",
     "NotReplayable",
     "Replay",
+    "REFUSED",
+    "TRUNCATED",
     "facts",
     "replay",
     "replay_trace",
@@ -52,13 +58,26 @@ class NotReplayable(Exception):
     """The trace lacks what a replay needs (an older runtime sent no replay fields)."""
 
 
-def trace_candidates(candidates: Iterable[wire.Candidate]) -> tuple[CandidateItem, ...]:
+TRUNCATED = (
+    "the trace carries only part of its candidates (more than a trace holds were decided on), "
+    "so the engine cannot re-run the selection"
+)
+REFUSED = "the runtime refused this request's input: the engine decided nothing to replay"
+
+
+def trace_candidates(
+    candidates: Iterable[wire.Candidate], *, truncated: bool = False
+) -> tuple[CandidateItem, ...]:
     """The candidates as the providers returned them, rebuilt from a trace's candidates.
 
     The bundle is the provider's own (``provider_bundle``), not the group the engine decided:
     another strategy version may group differently. Sizes are the recorded ones (an item sized
     by the estimator keeps that size). Raises :class:`NotReplayable` for a candidate without
-    an outcome or a reason code (an older runtime)."""
+    an outcome or a reason code (an older runtime), and for a truncated trace's candidates
+    (``truncated``: the trace's ``candidates_truncated``) — a replay on part of them would
+    decide differently and look like a regression."""
+    if truncated:
+        raise NotReplayable(TRUNCATED)
     rebuilt = []
     for c in candidates:
         if c.outcome is None or c.reason_code is None:
@@ -138,9 +157,12 @@ def replay(
 
 def replay_trace(strategy: Strategy | dict, trace: wire.Trace) -> Selection:
     """Replay a whole trace; :class:`NotReplayable` when it has no replay fields."""
+    if trace.status == wire.INPUT_REFUSED:
+        raise NotReplayable(REFUSED)
     if trace.selection is None:
         raise NotReplayable("the trace has no selection block (an older runtime)")
-    return replay(strategy, trace_candidates(trace.candidates), trace.selection)
+    candidates = trace_candidates(trace.candidates, truncated=trace.candidates_truncated)
+    return replay(strategy, candidates, trace.selection)
 
 
 class CandidateFacts(msgspec.Struct, frozen=True, array_like=True):

@@ -57,7 +57,15 @@ from context_runtime import _json
 from context_runtime._spool import Spool
 from context_runtime.client import _http as http
 from context_runtime.client._http import TransportError
-from context_runtime.wire import MAX_BATCH_BYTES, MAX_TRACES_PER_BATCH, Trace
+from context_runtime.wire import (
+    INPUT_REFUSED,
+    MAX_BATCH_BYTES,
+    MAX_CANDIDATES_PER_TRACE,
+    MAX_TRACES_PER_BATCH,
+    Trace,
+    candidate_counts,
+    truncate_candidates,
+)
 
 __all__ = [
     "TraceReporter",
@@ -107,6 +115,11 @@ def encode_trace(trace: Trace | Mapping[str, Any], *, resolution=None, strategy=
     keep_snapshot = snapshot_allowed(strategy)
     if isinstance(trace, Trace):
         changes: dict[str, Any] = {}
+        if len(trace.candidates) > MAX_CANDIDATES_PER_TRACE:  # a record rather than none
+            kept, _ = truncate_candidates(trace.candidates)
+            changes["candidates"] = kept
+            changes["candidates_truncated"] = True
+            changes["candidate_counts"] = candidate_counts(trace.candidates)
         if not keep_snapshot and bytes(trace.snapshot) != b"null":
             changes["snapshot"] = _NULL
         if fields is not None:
@@ -260,6 +273,7 @@ class TraceReporter:
                 "dropped",
                 "retries",
                 "batches",
+                "downgraded",
             ),
             0,
         )
@@ -269,6 +283,7 @@ class TraceReporter:
         self._last_error_at: float | None = None
         self._last_success_at: float | None = None
         self._unauthorized = False
+        self._downgrade_warned = False
         self._kick = threading.Event()  # new spooled traces for an idle sender
         self._idle = False
         old = getattr(self, "_spool", None)
@@ -749,12 +764,50 @@ class TraceReporter:
                 )
         if len(rejected) > 10:
             logger.warning("… and %d more rejected traces in that batch", len(rejected) - 10)
+        resent = self._resend_refused_status(batch, rejected)
         sent = max(0, len(batch) - duplicates - len(rejected))
         if self._failures:
             logger.info("Console takes traces again after %d failed attempt(s)", self._failures)
         self._failures = 0
         self._last_success_at = time.time()
-        self._settle(sent=sent, duplicates=duplicates, rejected=len(rejected), batches=1)
+        self._settle(sent=sent, duplicates=duplicates, rejected=len(rejected) - resent, batches=1)
+
+    def _resend_refused_status(self, batch: list[tuple], rejected: list) -> int:
+        """A console older than the ``input_refused`` status rejects such a trace at
+        ``status``: it is sent again as ``missing_required_data`` (what runtimes said
+        before), its ``input_errors`` riding along as a field that console ignores — the
+        request keeps a record. Returns how many were queued again (settled then, counted
+        under ``downgraded``)."""
+        again = 0
+        for entry in rejected:
+            if not isinstance(entry, dict) or not _rejected_at_status(entry.get("errors")):
+                continue
+            index = entry.get("index")
+            if not isinstance(index, int) or not 0 <= index < len(batch):
+                continue
+            request_id, data = batch[index][0], batch[index][1]
+            if b'"status":"input_refused"' not in data:
+                continue
+            try:
+                fields = _json.decode(data)
+                if fields.get("status") != INPUT_REFUSED:
+                    continue
+                fields["status"] = "missing_required_data"
+                downgraded = msgspec.json.encode(fields)
+                self._queue.put_nowait((request_id, downgraded, None))
+            except (queue.Full, msgspec.DecodeError, ValueError, AttributeError):
+                continue
+            if not self._downgrade_warned:
+                self._downgrade_warned = True
+                logger.warning(
+                    "The console does not know the trace status input_refused (it is older "
+                    "than this SDK): such traces are sent as missing_required_data"
+                )
+            again += 1
+        if again:
+            with self._lock:  # the copy settles for the original (not counted as queued)
+                self._counts["downgraded"] += again
+        return again
 
     def _retry_later(
         self,
@@ -867,6 +920,13 @@ def _request_id(trace) -> str:
         return trace.request_id
     value = trace.get("request_id") if isinstance(trace, Mapping) else None
     return value if isinstance(value, str) else "?"
+
+
+def _rejected_at_status(errors) -> bool:
+    return isinstance(errors, list) and any(
+        isinstance(e, dict) and e.get("path") == "status" and e.get("code") == "invalid_choice"
+        for e in errors
+    )
 
 
 def _errors_text(errors) -> str:

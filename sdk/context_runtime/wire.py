@@ -15,9 +15,12 @@ import msgspec
 
 __all__ = [
     "DECISIONS",
+    "INPUT_REFUSED",
     "MAX_BATCH_BYTES",
     "MAX_CANDIDATES_PER_TRACE",
     "MAX_CLOCK_SKEW_SECONDS",
+    "MAX_INPUT_ERRORS",
+    "MAX_SECTIONS_PER_BLOCK",
     "MAX_INT32",
     "MAX_INT64",
     "MAX_LINKS",
@@ -36,6 +39,7 @@ __all__ = [
     "Count",
     "DecisionName",
     "Estimate",
+    "InputError",
     "ItemId",
     "Key",
     "Label",
@@ -45,19 +49,30 @@ __all__ = [
     "ReasonCodeName",
     "RequestId",
     "ResolutionName",
+    "Sections",
     "SelectionInfo",
     "ShadowResult",
     "SourceRef",
     "StatusName",
     "Task",
     "Trace",
+    "candidate_counts",
+    "input_errors",
+    "truncate_candidates",
 ]
 
 MAX_TRACES_PER_BATCH = 1_000
 # 16 MiB: a full batch of 1,000 traces × 50 candidates is ~7.5 MiB.
 MAX_BATCH_BYTES = 16 * 1024 * 1024
+# What one trace carries of its candidates. The engine takes any number (5,000 were tried);
+# a trace with more carries the MAX_CANDIDATES_PER_TRACE that matter most
+# (`truncate_candidates`), `candidates_truncated: true` and the full `candidate_counts`
+# (docs/runtime-contract.md §3; the measurements behind the limit: docs/PERFORMANCE.md).
 MAX_CANDIDATES_PER_TRACE = 500
 MAX_REASON_CHARS = 200
+# An `input_refused` trace names at most this many of the engine's findings.
+MAX_INPUT_ERRORS = 20
+MAX_SECTIONS_PER_BLOCK = 100
 
 # A request_id is what the console's URLs, search and logs carry: 1–200 characters from a
 # set every id scheme in use fits (UUIDs, `req-92`, ADK invocation ids `e-<uuid>` and the
@@ -82,8 +97,18 @@ MAX_INT32 = 2**31 - 1
 MAX_INT64 = 2**63 - 1
 
 StatusName = Literal[
-    "ready", "missing_required_data", "budget_exceeded", "source_conflict", "degraded"
+    "ready",
+    "missing_required_data",
+    "budget_exceeded",
+    "source_conflict",
+    "degraded",
+    # The runtime refused its own input (a provider's item with a NaN relevance, a negative
+    # size, a duplicate id, a dependency cycle): `input_errors` says what (new in 0.2.0;
+    # older consoles reject it, and the reporter then resends the trace as
+    # missing_required_data — docs/runtime-contract.md §3).
+    "input_refused",
 ]
+INPUT_REFUSED = "input_refused"
 DecisionName = Literal[
     "selected",
     "not_fetched",
@@ -212,6 +237,28 @@ class SelectionInfo(_Wire):
     max_input_tokens: Count | None = None
 
 
+class InputError(_Wire):
+    """One finding of the engine on input it refused (`EngineInputError.findings`): the
+    path into the input (``candidates[3].relevance``), a code, the engine's sentence, and,
+    for a candidate, its source and id — the provider to look at."""
+
+    path: Annotated[str, msgspec.Meta(max_length=200)] = ""
+    code: Annotated[str, msgspec.Meta(max_length=50)] = ""
+    message: Annotated[str, msgspec.Meta(max_length=MAX_REASON_CHARS)] = ""
+    source: Annotated[str, msgspec.Meta(max_length=100)] | None = None
+    item: Annotated[str, msgspec.Meta(max_length=300)] | None = None
+
+
+SectionKeys = Annotated[tuple[Key, ...], msgspec.Meta(max_length=MAX_SECTIONS_PER_BLOCK)]
+
+
+class Sections(_Wire):
+    """The contextSections rendered into the model request, per block: keys, never values."""
+
+    user_context: SectionKeys = ()
+    query_context: SectionKeys = ()
+
+
 class ShadowResult(_Wire):
     version: Count
     status: StatusName | None = None
@@ -244,9 +291,82 @@ class Trace(_Wire):
     candidates: Annotated[list[Candidate], msgspec.Meta(max_length=MAX_CANDIDATES_PER_TRACE)] = []
     shadow: ShadowResult | None = None
     selection: SelectionInfo | None = None
+    # A trace with more candidates than MAX_CANDIDATES_PER_TRACE carries the ones that matter
+    # most (`truncate_candidates`), this flag, and the counts of all of them by decision.
+    candidates_truncated: bool = False
+    candidate_counts: dict[DecisionName, Count] | None = None
+    # status input_refused: what the engine refused (at most MAX_INPUT_ERRORS findings) and
+    # how many it found in all.
+    input_errors: Annotated[list[InputError], msgspec.Meta(max_length=MAX_INPUT_ERRORS)] = []
+    input_errors_total: Count | None = None
+    # The contextSections rendered into the request (keys per block, never their values).
+    sections: Sections | None = None
     # Kept as the runtime's bytes (JSON null when absent) and encrypted as they are.
     snapshot: msgspec.Raw = msgspec.Raw(b"null")
 
 
 class Batch(_Wire):
     traces: list[msgspec.Raw]
+
+
+def candidate_counts(candidates) -> dict[str, int]:
+    """How many candidates of each decision (decisions with none left out)."""
+    counts: dict[str, int] = {}
+    for c in candidates:
+        counts[c.decision] = counts.get(c.decision, 0) + 1
+    return counts
+
+
+def _importance(c) -> int:
+    """0: a required item that was not selected (why the request failed); 1: a selected
+    item (what the model saw); 2: the rest."""
+    if c.required and c.decision != "selected":
+        return 0
+    return 1 if c.decision == "selected" else 2
+
+
+def truncate_candidates(candidates, limit: int = MAX_CANDIDATES_PER_TRACE) -> tuple[list, bool]:
+    """The candidates a trace carries: all of them when they fit, else the ``limit`` that
+    matter most — every required item not selected, every selected item, then the rest —
+    in their original order; and whether any were left out."""
+    candidates = list(candidates)
+    if len(candidates) <= limit:
+        return candidates, False
+    ranked = sorted(range(len(candidates)), key=lambda i: (_importance(candidates[i]), i))
+    kept = sorted(ranked[:limit])
+    return [candidates[i] for i in kept], True
+
+
+def input_errors(findings, candidates=()) -> tuple[list[InputError], int]:
+    """The engine's findings (`EngineInputError.findings`) as a trace's ``input_errors``
+    (at most MAX_INPUT_ERRORS, texts cut to their limits) and their total. A finding at
+    ``candidates[i]…`` names that candidate's source and id, when ``candidates`` (what the
+    engine was given) holds it."""
+    findings = list(findings)
+    candidates = candidates if isinstance(candidates, list | tuple) else list(candidates)
+    out = []
+    for f in findings[:MAX_INPUT_ERRORS]:
+        path = str(getattr(f, "path", ""))
+        source = item = None
+        if path.startswith("candidates["):
+            index = path[len("candidates[") :].split("]", 1)[0]
+            if index.isdigit() and int(index) < len(candidates):
+                c = candidates[int(index)]
+                source = _cut(getattr(c, "source", None), 100)
+                item = _cut(getattr(c, "id", None), 300)
+        out.append(
+            InputError(
+                path=_cut(path, 200) or "",
+                code=_cut(str(getattr(f, "code", "")), 50) or "",
+                message=_cut(str(getattr(f, "message", "")), MAX_REASON_CHARS) or "",
+                source=source or None,
+                item=item or None,
+            )
+        )
+    return out, len(findings)
+
+
+def _cut(text, limit: int) -> str | None:
+    if not isinstance(text, str):
+        return None
+    return text if len(text) <= limit else text[: limit - 1] + "…"

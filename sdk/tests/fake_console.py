@@ -96,6 +96,7 @@ class FakeConsole:
         self.etag = self._etag()
         self.modes = {"config": OK, "traces": OK, "manifest": OK}
         self.fail_next = {"config": [], "traces": [], "manifest": []}  # statuses to answer first
+        self.statuses: set | None = None  # the trace statuses it knows (None: this SDK's)
         self.hang_seconds = 3.0
         # When set, every config request gets 200 with these bytes under the current ETag,
         # If-None-Match ignored: a console (or a cache in front of it) that misbehaves.
@@ -235,7 +236,12 @@ class FakeConsole:
                 except msgspec.ValidationError as error:
                     rejected.append(_rejection(index, item, *_wire_error(error)))
                     continue
-                if item["agent"] != AGENT:
+                if self.statuses is not None and item.get("status") not in self.statuses:
+                    # An older console: its wire knows fewer statuses.
+                    rejected.append(
+                        _rejection(index, item, "status", "invalid_choice", "Unknown status.")
+                    )
+                elif item["agent"] != AGENT:
                     rejected.append(
                         _rejection(index, item, "agent", "unknown_agent", "Unknown agent.")
                     )

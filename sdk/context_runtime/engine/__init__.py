@@ -31,7 +31,8 @@ providers for candidates, and calls :func:`select`::
 - :data:`ENGINE`: which engine this is (its version and a hash of its rules), recorded in
   every trace's ``selection`` block.
 - :class:`EngineInputError`: malformed input, with a :class:`~context_runtime.findings.Finding`
-  per bad item.
+  per bad item; ``error.trace_fields(candidates)`` gives the trace of the refused request
+  (status ``input_refused``, the findings naming each bad item's source and id).
 """
 
 from context_runtime.engine._candidates import (
@@ -53,6 +54,7 @@ from context_runtime.engine._selection import (
     DEFAULT_RELEVANCE_THRESHOLD,
     DEGRADED,
     DEPENDENCY_MISSING,
+    INPUT_REFUSED,
     IRRELEVANT,
     MISSING_REQUIRED_DATA,
     OVER_BUDGET,
@@ -75,6 +77,7 @@ __all__ = [
     "DEPENDENCY_MISSING",
     "ENGINE",
     "FETCHED",
+    "INPUT_REFUSED",
     "IRRELEVANT",
     "MISSING_REQUIRED_DATA",
     "NOT_APPLICABLE",

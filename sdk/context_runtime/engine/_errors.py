@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from context_runtime import wire
 from context_runtime.findings import Finding
 
 _SHOWN_IN_MESSAGE = 5
@@ -26,3 +27,17 @@ class EngineInputError(ValueError):
         if more > 0:
             shown += f"; and {more} more"
         super().__init__(f"The selection input is invalid: {shown}")
+
+    def trace_fields(self, candidates: Iterable = ()) -> dict:
+        """The trace fields of a request refused for this input, ready for
+        ``wire.Trace(**fields, ...)``: status ``input_refused`` and the findings (at most
+        ``wire.MAX_INPUT_ERRORS``, each naming the candidate's source and id when
+        ``candidates`` — what :func:`~context_runtime.engine.select` was given — holds it).
+        The candidates themselves are not sent: the engine decided nothing about them."""
+        errors, total = wire.input_errors(self.findings, candidates)
+        return {
+            "status": wire.INPUT_REFUSED,
+            "degradation": None,
+            "input_errors": errors,
+            "input_errors_total": total,
+        }

@@ -85,6 +85,9 @@ MISSING_REQUIRED_DATA = "missing_required_data"
 BUDGET_EXCEEDED = "budget_exceeded"
 SOURCE_CONFLICT = "source_conflict"
 DEGRADED = "degraded"
+# Not a status select() returns: it raises EngineInputError. A runtime that catches it reports
+# this status (EngineInputError.trace_fields) so the request still leaves a trace.
+INPUT_REFUSED = wire.INPUT_REFUSED
 # Most serious first; the status of a selection is the first that applies (module docstring).
 STATUS_PRECEDENCE = (SOURCE_CONFLICT, MISSING_REQUIRED_DATA, BUDGET_EXCEEDED, DEGRADED, READY)
 USABLE_STATUSES = frozenset({READY, DEGRADED})
@@ -191,8 +194,21 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
             "input_estimate": wire.Estimate(
                 value=float(self.input_estimate), unit="token", estimator=self.estimator
             ),
-            "candidates": self.wire_candidates(),
+            **self._candidate_fields(),
             "selection": self.selection_info(),
+        }
+
+    def _candidate_fields(self) -> dict:
+        """The trace's candidates; beyond ``wire.MAX_CANDIDATES_PER_TRACE``, the ones that
+        matter most (``wire.truncate_candidates``), the flag and the counts of them all."""
+        candidates = self.wire_candidates()
+        kept, truncated = wire.truncate_candidates(candidates)
+        if not truncated:
+            return {"candidates": candidates}
+        return {
+            "candidates": kept,
+            "candidates_truncated": True,
+            "candidate_counts": wire.candidate_counts(candidates),
         }
 
     def selection_info(self) -> wire.SelectionInfo:
