@@ -58,7 +58,15 @@ def _candidates(rng: random.Random, n: int) -> tuple[CandidateItem, ...]:
     return tuple(items)
 
 
-def _recorded(n: int, version: int, strategy: Strategy, items, *, engine="context_runtime test"):
+def _recorded(
+    n: int,
+    version: int,
+    strategy: Strategy,
+    items,
+    *,
+    engine="context_runtime test",
+    truncated=False,
+):
     """A trace as the runtime records it (what ingest stores), in the report's row shapes."""
     selection = select(
         strategy=strategy, candidates=items, context_window=WINDOW, fixed_input_tokens=FIXED
@@ -74,6 +82,7 @@ def _recorded(n: int, version: int, strategy: Strategy, items, *, engine="contex
         0.2 if engine else None,
         WINDOW if engine else None,
         None,
+        truncated,
     )
     rows = [
         (
@@ -86,7 +95,7 @@ def _recorded(n: int, version: int, strategy: Strategy, items, *, engine="contex
             d.bundle or "",
             item.bundle or "",
             d.decision,
-            getattr(d, "reason_code", None) or "",
+            d.reason_code,
             item.outcome,
             item.relevance,
             list(item.depends_on),
@@ -159,6 +168,25 @@ def test_report__trace_without_replay_fields__counted_apart_never_compared():
     result = _run(v3, v3, [*traces, (*old_runtime, ())])
     assert result["not_previewable"]["no_replay_fields"] == {"count": 1, "ids": ["req-999"]}
     assert result["previewed"] == 20
+
+
+def test_report__truncated_or_refused_trace__counted_apart_each_for_its_reason():
+    """Issue 21.4 traces: one that kept 500 of its candidates, one whose input the runtime
+    refused. Replaying part of a request's candidates would decide otherwise, and a refused
+    request has no decisions: neither is compared, each is named."""
+    v3, traces = _world(count=20)
+    rng = random.Random(2)
+    truncated, rows = _recorded(998, 3, v3, _candidates(rng, 998), truncated=True)
+    refused = (997, "req-997", 3, "input_refused", "", "", None, None, None, None, False)
+
+    draft = Strategy.from_body(_with(V3, max_input_tokens=4000))
+    result = _run(v3, draft, [*traces, (truncated, rows[:3], ()), (refused, [], ())])
+
+    assert result["not_previewable"]["truncated"] == {"count": 1, "ids": ["req-998"]}
+    assert result["not_previewable"]["input_refused"] == {"count": 1, "ids": ["req-997"]}
+    assert report.not_previewable_count(result) == 2
+    assert result["previewed"] == 20
+    assert result["fidelity"]["checked"] == 20
 
 
 def test_report__source_the_recorded_version_never_asked__not_previewable_per_source():

@@ -74,6 +74,7 @@ TRACE_COLUMNS = (
     "relevance_threshold",
     "selection_context_window",
     "selection_max_input_tokens",
+    "candidates_truncated",
 )
 (
     T_ID,
@@ -86,7 +87,28 @@ TRACE_COLUMNS = (
     T_THRESHOLD,
     T_WINDOW,
     T_MAX,
+    T_TRUNCATED,
 ) = range(len(TRACE_COLUMNS))
+INPUT_REFUSED = "input_refused"  # the runtime refused its own input: nothing was decided
+
+# The traces counted apart, never as regressions, each for its own reason (the report's
+# "not_previewable" keys besides the per-source entries).
+NOT_PREVIEWABLE_KINDS = (
+    "no_replay_fields",  # an older runtime: no selection block
+    "truncated",  # only part of its candidates were kept (over the wire's limit)
+    "input_refused",  # the runtime refused its input: the engine decided nothing
+    "unknown_version",
+    "replay_errors",
+)
+
+
+def not_previewable_count(report_data: Mapping) -> int:
+    """How many traces the report counted apart, whatever the reason."""
+    missing = report_data.get("not_previewable") or {}
+    return sum((missing.get(kind) or {}).get("count", 0) for kind in NOT_PREVIEWABLE_KINDS) + sum(
+        entry["traces"] for entry in (missing.get("sources") or {}).values()
+    )
+
 
 CANDIDATE_COLUMNS = (
     "trace_id",
@@ -307,6 +329,8 @@ class Replay:
         self.read = 0
         self.by_status: dict[str, int] = {}
         self.no_fields = Cell()
+        self.truncated = Cell()
+        self.refused = Cell()
         self.unknown_version = Cell()
         self.replay_errors = Cell()
         self.unasked: dict[str, dict] = {}  # source -> {traces, with_candidates, versions}
@@ -335,8 +359,14 @@ class Replay:
         request_id = trace[T_REQUEST_ID]
         self.read += 1
         self.by_status[trace[T_STATUS]] = self.by_status.get(trace[T_STATUS], 0) + 1
+        if trace[T_STATUS] == INPUT_REFUSED:
+            self.refused.add(request_id)
+            return
         if not trace[T_ENGINE]:
             self.no_fields.add(request_id)
+            return
+        if trace[T_TRUNCATED]:  # a replay on part of the candidates would decide otherwise
+            self.truncated.add(request_id)
             return
         recorded = self.versions.recorded.get(trace[T_VERSION])
         if recorded is None:
@@ -455,6 +485,8 @@ class Replay:
     # ------------------------------------------------------------------ shards
     _CELLS = (
         "no_fields",
+        "truncated",
+        "refused",
         "unknown_version",
         "replay_errors",
         "conflicts_new",
@@ -523,6 +555,8 @@ class Replay:
             },
             "not_previewable": {
                 "no_replay_fields": self.no_fields.as_dict(),
+                "truncated": self.truncated.as_dict(),
+                "input_refused": self.refused.as_dict(),
                 "unknown_version": self.unknown_version.as_dict(),
                 "replay_errors": self.replay_errors.as_dict(),
                 "sources": {

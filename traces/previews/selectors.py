@@ -442,13 +442,7 @@ def report_view(report_data: dict | None) -> dict | None:
         key: listed(f"ids-over-{key}", f"Over-budget items ({key})", cell)
         for key, cell in over.items()
     }
-    missing = report_data.get("not_previewable") or {}
-    view["not_previewable_count"] = (
-        missing.get("no_replay_fields", {}).get("count", 0)
-        + missing.get("unknown_version", {}).get("count", 0)
-        + missing.get("replay_errors", {}).get("count", 0)
-        + sum(entry["traces"] for entry in (missing.get("sources") or {}).values())
-    )
+    view["not_previewable_count"] = report.not_previewable_count(report_data)
     return view
 
 
@@ -474,13 +468,7 @@ def impact_words(preview: Preview) -> str:
         parts = ["no status changes"]
     changed = (data.get("changed") or {}).get("count", 0)
     text = f"{where}: " + ", ".join(parts) + f"; decisions change in {changed:,}."
-    apart = sum(
-        entry["traces"]
-        for entry in ((data.get("not_previewable") or {}).get("sources") or {}).values()
-    ) + sum(
-        ((data.get("not_previewable") or {}).get(key) or {}).get("count", 0)
-        for key in ("no_replay_fields", "unknown_version", "replay_errors")
-    )
+    apart = report.not_previewable_count(data)
     if apart:
         text += f" {apart:,} not previewable (counted apart)."
     return text
