@@ -254,7 +254,9 @@ def test_report__sharded_by_trace_and_merged__same_report_as_one_run_exact_p95()
 
     assert result == expected
     assert result["previewed"] == 400 and result["tokens"]["new"]["p95"] is not None
-    assert max(len(c["ids"]) for row in result["status_matrix"].values() for c in row.values()) == 50
+    assert (
+        max(len(c["ids"]) for row in result["status_matrix"].values() for c in row.values()) == 50
+    )
 
 
 def test_report__identical_requests__worked_out_once_counted_every_time():

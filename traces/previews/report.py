@@ -242,7 +242,11 @@ class Cell:
 
     def merge(self, other: Cell) -> None:
         self.count += other.count
-        pairs = heapq.merge(zip(self.keys, self.ids), zip(other.keys, other.ids))
+        pairs = heapq.merge(
+            zip(self.keys, self.ids, strict=True),
+            zip(other.keys, other.ids, strict=True),
+            key=lambda pair: pair[0],
+        )
         first = list(islice(pairs, IDS_PER_CELL))
         self.keys = [key for key, _ in first]
         self.ids = [request_id for _, request_id in first]
@@ -582,7 +586,9 @@ class Replay:
         first = list(
             islice(
                 heapq.merge(
-                    zip(self.mismatch_keys, self.mismatches), theirs, key=lambda pair: pair[0]
+                    zip(self.mismatch_keys, self.mismatches, strict=True),
+                    theirs,
+                    key=lambda pair: pair[0],
                 ),
                 IDS_PER_CELL,
             )
