@@ -285,9 +285,14 @@ def _shard_start(preview_id: int, index: int) -> Preview | None:
         return None
     if shard.state != PreviewShard.State.QUEUED:
         return None  # finished, stopped or failed: a redelivery changes nothing
-    if preview.state not in (Preview.State.QUEUED, Preview.State.RUNNING):
+    if preview.state not in (Preview.State.QUEUED, Preview.State.RUNNING) or (
+        preview.state == Preview.State.RUNNING and preview.cancel_requested
+    ):  # cancelled, or asked while this shard waited for a worker
         shard.state, shard.finished_at = PreviewShard.State.STOPPED, now
         shard.save(update_fields=["state", "finished_at"])
+        if preview.state == Preview.State.RUNNING:
+            preview.state, preview.finished_at = Preview.State.CANCELLED, now
+            preview.save(update_fields=["state", "finished_at", *_totals(preview)])
         return None
     if preview.state == Preview.State.QUEUED:
         preview.state, preview.started_at = Preview.State.RUNNING, now
