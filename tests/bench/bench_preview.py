@@ -1,7 +1,7 @@
 """Impact preview end to end: the database read, the replay and the report of N traces × 50
 candidates (issue 20). A script, not a test:
 
-    python -m tests.bench.bench_preview [--traces 100000] [--sizes 10000,100000] [--repeat 0.3]
+    python -m tests.bench.bench_preview [--traces 100000] [--sizes 10000,100000] [--shards 2]
 
 Runs against a separate database (bench_preview, created and dropped here; `BENCH_PREVIEW_DB`
 overrides) on the server of DATABASE_URL. The traces are made by the engine itself (v3-like
@@ -18,6 +18,11 @@ generator's), reading the window's first N traces exactly as `preview_execute` d
   rows already in memory (what no replay can do with less), over the same traces;
 - the split of the end-to-end time: database read vs replay + report;
 - peak RSS (`resource.getrusage`, the whole process: Python, Django, one batch, the report).
+
+Then the real sharded path (`--shards N`, default 2; 0 skips it): a `celery -A console worker
+--concurrency N` on the bench database runs N `previews.run_shard` tasks of a Preview of the
+same window until the last one has merged the report — timed end to end, peak RSS (VmHWM) of
+its pool processes, and its report checked equal to the one-process report.
 """
 
 from __future__ import annotations
