@@ -207,6 +207,9 @@ CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_TASK_DEFAULT_QUEUE = env("CELERY_QUEUE", "console") or "console"
+# Shard tasks per impact preview, run side by side on the worker pool (1: one task);
+# more than the worker's concurrency only queues them (docs/previews.md).
+PREVIEW_SHARDS = env_count("PREVIEW_SHARDS", 2, minimum=1)
 # Minutes between two anchors of the audit chains (console.chain_checkpoint, below).
 # Rows newer than the last anchor are what a superuser could still delete unseen: keep it short.
 AUDIT_CHECKPOINT_MINUTES = env_count("AUDIT_CHECKPOINT_MINUTES", 1, minimum=1)

@@ -1,7 +1,7 @@
 """Impact preview end to end: the database read, the replay and the report of N traces × 50
 candidates (issue 20). A script, not a test:
 
-    python -m tests.bench.bench_preview [--traces 100000] [--sizes 10000,100000] [--repeat 0.3]
+    python -m tests.bench.bench_preview [--traces 100000] [--sizes 10000,100000] [--shards 2]
 
 Runs against a separate database (bench_preview, created and dropped here; `BENCH_PREVIEW_DB`
 overrides) on the server of DATABASE_URL. The traces are made by the engine itself (v3-like
@@ -18,6 +18,11 @@ generator's), reading the window's first N traces exactly as `preview_execute` d
   rows already in memory (what no replay can do with less), over the same traces;
 - the split of the end-to-end time: database read vs replay + report;
 - peak RSS (`resource.getrusage`, the whole process: Python, Django, one batch, the report).
+
+Then the real sharded path (`--shards N`, default 2; 0 skips it): a `celery -A console worker
+--concurrency N` on the bench database runs N `previews.run_shard` tasks of a Preview of the
+same window until the last one has merged the report — timed end to end, peak RSS (VmHWM) of
+its pool processes, and its report checked equal to the one-process report.
 """
 
 from __future__ import annotations
@@ -179,65 +184,127 @@ def measure(n: int, start: datetime, total: int, agent_id: int, env_id: int) -> 
         "baseline": baseline,
         "peak_rss_mb": peak,
         "memo_hits": getattr(run, "memo_hits", 0),
+        "report": _comparable(result),
     }
 
 
-def _shard_part(args) -> dict:
-    """One shard's replay (a forked process): its `Replay.state()` and its own times."""
-    index, count, window = args
-    from context_runtime.engine import Strategy
-    from django.db import connection
+def start_worker(bench_url: str, shards: int, queue: str) -> subprocess.Popen:
+    """`celery -A console worker --concurrency <shards>` (prefork, as `make run` starts it)
+    against the bench database, on a queue of its own; returns once it is ready."""
+    log_path = ROOT / ".data" / f"{queue}.log"
+    log = open(log_path, "w")  # noqa: SIM115 - closed with the process
+    env = {
+        **os.environ,
+        "DATABASE_URL": bench_url,
+        "CELERY_QUEUE": queue,
+        "PREVIEW_SHARDS": str(shards),
+        "DEBUG": "false",
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "console", "worker", "--concurrency", str(shards)]
+        + [
+            "-Q",
+            queue,
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+            "-l",
+            "INFO",
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 60
+    while "ready." not in log_path.read_text():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the worker did not start: {log_path}")
+        time.sleep(0.2)
+    return proc
 
-    from traces.previews import report, selectors
 
-    connection.close()  # never share the parent's connection
-    live, draft = Strategy.from_body(BODY), Strategy.from_body(DRAFT)
-    versions = report.Versions(recorded={3: live}, live_number=3, live=live, candidate=draft)
-    run = report.Replay(versions)
-    for batch in selectors.window_batches(**window, shard=(index, count)):
-        for trace, candidates, _ in batch:
-            run.add(trace, candidates)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"state": run.state(), "peak": peak}
+def worker_peak_mb(proc: subprocess.Popen) -> float:
+    """The largest peak RSS (VmHWM) of the worker's pool processes."""
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    peaks = []
+    for pid in children:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                peaks.append(int(line.split()[1]) / 1024)
+    return max(peaks)
 
 
-def measure_sharded(n: int, start: datetime, total: int, agent_id: int, env_id: int, shards: int):
-    """The same window replayed by `shards` processes (trace id modulo shards), their parts
-    merged into one report: what N Celery sub-tasks would do."""
-    import multiprocessing
+def measure_worker(n: int, meta: dict, shards: int, queue: str) -> dict:
+    """The real sharded path: a Preview of the window's first n traces and its shard rows,
+    one `previews.run_shard` task per shard sent to the worker pool (as `preview_request`
+    does on commit), timed until the last shard has merged the report."""
+    from django.test import override_settings
 
-    from context_runtime.engine import Strategy
-    from django.db import connection
+    from strategies.documents.models import Document, Version
+    from traces.previews import report, selectors, services
+    from traces.previews.models import Preview, PreviewShard
 
-    from traces.previews import report
-
-    step = timedelta(days=DAYS) / total
+    start = datetime.fromisoformat(meta["start"])
+    end = start + timedelta(days=DAYS) / meta["total"] * n
+    document, _ = Document.objects.get_or_create(
+        agent_id=meta["agent_id"], key="after_sales_consultation", kind=Document.Kind.STRATEGY
+    )
+    Version.objects.get_or_create(
+        document=document,
+        number=3,
+        defaults={
+            "state": Version.State.FROZEN,
+            "body": BODY,
+            "content_hash": "bench-v3",
+            "frozen_at": datetime.now(UTC),
+        },
+    )
     window = {
-        "agent_id": agent_id,
-        "environment_id": env_id,
-        "strategy": "after_sales_consultation",
+        "agent_id": meta["agent_id"],
+        "environment_id": meta["env_id"],
+        "strategy": document.key,
         "start": start,
-        "end": start + step * n,
+        "end": end,
     }
-    live, draft = Strategy.from_body(BODY), Strategy.from_body(DRAFT)
-    versions = report.Versions(recorded={3: live}, live_number=3, live=live, candidate=draft)
-    connection.close()
     started = time.perf_counter()
-    with multiprocessing.get_context("fork").Pool(shards) as pool:
-        parts = pool.map(_shard_part, [(i, shards, window) for i in range(shards)])
-    run = report.Replay(versions)
-    for part in parts:
-        run.merge(part["state"])
-    result = run.report()
+    counts = selectors.window_counts(**window)  # what preview_request counts
+    preview = Preview.objects.create(
+        agent_id=meta["agent_id"],
+        environment_id=meta["env_id"],
+        document=document,
+        version_number=4,
+        content_hash="bench-draft",
+        body=DRAFT,
+        live_version_number=3,
+        live_content_hash="bench-v3",
+        window_start=start,
+        window_end=end,
+        engine=report.CONSOLE_ENGINE,
+        traces_total=sum(report.stratified_quotas(counts).values()),
+        shard_count=shards,
+        window_by_status=counts,
+    )
+    PreviewShard.objects.bulk_create(PreviewShard(preview=preview, index=k) for k in range(shards))
+    with override_settings(CELERY_TASK_DEFAULT_QUEUE=queue):
+        services.preview_queue(preview.pk, shards)
+    while True:
+        state = Preview.objects.values_list("state", flat=True).get(pk=preview.pk)
+        if state not in (Preview.State.QUEUED, Preview.State.RUNNING):
+            break
+        time.sleep(0.02)
     elapsed = time.perf_counter() - started
+    preview.refresh_from_db()
+    assert preview.state == Preview.State.COMPLETE, (preview.state, preview.failure)
+    result = preview.report
     assert result["traces_read"] == n and result["fidelity"]["share"] == 1.0
-    return {
-        "traces": n,
-        "shards": shards,
-        "end_to_end": elapsed,
-        "peak_rss_mb": max(p["peak"] for p in parts),
-        "memo_hits": run.memo_hits,
-    }
+    return {"traces": n, "shards": shards, "end_to_end": elapsed, "report": result}
+
+
+def _comparable(result: dict) -> str:
+    """A report without what only names the run (candidate version number, window block)."""
+    rest = {k: v for k, v in result.items() if k not in ("candidate_version", "window")}
+    return json.dumps(rest, sort_keys=True)
 
 
 def _django(bench_url: str) -> None:
@@ -257,9 +324,10 @@ def main() -> None:
     parser.add_argument("--repeat", type=float, default=0.0)
     parser.add_argument("--keep", action="store_true", help="do not drop the bench database")
     parser.add_argument("--reuse", action="store_true", help="measure the kept database again")
-    parser.add_argument("--shards", type=int, default=2, help="processes for the sharded run")
+    parser.add_argument(
+        "--shards", type=int, default=2, help="shard tasks and worker processes (0: none)"
+    )
     parser.add_argument("--measure", type=int, help=argparse.SUPPRESS)  # the child process
-    parser.add_argument("--sharded", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--meta", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -276,10 +344,7 @@ def main() -> None:
             meta["agent_id"],
             meta["env_id"],
         )
-        if args.sharded:
-            print(json.dumps(measure_sharded(*where, args.shards)))
-        else:
-            print(json.dumps(measure(*where)))
+        print(json.dumps(measure(*where)))
         return
 
     print(f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()}")
@@ -315,8 +380,11 @@ def main() -> None:
         }
         meta_file.parent.mkdir(exist_ok=True)
         meta_file.write_text(json.dumps(meta))
+    queue = f"bench-preview-{os.getpid()}"
+    worker = start_worker(bench_url, args.shards, queue) if args.shards else None
     try:
         for n in (int(s) for s in args.sizes.split(",")):
+            load = os.getloadavg()[0]
             child = subprocess.run(
                 [
                     sys.executable,
@@ -333,37 +401,29 @@ def main() -> None:
                 check=True,
             )
             r = json.loads(child.stdout.strip().splitlines()[-1])
-            sharded = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.bench.bench_preview",
-                    "--measure",
-                    str(n),
-                    "--sharded",
-                    "--shards",
-                    str(args.shards),
-                    "--meta",
-                    json.dumps(meta),
-                ],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            s = json.loads(sharded.stdout.strip().splitlines()[-1])
             print(
-                f"{n:>7,} traces × 50: end to end {r['end_to_end']:6.2f} s "
-                f"(read {r['read']:5.2f} s, replay + report {r['replay_report']:5.2f} s) · "
-                f"baseline rebuild + select() {r['baseline']:5.2f} s · "
-                f"e2e/baseline {r['end_to_end'] / r['baseline']:.2f} · "
+                f"{n:>7,} traces × 50 (load {load:.2f}): one process: end to end "
+                f"{r['end_to_end']:6.2f} s (read {r['read']:5.2f} s, replay + report "
+                f"{r['replay_report']:5.2f} s) · baseline rebuild + select() {r['baseline']:5.2f} s"
+                f" · e2e/baseline {r['end_to_end'] / r['baseline']:.2f} · "
                 f"peak RSS {r['peak_rss_mb']:.0f} MB · memo hits {r['memo_hits']:,}"
             )
+            if worker is None:
+                continue
+            load = os.getloadavg()[0]
+            w = measure_worker(n, meta, args.shards, queue)
+            same = _comparable(w["report"]) == r["report"]
             print(
-                f"{'':>7}  sharded over {s['shards']} processes: end to end "
-                f"{s['end_to_end']:6.2f} s · peak RSS per process {s['peak_rss_mb']:.0f} MB"
+                f"{'':>7}  {args.shards} shard tasks on the worker (--concurrency "
+                f"{args.shards}, load {load:.2f}): end to end {w['end_to_end']:6.2f} s · "
+                f"e2e/baseline {w['end_to_end'] / r['baseline']:.2f} · peak RSS per worker "
+                f"process {worker_peak_mb(worker):.0f} MB · report equal to one process: {same}"
             )
+            assert same, "the sharded report differs from the one-process report"
     finally:
+        if worker is not None:
+            worker.terminate()
+            worker.wait(timeout=30)
         if not args.keep:
             admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
 

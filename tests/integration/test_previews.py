@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import html
+import threading
 import time
 from collections import Counter
 from datetime import timedelta
@@ -14,6 +15,7 @@ import pytest
 from context_runtime import replay as engine_replay
 from context_runtime import wire
 from context_runtime.engine import Strategy
+from django.db.models import F
 from django.urls import reverse
 from django.utils import timezone
 
@@ -23,7 +25,7 @@ from strategies.catalog.models import Environment
 from strategies.documents import services as documents
 from strategies.documents.models import Document, Version
 from traces.models import Candidate, Trace
-from traces.previews import selectors, services
+from traces.previews import report, selectors, services
 from traces.previews.models import Preview
 
 STRATEGY = "after_sales_consultation"
@@ -433,3 +435,187 @@ def test_preview_side_by_side__a_trace_that_becomes_budget_exceeded__both_select
     assert request_id in page and "budget_exceeded" in page
     with pytest.raises(NotFound):
         selectors.preview_side_by_side(preview=preview, request_id="req-96")  # prod's
+
+
+# --- shards (settings.PREVIEW_SHARDS) ---------------------------------------------------------
+class _Killed(BaseException):
+    """A worker killed mid-shard: nothing after it runs (not even an except Exception)."""
+
+
+def _page(client, ops, preview) -> str:
+    client.force_login(ops)
+    return client.get(reverse("preview-detail", args=[AGENT, preview.pk])).content.decode()
+
+
+def _in_threads(*calls):
+    """Run each call in its own thread (its own database connection); their results."""
+    from django.db import connection
+
+    results: dict = {}
+
+    def target(n, call):
+        try:
+            results[n] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            results[n] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=target, args=(n, c)) for n, c in enumerate(calls)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return [results.get(n) for n in range(len(calls))]
+
+
+@pytest.mark.django_db
+def test_preview_shards__two_shards_merged__same_report_as_one_task_exact_p95(
+    ops, settings, monkeypatch
+):
+    monkeypatch.setattr(selectors, "BATCH_TRACES", 20)  # several batches per shard
+    draft = _draft(max_input_tokens=4000)
+    settings.PREVIEW_SHARDS = 1
+    single, _ = services.preview_request(actor=ops, version=draft, environment=_env("sg-test"))
+    expected = _run(single).report
+    single.delete()  # else the second request reuses it
+    settings.PREVIEW_SHARDS = 2
+
+    sharded, reused = services.preview_request(
+        actor=ops, version=draft, environment=_env("sg-test")
+    )
+    result = _run(sharded).report
+
+    assert not reused and sharded.shard_count == 2 and sharded.state == Preview.State.COMPLETE
+    assert result == expected  # every count, id list (trace order), mean and p95
+    assert result["tokens"]["new"]["p95"] is not None and result["previewed"] > 40
+    assert sharded.traces_done == sharded.traces_total == result["traces_read"]
+    shards = list(sharded.shards.all())
+    assert [s.state for s in shards] == ["done", "done"] and sum(s.done for s in shards) == (
+        result["traces_read"]
+    )
+    assert all(s.done > 0 and s.partial is None for s in shards)  # merged, parts cleared
+
+
+@pytest.mark.django_db(transaction=True)
+def test_preview_shards__both_finish_at_the_same_moment__report_merged_exactly_once(
+    ops, settings, monkeypatch
+):
+    settings.PREVIEW_SHARDS = 2
+    monkeypatch.setattr(services, "preview_queue", lambda *args: None)  # no broker here
+    draft = _draft(max_input_tokens=4000)
+    preview, _ = services.preview_request(actor=ops, version=draft, environment=_env("sg-test"))
+    together = threading.Barrier(2)
+    finish, merge = services._shard_finish, report.Replay.merge
+    merges = []
+
+    def finishing(*args):
+        together.wait(timeout=60)  # both shards ask for the preview's lock at once
+        return finish(*args)
+
+    def merging(run, state):
+        merges.append(state["read"])
+        return merge(run, state)
+
+    monkeypatch.setattr(services, "_shard_finish", finishing)
+    monkeypatch.setattr(report.Replay, "merge", merging)
+
+    outcomes = _in_threads(
+        lambda: services.preview_shard_execute(preview.pk, 0),
+        lambda: services.preview_shard_execute(preview.pk, 1),
+    )
+
+    assert sorted(outcomes) == ["complete", "shard_done"]
+    assert len(merges) == 1  # one part merged into the last shard's run, once
+    preview.refresh_from_db()
+    assert preview.state == Preview.State.COMPLETE
+    assert selectors.progress_percent(preview) == 100
+    brute = _brute_force("sg-test", draft.body)
+    assert preview.report["previewed"] == len(brute) == preview.traces_done
+    expected = {rid for rid, (old, new) in brute.items() if new == "budget_exceeded" != old}
+    assert _becoming(preview.report, "budget_exceeded")[0] == len(expected) > 0
+
+
+@pytest.mark.django_db
+def test_preview_shards__one_shard_killed__failed_with_what_both_covered_never_complete(
+    ops, client, settings, monkeypatch
+):
+    settings.PREVIEW_SHARDS = 2
+    monkeypatch.setattr(selectors, "BATCH_TRACES", 20)
+    preview, _ = services.preview_request(
+        actor=ops, version=_draft(max_input_tokens=4000), environment=_env("sg-test")
+    )
+    progress = services._shard_progress
+
+    def killed_after_one_batch(preview_id, index, **kwargs):
+        progress(preview_id, index, **kwargs)
+        raise _Killed
+
+    monkeypatch.setattr(services, "_shard_progress", killed_after_one_batch)
+    with pytest.raises(_Killed):
+        services.preview_shard_execute(preview.pk, 0)
+    monkeypatch.setattr(services, "_shard_progress", progress)
+    assert services.preview_shard_execute(preview.pk, 1) == "shard_done"  # the other goes on
+    preview.refresh_from_db()
+    assert preview.state == Preview.State.RUNNING and preview.report is None
+    covered = 20 + preview.shards.get(index=1).done
+    assert preview.traces_done == covered < preview.traces_total
+
+    # A minute later shard 0 has written nothing (the other shard's writes do not hide it).
+    for rows in (Preview.objects.filter(pk=preview.pk), preview.shards.all()):
+        rows.update(heartbeat_at=F("heartbeat_at") - timedelta(minutes=2))
+    page = _page(client, ops, preview)
+    assert 'data-state="failed"' in page and "stopped responding" in page
+    assert f"It covered {covered} of {preview.traces_total} traces, up to" in page
+    assert 'id="status-matrix"' not in page
+
+    # Its message comes back (late acks): the preview fails for good, nothing is replayed
+    # twice; a finished shard's message changes nothing.
+    assert services.preview_shard_execute(preview.pk, 0) == "skipped"
+    assert services.preview_shard_execute(preview.pk, 1) == "skipped"
+    preview.refresh_from_db()
+    assert preview.state == Preview.State.FAILED and preview.report is None
+    assert "killed or lost" in preview.failure and preview.traces_done == covered
+
+
+@pytest.mark.django_db(transaction=True)
+def test_preview_shards__cancelled_while_both_run__both_stop_at_their_next_batch(
+    ops, client, settings, monkeypatch
+):
+    settings.PREVIEW_SHARDS = 2
+    monkeypatch.setattr(selectors, "BATCH_TRACES", 20)
+    monkeypatch.setattr(services, "preview_queue", lambda *args: None)  # no broker here
+    preview, _ = services.preview_request(
+        actor=ops, version=_draft(max_input_tokens=4000), environment=_env("sg-test")
+    )
+    first_batch, cancelled = threading.Barrier(3), threading.Barrier(3)
+    progress = services._shard_progress
+
+    def progressing(preview_id, index, **kwargs):
+        go_on = progress(preview_id, index, **kwargs)
+        if kwargs["done"] == 20:  # both shards are running: ops cancels now
+            first_batch.wait(timeout=60)
+            cancelled.wait(timeout=60)
+        return go_on
+
+    monkeypatch.setattr(services, "_shard_progress", progressing)
+
+    def cancel():
+        first_batch.wait(timeout=60)
+        services.preview_cancel(actor=ops, preview=preview)
+        cancelled.wait(timeout=60)
+
+    outcomes = _in_threads(
+        lambda: services.preview_shard_execute(preview.pk, 0),
+        lambda: services.preview_shard_execute(preview.pk, 1),
+        cancel,
+    )
+
+    assert outcomes[:2] == ["stopped", "stopped"]
+    preview.refresh_from_db()
+    assert preview.state == Preview.State.CANCELLED and preview.report is None
+    assert [(s.state, s.done) for s in preview.shards.all()] == [("stopped", 40)] * 2
+    assert preview.traces_done == 80 < preview.traces_total
+    page = _page(client, ops, preview)
+    assert 'data-state="cancelled"' in page
+    assert f"It covered 80 of {preview.traces_total} traces, up to" in page

@@ -54,6 +54,10 @@ class Preview(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     failure = models.CharField(max_length=500, blank=True)
     report = models.JSONField(null=True, blank=True)
+    # Run as this many shard tasks (trace id modulo shards), merged by the last to finish.
+    shard_count = models.PositiveSmallIntegerField(default=1)
+    # {status: traces} counted once at request: every shard samples with the same thresholds.
+    window_by_status = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-requested_at", "-id"]
@@ -76,3 +80,36 @@ class Preview(models.Model):
 
     def __str__(self) -> str:
         return f"preview {self.pk}: v{self.version_number} in {self.environment_id}"
+
+
+class PreviewShard(models.Model):
+    """One shard of a preview's run: the traces whose id is `index` modulo the preview's
+    `shard_count`. The preview's progress, heartbeat and coverage are sums and minima of its
+    shards', written under the preview row's lock."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"  # replayed its traces; `partial` waits for the merge
+        STOPPED = "stopped", "Stopped"  # cancelled, or the preview failed elsewhere
+        FAILED = "failed", "Failed"
+
+    preview = models.ForeignKey(Preview, on_delete=models.CASCADE, related_name="shards")
+    index = models.PositiveSmallIntegerField()
+    state = models.CharField(max_length=10, choices=State.choices, default=State.QUEUED)
+    done = models.PositiveIntegerField(default=0)
+    covered_until = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    # `report.Replay.state()` of a finished shard, until the last one merges (then cleared).
+    partial = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["preview", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["preview", "index"], name="preview_shard_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"preview {self.preview_id} shard {self.index}"

@@ -27,10 +27,13 @@ bundle, size, relevance, outcome, links and note as recorded.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from hashlib import blake2b
+from itertools import islice
 
 import msgspec
 from context_runtime import replay as engine_replay
@@ -59,6 +62,8 @@ _ERROR, _MISMATCH, _UNASKED, _ERROR_AFTER, _PREVIEWED = (
     "previewed",
 )
 IDS_PER_CELL = 50
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 MAX_TRACES = 100_000
 Z95 = 1.959963984540054
 
@@ -219,22 +224,40 @@ def fidelity_difference(recorded: Facts, replayed: Facts, candidates) -> str:
 # --- cells ------------------------------------------------------------------------------------------
 @dataclass(slots=True)
 class Cell:
-    """A count and up to `IDS_PER_CELL` of the request ids behind it."""
+    """A count and up to `IDS_PER_CELL` of the request ids behind it, the first in trace
+    order: each id keeps its trace's order key, so shards merge into the same first ids."""
 
     count: int = 0
     ids: list = field(default_factory=list)
+    keys: list = field(default_factory=list)  # (occurred_at in µs, trace id) per id
 
-    def add(self, request_id: str) -> None:
+    def add(self, request_id: str, key: tuple = (0, 0)) -> None:
         self.count += 1
         if len(self.ids) < IDS_PER_CELL:
             self.ids.append(request_id)
+            self.keys.append(key)
 
     def as_dict(self) -> dict:
         return {"count": self.count, "ids": self.ids}
 
     def merge(self, other: Cell) -> None:
         self.count += other.count
-        self.ids = (self.ids + other.ids)[:IDS_PER_CELL]
+        pairs = heapq.merge(
+            zip(self.keys, self.ids, strict=True),
+            zip(other.keys, other.ids, strict=True),
+            key=lambda pair: pair[0],
+        )
+        first = list(islice(pairs, IDS_PER_CELL))
+        self.keys = [key for key, _ in first]
+        self.ids = [request_id for _, request_id in first]
+
+    def dump(self) -> list:
+        return [self.count, self.ids, self.keys]
+
+    @classmethod
+    def load(cls, data: list) -> Cell:
+        count, ids, keys = data
+        return cls(count, list(ids), [tuple(key) for key in keys])
 
 
 def _cells() -> dict:
@@ -262,6 +285,21 @@ def _dump(table):
     if isinstance(table, Cell):
         return table.as_dict()
     return {key: _dump(value) for key, value in sorted(table.items())}
+
+
+def _dump_table(table: dict) -> dict:
+    """A table of cells as JSON (for a shard's `state()`)."""
+    return {
+        key: value.dump() if isinstance(value, Cell) else _dump_table(value)
+        for key, value in table.items()
+    }
+
+
+def _load_table(data: dict) -> dict:
+    return {
+        key: Cell.load(value) if isinstance(value, list) else _load_table(value)
+        for key, value in data.items()
+    }
 
 
 # --- statistics -------------------------------------------------------------------------------------
@@ -337,6 +375,7 @@ class Replay:
         self.checked = 0
         self.reproduced = 0
         self.mismatches: list[dict] = []
+        self.mismatch_keys: list[tuple] = []
         self.mismatch_count = 0
         self.previewed = 0
         self.matrix: dict = _cells()
@@ -355,22 +394,26 @@ class Replay:
         self.memo_hits = 0
 
     # ------------------------------------------------------------------ per trace
-    def add(self, trace: Sequence, candidates: Sequence[Sequence]) -> None:
+    def add(
+        self, trace: Sequence, candidates: Sequence[Sequence], at: datetime | None = None
+    ) -> None:
+        """One trace; `at` (its time) orders the ids kept when shards merge."""
         request_id = trace[T_REQUEST_ID]
+        order = (0 if at is None else (at - _EPOCH) // _MICROSECOND, trace[T_ID])
         self.read += 1
         self.by_status[trace[T_STATUS]] = self.by_status.get(trace[T_STATUS], 0) + 1
         if trace[T_STATUS] == INPUT_REFUSED:
-            self.refused.add(request_id)
+            self.refused.add(request_id, order)
             return
         if not trace[T_ENGINE]:
-            self.no_fields.add(request_id)
+            self.no_fields.add(request_id, order)
             return
         if trace[T_TRUNCATED]:  # a replay on part of the candidates would decide otherwise
-            self.truncated.add(request_id)
+            self.truncated.add(request_id, order)
             return
         recorded = self.versions.recorded.get(trace[T_VERSION])
         if recorded is None:
-            self.unknown_version.add(request_id)
+            self.unknown_version.add(request_id, order)
             return
         # Real traffic repeats (the same order, policy and dialogue): identical inputs and
         # record give the identical outcome, so it is worked out once per run. The key is a
@@ -398,7 +441,7 @@ class Replay:
                 self._memo[key] = outcome
         else:
             self.memo_hits += 1
-        self._apply(outcome, request_id, trace[T_VERSION], trace[T_ENGINE])
+        self._apply(outcome, request_id, order, trace[T_VERSION], trace[T_ENGINE])
 
     def _outcome(self, trace: Sequence, candidates: Sequence[Sequence], recorded: Strategy):
         """What one trace contributes, without its request id: ("error",), ("mismatch",
@@ -432,15 +475,18 @@ class Replay:
             new.fixed_input_tokens + new.used_tokens,
         )
 
-    def _apply(self, outcome: tuple, request_id: str, version: int, engine: str) -> None:
+    def _apply(
+        self, outcome: tuple, request_id: str, order: tuple, version: int, engine: str
+    ) -> None:
         kind = outcome[0]
         if kind is _ERROR:
-            self.replay_errors.add(request_id)
+            self.replay_errors.add(request_id, order)
             return
         self.checked += 1
         if kind is _MISMATCH:
             self.mismatch_count += 1
             if len(self.mismatches) < IDS_PER_CELL:
+                self.mismatch_keys.append(order)
                 self.mismatches.append(
                     {
                         "request_id": request_id,
@@ -459,20 +505,20 @@ class Replay:
                 entry["traces"] += 1
                 entry["with_candidates"] += source in outcome[2]
                 entry["versions"].add(version)
-                entry["ids"].add(request_id)
+                entry["ids"].add(request_id, order)
             return
         if kind is _ERROR_AFTER:
-            self.replay_errors.add(request_id)
+            self.replay_errors.add(request_id, order)
             return
         self.previewed += 1
         for path in outcome[1]:
             name = path[0]
             if name == "matrix":
-                _cell(self.matrix, *path[1:]).add(request_id)
+                _cell(self.matrix, *path[1:]).add(request_id, order)
             elif name == "sources":
-                _cell(self.sources, *path[1:]).add(request_id)
+                _cell(self.sources, *path[1:]).add(request_id, order)
             else:
-                getattr(self, name).add(request_id)
+                getattr(self, name).add(request_id, order)
         self.tokens_old.append(outcome[2])
         self.tokens_new.append(outcome[3])
 
@@ -498,24 +544,34 @@ class Replay:
     _COUNTS = ("read", "checked", "reproduced", "mismatch_count", "previewed", "memo_hits")
 
     def state(self) -> dict:
-        """What this run counted, without its versions and memo (picklable): a shard's part,
-        for `merge`."""
-        names = (*self._CELLS, *self._COUNTS, "by_status", "unasked", "mismatches")
+        """What this run counted, without its versions and memo, as JSON (a shard's part,
+        stored until the last shard merges it with `merge`)."""
         return {
-            **{name: getattr(self, name) for name in names},
-            "matrix": self.matrix,
-            "sources": self.sources,
+            **{name: getattr(self, name).dump() for name in self._CELLS},
+            **{name: getattr(self, name) for name in self._COUNTS},
+            "by_status": self.by_status,
+            "unasked": {
+                source: {**entry, "versions": sorted(entry["versions"]), "ids": entry["ids"].dump()}
+                for source, entry in self.unasked.items()
+            },
+            "mismatches": [
+                [list(key), entry]
+                for key, entry in zip(self.mismatch_keys, self.mismatches, strict=True)
+            ],
+            "matrix": _dump_table(self.matrix),
+            "sources": _dump_table(self.sources),
             "tokens_old": self.tokens_old,
             "tokens_new": self.tokens_new,
         }
 
     def merge(self, state: dict) -> None:
-        """Add another shard's counts (`state()`): counts add up, id lists are cut at
-        `IDS_PER_CELL`, token values are kept whole (p95 stays exact)."""
+        """Add another shard's counts (`state()`): counts add up, id lists keep the first
+        `IDS_PER_CELL` in trace order, token values are kept whole (p95 stays exact): the
+        report equals one run over all the traces."""
         for name in self._COUNTS:
             setattr(self, name, getattr(self, name) + state[name])
         for name in self._CELLS:
-            getattr(self, name).merge(state[name])
+            getattr(self, name).merge(Cell.load(state[name]))
         for status, count in state["by_status"].items():
             self.by_status[status] = self.by_status.get(status, 0) + count
         for source, entry in state["unasked"].items():
@@ -524,11 +580,23 @@ class Replay:
             )
             mine["traces"] += entry["traces"]
             mine["with_candidates"] += entry["with_candidates"]
-            mine["versions"] |= entry["versions"]
-            mine["ids"].merge(entry["ids"])
-        self.mismatches = (self.mismatches + state["mismatches"])[:IDS_PER_CELL]
-        _merge_tables(self.matrix, state["matrix"])
-        _merge_tables(self.sources, state["sources"])
+            mine["versions"] |= set(entry["versions"])
+            mine["ids"].merge(Cell.load(entry["ids"]))
+        theirs = [(tuple(key), entry) for key, entry in state["mismatches"]]
+        first = list(
+            islice(
+                heapq.merge(
+                    zip(self.mismatch_keys, self.mismatches, strict=True),
+                    theirs,
+                    key=lambda pair: pair[0],
+                ),
+                IDS_PER_CELL,
+            )
+        )
+        self.mismatch_keys = [key for key, _ in first]
+        self.mismatches = [entry for _, entry in first]
+        _merge_tables(self.matrix, _load_table(state["matrix"]))
+        _merge_tables(self.sources, _load_table(state["sources"]))
         self.tokens_old += state["tokens_old"]
         self.tokens_new += state["tokens_new"]
 

@@ -38,9 +38,11 @@ PREVIEW_FEW_TRACES = "preview_few_traces"
 
 # --- what a reader sees -------------------------------------------------------------------------
 def is_stale(preview: Preview, *, now: datetime | None = None) -> bool:
-    """A running preview whose worker stopped writing: shown as failed."""
+    """A running preview with a shard whose worker stopped writing: shown as failed. The
+    preview's heartbeat is its oldest running shard's (none while only queued shards wait
+    for a worker, as a queued preview waits)."""
     now = now or timezone.now()
-    beat = preview.heartbeat_at or preview.started_at
+    beat = preview.heartbeat_at
     return preview.state == Preview.State.RUNNING and beat is not None and now - beat > STALE_AFTER
 
 

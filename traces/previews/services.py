@@ -1,5 +1,6 @@
 """Writes of impact previews: request (validated, reused for the same inputs), cancel, and
-the run the Celery task drives (`preview_execute`: progress, heartbeat, the report)."""
+the run the shard tasks drive (`preview_shard_execute`: progress, heartbeat, the merge and
+the report by the last shard)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from celery import current_app
 from context_runtime.engine import Strategy
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Min, Q, Sum
 from django.utils import timezone
 
 from console.kernel.audit import AccessAction, access_record, actor_label
@@ -19,7 +21,7 @@ from strategies.catalog.models import Environment
 from strategies.documents.models import Document, Version
 from strategies.releases.selectors import live_release, runtime_refusals
 from traces.previews import report, selectors
-from traces.previews.models import Preview
+from traces.previews.models import Preview, PreviewShard
 
 CLOCK_SKEW = timedelta(minutes=5)
 
@@ -141,6 +143,7 @@ def preview_request(
             "nothing to replay. Pick a longer window, or wait for traffic.",
             code="no_traces",
         )
+    shards = settings.PREVIEW_SHARDS
     preview = Preview.objects.create(
         agent=agent,
         environment=environment,
@@ -157,6 +160,11 @@ def preview_request(
         requested_by=actor,
         requested_by_label=actor_label(actor),
         traces_total=sum(report.stratified_quotas(counts).values()),
+        shard_count=shards,
+        window_by_status=counts,
+    )
+    PreviewShard.objects.bulk_create(
+        PreviewShard(preview=preview, index=index) for index in range(shards)
     )
     access_record(
         actor=actor,
@@ -165,18 +173,19 @@ def preview_request(
         agent=agent,
         detail={"reused": False, "version": version.number, "environment": environment.key},
     )
-    transaction.on_commit(lambda: preview_queue(preview.pk))
+    transaction.on_commit(lambda: preview_queue(preview.pk, shards))
     return preview, False
 
 
-RUN_TASK = "previews.run"
+SHARD_TASK = "previews.run_shard"
 
 
-def preview_queue(preview_id: int) -> None:
-    """Queue the run (the task is named, so this module needs no task import); the queue is
-    read at send time, so a test can point it at its own worker."""
+def preview_queue(preview_id: int, shards: int) -> None:
+    """Queue one task per shard (the task is named, so this module needs no task import); the
+    queue is read at send time, so a test can point it at its own worker."""
     queue = getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", None)
-    current_app.send_task(RUN_TASK, args=(preview_id,), queue=queue)
+    for index in range(shards):
+        current_app.send_task(SHARD_TASK, args=(preview_id, index), queue=queue)
 
 
 @service_transaction(durable=True)
@@ -215,63 +224,180 @@ def preview_viewed(*, actor, preview: Preview, detail: dict | None = None) -> No
     )
 
 
-# --- the run (the Celery task's body) ----------------------------------------------------------
+# --- the run (the shard tasks' bodies) ----------------------------------------------------------
+# Every write of a run locks the preview row first (then its shards): the shards of one
+# preview take turns on it, so sums are exact and exactly one shard sees itself last.
+WORKER_LOST = "The worker running it stopped (killed or lost) before the end."
+
+
+def _locked(preview_id: int) -> Preview | None:
+    return Preview.objects.select_for_update().filter(pk=preview_id).first()
+
+
+def _shard_of(preview: Preview, index: int) -> PreviewShard:
+    # get_or_create: a preview queued before shards existed has no shard row yet.
+    shard, _ = PreviewShard.objects.get_or_create(preview=preview, index=index)
+    return shard
+
+
+def _totals(preview: Preview) -> list[str]:
+    """The preview's progress from its shards': traces done (summed), covered until (the
+    earliest shard's last trace) and the heartbeat (the oldest running shard's, so one dead
+    shard makes the preview stale even while another still writes)."""
+    totals = preview.shards.aggregate(
+        done=Sum("done"),
+        covered=Min("covered_until"),
+        beat=Min("heartbeat_at", filter=Q(state=PreviewShard.State.RUNNING)),
+    )
+    preview.traces_done = min(totals["done"] or 0, preview.traces_total)
+    preview.covered_until = totals["covered"]
+    preview.heartbeat_at = totals["beat"]
+    return ["traces_done", "covered_until", "heartbeat_at"]
+
+
+def _fail(preview: Preview, failure: str, now) -> list[str]:
+    preview.state = Preview.State.FAILED
+    preview.failure = failure[:500]
+    preview.finished_at = now
+    return ["state", "failure", "finished_at"]
+
+
 @service_transaction
-def _preview_start(preview_id: int) -> Preview | None:
-    """Mark the preview running, or — when a worker already started it (this is a redelivery
-    after that worker was lost) — failed with what it covered. None: nothing to run."""
-    preview = Preview.objects.select_for_update().filter(pk=preview_id).first()
-    if preview is None or preview.state != Preview.State.QUEUED:
-        if preview is not None and preview.state == Preview.State.RUNNING:
-            preview.state = Preview.State.FAILED
-            preview.failure = "The worker running it stopped (killed or lost) before the end."
-            preview.finished_at = timezone.now()
-            preview.save(update_fields=["state", "failure", "finished_at"])
+def _shard_start(preview_id: int, index: int) -> Preview | None:
+    """Mark the shard (and the preview) running. None: nothing to run — the preview is
+    finished or cancelled, the shard already finished (a redelivered message), or the shard
+    was already started: its worker was lost and this is the message coming back, so the
+    preview fails with what it covered (a part replayed twice would count twice)."""
+    preview = _locked(preview_id)
+    if preview is None:
         return None
+    shard = _shard_of(preview, index)
     now = timezone.now()
-    preview.state = Preview.State.RUNNING
-    preview.started_at = preview.heartbeat_at = now
-    preview.save(update_fields=["state", "started_at", "heartbeat_at"])
+    fields: list[str] = []
+    if shard.state == PreviewShard.State.RUNNING or (
+        shard.state == PreviewShard.State.QUEUED and selectors.is_stale(preview, now=now)
+    ):
+        shard.state, shard.finished_at = PreviewShard.State.FAILED, now
+        shard.save(update_fields=["state", "finished_at"])
+        if preview.state == Preview.State.RUNNING:
+            fields = _fail(preview, WORKER_LOST, now)
+        preview.save(update_fields=[*fields, *_totals(preview)])
+        return None
+    if shard.state != PreviewShard.State.QUEUED:
+        return None  # finished, stopped or failed: a redelivery changes nothing
+    if preview.state not in (Preview.State.QUEUED, Preview.State.RUNNING) or (
+        preview.state == Preview.State.RUNNING and preview.cancel_requested
+    ):  # cancelled, or asked while this shard waited for a worker
+        shard.state, shard.finished_at = PreviewShard.State.STOPPED, now
+        shard.save(update_fields=["state", "finished_at"])
+        if preview.state == Preview.State.RUNNING:
+            preview.state, preview.finished_at = Preview.State.CANCELLED, now
+            preview.save(update_fields=["state", "finished_at", *_totals(preview)])
+        return None
+    if preview.state == Preview.State.QUEUED:
+        preview.state, preview.started_at = Preview.State.RUNNING, now
+        fields = ["state", "started_at"]
+    if not preview.window_by_status:  # requested before the counts were kept
+        preview.window_by_status = selectors.window_counts(**_window(preview))
+        fields.append("window_by_status")
+    shard.state = PreviewShard.State.RUNNING
+    shard.started_at = shard.heartbeat_at = now
+    shard.save(update_fields=["state", "started_at", "heartbeat_at"])
+    preview.save(update_fields=[*fields, *_totals(preview)])
     return preview
 
 
 @service_transaction
-def _preview_progress(preview_id: int, *, done: int, covered_until) -> bool:
-    """Record progress and the heartbeat; False when a cancel was asked for (then the
-    preview is cancelled, with what it covered)."""
-    preview = Preview.objects.select_for_update().get(pk=preview_id)
-    preview.traces_done = min(done, preview.traces_total)
-    preview.covered_until = covered_until
-    preview.heartbeat_at = timezone.now()
-    fields = ["traces_done", "covered_until", "heartbeat_at"]
-    if preview.cancel_requested:
-        preview.state = Preview.State.CANCELLED
-        preview.finished_at = preview.heartbeat_at
+def _shard_progress(preview_id: int, index: int, *, done: int, covered_until) -> bool:
+    """Record the shard's progress and heartbeat; False when it must stop: a cancel was asked
+    for (then the preview is cancelled, with what its shards covered) or the preview failed
+    in another shard."""
+    preview = _locked(preview_id)
+    shard = _shard_of(preview, index)
+    now = timezone.now()
+    shard.done, shard.covered_until, shard.heartbeat_at = done, covered_until, now
+    go_on = preview.state == Preview.State.RUNNING and not preview.cancel_requested
+    fields = ["done", "covered_until", "heartbeat_at"]
+    if not go_on:
+        shard.state, shard.finished_at = PreviewShard.State.STOPPED, now
+        fields += ["state", "finished_at"]
+    shard.save(update_fields=fields)
+    fields = _totals(preview)
+    if preview.state == Preview.State.RUNNING and preview.cancel_requested:
+        preview.state, preview.finished_at = Preview.State.CANCELLED, now
         fields += ["state", "finished_at"]
     preview.save(update_fields=fields)
-    return not preview.cancel_requested
+    return go_on
 
 
 @service_transaction
-def _preview_finish(preview_id: int, *, state: str, result=None, failure: str = "") -> None:
-    preview = Preview.objects.select_for_update().get(pk=preview_id)
-    if preview.state != Preview.State.RUNNING:
-        return  # cancelled meanwhile: its state stands
-    preview.state = state
-    preview.report = result
-    preview.failure = failure[:500]
-    preview.finished_at = timezone.now()
-    if state == Preview.State.COMPLETE:
-        preview.traces_done = preview.traces_total = result["traces_read"]
-    preview.save(
-        update_fields=["state", "report", "failure", "finished_at", "traces_done", "traces_total"]
+def _shard_failed(preview_id: int, index: int, failure: str) -> None:
+    preview = _locked(preview_id)
+    shard = _shard_of(preview, index)
+    now = timezone.now()
+    shard.state, shard.finished_at = PreviewShard.State.FAILED, now
+    shard.save(update_fields=["state", "finished_at"])
+    fields = _fail(preview, failure, now) if preview.state == Preview.State.RUNNING else []
+    preview.save(update_fields=[*fields, *_totals(preview)])
+
+
+@service_transaction
+def _shard_finish(preview_id: int, index: int, run: report.Replay) -> str:
+    """The shard replayed all its traces. Under the preview's lock: when every other shard is
+    done, this one is the last — it merges their parts into its own run and writes the report
+    (exactly one shard does, even when two finish at once); else it leaves its part for the
+    last. Returns the preview's state, or "shard_done"."""
+    preview = _locked(preview_id)
+    shard = _shard_of(preview, index)
+    now = timezone.now()
+    shard.state, shard.finished_at, shard.done = PreviewShard.State.DONE, now, run.read
+    others = list(preview.shards.exclude(pk=shard.pk))
+    last = len(others) == preview.shard_count - 1 and all(
+        other.state == PreviewShard.State.DONE for other in others
     )
+    if preview.state != Preview.State.RUNNING or not last:
+        # Cancelled or failed meanwhile: its state stands; else the last shard merges this.
+        if preview.state == Preview.State.RUNNING:
+            shard.partial = run.state()
+        shard.save(update_fields=["state", "finished_at", "done", "partial"])
+        preview.save(update_fields=_totals(preview))
+        return preview.state if preview.state != Preview.State.RUNNING else "shard_done"
+    for other in others:
+        run.merge(other.partial)
+    result = run.report()
+    counts = preview.window_by_status
+    result["window"] = {
+        "start": preview.window_start.isoformat(),
+        "end": preview.window_end.isoformat(),
+        "in_window": sum(counts.values()),
+        "by_status": counts,
+        "quotas": report.stratified_quotas(counts),
+    }
+    shard.save(update_fields=["state", "finished_at", "done"])
+    preview.shards.update(partial=None)  # merged: the parts are no longer needed
+    fields = _totals(preview)
+    preview.state, preview.report, preview.finished_at = Preview.State.COMPLETE, result, now
+    preview.traces_done = preview.traces_total = result["traces_read"]
+    preview.save(update_fields=[*fields, "state", "report", "finished_at", "traces_total"])
+    return Preview.State.COMPLETE
 
 
-def preview_execute(preview_id: int) -> str:
-    """Replay the preview's window batch by batch, writing progress (and the heartbeat)
-    after each one and stopping at a cancel; the report at the end. Returns the final state."""
-    preview = _preview_start(preview_id)
+def _window(preview: Preview) -> dict:
+    return {
+        "agent_id": preview.agent_id,
+        "environment_id": preview.environment_id,
+        "strategy": preview.document.key,
+        "start": preview.window_start,
+        "end": preview.window_end,
+    }
+
+
+def preview_shard_execute(preview_id: int, index: int) -> str:
+    """Replay the traces of one shard of the preview's window batch by batch (the same
+    sampling as every shard: thresholds from the counts taken at request), writing progress
+    and the heartbeat after each one and stopping at a cancel; the last shard to finish
+    writes the report. Returns the preview's state, "shard_done", "stopped" or "skipped"."""
+    preview = _shard_start(preview_id, index)
     if preview is None:
         return "skipped"
     try:
@@ -286,39 +412,37 @@ def preview_execute(preview_id: int) -> str:
             candidate=Strategy.from_body(preview.body),
             candidate_number=preview.version_number,
         )
-        window = {
-            "agent_id": preview.agent_id,
-            "environment_id": preview.environment_id,
-            "strategy": preview.document.key,
-            "start": preview.window_start,
-            "end": preview.window_end,
-        }
-        counts = selectors.window_counts(**window)
+        counts = preview.window_by_status
         quotas = report.stratified_quotas(counts)
         thresholds = selectors.sampling_thresholds(counts, quotas)
         weights = {
             status: counts[status] / quotas[status] for status in thresholds if quotas[status]
         }
         run = report.Replay(versions, weights=weights)
+        shard = (index, preview.shard_count) if preview.shard_count > 1 else None
         done = 0
-        for batch in selectors.window_batches(**window, thresholds=thresholds):
-            for trace, candidates, _ in batch:
-                run.add(trace, candidates)
+        for batch in selectors.window_batches(
+            **_window(preview), thresholds=thresholds, shard=shard
+        ):
+            for trace, candidates, at in batch:
+                run.add(trace, candidates, at)
             done += len(batch)
-            if not _preview_progress(preview_id, done=done, covered_until=batch[-1][2]):
-                return Preview.State.CANCELLED
-        result = run.report()
-        result["window"] = {
-            "start": preview.window_start.isoformat(),
-            "end": preview.window_end.isoformat(),
-            "in_window": sum(counts.values()),
-            "by_status": counts,
-            "quotas": quotas,
-        }
+            if not _shard_progress(preview_id, index, done=done, covered_until=batch[-1][2]):
+                return "stopped"
     except Exception as exc:
-        _preview_finish(
-            preview_id, state=Preview.State.FAILED, failure=f"{type(exc).__name__}: {exc}"
-        )
+        _shard_failed(preview_id, index, f"{type(exc).__name__}: {exc}")
         raise
-    _preview_finish(preview_id, state=Preview.State.COMPLETE, result=result)
-    return Preview.State.COMPLETE
+    return _shard_finish(preview_id, index, run)
+
+
+def preview_execute(preview_id: int) -> str:
+    """Every shard of the preview in this process, one after the other (what a worker with
+    one process does with the shard tasks). Returns the preview's final state, or "skipped"
+    when no shard had anything to run."""
+    preview = Preview.objects.filter(pk=preview_id).only("shard_count").first()
+    if preview is None:
+        return "skipped"
+    outcomes = [preview_shard_execute(preview_id, k) for k in range(preview.shard_count)]
+    if all(outcome == "skipped" for outcome in outcomes):
+        return "skipped"
+    return Preview.objects.values_list("state", flat=True).get(pk=preview_id)
