@@ -126,6 +126,7 @@ def agent_onboarding(*, agent: Agent) -> Onboarding:
 # --------------------------------------------------------------------------- who serves what
 UNAUTHORIZED = "unauthorized"  # the SDK's resolution of a copy the console refuses to confirm
 
+
 @dataclass
 class RuntimeRow:
     """One runtime process serving the agent in an environment, judged against what is live."""
