@@ -248,7 +248,10 @@ def main() -> None:
     release_publish(version=world.strategy[2], environment=sg, actor=world.ops)
     token = runtime_token(sg, capabilities=("config:read", "traces:write"))
     work = Path(tempfile.mkdtemp(prefix="bench-stream-"))
-    env = {**os.environ, "STREAM_MAX_PER_TOKEN": "5000"}
+    # Two blocking threads per web server, as bench_config's servers: each thread keeps its
+    # own PostgreSQL connection (CONN_MAX_AGE 60 s), and granian's default made ~50 a server
+    # under 50 runtimes' heartbeats — on a PostgreSQL other work shares.
+    env = {**os.environ, "STREAM_MAX_PER_TOKEN": "5000", "GRANIAN_BLOCKING_THREADS": "2"}
     live = [2]
 
     def publish_next() -> int:
