@@ -251,7 +251,8 @@ def main() -> None:
     # Two blocking threads per web server, as bench_config's servers: each thread keeps its
     # own PostgreSQL connection (CONN_MAX_AGE 60 s), and granian's default made ~50 a server
     # under 50 runtimes' heartbeats — on a PostgreSQL other work shares.
-    env = {**os.environ, "STREAM_MAX_PER_TOKEN": "5000", "GRANIAN_BLOCKING_THREADS": "2"}
+    env = {**os.environ, "STREAM_MAX_PER_TOKEN": "5000"}
+    web_env = {**env, "GRANIAN_BLOCKING_THREADS": "2"}
     live = [2]
 
     def publish_next() -> int:
@@ -268,7 +269,7 @@ def main() -> None:
             stream = stream_server(env, log_path=work / f"stream{n}.log").start()
             servers.append(stream)
             web = ConsoleServer(
-                {**env, "STREAM_URL": f":{stream.port}"}, log_path=work / f"web{n}.log"
+                {**web_env, "STREAM_URL": f":{stream.port}"}, log_path=work / f"web{n}.log"
             ).start()
             servers.append(web)
             instances.append((web, stream))
