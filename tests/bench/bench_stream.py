@@ -54,8 +54,12 @@ AGENT = "assistant_professional"
 # ============================================================== child: one runtime process
 def run_runtime(console: str, token: str) -> int:
     """The SDK with its defaults; one JSON line per configuration taken."""
+    import logging
+
     sys.path.insert(0, str(ROOT / "sdk"))
     from context_runtime.client import ConfigClient
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     def changed(snapshot):
         strategy = snapshot.strategy("after_sales_consultation")
@@ -305,8 +309,13 @@ def main() -> None:
                     for child, mark in zip(children, marks, strict=True)
                 )
 
-            if not wait_for(heard, 30, 0.02):
-                sys.exit(f"a runtime never served v{version} (logs in {work})")
+            if not wait_for(heard, 40, 0.02):
+                missed = [
+                    (i, [x for x in child.lines[mark:] if "transport" in x][-1:])
+                    for i, (child, mark) in enumerate(zip(children, marks, strict=True))
+                    if not any(x.get("version") == version for x in child.lines[mark:])
+                ]
+                sys.exit(f"{len(missed)} runtimes never served v{version}: {missed[:5]} ({work})")
             for child, mark in zip(children, marks, strict=True):
                 took = next(x for x in child.lines[mark:] if x.get("version") == version)
                 delays.append(took["t"] - published)
@@ -315,6 +324,11 @@ def main() -> None:
             child.stop()
         children.clear()
         prop = percentiles(delays)
+        print(  # at once: a later part failing keeps this figure
+            f"propagation, {args.runtimes} runtimes × {args.publishes} publishes: p50 "
+            f"{prop[0] * 1000:.0f} ms · p99 {prop[1] * 1000:.0f} ms · max {prop[2] * 1000:.0f} ms",
+            flush=True,
+        )
 
         # --- 2. held streams: memory and CPU of the stream server -------------------
         web, stream = instances[0]
