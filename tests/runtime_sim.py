@@ -18,8 +18,9 @@ stdout, one JSON object per line:
 
 - ``{"event": "started", "pid", "webhook_url", "max_queue", "django_loaded", "t"}`` once the
   webhook receiver listens and the first configuration is there (or ``--wait-ready`` passed);
-- per request ``{"request_id", "strategy_version", "status", "resolution", "etag", "t"}``
-  (``t`` is ``time.time()`` when the request was answered);
+- per request ``{"request_id", "strategy_version", "status", "resolution", "etag", "queued",
+  "health", "transport", "t"}`` (``t`` is ``time.time()`` when the request was answered;
+  ``health`` the config client's ``health()["state"]``, what a readiness probe reads);
 - per webhook delivery ``{"event": "webhook", "status", "outcome", "t"}``;
 - after SIGTERM/SIGINT (or ``--requests`` done): the reporter is flushed and closed and
   ``{"event": "stopped", "requests", "flushed", "stats": reporter.stats(), "config": ...}``
@@ -96,6 +97,9 @@ def _parse_args(argv):
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between requests")
     parser.add_argument("--cache-dir", default=None, help="where the config client keeps its copy")
     parser.add_argument(
+        "--spool-dir", default=None, help="the reporter's on-disk spool (survives restarts)"
+    )
+    parser.add_argument(
         "--backoff-max",
         type=float,
         default=2.0,
@@ -160,6 +164,7 @@ def run_sim(argv=None) -> int:
         backoff_initial=min(0.25, args.backoff_max),
         backoff_max=args.backoff_max,
         close_at_exit=False,
+        spool_dir=args.spool_dir,
     )
 
     def on_webhook(headers, body):
@@ -244,6 +249,8 @@ def run_sim(argv=None) -> int:
                     "resolution": resolution.reason,
                     "etag": snap.etag,
                     "queued": queued,
+                    "health": client.health()["state"],
+                    "transport": client.transport,
                     "t": time.time(),
                 }
             )

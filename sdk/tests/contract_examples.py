@@ -10,7 +10,11 @@ A file holds ``exchanges``, run in order against a fresh console. Each has a ``r
 ``capture`` (variable ← response header) and the expected ``response``: ``status``,
 ``headers`` (exact; Content-Type by media type), and ``body`` (exact JSON), ``body_has``
 (the fields that must be there; lists compare item by item, ``"*"`` is any value) or
-``empty_body``. ``{name}`` in a string is a variable: ``token``, ``occurred_at`` (a minute
+``empty_body``. A request with ``"stream": true`` opens the config stream (§1a): ``send`` is
+called with ``stream=True`` and returns what arrived within a moment (the stream stays open,
+so the answer is the beginning of it); ``events`` is then the exact list of its server-sent
+events (``id``, ``event``, ``data`` as JSON; comments and ``retry`` left out), ``[]`` when
+none must come. ``{name}`` in a string is a variable: ``token``, ``occurred_at`` (a minute
 ago), a captured header, or what the console under test gives (``environment``,
 ``profile_version``); a string that is only ``{name}`` takes the variable's type.
 """
@@ -34,8 +38,12 @@ class Answer:
     body: bytes
 
 
-# send(method, path, headers, body) → the console's answer
-Send = Callable[[str, str, Mapping[str, str], bytes], Answer]
+# send(method, path, headers, body[, stream=True]) → the console's answer
+Send = Callable[..., Answer]
+
+# How long a stream request is read before its answer is judged: the first event comes at
+# once (it is written with the response's head), so this only bounds the wait for "none".
+STREAM_READ_SECONDS = 0.6
 
 
 def example_names() -> list[str]:
@@ -61,7 +69,8 @@ def run_example(name: str, send: Send, variables: Mapping[str, object]) -> None:
             data = json.dumps(request["body"]).encode()
         else:
             data = b""
-        answer = send(request["method"], request["path"], request.get("headers", {}), data)
+        extra = {"stream": True} if request.get("stream") else {}
+        answer = send(request["method"], request["path"], request.get("headers", {}), data, **extra)
         for variable, header in exchange.get("capture", {}).items():
             assert header.lower() in answer.headers, f"{where}: no {header} header"
             known[variable] = answer.headers[header.lower()]
@@ -84,6 +93,30 @@ def _check(where: str, expected: dict, answer: Answer) -> None:
     if "body_has" in expected:
         problems = list(_missing(expected["body_has"], json.loads(answer.body), "body"))
         assert not problems, f"{where}: " + "; ".join(problems)
+    if "events" in expected:
+        events = parse_events(answer.body)
+        assert events == expected["events"], f"{where}: events {events!r}, body {answer.body!r}"
+
+
+def parse_events(raw: bytes) -> list[dict]:
+    """The complete server-sent events in ``raw`` (WHATWG HTML §9.2): ``{"id", "event",
+    "data"}`` each, ``data`` decoded as JSON; comments, ``retry`` and a torn tail left out."""
+    events = []
+    for block in raw.decode("utf-8", "replace").replace("\r\n", "\n").split("\n\n")[:-1]:
+        fields: dict = {}
+        for line in block.split("\n"):
+            if not line or line.startswith(":"):
+                continue
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "data":
+                fields["data"] = fields.get("data", "") + value
+            elif name in ("id", "event"):
+                fields[name] = value
+        if "data" in fields:
+            fields["data"] = json.loads(fields["data"])
+            events.append(fields)
+    return events
 
 
 def _missing(expected, actual, path: str):

@@ -3,8 +3,16 @@
 It serves ``GET config/{agent}`` with a strong ETag and 304 for a matching ``If-None-Match``,
 takes ``PUT manifest`` and ``POST traces`` (de-duplicating by ``request_id``, refusing a
 request that is no batch and rejecting bad traces one by one with paths and codes, like the
-real ingest), and can be switched per endpoint to answer 500, 401, garbage, an invalid body,
-or to hang. It records every request so tests can assert what the runtime sent.
+real ingest) and ``POST heartbeat`` (§2a, validated as the console does), and can be switched
+per endpoint to answer 500, 401, garbage, an invalid body, or to hang. It records every
+request so tests can assert what the runtime sent.
+
+With ``stream=True`` it is a console with a stream server (§1a): config answers carry
+``X-Config-Stream: :<its port>`` and ``GET stream/{agent}`` holds a server-sent event stream
+(the current ETag at connect unless ``Last-Event-ID`` is current, one event per
+:meth:`FakeConsole.publish`, a ``: hb`` comment every ``stream_heartbeat`` seconds);
+:meth:`FakeConsole.drop_streams` ends every stream at once, as a console restart does.
+Without it (the default, like a console without ``STREAM_URL``) the stream path is a 404.
 
 Tests get one through the ``console`` fixture of ``conftest.py``; ``test_fake_console.py``
 checks the fake itself, and ``test_contract_examples.py`` checks it answers the contract's
@@ -16,9 +24,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import queue
 import re
 import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import msgspec
@@ -88,14 +98,15 @@ class FakeConsole:
     """``port``: listen there (a console coming back where runtimes expect it); ``token``:
     the one token it takes (change it to revoke the runtime's)."""
 
-    def __init__(self, payload: dict | None = None, *, port: int = 0):
+    def __init__(self, payload: dict | None = None, *, port: int = 0, stream: bool = False):
         self.lock = threading.Lock()
         self.token = TOKEN
         self.payload = copy.deepcopy(payload or PAYLOAD)
         self.revision = 41
         self.etag = self._etag()
-        self.modes = {"config": OK, "traces": OK, "manifest": OK}
-        self.fail_next = {"config": [], "traces": [], "manifest": []}  # statuses to answer first
+        self.modes = {"config": OK, "traces": OK, "manifest": OK, "stream": OK, "heartbeat": OK}
+        # statuses to answer first
+        self.fail_next = {"config": [], "traces": [], "manifest": [], "stream": [], "heartbeat": []}
         self.statuses: set | None = None  # the trace statuses it knows (None: this SDK's)
         self.hang_seconds = 3.0
         # When set, every config request gets 200 with these bytes under the current ETag,
@@ -107,6 +118,14 @@ class FakeConsole:
         self.stored: dict[str, dict] = {}
         self.manifests: list[dict] = []
         self.manifest_warnings: list[dict] = []
+        self.heartbeats: list[dict] = []  # the bodies the console recorded
+        # The stream (§1a): on or off, its heartbeat, the open streams' queues and every
+        # connection taken (time.monotonic(), Last-Event-ID).
+        self.stream_enabled = stream
+        self.stream_heartbeat = 15.0
+        self.stream_connects: list[tuple[float, str | None]] = []
+        self.stream_requests = 0  # every stream request, refused ones too
+        self._streams: set[queue.Queue] = set()
         self._released = threading.Event()
         console = self
 
@@ -115,10 +134,16 @@ class FakeConsole:
                 pass
 
             def do_GET(self):
-                console._config(self)
+                if self.path.startswith("/api/v1/runtime/stream/"):
+                    console._stream(self)
+                else:
+                    console._config(self)
 
             def do_POST(self):
-                console._traces(self)
+                if self.path.startswith("/api/v1/runtime/heartbeat"):
+                    console._heartbeat(self)
+                else:
+                    console._traces(self)
 
             def do_PUT(self):
                 console._manifest(self)
@@ -126,6 +151,7 @@ class FakeConsole:
         class Server(ThreadingHTTPServer):
             daemon_threads = True
             block_on_close = False
+            request_queue_size = 256  # a restart brings every runtime back within a second
             allow_reuse_address = True
 
         self.server = Server(("127.0.0.1", port), Handler)
@@ -147,10 +173,27 @@ class FakeConsole:
                 self.payload["strategies"][key] = entry
             self.revision += 1
             self.etag = self._etag()
+            for stream in self._streams:  # as the console's NOTIFY at commit
+                stream.put(self.etag)
             return self.etag
+
+    def drop_streams(self) -> int:
+        """End every open stream at once (what a console restart does to them); returns
+        how many were open."""
+        with self.lock:
+            streams = list(self._streams)
+        for stream in streams:
+            stream.put(None)
+        return len(streams)
+
+    @property
+    def open_streams(self) -> int:
+        with self.lock:
+            return len(self._streams)
 
     def close(self) -> None:
         self._released.set()
+        self.drop_streams()
         self.server.shutdown()
         self.server.server_close()
 
@@ -196,21 +239,110 @@ class FakeConsole:
             return
         with self.lock:
             etag = self.etag
+            headers = {"ETag": etag}
+            if self.stream_enabled:  # the console's STREAM_URL as ":<port>"
+                headers["X-Config-Stream"] = f":{self.server.server_address[1]}"
             body = msgspec.json.encode({**self.payload, "etag": etag})
             if self.config_body is not None:
                 self.config_requests.append((inm, 200))
-                _send(handler, 200, self.config_body, {"ETag": etag})
+                _send(handler, 200, self.config_body, headers)
                 return
         if mode == GARBAGE:
             self.config_requests.append((inm, 200))
-            _send(handler, 200, b'{"agent": "assistant_prof', {"ETag": etag})
+            _send(handler, 200, b'{"agent": "assistant_prof', headers)
             return
         if inm == etag:
             self.config_requests.append((inm, 304))
-            _send(handler, 304, b"", {"ETag": etag})
+            _send(handler, 304, b"", headers)
             return
         self.config_requests.append((inm, 200))
-        _send(handler, 200, body, {"ETag": etag})
+        _send(handler, 200, body, headers)
+
+    def _stream(self, handler) -> None:
+        """``GET stream/{agent}`` (§1a): refused at once like the console (404 without a
+        stream server, 401 with ``WWW-Authenticate``, 404 for another agent), else an event
+        stream held until :meth:`drop_streams` or the client goes."""
+        with self.lock:
+            self.stream_requests += 1
+        if not self.stream_enabled:
+            _send_error(handler, 404, "not_found", "Not found.")
+            return
+        if handler.headers.get("Authorization") != f"Bearer {self.token}":
+            body = {"error": {"code": "not_authenticated", "message": "Unknown token.",
+                              "details": []}}  # fmt: skip
+            _send(handler, 401, msgspec.json.encode(body),
+                  {"WWW-Authenticate": 'Bearer realm="runtime"'})  # fmt: skip
+            return
+        if self._gate("stream", handler) is None:
+            return
+        if handler.path.split("?", 1)[0] != f"/api/v1/runtime/stream/{AGENT}":
+            _send_error(handler, 404, "not_found", f"Unknown agent '{handler.path}'.")
+            return
+        known = handler.headers.get("Last-Event-ID") or handler.headers.get("If-None-Match")
+        events: queue.Queue = queue.Queue()
+        with self.lock:
+            self._streams.add(events)
+            self.stream_connects.append((time.monotonic(), known))
+            etag = self.etag
+        try:
+            handler.send_response(200)
+            handler.send_header("Content-Type", "text/event-stream; charset=utf-8")
+            handler.send_header("Cache-Control", "no-cache")
+            handler.send_header("X-Accel-Buffering", "no")
+            handler.end_headers()
+            first = b"retry: 2000\n: connected\n\n"
+            if (known or "").strip() != etag:
+                first += _event(etag)
+            handler.wfile.write(first)
+            handler.wfile.flush()
+            sent = etag
+            while not self._released.is_set():
+                try:
+                    newest = events.get(timeout=self.stream_heartbeat)
+                except queue.Empty:
+                    handler.wfile.write(b": hb\n\n")
+                    handler.wfile.flush()
+                    continue
+                if newest is None:  # dropped (a restart)
+                    return
+                if newest != sent:
+                    sent = newest
+                    handler.wfile.write(_event(newest))
+                    handler.wfile.flush()
+        except OSError:
+            pass  # the runtime went away
+        finally:
+            with self.lock:
+                self._streams.discard(events)
+            handler.close_connection = True
+
+    def _heartbeat(self, handler) -> None:
+        """``POST heartbeat`` (§2a), validated as the console validates it."""
+        length = int(handler.headers.get("Content-Length") or 0)
+        raw = handler.rfile.read(length)
+        if self._gate("heartbeat", handler) is None:
+            return
+        try:
+            body = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            _send_error(handler, 400, "malformed_json", "The body is not valid JSON.", path="")
+            return
+        problem = _heartbeat_problem(body)
+        if problem is not None:
+            path, code, message = problem
+            _send_error(handler, 400, "validation_failed", message, path=path, path_code=code)
+            return
+        unknown = sorted(set(body["agents"]) - {AGENT})
+        if unknown:
+            _send_error(handler, 404, "not_found", f"Unknown agent '{unknown[0]}'.")
+            return
+        with self.lock:
+            self.heartbeats.append(body)
+        answer = {"recorded": len(body["agents"]), "heartbeat_seconds": 60,
+                  "minimum_sdk_version": MINIMUM_SDK_VERSION,
+                  "sdk_supported": _version(body.get("sdk_version") or "") >= _version(
+                      MINIMUM_SDK_VERSION)}  # fmt: skip
+        _send(handler, 200, msgspec.json.encode(answer))
 
     def _traces(self, handler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
@@ -281,6 +413,45 @@ class FakeConsole:
         )
 
 
+MINIMUM_SDK_VERSION = "0.2.0"  # strategies.runtime.instances.MINIMUM_SDK_VERSION
+_INSTANCE = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,199}$")
+
+
+def _version(text: str) -> tuple[int, ...]:
+    match = re.match(r"^(\d+)\.(\d+)(?:\.(\d+))?", text)
+    return tuple(int(p or 0) for p in match.groups()) if match else (-1,)
+
+
+def _heartbeat_problem(body) -> tuple[str, str, str] | None:
+    """(path, code, message) of what the console refuses in a heartbeat, else None."""
+    if not isinstance(body, dict):
+        return "", "invalid", "The heartbeat must be a JSON object."
+    instance = body.get("instance")
+    if not isinstance(instance, str) or not instance:
+        return "instance", "required", "instance is required."
+    if not _INSTANCE.match(instance):
+        return "instance", "invalid_format", "instance must be printable ASCII."
+    if body.get("transport") not in (None, "", "stream", "poll"):
+        return "transport", "invalid_choice", "transport must be stream or poll."
+    agents = body.get("agents")
+    if not isinstance(agents, dict) or not agents or len(agents) > 100:
+        return "agents", "invalid", "agents must map 1 to 100 agent keys to what is served."
+    for key, entry in agents.items():
+        if not isinstance(entry, dict):
+            return f"agents.{key}", "invalid_type", "Each agent maps to {etag, documents}."
+        documents = entry.get("documents") or {}
+        if not isinstance(documents, dict) or not all(
+            type(v) is int and 0 <= v < 2**31 for v in documents.values()
+        ):
+            return f"agents.{key}.documents", "invalid", "documents maps keys to versions."
+    return None
+
+
+def _event(etag: str) -> bytes:
+    data = msgspec.json.encode({"agent": AGENT, "etag": etag}).decode()
+    return f"id: {etag}\nevent: config\ndata: {data}\n\n".encode()
+
+
 def _batch_items(handler, raw: bytes) -> list | None:
     """The batch's traces, or None once the whole request was refused as the console does."""
     try:
@@ -340,8 +511,10 @@ def _send(handler, status: int, body: bytes, headers: dict | None = None) -> Non
         pass  # the client gave up (timeout): nothing to answer
 
 
-def _send_error(handler, status: int, code: str, message: str, details=None, path=None) -> None:
+def _send_error(
+    handler, status: int, code: str, message: str, details=None, path=None, path_code=None
+) -> None:
     if path is not None:  # a refusal of the whole request names its one place, as the console
-        details = [{"path": path, "code": code, "message": message}]
+        details = [{"path": path, "code": path_code or code, "message": message}]
     body = {"error": {"code": code, "message": message, "details": details or []}}
     _send(handler, status, msgspec.json.encode(body))

@@ -23,7 +23,7 @@ from strategies.catalog.models import Agent, Environment
 from strategies.documents.serializers import KeyField, parse_strict
 from strategies.runtime.instances import LISTED_FOR_HOURS, MINIMUM_SDK_VERSION, sdk_supported
 from strategies.runtime.models import RuntimeToken
-from strategies.runtime.selectors import runtime_instances_list, tokens_list
+from strategies.runtime.selectors import UNAUTHORIZED, runtime_instances_list, tokens_list
 from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
 
 # A token request is a name, an environment, a few capabilities and agent keys.
@@ -189,7 +189,10 @@ class RuntimeInstanceSerializer(serializers.Serializer):
     sdk_supported = serializers.SerializerMethodField()
     runtime = serializers.CharField()
     transport = serializers.CharField(help_text="stream or poll")
-    resolution = serializers.CharField(help_text="fresh, stale, unauthorized…")
+    resolution = serializers.SerializerMethodField(
+        help_text="fresh, stale, unauthorized…: its last heartbeat's, and `unauthorized` as "
+        "soon as its token is revoked."
+    )
     etag = serializers.CharField(help_text="The config ETag it serves.")
     documents = serializers.DictField(child=serializers.IntegerField())
     serving_since = serializers.DateTimeField()
@@ -199,6 +202,11 @@ class RuntimeInstanceSerializer(serializers.Serializer):
 
     def get_sdk_supported(self, obj) -> bool | None:
         return sdk_supported(obj.sdk_version)
+
+    def get_resolution(self, obj) -> str:
+        if obj.token is not None and not obj.token.is_active:
+            return UNAUTHORIZED
+        return obj.resolution
 
     def get_token(self, obj) -> dict | None:
         if obj.token is None:

@@ -124,6 +124,9 @@ def agent_onboarding(*, agent: Agent) -> Onboarding:
 
 
 # --------------------------------------------------------------------------- who serves what
+UNAUTHORIZED = "unauthorized"  # the SDK's resolution of a copy the console refuses to confirm
+
+
 @dataclass
 class RuntimeRow:
     """One runtime process serving the agent in an environment, judged against what is live."""
@@ -134,6 +137,13 @@ class RuntimeRow:
     gone: bool  # unheard for GONE_AFTER_SECONDS
     sdk_supported: bool | None
     token_revoked: bool
+
+    @property
+    def resolution(self) -> str:
+        """What the runtime serves its copy as: its last heartbeat's word, except that a
+        runtime whose token is revoked is `unauthorized` from then on — its heartbeats are
+        refused, so the console knows it before the runtime can say so."""
+        return UNAUTHORIZED if self.token_revoked else self.instance.resolution
 
 
 @dataclass

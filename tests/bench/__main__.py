@@ -9,6 +9,7 @@ python -m tests.bench engine        # the SDK's selection engine (50 and 500 can
 python -m tests.bench client        # a config read on the runtime's request path
 python -m tests.bench propagation   # publish → polling client / webhook → client
 python -m tests.bench preview       # impact preview: replay + report of 10,000 traces × 50
+python -m tests.bench stream        # config stream: 50 runtimes, 1,000 held streams, polling meanwhile
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ BENCHES = {
     "client": "sdk/bench/bench_client.py",
     "propagation": "tests.bench.bench_propagation",
     "preview": "tests.bench.bench_preview",
+    "stream": "tests.bench.bench_stream",
 }
 
 

@@ -265,3 +265,26 @@ def test_dispatcher__middleware_not_accounted_for__off_django_answers(world, set
         call(app, environ(secret=secret, HTTP_ACCEPT_ENCODING="gzip"))
 
     assert app.enabled is False and counting.calls == 3
+
+
+@pytest.mark.parametrize("stream_url", [":8001", "https://stream.console.example"])
+@pytest.mark.parametrize(
+    "extra, status", [({}, "200 OK"), ({"HTTP_IF_NONE_MATCH": "ETAG"}, "304 Not Modified")]
+)
+def test_dispatcher__stream_url_set__both_paths_advertise_the_same_stream(
+    world, dispatcher, settings, stream_url, extra, status
+):
+    # Given a console with a stream server (docs/runtime-contract.md §1a)
+    settings.STREAM_URL = stream_url
+    app, counting = dispatcher()
+    secret = runtime_token(world.envs["sg-test"])
+    env = environ(secret=secret, HTTP_X_REQUEST_ID="req-8")
+    warm(app, counting, env)
+    etag = dict(call(counting.django, env)[1])["ETag"]
+    env.update({k: v.replace("ETAG", etag) for k, v in extra.items()})
+
+    # When the mirror answers, Django's bytes exactly, and both name the stream
+    got_status, headers, _ = same_answer(app, counting, env)
+
+    assert got_status == status
+    assert dict(headers)["X-Config-Stream"] == stream_url

@@ -43,9 +43,18 @@ TOKEN = re.compile(r"^\s+(cc_rt_[A-Za-z0-9_-]+)\s*$", re.MULTILINE)
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A free port whose next one is free too: `make run` puts the stream server on the web
+    port + 1 (STREAM_PORT), so both must be free or the start is refused."""
+    for _ in range(50):
+        with socket.socket() as web, socket.socket() as stream:
+            web.bind(("127.0.0.1", 0))
+            port = web.getsockname()[1]
+            try:
+                stream.bind(("127.0.0.1", port + 1))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no two free ports in a row on 127.0.0.1")
 
 
 class Run:

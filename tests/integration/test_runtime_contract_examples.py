@@ -4,13 +4,16 @@ answered by the real console. The SDK's fake console answers the same files
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from strategies.releases.services import release_publish
+from strategies.runtime.stream import StreamApplication
 from tests.factories import release_setup, runtime_token
 
 SDK_TESTS = Path(__file__).resolve().parents[2] / "sdk" / "tests"
@@ -40,7 +43,9 @@ def sg_test_token():
 def test_contract_example__real_console__answers_as_the_example_says(
     client, sg_test_token, example
 ):
-    def send(method, path, headers, body):
+    def send(method, path, headers, body, stream=False):
+        if path.startswith("/api/v1/runtime/stream/"):
+            return _stream_server_answer(path, headers, stream)
         extra = {
             "HTTP_" + name.upper().replace("-", "_"): value
             for name, value in headers.items()
@@ -58,12 +63,65 @@ def test_contract_example__real_console__answers_as_the_example_says(
     contract_examples.run_example(example, send, variables)
 
 
-def test_contract_examples__all_six_files_found():
+def _stream_server_answer(path: str, headers, stream: bool):
+    """The stream path is the stream server's (an ASGI application beside the web server):
+    asked in this process, read for STREAM_READ_SECONDS (or until its first event), then
+    disconnected as a runtime would."""
+
+    async def ask():
+        app = StreamApplication()
+        messages: list[dict] = []
+        gone = asyncio.Event()
+        asked = False
+
+        async def receive():
+            nonlocal asked
+            if not asked:
+                asked = True
+                return {"type": "http.request", "body": b"", "more_body": False}
+            await gone.wait()
+            return {"type": "http.disconnect"}
+
+        async def send(message):
+            messages.append(message)
+
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": path,
+            "query_string": b"",
+            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        }
+        task = asyncio.ensure_future(app(scope, receive, send))
+        deadline = time.monotonic() + contract_examples.STREAM_READ_SECONDS
+        while time.monotonic() < deadline and not task.done():
+            body = b"".join(m.get("body", b"") for m in messages)
+            if b"event: config" in body and body.endswith(b"\n\n"):
+                break
+            await asyncio.sleep(0.02)
+        gone.set()
+        await asyncio.wait_for(task, 5)
+        await app.hub.stop()
+        start = next(m for m in messages if m["type"] == "http.response.start")
+        return contract_examples.Answer(
+            status=start["status"],
+            headers={k.decode().lower(): v.decode() for k, v in start["headers"]},
+            body=b"".join(
+                m.get("body", b"") for m in messages if m["type"] == "http.response.body"
+            ),
+        )
+
+    return asyncio.run(ask())
+
+
+def test_contract_examples__all_files_found():
     # An empty parametrization would pass unnoticed: a path that moved must fail here.
     assert contract_examples.example_names() == [
         "config",
         "config_not_modified",
         "config_refused",
+        "heartbeat",
+        "stream",
         "traces_batch",
         "traces_batch_refused",
         "traces_rejected_one_by_one",

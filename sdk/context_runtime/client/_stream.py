@@ -154,6 +154,10 @@ class StreamListener:
                 self._wake.clear()
                 continue
             delay = None
+            # This attempt answers every poke so far: a stale one must not cut short the
+            # jittered wait after this stream ends (a restart would bring those runtimes
+            # back in the same instant).
+            self._wake.clear()
             try:
                 self._listen(url)
                 self.failures = 0  # a stream that ended after working: reconnect soon
@@ -185,6 +189,12 @@ class StreamListener:
                 self.connected = False
                 self._connection = None
                 if was_connected:
+                    # A stream that worked and then ended (a console restart drops every
+                    # runtime at once): this is a first failure again, so the next attempt
+                    # comes after a fully jittered 0.05–``reconnect_initial`` s, not after
+                    # the backoff that earlier outages had grown to.
+                    self.failures = min(self.failures, 1)
+                    first_retry = True
                     self._on_state()
             if self._stop.is_set():
                 break
