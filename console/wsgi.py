@@ -35,7 +35,7 @@ from django.urls import reverse  # noqa: E402
 from console.kernel.database_role import refuse_to_start_as_privileged_role  # noqa: E402
 from strategies.delivery.config import mirror  # noqa: E402
 from strategies.runtime.api import MirroredConfig, config_mirrored  # noqa: E402
-from strategies.runtime.auth import LAST_USED_EVERY_SECONDS, note_use  # noqa: E402
+from strategies.runtime.auth import LAST_USED_EVERY_SECONDS  # noqa: E402
 from strategies.runtime.authentication import etag_matches  # noqa: E402
 
 refuse_to_start_as_privileged_role()
@@ -100,19 +100,19 @@ class RequestIds:
 
 
 class _Answer:
-    """A mirrored answer with the middleware's headers, per (Authorization, path, secure):
-    each header list has the X-Request-ID slot at `request_id_at` (Django's order)."""
+    """A mirrored answer with the middleware's headers, per (Authorization, path, secure),
+    in Django's order; the X-Request-ID slot of each list (at `*_id_at`) is filled per request."""
 
     __slots__ = (
-        "config", "generation", "expires_at", "note_at", "etag", "body",
+        "generation", "expires_at", "etag", "body",
         "get", "head", "not_modified", "get_id_at", "not_modified_id_at",
     )  # fmt: skip
 
     def __init__(self, config: MirroredConfig, frame: list, outer: list, now: float):
-        self.config = config
         self.generation = config.generation
-        self.expires_at = config.expires_at
-        self.note_at = now + LAST_USED_EVERY_SECONDS  # config_mirrored noted this use
+        # config_mirrored noted the token's use: a new answer at least as often as note_use
+        # writes keeps `last_used_at` moving without a call per request.
+        self.expires_at = min(config.expires_at, now + LAST_USED_EVERY_SECONDS)
         self.etag = config.etag
         self.body = config.body
         request_id = ("X-Request-ID", "")
@@ -265,9 +265,6 @@ class ConfigDispatcher:
             answer = self._answer(environ, key, path, secure, now)
             if not isinstance(answer, _Answer):
                 return answer  # None (→ Django) or a refusal
-        elif now >= answer.note_at:
-            answer.note_at = now + LAST_USED_EVERY_SECONDS
-            note_use(answer.config.identity, database=False)
         incoming = environ.get("HTTP_X_REQUEST_ID")
         if incoming:
             incoming = incoming[:100]

@@ -119,7 +119,7 @@ _NO_CACHE = ("Cache-Control", "no-cache")
 @dataclass(frozen=True, slots=True)
 class MirroredConfig:
     """What `config_response` answers a token for an agent, from the mirror: the identity it
-    authorized (its use still to be noted), the payload and the view's headers. True while the
+    authorized (its use noted), the payload and the view's headers. True while the
     mirror's generation is `generation` (no invalidation since: no publish, revocation or
     reconnection) and its clock is before `expires_at` (both entries' lifetime)."""
 
@@ -140,8 +140,8 @@ def config_mirrored(
     refusal as (status, headers, body), or None when the mirror cannot answer — no token, a
     token or payload not mirrored — and Django must. Same checks, same bytes (tests/
     integration/test_config_dispatcher.py); the caller adds the headers the middleware adds.
-    The use of the token is noted here (`authorize_runtime`): a caller that answers from the
-    result again notes it itself."""
+    The use of the token is noted here (`authorize_runtime`), not when a caller answers from
+    the result again."""
     # Read before the entries: an invalidation from now on makes the result stale at once.
     generation = runtime_config.mirror.generation
     try:
