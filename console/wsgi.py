@@ -96,7 +96,7 @@ class RequestIds:
         self.counter = itertools.count()
 
     def new(self) -> str:
-        return "%s%012x" % (self.prefix, next(self.counter) & 0xFFFFFFFFFFFF)  # noqa: UP031 - the cheapest
+        return "%s%012x" % (self.prefix, next(self.counter))  # noqa: UP031 - the cheapest
 
 
 class _Answer:
