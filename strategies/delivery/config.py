@@ -208,6 +208,9 @@ class LocalMirror:
         self.healthy = False
         self._pid = None
         self._start_lock = threading.Lock()
+        # What is derived from the mirror and checked by generation alone (the config
+        # dispatcher's answers) must not outlive a fork: the child has no listener yet.
+        os.register_at_fork(after_in_child=self._forked)
 
     def get(self, key: str):
         if self._pid != os.getpid():
@@ -219,6 +222,19 @@ class LocalMirror:
         if self.clock() >= expires_at:
             return None
         return value
+
+    def entry(self, key: str) -> tuple[object, float] | None:
+        """`get`, with the time (on `clock`) the value expires: (value, expires_at) or None."""
+        if self._pid != os.getpid():
+            self._start()
+        entry = self._values.get(key)
+        if entry is None or not self.healthy or self.clock() >= entry[1]:
+            return None
+        return entry
+
+    def _forked(self) -> None:
+        self.generation += 1
+        self.healthy = False
 
     def remember(self, key: str, value, generation: int) -> None:
         if self.healthy and generation == self.generation:
@@ -314,9 +330,10 @@ def cache_put(agent_key: str, environment_id: int, rendered: RenderedConfig) -> 
     return stored == 1
 
 
-def mirrored_config(agent_key: str, environment_id: int) -> tuple[str, bytes] | None:
-    """(etag, body) from this process's mirror only, or None (no I/O at all)."""
-    return mirror.get(_config_key(agent_key, environment_id))
+def mirrored_config(agent_key: str, environment_id: int) -> tuple[tuple[str, bytes], float] | None:
+    """((etag, body), expires_at on the mirror's clock) from this process's mirror only, or
+    None (no I/O at all)."""
+    return mirror.entry(_config_key(agent_key, environment_id))
 
 
 def cached_config(agent_key: str, environment_id: int) -> tuple[str, bytes] | None:

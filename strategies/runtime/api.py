@@ -3,11 +3,13 @@
 `GET config/<agent>` is the hot path: the token's identity and the pre-rendered payload bytes
 come from the process mirror (a Redis GET each on a miss); no database query and no serializer
 on a cache hit. A request the mirror can answer does not even reach Django: the dispatcher in
-console/wsgi.py calls `config_fast`. The serializers below only document the contract in the
+console/wsgi.py calls `config_mirrored`. The serializers below only document the contract in the
 OpenAPI schema.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_not_required
@@ -22,7 +24,7 @@ from console.kernel.api_schema import ErrorDetailSerializer, ErrorSerializer
 from console.kernel.errors import ApplicationError, NotFound
 from strategies.catalog.models import Environment
 from strategies.delivery import config as runtime_config
-from strategies.runtime.auth import check_agent_scope
+from strategies.runtime.auth import RuntimeIdentity, check_agent_scope
 from strategies.runtime.authentication import (
     RuntimeTokenAuthentication,
     etag_matches,
@@ -114,32 +116,57 @@ _CONTENT_TYPE = ("Content-Type", "application/json")
 _NO_CACHE = ("Cache-Control", "no-cache")
 
 
-def config_fast(environ: dict, agent: str) -> tuple[int, list[tuple[str, str]], bytes] | None:
-    """`config_response` for a WSGI request, from this process's mirror alone and without
-    Django's request cycle (the dispatcher in console/wsgi.py): (status, the view's headers,
-    body), or None when the mirror cannot answer — no token, a token or payload not
-    mirrored — and Django must. Same checks, same bytes (tests/integration/
-    test_config_dispatcher.py); the caller adds the headers the middleware adds."""
+@dataclass(frozen=True, slots=True)
+class MirroredConfig:
+    """What `config_response` answers a token for an agent, from the mirror: the identity it
+    authorized (its use noted), the payload and the view's headers. True while the
+    mirror's generation is `generation` (no invalidation since: no publish, revocation or
+    reconnection) and its clock is before `expires_at` (both entries' lifetime)."""
+
+    identity: RuntimeIdentity
+    etag: str
+    body: bytes
+    headers_200: tuple[tuple[str, str], ...]  # HttpResponse's order
+    headers_304: tuple[tuple[str, str], ...]
+    generation: int
+    expires_at: float
+
+
+def config_mirrored(
+    authorization: str, agent: str
+) -> MirroredConfig | tuple[int, list[tuple[str, str]], bytes] | None:
+    """`config_response` for the WSGI dispatcher (console/wsgi.py), from this process's
+    mirror alone and without Django's request cycle: the answer as a `MirroredConfig`, a
+    refusal as (status, headers, body), or None when the mirror cannot answer — no token, a
+    token or payload not mirrored — and Django must. Same checks, same bytes (tests/
+    integration/test_config_dispatcher.py); the caller adds the headers the middleware adds.
+    The use of the token is noted here (`authorize_runtime`), not when a caller answers from
+    the result again."""
+    # Read before the entries: an invalidation from now on makes the result stale at once.
+    generation = runtime_config.mirror.generation
     try:
-        identity = RuntimeTokenAuthentication.identify_mirrored(
-            environ.get("HTTP_AUTHORIZATION", ""), "config:read"
-        )
-        if identity is None:
+        found = RuntimeTokenAuthentication.identify_mirrored(authorization, "config:read")
+        if found is None:
             return None
+        identity, identity_expires_at = found
         check_agent_scope(identity, agent)
     except ApplicationError as exc:
         response = JsonResponse(exc.as_payload(), status=exc.status)
         return exc.status, list(response.items()), response.content
-    entry = runtime_config.mirrored_config(agent, identity.environment_id)
-    if entry is None:
+    found = runtime_config.mirrored_config(agent, identity.environment_id)
+    if found is None:
         return None
-    etag, body = entry
-    if_none_match = environ.get("HTTP_IF_NONE_MATCH")
+    (etag, body), config_expires_at = found
     stream = _stream_header()
-    if if_none_match and (if_none_match == etag or etag_matches(if_none_match, etag)):
-        return 304, [("ETag", etag), *stream], b""
-    headers = [("ETag", etag), _NO_CACHE, *stream, _CONTENT_TYPE]  # HttpResponse's order
-    return 200, headers, b"" if environ.get("REQUEST_METHOD") == "HEAD" else body
+    return MirroredConfig(
+        identity=identity,
+        etag=etag,
+        body=body,
+        headers_200=(("ETag", etag), _NO_CACHE, *stream, _CONTENT_TYPE),
+        headers_304=(("ETag", etag), *stream),
+        generation=generation,
+        expires_at=min(identity_expires_at, config_expires_at),
+    )
 
 
 class ConfigView(APIView):

@@ -150,9 +150,10 @@ def _identity_load(raw: bytes) -> RuntimeIdentity:
     )
 
 
-def mirrored_identity(secret: str) -> RuntimeIdentity | None:
-    """The identity of an active token from this process's mirror only, or None (no I/O)."""
-    return mirror.get(_identity_key(token_hash(secret)))
+def mirrored_identity(secret: str) -> tuple[RuntimeIdentity, float] | None:
+    """(the identity of an active token, expires_at on the mirror's clock) from this
+    process's mirror only, or None (no I/O)."""
+    return mirror.entry(_identity_key(token_hash(secret)))
 
 
 def cached_identity(secret: str) -> RuntimeIdentity | None:

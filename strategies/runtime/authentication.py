@@ -41,19 +41,23 @@ class RuntimeTokenAuthentication(BaseAuthentication):
         return authorize_runtime(identity, capability) if capability else identity
 
     @staticmethod
-    def identify_mirrored(authorization: str, capability: str) -> RuntimeIdentity | None:
+    def identify_mirrored(
+        authorization: str, capability: str
+    ) -> tuple[RuntimeIdentity, float] | None:
         """`identify` from this process's mirror alone, for the config dispatcher in front of
-        Django (console/wsgi.py): the identity holding `capability` (403 as `identify`), or
-        None when the mirror cannot tell — no bearer token, a token unknown, revoked or just
-        not mirrored — and `identify` must answer. No database; the use is noted in Redis."""
+        Django (console/wsgi.py): (the identity holding `capability` (403 as `identify`), the
+        time on the mirror's clock until which the mirror vouches for it), or None when the
+        mirror cannot tell — no bearer token, a token unknown, revoked or just not mirrored —
+        and `identify` must answer. No database; the use is noted in Redis."""
         try:
             secret = bearer_secret_of(authorization)
         except NotAuthenticated:
             return None
-        identity = mirrored_identity(secret)
-        if identity is None:
+        entry = mirrored_identity(secret)
+        if entry is None:
             return None
-        return authorize_runtime(identity, capability, database=False)
+        identity, expires_at = entry
+        return authorize_runtime(identity, capability, database=False), expires_at
 
     def authenticate(self, request):
         return self.identify(request), None

@@ -10,16 +10,30 @@ method or route, a host Django refuses, an HTTPS redirect) reaches Django untouc
 from __future__ import annotations
 
 import io
+import os
 import sys
 import time
 
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
+from django.utils import timezone
 
 from console.wsgi import ConfigDispatcher
-from strategies.delivery.config import mirror
+from strategies.delivery.config import (
+    INVALIDATIONS,
+    MIRROR_TTL_SECONDS,
+    cache_key,
+    mirror,
+    redis_client,
+)
 from strategies.releases.services import release_publish
-from strategies.runtime.auth import token_hash
+from strategies.runtime.auth import (
+    LAST_USED_KEY,
+    _identity_key,
+    _last_noted,
+    last_used_pending,
+    token_hash,
+)
 from strategies.runtime.models import RuntimeToken
 from strategies.runtime.tokens import runtime_token_revoke
 from tests.factories import AgentFactory, release_setup, runtime_token
@@ -288,3 +302,124 @@ def test_dispatcher__stream_url_set__both_paths_advertise_the_same_stream(
 
     assert got_status == status
     assert dict(headers)["X-Config-Stream"] == stream_url
+
+
+# --- the remembered answers (issue 21 item 10) ----------------------------------------------------
+# The dispatcher keeps the answer of a token for an agent while the mirror vouches for both:
+# any invalidation (a publish, a revocation, a reconnection, here or in another process), the
+# end of either mirror entry's lifetime or a mirror that stopped listening ends it.
+
+
+def wait_until(condition, timeout=5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_dispatcher__answer_remembered__revoked_in_another_process__refused(world, dispatcher):
+    app, counting = dispatcher()
+    secret = runtime_token(world.envs["sg-test"])
+    warm(app, counting, environ(secret=secret))
+    assert app._answers, "the answer was not remembered"
+    generation = mirror.generation
+
+    # What another web process does when it revokes (its own mirror aside): the row, the
+    # tombstone in Redis, the invalidation on the channel every process listens to.
+    hash_hex = token_hash(secret)
+    RuntimeToken.objects.filter(token_hash=hash_hex).update(revoked_at=timezone.now())
+    key = _identity_key(hash_hex)
+    redis_client().set(key, b"-", ex=60)
+    redis_client().publish(cache_key(INVALIDATIONS), key)
+    assert wait_until(lambda: mirror.generation != generation)
+
+    status, _, _ = call(app, environ(secret=secret))
+
+    assert status == "401 Unauthorized"
+
+
+def test_dispatcher__answer_remembered__publish__new_etag_at_once(world, dispatcher):
+    app, counting = dispatcher()
+    secret = runtime_token(world.envs["sg-test"])
+    warm(app, counting, environ(secret=secret))
+    first = dict(call(app, environ(secret=secret))[1])["ETag"]
+
+    release_publish(version=world.strategy[2], environment=world.envs["sg-test"], actor=world.ops)
+    status, headers, body = call(app, environ(secret=secret, HTTP_IF_NONE_MATCH=first))
+
+    assert status == "200 OK" and dict(headers)["ETag"] != first
+    assert b'"version": 2' in body or b'"version":2' in body
+    warm(app, counting, environ(secret=secret))  # the new answer is remembered in turn
+    again = same_answer(app, counting, environ(secret=secret, HTTP_X_REQUEST_ID="p"))
+    assert dict(again[1])["ETag"] != first
+
+
+def test_dispatcher__answer_remembered__invalidation_lost__ends_with_the_mirror_entry(
+    world, dispatcher, monkeypatch
+):
+    app, counting = dispatcher()
+    secret = runtime_token(world.envs["sg-test"])
+    warm(app, counting, environ(secret=secret))
+    later = time.monotonic() + MIRROR_TTL_SECONDS + 1  # no invalidation came
+    monkeypatch.setattr(mirror, "clock", lambda: later)
+
+    before = counting.calls
+    status, _, _ = call(app, environ(secret=secret))
+
+    assert (status, counting.calls) == ("200 OK", before + 1)  # Django, then Redis, answered
+
+
+def test_dispatcher__answer_remembered__mirror_not_listening__django_answers(world, dispatcher):
+    app, counting = dispatcher()
+    secret = runtime_token(world.envs["sg-test"])
+    warm(app, counting, environ(secret=secret))
+
+    mirror.healthy = False  # the listener lost Redis: invalidations may be missed
+    try:
+        before = counting.calls
+        status, _, _ = call(app, environ(secret=secret))
+    finally:
+        mirror.healthy = True
+
+    assert (status, counting.calls) == ("200 OK", before + 1)
+
+
+def test_dispatcher__new_answer_from_the_mirror__use_of_the_token_noted(world, dispatcher):
+    app, counting = dispatcher()
+    secret = runtime_token(world.envs["sg-test"])
+    warm(app, counting, environ(secret=secret))
+    token_id = RuntimeToken.objects.get(token_hash=token_hash(secret)).pk
+    redis_client().delete(cache_key(LAST_USED_KEY))
+    _last_noted.clear()
+
+    mirror.forget("another-key")  # any invalidation: the answer is built again
+    before = counting.calls
+    call(app, environ(secret=secret))
+
+    assert counting.calls == before  # the dispatcher answered, from the mirror
+    assert token_id in last_used_pending()
+
+
+def test_dispatcher__request_ids__unique_like_uuid_hex_and_new_after_fork(world, dispatcher):
+    app, counting = dispatcher()
+    secret = runtime_token(world.envs["sg-test"])
+    warm(app, counting, environ(secret=secret))
+
+    ids = [dict(call(app, environ(secret=secret))[1])["X-Request-ID"] for _ in range(1000)]
+
+    assert len(set(ids)) == 1000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: a worker forked from a process that served requests
+        try:
+            os.write(write, f"{app._request_ids.new()} {mirror.healthy}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    child_id, child_mirror_healthy = os.read(read, 100).decode().split()
+    os.waitpid(pid, 0)
+    assert child_id[:20] != ids[0][:20] and child_id not in ids
+    assert child_mirror_healthy == "False"  # no remembered answer served before it listens
