@@ -13,6 +13,7 @@ import json
 import re
 from datetime import timedelta
 
+from context_runtime.text import unstorable_strings
 from django.db import connection
 from django.utils import timezone
 
@@ -65,6 +66,11 @@ def _text(body: dict, name: str, limit: int, *, required: bool = False) -> str:
 def _parsed(body) -> tuple[dict, dict[str, dict]]:
     if not isinstance(body, dict):
         raise ValidationFailed("The heartbeat must be a JSON object.")
+    # A NUL or a lone surrogate anywhere (agent keys included) is no text PostgreSQL keeps:
+    # refused with its path, never a 500 at the insert.
+    unstorable = [f.as_dict() for f in unstorable_strings(body, what="The heartbeat")]
+    if unstorable:
+        raise ValidationFailed(unstorable[0]["message"], details=unstorable)
     fields = {
         "instance": _text(body, "instance", 200, required=True),
         "sdk_version": _text(body, "sdk_version", 50),

@@ -231,6 +231,7 @@ def test_environments_post__valid__201_and_listed_in_order(api):
             "rollback_needs_approval": True,
             "trace_retention_days": 90,
             "snapshot_retention_days": 14,
+            "require_preview": True,
         },
     )
     assert response.status_code == 201
@@ -240,6 +241,7 @@ def test_environments_post__valid__201_and_listed_in_order(api):
         "position": 20,
         "protected": True,
         "rollback_needs_approval": True,
+        "require_preview": True,
         "trace_retention_days": 90,
         "snapshot_retention_days": 14,
         "archived": False,

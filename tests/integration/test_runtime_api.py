@@ -281,3 +281,38 @@ def test_config__head__etag_without_body(client, world):
 
     assert response.status_code == 200
     assert response["ETag"] == etag and response.content == b""
+
+
+@pytest.mark.parametrize(
+    "body, path",
+    [
+        ({"instance": "i-1", "agents": {"\u0000": {"etag": "0", "documents": {}}}}, "agents"),
+        (
+            {
+                "instance": "i-1",
+                "sdk_version": "\ud8a8\ude96",
+                "agents": {"assistant_professional": {"etag": "0", "documents": {}}},
+            },
+            "sdk_version",
+        ),
+    ],
+    ids=["nul-in-an-agent-key", "surrogate-in-sdk-version"],
+)
+def test_heartbeat__text_no_store_keeps__400_at_its_path_nothing_written(client, world, body, path):
+    """Found by the API fuzz: a NUL in an agent key reached the insert (500)."""
+    from strategies.runtime.models import RuntimeInstance
+
+    secret = runtime_token(world.envs["sg-test"])
+
+    response = client.post(
+        "/api/v1/runtime/heartbeat",
+        data=json.dumps(body),
+        content_type="application/json",
+        **bearer(secret),
+    )
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["details"][0]["code"] == "invalid_text"
+    assert error["details"][0]["path"].startswith(path)
+    assert not RuntimeInstance.objects.exists()
