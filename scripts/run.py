@@ -227,6 +227,11 @@ class Launcher:
             self.port,
             "--workers",
             os.environ.get("WEB_WORKERS", "2"),
+            # granian's default is backlog/workers/2 threads per worker (256 here): under
+            # polling load they fight over the GIL and triple the config read's p99; 1
+            # serialises a slow page and the reads behind it (docs/PERFORMANCE.md)
+            "--blocking-threads",
+            os.environ.get("WEB_THREADS", "8"),
             "--log-level",
             level.lower(),
             "console.wsgi:application",

@@ -67,19 +67,20 @@ def manage(*args: str, env, check: bool = True) -> str:
 class Server:
     """granian serving one WSGI application on a free loopback port."""
 
-    def __init__(self, app: str, env: dict, args):
+    def __init__(self, app: str, env: dict, args, cwd: Path = ROOT):
         self.port = free_port()
         self.proc = subprocess.Popen(
             [
                 sys.executable, "-m", "granian", "--interface", "wsgi",
                 "--host", "127.0.0.1", "--port", str(self.port),
-                "--workers", str(args.workers), "--blocking-threads", str(args.threads),
+                "--workers", str(args.workers),
+                *(["--blocking-threads", str(args.threads)] if args.threads else []),
                 "--no-ws", "--log-level", "warning",
                 *(["--backpressure", str(args.backpressure)] if args.backpressure else []),
                 *args.granian,
                 app,
             ],
-            cwd=ROOT,
+            cwd=cwd,
             env=env,
         )  # fmt: skip
 
@@ -203,6 +204,7 @@ def merge(rounds: list[dict]) -> dict:
         "p50": statistics.median(r["p50"] for r in rounds),
         "p99": statistics.median(r["p99"] for r in rounds),
         "p99s": [r["p99"] for r in rounds],
+        "rpss": [r["n"] / r["elapsed"] for r in rounds],
         "n": sum(r["n"] for r in rounds),
     }
 
@@ -212,7 +214,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=48.0, help="per case, all rounds")
     parser.add_argument("--connections", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2, help="granian workers, every server")
-    parser.add_argument("--threads", type=int, default=1, help="granian blocking threads")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="granian blocking threads (0: its default)"
+    )
     parser.add_argument("--backpressure", type=int, default=0, help="granian's (0: its default)")
     parser.add_argument(
         "--granian", action="append", default=[], help="one more granian option, every server"
@@ -220,6 +224,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8, help="interleaved rounds per case")
     parser.add_argument("--loader", choices=["auto", "wrk", "python"], default="auto")
     parser.add_argument("--no-bare", action="store_true", help="skip the bare Django view")
+    parser.add_argument(
+        "--compare-with",
+        type=Path,
+        help="a checkout of another commit (git archive C | tar -x -C DIR): its console is "
+        "measured too, in the same rounds",
+    )
     parser.add_argument(
         "--no-same-headers", action="store_true", help="skip the ceiling with the same headers"
     )
@@ -238,6 +248,8 @@ def main() -> None:
     bare_env = {k: v for k, v in env.items() if k != "DJANGO_SETTINGS_MODULE"}
     bare_env["DJANGO_SETTINGS_MODULE"] = "tests.bench.bare_project.settings"
     servers = {"console": Server("console.wsgi:application", env, args)}
+    if args.compare_with:
+        servers["other"] = Server("console.wsgi:application", env, args, cwd=args.compare_with)
     if not args.no_bare:
         servers["bare"] = Server("tests.bench.bare_project.wsgi:application", bare_env, args)
     body_file = tempfile.NamedTemporaryFile(suffix=".json", delete=False)  # noqa: SIM115
@@ -247,6 +259,10 @@ def main() -> None:
         config_url = servers["console"].url(CONFIG_PATH)
         # Warm every worker: Django fills Redis, then each process's mirror.
         phase(config_url, auth, 2.0, args.connections)
+        if args.compare_with:
+            servers["other"].wait()
+            other_url = servers["other"].url(CONFIG_PATH)
+            phase(other_url, auth, 2.0, args.connections)
         status, headers, body = fetch(config_url, auth)
         if status != 200:
             sys.exit(f"{config_url} answered {status}: {headers}")
@@ -282,6 +298,9 @@ def main() -> None:
             ("raw WSGI ceiling, 200", ceiling_url, auth, 200, None),
             ("config, full body (200)", config_url, auth, 200, "raw WSGI ceiling, 200"),
         ]  # fmt: skip
+        if args.compare_with:
+            cases[2:2] = [(f"{args.compare_with.name}, 304", other_url, fresh, 304, cases[0][0])]
+            cases += [(f"{args.compare_with.name}, 200", other_url, auth, 200, cases[3][0])]
         if not args.no_same_headers:
             same_url = servers["same"].url(CONFIG_PATH)
             cases += [
@@ -325,7 +344,7 @@ def main() -> None:
     print(
         f"machine: {platform.node()} · {os.cpu_count()} CPUs · {platform.machine()} · "
         f"Python {platform.python_version()} · load average {load[0]:.1f} / {load[1]:.1f} · "
-        f"granian workers={args.workers} blocking-threads={args.threads}"
+        f"granian workers={args.workers} blocking-threads={args.threads or 'default'}"
         f"{f' backpressure={args.backpressure}' if args.backpressure else ''}"
         f"{' ' + ' '.join(args.granian) if args.granian else ''} · {loader}, "
         f"{args.connections} connections · {args.seconds:.0f} s per case in {args.rounds} "
@@ -360,6 +379,11 @@ def main() -> None:
             f"{label}: {ratio:.2f}× the ceiling (target ≥ 0.8×), p99 {p99_ratio:.2f}× the "
             f"ceiling's (target ≤ 1.5×) → {'met' if ok else 'MISSED'}"
         )
+        # Each round's phase against its ceiling's, run just before: load from elsewhere comes
+        # in bursts, and a burst hits a pair alike more often than a whole run's rounds.
+        paired_rps = statistics.median(a / b for a, b in zip(r["rpss"], c["rpss"], strict=True))
+        paired_p99 = statistics.median(a / b for a, b in zip(r["p99s"], c["p99s"], strict=True))
+        line += f" (round by round, median: {paired_rps:.2f}×, p99 {paired_p99:.2f}×)"
         if bare:
             bare_ok = r["rps"] >= 2 * bare["rps"] and r["p99"] <= bare["p99"]
             line += f"; {r['rps'] / bare['rps']:.2f}× the bare view (≥ 2×, p99 ≤ bare: {'met' if bare_ok else 'MISSED'})"
