@@ -150,8 +150,9 @@ def _sample_personal_token(model):
 
 
 def _sample_preview(model):
-    """A complete impact preview of the demo strategy's v3 against sg-test, over the last 7
-    days (so req-92 is in its window for the side-by-side url)."""
+    """A complete impact preview of the sample strategy's newest frozen version (v3 in the
+    demo world, v1 in a smaller one) against sg-test, over the last 7 days (so req-92 is in
+    its window for the side-by-side url)."""
     from datetime import timedelta
 
     from django.utils import timezone
@@ -159,20 +160,26 @@ def _sample_preview(model):
     from strategies.catalog.models import Environment
     from strategies.documents.models import Version
 
-    v3 = Version.objects.get(
-        document__agent__key=SAMPLE_AGENT, document__key="after_sales_consultation", number=3
+    version = (
+        Version.objects.filter(
+            document__agent__key=SAMPLE_AGENT,
+            document__key="after_sales_consultation",
+            state=Version.State.FROZEN,
+        )
+        .order_by("-number")
+        .first()
     )
     now = timezone.now()
     return model.objects.create(
-        agent=v3.document.agent,
+        agent=version.document.agent,
         environment=Environment.objects.get(key="sg-test"),
-        document=v3.document,
-        version=v3,
-        version_number=3,
-        content_hash=v3.content_hash,
-        body=v3.body,
-        live_version_number=3,
-        live_content_hash=v3.content_hash,
+        document=version.document,
+        version=version,
+        version_number=version.number,
+        content_hash=version.content_hash,
+        body=version.body,
+        live_version_number=version.number,
+        live_content_hash=version.content_hash,
         window_start=now - timedelta(days=7),
         window_end=now + timedelta(minutes=1),
         engine="matrix",
