@@ -2,6 +2,7 @@
 
 python -m tests.bench               # all of them
 python -m tests.bench config        # the runtime config endpoint
+python -m tests.bench dispatcher    # the config read inside the process (µs per request)
 python -m tests.bench traces        # trace ingest and lookup
 python -m tests.bench trace_keys    # the ingest's check for a key twice inside a trace
 python -m tests.bench replay        # the trace page's replay (50 candidates)
@@ -20,6 +21,7 @@ import sys
 # name → module (run with -m) or script path (the SDK's, which run without Django)
 BENCHES = {
     "config": "tests.bench.bench_config",
+    "dispatcher": "tests.bench.bench_dispatcher",
     "traces": "tests.bench.bench_traces",
     "trace_keys": "tests.bench.bench_trace_keys",
     "replay": "tests.bench.bench_replay",
