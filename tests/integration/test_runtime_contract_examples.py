@@ -5,6 +5,7 @@ answered by the real console. The SDK's fake console answers the same files
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib.util
 import sys
 import time
@@ -119,7 +120,10 @@ def _stream_server_answer(path: str, headers, stream: bool):
             ),
         )
 
-    return asyncio.run(ask())
+    # On a thread of its own: the browser tests' Playwright (sync API) leaves an event loop
+    # running on the main thread, where asyncio.run() refuses to start another.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, ask()).result()
 
 
 def test_contract_examples__all_files_found():
