@@ -61,15 +61,24 @@ def run_runtime(console: str, token: str) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
+    printing = threading.Lock()
+
+    def say(record: dict) -> None:
+        # One write per line under a lock: print() from two threads (on_change's and this
+        # one) can interleave a line with another and the parent drops the unreadable line.
+        with printing:
+            sys.stdout.write(json.dumps(record) + "\n")
+            sys.stdout.flush()
+
     def changed(snapshot):
         strategy = snapshot.strategy("after_sales_consultation")
         version = strategy.version if strategy is not None else None
-        print(json.dumps({"t": time.time(), "version": version}), flush=True)
+        say({"t": time.time(), "version": version})
 
     client = ConfigClient(console, token, AGENT, on_change=changed)
     client.start(wait=30)
     while True:  # until killed; report the transport now and then
-        print(json.dumps({"t": time.time(), "transport": client.transport}), flush=True)
+        say({"t": time.time(), "transport": client.transport})
         time.sleep(2.0)
 
 
