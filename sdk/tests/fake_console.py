@@ -431,8 +431,8 @@ def _heartbeat_problem(body) -> tuple[str, str, str] | None:
         return "instance", "required", "instance is required."
     if not _INSTANCE.match(instance):
         return "instance", "invalid_format", "instance must be printable ASCII."
-    if body.get("transport") not in (None, "", "stream", "poll"):
-        return "transport", "invalid_choice", "transport must be stream or poll."
+    if body.get("transport") not in (None, "", "stream", "poll", "stopped"):
+        return "transport", "invalid_choice", "transport must be stream, poll or stopped."
     agents = body.get("agents")
     if not isinstance(agents, dict) or not agents or len(agents) > 100:
         return "agents", "invalid", "agents must map 1 to 100 agent keys to what is served."

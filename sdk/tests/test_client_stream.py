@@ -82,6 +82,18 @@ def test_stream__publish__served_within_a_second_and_transport_says_stream(strea
     )
 
 
+def test_stop__last_heartbeat_says_stopped__console_counts_the_process_out(streaming, clients):
+    client = start(clients, streaming.url, heartbeat_interval=60.0)
+    assert wait_for(lambda: any(b["transport"] == "stream" for b in streaming.heartbeats))
+
+    client.stop()
+
+    last = streaming.heartbeats[-1]
+    assert last["transport"] == "stopped"
+    assert last["instance"] == client.instance_id
+    assert last["agents"][AGENT]["etag"] == client.snapshot().etag
+
+
 def test_stream__console_without_a_stream__polls_and_says_poll(console, clients):
     # Given an older console (no X-Config-Stream, 404 on the stream path), and a runtime
     # told a stream URL explicitly

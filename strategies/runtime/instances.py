@@ -32,7 +32,9 @@ GONE_AFTER_SECONDS = 3 * HEARTBEAT_SECONDS
 LAGGING_AFTER_SECONDS = 60
 LISTED_FOR_HOURS = 24  # runtimes unheard longer leave the page (rows purged after 7 days)
 MAX_AGENTS = 100
-TRANSPORTS = ("stream", "poll")
+# `stopped`: the last heartbeat of a process shutting down cleanly — gone at once.
+TRANSPORTS = ("stream", "poll", "stopped")
+STOPPED = "stopped"
 _INSTANCE = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,199}$")
 
 
@@ -84,8 +86,10 @@ def _parsed(body) -> tuple[dict, dict[str, dict]]:
         )
     if fields["transport"] and fields["transport"] not in TRANSPORTS:
         raise ValidationFailed(
-            "transport must be stream or poll.",
-            details=[{"path": "transport", "code": "invalid_choice", "message": "stream, poll"}],
+            "transport must be stream, poll or stopped.",
+            details=[
+                {"path": "transport", "code": "invalid_choice", "message": ", ".join(TRANSPORTS)}
+            ],
         )
     agents = body.get("agents")
     if not isinstance(agents, dict) or not agents or len(agents) > MAX_AGENTS:

@@ -19,6 +19,7 @@ from strategies.documents.models import Document, Version
 from strategies.runtime.auth import last_used_pending, refused_pending
 from strategies.runtime.instances import (
     GONE_AFTER_SECONDS,
+    STOPPED,
     LAGGING_AFTER_SECONDS,
     LISTED_FOR_HOURS,
     sdk_supported,
@@ -134,7 +135,7 @@ class RuntimeRow:
     instance: RuntimeInstance
     current: bool  # serves the live configuration (its ETag)
     lagging: bool  # still on another one LAGGING_AFTER_SECONDS after the change
-    gone: bool  # unheard for GONE_AFTER_SECONDS
+    gone: bool  # said it stopped, or unheard for GONE_AFTER_SECONDS
     sdk_supported: bool | None
     token_revoked: bool
 
@@ -239,7 +240,8 @@ def runtimes_of_agent(*, agent: Agent, now: datetime | None = None) -> list[Envi
                     instance=item,
                     current=current,
                     lagging=not current and changed_long_ago,
-                    gone=(now - item.last_seen).total_seconds() > GONE_AFTER_SECONDS,
+                    gone=item.transport == STOPPED
+                    or (now - item.last_seen).total_seconds() > GONE_AFTER_SECONDS,
                     sdk_supported=sdk_supported(item.sdk_version),
                     token_revoked=item.token is not None and item.token.revoked_at is not None,
                 )

@@ -317,3 +317,39 @@ def test_heartbeat__text_no_store_keeps__400_at_its_path_nothing_written(client,
     named = [d for d in error.get("details", []) if d["path"].startswith(path)]
     assert named or path in error["message"] or "surrogate" in error["message"], error
     assert not RuntimeInstance.objects.exists()
+
+
+def test_heartbeat__stopped__counted_out_at_once_and_shown_as_stopped(client, world):
+    from strategies.runtime.selectors import runtimes_of_agent
+
+    sg_test = world.envs["sg-test"]
+    secret = runtime_token(sg_test)
+    live = client.get(CONFIG, **bearer(secret))["ETag"]
+
+    def beat(instance, transport):
+        served = {"etag": live, "documents": {}, "resolution": "fresh"}
+        body = {"instance": instance, "transport": transport, "sdk_version": "0.2.0"}
+        body["agents"] = {"assistant_professional": served}
+        response = client.post(
+            "/api/v1/runtime/heartbeat",
+            data=json.dumps(body),
+            content_type="application/json",
+            **bearer(secret),
+        )
+        assert response.status_code == 200, response.content
+
+    # Given three runtimes serving what is live
+    for instance in ("pod-a", "pod-b", "pod-c"):
+        beat(instance, "stream")
+
+    # When pod-a stops cleanly (its last heartbeat says so)
+    beat("pod-a", "stopped")
+
+    # Then the releases page counts two runtimes, both serving, and lists pod-a as stopped
+    env = next(e for e in runtimes_of_agent(agent=world.agent) if e.environment == sg_test)
+    assert env.summary.startswith("2 of 2 runtimes serve")
+    stopped = next(r for r in env.rows if r.instance.instance == "pod-a")
+    assert stopped.gone and not next(r for r in env.rows if r.instance.instance == "pod-b").gone
+    client.force_login(world.ops)
+    page = client.get(f"/releases/{world.agent.key}/runtimes/").content.decode()
+    assert "2 of 2 runtimes serve" in page and "(stopped)" in page
