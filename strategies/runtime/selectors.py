@@ -19,9 +19,9 @@ from strategies.documents.models import Document, Version
 from strategies.runtime.auth import last_used_pending, refused_pending
 from strategies.runtime.instances import (
     GONE_AFTER_SECONDS,
-    STOPPED,
     LAGGING_AFTER_SECONDS,
     LISTED_FOR_HOURS,
+    STOPPED,
     sdk_supported,
 )
 from strategies.runtime.models import RuntimeInstance, RuntimeToken
