@@ -33,6 +33,8 @@ __all__ = [
     "REQUEST_ID_PATTERN",
     "REQUEST_ID_RULE",
     "RESOLUTIONS",
+    "SHADOW_DECISIONS",
+    "SHADOW_REASON_CODES",
     "STATUSES",
     "Batch",
     "Budget",
@@ -271,6 +273,8 @@ class Sections(_Wire):
 # the runtime would not have asked that provider under it (`context_runtime.replay.NOT_REQUESTED`).
 ShadowDecisionName = Literal[DecisionName, "not_requested"]
 ShadowReasonCodeName = Literal[ReasonCodeName, "source_not_read"]
+SHADOW_DECISIONS: tuple[str, ...] = get_args(ShadowDecisionName)
+SHADOW_REASON_CODES: tuple[str, ...] = get_args(ShadowReasonCodeName)
 
 
 class ShadowDifference(_Wire):
