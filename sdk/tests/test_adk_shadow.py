@@ -71,17 +71,15 @@ def config():
         console.close()
 
 
-def _rng(request: ProviderRequest) -> random.Random:
-    return random.Random(request.request_id)
-
-
 class Providers:
     """The consultation's providers, varied per request (by its id) so that every status
     occurs: sizes, texts the estimator sizes, the order sometimes unreadable or not
-    accessible, dialogue turns of mixed relevance. Counts every call."""
+    accessible, dialogue turns of mixed relevance. Counts every call. ``seed``: the same
+    answers for every request instead."""
 
-    def __init__(self):
+    def __init__(self, seed: str | None = None):
         self.calls: collections.Counter = collections.Counter()
+        self.seed = seed
 
     def registry(self) -> Registry:
         registry = Registry()
@@ -93,7 +91,8 @@ class Providers:
     def _provider(self, source: str):
         async def provide(request: ProviderRequest):
             self.calls[source] += 1
-            return getattr(self, source)(_rng(request))
+            rng = random.Random(self.seed if self.seed is not None else request.request_id)
+            return getattr(self, source)(rng)
 
         return provide
 
@@ -290,7 +289,7 @@ class ToolCallingModel(BaseLlm):
 
 
 def run_agent_turn(client) -> tuple[ToolCallingModel, Providers, list[str], list[wire.Trace]]:
-    providers = Providers()
+    providers = Providers(seed="the same for both runs")
     tool_calls: list[str] = []
     reporter = Keep()
 
