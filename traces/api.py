@@ -157,6 +157,35 @@ class TraceSummaryOut(serializers.Serializer):
     degradation = serializers.CharField()
 
 
+class ShadowDifferenceOut(serializers.Serializer):
+    index = serializers.IntegerField(
+        help_text="The candidate's position in the trace's `candidates`."
+    )
+    decision = serializers.ChoiceField(
+        choices=list(wire.SHADOW_DECISIONS),
+        help_text="The shadow's decision; not_requested: the shadow version does not read "
+        "this source.",
+    )
+    reason_code = serializers.ChoiceField(choices=list(wire.SHADOW_REASON_CODES), allow_null=True)
+    required = serializers.BooleanField(help_text="Whether the shadow's strategy requires it.")
+
+
+class ShadowOut(serializers.Serializer):
+    """The shadow block as the runtime sent it (docs/runtime-contract.md §3); the fields after
+    `selected` come from runtimes with context_runtime 0.3.0 or later."""
+
+    version = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=list(wire.STATUSES), allow_null=True)
+    selected = serializers.ListField(child=serializers.CharField())
+    degradation = serializers.CharField(allow_null=True, required=False)
+    used_tokens = serializers.IntegerField(
+        allow_null=True, required=False, help_text="The shadow's input estimate, in tokens."
+    )
+    differences = ShadowDifferenceOut(many=True, required=False)
+    differences_total = serializers.IntegerField(allow_null=True, required=False)
+    sources_not_fetched = serializers.ListField(child=serializers.CharField(), required=False)
+
+
 class TraceOut(serializers.Serializer):
     """The trace as the runtime reported it (references and reasons only; no snapshot)."""
 
@@ -181,7 +210,7 @@ class TraceOut(serializers.Serializer):
     input_estimate = serializers.DictField(allow_null=True)
     sources = serializers.ListField(child=serializers.DictField())
     candidates = CandidateOut(many=True)
-    shadow = serializers.DictField(allow_null=True)
+    shadow = ShadowOut(allow_null=True)
     selection = SelectionOut(
         allow_null=True,
         help_text="Null when the runtime sent no replay fields (older runtimes): such a trace "
@@ -353,13 +382,11 @@ def trace_detail(request, request_id: str):
 
 class ReplayDecisionOut(serializers.Serializer):
     decision = serializers.ChoiceField(
-        choices=[*wire.DECISIONS, "not_requested"],
+        choices=list(wire.SHADOW_DECISIONS),
         help_text="not_requested: the version does not read this source (its provider would "
         "not be asked).",
     )
-    reason_code = serializers.ChoiceField(
-        choices=[*wire.REASON_CODES, "source_not_read"], allow_null=True
-    )
+    reason_code = serializers.ChoiceField(choices=list(wire.SHADOW_REASON_CODES), allow_null=True)
     reason = serializers.CharField()
     required = serializers.BooleanField()
     bundle = serializers.CharField(allow_null=True, help_text="The group the engine decided.")

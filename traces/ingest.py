@@ -29,7 +29,12 @@ from context_runtime.text import NUL, unstorable
 from context_runtime.wire import (
     DECISIONS,
     MAX_TRACES_PER_BATCH,
+    OUTCOMES,
+    REASON_CODES,
     REQUEST_ID_RULE,
+    RESOLUTIONS,
+    SHADOW_DECISIONS,
+    SHADOW_REASON_CODES,
     STATUSES,
     Batch,
     Trace,
@@ -99,8 +104,7 @@ def _msgspec_error(exc: msgspec.ValidationError) -> Finding:
     if re.match(r"Expected `(int|float)` [<>]", message):
         return error(path, "out_of_range", message.replace("Expected", "must be").replace("`", ""))
     if message.startswith("Invalid enum value"):
-        choices = DECISIONS if path.endswith(("decision", "candidate_counts")) else STATUSES
-        return error(path, "invalid_choice", "must be one of " + ", ".join(choices))
+        return error(path, "invalid_choice", "must be one of " + ", ".join(_choices(path)))
     if "length <=" in message:
         return error(path, "too_long", message.replace("Expected", "must be").replace("`", ""))
     if "length >=" in message:
@@ -110,6 +114,50 @@ def _msgspec_error(exc: msgspec.ValidationError) -> Finding:
     if message.startswith("Expected"):
         return error(path, "invalid_type", message.replace("`", ""))
     return error(path, "invalid", message.replace("`", ""))
+
+
+def _choices(path: str) -> tuple[str, ...]:
+    """The closed list a field at ``path`` takes its value from."""
+    if path.startswith("shadow.differences"):
+        return SHADOW_DECISIONS if path.endswith("decision") else SHADOW_REASON_CODES
+    if path.endswith(("decision", "candidate_counts")):
+        return DECISIONS
+    if path.endswith("reason_code"):
+        return REASON_CODES
+    if path.endswith("outcome"):
+        return OUTCOMES
+    if path.endswith("config_resolution"):
+        return RESOLUTIONS
+    return STATUSES
+
+
+def _shadow_errors(trace: Trace) -> list[Finding]:
+    """A shadow's differences point into the candidates the trace carries, and are at most
+    as many as it counts."""
+    shadow = trace.shadow
+    if shadow is None or not shadow.differences:
+        return []
+    errors = []
+    carried = len(trace.candidates)
+    for i, difference in enumerate(shadow.differences):
+        if difference.index >= carried:
+            errors.append(
+                error(
+                    f"shadow.differences[{i}].index",
+                    "out_of_range",
+                    f"must be the position of one of the trace's {carried} candidates",
+                )
+            )
+    total = shadow.differences_total
+    if total is not None and total < len(shadow.differences):
+        errors.append(
+            error(
+                "shadow.differences_total",
+                "out_of_range",
+                f"counts {total} differences, fewer than the {len(shadow.differences)} listed",
+            )
+        )
+    return errors
 
 
 def _semantic_errors(trace: Trace) -> list[Finding]:
@@ -152,6 +200,7 @@ def _semantic_errors(trace: Trace) -> list[Finding]:
         errors.append(
             error("documents", "required", f"the version of strategy '{trace.strategy}' is missing")
         )
+    errors += _shadow_errors(trace)
     return errors
 
 

@@ -590,6 +590,7 @@ def trace_page_context(*, user, trace: Trace) -> dict:
         ),
         "sections": trace.sections,
         "trace_link": trace_link(trace.request_id),
+        "shadow": shadow_card(trace, candidates),
     }
 
 
@@ -741,3 +742,119 @@ def dashboard_context(*, user, agents) -> dict:
         )
         agent.trace_charts = charts.get(agent.pk, []) if agent.pk in allowed else None
     return {"trace_list_url": _url("trace-list")}
+
+
+# --- the Shadow run card --------------------------------------------------------------------------
+@dataclass
+class ShadowRow:
+    """A candidate the shadow decided differently: live's decision beside the shadow's."""
+
+    position: int
+    item_id: str
+    source: str
+    live_decision: str
+    live_code: str
+    live_reason: str
+    live_required: bool
+    decision: str
+    code: str
+    required: bool
+
+
+@dataclass
+class ShadowCard:
+    version: int
+    live_version: int | None
+    status: str | None
+    live_status: str
+    degradation: str | None
+    live_degradation: str | None
+    used_tokens: int | None
+    live_tokens: int | None
+    sources_not_fetched: list[str]
+    rows: list[ShadowRow]
+    differences_total: int | None  # None: a runtime before SDK 0.3.0 sends no differences
+    only_shadow: list[str]  # selected by the shadow only
+    only_live: list[str]
+
+    @property
+    def same_version(self) -> bool:
+        return self.version == self.live_version
+
+    @property
+    def detailed(self) -> bool:
+        return self.differences_total is not None
+
+    @property
+    def more(self) -> int:
+        """Differences counted but not listed (over the limit, or of candidates the trace
+        does not carry)."""
+        return max(0, (self.differences_total or 0) - len(self.rows))
+
+    @property
+    def token_delta(self) -> int | None:
+        if self.used_tokens is None or self.live_tokens is None:
+            return None
+        return self.used_tokens - self.live_tokens
+
+    @property
+    def agrees(self) -> bool:
+        return (
+            self.status == self.live_status
+            and (self.degradation or None) == (self.live_degradation or None)
+            and not self.only_shadow
+            and not self.only_live
+            and not self.differences_total
+        )
+
+    @property
+    def runtime_fault(self) -> bool:
+        """The A/A calibration: the same version decided twice on the same input must agree;
+        when it does not, the runtime is at fault, not a version."""
+        return self.same_version and not self.agrees
+
+
+def shadow_card(trace: Trace, candidates: list) -> ShadowCard | None:
+    """The trace's shadow block against what live decided, or None when no shadow ran.
+    ``candidates``: the trace's candidates in order (a difference names its position)."""
+    shadow = trace.shadow
+    if not isinstance(shadow, dict) or shadow.get("version") is None:
+        return None
+    by_position = {c.position: c for c in candidates}
+    rows = []
+    for difference in shadow.get("differences") or ():
+        c = by_position.get(difference.get("index"))
+        if c is None:
+            continue
+        rows.append(
+            ShadowRow(
+                position=c.position,
+                item_id=c.item_id,
+                source=c.source,
+                live_decision=c.decision,
+                live_code=c.reason_code,
+                live_reason=c.reason,
+                live_required=c.required,
+                decision=difference.get("decision") or "",
+                code=difference.get("reason_code") or "",
+                required=bool(difference.get("required")),
+            )
+        )
+    live_selected = [c.item_id for c in candidates if c.decision == "selected"]
+    shadow_selected = list(shadow.get("selected") or ())
+    live_set, shadow_set = set(live_selected), set(shadow_selected)
+    return ShadowCard(
+        version=shadow["version"],
+        live_version=trace.documents.get(trace.strategy) if trace.strategy else None,
+        status=shadow.get("status"),
+        live_status=trace.status,
+        degradation=shadow.get("degradation"),
+        live_degradation=trace.degradation or None,
+        used_tokens=shadow.get("used_tokens"),
+        live_tokens=int(trace.input_estimate) if trace.input_estimate is not None else None,
+        sources_not_fetched=list(shadow.get("sources_not_fetched") or ()),
+        rows=rows,
+        differences_total=shadow.get("differences_total"),
+        only_shadow=[i for i in shadow_selected if i not in live_set],
+        only_live=[i for i in live_selected if i not in shadow_set],
+    )

@@ -33,6 +33,7 @@ from context_runtime.engine import (
     context_sections,
     select,
 )
+from context_runtime.replay import shadow_run
 
 AGENT = "assistant_professional"
 STRATEGY = "after_sales_consultation"
@@ -192,17 +193,13 @@ def run(
     shadow = None
     shadow_document = (config.get("shadow") or {}).get(STRATEGY)
     if shadow_document is not None:
-        shadow_strategy = Strategy.from_body(shadow_document["body"])
-        shadow = select(
-            strategy=shadow_strategy,
-            candidates=[
-                _for(item, request)
-                for item in scenario.candidates
-                if item.source in shadow_strategy.sources
-            ],
-            context_window=MODEL.context_window,
-            fixed_input_tokens=fixed,
-        ).shadow_result(shadow_document["version"])
+        # On live's candidates with live's arguments: a shadow asks no provider of its own.
+        shadow = shadow_run(
+            selection,
+            Strategy.from_body(shadow_document["body"]),
+            version=shadow_document["version"],
+            live_strategy=strategy,
+        )
     resolution = resolution or Resolution(FRESH, 0.0, False)
     return wire.Trace(
         request_id=request_id,

@@ -76,7 +76,7 @@ import msgspec
 from google.adk.models import LlmRequest, LlmResponse
 from google.genai import types
 
-from context_runtime import otel, wire
+from context_runtime import otel, replay, wire
 from context_runtime.engine import (
     BUDGET_EXCEEDED,
     DEFAULT_ESTIMATOR,
@@ -623,7 +623,6 @@ class ContextAssembly:
                     selection,
                     problem,
                     llm_request,
-                    candidates=candidates,
                 )
         if status not in (READY, DEGRADED):
             return self._fail(
@@ -635,7 +634,6 @@ class ContextAssembly:
                 "",
                 llm_request,
                 status=status,
-                candidates=candidates,
             )
 
         query_block = render_query_context(
@@ -658,7 +656,6 @@ class ContextAssembly:
             status,
             degradation,
             selection,
-            candidates,
             llm_request,
             extra={"sections": rendered},
         )
@@ -684,7 +681,6 @@ class ContextAssembly:
         llm_request,
         *,
         status: str = MISSING_REQUIRED_DATA,
-        candidates: Sequence[CandidateItem] = (),
         extra: Mapping[str, Any] | None = None,
     ) -> AssemblyResult:
         """The explicit answer instead of the model call, and its trace."""
@@ -696,7 +692,6 @@ class ContextAssembly:
             status,
             None,
             selection,
-            candidates,
             llm_request,
             extra=extra,
         )
@@ -884,13 +879,12 @@ class ContextAssembly:
         status,
         degradation,
         selection,
-        candidates,
         llm_request,
         extra: Mapping[str, Any] | None = None,
     ) -> wire.Trace | None:
         try:
             trace = self._trace(
-                request, snapshot, document, status, degradation, selection, candidates, llm_request
+                request, snapshot, document, status, degradation, selection, llm_request
             )
             if extra:
                 trace = msgspec.structs.replace(trace, **extra)
@@ -905,7 +899,7 @@ class ContextAssembly:
         return trace
 
     def _trace(
-        self, request, snapshot, document, status, degradation, selection, candidates, llm_request
+        self, request, snapshot, document, status, degradation, selection, llm_request
     ) -> wire.Trace:
         documents = {}
         profile = getattr(snapshot, "profile", None)
@@ -919,7 +913,7 @@ class ContextAssembly:
             fields["sources"] = [
                 wire.SourceRef(id=item.id, version=item.version) for item in selection.selected
             ]
-            shadow = self._shadow(snapshot, request.strategy, candidates)
+            shadow = self._shadow(snapshot, request.strategy, document, selection)
             if shadow is not None:
                 fields["shadow"] = shadow
         elif document is not None:
@@ -954,24 +948,23 @@ class ContextAssembly:
             **fields,
         )
 
-    def _shadow(self, snapshot, key: str, candidates) -> wire.ShadowResult | None:
-        """The shadow strategy's selection on the same candidates, when one is released."""
-        document = snapshot.shadow(key) if callable(getattr(snapshot, "shadow", None)) else None
-        if document is None:
+    def _shadow(self, snapshot, key: str, document, live: Selection) -> wire.ShadowResult | None:
+        """The shadow strategy version's selection, when one is released: on live's candidates
+        with live's fixed input, window, threshold and estimator (``replay.shadow_run``), so
+        it never asks a provider, the model or a tool, and an identical version agrees."""
+        shadow = snapshot.shadow(key) if callable(getattr(snapshot, "shadow", None)) else None
+        if shadow is None or document is None:
             return None
         try:
-            strategy = self._strategy(f"shadow:{key}", document)
-            usable = [c for c in candidates if c.source in strategy.sources]
-            selection = select(
-                strategy=strategy,
-                candidates=usable,
-                context_window=self._context_window,
-                relevance_threshold=self._relevance_threshold,
+            return replay.shadow_run(
+                live,
+                self._strategy(f"shadow:{key}", shadow),
+                version=shadow.version,
+                live_strategy=self._strategy(key, document),
                 estimator=self._estimator,
             )
-            return selection.shadow_result(document.version)
         except Exception:
-            logger.exception("The shadow version %s of %s could not run", document.version, key)
+            logger.exception("The shadow version %s of %s could not run", shadow.version, key)
             return None
 
 

@@ -17,6 +17,10 @@ decided on more than a trace holds), nor one whose input the runtime refused
 (``input_refused``: the engine decided nothing): :data:`TRUNCATED` and :data:`REFUSED` say
 why, and :func:`trace_candidates` / :func:`replay_trace` refuse them.
 
+A shadow run (:func:`shadow_run`) is the same replay made at request time: the shadow strategy
+version on live's candidates with live's arguments, never a provider of its own, compared with
+live by :func:`shadow_result`.
+
 Django-free; the console builds candidates straight from its rows the way
 :func:`trace_candidates` does.
 """
@@ -32,10 +36,11 @@ from context_runtime.engine import (
     DEFAULT_ESTIMATOR,
     CandidateItem,
     EngineInputError,
+    Estimator,
     Selection,
     Strategy,
 )
-from context_runtime.engine._candidates import check_candidates
+from context_runtime.engine._candidates import CheckedCandidates, check_candidates
 from context_runtime.engine._selection import _check_arguments, decide
 
 __all__ = [
@@ -49,6 +54,8 @@ __all__ = [
     "facts",
     "replay",
     "replay_trace",
+    "shadow_result",
+    "shadow_run",
     "sources_never_requested",
     "trace_candidates",
 ]
@@ -105,7 +112,17 @@ class Replay:
     the draft; the check is a fifth of a selection), decided per version, each decision the
     one :func:`~context_runtime.engine.select` makes."""
 
-    def __init__(self, candidates: Sequence[CandidateItem], selection: wire.SelectionInfo):
+    def __init__(
+        self,
+        candidates: Sequence[CandidateItem],
+        selection: wire.SelectionInfo,
+        *,
+        estimator: Estimator = DEFAULT_ESTIMATOR,
+        checked: CheckedCandidates | None = None,
+    ):
+        """``checked``: what the engine's check found for all of ``candidates`` with
+        ``estimator`` and no finding (``Selection.checked``), so a strategy reading all their
+        sources is not checked again."""
         self.candidates = candidates if type(candidates) is tuple else tuple(candidates)
         self.selection = selection
         self._arguments = {
@@ -113,11 +130,15 @@ class Replay:
             "max_input_tokens": selection.max_input_tokens,
             "fixed_input_tokens": selection.fixed_input_tokens,
             "relevance_threshold": selection.relevance_threshold,
-            "estimator": DEFAULT_ESTIMATOR,
+            # A trace records sizes, so the default sizes nothing; a shadow run at request
+            # time sizes the items that came with a text as live did.
+            "estimator": estimator,
         }
         self._refused = _check_arguments(*self._arguments.values())
         self._present = frozenset(c.source for c in self.candidates)
         self._checked: dict[frozenset, tuple] = {}
+        if checked is not None:
+            self._checked[self._present] = (self.candidates, checked, [])
 
     def run(self, strategy: Strategy | dict) -> Selection:
         """``select()`` with the recorded arguments. Candidates of a source the strategy does
@@ -137,7 +158,7 @@ class Replay:
             findings: list = []
             # Every source of `asked` is in `read`: the check says the same for any strategy
             # that reads them, so it is kept for the next version.
-            checked = check_candidates(asked, read, DEFAULT_ESTIMATOR, findings)
+            checked = check_candidates(asked, read, self._arguments["estimator"], findings)
             known = self._checked[read] = (asked, checked, findings)
         asked, checked, findings = known
         if findings:
@@ -234,21 +255,31 @@ def facts(selection: Selection, of: Sequence[CandidateItem] | None = None) -> Fa
     :func:`replay`), one per candidate of ``of``: those the strategy does not read are
     :data:`NOT_REQUESTED`."""
     decided = [
-        CandidateFacts(d.decision, d.reason_code, d.bundle or "", d.required)
-        for d in selection.decisions
+        NOT_REQUESTED
+        if d is None
+        else CandidateFacts(d.decision, d.reason_code, d.bundle or "", d.required)
+        for d in _decisions_of(selection, of)
     ]
-    if of is not None and len(of) != len(decided):
-        given = iter(zip(selection.candidates, decided, strict=True))
-        item, fact = next(given, (None, None))
-        aligned = []
-        for c in of:
-            if c is item:
-                aligned.append(fact)
-                item, fact = next(given, (None, None))
-            else:
-                aligned.append(NOT_REQUESTED)
-        decided = aligned
     return Facts(selection.status, selection.degradation or "", tuple(decided))
+
+
+def _decisions_of(selection: Selection, of: Sequence[CandidateItem] | None):
+    """The selection's decisions, one per candidate of ``of`` (default: the candidates it
+    was given): ``None`` for a candidate the selection was not given — its strategy does not
+    read that source (:meth:`Replay.run` left it out), so it is not requested."""
+    decisions = selection.decisions
+    if of is None or len(of) == len(decisions):
+        return decisions
+    given = iter(zip(selection.candidates, decisions, strict=True))
+    item, decision = next(given, (None, None))
+    aligned = []
+    for c in of:
+        if c is item:
+            aligned.append(decision)
+            item, decision = next(given, (None, None))
+        else:
+            aligned.append(None)
+    return aligned
 
 
 def sources_never_requested(
@@ -262,3 +293,80 @@ def sources_never_requested(
     asked = recorded.sources
     reads = dict.fromkeys((*candidate.required, *candidate.optional))
     return tuple(source for source in reads if source not in asked)
+
+
+def shadow_run(
+    live: Selection,
+    strategy: Strategy,
+    *,
+    version: int,
+    live_strategy: Strategy,
+    estimator: Estimator = DEFAULT_ESTIMATOR,
+) -> wire.ShadowResult:
+    """The trace's ``shadow``: the shadow strategy version (``strategy``, released as
+    ``version``) on the candidates live was given, with live's arguments — the fixed input,
+    the context window, the call's cap, the relevance threshold and ``estimator``, live's
+    estimator — so an identical version decides identically (the A/A calibration).
+
+    No provider is asked: candidates of sources the shadow does not read are
+    :data:`NOT_REQUESTED` by it, and the sources it reads that ``live_strategy`` does not are
+    named in ``sources_not_fetched`` (the shadow decided without them). Raises
+    :class:`EngineInputError` when the shadow's strategy refuses the candidates."""
+    # Live checked these very candidates with this estimator and found nothing: a shadow that
+    # reads all their sources would check them again to the same result.
+    checked = live.checked if live.estimator == estimator.name else None
+    run = Replay(live.candidates, live.selection_info(), estimator=estimator, checked=checked)
+    shadow = run.run(strategy)
+    return shadow_result(
+        live,
+        shadow,
+        version=version,
+        sources_not_fetched=sources_never_requested(live_strategy, strategy),
+    )
+
+
+def shadow_result(
+    live: Selection,
+    shadow: Selection,
+    *,
+    version: int,
+    sources_not_fetched: Sequence[str] = (),
+    limit: int = wire.MAX_SHADOW_DIFFERENCES,
+) -> wire.ShadowResult:
+    """A shadow selection compared with live's: its status, selection, handler and input
+    estimate, and the candidates it decided differently (decision, reason code or whether it
+    is required), each by its position in the trace's ``candidates`` as sent. ``shadow`` was
+    made on live's candidates or some of them (:meth:`Replay.run`); the others are
+    :data:`NOT_REQUESTED`. A candidate the trace does not carry (``wire.kept_candidates``:
+    over MAX_CANDIDATES_PER_TRACE) has no position: it is counted in ``differences_total``
+    only, as are those beyond ``limit``."""
+    kept = wire.kept_candidates(live.decisions)
+    position = None if kept is None else {i: n for n, i in enumerate(kept)}
+    differences = []
+    total = 0
+    theirs = _decisions_of(shadow, live.candidates)
+    for i, (a, b) in enumerate(zip(live.decisions, theirs, strict=True)):
+        if b is None:
+            b = NOT_REQUESTED
+        elif (
+            a.decision == b.decision and a.reason_code == b.reason_code and a.required == b.required
+        ):
+            continue
+        total += 1
+        index = i if position is None else position.get(i)
+        if index is not None and len(differences) < limit:
+            differences.append(
+                wire.ShadowDifference(
+                    index=index, decision=b.decision, reason_code=b.reason_code, required=b.required
+                )
+            )
+    return wire.ShadowResult(
+        version=version,
+        status=shadow.status,
+        selected=list(shadow.selected_ids),
+        degradation=shadow.degradation,
+        used_tokens=shadow.input_estimate,
+        differences=tuple(differences),
+        differences_total=total,
+        sources_not_fetched=tuple(sources_not_fetched),
+    )

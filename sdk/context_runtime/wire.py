@@ -26,12 +26,15 @@ __all__ = [
     "MAX_LINKS",
     "MAX_REASON_CHARS",
     "MAX_REQUEST_ID_CHARS",
+    "MAX_SHADOW_DIFFERENCES",
     "MAX_TRACES_PER_BATCH",
     "OUTCOMES",
     "REQUEST_ID_CHARS",
     "REQUEST_ID_PATTERN",
     "REQUEST_ID_RULE",
     "RESOLUTIONS",
+    "SHADOW_DECISIONS",
+    "SHADOW_REASON_CODES",
     "STATUSES",
     "Batch",
     "Budget",
@@ -51,6 +54,9 @@ __all__ = [
     "ResolutionName",
     "Sections",
     "SelectionInfo",
+    "ShadowDecisionName",
+    "ShadowDifference",
+    "ShadowReasonCodeName",
     "ShadowResult",
     "SourceRef",
     "StatusName",
@@ -58,6 +64,7 @@ __all__ = [
     "Trace",
     "candidate_counts",
     "input_errors",
+    "kept_candidates",
     "truncate_candidates",
 ]
 
@@ -73,6 +80,9 @@ MAX_REASON_CHARS = 200
 # An `input_refused` trace names at most this many of the engine's findings.
 MAX_INPUT_ERRORS = 20
 MAX_SECTIONS_PER_BLOCK = 100
+# A shadow result names at most this many of the candidates it decided differently from live
+# (`differences_total` counts them all).
+MAX_SHADOW_DIFFERENCES = 50
 
 # A request_id is what the console's URLs, search and logs carry: 1–200 characters from a
 # set every id scheme in use fits (UUIDs, `req-92`, ADK invocation ids `e-<uuid>` and the
@@ -259,10 +269,43 @@ class Sections(_Wire):
     query_context: SectionKeys = ()
 
 
+# What a shadow decided for a candidate of a source its strategy does not read: nothing —
+# the runtime would not have asked that provider under it (`context_runtime.replay.NOT_REQUESTED`).
+ShadowDecisionName = Literal[DecisionName, "not_requested"]
+ShadowReasonCodeName = Literal[ReasonCodeName, "source_not_read"]
+SHADOW_DECISIONS: tuple[str, ...] = get_args(ShadowDecisionName)
+SHADOW_REASON_CODES: tuple[str, ...] = get_args(ShadowReasonCodeName)
+
+
+class ShadowDifference(_Wire):
+    """One candidate the shadow decided differently from live: its position in the trace's
+    ``candidates`` as sent, and the shadow's decision, reason code and whether the shadow's
+    strategy requires it."""
+
+    index: Count
+    decision: ShadowDecisionName
+    reason_code: ShadowReasonCodeName | None = None
+    required: bool = False
+
+
 class ShadowResult(_Wire):
+    """What the shadow strategy version decided on live's candidates, with live's arguments
+    (docs/runtime-contract.md §3). The fields after ``selected`` are new in 0.3.0 (older
+    runtimes send none): the handler the shadow would have switched to, its input estimate
+    (tokens, as live's ``input_estimate``), the candidates it decided differently (at most
+    MAX_SHADOW_DIFFERENCES; ``differences_total`` counts all, candidates a truncated trace
+    does not carry included) and the sources it reads that live did not fetch."""
+
     version: Count
     status: StatusName | None = None
     selected: list[Annotated[str, msgspec.Meta(max_length=300)]] = []
+    degradation: Annotated[str, msgspec.Meta(max_length=100)] | None = None
+    used_tokens: Count | None = None
+    differences: Annotated[
+        tuple[ShadowDifference, ...], msgspec.Meta(max_length=MAX_SHADOW_DIFFERENCES)
+    ] = ()
+    differences_total: Count | None = None
+    sources_not_fetched: Annotated[tuple[Key, ...], msgspec.Meta(max_length=100)] = ()
 
 
 class Trace(_Wire):
@@ -325,15 +368,24 @@ def _importance(c) -> int:
     return 1 if c.decision == "selected" else 2
 
 
-def truncate_candidates(candidates, limit: int = MAX_CANDIDATES_PER_TRACE) -> tuple[list, bool]:
-    """The candidates a trace carries: all of them when they fit, else the ``limit`` that
-    matter most — every required item not selected, every selected item, then the rest —
-    in their original order; and whether any were left out."""
-    candidates = list(candidates)
+def kept_candidates(candidates, limit: int = MAX_CANDIDATES_PER_TRACE) -> list[int] | None:
+    """The positions of the candidates a trace carries, in order, or ``None`` when all fit:
+    the ``limit`` that matter most — every required item not selected, every selected item,
+    then the rest. Anything with ``required`` and ``decision`` (a wire candidate, an engine
+    decision) can be ranked."""
     if len(candidates) <= limit:
-        return candidates, False
+        return None
     ranked = sorted(range(len(candidates)), key=lambda i: (_importance(candidates[i]), i))
-    kept = sorted(ranked[:limit])
+    return sorted(ranked[:limit])
+
+
+def truncate_candidates(candidates, limit: int = MAX_CANDIDATES_PER_TRACE) -> tuple[list, bool]:
+    """The candidates a trace carries (:func:`kept_candidates`), in their original order; and
+    whether any were left out."""
+    candidates = list(candidates)
+    kept = kept_candidates(candidates, limit)
+    if kept is None:
+        return candidates, False
     return [candidates[i] for i in kept], True
 
 

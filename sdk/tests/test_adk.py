@@ -365,11 +365,25 @@ def test_consultation_A1042__ready__model_gets_enabled_sections_and_selected_evi
     estimate = trace["input_estimate"]
     assert estimate["unit"] == "token" and estimate["estimator"] == "chars/4"
     assert estimate["value"] >= (len(TASK_TEXT) + len(ORDER_TEXT) + len(POLICY_TEXT)) / 4
-    # The shadow version (no optional sources) ran on the same candidates.
+    # The shadow version (no optional sources) ran on the same candidates: the two
+    # recent_dialogue candidates (positions 3 and 4) are not requested by it.
     assert trace["shadow"] == {
         "version": 4,
         "status": "ready",
         "selected": ["task_state:T9", "order:A1042", "P7-v2"],
+        "degradation": None,
+        "used_tokens": estimate["value"] - -(-len(RECENT_TEXT) // 4),
+        "differences": [
+            {
+                "index": i,
+                "decision": "not_requested",
+                "reason_code": "source_not_read",
+                "required": False,
+            }
+            for i in (3, 4)
+        ],
+        "differences_total": 2,
+        "sources_not_fetched": [],
     }
 
 

@@ -7,6 +7,7 @@ python -m tests.bench traces        # trace ingest and lookup
 python -m tests.bench trace_keys    # the ingest's check for a key twice inside a trace
 python -m tests.bench replay        # the trace page's replay (50 candidates)
 python -m tests.bench engine        # the SDK's selection engine (50 and 500 candidates)
+python -m tests.bench shadow        # what a shadow version adds to a request (50 candidates)
 python -m tests.bench client        # a config read on the runtime's request path
 python -m tests.bench propagation   # publish → polling client / webhook → client
 python -m tests.bench preview       # impact preview: replay + report of 10,000 traces × 50
@@ -26,6 +27,7 @@ BENCHES = {
     "trace_keys": "tests.bench.bench_trace_keys",
     "replay": "tests.bench.bench_replay",
     "engine": "sdk/bench/bench_engine.py",
+    "shadow": "sdk/bench/bench_shadow.py",
     "client": "sdk/bench/bench_client.py",
     "propagation": "tests.bench.bench_propagation",
     "preview": "tests.bench.bench_preview",

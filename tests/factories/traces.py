@@ -6,6 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import factory
 import orjson
+from context_runtime import wire
+from context_runtime.engine import CandidateItem, Strategy, select
+from context_runtime.replay import shadow_run
+from context_runtime.reporter import encode_trace
 from django.utils import timezone
 
 from tests.factories.documents import (
@@ -143,3 +147,47 @@ class TraceFactory(factory.django.DjangoModelFactory):
                 trace_id=trace.pk,
                 occurred_at=trace.occurred_at,
             )
+
+
+SHADOW_LIVE_BODY = {
+    "required": ["task_state", "order_delivery", "applicable_policy"],
+    "optional": ["recent_dialogue"],
+    "on_missing": {"order_delivery": "general_policy_only"},
+    "budget": {"max_input_tokens": 8000, "reserve_output_tokens": 1000},
+}
+
+
+def shadowed_trace(
+    request_id: str, *, shadow_version: int, shadow_body: dict, fixed_input_tokens: int = 2000
+) -> bytes:
+    """A batch of one trace as the SDK reports it: after_sales_consultation v3 live (the
+    contract's body) and ``shadow_body`` released as ``shadow_version``, decided by the SDK's
+    own shadow run on live's candidates."""
+    items = (
+        CandidateItem(id="task_state:T9", source="task_state", version="4", size=310),
+        CandidateItem(id="order:A1042", source="order_delivery", version="r12", size=640),
+        CandidateItem(id="P7-v2", source="applicable_policy", version="v2", size=2100),
+        CandidateItem(id="chat:e-318", source="recent_dialogue", size=120, relevance=0.82),
+        CandidateItem(id="old-chat", source="recent_dialogue", size=900, relevance=0.05),
+    )
+    live_strategy = Strategy.from_body(SHADOW_LIVE_BODY)
+    live = select(
+        strategy=live_strategy,
+        candidates=items,
+        context_window=128_000,
+        fixed_input_tokens=fixed_input_tokens,
+    )
+    shadow = shadow_run(
+        live, Strategy.from_body(shadow_body), version=shadow_version, live_strategy=live_strategy
+    )
+    trace = wire.Trace(
+        request_id=request_id,
+        agent="assistant_professional",
+        occurred_at=timezone.now() - timedelta(minutes=1),
+        documents={"profile": 7, "after_sales_consultation": 3},
+        strategy="after_sales_consultation",
+        sources=[wire.SourceRef(id=i.id, version=i.version) for i in live.selected],
+        shadow=shadow,
+        **live.trace_fields(),
+    )
+    return b'{"traces":[' + encode_trace(trace) + b"]}"

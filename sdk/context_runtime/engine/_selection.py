@@ -150,6 +150,10 @@ class Selection(msgspec.Struct, frozen=True, kw_only=True):
     call_max_input_tokens: int | None = None
     candidates: tuple[CandidateItem, ...] = ()  # as given, for the replay fields of the trace
     engine: str = ENGINE
+    # What the check of ``candidates`` found (sizes, ids, present sources): a shadow version
+    # deciding on the same candidates (``context_runtime.replay.shadow_run``) starts from it
+    # instead of checking them again.
+    checked: CheckedCandidates | None = None
 
     @property
     def usable(self) -> bool:
@@ -320,6 +324,7 @@ def decide(
         context_window=context_window,
         call_max_input_tokens=max_input_tokens,
         candidates=items,
+        checked=checked,
     )
 
 
