@@ -46,6 +46,42 @@ class KindSpec:
         }
 
 
+# What the demo declares in every environment (docs/DEMO.md) and a good start for any.
+STANDARD_KINDS = (
+    KindSpec(
+        "task_completed",
+        "Task completed",
+        "flag",
+        bad_values=(False,),
+        rate_label="incomplete rate",
+    ),
+    KindSpec(
+        "escalated",
+        "Escalated to a person",
+        "flag",
+        bad_values=(True,),
+        rate_label="escalation rate",
+    ),
+    KindSpec(
+        "rating",
+        "User's rating",
+        "rating",
+        rating_min=1,
+        rating_max=5,
+        bad_values=(1, 2),
+        rate_label="low-rating rate",
+    ),
+    KindSpec(
+        "resolution",
+        "Resolution",
+        "label",
+        choices=("refund", "replacement", "explained", "other"),
+        bad_values=("other",),
+        rate_label="unresolved rate",
+    ),
+)
+
+
 def _is_int(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

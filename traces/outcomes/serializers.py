@@ -7,6 +7,7 @@ from rest_framework import serializers
 from console.kernel.api_schema import StrictSerializer
 from traces.outcomes import rules
 
+
 def _value():
     return serializers.JSONField(help_text="true/false, an integer, or a label.")
 
