@@ -25,6 +25,7 @@ __all__ = [
     "MAX_INT64",
     "MAX_LINKS",
     "MAX_OUTCOMES_PER_BATCH",
+    "MAX_OUTCOME_BATCH_BYTES",
     "MAX_OUTCOME_LABEL_CHARS",
     "MAX_REASON_CHARS",
     "MAX_REQUEST_ID_CHARS",
@@ -320,6 +321,7 @@ class Batch(_Wire):
 # kinds exist and which values they take is the environment's declaration, checked by the
 # console; the wire bounds only what any value may be.
 MAX_OUTCOMES_PER_BATCH = 1_000
+MAX_OUTCOME_BATCH_BYTES = 1024 * 1024  # a full batch is ~150 KB
 MAX_OUTCOME_LABEL_CHARS = 100
 # A flag (true/false), a rating (an integer) or a label (one of the kind's declared choices).
 OutcomeValue = (

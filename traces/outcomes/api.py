@@ -26,8 +26,7 @@ from traces.outcomes.serializers import (
     OutcomeListOut,
 )
 
-# A batch of 1,000 outcomes is about 150 KB; 1 MiB leaves room and bounds the read.
-MAX_OUTCOME_BATCH_BYTES = 1024 * 1024
+MAX_OUTCOME_BATCH_BYTES = wire.MAX_OUTCOME_BATCH_BYTES
 # Both may report outcomes: a runtime reports its own requests' with the token it already
 # has; outcomes:write alone is for the application, which must not write traces.
 OUTCOME_CAPABILITIES = ("outcomes:write", "traces:write")
