@@ -431,7 +431,9 @@ class FakeConsole:
                 check = OUTCOME_KINDS.get(outcome.kind)
                 if check is None:
                     declared = ", ".join(sorted(OUTCOME_KINDS))
-                    message = f"'{outcome.kind}' is not an outcome kind of '{ENVIRONMENT}'; declared: "
+                    message = (
+                        f"'{outcome.kind}' is not an outcome kind of '{ENVIRONMENT}'; declared: "
+                    )
                     rejected.append(
                         _outcome_rejection(index, item, "kind", "unknown_kind", message + declared)
                     )

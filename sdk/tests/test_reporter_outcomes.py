@@ -58,9 +58,7 @@ def test_report_outcome__delivered_in_batches_and_counted(console, make_reporter
     assert (stats["sent"], stats["delivered"], stats["rejected"]) == (2, 2, 0)
 
 
-def test_report_outcome__across_a_console_outage__each_stored_exactly_once(
-    console, make_reporter
-):
+def test_report_outcome__across_a_console_outage__each_stored_exactly_once(console, make_reporter):
     console.modes["outcomes"] = ERROR_500
     reporter = make_reporter(console.url)
     report_story(reporter, 50)
@@ -101,9 +99,7 @@ def test_report_outcome__spooled__a_new_process_delivers_what_an_earlier_one_lef
         console.close()
 
 
-def test_report_outcome__console_refuses_a_kind__rejected_and_not_retried(
-    console, make_reporter
-):
+def test_report_outcome__console_refuses_a_kind__rejected_and_not_retried(console, make_reporter):
     reporter = make_reporter(console.url)
     reporter.report_outcome("req-1", "nps", 9)
     reporter.report_outcome("req-1", "rating", 4)
