@@ -14,7 +14,11 @@ from console.kernel.api_schema import ErrorSerializer
 from console.kernel.audit import AccessAction, access_record
 from console.kernel.errors import ValidationFailed
 from console.kernel.limits import check_request_size, read_limited_body
-from console.kernel.policy import Capability, check_user_can_anywhere
+from console.kernel.policy import (
+    Capability,
+    check_user_can_anywhere,
+    check_user_can_manage_outcome_kinds,
+)
 from strategies.catalog.selectors import environment_get
 from strategies.runtime.authentication import runtime_view
 from traces.outcomes import ingest, rules, selectors, services
@@ -187,10 +191,12 @@ def outcome_kinds(request, environment: str):
     tags=["outcomes"],
 )
 @api_view(["GET", "PATCH"])
-def outcome_kind_detail(request, environment: str, key: str):
-    kind = services.outcome_kind_get(environment=environment_get(key=environment), key=key)
+def outcome_kind_detail(request, environment: str, kind: str):
+    kind = services.outcome_kind_get(environment=environment_get(key=environment), key=kind)
     if request.method == "GET":
         return Response(_kind_out(kind))
+    # Asked first: a PATCH that changes nothing is still a change only admins may try.
+    check_user_can_manage_outcome_kinds(request.user, target=services.kind_target(kind))
     check_request_size(request, KIND_REQUEST_BYTES, what="An outcome kind")
     serializer = OutcomeKindUpdateRequest(data=request.data)
     serializer.is_valid(raise_exception=True)

@@ -9,7 +9,7 @@ ENVIRONMENT = "environments/<slug:environment>/outcome-kinds"
 
 urlpatterns = [
     path(ENVIRONMENT, api.outcome_kinds, name="api-outcome-kinds"),
-    path(ENVIRONMENT + "/<slug:key>", api.outcome_kind_detail, name="api-outcome-kind-detail"),
+    path(ENVIRONMENT + "/<slug:kind>", api.outcome_kind_detail, name="api-outcome-kind-detail"),
     path("outcomes", api.outcomes_of_request, name="api-outcomes-of-request"),
 ]
 

@@ -53,8 +53,9 @@ def kind_state(kind: OutcomeKind) -> dict:
     return {**kind_spec(kind).as_dict(), "retired": kind.retired_at is not None}
 
 
-def _target(kind: OutcomeKind, environment: Environment) -> tuple:
-    return ("outcome_kind", kind.pk, f"{environment.key}: {kind.key}")
+def kind_target(kind: OutcomeKind) -> tuple:
+    """The kind as the audit and access logs name it."""
+    return ("outcome_kind", kind.pk, f"{kind.environment.key}: {kind.key}")
 
 
 def _refuse_findings(found: list[Finding], message: str) -> None:
@@ -98,7 +99,7 @@ def outcome_kind_declare(*, environment: Environment, spec: rules.KindSpec, acto
     audit_record(
         actor=actor,
         action=AuditAction.OUTCOME_KIND_DECLARE,
-        target=_target(kind, environment),
+        target=kind_target(kind),
         after=kind_state(kind),
     )
     return kind
@@ -108,8 +109,7 @@ def outcome_kind_declare(*, environment: Environment, spec: rules.KindSpec, acto
 def outcome_kind_update(*, kind: OutcomeKind, spec: rules.KindSpec, actor) -> OutcomeKind:
     """Change a kind's label, rate and bad values, widen its range or add labels (what is
     stored stays valid: `rules.change_findings`)."""
-    environment = kind.environment
-    check_user_can_manage_outcome_kinds(actor, target=_target(kind, environment))
+    check_user_can_manage_outcome_kinds(actor, target=kind_target(kind))
     kind = OutcomeKind.objects.select_for_update().get(pk=kind.pk)
     _refuse_findings(
         rules.spec_findings(spec) or rules.change_findings(kind_spec(kind), spec),
@@ -123,7 +123,7 @@ def outcome_kind_update(*, kind: OutcomeKind, spec: rules.KindSpec, actor) -> Ou
         audit_record(
             actor=actor,
             action=AuditAction.OUTCOME_KIND_UPDATE,
-            target=_target(kind, environment),
+            target=kind_target(kind),
             before=before,
             after=after,
         )
@@ -135,7 +135,7 @@ def outcome_kind_retire(*, kind: OutcomeKind, actor, retired: bool = True) -> Ou
     """Retire a kind (new reports of it are refused; stored ones stay and are shown) or
     restore it. Restoring counts against the environment's bound."""
     environment = kind.environment
-    check_user_can_manage_outcome_kinds(actor, target=_target(kind, environment))
+    check_user_can_manage_outcome_kinds(actor, target=kind_target(kind))
     kind = OutcomeKind.objects.select_for_update().get(pk=kind.pk)
     if (kind.retired_at is not None) == retired:
         return kind
@@ -152,7 +152,7 @@ def outcome_kind_retire(*, kind: OutcomeKind, actor, retired: bool = True) -> Ou
     audit_record(
         actor=actor,
         action=AuditAction.OUTCOME_KIND_RETIRE if retired else AuditAction.OUTCOME_KIND_RESTORE,
-        target=_target(kind, environment),
+        target=kind_target(kind),
         before=before,
         after=kind_state(kind),
     )

@@ -9,8 +9,8 @@ ENVIRONMENT = "catalog/environments/<slug:environment>/outcomes/"
 
 urlpatterns = [
     path(ENVIRONMENT, views.kinds_page, name="outcome-kinds"),
-    path(ENVIRONMENT + "<slug:key>/", views.kind_edit, name="outcome-kind-edit"),
-    path(ENVIRONMENT + "<slug:key>/retire", views.kind_retire, name="outcome-kind-retire"),
+    path(ENVIRONMENT + "<slug:kind>/", views.kind_edit, name="outcome-kind-edit"),
+    path(ENVIRONMENT + "<slug:kind>/retire", views.kind_retire, name="outcome-kind-retire"),
 ]
 
 # Everything about environments is console-wide (strategies.catalog.urls): so are their

@@ -114,9 +114,9 @@ def kinds_page(request, environment):
 
 @require_http_methods(["GET", "POST"])
 @ADMINS
-def kind_edit(request, environment, key):
+def kind_edit(request, environment, kind):
     environment = environment_get(key=environment)
-    kind = services.outcome_kind_get(environment=environment, key=key)
+    kind = services.outcome_kind_get(environment=environment, key=kind)
     base = services.kind_spec(kind)
     values, errors, status = form_values(base), [], 200
     if request.method == "POST":
@@ -140,9 +140,9 @@ def kind_edit(request, environment, key):
 
 @require_POST
 @ADMINS
-def kind_retire(request, environment, key):
+def kind_retire(request, environment, kind):
     environment = environment_get(key=environment)
-    kind = services.outcome_kind_get(environment=environment, key=key)
+    kind = services.outcome_kind_get(environment=environment, key=kind)
     retired = request.POST.get("retired", "true") != "false"
     services.outcome_kind_retire(kind=kind, actor=request.user, retired=retired)
     if retired:
