@@ -114,6 +114,7 @@ INSTALLED_APPS = [
     "strategies",
     "traces",
     "traces.previews",
+    "traces.outcomes",
 ]
 
 MIDDLEWARE = [

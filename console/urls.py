@@ -40,6 +40,7 @@ PAGES = (
     "strategies.exchange.urls",
     "traces.urls",
     "traces.previews.urls",
+    "traces.outcomes.urls",
     "console.access.urls",
     "console.accounts.urls",
 )
@@ -52,10 +53,15 @@ OPERATOR_API = (
     "strategies.delivery.api_urls",
     "traces.api_urls",
     "traces.previews.api_urls",
+    "traces.outcomes.api_urls",
     "console.access.api_urls",
     "console.accounts.api_urls",
 )
-RUNTIME_API = ("strategies.runtime.runtime_urls", "traces.runtime_urls")
+RUNTIME_API = (
+    "strategies.runtime.runtime_urls",
+    "traces.runtime_urls",
+    "traces.outcomes.runtime_urls",
+)
 urlpatterns += [path("", include(module)) for module in PAGES]
 urlpatterns += [path("api/v1/", include(module)) for module in OPERATOR_API]
 urlpatterns += [path("api/v1/runtime/", include(module)) for module in RUNTIME_API]

@@ -6,14 +6,17 @@ from __future__ import annotations
 from celery import shared_task
 
 from traces import services
+from traces.outcomes import services as outcome_services
 
 
 @shared_task(name="traces.purge_expired")
 def purge_expired() -> dict:
-    """Delete expired snapshots, then traces past their environment's retention, in batches."""
+    """Delete expired snapshots, then traces past their environment's retention, in batches,
+    and the outcomes reported for requests with them (the same retention)."""
     return {
         "snapshots": services.snapshots_purge_expired(),
         "traces": services.traces_purge_expired(),
+        "outcomes": outcome_services.outcomes_purge_expired(),
     }
 
 

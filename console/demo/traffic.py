@@ -230,3 +230,28 @@ def _for(item: CandidateItem, request: Request) -> CandidateItem:
     if item.size is not None and request.size_factor != 1.0:
         changes["size"] = round(item.size * request.size_factor)
     return _as(item, **changes) if changes else item
+
+
+# --- outcomes: how a request turned out, reported after the answer (RUNTIME_API §3b) --------
+OUTCOME_SHARE = 0.6  # the share of requests whose outcome the demo application reports
+
+
+def outcomes_of(request_id: str, status: str) -> list[tuple[str, object]]:
+    """The outcomes the demo's application reports for a request (none for some): drawn from
+    a generator seeded by the request id, so every run tells the same story. A request that
+    was not `ready` more often ends with a person, a low rating and no resolution."""
+    rng = random.Random(f"outcome-{request_id}")
+    if rng.random() >= OUTCOME_SHARE:
+        return []
+    ready = status == "ready"
+    completed = rng.random() < (0.9 if ready else 0.35)
+    escalated = not completed and rng.random() < (0.5 if ready else 0.8)
+    outcomes: list[tuple[str, object]] = [("task_completed", completed), ("escalated", escalated)]
+    if rng.random() < 0.7:  # not everyone rates
+        low, high = (3, 5) if completed else (1, 3)
+        outcomes.append(("rating", rng.randint(low, high)))
+    if completed:
+        outcomes.append(("resolution", rng.choice(("refund", "replacement", "explained"))))
+    elif rng.random() < 0.5:
+        outcomes.append(("resolution", "other"))
+    return outcomes

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from console.demo import documents, releases, traces, users
+from console.demo import documents, outcomes, releases, traces, users
 
-# Users need the agents, releases the versions and users, traces the releases.
-LOADERS = (documents, users, releases, traces)
+# Users need the agents, releases the versions and users, traces the releases, outcomes
+# the traces (and the admin who declares their kinds).
+LOADERS = (documents, users, releases, traces, outcomes)
 
 
 def load_world(*, stdout) -> None:

@@ -102,6 +102,11 @@ class AuditAction(_LabelledAction):
     WEBHOOK_DELETE = "webhook.delete", "Webhook deleted"
     RUNTIME_TOKEN_CREATE = "runtime_token.create", "Runtime token created"
     RUNTIME_TOKEN_REVOKE = "runtime_token.revoke", "Runtime token revoked"
+    # outcomes: the kinds an environment accepts (traces.outcomes)
+    OUTCOME_KIND_DECLARE = "outcome_kind.declare", "Outcome kind declared"
+    OUTCOME_KIND_UPDATE = "outcome_kind.update", "Outcome kind changed"
+    OUTCOME_KIND_RETIRE = "outcome_kind.retire", "Outcome kind retired"
+    OUTCOME_KIND_RESTORE = "outcome_kind.restore", "Outcome kind restored"
     # access and accounts
     ROLE_CREATE = "role.create", "Role created"
     ROLE_UPDATE = "role.update", "Role changed"
@@ -133,6 +138,8 @@ class AccessAction(_LabelledAction):
     PREVIEW_VIEW = "preview.view", "Impact preview viewed"
     PREVIEW_CANCEL = "preview.cancel", "Impact preview cancelled"
     SNAPSHOT_VIEW = "snapshot.view", "Snapshot revealed"
+    # The outcomes reported for a request (operator API; the trace page's are its view's).
+    OUTCOME_VIEW = "outcome.view", "Outcomes viewed"
     AUDIT_EXPORT = "audit.export", "Audit log exported"
     CONFIG_EXPORT = "config.export", "Configuration exported"
     AUTH_LOGIN = "auth.login", "Sign-in"

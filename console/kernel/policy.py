@@ -628,6 +628,26 @@ def role_names(user, agent=None) -> list[str]:
     return Grant.objects.role_names(user, agent)
 
 
+# --- outcome kinds: what an environment accepts as outcomes (traces.outcomes) -----------------
+# Environments are console-wide, and so is what they accept: declaring, changing and retiring
+# an environment's outcome kinds is the environment's admins' (manage_catalog on all agents).
+OUTCOME_KINDS_CAPABILITY = Capability.MANAGE_CATALOG
+
+
+def user_can_manage_outcome_kinds(user) -> bool:
+    return user_can(user, OUTCOME_KINDS_CAPABILITY)
+
+
+def check_user_can_manage_outcome_kinds(user, *, target=None) -> None:
+    check_user_can(
+        user,
+        OUTCOME_KINDS_CAPABILITY,
+        target=target,
+        message="Declaring outcome kinds needs “Create and edit agents and environments” "
+        "on all agents.",
+    )
+
+
 # --- enforcement at the edges -------------------------------------------------------------------
 # Every url module exports REQUIRED = {url name: capability | PUBLIC | AUTHENTICATED}; the
 # access-matrix test reads them all, so an endpoint without a declared rule fails the suite.

@@ -49,6 +49,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -61,7 +62,10 @@ from context_runtime.wire import (
     INPUT_REFUSED,
     MAX_BATCH_BYTES,
     MAX_CANDIDATES_PER_TRACE,
+    MAX_OUTCOME_BATCH_BYTES,
+    MAX_OUTCOMES_PER_BATCH,
     MAX_TRACES_PER_BATCH,
+    Outcome,
     Trace,
     candidate_counts,
     truncate_candidates,
@@ -75,9 +79,7 @@ __all__ = [
 
 logger = logging.getLogger("context_runtime.reporter")
 
-_ENVELOPE_OPEN = b'{"traces":['
 _ENVELOPE_CLOSE = b"]}"
-_ENVELOPE_BYTES = len(_ENVELOPE_OPEN) + len(_ENVELOPE_CLOSE)
 _WAKE = None  # put on the queue to wake the sender (flush, close)
 _NULL = msgspec.Raw(b"null")
 _RESOLUTION_FIELDS = ("config_resolution", "config_age_seconds")
@@ -172,9 +174,6 @@ def _floats_written_as_floats(trace: Trace) -> Trace:
     return msgspec.structs.replace(trace, **changes) if changes else trace
 
 
-_TRACE_DECODER = msgspec.json.Decoder(Trace)
-
-
 class TraceReporter:
     """Sends traces to ``POST /api/v1/runtime/traces`` in the background.
 
@@ -190,7 +189,19 @@ class TraceReporter:
     ``spool_fsync_interval`` seconds (``None``: left to the operating system). Give each
     runtime a directory on a local disk that outlives the process (not a tmpfs); replicas may
     share one.
+
+    :meth:`report_outcome` reports how a request turned out, after the fact (RUNTIME_API
+    §3b), through the same machinery: batched, retried, spooled (in ``spool_dir/outcomes``),
+    delivered once.
     """
+
+    # What this reporter delivers, and where: a subclass delivers outcomes the same way.
+    _WHAT = "trace"
+    _PATH = "traces"
+    _ENVELOPE_OPEN = b'{"traces":['
+    _DECODER = msgspec.json.Decoder(Trace)
+    _MAX_ITEMS = MAX_TRACES_PER_BATCH
+    _MAX_BYTES = MAX_BATCH_BYTES
 
     def __init__(
         self,
@@ -201,7 +212,7 @@ class TraceReporter:
         batch_size: int = 500,
         flush_interval: float = 1.0,
         timeout: float = 5.0,
-        max_batch_bytes: int = MAX_BATCH_BYTES,
+        max_batch_bytes: int | None = None,
         backoff_initial: float = 0.5,
         backoff_max: float = 30.0,
         auth_retry_interval: float = 60.0,
@@ -214,13 +225,17 @@ class TraceReporter:
         spool_segment_bytes: int = 1024 * 1024,
         spool_fsync_interval: float | None = 1.0,
     ):
-        if not 1 <= batch_size <= MAX_TRACES_PER_BATCH:
-            raise ValueError(f"batch_size must be between 1 and {MAX_TRACES_PER_BATCH}")
+        self._envelope_bytes = len(self._ENVELOPE_OPEN) + len(_ENVELOPE_CLOSE)
+        if max_batch_bytes is None:
+            max_batch_bytes = self._MAX_BYTES
+        if not 1 <= batch_size <= self._MAX_ITEMS:
+            raise ValueError(f"batch_size must be between 1 and {self._MAX_ITEMS}")
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
-        if not _ENVELOPE_BYTES < max_batch_bytes <= MAX_BATCH_BYTES:
-            raise ValueError(f"max_batch_bytes must be at most {MAX_BATCH_BYTES:,}")
-        self._url = http.runtime_url(base_url, "traces")
+        if not self._envelope_bytes < max_batch_bytes <= self._MAX_BYTES:
+            raise ValueError(f"max_batch_bytes must be at most {self._MAX_BYTES:,}")
+        self._base_url = base_url
+        self._url = http.runtime_url(base_url, self._PATH)
         self._token = token
         self.max_queue = max_queue
         self.batch_size = batch_size
@@ -232,7 +247,7 @@ class TraceReporter:
         self.auth_retry_interval = auth_retry_interval
         self.drop_on_auth_error = drop_on_auth_error
         self._validate = validate
-        self._max_item_bytes = max_batch_bytes - _ENVELOPE_BYTES
+        self._max_item_bytes = max_batch_bytes - self._envelope_bytes
         self._warned_snapshot = False
         if spool_dir is not None and spool_max_bytes < 4 * spool_segment_bytes:
             raise ValueError("spool_max_bytes must be at least 4 × spool_segment_bytes")
@@ -241,8 +256,11 @@ class TraceReporter:
         self.spool_segment_bytes = spool_segment_bytes
         self.spool_fsync_interval = spool_fsync_interval
         self._reset()
+        self._outcomes: _OutcomeReporter | None = None
+        self._outcomes_lock = threading.Lock()
+        self._close_at_exit = close_at_exit
+        self._exit_timeout = exit_timeout
         if close_at_exit:
-            self._exit_timeout = exit_timeout
             atexit.register(_close_at_exit, weakref.ref(self))
         if hasattr(os, "register_at_fork"):
             ref = weakref.ref(self)
@@ -250,6 +268,8 @@ class TraceReporter:
         if self._spool is not None:
             # What earlier processes spooled is delivered without waiting for a new trace.
             self._start()
+            if os.path.isdir(os.path.join(self.spool_dir, _OutcomeReporter._PATH)):
+                self._outcome_reporter()  # and their outcomes
 
     def _reset(self) -> None:
         """The state that lives with the sender thread (fresh in a forked child)."""
@@ -332,10 +352,57 @@ class TraceReporter:
                     "it was removed (pass strategy=...)"
                 )
             data = encode_trace(trace, resolution=resolution, strategy=strategy)
-            request_id = _request_id(trace)
+            return self._enqueue(_request_id(trace), data)
+        except Exception:
+            logger.exception("A trace could not be queued")
+            self._count("rejected")
+            return False
+
+    def report_outcome(
+        self,
+        request_id: str,
+        kind: str,
+        value: bool | int | str,
+        *,
+        occurred_at: datetime | None = None,
+        agent: str | None = None,
+    ) -> bool:
+        """Queue how a request turned out, after the fact (RUNTIME_API §3b): ``kind`` is one
+        the environment declares (``task_completed``, ``escalated``, ``rating``…) and
+        ``value`` true/false, an integer or a label. ``occurred_at`` (with a timezone):
+        when it happened, else when the console receives it; ``agent``: needed only when
+        the token covers several agents and the console has no trace of the request yet.
+
+        Delivered like traces — batched, retried, spooled, never blocking; a repeat with the
+        same value is stored once. True if queued, False if dropped; never raises."""
+        try:
+            outcome = Outcome(
+                request_id=request_id,
+                kind=kind,
+                value=value,
+                occurred_at=occurred_at,
+                agent=agent,
+            )
+            data = msgspec.json.encode(outcome)
+        except Exception:
+            logger.exception("Outcome %s of %s could not be encoded", kind, request_id)
+            return False
+        return self._outcome_reporter().submit(request_id, data)
+
+    def _outcome_reporter(self) -> _OutcomeReporter:
+        with self._outcomes_lock:
+            if self._outcomes is None:
+                self._outcomes = _OutcomeReporter(self)
+            return self._outcomes
+
+    def _enqueue(self, request_id: str, data: bytes) -> bool:
+        """Put one encoded item on the spool (or the memory queue); the caller counts a
+        failure."""
+        try:
             if len(data) > self._max_item_bytes:
                 logger.error(
-                    "Trace %s is %s bytes, more than a batch may carry; not sent",
+                    "%s %s is %s bytes, more than a batch may carry; not sent",
+                    self._WHAT.capitalize(),
                     request_id,
                     f"{len(data):,}",
                 )
@@ -360,18 +427,21 @@ class TraceReporter:
         except queue.Full:
             self._count("dropped")
             return False
-        except Exception:
-            logger.exception("A trace could not be queued")
-            self._count("rejected")
-            return False
         self._count("queued")
         return True
 
     # ------------------------------------------------------------ control
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every trace reported before the call is settled (delivered, rejected or
-        dropped); True if that happened within ``timeout``."""
+        """Wait until every trace (and outcome) reported before the call is settled
+        (delivered, rejected or dropped); True if that happened within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        outcomes = self._outcomes
+        if outcomes is not None and not outcomes.flush(timeout):
+            return False
+        return self._flush_own(max(0.0, deadline - time.monotonic()))
+
+    def _flush_own(self, timeout: float) -> bool:
         with self._lock:
             target = self._counts["queued"] + self._counts["recovered"]
             if self._settled >= target:
@@ -387,9 +457,19 @@ class TraceReporter:
         return True
 
     def close(self, timeout: float = 5.0) -> bool:
-        """Stop taking traces, send what is queued within ``timeout`` seconds, and count the
-        rest in memory as dropped (what is in the spool stays there, for the next process).
-        True if nothing had to be dropped. Idempotent."""
+        """Stop taking traces (and outcomes), send what is queued within ``timeout`` seconds,
+        and count the rest in memory as dropped (what is in the spool stays there, for the
+        next process). True if nothing had to be dropped. Idempotent."""
+        outcomes = self._outcomes
+        if outcomes is not None:
+            started = time.monotonic()
+            outcomes_done = outcomes.close(timeout / 2)
+            timeout = max(0.05, timeout - (time.monotonic() - started))
+        else:
+            outcomes_done = True
+        return self._close_own(timeout) and outcomes_done
+
+    def _close_own(self, timeout: float) -> bool:
         if self._closed and not self._sender_alive():
             return self.pending() == 0
         with self._lock:
@@ -440,6 +520,8 @@ class TraceReporter:
         if self._spool is not None:
             result["spool_error"] = self._spool_error
             result.update({f"spool_{k}": v for k, v in self._spool.info().items()})
+        if self._outcomes is not None:
+            result["outcomes"] = self._outcomes.stats()
         return result
 
     def status(self) -> dict[str, Any]:
@@ -499,7 +581,7 @@ class TraceReporter:
         with self._start_lock:
             if self._thread is None:
                 thread = threading.Thread(
-                    target=self._run, name="context-runtime-traces", daemon=True
+                    target=self._run, name=f"context-runtime-{self._PATH}", daemon=True
                 )
                 thread.start()
                 self._thread = thread
@@ -581,7 +663,7 @@ class TraceReporter:
         except queue.Empty:
             return []
         batch: list[tuple[str, bytes]] = []
-        size = _ENVELOPE_BYTES
+        size = self._envelope_bytes
         linger_until = time.monotonic() + self.flush_interval
         urgent = False
         while True:
@@ -615,7 +697,7 @@ class TraceReporter:
         failed) first, then the spool's, in order."""
         spool = self._spool
         batch: list[tuple] = []
-        size = _ENVELOPE_BYTES
+        size = self._envelope_bytes
         urgent = False
         linger_until: float | None = None
         while True:
@@ -629,7 +711,7 @@ class TraceReporter:
                 elif self._acceptable(item):
                     if batch and size + len(item[1]) + 1 > self.max_batch_bytes:
                         self._work.append(batch)
-                        batch, size = [], _ENVELOPE_BYTES
+                        batch, size = [], self._envelope_bytes
                     batch.append(item)
                     size += len(item[1]) + 1
             room = self.batch_size - len(batch)
@@ -663,9 +745,11 @@ class TraceReporter:
         if not self._validate:
             return True
         try:
-            _TRACE_DECODER.decode(item[1])
+            self._DECODER.decode(item[1])
         except msgspec.ValidationError as error:
-            logger.warning("Trace %s is not valid and is not sent: %s", item[0], error)
+            logger.warning(
+                "%s %s is not valid and is not sent: %s", self._WHAT.capitalize(), item[0], error
+            )
             self._done([item])
             self._settle(rejected=1)
             return False
@@ -684,7 +768,7 @@ class TraceReporter:
             self._spool.settle(segment, count)
 
     def _send(self, batch: list[tuple]) -> None:
-        body = _ENVELOPE_OPEN + b",".join(item[1] for item in batch) + _ENVELOPE_CLOSE
+        body = self._ENVELOPE_OPEN + b",".join(item[1] for item in batch) + _ENVELOPE_CLOSE
         timeout = self.timeout
         if self._deadline is not None:
             timeout = max(0.05, min(timeout, self._deadline - time.monotonic()))
@@ -758,7 +842,8 @@ class TraceReporter:
         for entry in rejected[:10]:
             if isinstance(entry, dict):
                 logger.warning(
-                    "Console rejected trace %s: %s",
+                    "Console rejected %s %s: %s",
+                    self._WHAT,
                     entry.get("request_id"),
                     _errors_text(entry.get("errors")),
                 )
@@ -830,7 +915,8 @@ class TraceReporter:
             level = logging.DEBUG
         logger.log(
             level,
-            "Trace upload failed (%s); %d traces kept, next try in %.1f s (attempt %d)",
+            "%s upload failed (%s); %d kept, next try in %.1f s (attempt %d)",
+            self._WHAT.capitalize(),
             message,
             len(batch),
             delay,
@@ -895,6 +981,66 @@ class TraceReporter:
                 if name != "batches":
                     self._settled += value
             self._settled_cond.notify_all()
+
+
+class _OutcomeReporter(TraceReporter):
+    """The outcomes of a :class:`TraceReporter` (its :meth:`~TraceReporter.report_outcome`):
+    the same delivery — batches, retries, backoff, the auth and split rules, the spool (in
+    ``<spool_dir>/outcomes``) — to ``POST outcomes``, closed and flushed with its reporter."""
+
+    _WHAT = "outcome"
+    _PATH = "outcomes"
+    _ENVELOPE_OPEN = b'{"outcomes":['
+    _DECODER = msgspec.json.Decoder(Outcome)
+    _MAX_ITEMS = MAX_OUTCOMES_PER_BATCH
+    _MAX_BYTES = MAX_OUTCOME_BATCH_BYTES
+
+    def __init__(self, parent: TraceReporter):
+        spool_dir = None
+        if parent.spool_dir is not None:
+            spool_dir = os.path.join(parent.spool_dir, self._PATH)
+            with contextlib.suppress(OSError):  # an unusable disk degrades to memory
+                os.makedirs(spool_dir, exist_ok=True)
+        super().__init__(
+            parent._base_url,
+            parent._token,
+            max_queue=parent.max_queue,
+            batch_size=min(parent.batch_size, self._MAX_ITEMS),
+            flush_interval=parent.flush_interval,
+            timeout=parent.timeout,
+            backoff_initial=parent.backoff_initial,
+            backoff_max=parent.backoff_max,
+            auth_retry_interval=parent.auth_retry_interval,
+            drop_on_auth_error=parent.drop_on_auth_error,
+            validate=parent._validate,
+            close_at_exit=False,  # its reporter closes it
+            spool_dir=spool_dir,
+            spool_max_bytes=max(4 * parent.spool_segment_bytes, parent.spool_max_bytes // 8),
+            spool_segment_bytes=parent.spool_segment_bytes,
+            spool_fsync_interval=parent.spool_fsync_interval,
+        )
+
+    def submit(self, request_id: str, data: bytes) -> bool:
+        if self._closed:
+            self._count("dropped")
+            return False
+        if self._thread is None:
+            self._start()
+        try:
+            return self._enqueue(request_id, data)
+        except Exception:
+            logger.exception("An outcome could not be queued")
+            self._count("rejected")
+            return False
+
+    def report_outcome(self, *args, **kwargs) -> bool:  # the outcomes' own: not nested
+        raise TypeError("report outcomes through the TraceReporter")
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        return self._flush_own(timeout)
+
+    def close(self, timeout: float = 5.0) -> bool:
+        return self._close_own(timeout)
 
 
 def _close_at_exit(ref) -> None:

@@ -24,6 +24,9 @@ __all__ = [
     "MAX_INT32",
     "MAX_INT64",
     "MAX_LINKS",
+    "MAX_OUTCOMES_PER_BATCH",
+    "MAX_OUTCOME_BATCH_BYTES",
+    "MAX_OUTCOME_LABEL_CHARS",
     "MAX_REASON_CHARS",
     "MAX_REQUEST_ID_CHARS",
     "MAX_SHADOW_DIFFERENCES",
@@ -47,7 +50,10 @@ __all__ = [
     "Key",
     "Label",
     "ModelInfo",
+    "Outcome",
+    "OutcomeBatch",
     "OutcomeName",
+    "OutcomeValue",
     "REASON_CODES",
     "ReasonCodeName",
     "RequestId",
@@ -350,6 +356,40 @@ class Trace(_Wire):
 
 class Batch(_Wire):
     traces: list[msgspec.Raw]
+
+
+# --- outcomes (docs/runtime-contract.md §3b): what happened after the answer ------------------
+# A runtime or the application reports, after the fact, how a request turned out: a kind the
+# environment declares (task_completed, escalated, rating, resolution) and its value. Which
+# kinds exist and which values they take is the environment's declaration, checked by the
+# console; the wire bounds only what any value may be.
+MAX_OUTCOMES_PER_BATCH = 1_000
+MAX_OUTCOME_BATCH_BYTES = 1024 * 1024  # a full batch is ~150 KB
+MAX_OUTCOME_LABEL_CHARS = 100
+# A flag (true/false), a rating (an integer) or a label (one of the kind's declared choices).
+OutcomeValue = (
+    bool
+    | Annotated[int, msgspec.Meta(ge=-MAX_INT32, le=MAX_INT32)]
+    | Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_OUTCOME_LABEL_CHARS)]
+)
+
+
+class Outcome(_Wire):
+    """One outcome of one request, as the runtime or the application reports it. Unknown
+    fields are ignored (newer runtimes)."""
+
+    request_id: RequestId
+    kind: Key
+    value: OutcomeValue
+    # When it happened (with a timezone); the console's receipt time when absent. Within
+    # MAX_CLOCK_SKEW_SECONDS ahead and the environment's trace retention.
+    occurred_at: datetime | None = None
+    # The agent that answered; when absent, the stored trace's agent (or the token's one).
+    agent: Key | None = None
+
+
+class OutcomeBatch(_Wire):
+    outcomes: list[msgspec.Raw]
 
 
 def candidate_counts(candidates) -> dict[str, int]:

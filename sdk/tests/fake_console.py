@@ -3,7 +3,9 @@
 It serves ``GET config/{agent}`` with a strong ETag and 304 for a matching ``If-None-Match``,
 takes ``PUT manifest`` and ``POST traces`` (de-duplicating by ``request_id``, refusing a
 request that is no batch and rejecting bad traces one by one with paths and codes, like the
-real ingest) and ``POST heartbeat`` (§2a, validated as the console does), and can be switched
+real ingest), ``POST outcomes`` (§3b: the kinds of ``OUTCOME_KINDS``, one value per request
+and kind, a repeat with the same value a duplicate and another one refused) and
+``POST heartbeat`` (§2a, validated as the console does), and can be switched
 per endpoint to answer 500, 401, garbage, an invalid body, or to hang. It records every
 request so tests can assert what the runtime sent.
 
@@ -33,7 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import msgspec
 from context_runtime.manifest import validate_manifest
-from context_runtime.wire import Trace
+from context_runtime.wire import Outcome, Trace
 
 TOKEN = "cc_rt_test-token"
 AGENT = "assistant_professional"
@@ -77,7 +79,15 @@ PAYLOAD = {
     "shadow": {},
 }
 
-# Modes per endpoint ("config", "traces", "manifest").
+# The outcome kinds the fake's environment declares (the demo's): kind → a check of a value.
+OUTCOME_KINDS = {
+    "task_completed": lambda v: isinstance(v, bool),
+    "escalated": lambda v: isinstance(v, bool),
+    "rating": lambda v: type(v) is int and 1 <= v <= 5,
+    "resolution": lambda v: v in ("refund", "replacement", "explained", "other"),
+}
+
+# Modes per endpoint ("config", "traces", "outcomes", "manifest").
 OK = "ok"
 ERROR_500 = "500"
 UNAUTHORIZED = "401"
@@ -104,9 +114,10 @@ class FakeConsole:
         self.payload = copy.deepcopy(payload or PAYLOAD)
         self.revision = 41
         self.etag = self._etag()
-        self.modes = {"config": OK, "traces": OK, "manifest": OK, "stream": OK, "heartbeat": OK}
+        endpoints = ("config", "traces", "outcomes", "manifest", "stream", "heartbeat")
+        self.modes = dict.fromkeys(endpoints, OK)
         # statuses to answer first
-        self.fail_next = {"config": [], "traces": [], "manifest": [], "stream": [], "heartbeat": []}
+        self.fail_next: dict[str, list] = {endpoint: [] for endpoint in endpoints}
         self.statuses: set | None = None  # the trace statuses it knows (None: this SDK's)
         self.hang_seconds = 3.0
         # When set, every config request gets 200 with these bytes under the current ETag,
@@ -116,6 +127,8 @@ class FakeConsole:
         self.config_requests: list[tuple[str | None, int]] = []  # (If-None-Match, status)
         self.trace_posts: list[dict] = []  # {"status", "bytes", "request_ids"}
         self.stored: dict[str, dict] = {}
+        self.outcome_posts: list[dict] = []  # {"status", "keys": [(request_id, kind)]}
+        self.outcomes: dict[tuple[str, str], object] = {}  # (request_id, kind) → value
         self.manifests: list[dict] = []
         self.manifest_warnings: list[dict] = []
         self.heartbeats: list[dict] = []  # the bodies the console recorded
@@ -142,6 +155,8 @@ class FakeConsole:
             def do_POST(self):
                 if self.path.startswith("/api/v1/runtime/heartbeat"):
                     console._heartbeat(self)
+                elif self.path.startswith("/api/v1/runtime/outcomes"):
+                    console._outcomes(self)
                 else:
                     console._traces(self)
 
@@ -392,6 +407,62 @@ class FakeConsole:
         answer = {"accepted": accepted, "duplicates": duplicates, "rejected": rejected}
         _send(handler, 200, msgspec.json.encode(answer))
 
+    def _outcomes(self, handler) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        raw = handler.rfile.read(length)
+        mode = self._gate("outcomes", handler)
+        if mode is None:
+            self.outcome_posts.append({"status": "error", "keys": []})
+            return
+        items = _batch_items(handler, raw, key="outcomes")
+        if items is None:
+            self.outcome_posts.append({"status": 400, "keys": []})
+            return
+        accepted, duplicates, rejected, keys = 0, [], [], []
+        with self.lock:
+            for index, item in enumerate(items):
+                try:
+                    outcome = msgspec.json.decode(msgspec.json.encode(item), type=Outcome)
+                except msgspec.ValidationError as error:
+                    rejected.append(_outcome_rejection(index, item, *_wire_error(error)))
+                    continue
+                key = (outcome.request_id, outcome.kind)
+                keys.append(key)
+                check = OUTCOME_KINDS.get(outcome.kind)
+                if check is None:
+                    declared = ", ".join(sorted(OUTCOME_KINDS))
+                    message = (
+                        f"'{outcome.kind}' is not an outcome kind of '{ENVIRONMENT}'; declared: "
+                    )
+                    rejected.append(
+                        _outcome_rejection(index, item, "kind", "unknown_kind", message + declared)
+                    )
+                elif not check(outcome.value):
+                    rejected.append(
+                        _outcome_rejection(index, item, "value", "invalid_value", "Invalid.")
+                    )
+                elif key not in self.outcomes:
+                    self.outcomes[key] = outcome.value
+                    accepted += 1
+                elif self.outcomes[key] == outcome.value and type(self.outcomes[key]) is type(
+                    outcome.value
+                ):
+                    duplicates.append({"index": index, "request_id": key[0], "kind": key[1]})
+                else:
+                    message = f"{key[1]} of this request was already reported"
+                    rejected.append(
+                        _outcome_rejection(index, item, "value", "conflicting_value", message)
+                    )
+        if mode == COMMIT_THEN_500:
+            with self.lock:
+                self.modes["outcomes"] = OK  # once
+            self.outcome_posts.append({"status": 500, "keys": keys})
+            _send_error(handler, 500, "server_error", "Committed, then the answer was lost.")
+            return
+        self.outcome_posts.append({"status": 200, "keys": keys})
+        answer = {"accepted": accepted, "duplicates": duplicates, "rejected": rejected}
+        _send(handler, 200, msgspec.json.encode(answer))
+
     def _manifest(self, handler) -> None:
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length)
@@ -452,8 +523,9 @@ def _event(etag: str) -> bytes:
     return f"id: {etag}\nevent: config\ndata: {data}\n\n".encode()
 
 
-def _batch_items(handler, raw: bytes) -> list | None:
-    """The batch's traces, or None once the whole request was refused as the console does."""
+def _batch_items(handler, raw: bytes, key: str = "traces") -> list | None:
+    """The batch's items (its `key` list), or None once the whole request was refused as the
+    console does."""
     try:
         batch = msgspec.json.decode(raw) if raw.strip() else None
     except msgspec.DecodeError:
@@ -461,11 +533,12 @@ def _batch_items(handler, raw: bytes) -> list | None:
     if batch is None:
         _send_error(handler, 400, "malformed_json", "The body is not valid JSON.", path="")
         return None
-    if not isinstance(batch, dict) or not isinstance(batch.get("traces"), list):
-        message = "Send an object with a 'traces' list."
-        _send_error(handler, 400, "validation_failed", message, path="traces")
+    if not isinstance(batch, dict) or not isinstance(batch.get(key), list):
+        article = "an" if key[0] in "aeiou" else "a"
+        message = f"Send an object with {article} '{key}' list."
+        _send_error(handler, 400, "validation_failed", message, path=key)
         return None
-    return batch["traces"]
+    return batch[key]
 
 
 # msgspec says e.g. "Invalid enum value 'maybe' - at `$.candidates[2].decision`".
@@ -492,6 +565,19 @@ def _rejection(index: int, item: dict, path: str, code: str, message: str) -> di
     return {
         "index": index,
         "request_id": item.get("request_id"),
+        "errors": [{"path": path, "code": code, "message": message}],
+    }
+
+
+def _outcome_rejection(index: int, item, path: str, code: str, message: str) -> dict:
+    """An outcome's rejection names its kind too (null when it has none)."""
+    item = item if isinstance(item, dict) else {}
+    kind = item.get("kind") if isinstance(item.get("kind"), str) else None
+    request_id = item.get("request_id") if isinstance(item.get("request_id"), str) else None
+    return {
+        "index": index,
+        "request_id": request_id,
+        "kind": kind,
         "errors": [{"path": path, "code": code, "message": message}],
     }
 

@@ -94,12 +94,17 @@ def identity_for_secret(secret: str) -> RuntimeIdentity | None:
 
 
 def authorize_runtime(
-    identity: RuntimeIdentity, capability: str, *, database: bool = True
+    identity: RuntimeIdentity, capability: str | tuple[str, ...], *, database: bool = True
 ) -> RuntimeIdentity:
-    """403 without the capability; otherwise note the use (for `last_used_at`; `database`:
-    see `note_use`)."""
-    if capability not in identity.capabilities:
-        raise Forbidden(f"This runtime token lacks the '{capability}' capability.")
+    """403 without the capability (a tuple: without any of them); otherwise note the use
+    (for `last_used_at`; `database`: see `note_use`)."""
+    wanted = (capability,) if isinstance(capability, str) else capability
+    if identity.capabilities.isdisjoint(wanted):
+        raise Forbidden(
+            f"This runtime token lacks the '{wanted[0]}' capability"
+            + "".join(f" (or '{other}')" for other in wanted[1:])
+            + "."
+        )
     note_use(identity, database=database)
     return identity
 

@@ -79,7 +79,7 @@ class RuntimeTokenScheme(OpenApiAuthenticationExtension):
         }
 
 
-def _holds(capability: str):
+def _holds(capability: str | tuple[str, ...]):
     class HoldsCapability(BasePermission):
         def has_permission(self, request, view) -> bool:
             authorize_runtime(request.user, capability)  # 403 in the error shape
@@ -88,9 +88,10 @@ def _holds(capability: str):
     return HoldsCapability
 
 
-def runtime_view(methods, *, capability: str):
+def runtime_view(methods, *, capability: str | tuple[str, ...]):
     """A runtime endpoint: token auth only (no session, no CSRF, no login redirect), and the
-    token must hold `capability`; the view gets the RuntimeIdentity as `request.user`."""
+    token must hold `capability` (a tuple: any of them); the view gets the RuntimeIdentity as
+    `request.user`."""
 
     def decorate(view):
         view = permission_classes([_holds(capability)])(view)

@@ -12,7 +12,8 @@ class RuntimeToken(models.Model):
     """A runtime's credential: one environment, every agent or some, some capabilities.
     Only the SHA-256 of the secret is stored; the secret is shown once at creation."""
 
-    CAPABILITIES = ("config:read", "manifest:write", "traces:write")
+    # outcomes:write: outcomes only (the application's token); traces:write may report them too.
+    CAPABILITIES = ("config:read", "manifest:write", "traces:write", "outcomes:write")
     is_runtime_token = True  # lets the audit log tell a token from a user
 
     name = models.CharField(max_length=200)

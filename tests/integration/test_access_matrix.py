@@ -78,6 +78,7 @@ SIMPLE_SAMPLES = {
     "agent": SAMPLE_AGENT,
     "environment": "sg-test",
     "request_id": "req-92",
+    "kind": "escalated",  # an outcome kind every demo environment declares
 }
 GENERIC_WORDS = {"api", "list", "detail", "create", "new", "edit", "update", "delete", "revoke"}
 

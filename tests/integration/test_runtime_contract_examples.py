@@ -16,6 +16,7 @@ import pytest
 from strategies.releases.services import release_publish
 from strategies.runtime.stream import StreamApplication
 from tests.factories import release_setup, runtime_token
+from tests.factories.outcomes import outcome_kinds
 
 SDK_TESTS = Path(__file__).resolve().parents[2] / "sdk" / "tests"
 
@@ -37,6 +38,7 @@ def sg_test_token():
     sg_test = world.envs["sg-test"]
     release_publish(version=world.profile[1], environment=sg_test, actor=world.ops)
     release_publish(version=world.strategy[3], environment=sg_test, actor=world.ops)
+    outcome_kinds(sg_test)  # the demo's: task_completed, escalated, rating, resolution
     return runtime_token(sg_test)
 
 
@@ -133,6 +135,7 @@ def test_contract_examples__all_files_found():
         "config_not_modified",
         "config_refused",
         "heartbeat",
+        "outcomes_batch",
         "stream",
         "traces_batch",
         "traces_batch_refused",

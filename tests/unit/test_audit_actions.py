@@ -56,6 +56,7 @@ def test_members__stored_strings_as_written_before_the_enum():
         "preview.view",
         "preview.cancel",
         "snapshot.view",
+        "outcome.view",  # issue 22: outcomes of a request
         "audit.export",
         "config.export",
         "auth.login",
@@ -75,6 +76,7 @@ def test_members__stored_strings_as_written_before_the_enum():
         "config.import",
         *(f"webhook.{a}" for a in ("create", "delete")),
         *(f"runtime_token.{a}" for a in ("create", "revoke")),
+        *(f"outcome_kind.{a}" for a in ("declare", "update", "retire", "restore")),
         *(f"role.{a}" for a in ("create", "update")),
         *(f"grant.{a}" for a in ("create", "revoke")),
         "auth.unlock",

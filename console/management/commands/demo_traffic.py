@@ -101,6 +101,9 @@ class DemoRuntime:
         self.reporter.report(
             trace, resolution=snapshot, strategy=snapshot.strategy(traffic.STRATEGY)
         )
+        # The demo's application reports how some requests ended (a traces:write token may).
+        for kind, value in traffic.outcomes_of(trace.request_id, trace.status):
+            self.reporter.report_outcome(trace.request_id, kind, value, agent=trace.agent)
         self.total += 1
         self.minute[trace.status] += 1
         self.versions.add(trace.documents[traffic.STRATEGY])

@@ -30,7 +30,7 @@ class Command(BaseCommand):
             "--capability",
             action="append",
             default=[],
-            help="config:read, manifest:write, traces:write (repeat); default config:read.",
+            help="config:read, manifest:write, traces:write, outcomes:write (repeat); default config:read.",
         )
         create.add_argument("--name", default="")
         sub.add_parser("list", help="List tokens (never secrets).")
