@@ -4,7 +4,7 @@ Django looks for an app's models here, so this module only gathers them."""
 from strategies.catalog.models import Agent, Environment, Manifest
 from strategies.delivery.models import ConfigPayload, Webhook, WebhookAttempt, WebhookDelivery
 from strategies.documents.models import Document, Version
-from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
+from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent, ShadowRelease
 from strategies.runtime.models import RuntimeToken
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "Release",
     "ReleaseEvent",
     "RuntimeToken",
+    "ShadowRelease",
     "Version",
     "Webhook",
     "WebhookAttempt",

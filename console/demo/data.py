@@ -3,6 +3,7 @@ sections) and a manifest that implements everything the demo uses."""
 
 from __future__ import annotations
 
+from context_runtime.manifest import FEATURES
 from context_runtime.vocabulary import (
     BLOCKS,
     KNOWN_SECTIONS,
@@ -67,4 +68,6 @@ DEMO_MANIFEST: dict = {
         for key in KNOWN_SECTIONS[block]
     ],
     "switches": list(KNOWN_SWITCHES),
+    # The demo runtimes are built on the SDK, which runs shadow releases.
+    "features": list(FEATURES),
 }

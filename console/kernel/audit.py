@@ -95,6 +95,8 @@ class AuditAction(_LabelledAction):
     APPROVAL_REQUEST = "approval.request", "Approval requested"
     APPROVAL_REJECT = "approval.reject", "Approval rejected"
     APPROVAL_WITHDRAW = "approval.withdraw", "Approval request withdrawn"
+    SHADOW_START = "shadow.start", "Shadow release started"
+    SHADOW_STOP = "shadow.stop", "Shadow release stopped"
     # configuration as code
     CONFIG_IMPORT = "config.import", "Configuration imported"
     # delivery and runtime

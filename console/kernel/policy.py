@@ -309,6 +309,33 @@ def check_user_can_publish_to(user, environment, agent, *, target=None) -> None:
     )
 
 
+def shadow_refusal(user, environment, agent) -> Finding | None:
+    """Why `user` may not start, stop or promote a shadow in `environment` (None: they may).
+    A shadow changes nothing users see, but it is how the next live version is judged and
+    promoting it is a publish: it takes what publishing there takes (in a protected
+    environment the right to request a publish; a start or stop needs no second person)."""
+    refusal = publish_refusal(user, environment, agent)
+    if refusal is None or refusal.code == "not_found":
+        return refusal
+    return Finding(
+        "environment", "forbidden", f"You may not run shadow releases in {environment.key}."
+    )
+
+
+def user_can_shadow(user, environment, agent) -> bool:
+    return shadow_refusal(user, environment, agent) is None
+
+
+def check_user_can_shadow(user, environment, agent, *, target=None) -> None:
+    refuse_publish(
+        shadow_refusal(user, environment, agent),
+        user=user,
+        environment=environment,
+        agent=agent,
+        target=target,
+    )
+
+
 def user_can_decide_approval(user, approval) -> bool:
     """Approving or rejecting needs APPROVE on the agent and is never one's own request."""
     return approval.requested_by_id != getattr(user, "pk", None) and user_can(

@@ -12,9 +12,19 @@ from context_runtime.text import unstorable_strings
 from context_runtime.vocabulary import BLOCKS
 
 __all__ = [
+    "FEATURES",
+    "SHADOW",
+    "SPLIT",
     "Manifest",
     "validate_manifest",
 ]
+
+# What a runtime can do beyond serving the live configuration, declared in the manifest's
+# ``features`` list (docs/runtime-contract.md §2). A manifest without the list declares none.
+SHADOW = "shadow"  # runs the payload's ``shadow`` versions beside live and reports the result
+SPLIT = "split"  # reserved: serves a share of traffic from another version (not yet defined)
+# What this SDK implements, so what a runtime built on it declares (Registry.manifest_body).
+FEATURES: tuple[str, ...] = (SHADOW,)
 
 
 @dataclass(frozen=True)
@@ -27,6 +37,9 @@ class Manifest:
     sections: dict[str, tuple[str, bool]]  # section key -> (block, sensitive)
     switches: frozenset[str]
     name: str = ""
+    # Names the runtime declares (``shadow``; later ``split``); unknown names are kept, so a
+    # newer runtime can declare what this SDK does not know yet.
+    features: frozenset[str] = frozenset()
 
     @classmethod
     def from_dict(cls, data: dict, name: str = "") -> Manifest:
@@ -44,11 +57,14 @@ class Manifest:
             sections=sections,
             switches=frozenset(data["switches"]),
             name=name,
+            features=frozenset(data.get("features") or ()),
         )
 
     def to_dict(self) -> dict:
-        """The wire form, with name lists sorted so equal manifests give equal dicts."""
-        return {
+        """The wire form, with name lists sorted so equal manifests give equal dicts.
+        ``features`` only when some are declared: a manifest from before the field gives the
+        dict (and the console's content hash) it always gave."""
+        wire = {
             "providers": sorted(self.providers),
             "tools": sorted(self.tools),
             "handlers": sorted(self.handlers),
@@ -58,6 +74,13 @@ class Manifest:
             ],
             "switches": sorted(self.switches),
         }
+        if self.features:
+            wire["features"] = sorted(self.features)
+        return wire
+
+    def supports(self, feature: str) -> bool:
+        """Whether the runtime declares ``feature`` (e.g. :data:`SHADOW`)."""
+        return feature in self.features
 
     def __hash__(self) -> int:  # ``sections`` is a dict, so the generated hash would fail
         return hash(
@@ -68,6 +91,7 @@ class Manifest:
                 frozenset(self.sections.items()),
                 self.switches,
                 self.name,
+                self.features,
             )
         )
 
@@ -100,6 +124,7 @@ def validate_manifest(data) -> list[Finding]:
         findings += _name_list(data, field, field, required=True)[0]
     findings += _manifest_sections(data)
     findings += _name_list(data, "switches", "switches", required=True)[0]
+    findings += _name_list(data, "features", "features", required=False, what="a feature name")[0]
     return findings
 
 

@@ -47,7 +47,7 @@ from context_runtime import _json
 from context_runtime.client import _http as http
 from context_runtime.client._http import TransportError
 from context_runtime.findings import blocking
-from context_runtime.manifest import Manifest, validate_manifest
+from context_runtime.manifest import FEATURES, Manifest, validate_manifest
 from context_runtime.vocabulary import BLOCKS, KNOWN_SENSITIVE_SECTIONS
 
 __all__ = [
@@ -68,9 +68,15 @@ class Registry:
     Each ``register_*`` returns what it was given, so it also works as a decorator
     (``@registry.provider("task_state")``). Registering the same name twice with the same
     function is harmless; with a different one it is a mistake and raises ``ValueError``.
+
+    ``features``: what the runtime declares beyond serving the live configuration; by default
+    what this SDK implements (:data:`~context_runtime.manifest.FEATURES`: ``shadow``, since
+    ``ContextAssembly`` runs the payload's shadow versions). A runtime that selects context
+    without the SDK's assembly passes what it really does (``features=()``: none), so the
+    console refuses a shadow release it would not run.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, features: tuple[str, ...] | list[str] = FEATURES) -> None:
         self._lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
         self.revision = 0  # grows with every change of what the manifest declares
@@ -79,6 +85,9 @@ class Registry:
         self._handlers: dict[str, Callable | None] = {}
         self._sections: dict[str, tuple[str, bool]] = {}
         self._switches: dict[str, None] = {}
+        for feature in features:
+            _check_name(feature, "feature name")
+        self.features: tuple[str, ...] = tuple(sorted(set(features)))
 
     # ------------------------------------------------------------ registering
 
@@ -196,6 +205,8 @@ class Registry:
                 ],
                 "switches": sorted(self._switches),
             }
+            if self.features:
+                body["features"] = list(self.features)
         problems = blocking(validate_manifest(body))
         if problems:
             raise ValueError("Invalid manifest: " + " ".join(p.message for p in problems))

@@ -196,6 +196,26 @@ def body_findings(
     return findings
 
 
+def runtime_feature_finding(
+    *, environment: Environment, feature: str, context: ValidationContext | None = None
+) -> Finding | None:
+    """Why `environment`'s runtime cannot do `feature` (e.g. run a shadow): its latest
+    manifest does not list it in `features` — a manifest from before the field lists none.
+    None when it does, or when no manifest was reported (`no_manifest_finding` says that)."""
+    context = context or validation_context(environment=environment)
+    if context.manifest is None or context.manifest.supports(feature):
+        return None
+    declared = ", ".join(sorted(context.manifest.features)) or "none"
+    return Finding(
+        "features",
+        f"{feature}_unsupported",
+        f"The {environment.key} runtime does not declare {feature} support in its manifest "
+        f"(features it declares: {declared}; manifest v{context.manifest_row.version}). "
+        f'Upgrade it to an SDK that runs {feature} releases (its manifest lists "{feature}" '
+        "in features) and let it report again.",
+    )
+
+
 def archived_finding(environment: Environment, path: str = "") -> Finding:
     """Why nothing new goes into an archived environment: a publish, a runtime token."""
     return Finding(

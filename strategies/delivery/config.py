@@ -1,14 +1,16 @@
 """The runtime's live configuration (docs/runtime-contract.md §1): rendered once per release change.
 
-Every release change (publish, approval applied, rollback) calls `payload_refresh` inside
+Every release change (publish, approval applied, rollback, a shadow started or stopped)
+calls `payload_refresh` inside
 its own transaction: it locks the (agent, environment) payload row, renders the JSON bytes
 from the releases as they now stand and stores them, so the stored payload commits together
 with the release. After commit the bytes are pushed to Redis. The config endpoint then
 answers from Redis alone — no database query and no serializer on a hit.
 
-The ETag is `"r<sum of the release revisions>-<4 hex of the payload hash>"`. Revisions only
-grow, so the sum grows with every change of any release of that agent in that environment
-and with nothing else; it also orders payloads, so an older payload never overwrites a newer
+The ETag is `"r<sum of the release and shadow revisions>-<4 hex of the payload hash>"`.
+Revisions only grow (a stopped shadow keeps its row and revision), so the sum grows with
+every change of any release or shadow of that agent in that environment and with nothing
+else; it also orders payloads, so an older payload never overwrites a newer
 one in the cache (see `_CACHE_SET_IF_NEWER`).
 
 PostgreSQL is the truth; Redis and the process mirrors are caches of it. Nothing that talks to
@@ -39,7 +41,7 @@ from django.dispatch import receiver
 from strategies.catalog.models import Agent
 from strategies.delivery.models import ConfigPayload
 from strategies.documents.models import Document
-from strategies.releases.selectors import live_releases
+from strategies.releases.selectors import live_releases, shadows_in
 
 log = logging.getLogger(__name__)
 
@@ -70,9 +72,11 @@ def _dumps(value) -> bytes:
 
 
 def payload_render(*, agent, environment) -> RenderedConfig:
-    """Render the §1 document from the releases of `agent` in `environment` (two queries)."""
+    """Render the §1 document from the releases and shadows of `agent` in `environment`
+    (three queries)."""
 
     releases = live_releases(agent=agent, environment=environment)
+    shadows = shadows_in(agent=agent, environment=environment)
     profile = None
     strategies: dict[str, dict] = {}
     for release in releases:
@@ -81,14 +85,19 @@ def payload_render(*, agent, environment) -> RenderedConfig:
             profile = entry
         else:
             strategies[release.document.key] = entry
-    revision_sum = sum(r.revision for r in releases)
+    shadow = {
+        s.document.key: {"version": s.version.number, "body": s.version.body}
+        for s in shadows
+        if s.running
+    }
+    revision_sum = sum(r.revision for r in releases) + sum(s.revision for s in shadows)
     document = {
         "agent": agent.key,
         "environment": environment.key,
         "etag": "",
         "profile": profile,
         "strategies": strategies,
-        "shadow": {},
+        "shadow": shadow,
     }
     digest = hashlib.sha256(_dumps(document)).hexdigest()
     etag = f'"r{revision_sum}-{digest[:4]}"'

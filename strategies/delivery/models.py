@@ -11,7 +11,9 @@ from django.db import models
 
 WEBHOOK_EVENT = "release.changed"
 APPROVAL_REQUESTED_EVENT = "approval.requested"
-WEBHOOK_EVENTS = (WEBHOOK_EVENT, APPROVAL_REQUESTED_EVENT)
+# A shadow started or stopped: the payload's `shadow` changed, nothing users see did.
+SHADOW_CHANGED_EVENT = "shadow.changed"
+WEBHOOK_EVENTS = (WEBHOOK_EVENT, APPROVAL_REQUESTED_EVENT, SHADOW_CHANGED_EVENT)
 
 
 def default_webhook_events() -> list[str]:
@@ -55,7 +57,8 @@ class Webhook(models.Model):
     events = ArrayField(
         models.CharField(max_length=40),
         default=default_webhook_events,
-        help_text="Which events it hears: release.changed (runtimes), approval.requested (chat).",
+        help_text="Which events it hears: release.changed (runtimes), approval.requested (chat), "
+        "shadow.changed (runtimes that run shadows).",
     )
     # Kept to sign deliveries (HMAC needs it); shown once at creation, never again.
     secret = models.CharField(max_length=100)
@@ -111,6 +114,11 @@ class WebhookDelivery(models.Model):
             return (
                 f"{event['agent']} / {event['document']} v{event['version']} → "
                 f"{event['environment']} waits for approval ({event['kind']})"
+            )
+        if event.get("event") == SHADOW_CHANGED_EVENT:
+            return (
+                f"{event['agent']} / {event['document']} shadow v{event['version']} "
+                f"({event['action']})"
             )
         start = f"v{event['from_version']} → " if event.get("from_version") else ""
         return f"{event['agent']} / {event['document']} {start}v{event['to_version']} ({event['action']})"

@@ -12,12 +12,18 @@ from console.kernel.errors import ApplicationError, NotFound
 from console.kernel.policy import Capability, requires
 from strategies.catalog.selectors import environment_get, environment_list
 from strategies.delivery import selectors, webhooks
-from strategies.delivery.models import APPROVAL_REQUESTED_EVENT, WEBHOOK_EVENT, Webhook
+from strategies.delivery.models import (
+    APPROVAL_REQUESTED_EVENT,
+    SHADOW_CHANGED_EVENT,
+    WEBHOOK_EVENT,
+    Webhook,
+)
 
 # The events a webhook can hear, with who listens to them (the create form's checkboxes).
 EVENT_CHOICES = [
     (WEBHOOK_EVENT, "Release changed (runtimes)"),
     (APPROVAL_REQUESTED_EVENT, "Approval requested (chat, review routing)"),
+    (SHADOW_CHANGED_EVENT, "Shadow started or stopped (runtimes that run shadows)"),
 ]
 
 

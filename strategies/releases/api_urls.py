@@ -15,6 +15,9 @@ urlpatterns = [
     path(AGENT + "releases/history/", api.release_history, name="api-release-history"),
     path(RELEASE, api.release_publish, name="api-release-publish"),
     path(RELEASE + "rollback/", api.release_rollback, name="api-release-rollback"),
+    path(RELEASE + "shadow/", api.shadow_start, name="api-release-shadow-start"),
+    path(RELEASE + "shadow/stop/", api.shadow_stop, name="api-release-shadow-stop"),
+    path(RELEASE + "shadow/promote/", api.shadow_promote, name="api-release-shadow-promote"),
     path(AGENT + "promote/", api.release_promote, name="api-release-promote"),
     path("approvals/", api.approval_list, name="api-approval-list"),
     path("approvals/<int:pk>/", api.approval_detail, name="api-approval-detail"),
@@ -23,8 +26,8 @@ urlpatterns = [
     path("approvals/<int:pk>/withdraw/", api.approval_withdraw, name="api-approval-withdraw"),
 ]
 
-# Publish and promote: the service checks the right to publish to the environment (a
-# protected one takes the right to request). Approval writes: the service checks the agent
+# Publish, promote and shadows: the service checks the right to publish to the environment
+# (a protected one takes the right to request). Approval writes: the service checks the agent
 # of the request (404 out of scope, 403 without APPROVE or for one's own request).
 REQUIRED = {
     "api-release-list": Capability.VIEW_CONFIG,
@@ -32,6 +35,9 @@ REQUIRED = {
     "api-release-publish": Capability.VIEW_CONFIG,
     "api-release-rollback": Capability.ROLLBACK,
     "api-release-promote": Capability.VIEW_CONFIG,
+    "api-release-shadow-start": Capability.VIEW_CONFIG,
+    "api-release-shadow-stop": Capability.VIEW_CONFIG,
+    "api-release-shadow-promote": Capability.VIEW_CONFIG,
     "api-approval-list": Capability.VIEW_CONFIG,
     "api-approval-detail": Capability.VIEW_CONFIG,
     "api-approval-approve": Capability.APPROVE,

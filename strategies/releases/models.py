@@ -40,13 +40,27 @@ class Release(models.Model):
         )
 
 
+class ReleaseEventQuerySet(models.QuerySet):
+    def moves(self):
+        """The events that moved what is live (not a shadow's start or stop): what rollback
+        targets and unreviewed versions are read from."""
+        return self.filter(action__in=ReleaseEvent.LIVE_ACTIONS)
+
+
 class ReleaseEvent(models.Model):
-    """Append-only history of a release: every publish, approval applied and rollback."""
+    """Append-only history of a release: every publish, approval applied and rollback, and
+    every start and stop of a shadow beside it (`to_version`: the shadow's version; `revision`:
+    the shadow's revision it produced)."""
 
     class Action(models.TextChoices):
         PUBLISH = "publish", "Publish"
         APPROVE = "approve", "Approved publish"
         ROLLBACK = "rollback", "Rollback"
+        SHADOW_START = "shadow_start", "Shadow started"
+        SHADOW_STOP = "shadow_stop", "Shadow stopped"
+
+    LIVE_ACTIONS = (Action.PUBLISH, Action.APPROVE, Action.ROLLBACK)
+    SHADOW_ACTIONS = (Action.SHADOW_START, Action.SHADOW_STOP)
 
     release = models.ForeignKey(Release, on_delete=models.PROTECT, related_name="events")
     revision = models.PositiveIntegerField(help_text="The release revision this event produced.")
@@ -63,11 +77,22 @@ class ReleaseEvent(models.Model):
     unreviewed = models.BooleanField(default=False)
     occurred_at = models.DateTimeField(auto_now_add=True)
 
+    objects = ReleaseEventQuerySet.as_manager()
+
     class Meta:
         ordering = ["-occurred_at", "-id"]
         constraints = [
+            # One event per revision of the release pointer, and one per revision of its
+            # shadow (two counters, one history).
             models.UniqueConstraint(
-                fields=["release", "revision"], name="release_event_unique_revision"
+                fields=["release", "revision"],
+                condition=Q(action__in=["publish", "approve", "rollback"]),
+                name="release_event_unique_revision",
+            ),
+            models.UniqueConstraint(
+                fields=["release", "revision"],
+                condition=Q(action__in=["shadow_start", "shadow_stop"]),
+                name="release_event_unique_shadow_revision",
             ),
         ]
         # Append-only in the database: no session setting switches these off (see Guard).
@@ -75,6 +100,50 @@ class ReleaseEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.release}: {self.action} r{self.revision}"
+
+
+class ShadowRelease(models.Model):
+    """Environment E runs version V of strategy D as shadow beside what is live there: the
+    runtime selects with it on the same requests, reports what it would have chosen, and
+    serves only the live one. At most one per document × environment: the row stays when the
+    shadow stops (`version` null), so its `revision` only grows — it is part of the config
+    ETag's revision sum, which must never go down — and is the condition of every change."""
+
+    document = models.ForeignKey(Document, on_delete=models.PROTECT, related_name="shadows")
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="shadows")
+    version = models.ForeignKey(
+        Version,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="shadows",
+        help_text="The version running as shadow; empty when none runs.",
+    )
+    revision = models.PositiveIntegerField(default=1)
+    started_by = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["document", "environment__position"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["document", "environment"], name="shadow_release_unique_target"
+            ),
+            models.CheckConstraint(
+                condition=Q(version__isnull=True, started_at__isnull=True)
+                | Q(version__isnull=False, started_at__isnull=False),
+                name="shadow_release_started_when_running",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        running = f"v{self.version.number}" if self.version_id else "none"
+        return f"{self.document} @ {self.environment.key} shadow = {running} (r{self.revision})"
+
+    @property
+    def running(self) -> bool:
+        return self.version_id is not None
 
 
 class ApprovalRequest(models.Model):

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from context_runtime.diff import diff_bodies
 from context_runtime.findings import FLAG, Finding, blocking
+from context_runtime.manifest import SHADOW
 from django.core.paginator import Paginator
 from django.db.models import F
 
@@ -16,9 +17,11 @@ from console.kernel.policy import (
     Capability,
     publish_refusal,
     sensitive_refusals,
+    shadow_refusal,
     user_can,
     user_can_decide_approval,
     user_can_publish_to,
+    user_can_shadow,
 )
 from strategies.catalog.dependents import Reference
 from strategies.catalog.models import Environment
@@ -27,12 +30,13 @@ from strategies.catalog.selectors import (
     body_findings,
     environment_list,
     manifest_latest,
+    runtime_feature_finding,
     sensitive_paths_added,
     sensitive_sections_on,
     validation_context,
 )
 from strategies.documents.models import Document, Version
-from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
+from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent, ShadowRelease
 from strategies.releases.preview_hook import preview_finding
 
 HISTORY_PAGE_SIZE = 25
@@ -51,10 +55,24 @@ class Cell:
     # The environment before this one in promotion order, when what is live there differs
     # from here and the user may publish here: the row's "Promote from …" action.
     promote_from: Environment | None = None
+    shadow: ShadowRelease | None = None  # the shadow running here, if any
+    can_shadow: bool = False  # start, stop or promote a shadow (strategies, something live)
 
     @property
     def live_number(self) -> int | None:
         return self.release.version.number if self.release else None
+
+    @property
+    def shadow_stop_fields(self) -> list[tuple[str, int]]:
+        """What the stop dialog sends: the shadow revision the person saw."""
+        return [("revision", self.shadow.revision)] if self.shadow else []
+
+    @property
+    def shadow_promote_fields(self) -> list[tuple[str, int]]:
+        """What the promote dialog sends: the shadow version and release revision seen."""
+        if self.shadow is None or self.release is None:
+            return []
+        return [("version", self.shadow.version.number), ("revision", self.release.revision)]
 
 
 @dataclass
@@ -65,7 +83,7 @@ class DocumentRow:
 
 
 def release_grid(*, user, agent) -> list[DocumentRow]:
-    """Documents (profile first) × environments in promotion order, in five queries."""
+    """Documents (profile first) × environments in promotion order, in six queries."""
     envs = environment_list()
     docs = list(Document.objects.filter(agent=agent).order_by("kind", "key"))
     releases = {
@@ -75,7 +93,8 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
     # Releases with something to roll back to: an earlier version that was live there
     # (rollback_targets non-empty), for all cells at once.
     rollback_ready = set(
-        ReleaseEvent.objects.filter(release__document__agent=agent, unreviewed=False)
+        ReleaseEvent.objects.moves()
+        .filter(release__document__agent=agent, unreviewed=False)
         .exclude(to_version_id=F("release__version_id"))
         .values_list("release_id", flat=True)
         .distinct()
@@ -89,7 +108,14 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
     latest: dict[int, Version] = {}
     for version in Version.objects.filter(document__in=docs).order_by("document", "-number"):
         latest.setdefault(version.document_id, version)
+    shadows = {
+        (s.document_id, s.environment_id): s
+        for s in ShadowRelease.objects.filter(
+            document__agent=agent, version__isnull=False
+        ).select_related("version")
+    }
     may_publish = {env.pk: user_can_publish_to(user, env, agent) for env in envs}
+    may_shadow = {env.pk: user_can_shadow(user, env, agent) for env in envs}
     may_rollback = user_can(user, Capability.ROLLBACK, agent)
     rows = []
     for doc in docs:
@@ -114,10 +140,34 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
                     and waiting is None
                     and (release is None or release.version_id != earlier.version_id)
                     else None,
+                    shadow=shadows.get((doc.pk, env.pk)),
+                    can_shadow=may_shadow[env.pk]
+                    and release is not None
+                    and doc.kind == Document.Kind.STRATEGY,
                 )
             )
         rows.append(row)
     return rows
+
+
+def release_cell(*, user, document: Document, environment: Environment) -> Cell:
+    """One cell of the grid (what is live, its shadow, what waits, what the user may do), as
+    the grid shows it."""
+    for row in release_grid(user=user, agent=document.agent):
+        if row.document.pk == document.pk:
+            for cell in row.cells:
+                if cell.environment.pk == environment.pk:
+                    return cell
+    # An archived environment is no column of the grid: nothing may start there.
+    return Cell(
+        environment=environment,
+        release=live_release(document=document, environment=environment),
+        pending=None,
+        can_publish=False,
+        can_rollback=False,
+        can_approve=False,
+        shadow=running_shadow(document=document, environment=environment),
+    )
 
 
 def promotion_pairs(*, user, agent) -> list[tuple[Environment, Environment]]:
@@ -238,8 +288,18 @@ REPLACES_REQUEST = "replaces_request"  # the actor's own waiting publish request
 UNREVIEWED = "unreviewed"  # break-glass: goes live without the usual approval (a flag)
 PREVIEW_REQUIRED = "preview_required"  # the environment requires a recent impact preview
 PREVIEW_FEW_TRACES = "preview_few_traces"  # the preview covered few traces (a flag: give a reason)
+# A shadow's own (`shadow_refusals`); the runtime's refusals are the publish's, plus the
+# runtime's declaration of shadow support (`shadow_unsupported`).
+NOT_A_STRATEGY = "not_a_strategy"
+NOT_FROZEN = "not_frozen"
+NOTHING_LIVE = "nothing_live"
+SHADOW_RUNNING = "shadow_running"
 JUDGEMENT_CODES = frozenset(
     {
+        NOT_A_STRATEGY,
+        NOT_FROZEN,
+        NOTHING_LIVE,
+        SHADOW_RUNNING,
         PREVIEW_REQUIRED,
         PREVIEW_FEW_TRACES,
         NOT_FOUND,
@@ -421,11 +481,145 @@ def runtime_refusals(*, kind: str, body, environment, context=None) -> list[Find
     return blocking(body_findings(kind=kind, body=body, environment=environment, context=context))
 
 
+# --- shadow releases ----------------------------------------------------------------------------
+def shadow_get(*, document, environment) -> ShadowRelease | None:
+    """The shadow row of document × environment — running, or stopped (`version` None) —
+    or None when no shadow was ever started there."""
+    return (
+        ShadowRelease.objects.select_related("version", "document__agent", "environment")
+        .filter(document=document, environment=environment)
+        .first()
+    )
+
+
+def running_shadow(*, document, environment) -> ShadowRelease | None:
+    shadow = shadow_get(document=document, environment=environment)
+    return shadow if shadow is not None and shadow.running else None
+
+
+def shadow_refusals(
+    *, version: Version, environment: Environment, actor, expected_revision: int | None = None
+) -> list[Finding]:
+    """Everything `shadow_start` would say to running `version` as shadow in `environment`,
+    nothing written, in the order it raises them: who may (`shadow_refusal`), what a shadow
+    is (a frozen strategy, beside a live version), one already running or a stale revision,
+    then what the runtime cannot serve — the publish's own check (`target_refusals`) and the
+    runtime's declaration of shadow support. The live version itself is no refusal (the A/A
+    test), and no approval is ever asked: a shadow changes nothing users see.
+    `expected_revision`: the shadow revision the caller loaded (0: never started here)."""
+    document = version.document
+    refusals = []
+    rights = shadow_refusal(actor, environment, document.agent)
+    if rights is not None:
+        refusals.append(rights)
+    if document.kind != Document.Kind.STRATEGY:
+        refusals.append(
+            Finding(
+                "document",
+                NOT_A_STRATEGY,
+                f"Only strategies run as shadow; {document.key} is the agent's profile, which "
+                "decides what the runtime fetches for every request.",
+            )
+        )
+    if version.is_draft:
+        refusals.append(
+            Finding(
+                "version",
+                NOT_FROZEN,
+                f"v{version.number} of {document.key} is a draft: freeze it first (a shadow "
+                "runs a version that cannot change under it).",
+            )
+        )
+    live = live_release(document=document, environment=environment)
+    if live is None:
+        refusals.append(
+            Finding(
+                "environment",
+                NOTHING_LIVE,
+                f"Nothing of {document.key} is live in {environment.key}: a shadow runs beside "
+                "the live version. Publish one first.",
+            )
+        )
+    shadow = shadow_get(document=document, environment=environment)
+    if shadow is not None and shadow.running:
+        refusals.append(
+            Finding(
+                "environment",
+                SHADOW_RUNNING,
+                f"{document.key} v{shadow.version.number} already runs as shadow in "
+                f"{environment.key} (started by {shadow.started_by or 'someone'}): stop it "
+                "first, one shadow at a time.",
+            )
+        )
+    if expected_revision is not None and (shadow.revision if shadow else 0) != expected_revision:
+        refusals.append(
+            Finding("expected_revision", STALE_REVISION, "The shadow changed since you loaded it.")
+        )
+    context = validation_context(environment=environment)
+    refusals += target_refusals(
+        actor=actor,
+        agent=document.agent,
+        environment=environment,
+        kind=document.kind,
+        body=version.body,
+        live=live,
+        context=context,
+    )
+    unsupported = runtime_feature_finding(environment=environment, feature=SHADOW, context=context)
+    if unsupported is not None:
+        refusals.append(unsupported)
+    return refusals
+
+
+@dataclass
+class ShadowPreview:
+    """What running `version` as shadow in `environment` would do, as the shadow page shows
+    it: how it differs from live, and the shadow judgement split into what the runtime
+    cannot serve (`blocking`) and the other refusals (`refusals`: who, what, the state)."""
+
+    version: Version
+    environment: Environment
+    live: Release | None
+    changes: list
+    blocking: list[Finding]
+    refusals: list[Finding]
+    manifest_version: int | None
+
+    @property
+    def is_live(self) -> bool:
+        """The A/A test: the shadow would run the live version itself."""
+        return self.live is not None and self.live.version_id == self.version.pk
+
+
+def shadow_preview(*, version: Version, environment: Environment, actor) -> ShadowPreview:
+    refused = blocking(shadow_refusals(version=version, environment=environment, actor=actor))
+    live = live_release(document=version.document, environment=environment)
+    manifest_row = manifest_latest(environment=environment)
+    return ShadowPreview(
+        version=version,
+        environment=environment,
+        live=live,
+        changes=diff_bodies(
+            version.document.kind, live.version.body if live else None, version.body
+        ),
+        blocking=[f for f in refused if is_runtime_finding(f)],
+        refusals=[f for f in refused if not is_runtime_finding(f)],
+        manifest_version=manifest_row.version if manifest_row else None,
+    )
+
+
+def frozen_versions(*, document) -> list[Version]:
+    """The versions that can run as shadow, newest first."""
+    return list(document.versions.filter(state=Version.State.FROZEN).order_by("-number"))
+
+
 def rollback_targets(release: Release) -> list[Version]:
     """Versions that were live in this environment before, newest first, except the live one
     and those that only ever went live there unreviewed (`unreviewed_versions`)."""
-    ids = ReleaseEvent.objects.filter(release=release, unreviewed=False).values_list(
-        "to_version_id", flat=True
+    ids = (
+        ReleaseEvent.objects.moves()
+        .filter(release=release, unreviewed=False)
+        .values_list("to_version_id", flat=True)
     )
     return list(
         Version.objects.filter(pk__in=ids).exclude(pk=release.version_id).order_by("-number")
@@ -435,7 +629,7 @@ def rollback_targets(release: Release) -> list[Version]:
 def unreviewed_versions(release: Release) -> list[Version]:
     """Versions that went live in this environment only without the approval it normally
     requires (during a break-glass), newest first: never rollback targets."""
-    events = ReleaseEvent.objects.filter(release=release)
+    events = ReleaseEvent.objects.moves().filter(release=release)
     reviewed = events.filter(unreviewed=False).values_list("to_version_id", flat=True)
     ids = events.filter(unreviewed=True).values_list("to_version_id", flat=True)
     return list(
@@ -512,7 +706,8 @@ def rollback_choices(*, release: Release) -> list[Version]:
 def unreviewed_releases(*, version: Version) -> list[ReleaseEvent]:
     """The times `version` went live unreviewed (break-glass), newest first: its page says so."""
     return list(
-        ReleaseEvent.objects.filter(to_version=version, unreviewed=True)
+        ReleaseEvent.objects.moves()
+        .filter(to_version=version, unreviewed=True)
         .select_related("release__environment")
         .order_by("-occurred_at", "-id")
     )
@@ -647,6 +842,16 @@ def approval_in_scope(*, agents, pk: int) -> ApprovalRequest | None:
 
 
 # --- what other jobs ask of releases ---------------------------------------------------------
+def shadows_in(*, agent, environment) -> list[ShadowRelease]:
+    """Every shadow row of `agent` in `environment`, stopped ones too (their revisions count
+    in the config ETag), with documents and versions: what the payload's `shadow` renders."""
+    return list(
+        ShadowRelease.objects.filter(document__agent=agent, environment=environment)
+        .select_related("document", "version")
+        .order_by("document__key")
+    )
+
+
 def live_releases(*, agent, environment) -> list[Release]:
     """The releases of `agent` in `environment`, with their documents and versions, by
     document key: what its runtime's config payload renders (delivery.config)."""

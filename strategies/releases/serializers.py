@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.kernel.api_schema import StrictSerializer
-from strategies.releases.models import ApprovalRequest
+from strategies.releases.models import ApprovalRequest, ReleaseEvent
 
 REASON_MAX = 2000
 
@@ -48,6 +48,44 @@ class RollbackRequest(StrictSerializer):
     version = serializers.IntegerField(min_value=1, help_text="An earlier live version.")
     reason = serializers.CharField(max_length=REASON_MAX)
     expected_revision = serializers.IntegerField(required=False, min_value=0)
+
+
+class ShadowStartRequest(StrictSerializer):
+    version = serializers.IntegerField(
+        min_value=1, help_text="A frozen version to run as shadow (the live one too: A/A test)."
+    )
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=REASON_MAX, default=""
+    )
+    expected_revision = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        help_text="The shadow revision you saw (0: none was ever started here); a stale one "
+        "gets 409.",
+    )
+
+
+class ShadowStopRequest(StrictSerializer):
+    reason = serializers.CharField(max_length=REASON_MAX)
+    expected_revision = serializers.IntegerField(
+        required=False, min_value=0, help_text="The shadow revision you saw."
+    )
+
+
+class ShadowPromoteRequest(StrictSerializer):
+    version = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        help_text="The shadow version you saw; when the shadow runs another one, 409.",
+    )
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=REASON_MAX, default=""
+    )
+    expected_revision = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        help_text="The release revision you saw, as for a publish; a stale one gets 409.",
+    )
 
 
 class ApproveRequest(StrictSerializer):
@@ -104,6 +142,23 @@ class ReleaseSerializer(serializers.Serializer):
     )
 
 
+class ShadowSerializer(serializers.Serializer):
+    document = serializers.CharField()
+    environment = serializers.CharField()
+    version = serializers.IntegerField(
+        allow_null=True, help_text="The version running as shadow; null when none runs."
+    )
+    revision = serializers.IntegerField(
+        help_text="Grows with every start and stop (0: none was ever started here)."
+    )
+    started_by = serializers.CharField()
+    started_at = serializers.DateTimeField(allow_null=True)
+
+
+class ShadowOutcomeSerializer(serializers.Serializer):
+    shadow = ShadowSerializer()
+
+
 class ApprovalSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     kind = serializers.ChoiceField(choices=ApprovalRequest.Kind.values)
@@ -140,6 +195,10 @@ class DocumentReleasesSerializer(serializers.Serializer):
         child=ReleaseSerializer(allow_null=True),
         help_text="Per environment key: what is live there (null: nothing).",
     )
+    shadows = serializers.DictField(
+        child=ShadowSerializer(allow_null=True),
+        help_text="Per environment key: the shadow running beside the live version (null: none).",
+    )
 
 
 class ReleaseEnvironmentSerializer(serializers.Serializer):
@@ -160,10 +219,16 @@ class AgentReleasesSerializer(serializers.Serializer):
 class ReleaseEventSerializer(serializers.Serializer):
     document = serializers.CharField(source="release.document.key")
     environment = serializers.CharField(source="release.environment.key")
-    revision = serializers.IntegerField()
-    action = serializers.CharField()
+    revision = serializers.IntegerField(
+        help_text="The release revision it produced; for shadow_start and shadow_stop the "
+        "shadow's revision."
+    )
+    action = serializers.ChoiceField(choices=ReleaseEvent.Action.values)
     from_version = serializers.SerializerMethodField()
-    to_version = serializers.IntegerField(source="to_version.number")
+    to_version = serializers.IntegerField(
+        source="to_version.number",
+        help_text="The version it put live; for shadow_start and shadow_stop the shadow's.",
+    )
     actor = serializers.CharField()
     approved_by = serializers.CharField()
     reason = serializers.CharField()

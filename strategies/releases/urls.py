@@ -11,6 +11,9 @@ urlpatterns = [
     path("releases/", views.overview, name="release-overview"),
     path(f"{_DOC_ENV}/publish/", views.publish, name="release-publish"),
     path(f"{_DOC_ENV}/rollback/", views.rollback, name="release-rollback"),
+    path(f"{_DOC_ENV}/shadow/", views.shadow, name="release-shadow"),
+    path(f"{_DOC_ENV}/shadow/stop/", views.shadow_stop, name="release-shadow-stop"),
+    path(f"{_DOC_ENV}/shadow/promote/", views.shadow_promote, name="release-shadow-promote"),
     path("releases/<slug:agent>/history/", views.history, name="release-history"),
     path("releases/<slug:agent>/promote/", views.promote, name="release-promote"),
     path(
@@ -32,6 +35,10 @@ REQUIRED = {
     "release-overview": AUTHENTICATED,  # shows only the agents the user can see
     "release-publish": Capability.VIEW_CONFIG,  # the service checks publish / request rights
     "release-rollback": Capability.ROLLBACK,
+    # Shadows: the service checks the right to publish there (a protected one: to request).
+    "release-shadow": Capability.VIEW_CONFIG,
+    "release-shadow-stop": Capability.VIEW_CONFIG,
+    "release-shadow-promote": Capability.VIEW_CONFIG,
     "release-history": Capability.VIEW_CONFIG,
     "release-promote": Capability.VIEW_CONFIG,  # the service checks the publish rights
     "approval-detail": Capability.VIEW_CONFIG,

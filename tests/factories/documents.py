@@ -48,6 +48,7 @@ def manifest_body(
     sections: Iterable[str] | None = None,
     not_sensitive: Iterable[str] = (),
     switches: Iterable[str] | None = None,
+    features: Iterable[str] = (),
 ) -> dict:
     """What a runtime reports it implements (docs/runtime-contract.md §2). By default:
     the providers, tools and handler the strategies of these tests use, every known section
@@ -70,6 +71,8 @@ def manifest_body(
             if keys is None or key in keys
         ],
         "switches": list(switches if switches is not None else SWITCH_DEFAULTS),
+        # What the runtime declares beyond serving live (`shadow`); none unless asked.
+        **({"features": list(features)} if features else {}),
     }
 
 

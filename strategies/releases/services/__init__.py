@@ -1,8 +1,10 @@
 """Writes for releases, by job: `publish` (live at once, or an approval request where the
-environment is protected), `approvals` (approve, reject, withdraw), `rollback`, `promotion`.
-Each is one transaction with its audit rows; the outermost are durable.
+environment is protected), `approvals` (approve, reject, withdraw), `rollback`, `promotion`,
+`shadow` (start, stop, promote a shadow release). Each is one transaction with its audit
+rows; the outermost are durable.
 
-Beneath them: `move` (the one way a release pointer moves), `checks` (the refusals, raised
+Beneath them: `move` (the one way a release pointer moves), `shadow_move` (the one way a
+shadow changes), `checks` (the refusals, raised
 from the publish judgement in `strategies.releases.selectors`), `state` (releases and requests
 as the API and the audit show them) and `notifications` (the webhooks a change sends).
 Import from here: `from strategies.releases.services import release_publish`.
@@ -22,7 +24,8 @@ from strategies.releases.services.promotion import (
 )
 from strategies.releases.services.publish import PublishOutcome, release_publish
 from strategies.releases.services.rollback import release_rollback
-from strategies.releases.services.state import approval_state, release_state
+from strategies.releases.services.shadow import shadow_promote, shadow_start, shadow_stop
+from strategies.releases.services.state import approval_state, release_state, shadow_state
 
 __all__ = [
     "PromotionItem",
@@ -39,4 +42,8 @@ __all__ = [
     "release_publish",
     "release_rollback",
     "release_state",
+    "shadow_promote",
+    "shadow_start",
+    "shadow_state",
+    "shadow_stop",
 ]

@@ -1,5 +1,6 @@
 """The refusals the release writes raise, each from one judgement: a publish from
 `selectors.publish_refusals` (with the same status, code and message it always had), a
+shadow from `selectors.shadow_refusals` (the runtime's part raised as a publish's), a
 rollback from `selectors.rollback_targets`."""
 
 from __future__ import annotations
@@ -7,17 +8,21 @@ from __future__ import annotations
 from context_runtime.findings import Finding, blocking
 
 from console.kernel.errors import Conflict, ValidationFailed
-from console.kernel.policy import refuse_publish, refuse_sensitive
+from console.kernel.policy import refuse_publish, refuse_sensitive, shadow_refusal
 from strategies.catalog.models import Environment
 from strategies.documents.models import Version
 from strategies.releases.models import Release
 from strategies.releases.selectors import (
     ALREADY_LIVE,
     APPROVAL_PENDING,
+    NOT_A_STRATEGY,
     NOT_ALLOWED,
     NOT_FOUND,
+    NOT_FROZEN,
+    NOTHING_LIVE,
     PREVIEW_REQUIRED,
     SENSITIVE_SECTION,
+    SHADOW_RUNNING,
     STALE_REVISION,
     is_runtime_finding,
     pending_for,
@@ -25,7 +30,13 @@ from strategies.releases.selectors import (
     target_refusals,
     unreviewed_versions,
 )
-from strategies.releases.services.state import _current, _release_state, _stale, approval_state
+from strategies.releases.services.state import (
+    _current,
+    _release_state,
+    _stale,
+    approval_state,
+    shadow_conflict,
+)
 
 
 def publish_refuse(
@@ -72,11 +83,45 @@ def publish_refuse(
         )
 
 
-def _refuse_target(refused: list[Finding], *, version: Version, environment, actor) -> None:
+def shadow_refuse(refusals: list[Finding], *, version: Version, environment, actor) -> None:
+    """Raise the first of the shadow judgement's refusals: who may (404/403), not a frozen
+    strategy (400), nothing live (409), a shadow already running or a stale revision (409
+    with the current shadow), then what the runtime cannot serve or does not declare (400
+    not_publishable, every reason, as a publish says it). Passes when nothing refuses."""
+    refused = blocking(refusals)
+    if not refused:
+        return
+    document = version.document
+    codes = {finding.code: finding for finding in refused}
+    for code in (NOT_FOUND, NOT_ALLOWED):
+        if code in codes:
+            refuse_publish(
+                shadow_refusal(actor, environment, document.agent),
+                user=actor,
+                environment=environment,
+                agent=document.agent,
+                target=document,
+            )
+    for code in (NOT_A_STRATEGY, NOT_FROZEN):
+        if code in codes:
+            raise ValidationFailed(codes[code].message, code=code, details=[codes[code].as_dict()])
+    if NOTHING_LIVE in codes:
+        raise Conflict(codes[NOTHING_LIVE].message, code=NOTHING_LIVE, extra={"current": None})
+    for code in (SHADOW_RUNNING, STALE_REVISION):
+        if code in codes:
+            raise shadow_conflict(document, environment, codes[code].message, code=code)
+    _refuse_target(
+        refused, version=version, environment=environment, actor=actor, verb="run as shadow"
+    )
+
+
+def _refuse_target(
+    refused: list[Finding], *, version: Version, environment, actor, verb: str = "go live"
+) -> None:
     runtime = [f for f in refused if is_runtime_finding(f)]
     if runtime:
         raise ValidationFailed(
-            f"{version.document.key} v{version.number} cannot go live in {environment.key}: "
+            f"{version.document.key} v{version.number} cannot {verb} in {environment.key}: "
             + " ".join(f.message for f in runtime),
             code="not_publishable",
             details=[f.as_dict() for f in runtime],

@@ -3,7 +3,9 @@ revision (or, for the first publish, an INSERT guarded by the unique constraint)
 concurrent changes exactly one wins; the other gets 409 with the current state. Each winning
 change appends exactly one ReleaseEvent with the revision it produced, voids the requests
 reviewed against what was live, re-renders the runtime payload, queues the webhooks and writes
-its audit row, all in the same transaction."""
+its audit row, all in the same transaction. A publish of the version running as shadow there
+is its promotion: the shadow stops in the same transaction (its own event, audit row and
+webhook)."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ from django.db.models import F
 from django.utils import timezone
 
 from console.kernel.audit import AuditAction, audit_record
+from console.kernel.errors import Conflict
 from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.delivery import config as runtime_config
 from strategies.documents.models import Document, Version
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
 from strategies.releases.services.notifications import _notify
-from strategies.releases.services.state import _current, _release_state, _stale
+from strategies.releases.services.shadow_move import ShadowChange, _shadow_move, _shadow_notify
+from strategies.releases.services.state import _current, _release_state, _shadow_current, _stale
 
 # The audit action of each way a release pointer moves.
 RELEASE_ACTIONS = {
@@ -38,6 +42,28 @@ def went_live_unreviewed(environment: Environment, action: str, approval) -> boo
     if action == ReleaseEvent.Action.ROLLBACK:
         return environment.relaxed_by_break_glass("rollback_needs_approval")
     return False
+
+
+def _shadow_promoted(release: Release, action: str, *, actor) -> ShadowChange | None:
+    """A publish (or an approved one) of the version running as shadow here has promoted it:
+    stop the shadow, saying so. A rollback, or a publish of another version, leaves it."""
+    if action not in (ReleaseEvent.Action.PUBLISH, ReleaseEvent.Action.APPROVE):
+        return None
+    shadow = _shadow_current(release.document, release.environment)
+    if shadow is None or shadow.version_id != release.version_id:
+        return None
+    try:
+        return _shadow_move(
+            document=release.document,
+            environment=release.environment,
+            live=release,
+            to_version=None,
+            actor=actor,
+            reason=f"Promoted: v{release.version.number} is live ({action}).",
+            expected_revision=shadow.revision,
+        )
+    except Conflict:
+        return None  # stopped meanwhile by someone else: nothing left to stop
 
 
 def _release_move(
@@ -109,8 +135,11 @@ def _release_move(
         decided_at=now,
         decision_note=f"Void: the release moved to v{to_version.number} ({action}).",
     )
+    promoted = _shadow_promoted(release, action, actor=actor)
     rendered = runtime_config.payload_refresh(agent=document.agent, environment=environment)
     _notify(release, before, action, rendered.etag, now, actor=actor, approval=approval)
+    if promoted is not None:
+        _shadow_notify(promoted, etag=rendered.etag, actor=actor)
     audit_record(
         actor=actor,
         action=RELEASE_ACTIONS[action],

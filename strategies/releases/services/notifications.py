@@ -12,8 +12,12 @@ from django.urls import reverse
 from console.kernel.audit import describe_actor
 from strategies.catalog.models import Environment
 from strategies.delivery import webhooks
-from strategies.delivery.models import APPROVAL_REQUESTED_EVENT, WEBHOOK_EVENT
-from strategies.releases.models import ApprovalRequest, Release
+from strategies.delivery.models import (
+    APPROVAL_REQUESTED_EVENT,
+    SHADOW_CHANGED_EVENT,
+    WEBHOOK_EVENT,
+)
+from strategies.releases.models import ApprovalRequest, Release, ShadowRelease
 
 
 def _actor_context(actor) -> dict:
@@ -69,6 +73,34 @@ def _notify(
             "occurred_at": _when(when),
             "actor": _actor_context(actor),
             "approval": _approval_context(approval),
+        },
+    )
+
+
+def _notify_shadow(
+    shadow: ShadowRelease,
+    *,
+    action: str,
+    version: int,
+    live_version: int,
+    etag: str,
+    when,
+    actor,
+) -> None:
+    _event_send(
+        environment=shadow.environment,
+        event=SHADOW_CHANGED_EVENT,
+        body={
+            "event": SHADOW_CHANGED_EVENT,
+            "agent": shadow.document.agent.key,
+            "environment": shadow.environment.key,
+            "document": shadow.document.key,
+            "action": action,
+            "version": version,
+            "live_version": live_version,
+            "etag": etag,
+            "occurred_at": _when(when),
+            "actor": _actor_context(actor),
         },
     )
 

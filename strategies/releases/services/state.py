@@ -1,12 +1,12 @@
-"""Releases and approval requests as the API, the audit and the 409s show them, and the
-current release of a document in an environment."""
+"""Releases, shadows and approval requests as the API, the audit and the 409s show them, and
+the current release of a document in an environment."""
 
 from __future__ import annotations
 
 from console.kernel.errors import Conflict
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document
-from strategies.releases.models import ApprovalRequest, Release
+from strategies.releases.models import ApprovalRequest, Release, ShadowRelease
 
 
 def _release_state(release: Release | None) -> dict | None:
@@ -26,6 +26,49 @@ def _release_state(release: Release | None) -> dict | None:
 def release_state(release: Release | None) -> dict | None:
     """A release as the API and the audit show it (None: nothing live)."""
     return _release_state(release)
+
+
+def shadow_state(shadow: ShadowRelease | None, *, document=None, environment=None) -> dict:
+    """A shadow as the API and the audit show it: `version` null when none runs; `revision`
+    (0: never started here) is what a start or stop sends back as `expected_revision`."""
+    if shadow is None or not shadow.running:
+        return {
+            "document": (shadow.document if shadow else document).key,
+            "environment": (shadow.environment if shadow else environment).key,
+            "version": None,
+            "revision": shadow.revision if shadow else 0,
+            "started_by": "",
+            "started_at": None,
+        }
+    return {
+        "document": shadow.document.key,
+        "environment": shadow.environment.key,
+        "version": shadow.version.number,
+        "revision": shadow.revision,
+        "started_by": shadow.started_by,
+        "started_at": shadow.started_at.isoformat() if shadow.started_at else None,
+    }
+
+
+def _shadow_current(document, environment) -> ShadowRelease | None:
+    return (
+        ShadowRelease.objects.select_related("document", "environment", "version")
+        .filter(document=document, environment=environment)
+        .first()
+    )
+
+
+def shadow_conflict(document, environment, message: str, *, code: str) -> Conflict:
+    """409 with the shadow as it now stands (`current`)."""
+    return Conflict(
+        message,
+        code=code,
+        extra={
+            "current": shadow_state(
+                _shadow_current(document, environment), document=document, environment=environment
+            )
+        },
+    )
 
 
 def approval_state(approval: ApprovalRequest) -> dict:
