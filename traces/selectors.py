@@ -677,9 +677,10 @@ def status_charts(*, user, agents, now=None) -> dict[int, list[StatusChart]]:
 
     marks: dict[tuple, list[ChartMark]] = {}
     events = (
-        ReleaseEvent.objects.filter(
-            release__document__agent__in=allowed, occurred_at__gte=start, occurred_at__lte=now
-        )
+        # What went live (publish, approval, rollback): a shadow's start or stop changes no
+        # answer, so it is no mark on a chart of what users got.
+        ReleaseEvent.objects.moves()
+        .filter(release__document__agent__in=allowed, occurred_at__gte=start, occurred_at__lte=now)
         .values_list(
             "release__document__agent_id",
             "release__environment__key",
