@@ -115,6 +115,10 @@ def test_status_charts__release_event__marked_on_the_axis(w, make_user):
         to_version=release.version,
         actor="ops",
     )
+    # A shadow's start changes no answer: not a mark (the single mark below is the publish)
+    ReleaseEvent.objects.create(
+        release=release, revision=1, action="shadow_start", to_version=release.version, actor="ops"
+    )
     now = timezone.now() + timedelta(hours=2)  # the event's hour has closed
     start, _end, _buckets = chart_window(now)
     rollup(w, start, "ready", 1)
