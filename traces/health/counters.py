@@ -1,0 +1,366 @@
+"""Health counters, written at ingest: what each stored trace adds to its minute's rows.
+
+`traces.services.trace_batch_store` hands the traces it has just inserted to
+`counters_record_batch`, inside its transaction: the batch is aggregated here in Python (one
+dict per row key) and written with ONE multi-row INSERT … ON CONFLICT DO UPDATE, so the
+counters commit with the traces or not at all, and a trace is counted the moment it is
+visible. Outcomes reported later for a request are counted by `record_outcomes`.
+
+A trace counts on the live arm once per document it names ({key: version}); its shadow block
+(if any) counts on the shadow arm of the trace's strategy at the shadow's version, with its
+agreement with the live selection of the same request. The shadow block, all fields optional
+(older runtimes send only the first three):
+
+    {version, status, selected: [ids], degradation, used_tokens,
+     differences: [{index, decision, reason_code, required}], differences_total,
+     sources_not_fetched: [sources]}
+
+`differences[].index` is a position in the trace's candidates; a candidate not listed was
+decided as live decided it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import msgspec
+from django.db import connection
+
+from strategies.catalog.models import Agent
+from strategies.documents.models import Version
+from traces.charts import CHART_GROUP_OF
+from traces.health.models import Arm
+
+FAULT_SHADOW_VERSION_UNKNOWN = "shadow_version_unknown"
+SEPARATOR = ":"  # in 'source:reason_code' and 'kind:value'; split on the last one
+
+
+def count_key(first: str, second: str) -> str:
+    return f"{first}{SEPARATOR}{second}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    first, _, second = key.rpartition(SEPARATOR)
+    return first, second
+
+
+def token_bucket(value: float) -> int:
+    """The power-of-two bucket of an input estimate: k holds [2^(k-1), 2^k); 0 holds 0."""
+    return int(value).bit_length() if value > 0 else 0
+
+
+# --- the one decision on shadow blocks -------------------------------------------------------------
+def shadow_release_known(environment, document_key: str, version: int, at, *, agent) -> bool:
+    """May a trace's shadow block naming `version` of `document_key` at time `at` be counted?
+
+    For now: any version the agent's document has frozen. When shadow releases land
+    (issue 22 item 1), this switches to the shadow-release history: the version must have
+    been released as shadow in `environment` at `at`. Anything else is stored, not counted,
+    and counted as the runtime fault `shadow_version_unknown`.
+    """
+    agent_id = agent.pk if isinstance(agent, Agent) else agent
+    return Version.objects.filter(
+        document__agent_id=agent_id,
+        document__key=document_key,
+        number=version,
+        state=Version.State.FROZEN,
+    ).exists()
+
+
+# --- one row's counts ------------------------------------------------------------------------------
+_MAPS = (
+    "statuses",
+    "degraded",
+    "required_missing",
+    "config_fallback",
+    "tokens_hist",
+    "required_kept",
+    "required_lost",
+    "outcomes",
+    "faults",
+)
+_SCALARS = (
+    "traces",
+    "failures",
+    "tokens_sum",
+    "tokens_count",
+    "compared",
+    "same_status",
+    "same_selected",
+    "token_delta_sum",
+    "token_delta_count",
+)
+_KEY = ("agent_id", "environment_id", "document", "version", "arm", "minute")
+COLUMNS = (*_KEY, *_SCALARS, *_MAPS)
+
+
+@dataclass
+class Counts:
+    scalars: dict = field(default_factory=lambda: dict.fromkeys(_SCALARS, 0))
+    maps: dict = field(default_factory=lambda: {name: defaultdict(int) for name in _MAPS})
+
+    def add(self, name: str, amount=1) -> None:
+        self.scalars[name] += amount
+
+    def tally(self, name: str, key: str, amount: int = 1) -> None:
+        self.maps[name][key] += amount
+
+
+def _minute(when: datetime) -> datetime:
+    return when.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def _get(block, name: str, default=None):
+    """A shadow block's field: the wire struct's attribute (absent on older consoles' struct)
+    or a decoded dict's key."""
+    if isinstance(block, dict):
+        return block.get(name, default)
+    return getattr(block, name, default)
+
+
+def _required_missing(candidates) -> set[tuple[str, str]]:
+    """(source, reason_code) of the required candidates not selected: once per trace."""
+    return {
+        (c.source, c.reason_code or "")
+        for c in candidates
+        if c.required and c.decision != "selected"
+    }
+
+
+def _tokens(counts: Counts, value) -> None:
+    if value is None:
+        return
+    counts.add("tokens_sum", value)
+    counts.add("tokens_count")
+    counts.tally("tokens_hist", str(token_bucket(value)))
+
+
+def live_counts(counts: Counts, trace) -> None:
+    """A wire trace's contribution to one of its live rows."""
+    counts.add("traces")
+    counts.tally("statuses", trace.status)
+    if CHART_GROUP_OF.get(trace.status) == "failed":
+        counts.add("failures")
+    if trace.degradation:
+        counts.tally("degraded", trace.degradation)
+    for source, code in _required_missing(trace.candidates):
+        counts.tally("required_missing", count_key(source, code))
+    resolution = trace.config_resolution or ""
+    if trace.config_fallback or resolution not in ("", "fresh"):
+        counts.tally("config_fallback", resolution or "fallback")
+    _tokens(counts, trace.input_estimate.value if trace.input_estimate else None)
+
+
+@dataclass(frozen=True)
+class ShadowView:
+    """The shadow's decisions on a request, next to live's: what agreement is computed from
+    (the counters and the list of disagreeing requests ask this one place)."""
+
+    status: str | None
+    selected: frozenset
+    live_status: str
+    live_selected: frozenset
+    required_missing: frozenset  # (source, reason_code) under the shadow's strategy
+    kept: frozenset  # sources whose live-selected required items the shadow all selected
+    lost: frozenset  # sources where the shadow dropped a live-selected required item
+    token_delta: float | None
+
+    @property
+    def compared(self) -> bool:
+        return self.status is not None
+
+    @property
+    def same_status(self) -> bool:
+        return self.status == self.live_status
+
+    @property
+    def same_selected(self) -> bool:
+        return self.selected == self.live_selected
+
+    @property
+    def agrees(self) -> bool:
+        return not self.compared or (self.same_status and self.same_selected and not self.lost)
+
+
+def shadow_view(*, shadow, status: str, candidates, input_estimate: float | None) -> ShadowView:
+    """Compare a shadow block with the live decisions of the same request. `candidates` are
+    objects with id/item_id, source, required, decision, reason_code, in trace order."""
+    differences = {}
+    for difference in _get(shadow, "differences") or ():
+        index = _get(difference, "index")
+        if isinstance(index, int) and 0 <= index < len(candidates):
+            differences[index] = difference
+    shadow_selected = frozenset(_get(shadow, "selected") or ())
+    live_selected, missing, kept, lost = set(), set(), set(), set()
+    for index, c in enumerate(candidates):
+        item = getattr(c, "item_id", None) or c.id
+        if c.decision == "selected":
+            live_selected.add(item)
+            if c.required:
+                (kept if item in shadow_selected else lost).add(c.source)
+        difference = differences.get(index)
+        if difference is None:
+            required, decision, code = c.required, c.decision, c.reason_code or ""
+        else:
+            required = bool(_get(difference, "required", c.required))
+            decision = _get(difference, "decision") or c.decision
+            code = _get(difference, "reason_code") or ""
+        if required and decision != "selected":
+            missing.add((c.source, code))
+    used = _get(shadow, "used_tokens")
+    return ShadowView(
+        status=_get(shadow, "status"),
+        selected=shadow_selected,
+        live_status=status,
+        live_selected=frozenset(live_selected),
+        required_missing=frozenset(missing),
+        kept=frozenset(kept - lost),
+        lost=frozenset(lost),
+        token_delta=used - input_estimate
+        if used is not None and input_estimate is not None
+        else None,
+    )
+
+
+def shadow_counts(counts: Counts, shadow, view: ShadowView) -> None:
+    counts.add("traces")
+    if view.status is not None:
+        counts.tally("statuses", view.status)
+        if CHART_GROUP_OF.get(view.status) == "failed":
+            counts.add("failures")
+    degradation = _get(shadow, "degradation")
+    if degradation:
+        counts.tally("degraded", degradation)
+    for source, code in view.required_missing:
+        counts.tally("required_missing", count_key(source, code))
+    _tokens(counts, _get(shadow, "used_tokens"))
+    if view.compared:
+        counts.add("compared")
+        counts.add("same_status", int(view.same_status))
+        counts.add("same_selected", int(view.same_selected))
+    for source in view.kept:
+        counts.tally("required_kept", source)
+    for source in view.lost:
+        counts.tally("required_lost", source)
+    if view.token_delta is not None:
+        counts.add("token_delta_sum", view.token_delta)
+        counts.add("token_delta_count")
+
+
+# --- a batch ---------------------------------------------------------------------------------------
+_ENCODE = msgspec.json.Encoder()
+_UPSERT_HEAD = f"INSERT INTO health_counter AS c ({', '.join(COLUMNS)}) VALUES "  # noqa: S608 (constants)
+_ROW = "(" + ", ".join(["%s"] * (len(_KEY) + len(_SCALARS)) + ["%s::jsonb"] * len(_MAPS)) + ")"
+_UPSERT_TAIL = (
+    f" ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "
+    + ", ".join(f"{name} = c.{name} + EXCLUDED.{name}" for name in _SCALARS)
+    + ", "
+    + ", ".join(f"{name} = health_counts_add(c.{name}, EXCLUDED.{name})" for name in _MAPS)
+)
+
+
+def counters_write(cursor, rows: dict[tuple, Counts]) -> int:
+    """Add `rows` ({key: Counts}) to the table in one statement. Keys sorted, so two batches
+    touching the same rows lock them in one order (no deadlock). Returns the row count."""
+    if not rows:
+        return 0
+    params: list = []
+    for key in sorted(rows):
+        counts = rows[key]
+        params.extend(key)
+        params.extend(counts.scalars[name] for name in _SCALARS)
+        params.extend(_ENCODE.encode(counts.maps[name]).decode() for name in _MAPS)
+    cursor.execute(_UPSERT_HEAD + ", ".join([_ROW] * len(rows)) + _UPSERT_TAIL, params)
+    return len(rows)
+
+
+def batch_counts(*, environment, agent_ids: dict[str, int], traces) -> dict[tuple, Counts]:
+    """The counter rows of a batch of wire traces just stored in `environment` (all of one
+    environment): {(agent_id, environment_id, document, version, arm, minute): Counts}."""
+    rows: dict[tuple, Counts] = defaultdict(Counts)
+    known: dict[tuple, bool] = {}
+    for trace in traces:
+        agent_id = agent_ids[trace.agent]
+        minute = _minute(trace.occurred_at)
+        for document, version in trace.documents.items():
+            live_counts(
+                rows[(agent_id, environment.pk, document, version, Arm.LIVE, minute)], trace
+            )
+        shadow = trace.shadow
+        if shadow is None or not trace.strategy:
+            continue
+        version = _get(shadow, "version")
+        asked = (agent_id, trace.strategy, version, minute)
+        if asked not in known:
+            known[asked] = shadow_release_known(
+                environment, trace.strategy, version, minute, agent=agent_id
+            )
+        if not known[asked]:
+            live_version = trace.documents.get(trace.strategy)
+            key = (agent_id, environment.pk, trace.strategy, live_version, Arm.LIVE, minute)
+            rows[key].tally("faults", FAULT_SHADOW_VERSION_UNKNOWN)
+            continue
+        view = shadow_view(
+            shadow=shadow,
+            status=trace.status,
+            candidates=trace.candidates,
+            input_estimate=trace.input_estimate.value if trace.input_estimate else None,
+        )
+        key = (agent_id, environment.pk, trace.strategy, version, Arm.SHADOW, minute)
+        shadow_counts(rows[key], shadow, view)
+    return rows
+
+
+def counters_record_batch(cursor, *, environment, agent_ids: dict[str, int], traces) -> int:
+    """Count the traces a batch has just stored (call inside the ingest's transaction)."""
+    return counters_write(
+        cursor, batch_counts(environment=environment, agent_ids=agent_ids, traces=traces)
+    )
+
+
+# --- outcomes, reported after the fact ---------------------------------------------------------------
+_TRACES_OF_REQUESTS = """
+SELECT k.environment_id, k.request_id, t.agent_id, a.key, t.occurred_at, t.documents
+FROM traces_request_key k
+JOIN traces_trace t ON t.id = k.trace_id AND t.occurred_at = k.occurred_at
+JOIN strategies_agent a ON a.id = t.agent_id
+WHERE (k.environment_id, k.request_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[]))
+"""
+
+
+def record_outcomes(rows) -> int:
+    """Count outcomes reported for requests: `rows` of (environment_id, agent, request_id,
+    kind, value), `agent` an agent key (or id). Each finds its trace by request_id and adds
+    'kind:value' to the outcomes of the trace's live rows (its minute, each document and
+    version it used). A request with no stored trace, or of another agent, is not counted.
+    Call once per outcome newly stored (the outcome store is what makes a repeat a no-op),
+    in its transaction. Returns how many outcomes were counted."""
+    rows = list(rows)
+    if not rows:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _TRACES_OF_REQUESTS,
+            [[int(r[0]) for r in rows], [str(r[2]) for r in rows]],
+        )
+        found = {(env, request_id): rest for env, request_id, *rest in cursor.fetchall()}
+        counters: dict[tuple, Counts] = defaultdict(Counts)
+        counted = 0
+        for environment_id, agent, request_id, kind, value in rows:
+            trace = found.get((int(environment_id), str(request_id)))
+            if trace is None:
+                continue
+            agent_id, agent_key, occurred_at, documents = trace
+            if agent not in (agent_key, agent_id):
+                continue
+            if isinstance(documents, str):
+                documents = msgspec.json.decode(documents)
+            minute = _minute(occurred_at)
+            for document, version in documents.items():
+                key = (agent_id, int(environment_id), document, version, Arm.LIVE, minute)
+                counters[key].tally("outcomes", count_key(str(kind), str(value)))
+            counted += 1
+        counters_write(cursor, counters)
+    return counted
