@@ -40,6 +40,7 @@ PAGES = (
     "strategies.exchange.urls",
     "traces.urls",
     "traces.previews.urls",
+    "traces.health.urls",
     "console.access.urls",
     "console.accounts.urls",
 )
@@ -52,6 +53,7 @@ OPERATOR_API = (
     "strategies.delivery.api_urls",
     "traces.api_urls",
     "traces.previews.api_urls",
+    "traces.health.api_urls",
     "console.access.api_urls",
     "console.accounts.api_urls",
 )

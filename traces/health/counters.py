@@ -137,20 +137,34 @@ def _tokens(counts: Counts, value) -> None:
     counts.tally("tokens_hist", str(token_bucket(value)))
 
 
-def live_counts(counts: Counts, trace) -> None:
-    """A wire trace's contribution to one of its live rows."""
-    counts.add("traces")
-    counts.tally("statuses", trace.status)
-    if CHART_GROUP_OF.get(trace.status) == "failed":
-        counts.add("failures")
-    if trace.degradation:
-        counts.tally("degraded", trace.degradation)
-    for source, code in _required_missing(trace.candidates):
-        counts.tally("required_missing", count_key(source, code))
+def live_contribution(trace) -> tuple:
+    """What a wire trace adds to each of its live rows, computed once per trace (a trace
+    counts on one row per document it names): a tuple for `live_counts`."""
     resolution = trace.config_resolution or ""
-    if trace.config_fallback or resolution not in ("", "fresh"):
-        counts.tally("config_fallback", resolution or "fallback")
-    _tokens(counts, trace.input_estimate.value if trace.input_estimate else None)
+    fallback = trace.config_fallback or resolution not in ("", "fresh")
+    return (
+        trace.status,
+        CHART_GROUP_OF.get(trace.status) == "failed",
+        trace.degradation,
+        [count_key(source, code) for source, code in _required_missing(trace.candidates)],
+        (resolution or "fallback") if fallback else None,
+        trace.input_estimate.value if trace.input_estimate else None,
+    )
+
+
+def live_counts(counts: Counts, contribution: tuple) -> None:
+    status, failed, degradation, missing, fallback, tokens = contribution
+    counts.add("traces")
+    counts.tally("statuses", status)
+    if failed:
+        counts.add("failures")
+    if degradation:
+        counts.tally("degraded", degradation)
+    for key in missing:
+        counts.tally("required_missing", key)
+    if fallback:
+        counts.tally("config_fallback", fallback)
+    _tokens(counts, tokens)
 
 
 @dataclass(frozen=True)
@@ -284,9 +298,11 @@ def batch_counts(*, environment, agent_ids: dict[str, int], traces) -> dict[tupl
     for trace in traces:
         agent_id = agent_ids[trace.agent]
         minute = _minute(trace.occurred_at)
+        contribution = live_contribution(trace)
         for document, version in trace.documents.items():
             live_counts(
-                rows[(agent_id, environment.pk, document, version, Arm.LIVE, minute)], trace
+                rows[(agent_id, environment.pk, document, version, Arm.LIVE, minute)],
+                contribution,
             )
         shadow = trace.shadow
         if shadow is None or not trace.strategy:
