@@ -15,7 +15,7 @@ from django.utils import timezone
 from tests.factories import candidate, post_batch, runtime_token, trace_payload, world
 from tests.factories.documents import DocumentFactory, FrozenVersionFactory
 from traces.health import counters, services
-from traces.health.models import HealthCounter
+from traces.health.models import HealthCounter, HealthCounterHour
 
 pytestmark = pytest.mark.django_db
 
@@ -90,6 +90,12 @@ def test_ingest__batch__one_row_per_minute_document_and_version_counting_each_tr
     assert first.tokens_hist == {str((6200).bit_length()): 4}  # 4096 ≤ 6200 < 8192
     profile = HealthCounter.objects.get(document="profile", minute=MINUTE.replace(second=0))
     assert (profile.version, profile.traces, profile.statuses) == (7, 4, first.statuses)
+    # The same statement added them to their hour (both minutes in one hour, or two).
+    hours = HealthCounterHour.objects.filter(document="after_sales_consultation")
+    assert sum(h.traces for h in hours) == 5
+    assert sum(h.failures for h in hours) == 1
+    if hours.count() == 1:
+        assert hours[0].statuses == {"ready": 3, "degraded": 1, "missing_required_data": 1}
 
 
 def test_ingest__trace_is_counted_in_the_same_commit__figures_visible_at_once(client, secret):
@@ -244,5 +250,9 @@ def test_purge__rows_older_than_30_days_go(env):
         HealthCounter.objects.create(
             agent_id=1, environment_id=1, document="d", version=1, arm="live", minute=minute
         )
-    assert services.counters_purge_expired(now=now) == 1
+        HealthCounterHour.objects.create(
+            agent_id=1, environment_id=1, document="d", version=1, arm="live", hour=minute
+        )
+    assert services.counters_purge_expired(now=now) == 2
     assert list(HealthCounter.objects.values_list("minute", flat=True)) == [keep]
+    assert list(HealthCounterHour.objects.values_list("hour", flat=True)) == [keep]

@@ -265,28 +265,56 @@ def shadow_counts(counts: Counts, shadow, view: ShadowView) -> None:
 
 # --- a batch ---------------------------------------------------------------------------------------
 _ENCODE = msgspec.json.Encoder()
-_UPSERT_HEAD = f"INSERT INTO health_counter AS c ({', '.join(COLUMNS)}) VALUES "  # noqa: S608 (constants)
 _ROW = "(" + ", ".join(["%s"] * (len(_KEY) + len(_SCALARS)) + ["%s::jsonb"] * len(_MAPS)) + ")"
-_UPSERT_TAIL = (
-    f" ON CONFLICT ({', '.join(_KEY)}) DO UPDATE SET "
-    + ", ".join(f"{name} = c.{name} + EXCLUDED.{name}" for name in _SCALARS)
-    + ", "
-    + ", ".join(f"{name} = health_counts_add(c.{name}, EXCLUDED.{name})" for name in _MAPS)
-)
 
 
-def counters_write(cursor, rows: dict[tuple, Counts]) -> int:
-    """Add `rows` ({key: Counts}) to the table in one statement. Keys sorted, so two batches
-    touching the same rows lock them in one order (no deadlock). Returns the row count."""
-    if not rows:
-        return 0
+def _upsert(table: str, time_column: str, count: int) -> str:
+    columns = ", ".join(COLUMNS).replace("minute", time_column)
+    key = ", ".join(_KEY).replace("minute", time_column)
+    return (
+        f"INSERT INTO {table} AS c ({columns}) VALUES "  # noqa: S608 (constants)
+        + ", ".join([_ROW] * count)
+        + f" ON CONFLICT ({key}) DO UPDATE SET "
+        + ", ".join(f"{name} = c.{name} + EXCLUDED.{name}" for name in _SCALARS)
+        + ", "
+        + ", ".join(f"{name} = health_counts_add(c.{name}, EXCLUDED.{name})" for name in _MAPS)
+    )
+
+
+def _params(rows: dict[tuple, Counts]) -> list:
     params: list = []
     for key in sorted(rows):
         counts = rows[key]
         params.extend(key)
         params.extend(counts.scalars[name] for name in _SCALARS)
         params.extend(_ENCODE.encode(counts.maps[name]).decode() for name in _MAPS)
-    cursor.execute(_UPSERT_HEAD + ", ".join([_ROW] * len(rows)) + _UPSERT_TAIL, params)
+    return params
+
+
+def _by_hour(rows: dict[tuple, Counts]) -> dict[tuple, Counts]:
+    hours: dict[tuple, Counts] = defaultdict(Counts)
+    for (*key, minute), counts in rows.items():
+        total = hours[(*key, minute.replace(minute=0))]
+        for name, value in counts.scalars.items():
+            total.scalars[name] += value
+        for name, counted in counts.maps.items():
+            for item, n in counted.items():
+                total.maps[name][item] += n
+    return hours
+
+
+def counters_write(cursor, rows: dict[tuple, Counts]) -> int:
+    """Add `rows` ({key: Counts}, keyed by minute) to the minute table and, summed per hour,
+    to the hour table: one statement. Keys sorted, so two batches touching the same rows
+    lock them in one order (no deadlock). Returns the minute rows written."""
+    if not rows:
+        return 0
+    hours = _by_hour(rows)
+    cursor.execute(
+        f"WITH minutes AS ({_upsert('health_counter', 'minute', len(rows))}) "
+        + _upsert("health_counter_hour", "hour", len(hours)),
+        _params(rows) + _params(hours),
+    )
     return len(rows)
 
 

@@ -3,8 +3,9 @@ selection or the shadow's), what ingest saw — written in the ingest's own tran
 (traces.health.counters), so a stored trace is counted the moment it is committed.
 
 The maps are jsonb {key: count}, added with the SQL function `health_counts_add` (migration
-0001). Kept 30 days (`health.purge_expired`); the hourly rollups stay for the dashboard's
-charts. docs/version-health.md says what each counter means.
+0001); each minute's counts are added to its hour's row too (HealthCounterHour) by the same
+statement. Kept 30 days (`health.purge_expired`); the traces' hourly rollups stay for the
+dashboard's charts. docs/version-health.md says what each counter means.
 """
 
 from __future__ import annotations
@@ -24,19 +25,15 @@ def _counts(help_text: str):
     return models.JSONField(default=dict, help_text=help_text)
 
 
-class HealthCounter(models.Model):
-    # The key, in the order the pages read it: one (agent, environment, document) at a time,
-    # a version and arm, a range of minutes. Also the ingest's ON CONFLICT target.
-    pk = models.CompositePrimaryKey(
-        "agent_id", "environment_id", "document", "version", "arm", "minute"
-    )
+class CounterColumns(models.Model):
+    """The counters of one row: the same in the minute and the hour tables."""
+
     # Plain ids, no FK checks: one upsert per batch should not pay a trigger per row.
     agent_id = models.BigIntegerField()
     environment_id = models.BigIntegerField()
     document = models.CharField(max_length=100, db_collation="C")
     version = models.IntegerField()
     arm = models.CharField(max_length=6, choices=Arm.choices, db_collation="C")
-    minute = models.DateTimeField(help_text="occurred_at, truncated to the minute (UTC).")
 
     traces = models.BigIntegerField(default=0)
     failures = models.BigIntegerField(
@@ -64,6 +61,19 @@ class HealthCounter(models.Model):
     faults = _counts("runtime fault → traces (e.g. a shadow version never released there)")
 
     class Meta:
+        abstract = True
+
+
+class HealthCounter(CounterColumns):
+    """One minute's counts. The key in the order the pages read it — one (agent,
+    environment, document), a range of minutes — is also the ingest's ON CONFLICT target."""
+
+    pk = models.CompositePrimaryKey(
+        "agent_id", "environment_id", "document", "minute", "version", "arm"
+    )
+    minute = models.DateTimeField(help_text="occurred_at, truncated to the minute (UTC).")
+
+    class Meta:
         db_table = "health_counter"
         indexes = [BrinIndex(fields=["minute"], name="health_counter_minute_brin")]
         constraints = [
@@ -74,3 +84,26 @@ class HealthCounter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.minute:%Y-%m-%d %H:%M} {self.document} v{self.version} {self.arm}"
+
+
+class HealthCounterHour(CounterColumns):
+    """The same counts per hour, written by the same ingest statement: the pages read whole
+    hours here and only the minutes at a window's edges from HealthCounter (a week is 168
+    rows, not 10,080)."""
+
+    pk = models.CompositePrimaryKey(
+        "agent_id", "environment_id", "document", "hour", "version", "arm"
+    )
+    hour = models.DateTimeField(help_text="occurred_at, truncated to the hour (UTC).")
+
+    class Meta:
+        db_table = "health_counter_hour"
+        indexes = [BrinIndex(fields=["hour"], name="health_counter_hour_brin")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(arm__in=["live", "shadow"]), name="health_counter_hour_arm"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.hour:%Y-%m-%d %H}h {self.document} v{self.version} {self.arm}"

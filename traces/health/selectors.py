@@ -12,13 +12,15 @@ time-of-day effect is visible rather than hidden in a total.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from context_runtime.findings import Finding
 from context_runtime.wire import MAX_CLOCK_SKEW_SECONDS
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import Exists, OuterRef
 from django.urls import reverse
 from django.utils import timezone
@@ -33,6 +35,7 @@ from strategies.releases.models import Release, ReleaseEvent
 from traces.charts import CHART_GROUP_OF
 from traces.health.counters import (
     FAULT_SHADOW_VERSION_UNKNOWN,
+    count_key,
     shadow_view,
     split_key,
 )
@@ -42,6 +45,7 @@ from traces.models import Candidate, Trace
 
 MAX_WINDOW = timedelta(days=7)
 SERIES_BUCKETS = 48
+MINUTE_SERIES = timedelta(hours=6)  # longer spans are charted from whole hours
 GLANCE_BUCKETS = 24
 REQUEST_IDS_LIMIT = 100
 DISAGREEMENT_SCAN = 2_000  # traces read to find disagreeing ones (newest first)
@@ -132,38 +136,77 @@ _MAPS = (
 )
 # The rows of one (agent, environment, document), each labelled with the column it sums into:
 # the live version since the window's start, the previous version over the same span before
-# the release, each shadow version over the live window.
-_SLOTTED = """
-WITH r AS (
-    SELECT CASE
+# the release, each shadow version over the live window. Whole hours come from the hour
+# table; only the hours a window's edge cuts are read minute by minute (`_source`).
+_SLOT = """
+    CASE
         WHEN arm = 'live' AND version = %(live)s AND minute >= %(live_from)s THEN 'live'
         WHEN arm = 'live' AND version = %(previous)s AND minute >= %(previous_from)s
              AND minute < %(released_at)s THEN 'previous'
         WHEN arm = 'shadow' AND minute >= %(live_from)s THEN 'shadow:' || version
-    END AS slot, *
-    FROM health_counter
-    WHERE agent_id = %(agent)s AND environment_id = %(environment)s
-      AND document = %(document)s AND minute >= %(start)s AND minute < %(until)s
-)
+    END
 """
+_COLUMNS = ", ".join(("version", "arm", *_SCALARS, *_MAPS))
+_KEYED = "agent_id = %(agent)s AND environment_id = %(environment)s AND document = %(document)s"
+
+
+@contextmanager
+def _reading():
+    """A cursor for the counter reads, JIT off: the planner's guess of 100 keys per jsonb map
+    makes these small queries look costly enough to compile, and compiling took 110 ms of a
+    120 ms read (tests/bench/bench_health.py)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
+        yield cursor
+
+
+def _hour(when: datetime) -> datetime:
+    return when.replace(minute=0, second=0, microsecond=0)
+
+
+def _source(params: dict, *, hours: bool = True) -> tuple[str, dict]:
+    """`WITH r AS (…)`: the counter rows of the window, slotted, and the parameters. With
+    `hours`, the hours no window edge cuts come whole from the hour table."""
+    edges = (params["start"], params["previous_from"], params["released_at"], params["live_from"])
+    edges += (params["until"],)
+    cut = sorted({_hour(e) for e in edges if e != _hour(e)}) if hours else []
+    params = {**params, "cut": cut, "start_hour": _hour(params["start"])}
+    minutes = f"SELECT minute, {_COLUMNS} FROM health_counter WHERE {_KEYED} " + (
+        "AND minute >= %(start)s AND minute < %(until)s"
+    )
+    if hours:
+        ranges = " OR ".join(
+            f"(minute >= %(cut{i})s AND minute < %(cut{i})s + interval '1 hour')"
+            for i in range(len(cut))
+        )
+        params.update({f"cut{i}": hour for i, hour in enumerate(cut)})
+        minutes += f" AND ({ranges})" if cut else " AND false"
+        whole = (
+            f"SELECT hour AS minute, {_COLUMNS} FROM health_counter_hour WHERE {_KEYED} "
+            "AND hour >= %(start_hour)s AND hour < %(until)s "
+            "AND hour <> ALL(%(cut)s::timestamptz[])"
+        )
+        rows = f"{whole} UNION ALL {minutes}"
+    else:
+        rows = minutes
+    return f"WITH r AS (SELECT {_SLOT} AS slot, * FROM ({rows}) AS rows) ", params
+
+
 _TOTALS = (
-    _SLOTTED
-    + "SELECT slot, "
+    "SELECT slot, "
     + ", ".join(f"sum({name})" for name in _SCALARS)
     + " FROM r WHERE slot IS NOT NULL GROUP BY slot"
 )
 _MAP_TOTALS = (
-    _SLOTTED
-    + "SELECT slot, cols.name, e.key, sum(e.value::bigint) FROM r "
+    "SELECT slot, cols.name, e.key, sum(e.value::bigint) FROM r "
     + "CROSS JOIN LATERAL (VALUES "
     + ", ".join(f"('{name}', r.{name})" for name in _MAPS)
     + ") AS cols(name, counts) CROSS JOIN LATERAL jsonb_each_text(cols.counts) AS e(key, value) "
     + "WHERE slot IS NOT NULL AND cols.counts <> '{}'::jsonb GROUP BY 1, 2, 3"
 )
 _SERIES = (
-    _SLOTTED
-    + "SELECT slot, date_bin(%(bucket)s, minute, %(start)s) AS b, sum(traces), sum(failures) "
-    + "FROM r WHERE slot IS NOT NULL GROUP BY 1, 2"
+    "SELECT slot, date_bin(%(bucket)s, minute, %(origin)s) AS b, sum(traces), sum(failures) "
+    "FROM r WHERE slot IS NOT NULL GROUP BY 1, 2"
 )
 
 
@@ -211,7 +254,7 @@ def _slot_params(*, agent_id, environment_id, document, live, previous, windows,
         "live_from": live_from,
         "previous_from": previous_from,
         "released_at": released_at,
-        "start": min(previous_from, live_from),
+        "start": min(previous_from, live_from) if previous is not None else live_from,
         "until": until,
     }
 
@@ -219,8 +262,9 @@ def _slot_params(*, agent_id, environment_id, document, live, previous, windows,
 def _totals(params: dict) -> dict[str, list]:
     """{slot: [scalars dict, maps dict]}: two queries."""
     found: dict[str, list] = {}
-    with connection.cursor() as cursor:
-        cursor.execute(_TOTALS, params)
+    source, params = _source(params)
+    with _reading() as cursor:
+        cursor.execute(source + _TOTALS, params)
         for slot, *sums in cursor.fetchall():
             found[slot] = [
                 {
@@ -229,7 +273,7 @@ def _totals(params: dict) -> dict[str, list]:
                 },
                 {},
             ]
-        cursor.execute(_MAP_TOTALS, params)
+        cursor.execute(source + _MAP_TOTALS, params)
         for slot, name, key, total in cursor.fetchall():
             found.setdefault(slot, [dict.fromkeys(_SCALARS, 0), {}])[1].setdefault(name, {})[
                 key
@@ -550,20 +594,28 @@ def _outcome_metrics(health: VersionHealth) -> list[Metric]:
 
 def _series(health: VersionHealth, params: dict, span: timedelta) -> None:
     """The failed rate per bucket for each column, on one time axis from the previous
-    version's window to now (SERIES_BUCKETS buckets of whole minutes)."""
+    version's window to now: about SERIES_BUCKETS buckets of whole minutes, read minute by
+    minute up to MINUTE_SERIES; beyond, of whole hours from the hour table."""
     start = params["start"]
     total = params["until"] - start
-    bucket = timedelta(minutes=max(1, -(-int(total.total_seconds() // 60) // SERIES_BUCKETS)))
-    params = {**params, "bucket": bucket}
-    count = -(-int(total / bucket) // 1) + 1
+    minutes = -(-int(total.total_seconds() // 60) // SERIES_BUCKETS) or 1
+    by_hour = total > MINUTE_SERIES
+    if by_hour:
+        minutes = -(-minutes // 60) * 60
+        start = _hour(start)
+    bucket = timedelta(minutes=minutes)
+    count = int((params["until"] - start) / bucket) + 1
+    source, query = _source(params, hours=by_hour)
+    query = {**query, "bucket": bucket, "origin": start}
     per_slot: dict[str, list] = defaultdict(lambda: [(0, 0)] * count)
-    with connection.cursor() as cursor:
-        cursor.execute(_SERIES, params)
+    with _reading() as cursor:
+        cursor.execute(source + _SERIES, query)
         for slot, when, traces, failures in cursor.fetchall():
             index = int((when - start) / bucket)
             if 0 <= index < count:
                 buckets = per_slot[slot]
-                buckets[index] = (int(failures), int(traces))
+                f, t = buckets[index]
+                buckets[index] = (f + int(failures), t + int(traces))
     health.series_start, health.bucket = start, bucket
     health.series_counts = {totals.slot: per_slot[totals.slot] for totals in health.columns}
     peak = peak_rate([per_slot[totals.slot] for totals in health.columns])
@@ -589,12 +641,11 @@ class Glance:
         return Rate(self.failures, self.traces)
 
 
+# Whole hours: a glance starts at the hour of the release.
 _GLANCE = """
-SELECT agent_id, environment_id, document, version, date_trunc('hour', minute) AS hour,
-       sum(traces), sum(failures)
-FROM health_counter
-WHERE agent_id = ANY(%s) AND arm = 'live' AND minute >= %s
-GROUP BY 1, 2, 3, 4, 5
+SELECT agent_id, environment_id, document, version, hour, traces, failures
+FROM health_counter_hour
+WHERE agent_id = ANY(%s) AND arm = 'live' AND hour >= %s
 """
 
 
@@ -610,8 +661,8 @@ def glances(*, user, agents, now=None) -> dict[int, dict[tuple[str, str], Glance
     releases = live_releases(agent_ids=agent_ids)
     since = now - MAX_WINDOW
     hourly: dict[tuple, dict] = defaultdict(dict)
-    with connection.cursor() as cursor:
-        cursor.execute(_GLANCE, [agent_ids, since])
+    with _reading() as cursor:
+        cursor.execute(_GLANCE, [agent_ids, _hour(since)])
         for agent_id, environment_id, document, version, hour, traces, failures in cursor:
             hourly[(agent_id, environment_id, document, version)][hour] = (
                 int(failures),
@@ -657,27 +708,30 @@ class Pattern:
         return Rate(self.count, self.traces)
 
 
+# Whole hours, from the hour of the release.
 _PATTERN = """
-SELECT date_trunc('hour', minute), sum(traces), sum(coalesce((required_missing->>%s)::bigint, 0))
-FROM health_counter
-WHERE agent_id = %s AND environment_id = %s AND document = %s AND version = %s
-  AND arm = 'live' AND minute >= %s
-GROUP BY 1
+SELECT hour, traces, required_missing
+FROM health_counter_hour
+WHERE agent_id = %s AND environment_id = %s AND document = %s AND hour >= %s
+  AND version = %s AND arm = 'live'
 """
 
 
-def trace_patterns(*, user, trace, now=None) -> list[Pattern] | None:
+def trace_patterns(*, user, trace, candidates=None, now=None) -> list[Pattern] | None:
     """For each (source, reason code) of the trace's required items not selected: how many
     traces of the strategy version live in the trace's environment had one too, since that
-    release (the last 7 days at most). None when the user may not view the agent's traces
-    or nothing is live; [] when no required item was left out."""
+    release (from its hour; the last 7 days at most). `candidates`: the trace's, when the
+    caller has them (the trace page), else read. None when the user may not view the
+    agent's traces or nothing is live; [] when no required item was left out. Three queries
+    when one was, none otherwise."""
     if not trace.strategy or not user_can(user, Capability.VIEW_TRACES, trace.agent):
         return None
+    if candidates is None:
+        candidates = Candidate.objects.filter(trace_id=trace.pk, occurred_at=trace.occurred_at)
     items: dict[tuple[str, str], list[str]] = defaultdict(list)
-    for c in Candidate.objects.filter(
-        trace_id=trace.pk, occurred_at=trace.occurred_at, required=True
-    ).exclude(decision="selected"):
-        items[(c.source, c.reason_code)].append(c.item_id)
+    for c in candidates:
+        if c.required and c.decision != "selected":
+            items[(c.source, c.reason_code)].append(c.item_id)
     if not items:
         return []
     (release,) = live_releases(
@@ -687,52 +741,59 @@ def trace_patterns(*, user, trace, now=None) -> list[Pattern] | None:
         return None
     now = now or timezone.now()
     since = max(release.released_at, now - MAX_WINDOW)
-    start = since.replace(minute=0, second=0, microsecond=0)
+    start = _hour(since)
     ahead = now + timedelta(seconds=MAX_CLOCK_SKEW_SECONDS)  # a runtime's clock ahead
     hours = int((ahead - start) / timedelta(hours=1)) + 1
+    with _reading() as cursor:
+        cursor.execute(
+            _PATTERN,
+            [trace.agent_id, trace.environment_id, trace.strategy, start, release.version],
+        )
+        # Raw cursors hand jsonb over as text (Django decodes it in JSONField only).
+        per_hour = {
+            hour: (int(total), json.loads(missing) if isinstance(missing, str) else missing)
+            for hour, total, missing in cursor.fetchall()
+        }
+    link = reverse(
+        "health-requests",
+        kwargs={
+            "agent": trace.agent.key,
+            "environment": trace.environment.key,
+            "document": trace.strategy,
+        },
+    )
+    step = -(-hours // GLANCE_BUCKETS)
     patterns = []
-    with connection.cursor() as cursor:
-        for (source, code), ids in sorted(items.items()):
-            key = f"{source}:{code}"
-            cursor.execute(
-                _PATTERN,
-                [key, trace.agent_id, trace.environment_id, trace.strategy, release.version, since],
+    for (source, code), ids in sorted(items.items()):
+        key = count_key(source, code)
+        buckets = []
+        for i in range(hours):
+            total, missing = per_hour.get(start + timedelta(hours=i), (0, {}))
+            buckets.append((int((missing or {}).get(key, 0)), total))
+        merged = [
+            (sum(n for n, _ in buckets[i : i + step]), sum(t for _, t in buckets[i : i + step]))
+            for i in range(0, hours, step)
+        ]
+        query = {
+            "version": release.version,
+            "arm": Arm.LIVE,
+            "since": since.isoformat(),
+            "until": ahead.isoformat(),
+            "source": source,
+            "reason_code": code or "-",
+        }
+        patterns.append(
+            Pattern(
+                source=source,
+                reason_code=code,
+                items=ids,
+                count=sum(n for n, _ in merged),
+                traces=sum(t for _, t in merged),
+                release=release,
+                spark=sparkline(merged, width=120, height=20, what="had it"),
+                link=link + "?" + urlencode(query),
             )
-            per_hour = {hour: (int(n), int(total)) for hour, total, n in cursor.fetchall()}
-            buckets = [per_hour.get(start + timedelta(hours=i), (0, 0)) for i in range(hours)]
-            step = -(-hours // GLANCE_BUCKETS)
-            merged = [
-                (sum(n for n, _ in buckets[i : i + step]), sum(t for _, t in buckets[i : i + step]))
-                for i in range(0, hours, step)
-            ]
-            query = {
-                "version": release.version,
-                "arm": Arm.LIVE,
-                "since": since.isoformat(),
-                "until": ahead.isoformat(),
-                "source": source,
-                "reason_code": code or "-",
-            }
-            link = reverse(
-                "health-requests",
-                kwargs={
-                    "agent": trace.agent.key,
-                    "environment": trace.environment.key,
-                    "document": trace.strategy,
-                },
-            )
-            patterns.append(
-                Pattern(
-                    source=source,
-                    reason_code=code,
-                    items=ids,
-                    count=sum(n for n, _ in merged),
-                    traces=sum(t for _, t in merged),
-                    release=release,
-                    spark=sparkline(merged, width=120, height=20, what="had it"),
-                    link=link + "?" + urlencode(query),
-                )
-            )
+        )
     return patterns
 
 

@@ -13,18 +13,20 @@ PURGE_BATCH = 20_000
 
 
 def counters_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE_BATCH) -> int:
-    """Delete counter rows whose minute is more than RETENTION_DAYS old, in short batches
+    """Delete counter rows (minutes and hours) older than RETENTION_DAYS, in short batches
     (ingest goes on meanwhile). Returns how many rows."""
     cutoff = (now or timezone.now()) - timedelta(days=RETENTION_DAYS)
     total = 0
-    while True:
-        with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(
-                "DELETE FROM health_counter WHERE ctid = ANY(ARRAY("
-                "SELECT ctid FROM health_counter WHERE minute < %s LIMIT %s))",
-                [cutoff, batch_size],
-            )
-            deleted = cursor.rowcount
-        total += deleted
-        if deleted < batch_size:
-            return total
+    for table, column in (("health_counter", "minute"), ("health_counter_hour", "hour")):
+        while True:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(
+                    f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("  # noqa: S608 (constants)
+                    f"SELECT ctid FROM {table} WHERE {column} < %s LIMIT %s))",
+                    [cutoff, batch_size],
+                )
+                deleted = cursor.rowcount
+            total += deleted
+            if deleted < batch_size:
+                break
+    return total

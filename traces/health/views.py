@@ -7,9 +7,8 @@ from __future__ import annotations
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET
 
-from console.kernel.audit import AccessAction
+from console.kernel.audit import AccessAction, access_record
 from console.kernel.policy import Capability, requires
-from traces import services as trace_services
 from traces.health import selectors
 
 HOURS_CHOICES = (1, 6, 24, 72, 168)
@@ -44,9 +43,10 @@ def health_requests_looked(*, request, environment, document, filters) -> list:
     rows = selectors.health_requests(
         agent=request.agent, environment=environment, document=document, filters=filters
     )
-    trace_services.trace_look_record(
+    access_record(
         actor=request.user,
         action=AccessAction.TRACE_LIST,
+        agent=request.agent,
         detail={
             "health": {
                 "agent": request.agent.key,

@@ -36,8 +36,12 @@ def agent_glances(context, agent) -> list:
 
 
 @register.simple_tag(takes_context=True)
-def trace_patterns(context, trace):
-    return selectors.trace_patterns(user=context["request"].user, trace=trace)
+def trace_patterns(context, trace, groups=None):
+    """The trace page's candidates (its decision groups) are passed in: no query of them."""
+    candidates = None if groups is None else [c for g in groups for c in g.candidates]
+    return selectors.trace_patterns(
+        user=context["request"].user, trace=trace, candidates=candidates
+    )
 
 
 @register.filter
