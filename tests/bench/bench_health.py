@@ -185,12 +185,73 @@ def world(now: datetime, released_at: datetime):
     return agent, envs, support
 
 
+class _Identity:
+    """What trace_batch_store asks of the runtime token's identity."""
+
+    def __init__(self, environment):
+        self.environment_id, self.environment_key = environment.pk, environment.key
+
+    def covers_agent(self, key: str) -> bool:
+        return True
+
+
+def ingest_cost(environment, batches: int, traces: int, candidates: int) -> None:
+    """The counters' share of storing a batch: trace_batch_store (parse excluded) with the
+    counters and with them switched off, interleaved batch by batch, wall time in process."""
+    import orjson
+
+    from tests.bench.bench_traces import payloads
+    from traces import services
+    from traces.health import counters
+    from traces.ingest import parse_batch
+
+    start = datetime.now(UTC) - timedelta(hours=6)
+    record = services.counters_record_batch
+    spent = {"with": 0.0, "without": 0.0}
+    counted = {"with": 0.0}
+    for i in range(batches):
+        for arm in ("with", "without") if i % 2 == 0 else ("without", "with"):
+            body = orjson.dumps({"traces": payloads(traces, candidates, f"{arm}{i}", start)})
+            batch = parse_batch(body)
+            services.counters_record_batch = (
+                record if arm == "with" else (lambda cursor, **kwargs: 0)
+            )
+            began = time.perf_counter()
+            services.trace_batch_store(identity=_Identity(environment), batch=batch)
+            spent[arm] += time.perf_counter() - began
+            if arm == "with":  # the counters alone, on the same batch (rolled back)
+                from django.db import connection, transaction
+
+                traced = [t for _, t in batch.valid]
+                with transaction.atomic(), connection.cursor() as cursor:
+                    began = time.perf_counter()
+                    counters.counters_record_batch(
+                        cursor,
+                        environment=environment,
+                        agent_ids={"assistant_professional": environment.agent_id},
+                        traces=traced,
+                    )
+                    counted["with"] += time.perf_counter() - began
+                    transaction.set_rollback(True)
+    services.counters_record_batch = record
+    per = batches * traces
+    print(
+        f"\ningest cost ({batches} batches of {traces} traces × {candidates} candidates, "
+        f"store only, in process):\n"
+        f"   with counters    {spent['with'] / per * 1e6:7.1f} µs/trace\n"
+        f"   without counters {spent['without'] / per * 1e6:7.1f} µs/trace\n"
+        f"   counters alone   {counted['with'] / per * 1e6:7.1f} µs/trace = "
+        f"{counted['with'] / spent['with']:.1%} of storing with them (target ≤ 5%)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-day", type=int, default=1_000_000)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--keep", action="store_true", help="do not drop the bench database")
+    parser.add_argument("--ingest-batches", type=int, default=10, help="0: skip the ingest cost")
     args = parser.parse_args()
 
     admin_url, bench_url = database_urls()
@@ -266,6 +327,9 @@ def main() -> None:
 
         environment = envs[0]
         document = Document.objects.get(agent=agent, key=DOC)
+        if args.ingest_batches:
+            envs[1].agent_id = agent.pk  # the bench's one agent, for the counters call
+            ingest_cost(envs[1], args.ingest_batches, 500, 50)
         client = Client()
         client.force_login(support)
         page_url = f"/agents/{agent.key}/health/{environment.key}/{DOC}/"

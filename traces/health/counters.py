@@ -265,30 +265,53 @@ def shadow_counts(counts: Counts, shadow, view: ShadowView) -> None:
 
 # --- a batch ---------------------------------------------------------------------------------------
 _ENCODE = msgspec.json.Encoder()
-_ROW = "(" + ", ".join(["%s"] * (len(_KEY) + len(_SCALARS)) + ["%s::jsonb"] * len(_MAPS)) + ")"
+_TYPES = {
+    "agent_id": "bigint",
+    "environment_id": "bigint",
+    "document": "text",
+    "version": "integer",
+    "arm": "text",
+    "minute": "timestamptz",
+    **{name: "double precision" if name.endswith("_sum") else "bigint" for name in _SCALARS},
+    **dict.fromkeys(_MAPS, "jsonb"),
+}
 
 
-def _upsert(table: str, time_column: str, count: int) -> str:
+def _upsert(table: str, time_column: str) -> str:
+    """INSERT … SELECT from one jsonb parameter (the rows as a JSON array): a fixed text,
+    so the driver adapts one value, not two dozen per row."""
     columns = ", ".join(COLUMNS).replace("minute", time_column)
     key = ", ".join(_KEY).replace("minute", time_column)
+    record = ", ".join(f"{name} {kind}" for name, kind in _TYPES.items())
     return (
-        f"INSERT INTO {table} AS c ({columns}) VALUES "  # noqa: S608 (constants)
-        + ", ".join([_ROW] * count)
-        + f" ON CONFLICT ({key}) DO UPDATE SET "
+        f"INSERT INTO {table} AS c ({columns}) "  # noqa: S608 (constants)
+        f"SELECT {', '.join(COLUMNS)} FROM jsonb_to_recordset(%s::jsonb) AS r({record})"
+        f" ON CONFLICT ({key}) DO UPDATE SET "
         + ", ".join(f"{name} = c.{name} + EXCLUDED.{name}" for name in _SCALARS)
         + ", "
         + ", ".join(f"{name} = health_counts_add(c.{name}, EXCLUDED.{name})" for name in _MAPS)
     )
 
 
-def _params(rows: dict[tuple, Counts]) -> list:
-    params: list = []
-    for key in sorted(rows):
-        counts = rows[key]
-        params.extend(key)
-        params.extend(counts.scalars[name] for name in _SCALARS)
-        params.extend(_ENCODE.encode(counts.maps[name]).decode() for name in _MAPS)
-    return params
+# Both tables in one statement: the minutes in a CTE, their sums per hour after it.
+_UPSERT = f"WITH minutes AS ({_upsert('health_counter', 'minute')}) " + _upsert(
+    "health_counter_hour", "hour"
+)
+
+
+def _encoded(rows: dict[tuple, Counts]) -> str:
+    """The rows as the JSON array jsonb_to_recordset reads, in key order (so two batches
+    touching the same rows lock them in one order: no deadlock)."""
+    return _ENCODE.encode(
+        [
+            {
+                **dict(zip(_KEY, key, strict=True)),
+                **rows[key].scalars,
+                **rows[key].maps,
+            }
+            for key in sorted(rows)
+        ]
+    ).decode()
 
 
 def _by_hour(rows: dict[tuple, Counts]) -> dict[tuple, Counts]:
@@ -305,16 +328,10 @@ def _by_hour(rows: dict[tuple, Counts]) -> dict[tuple, Counts]:
 
 def counters_write(cursor, rows: dict[tuple, Counts]) -> int:
     """Add `rows` ({key: Counts}, keyed by minute) to the minute table and, summed per hour,
-    to the hour table: one statement. Keys sorted, so two batches touching the same rows
-    lock them in one order (no deadlock). Returns the minute rows written."""
+    to the hour table: one statement. Returns the minute rows written."""
     if not rows:
         return 0
-    hours = _by_hour(rows)
-    cursor.execute(
-        f"WITH minutes AS ({_upsert('health_counter', 'minute', len(rows))}) "
-        + _upsert("health_counter_hour", "hour", len(hours)),
-        _params(rows) + _params(hours),
-    )
+    cursor.execute(_UPSERT, [_encoded(rows), _encoded(_by_hour(rows))])
     return len(rows)
 
 

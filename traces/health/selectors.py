@@ -911,14 +911,17 @@ def health_requests(*, agent, environment, document: str, filters: RequestFilter
         traces = traces.filter(documents__contains={document: filters.version})
     else:
         traces = traces.filter(strategy=document, shadow__version=filters.version)
+    # The live arm's fields are the trace's own; the shadow's are in its shadow block.
+    live = filters.arm == Arm.LIVE
+    status, degradation = (
+        ("status", "degradation") if live else ("shadow__status", "shadow__degradation")
+    )
     if filters.status == "failed":
-        traces = traces.filter(status__in=FAILED_STATUSES)
-    elif filters.status and filters.arm == Arm.LIVE:
-        traces = traces.filter(status=filters.status)
+        traces = traces.filter(**{f"{status}__in": FAILED_STATUSES})
     elif filters.status:
-        traces = traces.filter(shadow__status=filters.status)
-    if filters.degradation and filters.arm == Arm.LIVE:
-        traces = traces.filter(degradation=filters.degradation)
+        traces = traces.filter(**{status: filters.status})
+    if filters.degradation:
+        traces = traces.filter(**{degradation: filters.degradation})
     if filters.resolution:
         traces = (
             traces.filter(config_fallback=True, config_resolution="")

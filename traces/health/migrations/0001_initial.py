@@ -4,20 +4,17 @@ import django.contrib.postgres.indexes
 from django.db import migrations, models
 
 # Adds two {key: count} maps: what the ingest's upsert does to a counter row's jsonb columns.
-# An empty side returns the other unchanged (most maps of most rows are empty).
+# An empty side returns the other unchanged (most maps of most rows are empty); otherwise only
+# b's keys are read (a batch adds few), and `||` lays their sums over a.
 COUNTS_ADD = """
 CREATE OR REPLACE FUNCTION health_counts_add(a jsonb, b jsonb) RETURNS jsonb
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT CASE
         WHEN b = '{}'::jsonb THEN a
         WHEN a = '{}'::jsonb THEN b
-        ELSE (
-            SELECT jsonb_object_agg(key, total)
-            FROM (
-                SELECT key, sum(value::bigint) AS total
-                FROM (SELECT * FROM jsonb_each_text(a) UNION ALL SELECT * FROM jsonb_each_text(b)) e
-                GROUP BY key
-            ) s
+        ELSE a || (
+            SELECT jsonb_object_agg(e.key, coalesce((a ->> e.key)::bigint, 0) + e.value::bigint)
+            FROM jsonb_each_text(b) AS e
         )
     END
 $$;
