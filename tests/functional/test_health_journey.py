@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from django.test import Client
@@ -18,6 +19,7 @@ from tests.factories.users import user_with_grants
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 DOC = "after_sales_consultation"
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
 def _traffic(secret: str) -> None:
@@ -63,13 +65,15 @@ def test_support__release_row_to_health_page_to_request_ids_to_trace(login, live
     glance.click()
 
     page.wait_for_url(re.compile(rf".*/health/sg-test/{DOC}/$"))
-    assert "Live: v3" in page.locator("#health-rates thead").inner_text()
-    assert "Before: v2" in page.locator("#health-rates thead").inner_text()
+    assert "Live: v3" in page.locator("#health-rates thead").text_content()
+    assert "Before: v2" in page.locator("#health-rates thead").text_content()
     row = page.locator('[data-metric="required_missing:applicable_policy:provider_not_fetched"]')
     live_cell = row.locator('[data-column="live"]')
     assert "40.0%" in live_cell.inner_text()
     assert "4/10" in live_cell.inner_text()
     assert page.locator("#health-series svg").is_visible()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "version-health-1280.png"), full_page=True)
     live_cell.locator("[data-requests]").click()
 
     page.wait_for_url(re.compile(r".*/requests\?.*"))
@@ -85,3 +89,4 @@ def test_support__release_row_to_health_page_to_request_ids_to_trace(login, live
     card = page.locator("#trace-patterns")
     assert "4 of 10 requests" in card.inner_text()
     assert "not only this one" in card.inner_text()
+    card.screenshot(path=str(SHOTS / "trace-pattern-card.png"))

@@ -138,33 +138,32 @@ def _tokens(counts: Counts, value) -> None:
 
 
 def live_contribution(trace) -> tuple:
-    """What a wire trace adds to each of its live rows, computed once per trace (a trace
-    counts on one row per document it names): a tuple for `live_counts`."""
+    """What a wire trace adds to each of its live rows besides its tokens: a hashable tuple,
+    so a batch counts each distinct one once (most traces of a minute look alike)."""
     resolution = trace.config_resolution or ""
     fallback = trace.config_fallback or resolution not in ("", "fresh")
     return (
         trace.status,
         CHART_GROUP_OF.get(trace.status) == "failed",
         trace.degradation,
-        [count_key(source, code) for source, code in _required_missing(trace.candidates)],
+        tuple(sorted(count_key(s, c) for s, c in _required_missing(trace.candidates))),
         (resolution or "fallback") if fallback else None,
-        trace.input_estimate.value if trace.input_estimate else None,
     )
 
 
-def live_counts(counts: Counts, contribution: tuple) -> None:
-    status, failed, degradation, missing, fallback, tokens = contribution
-    counts.add("traces")
-    counts.tally("statuses", status)
+def live_counts(counts: Counts, contribution: tuple, traces: int = 1) -> None:
+    """Add `traces` traces alike (`live_contribution`) to a live row."""
+    status, failed, degradation, missing, fallback = contribution
+    counts.add("traces", traces)
+    counts.tally("statuses", status, traces)
     if failed:
-        counts.add("failures")
+        counts.add("failures", traces)
     if degradation:
-        counts.tally("degraded", degradation)
+        counts.tally("degraded", degradation, traces)
     for key in missing:
-        counts.tally("required_missing", key)
+        counts.tally("required_missing", key, traces)
     if fallback:
-        counts.tally("config_fallback", fallback)
-    _tokens(counts, tokens)
+        counts.tally("config_fallback", fallback, traces)
 
 
 @dataclass(frozen=True)
@@ -337,41 +336,75 @@ def counters_write(cursor, rows: dict[tuple, Counts]) -> int:
 
 def batch_counts(*, environment, agent_ids: dict[str, int], traces) -> dict[tuple, Counts]:
     """The counter rows of a batch of wire traces just stored in `environment` (all of one
-    environment): {(agent_id, environment_id, document, version, arm, minute): Counts}."""
+    environment): {(agent_id, environment_id, document, version, arm, minute): Counts}.
+
+    Traces alike (same agent, minute, documents and `live_contribution`) are counted
+    together: the per-trace work is the scan of its candidates and a dict increment."""
     rows: dict[tuple, Counts] = defaultdict(Counts)
+    alike: dict[tuple, int] = defaultdict(int)
+    tokens: dict[tuple, list] = {}
     known: dict[tuple, bool] = {}
     for trace in traces:
-        agent_id = agent_ids[trace.agent]
-        minute = _minute(trace.occurred_at)
-        contribution = live_contribution(trace)
-        for document, version in trace.documents.items():
-            live_counts(
-                rows[(agent_id, environment.pk, document, version, Arm.LIVE, minute)],
-                contribution,
-            )
-        shadow = trace.shadow
-        if shadow is None or not trace.strategy:
-            continue
-        version = _get(shadow, "version")
-        asked = (agent_id, trace.strategy, version, minute)
-        if asked not in known:
-            known[asked] = shadow_release_known(
-                environment, trace.strategy, version, minute, agent=agent_id
-            )
-        if not known[asked]:
-            live_version = trace.documents.get(trace.strategy)
-            key = (agent_id, environment.pk, trace.strategy, live_version, Arm.LIVE, minute)
-            rows[key].tally("faults", FAULT_SHADOW_VERSION_UNKNOWN)
-            continue
-        view = shadow_view(
-            shadow=shadow,
-            status=trace.status,
-            candidates=trace.candidates,
-            input_estimate=trace.input_estimate.value if trace.input_estimate else None,
+        # The minute as an integer: converted to a datetime once per group, not per trace.
+        base = (
+            agent_ids[trace.agent],
+            int(trace.occurred_at.timestamp()) // 60,
+            tuple(trace.documents.items()),
         )
-        key = (agent_id, environment.pk, trace.strategy, version, Arm.SHADOW, minute)
-        shadow_counts(rows[key], shadow, view)
+        alike[(*base, live_contribution(trace))] += 1
+        if trace.input_estimate is not None:
+            value = trace.input_estimate.value
+            summed = tokens.setdefault(base, [0.0, 0, defaultdict(int)])
+            summed[0] += value
+            summed[1] += 1
+            summed[2][str(token_bucket(value))] += 1
+        if trace.shadow is not None and trace.strategy:
+            _shadow_trace(rows, known, environment, trace, base)
+    for (agent_id, minute, documents, contribution), count in alike.items():
+        when = _from_minutes(minute)
+        for document, version in documents:
+            key = (agent_id, environment.pk, document, version, Arm.LIVE, when)
+            live_counts(rows[key], contribution, count)
+    for (agent_id, minute, documents), (total, count, histogram) in tokens.items():
+        when = _from_minutes(minute)
+        for document, version in documents:
+            counts = rows[(agent_id, environment.pk, document, version, Arm.LIVE, when)]
+            counts.add("tokens_sum", total)
+            counts.add("tokens_count", count)
+            for bucket, n in histogram.items():
+                counts.tally("tokens_hist", bucket, n)
     return rows
+
+
+def _from_minutes(minutes: int) -> datetime:
+    return datetime.fromtimestamp(minutes * 60, UTC)
+
+
+def _shadow_trace(rows, known: dict, environment, trace, base: tuple) -> None:
+    """Count a trace's shadow block on its shadow row, or — when it names a version never
+    released as shadow there — as a runtime fault on the live row of its strategy."""
+    agent_id, minutes, _ = base
+    minute = _from_minutes(minutes)
+    shadow = trace.shadow
+    version = _get(shadow, "version")
+    asked = (agent_id, trace.strategy, version, minute)
+    if asked not in known:
+        known[asked] = shadow_release_known(
+            environment, trace.strategy, version, minute, agent=agent_id
+        )
+    if not known[asked]:
+        live_version = trace.documents.get(trace.strategy)
+        key = (agent_id, environment.pk, trace.strategy, live_version, Arm.LIVE, minute)
+        rows[key].tally("faults", FAULT_SHADOW_VERSION_UNKNOWN)
+        return
+    view = shadow_view(
+        shadow=shadow,
+        status=trace.status,
+        candidates=trace.candidates,
+        input_estimate=trace.input_estimate.value if trace.input_estimate else None,
+    )
+    key = (agent_id, environment.pk, trace.strategy, version, Arm.SHADOW, minute)
+    shadow_counts(rows[key], shadow, view)
 
 
 def counters_record_batch(cursor, *, environment, agent_ids: dict[str, int], traces) -> int:

@@ -323,6 +323,11 @@ class VersionHealth:
     bucket: timedelta | None = None
     window: timedelta | None = None
 
+    @property
+    def bucket_words(self) -> str:
+        minutes = int(self.bucket.total_seconds() // 60) if self.bucket else 0
+        return f"{minutes // 60} h" if minutes and minutes % 60 == 0 else f"{minutes} min"
+
     def column(self, slot: str) -> Totals | None:
         return next((c for c in self.columns if c.slot == slot), None)
 
