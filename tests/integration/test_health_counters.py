@@ -256,3 +256,19 @@ def test_purge__rows_older_than_30_days_go(env):
     assert services.counters_purge_expired(now=now) == 2
     assert list(HealthCounter.objects.values_list("minute", flat=True)) == [keep]
     assert list(HealthCounterHour.objects.values_list("hour", flat=True)) == [keep]
+
+
+def test_purge_task__scheduled_by_beat_and_runs(settings):
+    from traces.health.tasks import purge_expired
+
+    tasks = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert "health.purge_expired" in tasks
+    HealthCounter.objects.create(
+        agent_id=1,
+        environment_id=1,
+        document="d",
+        version=1,
+        arm="live",
+        minute=timezone.now() - timedelta(days=31),
+    )
+    assert purge_expired() == 1
