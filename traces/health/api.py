@@ -12,7 +12,7 @@ from rest_framework.response import Response
 from console.kernel.api_schema import ErrorSerializer
 from console.kernel.policy import Capability, requires
 from traces.health import selectors
-from traces.health.views import HOURS_CHOICES, _hours, health_requests_looked
+from traces.health.views import HOURS_CHOICES, health_requests_looked, hours_asked
 
 TAGS = ["health"]
 ERRORS = {
@@ -176,7 +176,11 @@ def version_health(request, agent, environment, document):
         user=request.user, agent=request.agent, environment_key=environment, document_key=document
     )
     health = selectors.version_health(
-        user=request.user, agent=request.agent, environment=env, document=doc, hours=_hours(request)
+        user=request.user,
+        agent=request.agent,
+        environment=env,
+        document=doc,
+        hours=hours_asked(request),
     )
     return Response(version_health_out(health))
 

@@ -14,7 +14,7 @@ from traces.health import selectors
 HOURS_CHOICES = (1, 6, 24, 72, 168)
 
 
-def _hours(request) -> int | None:
+def hours_asked(request) -> int | None:
     value = (request.GET.get("hours") or "").strip()
     return int(value) if value.isdigit() and int(value) in HOURS_CHOICES else None
 
@@ -25,7 +25,7 @@ def version_health_page(request, agent, environment, document):
     env, doc = selectors.health_target(
         user=request.user, agent=request.agent, environment_key=environment, document_key=document
     )
-    hours = _hours(request)
+    hours = hours_asked(request)
     health = selectors.version_health(
         user=request.user, agent=request.agent, environment=env, document=doc, hours=hours
     )
