@@ -115,6 +115,7 @@ INSTALLED_APPS = [
     "traces",
     "traces.previews",
     "traces.outcomes",
+    "traces.health",
 ]
 
 MIDDLEWARE = [
@@ -227,6 +228,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     # Day partitions of traces and candidates: a week ahead, and whole days past retention
     # dropped (docs/traces-storage.md). Every 6 hours: a missed run is harmless.
     "traces-partitions-maintain": {"task": "traces.partitions_maintain", "schedule": 6 * 3600.0},
+    # Version-health counters are kept 30 days (traces.health).
+    "health-purge-expired": {"task": "health.purge_expired", "schedule": 6 * 3600.0},
     "strategies.flush_token_last_used": {
         "task": "strategies.flush_token_last_used",
         "schedule": 60.0,

@@ -41,6 +41,7 @@ PAGES = (
     "traces.urls",
     "traces.previews.urls",
     "traces.outcomes.urls",
+    "traces.health.urls",
     "console.access.urls",
     "console.accounts.urls",
 )
@@ -54,6 +55,7 @@ OPERATOR_API = (
     "traces.api_urls",
     "traces.previews.api_urls",
     "traces.outcomes.api_urls",
+    "traces.health.api_urls",
     "console.access.api_urls",
     "console.accounts.api_urls",
 )

@@ -25,6 +25,7 @@ from console.kernel.transactions import service_transaction
 from strategies.catalog.models import TRACE_RETENTION_DAYS_DEFAULT, Agent, Environment
 from strategies.documents.models import Document, Version
 from traces import crypto, partitions
+from traces.health.counters import counters_record_batch
 from traces.ingest import ParsedBatch, Rejection
 from traces.models import Snapshot, Trace
 from traces.selectors import traces_keyed
@@ -409,6 +410,14 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     result.duplicates.extend(duplicates)
     result.rejected.extend(taken)
     result.snapshots_dropped = [request_id for request_id in dropped if request_id in stored]
+    # Last, so the counter rows' locks are held only until the commit that follows.
+    with connection.cursor() as cursor:
+        counters_record_batch(
+            cursor,
+            environment=environment,
+            agent_ids=agent_ids,
+            traces=[accepted[request_id] for _, request_id in inserted],
+        )
     return result
 
 

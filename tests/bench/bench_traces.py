@@ -695,6 +695,13 @@ def main() -> None:
                 f" · that one {cpu['other'] / args.traces * 1e6:,.0f} µs · this ÷ that = "
                 f"{cpu['http'] / cpu['other']:.3f}"
             )
+            # With DIR the commit before a change, what the change costs the ingest (issue
+            # 22: the health counters' target is ≤ 5%), by throughput and by server CPU.
+            print(
+                f"   cost of this checkout over that one: "
+                f"{1 - args.traces / spent['http'] / other_rate:+.1%} of throughput, "
+                f"{cpu['http'] / cpu['other'] - 1:+.1%} server CPU per trace (target ≤ 5%)"
+            )
         http_rate = args.traces / spent["http"]
         lean_rate = args.traces / spent["lean"]
         copy_rate = args.traces / spent["copy"]

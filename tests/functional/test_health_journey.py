@@ -1,0 +1,92 @@
+"""Browser: support follows a live version's health from its release row to the version-health
+page, then to the request ids behind a figure, then to one trace — whose card says the same
+required source was left out for everyone (issue 22)."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from tests.factories import candidate, post_batch, runtime_token, trace_payload
+from tests.factories.releases import publish, release_setup
+from tests.factories.users import user_with_grants
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+DOC = "after_sales_consultation"
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+
+
+def _traffic(secret: str) -> None:
+    """v3's first requests in sg-test: 6 ready, 4 missing the policy (provider not fetched)."""
+    at = (timezone.now() + timedelta(seconds=30)).isoformat()
+    batch = [trace_payload(f"ok-{i}", occurred_at=at) for i in range(6)]
+    batch += [
+        trace_payload(
+            f"policy-miss-{i}",
+            occurred_at=at,
+            status="missing_required_data",
+            candidates=[
+                candidate(),
+                candidate(
+                    "P7-v2",
+                    source="applicable_policy",
+                    decision="not_fetched",
+                    reason="timeout after 800 ms",
+                    reason_code="provider_not_fetched",
+                ),
+            ],
+        )
+        for i in range(4)
+    ]
+    for trace in batch:
+        trace["documents"] = {"profile": 1, DOC: 3}
+    assert post_batch(Client(), secret, batch).json()["accepted"] == 10
+
+
+def test_support__release_row_to_health_page_to_request_ids_to_trace(login, live_server):
+    w = release_setup()
+    sg = w.envs["sg-test"]
+    publish(w.profile[1], sg, actor=w.ops)
+    publish(w.strategy[2], sg, actor=w.ops)
+    publish(w.strategy[3], sg, actor=w.ops)
+    user_with_grants("sup", support=w.agent)
+    _traffic(runtime_token(sg))
+
+    page = login("sup", "sup-pass-1")
+    page.goto(f"{live_server.url}/releases/")
+    glance = page.locator(f'[data-health-glance="{DOC}-sg-test"]')
+    assert "40.0% failed" in glance.inner_text()
+    glance.click()
+
+    page.wait_for_url(re.compile(rf".*/health/sg-test/{DOC}/$"))
+    assert "Live: v3" in page.locator("#health-rates thead").text_content()
+    assert "Before: v2" in page.locator("#health-rates thead").text_content()
+    row = page.locator('[data-metric="required_missing:applicable_policy:provider_not_fetched"]')
+    live_cell = row.locator('[data-column="live"]')
+    assert "40.0%" in live_cell.inner_text()
+    assert "4/10" in live_cell.inner_text()
+    assert page.locator("#health-series svg").is_visible()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "version-health-1280.png"), full_page=True)
+    live_cell.locator("[data-requests]").click()
+
+    page.wait_for_url(re.compile(r".*/requests\?.*"))
+    assert (
+        "required applicable_policy not selected" in page.locator("#requests-filter").inner_text()
+    )
+    ids = page.locator("#health-request-ids tbody tr")
+    assert ids.count() == 4
+    assert "provider_not_fetched" in ids.first.inner_text()
+    ids.first.locator("a.mono").click()
+
+    page.wait_for_url(re.compile(r".*/traces/policy-miss-\d/.*"))
+    card = page.locator("#trace-patterns")
+    assert "4 of 10 requests" in card.inner_text()
+    assert "not only this one" in card.inner_text()
+    card.screenshot(path=str(SHOTS / "trace-pattern-card.png"))

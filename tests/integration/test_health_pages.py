@@ -1,0 +1,279 @@
+"""The version-health page and API (traces.health): figures against a brute-force count over
+the stored traces, the request ids behind them (access-logged), empty states, access, and
+the glances on the releases page, the dashboard and the trace page."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from console.kernel.models import AccessLogEntry
+from tests.factories import candidate, post_batch, runtime_token, trace_payload
+from tests.factories.documents import AgentFactory
+from tests.factories.releases import publish, release_setup
+from tests.factories.users import user_with_grants
+from traces.health import api, selectors
+from traces.models import Trace
+
+pytestmark = pytest.mark.django_db
+
+DOC = "after_sales_consultation"
+
+
+@pytest.fixture
+def w():
+    """v2 live in sg-test, then v3 published over it (R = when v3 went live)."""
+    w = release_setup()
+    sg = w.envs["sg-test"]
+    publish(w.profile[1], sg, actor=w.ops)
+    publish(w.strategy[2], sg, actor=w.ops)
+    publish(w.strategy[3], sg, actor=w.ops)
+    w.released_at = selectors.live_releases(agent_ids=[w.agent.pk], document=DOC)[0].released_at
+    w.secret = runtime_token(sg)
+    return w
+
+
+def left_out(source="applicable_policy", code="provider_not_fetched"):
+    return [
+        candidate(),
+        candidate("P7", source=source, decision="not_fetched", reason_code=code),
+    ]
+
+
+def traffic(w, *, version, at, n_ready, n_missing, n_degraded=0, shadow=None, prefix=""):
+    batch = []
+    for i in range(n_ready):
+        batch.append(trace_payload(f"{prefix}ok-{i}", occurred_at=at.isoformat()))
+    for i in range(n_missing):
+        batch.append(
+            trace_payload(
+                f"{prefix}miss-{i}",
+                occurred_at=at.isoformat(),
+                status="missing_required_data",
+                candidates=left_out(),
+            )
+        )
+    for i in range(n_degraded):
+        batch.append(
+            trace_payload(
+                f"{prefix}deg-{i}",
+                occurred_at=at.isoformat(),
+                status="degraded",
+                degradation="general_policy_only",
+            )
+        )
+    for trace in batch:
+        trace["documents"] = {"profile": 1, DOC: version}
+        if shadow:
+            trace["shadow"] = shadow
+    response = post_batch(w.client, w.secret, batch)
+    assert response.json()["accepted"] == len(batch), response.json()
+
+
+@pytest.fixture
+def traffic_before_and_after(w, client):
+    """v2 before the release of v3 (20 ready, 5 missing), v3 after (10 ready, 10 missing,
+    3 degraded), a shadow v3 (A/A) on 4 of v3's requests, one disagreeing."""
+    w.client = client
+    before = w.released_at - timedelta(minutes=20)
+    after = w.released_at + timedelta(minutes=2)
+    traffic(w, version=2, at=before, n_ready=20, n_missing=5, prefix="v2-")
+    traffic(w, version=3, at=after, n_ready=10, n_missing=10, n_degraded=3, prefix="v3-")
+    selected = ["task_state:T9", "P7-v2"]
+    traffic(
+        w,
+        version=3,
+        at=after,
+        n_ready=3,
+        n_missing=0,
+        prefix="aa-",
+        shadow={"version": 3, "status": "ready", "selected": selected},
+    )
+    traffic(
+        w,
+        version=3,
+        at=after,
+        n_ready=1,
+        n_missing=0,
+        prefix="aa-bad-",
+        shadow={"version": 3, "status": "missing_required_data", "selected": ["task_state:T9"]},
+    )
+    return w
+
+
+def brute_force(*, version, since, until, status=None):
+    traces = Trace.objects.filter(
+        strategy=DOC, strategy_version=version, occurred_at__gte=since, occurred_at__lt=until
+    )
+    return traces.filter(status=status).count() if status else traces.count()
+
+
+def test_version_health__figures__match_a_count_over_the_stored_traces(traffic_before_and_after):
+    w = traffic_before_and_after
+    now = w.released_at + timedelta(minutes=30)
+    health = selectors.version_health(
+        user=w.ops,
+        agent=w.agent,
+        environment=w.envs["sg-test"],
+        document=w.strategy[3].document,
+        now=now,
+    )
+    out = api.version_health_out(health)
+    columns = {c["slot"]: c for c in out["columns"]}
+    assert set(columns) == {"previous", "live", "shadow:3"}
+    live, previous = columns["live"], columns["previous"]
+    # The same span on each side of the release: 30 minutes.
+    assert out["window_hours"] == 0.5
+    assert previous["until"] == w.released_at
+    assert previous["since"] == w.released_at - timedelta(minutes=30)
+    for column, version in ((live, 3), (previous, 2)):
+        assert column["traces"] == brute_force(
+            version=version, since=column["since"], until=column["until"]
+        )
+    metrics = {m["key"]: m["cells"] for m in out["metrics"]}
+    for column, version, slot in ((live, 3, "live"), (previous, 2, "previous")):
+        stored = brute_force(
+            version=version,
+            since=column["since"],
+            until=column["until"],
+            status="missing_required_data",
+        )
+        cell = metrics["status:missing_required_data"][slot]
+        assert (cell["count"], cell["total"]) == (stored, column["traces"])
+        assert cell["low"] <= cell["rate"] <= cell["high"]
+    assert metrics["status:missing_required_data"]["live"]["count"] == 10
+    assert metrics["status:missing_required_data"]["previous"]["count"] == 5
+    # 10 of 27 against 5 of 25: the intervals overlap, so no change is claimed...
+    assert metrics["failed"]["live"]["verdict"] == "same"
+    # ...while the required source lost with its reason code is named.
+    missing = metrics["required_missing:applicable_policy:provider_not_fetched"]
+    assert (missing["live"]["count"], missing["previous"]["count"]) == (10, 5)
+    assert metrics["degraded:general_policy_only"]["live"]["count"] == 3
+    # A/A: the shadow runs v3 itself, so its one disagreement is a runtime fault.
+    assert columns["shadow:3"]["a_a"] is True
+    same_status = metrics["same_status"]["shadow:3"]
+    assert (same_status["count"], same_status["total"], same_status["runtime_fault"]) == (
+        3,
+        4,
+        True,
+    )
+
+
+def test_request_ids__behind_the_figure__the_right_ones_and_access_logged(
+    traffic_before_and_after, client
+):
+    w = traffic_before_and_after
+    client.force_login(w.ops)
+    now = timezone.now()
+    response = client.get(
+        f"/api/v1/agents/{w.agent.key}/health/sg-test/{DOC}/requests",
+        {
+            "version": 3,
+            "arm": "live",
+            "since": w.released_at.isoformat(),
+            "until": (now + timedelta(minutes=10)).isoformat(),
+            "source": "applicable_policy",
+            "reason_code": "provider_not_fetched",
+        },
+    )
+    assert response.status_code == 200, response.content
+    ids = {r["request_id"] for r in response.json()["requests"]}
+    assert ids == {f"v3-miss-{i}" for i in range(10)}
+    assert response.json()["requests"][0]["reason_codes"] == [
+        ["applicable_policy", "provider_not_fetched"]
+    ]
+    logged = AccessLogEntry.objects.filter(action="trace.list").latest("pk")
+    assert logged.detail["health"]["source"] == "applicable_policy"
+
+    # The shadow's disagreements, on the page.
+    page = client.get(
+        f"/agents/{w.agent.key}/health/sg-test/{DOC}/requests",
+        {
+            "version": 3,
+            "arm": "shadow",
+            "since": w.released_at.isoformat(),
+            "until": (now + timedelta(minutes=10)).isoformat(),
+            "disagree": 1,
+        },
+    )
+    assert page.status_code == 200
+    assert b"aa-bad-ok-0" in page.content
+    assert b"aa-ok-0" not in page.content
+
+
+def test_request_ids__bad_filter__400_naming_the_field(w, client):
+    client.force_login(w.ops)
+    response = client.get(
+        f"/api/v1/agents/{w.agent.key}/health/sg-test/{DOC}/requests",
+        {"version": "x", "arm": "live", "since": "2026-12-01T00:00Z", "until": "2026-12-02T00:00Z"},
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["details"][0]["path"] == "version"
+
+
+def test_version_health_page__with_traffic__rates_chart_and_links(traffic_before_and_after, client):
+    w = traffic_before_and_after
+    client.force_login(w.ops)
+    response = client.get(f"/agents/{w.agent.key}/health/sg-test/{DOC}/")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "Live: v3" in body
+    assert 'id="health-series"' in body
+    assert "A/A self-test" in body
+    assert "request ids →" in body
+
+
+def test_version_health_page__nothing_live__says_what_to_do(w, client):
+    client.force_login(w.ops)
+    response = client.get(f"/agents/{w.agent.key}/health/prod/{DOC}/")
+    assert response.status_code == 200
+    assert "Nothing is live here yet" in response.content.decode()
+
+
+def test_version_health_page__live_without_traffic__empty_state(w, client):
+    client.force_login(w.ops)
+    body = client.get(f"/agents/{w.agent.key}/health/sg-test/{DOC}/").content.decode()
+    assert "No traffic counted yet" in body
+    assert "No shadow version ran" in body
+
+
+def test_version_health__user_without_the_agent__404_and_viewer__403(w, client):
+    stranger = user_with_grants("stranger", operator=AgentFactory(key="assistant_lite"))
+    client.force_login(stranger)
+    assert client.get(f"/agents/{w.agent.key}/health/sg-test/{DOC}/").status_code == 404
+    assert client.get(f"/api/v1/agents/{w.agent.key}/health/sg-test/{DOC}/").status_code == 404
+    viewer = user_with_grants("viewer1", viewer=w.agent)  # configuration only, no traces
+    client.force_login(viewer)
+    assert client.get(f"/agents/{w.agent.key}/health/sg-test/{DOC}/").status_code == 403
+    # The releases page shows them no health glance.
+    assert b"data-health-glance" not in client.get("/releases/").content
+
+
+def test_releases_and_dashboard__glance_of_each_live_version(traffic_before_and_after, client):
+    w = traffic_before_and_after
+    client.force_login(w.ops)
+    releases = client.get("/releases/").content.decode()
+    assert f'data-health-glance="{DOC}-sg-test"' in releases
+    assert f"/agents/{w.agent.key}/health/sg-test/{DOC}/" in releases
+    dashboard = client.get("/").content.decode()
+    assert f'data-health-glance="{DOC}-sg-test"' in dashboard
+    glance = selectors.glances(user=w.ops, agents=[w.agent])[w.agent.pk][(DOC, "sg-test")]
+    assert (glance.traces, glance.failures) == (27, 10)  # v3 only, since its release
+
+
+def test_trace_page__left_out_required_item__how_often_since_the_release(
+    traffic_before_and_after, client
+):
+    w = traffic_before_and_after
+    client.force_login(w.ops)
+    body = client.get("/traces/v3-miss-0/?environment=sg-test").content.decode()
+    assert 'id="trace-patterns"' in body
+    assert 'data-pattern="applicable_policy:provider_not_fetched"' in body
+    assert "10 of 27 requests" in body
+    # A ready trace has nothing left out: no card.
+    assert (
+        'id="trace-patterns"'
+        not in client.get("/traces/v3-ok-0/?environment=sg-test").content.decode()
+    )

@@ -1,0 +1,460 @@
+"""Health counters, written at ingest: what each stored trace adds to its minute's rows.
+
+`traces.services.trace_batch_store` hands the traces it has just inserted to
+`counters_record_batch`, inside its transaction: the batch is aggregated here in Python (one
+dict per row key) and written with ONE multi-row INSERT … ON CONFLICT DO UPDATE, so the
+counters commit with the traces or not at all, and a trace is counted the moment it is
+visible. Outcomes reported later for a request are counted by `record_outcomes`.
+
+A trace counts on the live arm once per document it names ({key: version}); its shadow block
+(if any) counts on the shadow arm of the trace's strategy at the shadow's version, with its
+agreement with the live selection of the same request. The shadow block, all fields optional
+(older runtimes send only the first three):
+
+    {version, status, selected: [ids], degradation, used_tokens,
+     differences: [{index, decision, reason_code, required}], differences_total,
+     sources_not_fetched: [sources]}
+
+`differences[].index` is a position in the trace's candidates; a candidate not listed was
+decided as live decided it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import msgspec
+from django.db import connection
+
+from strategies.catalog.models import Agent
+from strategies.documents.models import Version
+from traces.charts import CHART_GROUP_OF
+from traces.health.models import Arm
+
+FAULT_SHADOW_VERSION_UNKNOWN = "shadow_version_unknown"
+SEPARATOR = ":"  # in 'source:reason_code' and 'kind:value'; split on the last one
+
+
+def count_key(first: str, second: str) -> str:
+    return f"{first}{SEPARATOR}{second}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    first, _, second = key.rpartition(SEPARATOR)
+    return first, second
+
+
+def token_bucket(value: float) -> int:
+    """The power-of-two bucket of an input estimate: k holds [2^(k-1), 2^k); 0 holds 0."""
+    return int(value).bit_length() if value > 0 else 0
+
+
+# --- the one decision on shadow blocks -------------------------------------------------------------
+def shadow_release_known(environment, document_key: str, version: int, at, *, agent) -> bool:
+    """May a trace's shadow block naming `version` of `document_key` at time `at` be counted?
+
+    For now: any version the agent's document has frozen. When shadow releases land
+    (issue 22 item 1), this switches to the shadow-release history: the version must have
+    been released as shadow in `environment` at `at`. Anything else is stored, not counted,
+    and counted as the runtime fault `shadow_version_unknown`.
+    """
+    agent_id = agent.pk if isinstance(agent, Agent) else agent
+    return Version.objects.filter(
+        document__agent_id=agent_id,
+        document__key=document_key,
+        number=version,
+        state=Version.State.FROZEN,
+    ).exists()
+
+
+# --- one row's counts ------------------------------------------------------------------------------
+_MAPS = (
+    "statuses",
+    "degraded",
+    "required_missing",
+    "config_fallback",
+    "tokens_hist",
+    "required_kept",
+    "required_lost",
+    "outcomes",
+    "faults",
+)
+_SCALARS = (
+    "traces",
+    "failures",
+    "tokens_sum",
+    "tokens_count",
+    "compared",
+    "same_status",
+    "same_selected",
+    "token_delta_sum",
+    "token_delta_count",
+)
+_KEY = ("agent_id", "environment_id", "document", "version", "arm", "minute")
+COLUMNS = (*_KEY, *_SCALARS, *_MAPS)
+
+
+@dataclass
+class Counts:
+    scalars: dict = field(default_factory=lambda: dict.fromkeys(_SCALARS, 0))
+    maps: dict = field(default_factory=lambda: {name: defaultdict(int) for name in _MAPS})
+
+    def add(self, name: str, amount=1) -> None:
+        self.scalars[name] += amount
+
+    def tally(self, name: str, key: str, amount: int = 1) -> None:
+        self.maps[name][key] += amount
+
+
+def _minute(when: datetime) -> datetime:
+    return when.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def _get(block, name: str, default=None):
+    """A shadow block's field: the wire struct's attribute (absent on older consoles' struct)
+    or a decoded dict's key."""
+    if isinstance(block, dict):
+        return block.get(name, default)
+    return getattr(block, name, default)
+
+
+def _required_missing(candidates) -> set[tuple[str, str]]:
+    """(source, reason_code) of the required candidates not selected: once per trace."""
+    return {
+        (c.source, c.reason_code or "")
+        for c in candidates
+        if c.required and c.decision != "selected"
+    }
+
+
+def _tokens(counts: Counts, value) -> None:
+    if value is None:
+        return
+    counts.add("tokens_sum", value)
+    counts.add("tokens_count")
+    counts.tally("tokens_hist", str(token_bucket(value)))
+
+
+def live_contribution(trace) -> tuple:
+    """What a wire trace adds to each of its live rows besides its tokens: a hashable tuple,
+    so a batch counts each distinct one once (most traces of a minute look alike)."""
+    resolution = trace.config_resolution or ""
+    fallback = trace.config_fallback or resolution not in ("", "fresh")
+    return (
+        trace.status,
+        CHART_GROUP_OF.get(trace.status) == "failed",
+        trace.degradation,
+        tuple(sorted(count_key(s, c) for s, c in _required_missing(trace.candidates))),
+        (resolution or "fallback") if fallback else None,
+    )
+
+
+def live_counts(counts: Counts, contribution: tuple, traces: int = 1) -> None:
+    """Add `traces` traces alike (`live_contribution`) to a live row."""
+    status, failed, degradation, missing, fallback = contribution
+    counts.add("traces", traces)
+    counts.tally("statuses", status, traces)
+    if failed:
+        counts.add("failures", traces)
+    if degradation:
+        counts.tally("degraded", degradation, traces)
+    for key in missing:
+        counts.tally("required_missing", key, traces)
+    if fallback:
+        counts.tally("config_fallback", fallback, traces)
+
+
+@dataclass(frozen=True)
+class ShadowView:
+    """The shadow's decisions on a request, next to live's: what agreement is computed from
+    (the counters and the list of disagreeing requests ask this one place)."""
+
+    status: str | None
+    selected: frozenset
+    live_status: str
+    live_selected: frozenset
+    required_missing: frozenset  # (source, reason_code) under the shadow's strategy
+    kept: frozenset  # sources whose live-selected required items the shadow all selected
+    lost: frozenset  # sources where the shadow dropped a live-selected required item
+    token_delta: float | None
+
+    @property
+    def compared(self) -> bool:
+        return self.status is not None
+
+    @property
+    def same_status(self) -> bool:
+        return self.status == self.live_status
+
+    @property
+    def same_selected(self) -> bool:
+        return self.selected == self.live_selected
+
+    @property
+    def agrees(self) -> bool:
+        return not self.compared or (self.same_status and self.same_selected and not self.lost)
+
+
+def shadow_view(*, shadow, status: str, candidates, input_estimate: float | None) -> ShadowView:
+    """Compare a shadow block with the live decisions of the same request. `candidates` are
+    objects with id/item_id, source, required, decision, reason_code, in trace order."""
+    differences = {}
+    for difference in _get(shadow, "differences") or ():
+        index = _get(difference, "index")
+        if isinstance(index, int) and 0 <= index < len(candidates):
+            differences[index] = difference
+    shadow_selected = frozenset(_get(shadow, "selected") or ())
+    live_selected, missing, kept, lost = set(), set(), set(), set()
+    for index, c in enumerate(candidates):
+        item = getattr(c, "item_id", None) or c.id
+        if c.decision == "selected":
+            live_selected.add(item)
+            if c.required:
+                (kept if item in shadow_selected else lost).add(c.source)
+        difference = differences.get(index)
+        if difference is None:
+            required, decision, code = c.required, c.decision, c.reason_code or ""
+        else:
+            required = bool(_get(difference, "required", c.required))
+            decision = _get(difference, "decision") or c.decision
+            code = _get(difference, "reason_code") or ""
+        if required and decision != "selected":
+            missing.add((c.source, code))
+    used = _get(shadow, "used_tokens")
+    return ShadowView(
+        status=_get(shadow, "status"),
+        selected=shadow_selected,
+        live_status=status,
+        live_selected=frozenset(live_selected),
+        required_missing=frozenset(missing),
+        kept=frozenset(kept - lost),
+        lost=frozenset(lost),
+        token_delta=used - input_estimate
+        if used is not None and input_estimate is not None
+        else None,
+    )
+
+
+def shadow_counts(counts: Counts, shadow, view: ShadowView) -> None:
+    counts.add("traces")
+    if view.status is not None:
+        counts.tally("statuses", view.status)
+        if CHART_GROUP_OF.get(view.status) == "failed":
+            counts.add("failures")
+    degradation = _get(shadow, "degradation")
+    if degradation:
+        counts.tally("degraded", degradation)
+    for source, code in view.required_missing:
+        counts.tally("required_missing", count_key(source, code))
+    _tokens(counts, _get(shadow, "used_tokens"))
+    if view.compared:
+        counts.add("compared")
+        counts.add("same_status", int(view.same_status))
+        counts.add("same_selected", int(view.same_selected))
+    for source in view.kept:
+        counts.tally("required_kept", source)
+    for source in view.lost:
+        counts.tally("required_lost", source)
+    if view.token_delta is not None:
+        counts.add("token_delta_sum", view.token_delta)
+        counts.add("token_delta_count")
+
+
+# --- a batch ---------------------------------------------------------------------------------------
+_ENCODE = msgspec.json.Encoder()
+_TYPES = {
+    "agent_id": "bigint",
+    "environment_id": "bigint",
+    "document": "text",
+    "version": "integer",
+    "arm": "text",
+    "minute": "timestamptz",
+    **{name: "double precision" if name.endswith("_sum") else "bigint" for name in _SCALARS},
+    **dict.fromkeys(_MAPS, "jsonb"),
+}
+
+
+def _upsert(table: str, time_column: str) -> str:
+    """INSERT … SELECT from one jsonb parameter (the rows as a JSON array): a fixed text,
+    so the driver adapts one value, not two dozen per row."""
+    columns = ", ".join(COLUMNS).replace("minute", time_column)
+    key = ", ".join(_KEY).replace("minute", time_column)
+    record = ", ".join(f"{name} {kind}" for name, kind in _TYPES.items())
+    return (
+        f"INSERT INTO {table} AS c ({columns}) "  # noqa: S608 (constants)
+        f"SELECT {', '.join(COLUMNS)} FROM jsonb_to_recordset(%s::jsonb) AS r({record})"
+        f" ON CONFLICT ({key}) DO UPDATE SET "
+        + ", ".join(f"{name} = c.{name} + EXCLUDED.{name}" for name in _SCALARS)
+        + ", "
+        + ", ".join(f"{name} = health_counts_add(c.{name}, EXCLUDED.{name})" for name in _MAPS)
+    )
+
+
+# Both tables in one statement: the minutes in a CTE, their sums per hour after it.
+_UPSERT = f"WITH minutes AS ({_upsert('health_counter', 'minute')}) " + _upsert(
+    "health_counter_hour", "hour"
+)
+
+
+def _encoded(rows: dict[tuple, Counts]) -> str:
+    """The rows as the JSON array jsonb_to_recordset reads, in key order (so two batches
+    touching the same rows lock them in one order: no deadlock)."""
+    return _ENCODE.encode(
+        [
+            {
+                **dict(zip(_KEY, key, strict=True)),
+                **rows[key].scalars,
+                **rows[key].maps,
+            }
+            for key in sorted(rows)
+        ]
+    ).decode()
+
+
+def _by_hour(rows: dict[tuple, Counts]) -> dict[tuple, Counts]:
+    hours: dict[tuple, Counts] = defaultdict(Counts)
+    for (*key, minute), counts in rows.items():
+        total = hours[(*key, minute.replace(minute=0))]
+        for name, value in counts.scalars.items():
+            total.scalars[name] += value
+        for name, counted in counts.maps.items():
+            for item, n in counted.items():
+                total.maps[name][item] += n
+    return hours
+
+
+def counters_write(cursor, rows: dict[tuple, Counts]) -> int:
+    """Add `rows` ({key: Counts}, keyed by minute) to the minute table and, summed per hour,
+    to the hour table: one statement. Returns the minute rows written."""
+    if not rows:
+        return 0
+    cursor.execute(_UPSERT, [_encoded(rows), _encoded(_by_hour(rows))])
+    return len(rows)
+
+
+def batch_counts(*, environment, agent_ids: dict[str, int], traces) -> dict[tuple, Counts]:
+    """The counter rows of a batch of wire traces just stored in `environment` (all of one
+    environment): {(agent_id, environment_id, document, version, arm, minute): Counts}.
+
+    Traces alike (same agent, minute, documents and `live_contribution`) are counted
+    together: the per-trace work is the scan of its candidates and a dict increment."""
+    rows: dict[tuple, Counts] = defaultdict(Counts)
+    alike: dict[tuple, int] = defaultdict(int)
+    tokens: dict[tuple, list] = {}
+    known: dict[tuple, bool] = {}
+    for trace in traces:
+        # The minute as an integer: converted to a datetime once per group, not per trace.
+        base = (
+            agent_ids[trace.agent],
+            int(trace.occurred_at.timestamp()) // 60,
+            tuple(trace.documents.items()),
+        )
+        alike[(*base, live_contribution(trace))] += 1
+        if trace.input_estimate is not None:
+            value = trace.input_estimate.value
+            summed = tokens.setdefault(base, [0.0, 0, defaultdict(int)])
+            summed[0] += value
+            summed[1] += 1
+            summed[2][str(token_bucket(value))] += 1
+        if trace.shadow is not None and trace.strategy:
+            _shadow_trace(rows, known, environment, trace, base)
+    for (agent_id, minute, documents, contribution), count in alike.items():
+        when = _from_minutes(minute)
+        for document, version in documents:
+            key = (agent_id, environment.pk, document, version, Arm.LIVE, when)
+            live_counts(rows[key], contribution, count)
+    for (agent_id, minute, documents), (total, count, histogram) in tokens.items():
+        when = _from_minutes(minute)
+        for document, version in documents:
+            counts = rows[(agent_id, environment.pk, document, version, Arm.LIVE, when)]
+            counts.add("tokens_sum", total)
+            counts.add("tokens_count", count)
+            for bucket, n in histogram.items():
+                counts.tally("tokens_hist", bucket, n)
+    return rows
+
+
+def _from_minutes(minutes: int) -> datetime:
+    return datetime.fromtimestamp(minutes * 60, UTC)
+
+
+def _shadow_trace(rows, known: dict, environment, trace, base: tuple) -> None:
+    """Count a trace's shadow block on its shadow row, or — when it names a version never
+    released as shadow there — as a runtime fault on the live row of its strategy."""
+    agent_id, minutes, _ = base
+    minute = _from_minutes(minutes)
+    shadow = trace.shadow
+    version = _get(shadow, "version")
+    asked = (agent_id, trace.strategy, version, minute)
+    if asked not in known:
+        known[asked] = shadow_release_known(
+            environment, trace.strategy, version, minute, agent=agent_id
+        )
+    if not known[asked]:
+        live_version = trace.documents.get(trace.strategy)
+        key = (agent_id, environment.pk, trace.strategy, live_version, Arm.LIVE, minute)
+        rows[key].tally("faults", FAULT_SHADOW_VERSION_UNKNOWN)
+        return
+    view = shadow_view(
+        shadow=shadow,
+        status=trace.status,
+        candidates=trace.candidates,
+        input_estimate=trace.input_estimate.value if trace.input_estimate else None,
+    )
+    key = (agent_id, environment.pk, trace.strategy, version, Arm.SHADOW, minute)
+    shadow_counts(rows[key], shadow, view)
+
+
+def counters_record_batch(cursor, *, environment, agent_ids: dict[str, int], traces) -> int:
+    """Count the traces a batch has just stored (call inside the ingest's transaction)."""
+    return counters_write(
+        cursor, batch_counts(environment=environment, agent_ids=agent_ids, traces=traces)
+    )
+
+
+# --- outcomes, reported after the fact ---------------------------------------------------------------
+_TRACES_OF_REQUESTS = """
+SELECT k.environment_id, k.request_id, t.agent_id, a.key, t.occurred_at, t.documents
+FROM traces_request_key k
+JOIN traces_trace t ON t.id = k.trace_id AND t.occurred_at = k.occurred_at
+JOIN strategies_agent a ON a.id = t.agent_id
+WHERE (k.environment_id, k.request_id) IN (SELECT * FROM unnest(%s::bigint[], %s::text[]))
+"""
+
+
+def record_outcomes(rows) -> int:
+    """Count outcomes reported for requests: `rows` of (environment_id, agent, request_id,
+    kind, value), `agent` an agent key (or id). Each finds its trace by request_id and adds
+    'kind:value' to the outcomes of the trace's live rows (its minute, each document and
+    version it used). A request with no stored trace, or of another agent, is not counted.
+    Call once per outcome newly stored (the outcome store is what makes a repeat a no-op),
+    in its transaction. Returns how many outcomes were counted."""
+    rows = list(rows)
+    if not rows:
+        return 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _TRACES_OF_REQUESTS,
+            [[int(r[0]) for r in rows], [str(r[2]) for r in rows]],
+        )
+        found = {(env, request_id): rest for env, request_id, *rest in cursor.fetchall()}
+        counters: dict[tuple, Counts] = defaultdict(Counts)
+        counted = 0
+        for environment_id, agent, request_id, kind, value in rows:
+            trace = found.get((int(environment_id), str(request_id)))
+            if trace is None:
+                continue
+            agent_id, agent_key, occurred_at, documents = trace
+            if agent not in (agent_key, agent_id):
+                continue
+            if isinstance(documents, str):
+                documents = msgspec.json.decode(documents)
+            minute = _minute(occurred_at)
+            for document, version in documents.items():
+                key = (agent_id, int(environment_id), document, version, Arm.LIVE, minute)
+                counters[key].tally("outcomes", count_key(str(kind), str(value)))
+            counted += 1
+        counters_write(cursor, counters)
+    return counted
