@@ -37,6 +37,7 @@ from tests.factories.releases import (
     bank_uat_ahead_of_prod,
     publish,
     release_setup,
+    shadow_history,
 )
 from tests.factories.tokens import bearer, runtime_token
 from tests.factories.traces import (
@@ -90,6 +91,7 @@ __all__ = [
     "profile_edit",
     "publish",
     "release_setup",
+    "shadow_history",
     "role_named",
     "runtime_token",
     "standard_roles",

@@ -50,6 +50,28 @@ class ReleaseFactory(factory.django.DjangoModelFactory):
     revision = 1
 
 
+def shadow_history(release, *spans) -> None:
+    """Shadow starts and stops of `release`'s document × environment at given times, written
+    as history rows (reads of the history; a shadow is started through `shadow_start`).
+    `spans`: (version, started_at, stopped_at or None). Inserted in SQL: the history is
+    append-only and its rows take the time they are written."""
+    from django.db import connection
+
+    rows = []
+    for revision, (version, started, stopped) in enumerate(spans, start=1):
+        rows.append((revision * 2 - 1, "shadow_start", version.pk, started))
+        if stopped is not None:
+            rows.append((revision * 2, "shadow_stop", version.pk, stopped))
+    with connection.cursor() as cursor:
+        for revision, action, version_id, when in rows:
+            cursor.execute(
+                "INSERT INTO strategies_releaseevent (release_id, revision, action,"
+                " to_version_id, actor, approved_by, reason, unreviewed, occurred_at)"
+                " VALUES (%s, %s, %s, %s, 'ops', '', '', false, %s)",
+                [release.pk, revision, action, version_id, when],
+            )
+
+
 @dataclass
 class ReleaseSetup:
     agent: object

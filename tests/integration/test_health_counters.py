@@ -12,7 +12,15 @@ from context_runtime.wire import Trace as WireTrace
 from django.db import connection
 from django.utils import timezone
 
-from tests.factories import candidate, post_batch, runtime_token, trace_payload, world
+from tests.factories import (
+    ReleaseFactory,
+    candidate,
+    post_batch,
+    runtime_token,
+    shadow_history,
+    trace_payload,
+    world,
+)
 from tests.factories.documents import DocumentFactory, FrozenVersionFactory
 from traces.health import counters, services
 from traces.health.models import HealthCounter, HealthCounterHour
@@ -29,6 +37,11 @@ def env():
         agent=data["agents"]["assistant_professional"], key="after_sales_consultation"
     )
     data["strategy"] = {n: FrozenVersionFactory(document=document, number=n) for n in (3, 4)}
+    # v3 live in sg-test, v4 its shadow since an hour before the traces of these tests
+    data["release"] = ReleaseFactory(
+        version=data["strategy"][3], environment=data["environments"]["sg-test"]
+    )
+    shadow_history(data["release"], (data["strategy"][4], MINUTE - timedelta(hours=1), None))
     return data
 
 
@@ -209,19 +222,30 @@ def test_batch_counts__extended_shadow_block__differences_tokens_and_degradation
     assert (stored.traces, stored.token_delta_sum) == (2, 2 * (5000 - 6200))
 
 
-def test_shadow_release_known__frozen_versions_only(env):
+def test_shadow_release_known__only_while_it_ran_as_shadow_there_and_a_grace_after(env):
     environment = env["environments"]["sg-test"]
     agent = env["agents"]["assistant_professional"]
+    v3, v4 = env["strategy"][3], env["strategy"][4]
+    known = counters.shadow_release_known
+    key = "after_sales_consultation"
     now = timezone.now()
-    assert counters.shadow_release_known(
-        environment, "after_sales_consultation", 4, now, agent=agent
-    )
-    assert not counters.shadow_release_known(
-        environment, "after_sales_consultation", 9, now, agent=agent
-    )
-    assert not counters.shadow_release_known(
-        environment, "after_sales_consultation", 4, now, agent=env["agents"]["assistant_lite"]
-    )
+    # v4 runs as shadow (the fixture) since an hour before MINUTE
+    assert known(environment, key, 4, now, agent=agent)
+    assert not known(environment, key, 4, MINUTE - timedelta(hours=2), agent=agent)  # before
+    assert not known(environment, key, 9, now, agent=agent)  # never a shadow
+    assert not known(environment, key, 3, now, agent=agent)  # live, never its shadow
+    assert not known(environment, key, 4, now, agent=env["agents"]["assistant_lite"])
+    assert not known(env["environments"]["prod"], key, 4, now, agent=agent)
+
+    # In prod v3 ran as shadow for ten minutes two hours ago
+    stopped = now - timedelta(hours=2)
+    uat = ReleaseFactory(version=v4, environment=env["environments"]["prod"])
+    shadow_history(uat, (v3, stopped - timedelta(minutes=10), stopped))
+    bank_uat = env["environments"]["prod"]
+    assert known(bank_uat, key, 3, stopped - timedelta(minutes=5), agent=agent)
+    # a runtime still on its kept copy just after the stop: within the grace
+    assert known(bank_uat, key, 3, stopped + counters.SHADOW_GRACE, agent=agent)
+    assert not known(bank_uat, key, 3, stopped + counters.SHADOW_GRACE * 2, agent=agent)
 
 
 def test_record_outcomes__counted_on_the_traces_live_rows(client, secret, env):

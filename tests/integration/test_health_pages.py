@@ -10,9 +10,10 @@ import pytest
 from django.utils import timezone
 
 from console.kernel.models import AccessLogEntry
+from strategies.releases.models import Release
 from tests.factories import candidate, post_batch, runtime_token, trace_payload
 from tests.factories.documents import AgentFactory
-from tests.factories.releases import publish, release_setup
+from tests.factories.releases import publish, release_setup, shadow_history
 from tests.factories.users import user_with_grants
 from traces.health import api, selectors
 from traces.models import Trace
@@ -77,6 +78,9 @@ def traffic_before_and_after(w, client):
     """v2 before the release of v3 (20 ready, 5 missing), v3 after (10 ready, 10 missing,
     3 degraded), a shadow v3 (A/A) on 4 of v3's requests, one disagreeing."""
     w.client = client
+    # v3 also runs as its own shadow (A/A) from its release on
+    live = Release.objects.get(document=w.strategy[3].document, environment=w.envs["sg-test"])
+    shadow_history(live, (w.strategy[3], w.released_at, None))
     before = w.released_at - timedelta(minutes=20)
     after = w.released_at + timedelta(minutes=2)
     traffic(w, version=2, at=before, n_ready=20, n_missing=5, prefix="v2-")

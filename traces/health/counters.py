@@ -23,13 +23,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 from django.db import connection
 
 from strategies.catalog.models import Agent
-from strategies.documents.models import Version
+from strategies.releases.models import ReleaseEvent
 from traces.charts import CHART_GROUP_OF
 from traces.health.models import Arm
 
@@ -52,21 +52,38 @@ def token_bucket(value: float) -> int:
 
 
 # --- the one decision on shadow blocks -------------------------------------------------------------
-def shadow_release_known(environment, document_key: str, version: int, at, *, agent) -> bool:
-    """May a trace's shadow block naming `version` of `document_key` at time `at` be counted?
+# A runtime hears of a shadow's start or stop within a second (stream) or a poll (30 s by
+# default); one serving its kept copy while the console is unreachable runs a stopped shadow a
+# little longer. Blocks within this grace of the shadow's interval count; later ones are a fault.
+SHADOW_GRACE = timedelta(minutes=5)
 
-    For now: any version the agent's document has frozen. When shadow releases land
-    (issue 22 item 1), this switches to the shadow-release history: the version must have
-    been released as shadow in `environment` at `at`. Anything else is stored, not counted,
-    and counted as the runtime fault `shadow_version_unknown`.
-    """
+
+def shadow_release_known(environment, document_key: str, version: int, at, *, agent) -> bool:
+    """May a trace's shadow block naming `version` of `document_key` at time `at` (the trace's
+    minute) be counted? Only if `version` ran as shadow in `environment` then, as the release
+    history says (from its start to its stop, or to the next start), within SHADOW_GRACE.
+    Anything else is stored, not counted, and counted as the runtime fault
+    `shadow_version_unknown`."""
     agent_id = agent.pk if isinstance(agent, Agent) else agent
-    return Version.objects.filter(
-        document__agent_id=agent_id,
-        document__key=document_key,
-        number=version,
-        state=Version.State.FROZEN,
-    ).exists()
+    events = (
+        ReleaseEvent.objects.filter(
+            release__environment_id=getattr(environment, "pk", environment),
+            release__document__agent_id=agent_id,
+            release__document__key=document_key,
+            action__in=ReleaseEvent.SHADOW_ACTIONS,
+        )
+        .order_by("occurred_at", "id")
+        .values_list("action", "to_version__number", "occurred_at")
+    )
+    running_since = None  # when `version` started as shadow, while it runs
+    for action, number, when in events:
+        if running_since is not None:  # its stop, or another version's start, ends it
+            if running_since - timedelta(minutes=1) <= at <= when + SHADOW_GRACE:
+                return True
+            running_since = None
+        if action == ReleaseEvent.Action.SHADOW_START and number == version:
+            running_since = when
+    return running_since is not None and at >= running_since - timedelta(minutes=1)
 
 
 # --- one row's counts ------------------------------------------------------------------------------
