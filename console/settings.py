@@ -228,6 +228,9 @@ CELERY_BEAT_SCHEDULE: dict = {
     # Day partitions of traces and candidates: a week ahead, and whole days past retention
     # dropped (docs/traces-storage.md). Every 6 hours: a missed run is harmless.
     "traces-partitions-maintain": {"task": "traces.partitions_maintain", "schedule": 6 * 3600.0},
+    # An outcome reported before its trace is counted once the trace is stored: the health
+    # figures are at most this late (issue 22: visible within 60 s).
+    "traces-count-pending-outcomes": {"task": "traces.count_pending_outcomes", "schedule": 30.0},
     # Version-health counters are kept 30 days (traces.health).
     "health-purge-expired": {"task": "health.purge_expired", "schedule": 6 * 3600.0},
     "strategies.flush_token_last_used": {

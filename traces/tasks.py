@@ -20,6 +20,12 @@ def purge_expired() -> dict:
     }
 
 
+@shared_task(name="traces.count_pending_outcomes")
+def count_pending_outcomes() -> int:
+    """Count on the health counters the outcomes that arrived before their trace."""
+    return outcome_services.outcomes_count_pending()
+
+
 @shared_task(name="traces.rollup_recent_hours")
 def rollup_recent_hours(lookback_hours: int = 3) -> list[str]:
     """Recompute the hourly counts of recently closed hours (idempotent)."""

@@ -260,7 +260,7 @@ def test_record_outcomes__counted_on_the_traces_live_rows(client, secret, env):
             (env["environments"]["prod"].pk, "assistant_professional", "r1", "task", "x"),
         ]
     )
-    assert counted == 2
+    assert len(counted) == 2
     assert row().outcomes == {"task:completed": 1, "rating:4": 1}
     assert row("profile", 7).outcomes == {"task:completed": 1, "rating:4": 1}
     assert row().traces == 1  # outcomes add no traces

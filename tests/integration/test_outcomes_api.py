@@ -12,7 +12,8 @@ from console.kernel.models import AccessLogEntry, AuditRecord
 from tests.factories import post_batch, runtime_token, trace_payload, user_with_grants, world
 from tests.factories.outcomes import outcome_kinds, post_outcomes
 from traces import tasks
-from traces.outcomes import selectors, services
+from traces.health.models import HealthCounter
+from traces.outcomes import selectors
 from traces.outcomes.models import Outcome, OutcomeKind
 
 pytestmark = pytest.mark.django_db
@@ -261,18 +262,37 @@ def test_report__malformed_item__rejected_alone_with_its_path(client, secret):
     ]
 
 
-def test_stored_listener__hears_new_outcomes_only(client, secret):
-    heard = []
-    services.outcomes_stored_listen(heard.extend)
-    try:
-        post_outcomes(client, secret, [outcome(), outcome(kind="rating", value=4)])
-        post_outcomes(client, secret, [outcome()])
-    finally:
-        services._stored_listeners.remove(heard.extend)
-    assert [(o.request_id, o.kind_key, o.value, o.bad) for o in heard] == [
-        ("req-97", "escalated", True, True),
-        ("req-97", "rating", 4, False),
-    ]
+def live_outcome_counts() -> dict:
+    counts: dict = {}
+    for row in HealthCounter.objects.filter(arm="live", document="after_sales_consultation"):
+        for key, n in row.outcomes.items():
+            counts[key] = counts.get(key, 0) + n
+    return counts
+
+
+def test_health_counters__outcome_of_a_stored_trace__counted_at_once_and_once(client, secret):
+    post_batch(client, secret, [trace_payload("req-97")])
+
+    post_outcomes(client, secret, [outcome(), outcome(kind="rating", value=1)])
+    post_outcomes(client, secret, [outcome()])  # a repeat: a duplicate, not counted again
+
+    assert live_outcome_counts() == {"escalated:true": 1, "rating:1": 1}
+    assert not Outcome.objects.filter(counted_at__isnull=True).exists()
+
+
+def test_health_counters__outcome_before_its_trace__counted_when_the_trace_arrives(
+    client, secret, settings
+):
+    post_outcomes(client, secret, [outcome("req-early")])
+    assert live_outcome_counts() == {}  # no trace: nothing to count it on yet
+    assert tasks.count_pending_outcomes() == 0
+
+    post_batch(client, secret, [trace_payload("req-early")])
+    assert settings.CELERY_BEAT_SCHEDULE["traces-count-pending-outcomes"]["schedule"] <= 60
+    assert tasks.count_pending_outcomes() == 1
+    assert tasks.count_pending_outcomes() == 0  # counted once
+
+    assert live_outcome_counts() == {"escalated:true": 1}
 
 
 # --- retention -----------------------------------------------------------------------------------

@@ -441,16 +441,16 @@ WHERE (k.environment_id, k.request_id) IN (SELECT * FROM unnest(%s::bigint[], %s
 """
 
 
-def record_outcomes(rows) -> int:
+def record_outcomes(rows) -> list[tuple]:
     """Count outcomes reported for requests: `rows` of (environment_id, agent, request_id,
     kind, value), `agent` an agent key (or id). Each finds its trace by request_id and adds
     'kind:value' to the outcomes of the trace's live rows (its minute, each document and
     version it used). A request with no stored trace, or of another agent, is not counted.
     Call once per outcome newly stored (the outcome store is what makes a repeat a no-op),
-    in its transaction. Returns how many outcomes were counted."""
+    in its transaction. Returns the rows counted."""
     rows = list(rows)
     if not rows:
-        return 0
+        return []
     with connection.cursor() as cursor:
         cursor.execute(
             _TRACES_OF_REQUESTS,
@@ -458,8 +458,9 @@ def record_outcomes(rows) -> int:
         )
         found = {(env, request_id): rest for env, request_id, *rest in cursor.fetchall()}
         counters: dict[tuple, Counts] = defaultdict(Counts)
-        counted = 0
-        for environment_id, agent, request_id, kind, value in rows:
+        counted = []
+        for row in rows:
+            environment_id, agent, request_id, kind, value = row
             trace = found.get((int(environment_id), str(request_id)))
             if trace is None:
                 continue
@@ -472,6 +473,6 @@ def record_outcomes(rows) -> int:
             for document, version in documents.items():
                 key = (agent_id, int(environment_id), document, version, Arm.LIVE, minute)
                 counters[key].tally("outcomes", count_key(str(kind), str(value)))
-            counted += 1
+            counted.append(row)
         counters_write(cursor, counters)
     return counted

@@ -81,6 +81,9 @@ class Outcome(models.Model):
     # not deleted; the name stays readable without a join).
     reported_by_token_id = models.BigIntegerField(null=True, blank=True)
     reported_by = models.CharField(max_length=200, blank=True)
+    # When the health counters counted it on its trace's version: at once when the trace is
+    # stored already, else by `outcomes.count_pending` once the trace arrives.
+    counted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["occurred_at", "id"]
@@ -93,6 +96,11 @@ class Outcome(models.Model):
             # Retention deletes by environment and age; health reads the newest.
             models.Index(fields=["environment", "occurred_at"], name="outcome_env_time"),
             models.Index(fields=["received_at"], name="outcome_received"),
+            models.Index(
+                fields=["received_at"],
+                condition=models.Q(counted_at__isnull=True),
+                name="outcome_uncounted",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -10,7 +10,6 @@ run by the traces' retention task).
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -25,6 +24,7 @@ from console.kernel.errors import Conflict, NotFound, ValidationFailed
 from console.kernel.policy import check_user_can_manage_outcome_kinds
 from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Agent, Environment
+from traces.health.counters import record_outcomes
 from traces.models import Trace
 from traces.outcomes import rules
 from traces.outcomes.ingest import ItemRejection, ParsedOutcomes
@@ -196,17 +196,6 @@ class OutcomeIngestResult:
             "duplicates": sorted(self.duplicates, key=lambda d: d["index"]),
             "rejected": [r.as_dict() for r in sorted(self.rejected, key=lambda r: r.index)],
         }
-
-
-# Who hears of newly stored outcomes (health counters), inside the storing transaction: what
-# they write commits with the outcomes or not at all.
-_stored_listeners: list[Callable[[list[StoredOutcome]], None]] = []
-
-
-def outcomes_stored_listen(listener: Callable[[list[StoredOutcome]], None]) -> None:
-    """Call `listener(stored)` with every batch's newly stored outcomes (never duplicates)."""
-    if listener not in _stored_listeners:
-        _stored_listeners.append(listener)
 
 
 _INSERT = """
@@ -398,9 +387,81 @@ def outcome_batch_store(*, identity, batch: ParsedOutcomes) -> OutcomeIngestResu
         for key in pending
         if key in inserted
     ]
-    for listener in _stored_listeners:
-        listener(result.stored)
+    outcomes_count(result.stored, now=now)
     return result
+
+
+# --- health counters -----------------------------------------------------------------------------
+def _value_text(value) -> str:
+    """The value as the counters key it: JSON's words for a flag (`escalated:true`)."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+_MARK_COUNTED = """
+UPDATE outcomes_outcome o SET counted_at = %s
+FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) AS c(environment_id, request_id, kind_id)
+WHERE o.environment_id = c.environment_id AND o.request_id = c.request_id
+  AND o.kind_id = c.kind_id
+"""
+
+
+def outcomes_count(stored: list[StoredOutcome], *, now: datetime) -> int:
+    """Count newly stored outcomes on their traces' versions (health counters) and mark them
+    counted, in the caller's transaction; those whose trace has not arrived stay uncounted
+    for `outcomes_count_pending`. Returns how many were counted."""
+    counted = record_outcomes(
+        [
+            (o.environment_id, o.agent_id, o.request_id, o.kind_key, _value_text(o.value))
+            for o in stored
+        ]
+    )
+    if counted:
+        by_row = {(o.environment_id, o.request_id, o.kind_key): o for o in stored}
+        marked = [by_row[(env, request_id, kind)] for env, _, request_id, kind, _ in counted]
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _MARK_COUNTED,
+                [
+                    now,
+                    [o.environment_id for o in marked],
+                    [o.request_id for o in marked],
+                    [o.kind_id for o in marked],
+                ],
+            )
+    return len(counted)
+
+
+COUNT_PENDING_BATCH = 5000
+
+
+def outcomes_count_pending(
+    *, now: datetime | None = None, batch_size: int = COUNT_PENDING_BATCH
+) -> int:
+    """Count the outcomes that arrived before their trace, once it is stored (the beat runs
+    it every 30 s). Rows are taken with SKIP LOCKED: two workers never count one twice."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        pending = list(
+            Outcome.objects.select_for_update(skip_locked=True, of=("self",))
+            .filter(counted_at__isnull=True)
+            .select_related("kind")
+            .order_by("received_at")[:batch_size]
+        )
+        stored = [
+            StoredOutcome(
+                environment_id=o.environment_id,
+                agent_id=o.agent_id,
+                request_id=o.request_id,
+                kind_id=o.kind_id,
+                kind_key=o.kind.key,
+                value=o.value,
+                bad=rules.is_bad(o.kind, o.value),
+                occurred_at=o.occurred_at,
+                received_at=o.received_at,
+            )
+            for o in pending
+        ]
+        return outcomes_count(stored, now=now)
 
 
 @dataclass(frozen=True)
