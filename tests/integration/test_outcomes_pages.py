@@ -101,13 +101,23 @@ def test_trace_page__outcomes_card__values_when_and_token__or_how_to_report(clie
     sg_test = env["environments"]["sg-test"]
     outcome_kinds(sg_test)
     secret = runtime_token(sg_test)
-    post_batch(client, secret, [trace_payload("req-97"), trace_payload("req-92")])
+    post_batch(
+        client,
+        secret,
+        [trace_payload("req-97"), trace_payload("req-92")]
+        + [trace_payload(f"req-{n}") for n in range(100, 103)],
+    )
     post_outcomes(
         client,
         secret,
         [
             {"request_id": "req-97", "kind": "escalated", "value": True},
             {"request_id": "req-97", "kind": "rating", "value": 1},
+        ]
+        # three more requests of the same version: one escalated, two not
+        + [
+            {"request_id": f"req-{n}", "kind": "escalated", "value": n == 100}
+            for n in range(100, 103)
         ],
     )
     client.force_login(user_with_grants(support="assistant_professional"))
@@ -116,6 +126,9 @@ def test_trace_page__outcomes_card__values_when_and_token__or_how_to_report(clie
     assert 'data-outcome="escalated"' in page and "Escalated to a person" in page
     assert 'title="Counts towards the escalation rate"' in page
     assert 'data-outcome="rating"' in page and "test sg-test" in page
+    # beside it, how often this version's requests here were escalated: 2 of 4
+    assert 'data-share="2/4"' in page and "50.0%" in page
+    assert 'data-share="1/1"' in page  # the one rating reported, a 1
     empty = client.get("/traces/req-92/").content.decode()
     assert 'id="outcomes-empty"' in empty
     assert 'reporter.report_outcome("req-92", "escalated", True)' in empty

@@ -802,6 +802,55 @@ def trace_patterns(*, user, trace, candidates=None, now=None) -> list[Pattern] |
     return patterns
 
 
+_OUTCOMES_OF_VERSION = """
+SELECT outcomes FROM health_counter_hour
+WHERE agent_id = %s AND environment_id = %s AND document = %s AND version = %s
+  AND arm = 'live' AND hour >= %s AND outcomes <> '{}'::jsonb
+"""
+
+
+@dataclass(frozen=True)
+class OutcomeShare:
+    """Of the outcomes of one kind reported for a strategy version in an environment lately,
+    how many had a given value."""
+
+    version: int
+    count: int
+    of_kind: int
+
+    @property
+    def rate(self) -> Rate:
+        return Rate(self.count, self.of_kind)
+
+
+def outcome_shares(*, user, trace, now=None) -> dict[tuple[str, str], OutcomeShare] | None:
+    """Beside a request's outcomes on its trace page: per (kind, value) of the counters, how
+    often the trace's strategy version had that outcome in its environment over the last
+    MAX_WINDOW — is this escalation one of many? One query; None when the user may not view
+    the agent's traces or the trace names no strategy version."""
+    if not trace.strategy or trace.strategy_version is None:
+        return None
+    if not user_can(user, Capability.VIEW_TRACES, trace.agent):
+        return None
+    since = _hour((now or timezone.now()) - MAX_WINDOW)
+    totals: dict[str, int] = defaultdict(int)
+    with _reading() as cursor:
+        cursor.execute(
+            _OUTCOMES_OF_VERSION,
+            [trace.agent_id, trace.environment_id, trace.strategy, trace.strategy_version, since],
+        )
+        for (outcomes,) in cursor.fetchall():
+            for key, n in (json.loads(outcomes) if isinstance(outcomes, str) else outcomes).items():
+                totals[key] += int(n)
+    of_kind: dict[str, int] = defaultdict(int)
+    for key, n in totals.items():
+        of_kind[split_key(key)[0]] += n
+    return {
+        split_key(key): OutcomeShare(trace.strategy_version, n, of_kind[split_key(key)[0]])
+        for key, n in totals.items()
+    }
+
+
 # --- the request ids behind a figure --------------------------------------------------------------------
 @dataclass(frozen=True)
 class RequestFilter:

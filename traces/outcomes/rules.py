@@ -202,3 +202,9 @@ def is_bad(kind, value) -> bool:
 
 def rate_name(kind) -> str:
     return kind.rate_label or f"{kind.label} rate"
+
+
+def value_key(value) -> str:
+    """A value as the health counters key it (`escalated:true`, `rating:4`): JSON's words for
+    a flag."""
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)

@@ -392,11 +392,6 @@ def outcome_batch_store(*, identity, batch: ParsedOutcomes) -> OutcomeIngestResu
 
 
 # --- health counters -----------------------------------------------------------------------------
-def _value_text(value) -> str:
-    """The value as the counters key it: JSON's words for a flag (`escalated:true`)."""
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
-
-
 _MARK_COUNTED = """
 UPDATE outcomes_outcome o SET counted_at = %s
 FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) AS c(environment_id, request_id, kind_id)
@@ -411,7 +406,7 @@ def outcomes_count(stored: list[StoredOutcome], *, now: datetime) -> int:
     for `outcomes_count_pending`. Returns how many were counted."""
     counted = record_outcomes(
         [
-            (o.environment_id, o.agent_id, o.request_id, o.kind_key, _value_text(o.value))
+            (o.environment_id, o.agent_id, o.request_id, o.kind_key, rules.value_key(o.value))
             for o in stored
         ]
     )
