@@ -80,30 +80,6 @@ WHERE d.arm = 'live' OR d.document <> 'profile'
 """
 
 
-_SUMS = (
-    "traces",
-    "failures",
-    "tokens_sum",
-    "tokens_count",
-    "compared",
-    "same_status",
-    "same_selected",
-    "token_delta_sum",
-    "token_delta_count",
-)
-_MAPS = (
-    "statuses",
-    "degraded",
-    "required_missing",
-    "config_fallback",
-    "tokens_hist",
-    "required_kept",
-    "required_lost",
-    "outcomes",
-    "faults",
-)
-
-
 def database_urls() -> tuple[str, str]:
     url = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
     parts = urlparse(url)
@@ -280,6 +256,7 @@ def main() -> None:
 
         from strategies.documents.models import Document
         from traces.health import selectors
+        from traces.health.counters import COUNTER_MAPS, COUNTER_SCALARS
 
         now = timezone.now().replace(second=0, microsecond=0)
         released_at = now - timedelta(days=6)
@@ -304,11 +281,11 @@ def main() -> None:
                 "CREATE AGGREGATE bench_counts_sum(jsonb) "
                 "(sfunc = health_counts_add, stype = jsonb, initcond = '{}')"
             )
-            maps = ", ".join(f"bench_counts_sum({m})" for m in _MAPS)
-            sums = ", ".join(f"sum({c})" for c in _SUMS)
+            maps = ", ".join(f"bench_counts_sum({m})" for m in COUNTER_MAPS)
+            sums = ", ".join(f"sum({c})" for c in COUNTER_SCALARS)
             cursor.execute(
                 f"INSERT INTO health_counter_hour (agent_id, environment_id, document, version, "
-                f"arm, hour, {', '.join(_SUMS)}, {', '.join(_MAPS)}) "
+                f"arm, hour, {', '.join(COUNTER_SCALARS)}, {', '.join(COUNTER_MAPS)}) "
                 f"SELECT agent_id, environment_id, document, version, arm, "
                 f"date_trunc('hour', minute), {sums}, {maps} FROM health_counter "
                 "GROUP BY 1, 2, 3, 4, 5, 6"

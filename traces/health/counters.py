@@ -87,7 +87,8 @@ def shadow_release_known(environment, document_key: str, version: int, at, *, ag
 
 
 # --- one row's counts ------------------------------------------------------------------------------
-_MAPS = (
+# The counter columns: plain counts, and jsonb maps of counts (docs/version-health.md).
+COUNTER_MAPS = (
     "statuses",
     "degraded",
     "required_missing",
@@ -98,7 +99,7 @@ _MAPS = (
     "outcomes",
     "faults",
 )
-_SCALARS = (
+COUNTER_SCALARS = (
     "traces",
     "failures",
     "tokens_sum",
@@ -110,13 +111,13 @@ _SCALARS = (
     "token_delta_count",
 )
 _KEY = ("agent_id", "environment_id", "document", "version", "arm", "minute")
-COLUMNS = (*_KEY, *_SCALARS, *_MAPS)
+COLUMNS = (*_KEY, *COUNTER_SCALARS, *COUNTER_MAPS)
 
 
 @dataclass
 class Counts:
-    scalars: dict = field(default_factory=lambda: dict.fromkeys(_SCALARS, 0))
-    maps: dict = field(default_factory=lambda: {name: defaultdict(int) for name in _MAPS})
+    scalars: dict = field(default_factory=lambda: dict.fromkeys(COUNTER_SCALARS, 0))
+    maps: dict = field(default_factory=lambda: {name: defaultdict(int) for name in COUNTER_MAPS})
 
     def add(self, name: str, amount=1) -> None:
         self.scalars[name] += amount
@@ -288,8 +289,8 @@ _TYPES = {
     "version": "integer",
     "arm": "text",
     "minute": "timestamptz",
-    **{name: "double precision" if name.endswith("_sum") else "bigint" for name in _SCALARS},
-    **dict.fromkeys(_MAPS, "jsonb"),
+    **{name: "double precision" if name.endswith("_sum") else "bigint" for name in COUNTER_SCALARS},
+    **dict.fromkeys(COUNTER_MAPS, "jsonb"),
 }
 
 
@@ -303,9 +304,11 @@ def _upsert(table: str, time_column: str) -> str:
         f"INSERT INTO {table} AS c ({columns}) "  # noqa: S608 (constants)
         f"SELECT {', '.join(COLUMNS)} FROM jsonb_to_recordset(%s::jsonb) AS r({record})"
         f" ON CONFLICT ({key}) DO UPDATE SET "
-        + ", ".join(f"{name} = c.{name} + EXCLUDED.{name}" for name in _SCALARS)
+        + ", ".join(f"{name} = c.{name} + EXCLUDED.{name}" for name in COUNTER_SCALARS)
         + ", "
-        + ", ".join(f"{name} = health_counts_add(c.{name}, EXCLUDED.{name})" for name in _MAPS)
+        + ", ".join(
+            f"{name} = health_counts_add(c.{name}, EXCLUDED.{name})" for name in COUNTER_MAPS
+        )
     )
 
 

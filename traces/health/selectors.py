@@ -34,6 +34,8 @@ from strategies.documents.models import Document
 from strategies.releases.models import Release, ReleaseEvent
 from traces.charts import CHART_GROUP_OF
 from traces.health.counters import (
+    COUNTER_MAPS,
+    COUNTER_SCALARS,
     FAULT_SHADOW_VERSION_UNKNOWN,
     count_key,
     shadow_view,
@@ -112,28 +114,6 @@ def live_releases(*, agent_ids, environment=None, document: str = "") -> list[Li
 
 
 # --- sums over the counters ------------------------------------------------------------------------
-_SCALARS = (
-    "traces",
-    "failures",
-    "tokens_sum",
-    "tokens_count",
-    "compared",
-    "same_status",
-    "same_selected",
-    "token_delta_sum",
-    "token_delta_count",
-)
-_MAPS = (
-    "statuses",
-    "degraded",
-    "required_missing",
-    "config_fallback",
-    "tokens_hist",
-    "required_kept",
-    "required_lost",
-    "outcomes",
-    "faults",
-)
 # The rows of one (agent, environment, document), each labelled with the column it sums into:
 # the live version since the window's start, the previous version over the same span before
 # the release, each shadow version over the live window. Whole hours come from the hour
@@ -146,7 +126,7 @@ _SLOT = """
         WHEN arm = 'shadow' AND minute >= %(live_from)s THEN 'shadow:' || version
     END
 """
-_COLUMNS = ", ".join(("version", "arm", *_SCALARS, *_MAPS))
+_COLUMNS = ", ".join(("version", "arm", *COUNTER_SCALARS, *COUNTER_MAPS))
 _KEYED = "agent_id = %(agent)s AND environment_id = %(environment)s AND document = %(document)s"
 
 
@@ -194,13 +174,13 @@ def _source(params: dict, *, hours: bool = True) -> tuple[str, dict]:
 
 _TOTALS = (
     "SELECT slot, "
-    + ", ".join(f"sum({name})" for name in _SCALARS)
+    + ", ".join(f"sum({name})" for name in COUNTER_SCALARS)
     + " FROM r WHERE slot IS NOT NULL GROUP BY slot"
 )
 _MAP_TOTALS = (
     "SELECT slot, cols.name, e.key, sum(e.value::bigint) FROM r "
     + "CROSS JOIN LATERAL (VALUES "
-    + ", ".join(f"('{name}', r.{name})" for name in _MAPS)
+    + ", ".join(f"('{name}', r.{name})" for name in COUNTER_MAPS)
     + ") AS cols(name, counts) CROSS JOIN LATERAL jsonb_each_text(cols.counts) AS e(key, value) "
     + "WHERE slot IS NOT NULL AND cols.counts <> '{}'::jsonb GROUP BY 1, 2, 3"
 )
@@ -219,8 +199,8 @@ class Totals:
     arm: str
     since: datetime
     until: datetime
-    scalars: dict = field(default_factory=lambda: dict.fromkeys(_SCALARS, 0))
-    maps: dict = field(default_factory=lambda: {name: {} for name in _MAPS})
+    scalars: dict = field(default_factory=lambda: dict.fromkeys(COUNTER_SCALARS, 0))
+    maps: dict = field(default_factory=lambda: {name: {} for name in COUNTER_MAPS})
 
     @property
     def traces(self) -> int:
@@ -269,13 +249,13 @@ def _totals(params: dict) -> dict[str, list]:
             found[slot] = [
                 {
                     name: float(value or 0) if name.endswith("_sum") else int(value or 0)
-                    for name, value in zip(_SCALARS, sums, strict=True)
+                    for name, value in zip(COUNTER_SCALARS, sums, strict=True)
                 },
                 {},
             ]
         cursor.execute(source + _MAP_TOTALS, params)
         for slot, name, key, total in cursor.fetchall():
-            found.setdefault(slot, [dict.fromkeys(_SCALARS, 0), {}])[1].setdefault(name, {})[
+            found.setdefault(slot, [dict.fromkeys(COUNTER_SCALARS, 0), {}])[1].setdefault(name, {})[
                 key
             ] = int(total)
     return found
@@ -501,9 +481,9 @@ def version_health(
     for slot in sorted(s for s in found if s.startswith("shadow:")):
         health.columns.append(Totals(slot, int(slot.split(":")[1]), Arm.SHADOW, live_from, until))
     for totals in health.columns:
-        scalars, maps = found.get(totals.slot, (dict.fromkeys(_SCALARS, 0), {}))
+        scalars, maps = found.get(totals.slot, (dict.fromkeys(COUNTER_SCALARS, 0), {}))
         totals.scalars = scalars
-        totals.maps = {name: maps.get(name, {}) for name in _MAPS}
+        totals.maps = {name: maps.get(name, {}) for name in COUNTER_MAPS}
 
     health.metrics.append(
         _metric(
