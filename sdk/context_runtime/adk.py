@@ -915,7 +915,7 @@ class ContextAssembly:
             ]
             shadow = self._shadow(snapshot, request.strategy, document, selection)
             if shadow is not None:
-                fields["shadow"] = shadow
+                fields["shadow"] = _as_runtime_ran_it(shadow, selection, status)
         elif document is not None:
             budget = document.body.get("budget") if isinstance(document.body, Mapping) else None
             if isinstance(budget, Mapping):
@@ -966,6 +966,21 @@ class ContextAssembly:
         except Exception:
             logger.exception("The shadow version %s of %s could not run", shadow.version, key)
             return None
+
+
+def _as_runtime_ran_it(shadow: wire.ShadowResult, live: Selection, status: str):
+    """The shadow as this runtime would have served it. The shadow never runs a handler (no
+    extra call); when live's handler failed (the engine said degraded, the request ended
+    missing its data) a shadow degrading to the same handler would have failed alike: a
+    runtime fault is not a difference between versions, so the A/A test still agrees."""
+    if (
+        live.status == "degraded"
+        and status != "degraded"
+        and shadow.status == "degraded"
+        and shadow.degradation == live.degradation
+    ):
+        return msgspec.structs.replace(shadow, status=status, degradation=None)
+    return shadow
 
 
 # ---------------------------------------------------------------- request edits

@@ -244,6 +244,28 @@ def test_a_a__shadow_equal_to_live__10000_adk_requests__agree_on_every_one(confi
     assert time.monotonic() - started < 60
 
 
+def test_a_a__live_handler_fails__shadow_ends_as_live_did__no_false_disagreement(config):
+    # The runtime's handler raises: live's degraded requests end missing their data. The
+    # shadow runs no handler; had it served, the same handler would have failed alike.
+    client = config(payload_with_shadow(3, V3))
+    providers = Providers()
+
+    async def broken(request, selection):
+        raise RuntimeError("policy service down")
+
+    providers._handler = broken
+
+    traces = assemble_all(client, providers, 400)
+
+    failed = [t for t in traces if t.status == "missing_required_data" and t.degradation is None]
+    assert failed, "some requests should need the handler"
+    for trace in traces:
+        assert (trace.shadow.status, trace.shadow.degradation) == (
+            trace.status,
+            trace.degradation,
+        ), trace.request_id
+
+
 def test_shadow_v3_with_max_input_tokens_4000__disagrees_on_some__names_candidates_and_codes(
     config,
 ):
