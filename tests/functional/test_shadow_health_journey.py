@@ -71,9 +71,7 @@ def test_ops__shadow_4k__health_disagreements__trace_card__promote__live(
     sdk_traffic(secret, count=REQUESTS, prefix="web-", client=client)
     stored = {
         t.request_id: t
-        for t in Trace.objects.filter(request_id__startswith="web-").prefetch_related(
-            "candidates"
-        )
+        for t in Trace.objects.filter(request_id__startswith="web-").prefetch_related("candidates")
     }
     differing = {
         rid
