@@ -375,7 +375,14 @@ def _windows(release: LiveRelease, now: datetime, hours: int | None):
     span = max(span, timedelta(minutes=1))
     # The previous version's window stays within the counters' retention.
     previous_from = max(release.released_at - span, now - timedelta(days=RETENTION_DAYS))
-    return now - span, previous_from, release.released_at, span
+    # Counters are per minute: the live window starts at the start of its first minute, so
+    # the traces of the release's own minute count (they were left out once the release was
+    # a minute old: the first requests of a new version, the ones people watch).
+    return _minute(now - span), previous_from, release.released_at, span
+
+
+def _minute(when: datetime) -> datetime:
+    return when.replace(second=0, microsecond=0)
 
 
 def _request_link(health: VersionHealth, totals: Totals, **filters) -> str:
