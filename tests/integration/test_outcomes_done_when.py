@@ -46,9 +46,9 @@ def outcome_rates(column: dict, version: int, env) -> dict[str, tuple[int, int]]
         ).values_list("request_id", flat=True)
     )
     values = Counter()
-    for request_id, kind, value in Outcome.objects.filter(
+    for kind, value in Outcome.objects.filter(
         environment=env, request_id__in=request_ids
-    ).values_list("request_id", "kind__key", "value"):
+    ).values_list("kind__key", "value"):
         # A flag in JSON's words (escalated:true), as the page and API name it.
         text = ("true" if value else "false") if isinstance(value, bool) else str(value)
         values[count_key(kind, text)] += 1
