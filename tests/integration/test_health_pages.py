@@ -281,3 +281,46 @@ def test_trace_page__left_out_required_item__how_often_since_the_release(
         'id="trace-patterns"'
         not in client.get("/traces/v3-ok-0/?environment=sg-test").content.decode()
     )
+
+
+def test_version_health_page__shadow_that_never_agrees__0_percent_row_with_its_request_ids(
+    w, client
+):
+    """An agreement rate counts the requests that agree: at 0% every request is behind it,
+    so its row and link show (a row is left out only when nothing is behind it)."""
+    w.client = client
+    live = Release.objects.get(document=w.strategy[3].document, environment=w.envs["sg-test"])
+    shadow_history(live, (w.strategy[2], w.released_at, None))
+    shadow = {"version": 2, "status": "budget_exceeded", "selected": ["task_state:T9"]}
+    at = w.released_at + timedelta(minutes=2)
+    traffic(w, version=3, at=at, n_ready=3, n_missing=0, shadow=shadow, prefix="never-")
+    client.force_login(w.ops)
+
+    body = client.get(f"/agents/{w.agent.key}/health/sg-test/{DOC}/").content.decode()
+
+    for key in ("same_status", "same_selected"):
+        row = body.split(f'data-metric="{key}"', 1)[1].split("</tr>", 1)[0]
+        assert "0/3" in row and "0.0%" in row
+        assert "disagree=1" in row and "request ids →" in row
+
+
+def test_version_health__traffic_in_the_release_minute__counted_once_the_release_is_older(
+    w, client
+):
+    """Counters are per minute: the requests of the release's own minute, after the release,
+    belong to the live version for as long as the page looks back to its release."""
+    w.client = client
+    at = w.released_at + timedelta(seconds=1)
+    traffic(w, version=3, at=at, n_ready=2, n_missing=1, prefix="first-minute-")
+
+    for minutes_later in (0.5, 30, 24 * 60):
+        health = selectors.version_health(
+            user=w.ops,
+            agent=w.agent,
+            environment=w.envs["sg-test"],
+            document=w.strategy[3].document,
+            now=w.released_at + timedelta(minutes=minutes_later),
+        )
+        (live,) = [c for c in health.columns if c.slot == "live"]
+        assert live.traces == 3, minutes_later
+        assert live.since <= at

@@ -266,7 +266,7 @@ def _totals(params: dict) -> dict[str, list]:
 class Cell:
     rate: Rate | None
     verdict: str = ""  # against the column it is compared with: worse | better | same | unknown
-    link: str = ""  # the request ids behind it
+    link: str = ""  # the request ids behind it; blank when there are none
     fault: bool = False  # A/A: any disagreement is a runtime fault, not a difference
 
 
@@ -280,7 +280,9 @@ class Metric:
 
     @property
     def anything(self) -> bool:
-        return any(c.rate is not None and c.rate.count for c in self.cells.values())
+        """Worth a row: a cell counts something, or has requests behind it (an agreement
+        rate counts the requests that agree: at 0% every request is behind its link)."""
+        return any(c.rate is not None and (c.rate.count or c.link) for c in self.cells.values())
 
 
 @dataclass
@@ -353,7 +355,14 @@ def _windows(release: LiveRelease, now: datetime, hours: int | None):
     span = max(span, timedelta(minutes=1))
     # The previous version's window stays within the counters' retention.
     previous_from = max(release.released_at - span, now - timedelta(days=RETENTION_DAYS))
-    return now - span, previous_from, release.released_at, span
+    # Counters are per minute: the live window starts at the start of its first minute, so
+    # the traces of the release's own minute count (they were left out once the release was
+    # a minute old: the first requests of a new version, the ones people watch).
+    return _minute(now - span), previous_from, release.released_at, span
+
+
+def _minute(when: datetime) -> datetime:
+    return when.replace(second=0, microsecond=0)
 
 
 def _request_link(health: VersionHealth, totals: Totals, **filters) -> str:
@@ -384,9 +393,10 @@ def _metric(health, group, label, key, count_of, *, link=None, live_only=False, 
     for totals in health.columns:
         if live_only and totals.arm != Arm.LIVE:
             continue
+        count = count_of(totals) if totals.traces else 0
         cells[totals.slot] = Cell(
-            rate=totals.rate(count_of(totals)) if totals.traces else None,
-            link=_request_link(health, totals, **link) if link and totals.traces else "",
+            rate=totals.rate(count) if totals.traces else None,
+            link=_request_link(health, totals, **link) if link and count else "",
         )
     for slot, cell in cells.items():
         other = cells.get(_compare_to(slot) or "")
