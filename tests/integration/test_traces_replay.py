@@ -196,7 +196,8 @@ def test_trace_page__replayable_trace__card_offers_versions_within_the_query_bud
 ):
     _draft(4000)
     client.force_login(support)
-    with django_assert_max_num_queries(16):
+    # 16, and the Outcomes card's two: the request's outcomes, its version's outcome shares
+    with django_assert_max_num_queries(18):
         response = client.get("/traces/req-92/", {"environment": "sg-test"})
     page = html.unescape(response.content.decode())
     assert "Decided by" in page and "rules" in page
