@@ -24,6 +24,7 @@ from strategies.releases.services import (
     shadow_start,
     shadow_stop,
 )
+from tests.engines import pg_connect_kwargs
 from tests.factories import (
     DocumentFactory,
     bearer,
@@ -406,7 +407,6 @@ def test_api_history__shadow_events_listed_with_their_action(world, client):
 @pytest.mark.django_db(transaction=True)
 def test_shadow_start_and_stop__committed__notify_sent_and_config_endpoint_serves_it(client):
     import psycopg
-    from django.db import connection
 
     w = release_setup()
     sg = w.envs["sg-test"]
@@ -415,7 +415,8 @@ def test_shadow_start_and_stop__committed__notify_sent_and_config_endpoint_serve
     secret = runtime_token(sg)
     config = "/api/v1/runtime/config/assistant_professional"
     etag_live = client.get(config, **bearer(secret))["ETag"]
-    listener = psycopg.connect(**_dsn(connection), autocommit=True)
+    # As this process reaches the test database: TCP, or the embedded engine's socket
+    listener = psycopg.connect(**pg_connect_kwargs(), autocommit=True)
     listener.execute(f"LISTEN {CONFIG_CHANNEL}")
 
     shadow_start(version=w.strategy[3], environment=sg, actor=w.ops)
@@ -432,14 +433,3 @@ def test_shadow_start_and_stop__committed__notify_sent_and_config_endpoint_serve
         f"{sg.pk} assistant_professional {running['ETag']}",
         f"{sg.pk} assistant_professional {stopped['ETag']}",
     ]
-
-
-def _dsn(connection) -> dict:
-    settings = connection.settings_dict
-    return {
-        "dbname": settings["NAME"],
-        "user": settings["USER"],
-        "password": settings["PASSWORD"],
-        "host": settings["HOST"],
-        "port": settings["PORT"],
-    }

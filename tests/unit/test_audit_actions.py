@@ -72,6 +72,7 @@ def test_members__stored_strings_as_written_before_the_enum():
         *(f"draft.{a}" for a in ("create", "update", "discard")),
         "version.freeze",
         *(f"release.{a}" for a in ("publish", "approve", "rollback", "promote")),
+        *(f"shadow.{a}" for a in ("start", "stop")),  # issue 22: shadow releases
         *(f"approval.{a}" for a in ("request", "reject", "withdraw")),
         "config.import",
         *(f"webhook.{a}" for a in ("create", "delete")),
@@ -163,6 +164,9 @@ def test_code_base__every_action_written__a_member_of_its_log():
 def test_release_events__each_has_its_audit_action():
     """Every way a release pointer moves is written as its own audit action."""
     from strategies.releases.services.move import RELEASE_ACTIONS
+    from strategies.releases.services.shadow_move import SHADOW_ACTIONS
 
-    assert set(RELEASE_ACTIONS) == set(ReleaseEvent.Action)
+    assert set(RELEASE_ACTIONS) | set(SHADOW_ACTIONS) == set(ReleaseEvent.Action)
+    assert not set(RELEASE_ACTIONS) & set(SHADOW_ACTIONS)
     assert {a.family for a in RELEASE_ACTIONS.values()} == {"release."}
+    assert {a.family for a in SHADOW_ACTIONS.values()} == {"shadow."}

@@ -23,6 +23,11 @@ from strategies.releases.services.notifications import _notify_shadow
 from strategies.releases.services.state import _shadow_current, shadow_conflict, shadow_state
 
 NO_SHADOW = "no_shadow"
+# Each shadow event of the release history, and the audit action it is written as.
+SHADOW_ACTIONS = {
+    ReleaseEvent.Action.SHADOW_START: AuditAction.SHADOW_START,
+    ReleaseEvent.Action.SHADOW_STOP: AuditAction.SHADOW_STOP,
+}
 
 
 @dataclass(frozen=True)
@@ -113,7 +118,7 @@ def _shadow_move(
     )
     audit_record(
         actor=actor,
-        action=AuditAction.SHADOW_START if starting else AuditAction.SHADOW_STOP,
+        action=SHADOW_ACTIONS[action],
         target=shadow,
         agent=document.agent,
         before=before_state,
