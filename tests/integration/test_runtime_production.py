@@ -83,14 +83,16 @@ def sims():
         sim.kill()
 
 
-def _sim(world, console, tmp_path, name: str, *, poll: float = POLL) -> RuntimeSim:
+def _sim(world, console, tmp_path, name: str, *, poll: float = POLL, run: int = 1) -> RuntimeSim:
+    """Runtime `name` (its cache and spool directory); `run`: its how-many-th process, each
+    with its own log, so a failure can be traced to the process that answered."""
     return RuntimeSim(
         console_url=console.web.url,
         token=world.token,
         poll=poll,
         interval=0.05,
         cache_dir=tmp_path / name,
-        log_path=tmp_path / f"{name}.log",
+        log_path=tmp_path / (f"{name}.log" if run == 1 else f"{name}{run}.log"),
         extra_args=(
             "--spool-dir", str(tmp_path / name / "spool"), "--backoff-max", "1.0",
             "--flush-timeout", "1.0", "--flush-interval", "0.2",
@@ -145,8 +147,8 @@ def test_production__outage_sigterm_sigkill_restarts__every_trace_stored_once_th
     b.proc.wait(10)
     time.sleep(0.5)  # c keeps answering alone
     # ... both start again (on their spools and config copies) while the console is down ...
-    a2 = _sim(world, console, tmp_path, "a")
-    b2 = _sim(world, console, tmp_path, "b")
+    a2 = _sim(world, console, tmp_path, "a", run=2)
+    b2 = _sim(world, console, tmp_path, "b", run=2)
     for sim in (a2, b2):
         sims.append(sim)
         sim.start()
@@ -170,7 +172,14 @@ def test_production__outage_sigterm_sigkill_restarts__every_trace_stored_once_th
     if not answered:
         every = set().union(*(_answered(s) for s in runtimes))
         missing = sorted(every - set(_stored(every)))
-        pytest.fail(f"{len(missing)} of {len(every)} traces never stored, e.g. {missing[:5]}")
+        names = ("a", "b", "c", "a2", "b2")
+        by = {
+            rid: name for sim, name in zip(runtimes, names, strict=True) for rid in _answered(sim)
+        }
+        pytest.fail(
+            f"{len(missing)} of {len(every)} traces never stored, e.g. "
+            f"{[(rid, by[rid]) for rid in missing[:5]]} (logs in {tmp_path})"
+        )
     assert during <= answered
     counts = _stored(answered)
     assert set(counts.values()) == {1}
