@@ -14,9 +14,8 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from console.demo import traffic
-from console.demo.traces import SUPPORT_TRACES
+from console.demo.traces import SUPPORT_TRACES, demo_identity
 from strategies.catalog.models import Environment
-from strategies.runtime.auth import RuntimeIdentity
 from traces.models import Trace
 from traces.outcomes import ingest, rules, services
 from traces.outcomes.models import OutcomeKind
@@ -56,15 +55,7 @@ def declare_kinds(admin) -> int:
 
 
 def _report(environment, outcomes: list[wire.Outcome]) -> services.OutcomeIngestResult:
-    identity = RuntimeIdentity(
-        token_id=0,
-        name=f"{HELPDESK} ({environment.key})",
-        environment_id=environment.pk,
-        environment_key=environment.key,
-        all_agents=True,
-        agent_keys=frozenset(),
-        capabilities=frozenset({"outcomes:write"}),
-    )
+    identity = demo_identity(environment, HELPDESK, "outcomes:write")
     total = services.OutcomeIngestResult()
     for start in range(0, len(outcomes), wire.MAX_OUTCOMES_PER_BATCH):
         chunk = outcomes[start : start + wire.MAX_OUTCOMES_PER_BATCH]

@@ -112,18 +112,23 @@ def background(now, configs: dict[str, dict]) -> dict[str, list[wire.Trace]]:
     return by_env
 
 
-def ingest_as_runtime(environment, traces: list[wire.Trace]) -> services.IngestResult:
-    """Store traces through the runtime's ingest path, as that environment's runtime would
-    send them (encoded batches, parsed and stored with a traces:write identity there)."""
-    identity = RuntimeIdentity(
+def demo_identity(environment, name: str, capability: str) -> RuntimeIdentity:
+    """What the demo loader stores as: a runtime of `environment` with one capability."""
+    return RuntimeIdentity(
         token_id=0,
-        name=f"demo loader ({environment.key})",
+        name=f"{name} ({environment.key})",
         environment_id=environment.pk,
         environment_key=environment.key,
         all_agents=True,
         agent_keys=frozenset(),
-        capabilities=frozenset({"traces:write"}),
+        capabilities=frozenset({capability}),
     )
+
+
+def ingest_as_runtime(environment, traces: list[wire.Trace]) -> services.IngestResult:
+    """Store traces through the runtime's ingest path, as that environment's runtime would
+    send them (encoded batches, parsed and stored with a traces:write identity there)."""
+    identity = demo_identity(environment, "demo loader", "traces:write")
     total = services.IngestResult()
     for start in range(0, len(traces), wire.MAX_TRACES_PER_BATCH):
         chunk = traces[start : start + wire.MAX_TRACES_PER_BATCH]
