@@ -156,30 +156,28 @@ def test_production__outage_sigterm_sigkill_restarts__every_trace_stored_once_th
         assert line is not None and line["resolution"] == "cached", line
     time.sleep(1.0)
     # ... and then the console starts again
+    runtimes = (a, b, c, a2, b2)
+    names = ("a", "b", "c", "a2", "b2")
     console.start()
     back = time.time()
+    # (a fixed set: the live runtimes keep answering, so "everything answered so far" is a
+    # moving target that a busy machine may never catch at rest; the rest is checked once
+    # they stop, below)
+    backlog = set().union(*(_answered(sim) for sim in runtimes))
 
     # Then every trace any runtime answered — before, during and after the outage, in
     # processes stopped, killed and restarted — is stored exactly once
-    runtimes = (a, b, c, a2, b2)
-
-    def all_stored():
-        answered = set().union(*(_answered(sim) for sim in runtimes))
-        stored = _stored(answered)
-        return answered if len(stored) == len(answered) else None
-
-    answered = wait_until(all_stored, 60, 0.5)
-    if not answered:
-        every = set().union(*(_answered(s) for s in runtimes))
-        missing = sorted(every - set(_stored(every)))
-        names = ("a", "b", "c", "a2", "b2")
+    if not wait_until(lambda: len(_stored(backlog)) == len(backlog), 60, 0.5):
+        missing = sorted(backlog - set(_stored(backlog)))
         by = {
             rid: name for sim, name in zip(runtimes, names, strict=True) for rid in _answered(sim)
         }
         pytest.fail(
-            f"{len(missing)} of {len(every)} traces never stored, e.g. "
-            f"{[(rid, by[rid]) for rid in missing[:5]]} (logs in {tmp_path})"
+            f"{len(missing)} of {len(backlog)} traces not stored 60 s after the console came "
+            f"back, e.g. {[(rid, by[rid]) for rid in missing[:5]]} (logs in {tmp_path})"
         )
+    delivered_after = time.time() - back
+    answered = backlog
     assert during <= answered
     counts = _stored(answered)
     assert set(counts.values()) == {1}
@@ -190,9 +188,9 @@ def test_production__outage_sigterm_sigkill_restarts__every_trace_stored_once_th
         )
         assert cursor.fetchone()[0] == 0
     print(
-        f"\n{len(answered)} traces answered by 5 runtime processes ({len(during)} during the "
-        f"outage), all stored once, the last {time.time() - back:.1f} s after the console "
-        "came back"
+        f"\n{len(answered)} traces answered by 5 runtime processes before the console came "
+        f"back ({len(during)} during the outage), all stored once within "
+        f"{delivered_after:.1f} s of its return"
     )
 
     # And once every live runtime holds the stream again, a publish reaches each within 1 s
