@@ -300,6 +300,20 @@ def wait_until(condition: Callable[[], object], timeout: float, interval: float 
         time.sleep(interval)
 
 
+def publish_and_time(sims, publish: Callable[[], object], version: int, *, timeout=5.0):
+    """Call ``publish`` and return, per runtime, the seconds until its first request served
+    strategy ``version`` (AssertionError naming the runtime that never did)."""
+    marks = [len(sim.lines) for sim in sims]
+    published = time.time()
+    publish()
+    delays = []
+    for sim, mark in zip(sims, marks, strict=True):
+        line = sim.wait_line(lambda rec: rec["strategy_version"] == version, timeout, start=mark)
+        assert line is not None, f"runtime {sim.log_path} never served v{version}"
+        delays.append(line["t"] - published)
+    return delays
+
+
 def _stop_process(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
     if proc is None or proc.poll() is not None:
         return

@@ -30,7 +30,14 @@ from strategies.runtime.selectors import runtimes_of_agent
 from strategies.runtime.tokens import runtime_token_revoke
 from tests.engines import child_env
 from tests.factories import release_setup, runtime_token
-from tests.runtime_sim import AGENT, ConsoleServer, RuntimeSim, stream_server, wait_until
+from tests.runtime_sim import (
+    AGENT,
+    ConsoleServer,
+    RuntimeSim,
+    publish_and_time,
+    stream_server,
+    wait_until,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -123,16 +130,12 @@ def test_stream__publish__every_runtime_on_either_console_serves_it_within_a_sec
     ), list(RuntimeInstance.objects.values_list("instance", "transport"))
 
     # When a new strategy version is published (in this process: neither console's)
-    marks = [len(sim.lines) for sim in sims]
-    published = time.time()
-    release_publish(version=world.strategy[3], environment=world.sg, actor=world.ops)
-
     # Then every runtime serves it within a second
-    delays = []
-    for sim, mark in zip(sims, marks, strict=True):
-        line = sim.wait_line(lambda rec: rec["strategy_version"] == 3, 5.0, start=mark)
-        assert line is not None, "a runtime never served v3"
-        delays.append(line["t"] - published)
+    delays = publish_and_time(
+        sims,
+        lambda: release_publish(version=world.strategy[3], environment=world.sg, actor=world.ops),
+        3,
+    )
     print(
         f"\npublish → served: median {statistics.median(delays) * 1000:.0f} ms, "
         f"max {max(delays) * 1000:.0f} ms ({len(delays)} runtimes, two console instances)"

@@ -26,7 +26,14 @@ from strategies.runtime.models import RuntimeInstance, RuntimeToken
 from strategies.runtime.tokens import runtime_token_revoke
 from tests.engines import child_env
 from tests.factories import release_setup, runtime_token
-from tests.runtime_sim import AGENT, ConsoleServer, RuntimeSim, stream_server, wait_until
+from tests.runtime_sim import (
+    AGENT,
+    ConsoleServer,
+    RuntimeSim,
+    publish_and_time,
+    stream_server,
+    wait_until,
+)
 from traces.models import Trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -204,14 +211,11 @@ def test_production__outage_sigterm_sigkill_restarts__every_trace_stored_once_th
     assert wait_until(streaming, 20, 0.2), list(
         RuntimeInstance.objects.values_list("instance", "transport", "last_seen")
     )
-    marks = [len(sim.lines) for sim in live]
-    published = time.time()
-    release_publish(version=world.strategy[3], environment=world.sg, actor=world.ops)
-    delays = []
-    for sim, mark in zip(live, marks, strict=True):
-        line = sim.wait_line(lambda rec: rec["strategy_version"] == 3, 5.0, start=mark)
-        assert line is not None, "a runtime never served v3"
-        delays.append(line["t"] - published)
+    delays = publish_and_time(
+        live,
+        lambda: release_publish(version=world.strategy[3], environment=world.sg, actor=world.ops),
+        3,
+    )
     print(
         f"publish → served after the restarts: median {statistics.median(delays) * 1000:.0f} "
         f"ms, max {max(delays) * 1000:.0f} ms"
