@@ -14,6 +14,8 @@
                   and on disk; a read on the request path is a memory read
 - ``replay``      the engine again on a trace's recorded candidates: reproduce it, or preview
                   another strategy version on the same request
+- ``rollouts``    staged rollouts: a request's arm (the stable hash, one place), the version
+                  it serves and the one that runs as its shadow
 - ``reporter``    the trace reporter: bounded queue, batches in the background, retries
 - ``webhook``     verifying the console's webhook signature
 - ``manifest_report``  declaring what the runtime implements, from what it registered
@@ -44,6 +46,7 @@ __all__ = [
     "otel",
     "replay",
     "reporter",
+    "rollouts",
     "text",
     "vocabulary",
     "webhook",
