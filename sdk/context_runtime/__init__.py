@@ -30,7 +30,7 @@ internal and may change without notice. The package is typed (``py.typed``).
 The normative contract is ``docs/runtime-contract.md`` in the console's repository.
 """
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # Not "adk": a star import must not need the optional google-adk.
 __all__ = [
