@@ -13,7 +13,7 @@ import math
 import msgspec
 import pytest
 from context_runtime import wire
-from context_runtime.client import ConfigClient, Rollout
+from context_runtime.client import ConfigClient, ConfigSnapshot, Rollout
 from context_runtime.engine import CandidateItem, Strategy, select
 from context_runtime.rollouts import Serving, assign_arm, bucket, serve, unit_value
 from fake_console import AGENT, PAYLOAD, TOKEN
@@ -306,3 +306,13 @@ def test_client__share_changes_under_the_same_etag__taken_as_a_change(console):
     assert (client.snapshot().etag, rollout.share, rollout.step) == (etag, 0.5, 3)
     assert [c.rollout(KEY).share for c in changes] == [0.1, 0.5]
     assert client.status()["etag_conflicts"] == 1
+
+
+def test_snapshot_from_payload__checked_as_the_client_does__rollout_applied():
+    served = payload({KEY: entry(), "small_talk": entry(share=3)}, etag='"r1"')
+    snap = ConfigSnapshot.from_payload(served)
+
+    assert snap.agent == AGENT and snap.resolution.reason == "fresh"
+    assert snap.rollout(KEY).version == 4 and snap.rollout("small_talk") is None
+    with pytest.raises(ValueError, match="strategies"):
+        ConfigSnapshot.from_payload({**served, "strategies": "v3"})

@@ -272,6 +272,19 @@ class ConfigSnapshot:
         setter(self, "_stale_after", stale_after)
         setter(self, "_payload", payload)
 
+    @classmethod
+    def from_payload(cls, payload, *, agent: str | None = None) -> ConfigSnapshot:
+        """The snapshot of a §1 payload held in hand (a test, a simulator, a runtime that
+        fetches its configuration itself), read as fresh; checked as the config client checks
+        it (``ValueError`` naming the findings when unusable). ``agent``: the payload's own
+        when not given."""
+        if agent is None:
+            agent = payload.get("agent") if isinstance(payload, dict) else None
+        snapshot, problems = build_snapshot(payload, agent=agent or "")
+        if snapshot is None:
+            raise ValueError(f"The configuration cannot be served: {_summary(problems)}")
+        return snapshot
+
     def __setattr__(self, name, value):
         raise AttributeError("a ConfigSnapshot is immutable")
 
@@ -503,6 +516,56 @@ def _rollout_problem(
         return str(error)
     problems = _released(f"rollouts.{key}", entry, STRATEGY, tolerated)
     return _summary(problems) if problems else None
+
+
+def build_snapshot(
+    payload,
+    *,
+    agent: str,
+    environment: str | None = None,
+    tolerated: Iterable[str] = TOLERATED_CODES,
+    source: str = SOURCE_CONSOLE,
+    state: str = FRESH,
+    confirmed: float | None = None,
+    stale_after: float = float("inf"),
+) -> tuple[ConfigSnapshot | None, list[Finding]]:
+    """The snapshot a §1 payload makes (its bodies frozen), or ``None`` and the findings that
+    make it unusable (:func:`validate_config_payload`). What the config client serves, and
+    what :meth:`ConfigSnapshot.from_payload` gives a runtime or a test holding a payload."""
+    tolerated = frozenset(tolerated)
+    problems = validate_config_payload(
+        payload, agent=agent, environment=environment, tolerated=tolerated
+    )
+    if problems:
+        return None, problems
+    payload = freeze(payload)  # bodies are shared by every reader: make them read-only
+    profile = payload.get("profile")
+    strategies = _documents(payload["strategies"])
+    rollouts = _rollouts(payload.get("rollouts"), strategies, tolerated, agent)
+    shadows = payload.get("shadow") or {}
+    if any(key in shadows for key in rollouts):
+        # A rollout runs its other arm as the shadow itself (the console sends no shadow
+        # for such a key; a payload that does is not served twice).
+        shadows = {key: entry for key, entry in shadows.items() if key not in rollouts}
+    snapshot = ConfigSnapshot(
+        agent=agent,
+        environment=payload.get("environment") or environment,
+        etag=payload["etag"],
+        profile=(
+            Document(key=PROFILE, version=profile["version"], body=profile["body"])
+            if profile is not None
+            else None
+        ),
+        strategies=strategies,
+        shadows=_documents(shadows),
+        rollouts=rollouts,
+        source=source,
+        state=state,
+        confirmed=confirmed,
+        stale_after=stale_after,
+        payload=payload,
+    )
+    return snapshot, []
 
 
 # ---------------------------------------------------------------- the client
@@ -1129,39 +1192,16 @@ class ConfigClient:
     def _build(
         self, payload, source: str, state: str, confirmed: float | None
     ) -> tuple[ConfigSnapshot | None, list[Finding]]:
-        problems = validate_config_payload(
-            payload, agent=self.agent, environment=self.environment, tolerated=self._tolerated
-        )
-        if problems:
-            return None, problems
-        payload = freeze(payload)  # bodies are shared by every reader: make them read-only
-        profile = payload.get("profile")
-        strategies = _documents(payload["strategies"])
-        rollouts = _rollouts(payload.get("rollouts"), strategies, self._tolerated, self.agent)
-        shadows = payload.get("shadow") or {}
-        if any(key in shadows for key in rollouts):
-            # A rollout runs its other arm as the shadow itself (the console sends no shadow
-            # for such a key; a payload that does is not served twice).
-            shadows = {key: entry for key, entry in shadows.items() if key not in rollouts}
-        snapshot = ConfigSnapshot(
+        return build_snapshot(
+            payload,
             agent=self.agent,
-            environment=payload.get("environment") or self.environment,
-            etag=payload["etag"],
-            profile=(
-                Document(key=PROFILE, version=profile["version"], body=profile["body"])
-                if profile is not None
-                else None
-            ),
-            strategies=strategies,
-            shadows=_documents(shadows),
-            rollouts=rollouts,
+            environment=self.environment,
+            tolerated=self._tolerated,
             source=source,
             state=state,
             confirmed=confirmed,
             stale_after=self.stale_after,
-            payload=payload,
         )
-        return snapshot, []
 
     # ------------------------------------------------------------ disk copy and bootstrap
 
