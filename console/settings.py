@@ -116,6 +116,7 @@ INSTALLED_APPS = [
     "traces.previews",
     "traces.outcomes",
     "traces.health",
+    "traces.rollouts",
 ]
 
 MIDDLEWARE = [

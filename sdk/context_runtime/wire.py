@@ -9,11 +9,14 @@ Unknown fields are ignored when decoding (a newer runtime may send more).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
 __all__ = [
+    "ARM_NEW",
+    "ARM_OLD",
+    "ARMS",
     "DECISIONS",
     "INPUT_REFUSED",
     "MAX_BATCH_BYTES",
@@ -36,6 +39,7 @@ __all__ = [
     "REQUEST_ID_PATTERN",
     "REQUEST_ID_RULE",
     "RESOLUTIONS",
+    "ROLLOUT_UNITS",
     "SHADOW_DECISIONS",
     "SHADOW_REASON_CODES",
     "STATUSES",
@@ -58,6 +62,11 @@ __all__ = [
     "ReasonCodeName",
     "RequestId",
     "ResolutionName",
+    "Rollout",
+    "RolloutArmName",
+    "RolloutId",
+    "RolloutUnitName",
+    "Rollouts",
     "Sections",
     "SelectionInfo",
     "ShadowDecisionName",
@@ -68,6 +77,7 @@ __all__ = [
     "StatusName",
     "Task",
     "Trace",
+    "TraceRollout",
     "candidate_counts",
     "input_errors",
     "kept_candidates",
@@ -314,6 +324,46 @@ class ShadowResult(_Wire):
     sources_not_fetched: Annotated[tuple[Key, ...], msgspec.Meta(max_length=100)] = ()
 
 
+# --- staged rollouts (docs/runtime-contract.md §1 `rollouts`, §3 `rollout`) ------------------
+# A rollout serves a new strategy version to a share of the traffic ("new" arm) and the control
+# version to the rest ("old" arm); each request runs the other arm's version as its shadow.
+RolloutArmName = Literal["new", "old"]
+ARMS: tuple[str, ...] = get_args(RolloutArmName)
+ARM_NEW, ARM_OLD = ARMS
+# What a request's arm is assigned by: the trace's task.id or its principal (the request_id
+# when that is missing; context_runtime.rollouts.assign_arm).
+RolloutUnitName = Literal["task", "principal"]
+ROLLOUT_UNITS: tuple[str, ...] = get_args(RolloutUnitName)
+RolloutId = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+
+
+class TraceRollout(_Wire):
+    """The trace's ``rollout`` block (new in 0.4.0; absent or null outside a rollout): the
+    rollout's public id, the arm the request was served and the plan step it ran under."""
+
+    id: RolloutId
+    arm: RolloutArmName
+    step: Count
+
+
+class Rollout(_Wire):
+    """One entry of the config payload's ``rollouts`` map (new in 0.4.0; older consoles send
+    no map): the new version and its body, the share of units served it (0.0: everyone is
+    served the control version in ``strategies`` and the new one runs as shadow; 1.0:
+    everyone is served the new one), the unit of assignment and the plan step."""
+
+    id: RolloutId
+    version: Count
+    body: dict[str, Any]
+    share: Annotated[float, msgspec.Meta(ge=0, le=1)]
+    unit: RolloutUnitName = "task"
+    step: Count = 0
+
+
+# The config payload's top-level ``rollouts``: strategy key → its running rollout ({} if none).
+Rollouts = dict[Key, Rollout]
+
+
 class Trace(_Wire):
     """One trace as the runtime sends it. Unknown fields are ignored (newer runtimes)."""
 
@@ -339,6 +389,9 @@ class Trace(_Wire):
     sources: list[SourceRef] = []
     candidates: Annotated[list[Candidate], msgspec.Meta(max_length=MAX_CANDIDATES_PER_TRACE)] = []
     shadow: ShadowResult | None = None
+    # The staged rollout this request was part of (new in 0.4.0): with it, ``documents`` names
+    # the served arm's version and ``shadow`` the other arm's.
+    rollout: TraceRollout | None = None
     selection: SelectionInfo | None = None
     # A trace with more candidates than MAX_CANDIDATES_PER_TRACE carries the ones that matter
     # most (`truncate_candidates`), this flag, and the counts of all of them by decision.
