@@ -3,6 +3,7 @@ and the rollout page. Returns frozen dataclasses (traces.rollouts.evidence), nev
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from datetime import datetime
 from types import MappingProxyType
@@ -68,12 +69,12 @@ def step_evidence(*, rollout_key: str, step: int, since: datetime) -> StepEviden
         cursor.execute(_SAMPLES, [rollout_key, step])
         sample = cursor.fetchone()
     request_ids = (sample[0] if sample else None) or {}
+    if isinstance(request_ids, str):  # jsonb comes back as text on the raw cursor
+        request_ids = json.loads(request_ids)
     arms, paired, both, faults = {}, defaultdict(int), defaultdict(int), defaultdict(int)
     for arm in ARMS:
-        traces, usable, fallback, compared, *kinds = (int(v or 0) for v in scalars.get(arm, ()))
-        if arm not in scalars:
-            traces = usable = fallback = compared = 0
-            kinds = [0] * len(PAIRED_KINDS)
+        sums = scalars.get(arm) or (0,) * (4 + len(PAIRED_KINDS))
+        traces, usable, fallback, compared, *kinds = (int(v or 0) for v in sums)
         for kind, count in zip(PAIRED_KINDS, kinds, strict=True):
             paired[kind] += count
         for source, count in maps[(arm, "not_fetched_both")].items():
