@@ -36,8 +36,8 @@ from strategies.releases.services import (
     rollout_stop,
     shadow_start,
 )
-from tests.factories import manifest_body, release_setup, user_with_grants
-from tests.factories.releases import publish
+from tests.factories import manifest_body, user_with_grants
+from tests.factories.releases import publish, rollout_setup
 from tests.factories.users import RoleFactory
 
 STRATEGY = "after_sales_consultation"
@@ -48,23 +48,9 @@ FAST = [
 ]
 
 
-def split_world():
-    """release_setup with runtimes that declare shadow and split, and v2 live in sg-test and
-    prod (protected)."""
-    w = release_setup()
-    for key, env in w.envs.items():
-        handlers = [] if key == "bank-uat" else ["general_policy_only"]
-        manifest_record(
-            environment=env, body=manifest_body(handlers=handlers, features=["shadow", "split"])
-        )
-    for key in ("sg-test", "prod"):
-        publish(w.strategy[2], w.envs[key], actor=w.ops, approver=w.ops2)
-    return w
-
-
 @pytest.fixture
 def world(db):
-    return split_world()
+    return rollout_setup()
 
 
 def payload(env):
@@ -469,7 +455,7 @@ def test_payload__runtime_dropped_split__rollout_not_sent(world):
 # --- two operators at once ------------------------------------------------------------------------
 @pytest.mark.django_db(transaction=True)
 def test_two_operators_at_once__one_wins_the_other_sees_the_current_state():
-    w = split_world()
+    w = rollout_setup()
     sg = w.envs["sg-test"]
     rollout = rollout_start(version=w.strategy[3], environment=sg, actor=w.ops, plan=FAST)
     barrier = threading.Barrier(2)
