@@ -489,13 +489,7 @@ ROLLOUT_ERRORS = {
         "`already_live`, `approval_pending`; `current` holds the rollout as it now stands."
     ),
 }
-ROLLOUT_ACTIONS = {
-    "pause": releases.rollout_pause,
-    "resume": releases.rollout_resume,
-    "advance": releases.rollout_advance,
-    "finish": releases.rollout_finish,
-    "stop": releases.rollout_stop,
-}
+ROLLOUT_ACTIONS = releases.ROLLOUT_OPERATOR_ACTIONS
 
 
 def _rollout(request, pk: int):
