@@ -175,6 +175,9 @@ class ApprovalSerializer(serializers.Serializer):
     decided_by = serializers.CharField(allow_null=True)
     decided_at = serializers.DateTimeField(allow_null=True)
     decision_note = serializers.CharField()
+    rollout = serializers.CharField(
+        allow_null=True, help_text="kind rollout: the staged rollout whose plan it approves."
+    )
 
 
 class ReleaseOutcomeSerializer(serializers.Serializer):

@@ -464,6 +464,13 @@ def approval_decide(request, agent, pk):
     try:
         if decision == "approve":
             releases.approval_approve(approval=approval, actor=request.user, note=note)
+            if approval.kind == ApprovalRequest.Kind.ROLLOUT:
+                messages.success(
+                    request,
+                    f"Approved: {approval.rollout.key} runs — v{approval.version.number} of "
+                    f"{approval.document.key} rolls out in {approval.environment.key}.",
+                )
+                return redirect(_rollout_url(approval.rollout))
             messages.success(
                 request,
                 f"Approved: {approval.document.key} v{approval.version.number} is live in "
