@@ -691,6 +691,8 @@ def _rollout_context(request, rollout, *, error=None) -> dict:
         "actions": selectors.rollout_actions(user=request.user, rollout=rollout),
         "can_view_traces": user_can(request.user, Capability.VIEW_TRACES, request.agent),
         "approval": rollout.approvals.order_by("-id").first(),
+        # The revision the page was opened at: the polled status says when it moved on.
+        "seen": _int(request.GET.get("seen"), "seen") or rollout.revision,
         "log": [
             {**entry, "when": datetime.fromisoformat(entry["at"])}
             for entry in reversed(rollout.log or [])

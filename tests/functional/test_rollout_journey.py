@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from strategies.releases.models import Rollout
-from strategies.releases.services import rollout_record_guards
+from strategies.releases.services import rollout_guard_pause, rollout_record_guards
 from tests.factories import bearer, runtime_token
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -121,6 +121,21 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
     confirm(page, "rollout-resume", "Looks fine")
     page.wait_for_selector("text=runs again")
     assert page.locator("#rollout-status").get_attribute("data-state") == "running"
+
+    # A guard pauses it while the page is open: the status part says so by itself.
+    rollout_guard_pause(
+        rollout=Rollout.objects.get(),
+        guard="attribution",
+        evidence={"message": "order_delivery not fetched in 31% of requests in both versions"},
+        reason="order_delivery not fetched in 31% of requests in both versions.",
+    )
+    page.wait_for_selector("#rollout-changed", timeout=10_000)
+    assert page.locator("#rollout-status").get_attribute("data-state") == "paused"
+    assert "order_delivery not fetched" in page.inner_text("#rollout-why")
+    assert "order_delivery not fetched" in page.inner_text("#rollout-evidence")
+    shot(page, "guard-paused")
+    page.click("#rollout-changed a")
+    assert page.locator("#rollout-resume").count() == 1
 
     # Stop: runtimes serve v3 alone again; the page says who and why.
     confirm(page, "rollout-stop", "Not this week")
