@@ -140,4 +140,5 @@ def test_contract_examples__all_files_found():
         "traces_batch",
         "traces_batch_refused",
         "traces_rejected_one_by_one",
+        "traces_rollout",
     ]
