@@ -25,7 +25,7 @@ from tests.factories.outcomes import outcome_kinds, post_outcomes
 from traces.health.models import HealthCounter
 from traces.models import Trace
 from traces.rollouts import guards
-from traces.rollouts.models import RolloutCounter, RolloutSample
+from traces.rollouts.models import RolloutCounter, RolloutCounterHour, RolloutSample
 from traces.rollouts.selectors import step_evidence
 
 pytestmark = pytest.mark.django_db
@@ -152,6 +152,9 @@ def test_ingest__a_rollout_batch__fills_the_counters_exactly(client, secret):
         "required_lost": ["n-worse"],
         "tokens": ["n-worse", "o-worse"],
     }
+    # The same statement added them to their hour.
+    hour = RolloutCounterHour.objects.get(rollout_key="ro-7", step=1, arm="old")
+    assert (hour.traces, hour.paired_status, hour.not_fetched) == (4, 1, {"order_delivery": 1})
     # The rollout's shadow is the other arm, not a shadow release: no health fault for it.
     assert not any(row.faults for row in HealthCounter.objects.all())
     stored = dict(Trace.objects.values_list("request_id", "rollout_arm"))
@@ -239,6 +242,7 @@ def test_outcomes__counted_on_the_arm_of_evidence_traces_only(client, secret, en
     )
     assert response.json()["accepted"] == 3
     row = counter("new")
+    assert RolloutCounterHour.objects.get(rollout_key="ro-7", arm="new").outcomes == row.outcomes
     assert row.outcomes == {"escalated": 1, "rating": 1}
     assert row.outcomes_bad == {"escalated": 1}
     assert row.traces == 1  # outcomes add no traces
@@ -252,3 +256,29 @@ def test_trace_page__shows_the_rollout_arm_and_step(client, secret, make_user):
     html = page.content.decode()
     assert 'id="trace-rollout"' in html
     assert "ro-7" in html and "served the new version" in html
+
+
+def test_step_evidence__a_step_of_days__whole_hours_from_the_hour_table_edges_from_minutes(env):
+    from django.db import connection
+
+    from traces.rollouts import counters
+
+    start = (timezone.now() - timedelta(days=2)).replace(minute=17, second=0, microsecond=0)
+    rows = {}
+    for i in range(0, 2 * 24 * 60, 7):  # every 7th minute of two days
+        when = start + timedelta(minutes=i)
+        for arm, n in (("new", 1 + i % 3), ("old", 10 + i % 5)):
+            counts = counters.MINUTES.counts()
+            counts.add("traces", n)
+            counts.tally("not_fetched", "order_delivery", i % 2)
+            rows[("ro-7", 1, when, arm, env["environments"]["sg-test"].pk)] = counts
+    with connection.cursor() as cursor:
+        counters.counters_write_tables(cursor, counters.minutes_and_hours(rows))
+    since = start + timedelta(minutes=25)  # mid-hour: minutes first, then whole hours
+    evidence = step_evidence(rollout_key="ro-7", step=1, since=since)
+    for arm in ("new", "old"):
+        expected = [c for (_, _, when, a, _), c in rows.items() if a == arm and when >= since]
+        assert evidence.arm(arm).traces == sum(c.scalars["traces"] for c in expected)
+        assert evidence.arm(arm).not_fetched["order_delivery"] == sum(
+            c.maps["not_fetched"]["order_delivery"] for c in expected
+        )

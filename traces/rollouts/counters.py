@@ -32,6 +32,7 @@ from traces.health.counters import (
     config_fallback_of,
     counters_write_tables,
     shadow_differences,
+    sum_by_hour,
 )
 from traces.rollouts.evidence import (
     ARMS,
@@ -59,18 +60,24 @@ SCALARS = (
 )
 MAPS = ("not_fetched", "not_fetched_both", "outcomes", "outcomes_bad", "faults")
 
-MINUTES = CounterTable(
-    "rollout_counter",
-    key={
-        "rollout_key": "text",
-        "step": "integer",
-        "minute": "timestamptz",
-        "arm": "text",
-        "environment_id": "bigint",
-    },
-    scalars=dict.fromkeys(SCALARS, "bigint"),
-    maps=dict.fromkeys(MAPS, MAP_ADD),
-)
+
+def _rollout_table(table: str, time_column: str) -> CounterTable:
+    return CounterTable(
+        table,
+        key={
+            "rollout_key": "text",
+            "step": "integer",
+            time_column: "timestamptz",
+            "arm": "text",
+            "environment_id": "bigint",
+        },
+        scalars=dict.fromkeys(SCALARS, "bigint"),
+        maps=dict.fromkeys(MAPS, MAP_ADD),
+    )
+
+
+MINUTES = _rollout_table("rollout_counter", "minute")
+HOURS = _rollout_table("rollout_counter_hour", "hour")
 SAMPLES = CounterTable(
     "rollout_sample",
     key={"rollout_key": "text", "step": "integer"},
@@ -244,7 +251,12 @@ def batch_counts(*, environment_id: int, agent_ids: dict[str, int], traces):
 def rollout_writes(*, environment_id: int, agent_ids: dict[str, int], traces) -> list:
     """The (CounterTable, rows) a batch adds, for `counters_record_batch(also=…)`."""
     rows, samples = batch_counts(environment_id=environment_id, agent_ids=agent_ids, traces=traces)
-    return [(MINUTES, rows), (SAMPLES, samples)]
+    return [*minutes_and_hours(rows), (SAMPLES, samples)]
+
+
+def minutes_and_hours(rows: dict) -> list:
+    """Minute rows, and the same summed per hour (the minute is the key's third column)."""
+    return [(MINUTES, rows), (HOURS, sum_by_hour(rows, table=HOURS, at=2))] if rows else []
 
 
 # --- outcomes, reported after the fact --------------------------------------------------------------
@@ -303,5 +315,5 @@ def rollout_outcomes_record(counted) -> int:
             if bad:
                 counts.tally("outcomes_bad", str(kind))
             added += 1
-        counters_write_tables(cursor, [(MINUTES, rows)])
+        counters_write_tables(cursor, minutes_and_hours(rows))
     return added
