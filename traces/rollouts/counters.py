@@ -11,7 +11,7 @@ version (documents[strategy]) with the other arm's as its shadow; otherwise it i
 and counted as a runtime fault (FAULT_*), never as evidence.
 
 Paired kinds come from the trace alone: arm new → live is new, the shadow is old; arm old →
-live is old, the shadow is new (docs/rollouts.md).
+live is old, the shadow is new (docs/rollout-evidence.md).
 """
 
 from __future__ import annotations

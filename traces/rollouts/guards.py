@@ -3,7 +3,7 @@
 `evaluate(evidence, settings, active_guards=…)` returns one GuardResult per active guard,
 state `ok`, `breach` (roll back), `insufficient` (not enough traffic to judge yet) or
 `pause` (stop and ask a person: the evidence is not about the version). What each guard
-decides, and why, is in docs/rollouts.md.
+decides, and why, is in docs/rollout-evidence.md.
 """
 
 from __future__ import annotations

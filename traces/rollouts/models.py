@@ -1,7 +1,7 @@
 """Rollout counters: per minute, rollout, step and arm, what ingest saw of a staged
 rollout's traces — written in the ingest's own transaction, through the health counters'
 writer (traces.health.counters.CounterTable), so a stored trace is counted the moment it is
-committed. The guards read them (traces.rollouts.selectors.step_evidence). docs/rollouts.md
+committed. The guards read them (traces.rollouts.selectors.step_evidence). docs/rollout-evidence.md
 says what each counter means. Kept as long as the health counters (30 days).
 """
 
