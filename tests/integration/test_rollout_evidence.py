@@ -282,3 +282,41 @@ def test_step_evidence__a_step_of_days__whole_hours_from_the_hour_table_edges_fr
         assert evidence.arm(arm).not_fetched["order_delivery"] == sum(
             c.maps["not_fetched"]["order_delivery"] for c in expected
         )
+
+
+def test_guards__order_provider_failing_30pct_in_both_arms__pause_naming_it_no_rollback(
+    client, secret
+):
+    """Through ingest: 1,000 requests at share 0.1 (every tenth on new), the order provider
+    not fetched on 30% of them in both arms — the same requests for both versions."""
+    batch = []
+    for i in range(1000):
+        arm = "new" if i % 10 == 0 else "old"
+        failing = (i // 10) % 10 < 3  # 30% of each arm
+        fields = {"candidates": order_not_fetched()} if failing else {}
+        if failing:
+            fields.update(status="degraded", degradation="general_policy_only")
+        batch.append(served(f"r{i}", arm, **fields))
+    for start in range(0, 1000, 250):
+        assert post_batch(client, secret, batch[start : start + 250]).json()["accepted"] == 250
+    evidence = step_evidence(rollout_key="ro-7", step=1, since=MINUTE - timedelta(minutes=1))
+    assert (evidence.new.traces, evidence.old.traces) == (100, 900)
+    results = {r.name: r for r in guards.evaluate(evidence, guards.GuardSettings())}
+    assert results["attribution"].state == "pause"
+    assert results["attribution"].message.startswith(
+        "order_delivery not fetched in 30% of requests in both versions"
+    )
+    assert {r.state for r in results.values()} <= {"ok", "pause"}
+    assert results["sample_ratio"].state == "ok"
+
+
+def test_purge__rollout_counters_past_30_days__deleted_with_their_samples(client, secret):
+    from traces.rollouts.services import rollout_counters_purge_expired
+
+    post_batch(client, secret, [served("n1", "new", status="budget_exceeded")])
+    assert RolloutSample.objects.count() == 1
+    assert rollout_counters_purge_expired(now=timezone.now() + timedelta(days=29)) == 0
+    deleted = rollout_counters_purge_expired(now=timezone.now() + timedelta(days=31))
+    assert deleted == 2  # the minute row and its hour
+    assert not RolloutCounter.objects.exists() and not RolloutCounterHour.objects.exists()
+    assert not RolloutSample.objects.exists()
