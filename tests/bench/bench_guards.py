@@ -16,7 +16,7 @@ per-day/1440 traces split between the arms at the step's share, with realistic m
 
 Then times, in process, step_evidence + evaluate for each (the evaluator's work per rollout
 every 30 s; target ≤ 50 ms), evaluate alone (pure), and a `SELECT 1` round trip as the
-baseline the ratios are against.
+baseline the ratios are against; then what counting rollout traces adds to storing them.
 """
 
 from __future__ import annotations
@@ -116,12 +116,59 @@ def rollouts(now: datetime):
     return environment, made
 
 
+def ingest_cost(environment, batches: int, traces: int, candidates: int) -> None:
+    """What counting a rollout's traces costs the ingest: trace_batch_store (parse excluded)
+    of batches whose every trace is in rollout ro-h719 (10% new, a shadow block each), with
+    the rollout counters and with them switched off, interleaved batch by batch."""
+    import orjson
+
+    from tests.bench.bench_health import _Identity
+    from tests.bench.bench_traces import payloads
+    from traces import services
+    from traces.ingest import parse_batch
+
+    start = datetime.now(UTC) - timedelta(hours=6)
+    writes = services.rollout_writes
+    spent = {"with": 0.0, "without": 0.0}
+    for i in range(batches):
+        for arm in ("with", "without") if i % 2 == 0 else ("without", "with"):
+            items = payloads(traces, candidates, f"{arm}{i}", start)
+            for n, item in enumerate(items):
+                side = "new" if n % 10 == 0 else "old"
+                item["documents"]["after_sales_consultation"] = 2 if side == "new" else 1
+                item["rollout"] = {"id": "ro-h719", "arm": side, "step": 2}
+                selected = [c["id"] for c in item["candidates"] if c["decision"] == "selected"]
+                item["shadow"] = {
+                    "version": 1 if side == "new" else 2,
+                    "status": "ready",
+                    "selected": selected[: len(selected) - n % 2],
+                    "used_tokens": 6000 + n % 3 * 700,
+                }
+            batch = parse_batch(orjson.dumps({"traces": items}))
+            services.rollout_writes = writes if arm == "with" else (lambda **kwargs: [])
+            began = time.perf_counter()
+            services.trace_batch_store(identity=_Identity(environment), batch=batch)
+            spent[arm] += time.perf_counter() - began
+    services.rollout_writes = writes
+    per = batches * traces
+    extra = spent["with"] - spent["without"]
+    print(
+        f"\ningest cost ({batches} batches of {traces} rollout traces × {candidates} "
+        f"candidates, store only, in process):\n"
+        f"   with rollout counters    {spent['with'] / per * 1e6:7.1f} µs/trace\n"
+        f"   without them             {spent['without'] / per * 1e6:7.1f} µs/trace\n"
+        f"   the difference           {extra / per * 1e6:7.1f} µs/trace = "
+        f"{extra / spent['without']:.1%} of storing without them"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--per-day", type=int, default=1_000_000)
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--keep", action="store_true", help="do not drop the bench database")
+    parser.add_argument("--ingest-batches", type=int, default=10, help="0: skip the ingest cost")
     args = parser.parse_args()
 
     admin_url, bench_url = database_urls()
@@ -251,6 +298,8 @@ def main() -> None:
                 f"(≤ 50 ms {verdict}; {median / base:5.0f}× the round trip) · evaluate alone "
                 f"{pure:5.2f} ms · states {states}"
             )
+        if args.ingest_batches:
+            ingest_cost(environment, args.ingest_batches, 500, 50)
         print(f"\nload after: {os.getloadavg()}")
     finally:
         if not args.keep:
