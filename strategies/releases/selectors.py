@@ -1087,6 +1087,24 @@ def rollout_preview(*, version: Version, environment: Environment, actor, plan, 
     )
 
 
+REQUEST_IDS_KEPT = 5
+
+
+def evidence_request_ids(facts) -> list[str]:
+    """The request ids a guard's facts name — its own `request_ids`, then those of the kinds
+    it breached, then any — at most five: one click from the rollout page to the trace."""
+    facts = facts or {}
+    kinds = facts.get("kinds") or {}
+    ordered = [facts, *(kinds[k] for k in facts.get("breached") or () if k in kinds)]
+    ordered += [entry for entry in kinds.values() if isinstance(entry, dict)]
+    found: list[str] = []
+    for entry in ordered:
+        for request_id in entry.get("request_ids") or ():
+            if request_id not in found:
+                found.append(request_id)
+    return found[:REQUEST_IDS_KEPT]
+
+
 def rollout_actions(*, user, rollout: Rollout) -> dict[str, bool]:
     """Which actions `user` may take on `rollout` now (the page's buttons): the state allows
     it and the policy does."""

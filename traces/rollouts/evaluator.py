@@ -26,7 +26,7 @@ from django.utils import timezone
 from console.kernel.errors import Conflict
 from strategies.catalog.models import Environment
 from strategies.releases.models import Rollout
-from strategies.releases.selectors import rollouts_running
+from strategies.releases.selectors import evidence_request_ids, rollouts_running
 from strategies.releases.services import (
     rollout_guard_pause,
     rollout_guard_rollback,
@@ -50,22 +50,6 @@ BAKING, MOVED_ON, EXTENDED, PAUSED, ROLLED_BACK, SKIPPED = (
 )
 
 
-REQUEST_IDS_KEPT = 5
-
-
-def _request_ids(facts) -> list[str]:
-    """The request ids a guard's facts name (the breached kinds' first, then any), at most
-    five: one click from the rollout page to the trace that shows it."""
-    kinds = facts.get("kinds") or {}
-    ordered = [kinds[k] for k in facts.get("breached") or () if k in kinds] + list(kinds.values())
-    found: list[str] = []
-    for entry in ordered:
-        for request_id in entry.get("request_ids") or ():
-            if request_id not in found:
-                found.append(request_id)
-    return found[:REQUEST_IDS_KEPT]
-
-
 def _evidence_of(result: guards.GuardResult, rollout: Rollout) -> dict:
     """A guard's result as the audit row, the page and the webhook keep it: its words, the
     step, its facts (counts, bound) and up to five request ids."""
@@ -75,7 +59,7 @@ def _evidence_of(result: guards.GuardResult, rollout: Rollout) -> dict:
         "message": result.message,
         "step": rollout.step,
         "share": rollout.share,
-        "request_ids": _request_ids(result.evidence),
+        "request_ids": evidence_request_ids(result.evidence),
         **result.evidence,
     }
 

@@ -26,6 +26,7 @@ from strategies.releases.services.promotion import (
 from strategies.releases.services.publish import PublishOutcome, release_publish
 from strategies.releases.services.rollback import release_rollback
 from strategies.releases.services.rollout import (
+    ROLLOUT_OPERATOR_ACTIONS,
     default_plan,
     rollout_advance,
     rollout_finish,
@@ -48,6 +49,7 @@ from strategies.releases.services.state import (
 )
 
 __all__ = [
+    "ROLLOUT_OPERATOR_ACTIONS",
     "PromotionItem",
     "PromotionOutcome",
     "PublishOutcome",

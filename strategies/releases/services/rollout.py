@@ -255,6 +255,16 @@ def rollout_stop(*, rollout: Rollout, actor, reason: str) -> Rollout:
     return _rollout_refresh(change)
 
 
+# What an operator may do to a rollout, by the word the pages and the API use.
+ROLLOUT_OPERATOR_ACTIONS = {
+    "pause": rollout_pause,
+    "resume": rollout_resume,
+    "advance": rollout_advance,
+    "finish": rollout_finish,
+    "stop": rollout_stop,
+}
+
+
 # --- the guards (the evaluator calls these; the actor is the system) -------------------------------
 def _at_step(rollout: Rollout, seen: Rollout, *, action: str) -> None:
     """409 unless the locked rollout still runs the step the caller judged: a second
@@ -400,6 +410,7 @@ def _complete(rollout: Rollout, *, actor, reason: str) -> Rollout:
 
 
 __all__ = [
+    "ROLLOUT_OPERATOR_ACTIONS",
     "default_plan",
     "guard_actor",
     "rollout_advance",

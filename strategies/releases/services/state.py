@@ -90,6 +90,7 @@ def approval_state(approval: ApprovalRequest) -> dict:
         "decided_by": str(approval.decided_by) if approval.decided_by_id else None,
         "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
         "decision_note": approval.decision_note,
+        "rollout": approval.rollout.key if approval.rollout_id else None,
     }
 
 
