@@ -14,13 +14,23 @@ seed (task_state:T9, order:A1042 r12, the P7-v2 policy bundle, the irrelevant ol
 through the selection engine with the strategy body being served, and the trace is reported
 (request_id ``sim-<pid>-<n>``) with the snapshot's documents and resolution.
 
+What a request serves is the SDK's decision, :func:`context_runtime.rollouts.serve` (never a
+copy of it here): outside a rollout the live version, with the payload's shadow run beside
+it; during a staged rollout (the payload's ``rollouts``) the version of the request's arm,
+with the other arm's version as the shadow (``replay.shadow_run``, no provider asked again)
+and the trace's ``rollout`` block. The unit is the task: request ``n`` belongs to task ``T9``,
+or with ``--tasks N`` to task ``T<n mod N>`` (so a rollout splits the traffic).
+
 stdout, one JSON object per line:
 
 - ``{"event": "started", "pid", "webhook_url", "max_queue", "django_loaded", "t"}`` once the
   webhook receiver listens and the first configuration is there (or ``--wait-ready`` passed);
 - per request ``{"request_id", "strategy_version", "status", "resolution", "etag", "queued",
-  "health", "transport", "t"}`` (``t`` is ``time.time()`` when the request was answered;
-  ``health`` the config client's ``health()["state"]``, what a readiness probe reads);
+  "health", "transport", "task", "arm", "rollout", "shadow_version", "t"}`` (``t`` is
+  ``time.time()`` when the request was answered; ``health`` the config client's
+  ``health()["state"]``, what a readiness probe reads; ``strategy_version`` the served
+  version; ``arm`` ``new``/``old`` and ``rollout`` the rollout's id during a rollout, else
+  null; ``shadow_version`` the version run as shadow, or null);
 - per webhook delivery ``{"event": "webhook", "status", "outcome", "t"}``;
 - after SIGTERM/SIGINT (or ``--requests`` done): the reporter is flushed and closed and
   ``{"event": "stopped", "requests", "flushed", "stats": reporter.stats(), "config": ...}``
@@ -95,6 +105,12 @@ def _parse_args(argv):
     runs.add_argument("--requests", type=int, help="simulate this many requests, then stop")
     runs.add_argument("--forever", action="store_true", help="until SIGTERM")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between requests")
+    parser.add_argument(
+        "--tasks",
+        type=int,
+        default=0,
+        help="request n belongs to task T<n mod TASKS> (0: every request is task T9)",
+    )
     parser.add_argument("--cache-dir", default=None, help="where the config client keeps its copy")
     parser.add_argument(
         "--spool-dir", default=None, help="the reporter's on-disk spool (survives restarts)"
@@ -117,7 +133,7 @@ def run_sim(argv=None) -> int:
     from datetime import UTC, datetime
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-    from context_runtime import wire
+    from context_runtime import rollouts, wire
     from context_runtime.client import ConfigClient
     from context_runtime.engine import Strategy, select
     from context_runtime.reporter import TraceReporter
@@ -197,7 +213,18 @@ def run_sim(argv=None) -> int:
     )
 
     candidates = _candidates()
-    strategies: dict = {}  # etag → (Strategy, candidates of its sources): read once per config
+    # (etag, version) → (Strategy, candidates of its sources): read once per configuration.
+    strategies: dict = {}
+
+    def read(etag, document):
+        key = (etag, document.version)
+        if key not in strategies:
+            strategy = Strategy.from_body(document.body)
+            # A runtime asks only the providers of the strategy's sources.
+            fetched = tuple(c for c in candidates if c.source in strategy.sources)
+            strategies[key] = (strategy, fetched)
+        return strategies[key]
+
     principal = "shop-a/user-417"  # an internal reference, never a name
     model = wire.ModelInfo(name="model-x", adapter="adapter-x", context_window=128_000)
     sources = [
@@ -211,30 +238,33 @@ def run_sim(argv=None) -> int:
         request_id = f"sim-{os.getpid()}-{n}"
         snap = client.snapshot()  # one consistent configuration for the whole request
         resolution = snap.resolution
-        document = snap.strategy(STRATEGY_KEY)
+        task = f"T{n % args.tasks}" if args.tasks > 0 else "T9"
+        serving = rollouts.serve(
+            snap, STRATEGY_KEY, request_id=request_id, task_id=task, principal=principal
+        )
+        document = serving.document
         try:
             fields: dict = {}
             if document is not None:
-                key = (snap.etag, document.version)
-                if key not in strategies:
-                    strategy = Strategy.from_body(document.body)
-                    # A runtime asks only the providers of the strategy's sources.
-                    strategies[key] = (
-                        strategy,
-                        tuple(c for c in candidates if c.source in strategy.sources),
-                    )
-                strategy, fetched = strategies[key]
+                strategy, fetched = read(snap.etag, document)
                 selection = select(strategy=strategy, candidates=fetched, context_window=128_000)
                 fields = selection.trace_fields()
+                try:  # a shadow that cannot run never costs the request
+                    fields["shadow"] = serving.run_shadow(
+                        selection, strategy_of=lambda key, doc, etag=snap.etag: read(etag, doc)[0]
+                    )
+                except Exception:
+                    logging.getLogger("runtime_sim").exception("shadow of %s failed", request_id)
             else:  # no configuration at all: nothing can be selected
                 fields = {"status": "missing_required_data"}
             trace = wire.Trace(
                 request_id=request_id,
                 agent=args.agent,
                 occurred_at=datetime.now(UTC),
-                documents=dict(snap.documents),
+                documents=serving.documents(snap),
                 strategy=STRATEGY_KEY,
-                task=wire.Task(id="T9", revision=4),
+                task=wire.Task(id=task, revision=4),
+                rollout=serving.rollout,
                 principal=principal,
                 model=model,
                 sources=sources,
@@ -251,6 +281,10 @@ def run_sim(argv=None) -> int:
                     "queued": queued,
                     "health": client.health()["state"],
                     "transport": client.transport,
+                    "task": task,
+                    "arm": serving.rollout.arm if serving.rollout is not None else None,
+                    "rollout": serving.rollout.id if serving.rollout is not None else None,
+                    "shadow_version": serving.shadow.version if serving.shadow else None,
                     "t": time.time(),
                 }
             )

@@ -16,7 +16,7 @@ from datetime import timedelta
 import msgspec
 import orjson
 from context_runtime import wire
-from context_runtime.client import FRESH, STALE, Resolution
+from context_runtime.client import FRESH, STALE, ConfigSnapshot, Resolution
 from django.utils import timezone
 
 from console.demo import traffic
@@ -53,19 +53,20 @@ BACKGROUND_SEED = 6
 ENVIRONMENT_WEIGHTS = {"sg-test": 4, "bank-uat": 3, "prod": 3}
 
 
-def live_configs() -> dict[str, dict]:
-    """The runtime payload (RUNTIME_API §1) of the demo agent in each environment where the
-    strategy is live, as a runtime there would fetch it now."""
+def live_configs() -> dict[str, ConfigSnapshot]:
+    """The configuration of the demo agent in each environment where the strategy is live,
+    as a runtime there would hold it now (the SDK's snapshot of the runtime payload,
+    RUNTIME_API §1)."""
     agent = Agent.objects.get(key=traffic.AGENT)
     configs = {}
     for env in Environment.objects.filter(key__in=[key for key, *_ in ENVIRONMENTS]):
         config = orjson.loads(payload_render(agent=agent, environment=env).body)
         if traffic.STRATEGY in config["strategies"]:
-            configs[env.key] = config
+            configs[env.key] = ConfigSnapshot.from_payload(config)
     return configs
 
 
-def scenario(now, configs: dict[str, dict]) -> dict[str, list[wire.Trace]]:
+def scenario(now, configs: dict[str, ConfigSnapshot]) -> dict[str, list[wire.Trace]]:
     """The six traces support will paste, by environment."""
     by_env: dict[str, list[wire.Trace]] = defaultdict(list)
     for request_id, env_key, minutes_ago, seed_scenario, request in SUPPORT_TRACES:
@@ -83,7 +84,7 @@ def scenario(now, configs: dict[str, dict]) -> dict[str, list[wire.Trace]]:
     return by_env
 
 
-def background(now, configs: dict[str, dict]) -> dict[str, list[wire.Trace]]:
+def background(now, configs: dict[str, ConfigSnapshot]) -> dict[str, list[wire.Trace]]:
     """Weighted-random seed scenarios over the last days; ids and contents come from a
     seeded random generator, so every run produces the same request ids."""
     rng = random.Random(BACKGROUND_SEED)

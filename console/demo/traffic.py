@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import msgspec
-from context_runtime import wire
-from context_runtime.client import FRESH, Resolution
+from context_runtime import rollouts, wire
+from context_runtime.client import FRESH, ConfigSnapshot, Resolution
 from context_runtime.engine import (
     FETCHED,
     NO_ACCESS,
@@ -33,7 +33,6 @@ from context_runtime.engine import (
     context_sections,
     select,
 )
-from context_runtime.replay import shadow_run
 
 AGENT = "assistant_professional"
 STRATEGY = "after_sales_consultation"
@@ -155,27 +154,36 @@ def pick(rng: random.Random, n: int) -> tuple[Scenario, Request]:
 def run(
     scenario: Scenario,
     *,
-    config: Mapping,
+    config: Mapping | ConfigSnapshot,
     request_id: str,
     occurred_at: datetime,
     request: Request = SEED,
     resolution: Resolution | None = None,
 ) -> wire.Trace:
     """The trace of one request: ``scenario``'s candidates for ``request`` through the engine
-    with ``config``, the agent's live configuration as the runtime payload carries it
-    (``strategies``/``profile``/``shadow`` with version and body). ``resolution`` says where
-    the runtime's configuration came from (default: fresh).
+    with ``config``, the agent's live configuration — the runtime payload (RUNTIME_API §1) or
+    the SDK's snapshot of it (pass the snapshot when running many requests: a payload is
+    checked on every call). ``resolution`` says where the runtime's configuration came from
+    (default: fresh).
 
-    A runtime asks only the providers of its strategy's sources, so candidates of other
-    sources are left out. Raises ``KeyError`` when the configuration has no version of the
-    strategy.
+    What the request serves is the SDK's decision (``context_runtime.rollouts.serve``): the
+    live version with the payload's shadow beside it, or during a staged rollout the version
+    of the request's arm (by its task) with the other arm as the shadow and the trace's
+    ``rollout`` block. A runtime asks only the providers of the served strategy's sources, so
+    candidates of other sources are left out. Raises ``KeyError`` when the configuration has
+    no version of the strategy.
     """
-    document = config["strategies"][STRATEGY]
-    strategy = Strategy.from_body(document["body"])
-    profile = config.get("profile")
+    snapshot = config if isinstance(config, ConfigSnapshot) else ConfigSnapshot.from_payload(config)
+    serving = rollouts.serve(
+        snapshot, STRATEGY, request_id=request_id, task_id=request.task, principal=request.principal
+    )
+    if serving.document is None:
+        raise KeyError(STRATEGY)
+    strategy = Strategy.from_body(serving.document.body)
+    profile = snapshot.profile
     fixed = PROMPT_TOKENS
     if profile is not None:
-        sections = context_sections(profile["body"])
+        sections = context_sections(profile.body)
         fixed += SECTION_TOKENS * sum(len(keys) for keys in sections.values())
     candidates = tuple(
         _for(item, request) for item in scenario.candidates if item.source in strategy.sources
@@ -187,24 +195,16 @@ def run(
         fixed_input_tokens=fixed,
     )
     fields = selection.trace_fields()  # the candidates carry the replay fields
-    documents = {STRATEGY: document["version"]}
+    documents = {STRATEGY: serving.document.version}
     if profile is not None:
-        documents["profile"] = profile["version"]
-    shadow = None
-    shadow_document = (config.get("shadow") or {}).get(STRATEGY)
-    if shadow_document is not None:
-        # On live's candidates with live's arguments: a shadow asks no provider of its own.
-        shadow = shadow_run(
-            selection,
-            Strategy.from_body(shadow_document["body"]),
-            version=shadow_document["version"],
-            live_strategy=strategy,
-        )
+        documents["profile"] = profile.version
+    # On live's candidates with live's arguments: a shadow asks no provider of its own.
+    shadow = serving.run_shadow(selection)
     resolution = resolution or Resolution(FRESH, 0.0, False)
     return wire.Trace(
         request_id=request_id,
-        agent=config.get("agent") or AGENT,
-        environment=config.get("environment"),
+        agent=snapshot.agent or AGENT,
+        environment=snapshot.environment,
         occurred_at=occurred_at,
         documents=documents,
         strategy=STRATEGY,
@@ -213,6 +213,7 @@ def run(
         model=MODEL,
         sources=[wire.SourceRef(id=item.id, version=item.version) for item in selection.selected],
         shadow=shadow,
+        rollout=serving.rollout,
         **resolution.trace_fields(),
         **fields,
     )

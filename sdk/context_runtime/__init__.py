@@ -14,6 +14,8 @@
                   and on disk; a read on the request path is a memory read
 - ``replay``      the engine again on a trace's recorded candidates: reproduce it, or preview
                   another strategy version on the same request
+- ``rollouts``    staged rollouts: a request's arm (the stable hash, one place), the version
+                  it serves and the one that runs as its shadow
 - ``reporter``    the trace reporter: bounded queue, batches in the background, retries
 - ``webhook``     verifying the console's webhook signature
 - ``manifest_report``  declaring what the runtime implements, from what it registered
@@ -28,7 +30,7 @@ internal and may change without notice. The package is typed (``py.typed``).
 The normative contract is ``docs/runtime-contract.md`` in the console's repository.
 """
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 # Not "adk": a star import must not need the optional google-adk.
 __all__ = [
@@ -44,6 +46,7 @@ __all__ = [
     "otel",
     "replay",
     "reporter",
+    "rollouts",
     "text",
     "vocabulary",
     "webhook",

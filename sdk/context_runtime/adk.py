@@ -76,7 +76,7 @@ import msgspec
 from google.adk.models import LlmRequest, LlmResponse
 from google.genai import types
 
-from context_runtime import otel, replay, wire
+from context_runtime import otel, rollouts, wire
 from context_runtime.engine import (
     BUDGET_EXCEEDED,
     DEFAULT_ESTIMATOR,
@@ -553,11 +553,22 @@ class ContextAssembly:
         if route is None:
             return AssemblyResult(request_id=request_id, strategy=None, status=None)
         key = route.strategy
-        document = snapshot.strategy(key)
         request = self._provider_request(request_id, snapshot, route, callback_context, llm_request)
+        # The version this request serves (a rollout's arm, else the live one) and the one
+        # that runs as its shadow; the trace's unit values, as the console reads them. Without
+        # them the unit is the invocation (not the call's `<id>#2`): the model calls of one
+        # invocation are served one version.
+        serving = rollouts.serve(
+            snapshot,
+            key,
+            request_id=request.invocation_id or request_id,
+            task_id=None if request.task_id is None else request.task_id[:_MAX_LABEL],
+            principal=request.principal[:_MAX_LABEL],
+        )
+        document = serving.document
         if document is None:
             why = f"no live configuration for {key} ({snapshot.resolution.reason})"
-            return self._fail(request, snapshot, None, None, None, why, llm_request)
+            return self._fail(request, snapshot, serving, None, None, why, llm_request)
         try:
             strategy = self._strategy(key, document)
         except EngineInputError as error:
@@ -566,7 +577,7 @@ class ContextAssembly:
             return self._fail(
                 request,
                 snapshot,
-                document,
+                serving,
                 None,
                 None,
                 why,
@@ -603,7 +614,7 @@ class ContextAssembly:
             return self._fail(
                 request,
                 snapshot,
-                document,
+                serving,
                 strategy,
                 None,
                 why,
@@ -618,7 +629,7 @@ class ContextAssembly:
                 return self._fail(
                     request,
                     snapshot,
-                    document,
+                    serving,
                     strategy,
                     selection,
                     problem,
@@ -628,7 +639,7 @@ class ContextAssembly:
             return self._fail(
                 request,
                 snapshot,
-                document,
+                serving,
                 strategy,
                 selection,
                 "",
@@ -652,7 +663,7 @@ class ContextAssembly:
         trace = self._report(
             request,
             snapshot,
-            document,
+            serving,
             status,
             degradation,
             selection,
@@ -674,7 +685,7 @@ class ContextAssembly:
         self,
         request: ProviderRequest,
         snapshot,
-        document,
+        serving: rollouts.Serving,
         strategy: Strategy | None,
         selection: Selection | None,
         why: str,
@@ -688,7 +699,7 @@ class ContextAssembly:
         trace = self._report(
             request,
             snapshot,
-            document,
+            serving,
             status,
             None,
             selection,
@@ -875,7 +886,7 @@ class ContextAssembly:
         self,
         request,
         snapshot,
-        document,
+        serving: rollouts.Serving,
         status,
         degradation,
         selection,
@@ -884,7 +895,7 @@ class ContextAssembly:
     ) -> wire.Trace | None:
         try:
             trace = self._trace(
-                request, snapshot, document, status, degradation, selection, llm_request
+                request, snapshot, serving, status, degradation, selection, llm_request
             )
             if extra:
                 trace = msgspec.structs.replace(trace, **extra)
@@ -893,14 +904,15 @@ class ContextAssembly:
             return None
         if self.reporter is not None:
             try:
-                self.reporter.report(trace, resolution=snapshot, strategy=document)
+                self.reporter.report(trace, resolution=snapshot, strategy=serving.document)
             except Exception:
                 logger.exception("The trace of %s could not be reported", request.request_id)
         return trace
 
     def _trace(
-        self, request, snapshot, document, status, degradation, selection, llm_request
+        self, request, snapshot, serving, status, degradation, selection, llm_request
     ) -> wire.Trace:
+        document = serving.document
         documents = {}
         profile = getattr(snapshot, "profile", None)
         if profile is not None:
@@ -913,7 +925,7 @@ class ContextAssembly:
             fields["sources"] = [
                 wire.SourceRef(id=item.id, version=item.version) for item in selection.selected
             ]
-            shadow = self._shadow(snapshot, request.strategy, document, selection)
+            shadow = self._shadow(serving, selection)
             if shadow is not None:
                 fields["shadow"] = _as_runtime_ran_it(shadow, selection, status)
         elif document is not None:
@@ -925,6 +937,7 @@ class ContextAssembly:
                 )
         fields["status"] = status
         fields["degradation"] = degradation
+        fields["rollout"] = serving.rollout
         resolution = getattr(snapshot, "resolution", None)
         if resolution is not None:
             fields.update(resolution.trace_fields())
@@ -948,23 +961,18 @@ class ContextAssembly:
             **fields,
         )
 
-    def _shadow(self, snapshot, key: str, document, live: Selection) -> wire.ShadowResult | None:
-        """The shadow strategy version's selection, when one is released: on live's candidates
-        with live's fixed input, window, threshold and estimator (``replay.shadow_run``), so
-        it never asks a provider, the model or a tool, and an identical version agrees."""
-        shadow = snapshot.shadow(key) if callable(getattr(snapshot, "shadow", None)) else None
-        if shadow is None or document is None:
-            return None
+    def _shadow(self, serving: rollouts.Serving, live: Selection) -> wire.ShadowResult | None:
+        """The shadow version's selection — the rollout's other arm, or a shadow release —
+        on live's candidates with live's fixed input, window, threshold and estimator
+        (``replay.shadow_run``), so it never asks a provider, the model or a tool, and an
+        identical version agrees."""
         try:
-            return replay.shadow_run(
-                live,
-                self._strategy(f"shadow:{key}", shadow),
-                version=shadow.version,
-                live_strategy=self._strategy(key, document),
-                estimator=self._estimator,
-            )
+            return serving.run_shadow(live, estimator=self._estimator, strategy_of=self._strategy)
         except Exception:
-            logger.exception("The shadow version %s of %s could not run", shadow.version, key)
+            shadow = serving.shadow
+            logger.exception(
+                "The shadow version %s of %s could not run", shadow and shadow.version, serving.key
+            )
             return None
 
 

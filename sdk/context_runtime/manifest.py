@@ -22,9 +22,11 @@ __all__ = [
 # What a runtime can do beyond serving the live configuration, declared in the manifest's
 # ``features`` list (docs/runtime-contract.md §2). A manifest without the list declares none.
 SHADOW = "shadow"  # runs the payload's ``shadow`` versions beside live and reports the result
-SPLIT = "split"  # reserved: serves a share of traffic from another version (not yet defined)
+# applies the payload's ``rollouts``: serves each request the version of its arm (the stable
+# hash of context_runtime.rollouts) and runs the other arm's version as its shadow
+SPLIT = "split"
 # What this SDK implements, so what a runtime built on it declares (Registry.manifest_body).
-FEATURES: tuple[str, ...] = (SHADOW,)
+FEATURES: tuple[str, ...] = (SHADOW, SPLIT)
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Manifest:
     sections: dict[str, tuple[str, bool]]  # section key -> (block, sensitive)
     switches: frozenset[str]
     name: str = ""
-    # Names the runtime declares (``shadow``; later ``split``); unknown names are kept, so a
+    # Names the runtime declares (``shadow``, ``split``); unknown names are kept, so a
     # newer runtime can declare what this SDK does not know yet.
     features: frozenset[str] = frozenset()
 

@@ -70,10 +70,12 @@ class Registry:
     function is harmless; with a different one it is a mistake and raises ``ValueError``.
 
     ``features``: what the runtime declares beyond serving the live configuration; by default
-    what this SDK implements (:data:`~context_runtime.manifest.FEATURES`: ``shadow``, since
-    ``ContextAssembly`` runs the payload's shadow versions). A runtime that selects context
-    without the SDK's assembly passes what it really does (``features=()``: none), so the
-    console refuses a shadow release it would not run.
+    what this SDK implements (:data:`~context_runtime.manifest.FEATURES`: ``shadow`` and
+    ``split``, since ``ContextAssembly`` runs the payload's shadow versions and applies its
+    rollouts). A runtime that selects context without the SDK's assembly passes what it
+    really does (``features=()``: none; ``("shadow", "split")`` when it calls
+    :func:`context_runtime.rollouts.serve` and runs its shadow), so the console refuses a
+    shadow release or a staged rollout it would not run.
     """
 
     def __init__(self, *, features: tuple[str, ...] | list[str] = FEATURES) -> None:

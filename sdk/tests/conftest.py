@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from fake_console import FakeConsole
+from context_runtime.client import ConfigClient
+from fake_console import AGENT, TOKEN, FakeConsole
 
 
 @pytest.fixture
@@ -14,3 +15,22 @@ def console(request):
     fake = FakeConsole(getattr(request.module, "CONSOLE_PAYLOAD", None))
     yield fake
     fake.close()
+
+
+@pytest.fixture
+def config():
+    """``config(payload)``: a started ConfigClient against a fresh fake console serving
+    ``payload``; both closed after the test."""
+    opened = []
+
+    def start(payload: dict) -> ConfigClient:
+        console = FakeConsole(payload)
+        client = ConfigClient(console.url, TOKEN, AGENT, poll_interval=30.0, timeout=2.0)
+        opened.append((console, client))
+        assert client.start(wait=5.0), "the config client did not get the fake console's config"
+        return client
+
+    yield start
+    for console, client in opened:
+        client.stop()
+        console.close()

@@ -27,10 +27,9 @@ pytest.importorskip("google.adk", reason="google-adk is not installed (the sdk's
 
 from context_runtime import wire  # noqa: E402
 from context_runtime.adk import ContextAssembly, ProviderRequest, Route  # noqa: E402
-from context_runtime.client import ConfigClient  # noqa: E402
 from context_runtime.engine import NO_ACCESS, NOT_FETCHED, CandidateItem  # noqa: E402
 from context_runtime.manifest_report import Registry  # noqa: E402
-from fake_console import AGENT, PAYLOAD, TOKEN, FakeConsole  # noqa: E402
+from fake_console import PAYLOAD  # noqa: E402
 from google.adk.agents import LlmAgent  # noqa: E402
 from google.adk.models import BaseLlm, LlmRequest, LlmResponse  # noqa: E402
 from google.adk.runners import Runner  # noqa: E402
@@ -51,24 +50,6 @@ def payload_with_shadow(version: int, body: dict) -> dict:
     body = {**copy.deepcopy(body), "bundles": {"policy-P7": ["P7-"]}}
     payload["shadow"] = {KEY: {"version": version, "body": body}}
     return payload
-
-
-@pytest.fixture
-def config():
-    """A ConfigClient against a fake console; ``config(payload)`` starts one."""
-    opened = []
-
-    def start(payload: dict) -> ConfigClient:
-        console = FakeConsole(payload)
-        client = ConfigClient(console.url, TOKEN, AGENT, poll_interval=30.0, timeout=2.0)
-        opened.append((console, client))
-        assert client.start(wait=5.0), "the config client did not get the fake console's config"
-        return client
-
-    yield start
-    for console, client in opened:
-        client.stop()
-        console.close()
 
 
 class Providers:
@@ -185,14 +166,16 @@ def route(callback_context, llm_request):
     return Route(strategy=KEY, task_id="T9", task_revision=4)
 
 
-def assemble_all(client, providers: Providers, count: int) -> list[wire.Trace]:
+def assemble_all(
+    client, providers: Providers, count: int, *, strategy_for=route, state=lambda n: {}
+) -> list[wire.Trace]:
     """``count`` model calls through the ADK callback, history 0–90 % of the budget; the
-    traces reported."""
+    traces reported. ``state(n)``: the session state of request ``n``."""
     reporter = Keep()
     assembly = ContextAssembly(
         client=client,
         registry=providers.registry(),
-        strategy_for=route,
+        strategy_for=strategy_for,
         reporter=reporter,
         context_window=128_000,
         provider_timeout=None,
@@ -201,11 +184,26 @@ def assemble_all(client, providers: Providers, count: int) -> list[wire.Trace]:
     async def run():
         for n in range(count):
             history = BUDGET * (n * 37 % 91) // 100  # 0 … 90 % of the budget, spread out
-            context = CallbackContext(invocation_id=f"e-{n}")
+            context = CallbackContext(invocation_id=f"e-{n}", state=state(n))
             await assembly.before_model_callback(context, model_request(n, history))
 
     asyncio.run(run())
     return reporter.traces
+
+
+def disagrees(trace: wire.Trace) -> bool:
+    """The shadow decided otherwise than live: status, handler, selected set, any candidate,
+    tokens, or it lacked a source."""
+    shadow = trace.shadow
+    return (
+        shadow.status != trace.status
+        or shadow.degradation != trace.degradation
+        or set(shadow.selected) != {s.id for s in trace.sources}
+        or bool(shadow.differences)
+        or shadow.differences_total != 0
+        or shadow.used_tokens != int(trace.input_estimate.value)
+        or bool(shadow.sources_not_fetched)
+    )
 
 
 def test_a_a__shadow_equal_to_live__10000_adk_requests__agree_on_every_one(config):
@@ -219,21 +217,9 @@ def test_a_a__shadow_equal_to_live__10000_adk_requests__agree_on_every_one(confi
     statuses = collections.Counter(t.status for t in traces)
     # Every status the engine gives occurs, budget_exceeded among them (the fixed input).
     assert {"ready", "degraded", "budget_exceeded", "missing_required_data"} <= set(statuses)
-    disagreements = []
     for trace in traces:
-        shadow = trace.shadow
-        assert shadow is not None and shadow.version == trace.documents[KEY] == 3
-        live_selected = {s.id for s in trace.sources}
-        if (
-            shadow.status != trace.status
-            or shadow.degradation != trace.degradation
-            or set(shadow.selected) != live_selected
-            or shadow.differences
-            or shadow.differences_total != 0
-            or shadow.used_tokens != int(trace.input_estimate.value)
-            or shadow.sources_not_fetched
-        ):
-            disagreements.append(trace.request_id)
+        assert trace.shadow is not None and trace.shadow.version == trace.documents[KEY] == 3
+    disagreements = [t.request_id for t in traces if disagrees(t)]
     assert disagreements == [], f"{len(disagreements)} of {A_A_REQUESTS} disagree"
     # No extra provider call: each source asked once per request, memory (read by neither
     # version) never; the handler only for live's degraded requests.

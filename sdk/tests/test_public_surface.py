@@ -101,7 +101,7 @@ def test_public_surface__issue_21_names__public(module, name):
 
 
 def test_package__version__is_the_distribution_s():
-    assert context_runtime.__version__ == "0.3.0"
+    assert context_runtime.__version__ == "0.4.0"
     distribution = installed_wheel()
 
     assert distribution.version == context_runtime.__version__

@@ -58,7 +58,7 @@ def test_registry__registered_code__declared_in_manifest_body():
         ],
         "switches": ["temporalAnchor.enabled", "toolPrefilter.enabled"],
         # ContextAssembly runs the payload's shadow versions: a runtime on the SDK says so.
-        "features": ["shadow"],
+        "features": ["shadow", "split"],
     }
     assert registry.get_provider("order_delivery") is fetch_order
     assert registry.get_tool("lookup_order")("A1") == "A1"

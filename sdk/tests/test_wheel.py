@@ -43,4 +43,4 @@ def test_wheel__clean_venv_with_adk__example_runs_against_a_console(adk_version,
 
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"google-adk {adk_version}" in result.stdout
-    assert "OK context-console-runtime 0.3.0" in result.stdout
+    assert "OK context-console-runtime 0.4.0" in result.stdout

@@ -1,7 +1,7 @@
 """Traffic as a runtime built on the SDK makes it: fetch the agent's configuration from the
 console's runtime endpoint, run each request of the demo's scenarios through the selection
-engine — and through ``replay.shadow_run`` when the payload carries a shadow
-(``console.demo.traffic.run``) — and post the traces to the ingest endpoint in batches."""
+engine — the version ``context_runtime.rollouts.serve`` gives (a rollout's arm, or live),
+and the shadow beside it through ``replay.shadow_run`` (``console.demo.traffic.run``) — and post the traces to the ingest endpoint in batches."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import datetime
 
 import msgspec
 from context_runtime import wire
+from context_runtime.client import ConfigSnapshot
 from django.test import Client
 from django.utils import timezone
 
@@ -40,7 +41,7 @@ def sdk_traffic(
     ``seed``), run by the engine with the configuration served now, stored through the
     ingest endpoint; request ids ``<prefix><n>``. Returns the traces sent."""
     client = client or Client()
-    config = runtime_config(client, secret)
+    config = ConfigSnapshot.from_payload(runtime_config(client, secret))
     rng = random.Random(seed)
     at = occurred_at or timezone.now()
     traces = []

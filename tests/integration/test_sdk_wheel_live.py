@@ -82,7 +82,7 @@ def test_wheel__clean_venv_with_adk__example_runs_against_a_live_console_and_its
     # Then it answers with the installed SDK and this google-adk...
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"google-adk {adk_version}" in result.stdout
-    assert "OK context-console-runtime 0.3.0" in result.stdout
+    assert "OK context-console-runtime 0.4.0" in result.stdout
     # ...the console holds the manifest it reported and the trace of its model call
     assert Manifest.objects.filter(environment=environment).exists()
     new = Trace.objects.filter(environment=environment).exclude(request_id__in=before)

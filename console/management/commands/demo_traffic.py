@@ -58,14 +58,13 @@ def simulate_request(
     """Request ``n`` of the demo runtime in ``environment``: a weighted-random seed scenario
     through the engine with the configuration the runtime holds now (``snapshot``). ``None``
     while it holds no configuration of the strategy."""
-    payload = snapshot.payload
-    if payload is None or snapshot.strategy(traffic.STRATEGY) is None:
+    if snapshot.strategy(traffic.STRATEGY) is None:
         return None
     now = now or datetime.now(UTC)
     scenario, request = traffic.pick(rng, n)
     return traffic.run(
         scenario,
-        config=payload,
+        config=snapshot,
         request_id=f"live-{environment}-{now:%Y%m%dT%H%M%S}-{n}",
         occurred_at=now,
         request=request,

@@ -21,6 +21,7 @@ from context_runtime.client._config import (
     ConfigSnapshot,
     Document,
     Resolution,
+    Rollout,
     validate_config_payload,
 )
 
@@ -37,5 +38,6 @@ __all__ = [
     "ConfigSnapshot",
     "Document",
     "Resolution",
+    "Rollout",
     "validate_config_payload",
 ]

@@ -49,6 +49,7 @@ from context_runtime.webhook import (
     read_delivery,
 )
 from context_runtime.wire import RESOLUTIONS as WIRE_RESOLUTIONS
+from context_runtime.wire import Rollout as WireRollout
 
 logger = logging.getLogger("context_runtime.client")
 
@@ -191,10 +192,37 @@ class Document:
 _NO_DOCUMENTS: Mapping[str, Document] = MappingProxyType({})
 
 
+@dataclass(frozen=True, slots=True)
+class Rollout:
+    """A staged rollout of one strategy key as the payload's ``rollouts`` carries it
+    (docs/runtime-contract.md §1): ``id`` the rollout's public id, ``document`` the new
+    version (the control version is the snapshot's ``strategy(key)``), ``share`` the share of
+    units served the new one, ``unit`` (``task`` or ``principal``) and the plan ``step``.
+    Which arm a request is in: :func:`context_runtime.rollouts.serve`."""
+
+    id: str
+    document: Document
+    share: float
+    unit: str
+    step: int
+
+    @property
+    def key(self) -> str:
+        return self.document.key
+
+    @property
+    def version(self) -> int:
+        return self.document.version
+
+
+_NO_ROLLOUTS: Mapping[str, Rollout] = MappingProxyType({})
+
+
 class ConfigSnapshot:
     """One consistent configuration of the agent, immutable.
 
-    ``strategy(key)``, ``shadow(key)``, ``profile``, ``etag`` read the configuration;
+    ``strategy(key)``, ``shadow(key)``, ``rollout(key)``, ``profile``, ``etag`` read the
+    configuration;
     ``resolution`` says where it came from, with its age measured when it is read.
     A snapshot without configuration (``has_config`` false) answers ``None`` everywhere.
     """
@@ -206,6 +234,7 @@ class ConfigSnapshot:
         "profile",
         "strategies",
         "shadows",
+        "rollouts",
         "source",
         "_state",
         "_confirmed",
@@ -222,6 +251,7 @@ class ConfigSnapshot:
         profile: Document | None = None,
         strategies: Mapping[str, Document] = _NO_DOCUMENTS,
         shadows: Mapping[str, Document] = _NO_DOCUMENTS,
+        rollouts: Mapping[str, Rollout] = _NO_ROLLOUTS,
         source: str | None = None,
         state: str = ERROR,
         confirmed: float | None = None,
@@ -235,11 +265,25 @@ class ConfigSnapshot:
         setter(self, "profile", profile)
         setter(self, "strategies", strategies)
         setter(self, "shadows", shadows)
+        setter(self, "rollouts", rollouts)
         setter(self, "source", source)
         setter(self, "_state", state)
         setter(self, "_confirmed", confirmed)  # time.monotonic() of the last confirmation
         setter(self, "_stale_after", stale_after)
         setter(self, "_payload", payload)
+
+    @classmethod
+    def from_payload(cls, payload, *, agent: str | None = None) -> ConfigSnapshot:
+        """The snapshot of a §1 payload held in hand (a test, a simulator, a runtime that
+        fetches its configuration itself), read as fresh; checked as the config client checks
+        it (``ValueError`` naming the findings when unusable). ``agent``: the payload's own
+        when not given."""
+        if agent is None:
+            agent = payload.get("agent") if isinstance(payload, dict) else None
+        snapshot, problems = build_snapshot(payload, agent=agent or "")
+        if snapshot is None:
+            raise ValueError(f"The configuration cannot be served: {_summary(problems)}")
+        return snapshot
 
     def __setattr__(self, name, value):
         raise AttributeError("a ConfigSnapshot is immutable")
@@ -251,6 +295,11 @@ class ConfigSnapshot:
 
     def shadow(self, key: str) -> Document | None:
         return self.shadows.get(key)
+
+    def rollout(self, key: str) -> Rollout | None:
+        """The staged rollout running for ``key`` (``None`` when none runs, or the payload's
+        entry was malformed and ignored)."""
+        return self.rollouts.get(key)
 
     @property
     def has_config(self) -> bool:
@@ -289,6 +338,7 @@ class ConfigSnapshot:
             profile=self.profile,
             strategies=self.strategies,
             shadows=self.shadows,
+            rollouts=self.rollouts,
             source=self.source,
             state=state,
             confirmed=confirmed,
@@ -409,7 +459,8 @@ def _served(payload: Mapping | None) -> tuple | None:
     """What a payload makes the runtime serve (its envelope's other fields aside)."""
     if payload is None:
         return None
-    return tuple(payload.get(field) for field in ("environment", "profile", "strategies", "shadow"))
+    fields = ("environment", "profile", "strategies", "shadow", "rollouts")
+    return tuple(payload.get(field) for field in fields)
 
 
 def _documents(entries: Mapping) -> Mapping[str, Document]:
@@ -419,6 +470,102 @@ def _documents(entries: Mapping) -> Mapping[str, Document]:
             for key, entry in entries.items()
         }
     )
+
+
+def _rollouts(
+    entries, strategies: Mapping[str, Document], tolerated: frozenset[str], agent: str
+) -> Mapping[str, Rollout]:
+    """The payload's ``rollouts`` the runtime applies. An entry it cannot apply (a share out
+    of [0, 1], an unknown unit, no body, a body the validator refuses, no live version to
+    compare with) is left out with a warning: that key serves its live version, as an older
+    console's payload would have it — one bad entry never costs the whole configuration."""
+    if not entries:  # absent (an older console), null or {}
+        return _NO_ROLLOUTS
+    if not isinstance(entries, dict):
+        logger.warning("Config of %s: rollouts is not a map; no rollout applied", agent)
+        return _NO_ROLLOUTS
+    applied = {}
+    for key, entry in entries.items():
+        problem = _rollout_problem(key, entry, strategies, tolerated)
+        if problem is not None:
+            logger.warning(
+                "Config of %s: rollouts.%s is ignored (%s); serving the live version",
+                agent,
+                key,
+                problem,
+            )
+            continue
+        applied[key] = Rollout(
+            id=entry["id"],
+            document=Document(key=key, version=entry["version"], body=entry["body"]),
+            share=float(entry["share"]),
+            unit=entry.get("unit", "task"),
+            step=entry.get("step", 0),
+        )
+    return MappingProxyType(applied) if applied else _NO_ROLLOUTS
+
+
+def _rollout_problem(
+    key, entry, strategies: Mapping[str, Document], tolerated: frozenset[str]
+) -> str | None:
+    if not isinstance(key, str) or key not in strategies:
+        return "no live version of this strategy to roll out from"
+    try:
+        msgspec.convert(entry, WireRollout)  # the wire's types and bounds, in one place
+    except msgspec.ValidationError as error:
+        return str(error)
+    problems = _released(f"rollouts.{key}", entry, STRATEGY, tolerated)
+    return _summary(problems) if problems else None
+
+
+def build_snapshot(
+    payload,
+    *,
+    agent: str,
+    environment: str | None = None,
+    tolerated: Iterable[str] = TOLERATED_CODES,
+    source: str = SOURCE_CONSOLE,
+    state: str = FRESH,
+    confirmed: float | None = None,
+    stale_after: float = float("inf"),
+) -> tuple[ConfigSnapshot | None, list[Finding]]:
+    """The snapshot a §1 payload makes (its bodies frozen), or ``None`` and the findings that
+    make it unusable (:func:`validate_config_payload`). What the config client serves, and
+    what :meth:`ConfigSnapshot.from_payload` gives a runtime or a test holding a payload."""
+    tolerated = frozenset(tolerated)
+    problems = validate_config_payload(
+        payload, agent=agent, environment=environment, tolerated=tolerated
+    )
+    if problems:
+        return None, problems
+    payload = freeze(payload)  # bodies are shared by every reader: make them read-only
+    profile = payload.get("profile")
+    strategies = _documents(payload["strategies"])
+    rollouts = _rollouts(payload.get("rollouts"), strategies, tolerated, agent)
+    shadows = payload.get("shadow") or {}
+    if any(key in shadows for key in rollouts):
+        # A rollout runs its other arm as the shadow itself (the console sends no shadow
+        # for such a key; a payload that does is not served twice).
+        shadows = {key: entry for key, entry in shadows.items() if key not in rollouts}
+    snapshot = ConfigSnapshot(
+        agent=agent,
+        environment=payload.get("environment") or environment,
+        etag=payload["etag"],
+        profile=(
+            Document(key=PROFILE, version=profile["version"], body=profile["body"])
+            if profile is not None
+            else None
+        ),
+        strategies=strategies,
+        shadows=_documents(shadows),
+        rollouts=rollouts,
+        source=source,
+        state=state,
+        confirmed=confirmed,
+        stale_after=stale_after,
+        payload=payload,
+    )
+    return snapshot, []
 
 
 # ---------------------------------------------------------------- the client
@@ -1045,31 +1192,16 @@ class ConfigClient:
     def _build(
         self, payload, source: str, state: str, confirmed: float | None
     ) -> tuple[ConfigSnapshot | None, list[Finding]]:
-        problems = validate_config_payload(
-            payload, agent=self.agent, environment=self.environment, tolerated=self._tolerated
-        )
-        if problems:
-            return None, problems
-        payload = freeze(payload)  # bodies are shared by every reader: make them read-only
-        profile = payload.get("profile")
-        snapshot = ConfigSnapshot(
+        return build_snapshot(
+            payload,
             agent=self.agent,
-            environment=payload.get("environment") or self.environment,
-            etag=payload["etag"],
-            profile=(
-                Document(key=PROFILE, version=profile["version"], body=profile["body"])
-                if profile is not None
-                else None
-            ),
-            strategies=_documents(payload["strategies"]),
-            shadows=_documents(payload.get("shadow") or {}),
+            environment=self.environment,
+            tolerated=self._tolerated,
             source=source,
             state=state,
             confirmed=confirmed,
             stale_after=self.stale_after,
-            payload=payload,
         )
-        return snapshot, []
 
     # ------------------------------------------------------------ disk copy and bootstrap
 
