@@ -255,7 +255,7 @@ def test_trace_page__shows_the_rollout_arm_and_step(client, secret, make_user):
     assert page.status_code == 200
     html = page.content.decode()
     assert 'id="trace-rollout"' in html
-    assert "ro-7" in html and "served the new version" in html
+    assert 'href="/rollouts/ro-7/"' in html and "served the new version" in html
 
 
 def test_step_evidence__a_step_of_days__whole_hours_from_the_hour_table_edges_from_minutes(env):
