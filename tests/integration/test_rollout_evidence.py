@@ -25,7 +25,7 @@ from tests.factories.outcomes import outcome_kinds, post_outcomes
 from traces.health.models import HealthCounter
 from traces.models import Trace
 from traces.rollouts import guards
-from traces.rollouts.models import RolloutCounter, RolloutSample
+from traces.rollouts.models import RolloutCounter, RolloutCounterHour, RolloutSample
 from traces.rollouts.selectors import step_evidence
 
 pytestmark = pytest.mark.django_db
@@ -152,6 +152,9 @@ def test_ingest__a_rollout_batch__fills_the_counters_exactly(client, secret):
         "required_lost": ["n-worse"],
         "tokens": ["n-worse", "o-worse"],
     }
+    # The same statement added them to their hour.
+    hour = RolloutCounterHour.objects.get(rollout_key="ro-7", step=1, arm="old")
+    assert (hour.traces, hour.paired_status, hour.not_fetched) == (4, 1, {"order_delivery": 1})
     # The rollout's shadow is the other arm, not a shadow release: no health fault for it.
     assert not any(row.faults for row in HealthCounter.objects.all())
     stored = dict(Trace.objects.values_list("request_id", "rollout_arm"))
@@ -239,6 +242,7 @@ def test_outcomes__counted_on_the_arm_of_evidence_traces_only(client, secret, en
     )
     assert response.json()["accepted"] == 3
     row = counter("new")
+    assert RolloutCounterHour.objects.get(rollout_key="ro-7", arm="new").outcomes == row.outcomes
     assert row.outcomes == {"escalated": 1, "rating": 1}
     assert row.outcomes_bad == {"escalated": 1}
     assert row.traces == 1  # outcomes add no traces
@@ -251,4 +255,68 @@ def test_trace_page__shows_the_rollout_arm_and_step(client, secret, make_user):
     assert page.status_code == 200
     html = page.content.decode()
     assert 'id="trace-rollout"' in html
-    assert "ro-7" in html and "served the new version" in html
+    assert 'href="/rollouts/ro-7/"' in html and "served the new version" in html
+
+
+def test_step_evidence__a_step_of_days__whole_hours_from_the_hour_table_edges_from_minutes(env):
+    from django.db import connection
+
+    from traces.rollouts import counters
+
+    start = (timezone.now() - timedelta(days=2)).replace(minute=17, second=0, microsecond=0)
+    rows = {}
+    for i in range(0, 2 * 24 * 60, 7):  # every 7th minute of two days
+        when = start + timedelta(minutes=i)
+        for arm, n in (("new", 1 + i % 3), ("old", 10 + i % 5)):
+            counts = counters.MINUTES.counts()
+            counts.add("traces", n)
+            counts.tally("not_fetched", "order_delivery", i % 2)
+            rows[("ro-7", 1, when, arm, env["environments"]["sg-test"].pk)] = counts
+    with connection.cursor() as cursor:
+        counters.counters_write_tables(cursor, counters.minutes_and_hours(rows))
+    since = start + timedelta(minutes=25)  # mid-hour: minutes first, then whole hours
+    evidence = step_evidence(rollout_key="ro-7", step=1, since=since)
+    for arm in ("new", "old"):
+        expected = [c for (_, _, when, a, _), c in rows.items() if a == arm and when >= since]
+        assert evidence.arm(arm).traces == sum(c.scalars["traces"] for c in expected)
+        assert evidence.arm(arm).not_fetched["order_delivery"] == sum(
+            c.maps["not_fetched"]["order_delivery"] for c in expected
+        )
+
+
+def test_guards__order_provider_failing_30pct_in_both_arms__pause_naming_it_no_rollback(
+    client, secret
+):
+    """Through ingest: 1,000 requests at share 0.1 (every tenth on new), the order provider
+    not fetched on 30% of them in both arms — the same requests for both versions."""
+    batch = []
+    for i in range(1000):
+        arm = "new" if i % 10 == 0 else "old"
+        failing = (i // 10) % 10 < 3  # 30% of each arm
+        fields = {"candidates": order_not_fetched()} if failing else {}
+        if failing:
+            fields.update(status="degraded", degradation="general_policy_only")
+        batch.append(served(f"r{i}", arm, **fields))
+    for start in range(0, 1000, 250):
+        assert post_batch(client, secret, batch[start : start + 250]).json()["accepted"] == 250
+    evidence = step_evidence(rollout_key="ro-7", step=1, since=MINUTE - timedelta(minutes=1))
+    assert (evidence.new.traces, evidence.old.traces) == (100, 900)
+    results = {r.name: r for r in guards.evaluate(evidence, guards.GuardSettings())}
+    assert results["attribution"].state == "pause"
+    assert results["attribution"].message.startswith(
+        "order_delivery not fetched in 30% of requests in both versions"
+    )
+    assert {r.state for r in results.values()} <= {"ok", "pause"}
+    assert results["sample_ratio"].state == "ok"
+
+
+def test_purge__rollout_counters_past_30_days__deleted_with_their_samples(client, secret):
+    from traces.rollouts.services import rollout_counters_purge_expired
+
+    post_batch(client, secret, [served("n1", "new", status="budget_exceeded")])
+    assert RolloutSample.objects.count() == 1
+    assert rollout_counters_purge_expired(now=timezone.now() + timedelta(days=29)) == 0
+    deleted = rollout_counters_purge_expired(now=timezone.now() + timedelta(days=31))
+    assert deleted == 2  # the minute row and its hour
+    assert not RolloutCounter.objects.exists() and not RolloutCounterHour.objects.exists()
+    assert not RolloutSample.objects.exists()

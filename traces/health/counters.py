@@ -360,10 +360,13 @@ HEALTH_MINUTES = _health_table("health_counter", "minute")
 HEALTH_HOURS = _health_table("health_counter_hour", "hour")
 
 
-def _by_hour(rows: dict[tuple, Counts]) -> dict[tuple, Counts]:
-    hours: dict[tuple, Counts] = defaultdict(Counts)
-    for (*key, minute), counts in rows.items():
-        total = hours[(*key, minute.replace(minute=0))]
+def sum_by_hour(rows: dict[tuple, Counts], *, table: CounterTable, at: int = -1) -> dict:
+    """Rows keyed by minute (at position `at` of the key) summed per hour, for `table`."""
+    hours: dict[tuple, Counts] = defaultdict(table.counts)
+    for key, counts in rows.items():
+        key = list(key)
+        key[at] = key[at].replace(minute=0)
+        total = hours[tuple(key)]
         for name, value in counts.scalars.items():
             total.scalars[name] += value
         for name, counted in counts.maps.items():
@@ -393,7 +396,11 @@ def counters_write_tables(cursor, writes: list[tuple[CounterTable, dict]]) -> No
 def health_writes(rows: dict[tuple, Counts]) -> list[tuple[CounterTable, dict]]:
     """The health rows ({key: Counts}, keyed by minute) for the minute table and, summed per
     hour, for the hour table."""
-    return [(HEALTH_MINUTES, rows), (HEALTH_HOURS, _by_hour(rows))] if rows else []
+    return (
+        [(HEALTH_MINUTES, rows), (HEALTH_HOURS, sum_by_hour(rows, table=HEALTH_HOURS))]
+        if rows
+        else []
+    )
 
 
 def counters_write(cursor, rows: dict[tuple, Counts]) -> int:

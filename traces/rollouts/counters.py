@@ -11,7 +11,7 @@ version (documents[strategy]) with the other arm's as its shadow; otherwise it i
 and counted as a runtime fault (FAULT_*), never as evidence.
 
 Paired kinds come from the trace alone: arm new → live is new, the shadow is old; arm old →
-live is old, the shadow is new (docs/rollouts.md).
+live is old, the shadow is new (docs/rollout-evidence.md).
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from traces.health.counters import (
     config_fallback_of,
     counters_write_tables,
     shadow_differences,
+    sum_by_hour,
 )
 from traces.rollouts.evidence import (
     ARMS,
@@ -59,18 +60,24 @@ SCALARS = (
 )
 MAPS = ("not_fetched", "not_fetched_both", "outcomes", "outcomes_bad", "faults")
 
-MINUTES = CounterTable(
-    "rollout_counter",
-    key={
-        "rollout_key": "text",
-        "step": "integer",
-        "minute": "timestamptz",
-        "arm": "text",
-        "environment_id": "bigint",
-    },
-    scalars=dict.fromkeys(SCALARS, "bigint"),
-    maps=dict.fromkeys(MAPS, MAP_ADD),
-)
+
+def _rollout_table(table: str, time_column: str) -> CounterTable:
+    return CounterTable(
+        table,
+        key={
+            "rollout_key": "text",
+            "step": "integer",
+            time_column: "timestamptz",
+            "arm": "text",
+            "environment_id": "bigint",
+        },
+        scalars=dict.fromkeys(SCALARS, "bigint"),
+        maps=dict.fromkeys(MAPS, MAP_ADD),
+    )
+
+
+MINUTES = _rollout_table("rollout_counter", "minute")
+HOURS = _rollout_table("rollout_counter_hour", "hour")
 SAMPLES = CounterTable(
     "rollout_sample",
     key={"rollout_key": "text", "step": "integer"},
@@ -109,6 +116,10 @@ def _minute(when: datetime) -> datetime:
     return when.astimezone(UTC).replace(second=0, microsecond=0)
 
 
+def _from_minutes(minutes: int) -> datetime:
+    return datetime.fromtimestamp(minutes * 60, UTC)
+
+
 def not_fetched_sources(candidates) -> set[str]:
     """The sources whose provider did not deliver on this request."""
     return {
@@ -126,30 +137,30 @@ class PairedView:
     not_fetched_both: frozenset
 
 
-def paired_view(*, arm: str, status: str, candidates, tokens, shadow) -> PairedView:
+def paired_view(
+    *, arm: str, status: str, candidates, tokens, shadow, not_fetched: set | None = None
+) -> PairedView:
     """Compare the served version's decisions with the shadow's on the same request; `arm`
-    says which of them is new."""
+    says which of them is new. `not_fetched`: the trace's `not_fetched_sources`, when the
+    caller has them. Only required candidates and the shadow's differences are looked at: the
+    shadow decided every other candidate as live did."""
     other_status = block_field(shadow, "status")
-    differences = shadow_differences(shadow, len(candidates))
-    other_selected = set(block_field(shadow, "selected") or ())
-    unread: dict[str, bool] = {}  # source → the shadow reads none of its candidates
-    lost = False
-    for index, c in enumerate(candidates):
-        difference = differences.get(index)
-        other_required = (
-            bool(block_field(difference, "required", c.required)) if difference else c.required
-        )
-        other_decision = block_field(difference, "decision") if difference else c.decision
-        unread[c.source] = unread.get(c.source, True) and other_decision == NOT_REQUESTED
-        served_selected = c.decision == "selected"
-        other_has = (getattr(c, "item_id", None) or c.id) in other_selected
-        new_has, old_has = (
-            (served_selected, other_has) if arm == "new" else (other_has, served_selected)
-        )
-        if c.required and other_required and old_has and not new_has:
-            lost = True
     if other_status is None:
         return PairedView(False, (), frozenset())
+    differences = shadow_differences(shadow, len(candidates))
+    other_selected = set(block_field(shadow, "selected") or ())
+    lost = False
+    for index, c in enumerate(candidates):
+        if not c.required:
+            continue
+        difference = differences.get(index)
+        if difference is not None and not block_field(difference, "required", c.required):
+            continue  # the other version does not require it
+        served_has, other_has = c.decision == "selected", c.id in other_selected
+        new_has, old_has = (served_has, other_has) if arm == "new" else (other_has, served_has)
+        if old_has and not new_has:
+            lost = True
+            break
     new_status, old_status = (status, other_status) if arm == "new" else (other_status, status)
     other_tokens = block_field(shadow, "used_tokens")
     new_tokens, old_tokens = (tokens, other_tokens) if arm == "new" else (other_tokens, tokens)
@@ -164,9 +175,19 @@ def paired_view(*, arm: str, status: str, candidates, tokens, shadow) -> PairedV
         and new_tokens > TOKENS_WORSE_RATIO * old_tokens
     ):
         worse.append(PAIRED_TOKENS)
-    both = frozenset(
-        source for source in not_fetched_sources(candidates) if not unread.get(source, False)
-    )
+    if not_fetched is None:
+        not_fetched = not_fetched_sources(candidates)
+    both = frozenset(not_fetched)
+    if both and differences:
+        # A source counts for both versions only if the other version reads it: some of its
+        # candidates not decided `not_requested` by the shadow.
+        read = {
+            c.source
+            for index, c in enumerate(candidates)
+            if c.source in both
+            and block_field(differences.get(index), "decision", None) != NOT_REQUESTED
+        }
+        both = frozenset(read)
     return PairedView(True, tuple(worse), both)
 
 
@@ -209,14 +230,16 @@ def batch_counts(*, environment_id: int, agent_ids: dict[str, int], traces):
             else None,
         )
         arm = rollout.arm if rollout.arm in ARMS else ""
-        counts = rows[(rollout.id, rollout.step, _minute(trace.occurred_at), arm, environment_id)]
+        minute = int(trace.occurred_at.timestamp()) // 60  # a datetime once per row, below
+        counts = rows[(rollout.id, rollout.step, minute, arm, environment_id)]
         if fault:
             counts.tally("faults", fault)
             continue
         counts.add("traces")
         counts.add("usable", int(trace.status in USABLE_STATUSES))
         counts.add("config_fallback", int(config_fallback_of(trace) is not None))
-        for source in not_fetched_sources(trace.candidates):
+        not_fetched = not_fetched_sources(trace.candidates)
+        for source in not_fetched:
             counts.tally("not_fetched", source)
         if trace.shadow is None:
             continue
@@ -226,6 +249,7 @@ def batch_counts(*, environment_id: int, agent_ids: dict[str, int], traces):
             candidates=trace.candidates,
             tokens=trace.input_estimate.value if trace.input_estimate else None,
             shadow=trace.shadow,
+            not_fetched=not_fetched,
         )
         if not view.compared:
             continue
@@ -238,13 +262,18 @@ def batch_counts(*, environment_id: int, agent_ids: dict[str, int], traces):
             kept = ids.setdefault(kind, [])
             if len(kept) < SAMPLE_IDS:
                 kept.append(trace.request_id)
-    return rows, samples
+    return {(*key[:2], _from_minutes(key[2]), *key[3:]): c for key, c in rows.items()}, samples
 
 
 def rollout_writes(*, environment_id: int, agent_ids: dict[str, int], traces) -> list:
     """The (CounterTable, rows) a batch adds, for `counters_record_batch(also=…)`."""
     rows, samples = batch_counts(environment_id=environment_id, agent_ids=agent_ids, traces=traces)
-    return [(MINUTES, rows), (SAMPLES, samples)]
+    return [*minutes_and_hours(rows), (SAMPLES, samples)]
+
+
+def minutes_and_hours(rows: dict) -> list:
+    """Minute rows, and the same summed per hour (the minute is the key's third column)."""
+    return [(MINUTES, rows), (HOURS, sum_by_hour(rows, table=HOURS, at=2))] if rows else []
 
 
 # --- outcomes, reported after the fact --------------------------------------------------------------
@@ -303,5 +332,5 @@ def rollout_outcomes_record(counted) -> int:
             if bad:
                 counts.tally("outcomes_bad", str(kind))
             added += 1
-        counters_write_tables(cursor, [(MINUTES, rows)])
+        counters_write_tables(cursor, minutes_and_hours(rows))
     return added

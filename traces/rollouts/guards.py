@@ -3,7 +3,7 @@
 `evaluate(evidence, settings, active_guards=…)` returns one GuardResult per active guard,
 state `ok`, `breach` (roll back), `insufficient` (not enough traffic to judge yet) or
 `pause` (stop and ask a person: the evidence is not about the version). What each guard
-decides, and why, is in docs/rollouts.md.
+decides, and why, is in docs/rollout-evidence.md.
 """
 
 from __future__ import annotations
@@ -130,11 +130,7 @@ def _paired(evidence: StepEvidence, settings: GuardSettings) -> GuardResult:
             if kind == PAIRED_REQUIRED_LOST
             else PAIRED_MIN_REQUESTS
         )
-        low = (
-            stats.clopper_pearson(count.requests, compared, PAIRED_CONFIDENCE)[0]
-            if count.requests
-            else 0.0
-        )
+        low = stats.clopper_pearson_lower(count.requests, compared, PAIRED_CONFIDENCE)
         kinds[kind] = {
             "requests": count.requests,
             "compared": compared,
@@ -234,7 +230,9 @@ def _shared_failures(evidence: StepEvidence) -> list[dict]:
     compared = evidence.compared
     failing = []
     for source, requests in sorted(evidence.not_fetched_both.items(), key=lambda kv: -kv[1]):
-        low = stats.clopper_pearson(requests, compared, PAIRED_CONFIDENCE)[0]
+        if requests <= ATTRIBUTION_SHARE * compared:
+            continue  # its lower bound is under the observed share: no need to compute it
+        low = stats.clopper_pearson_lower(requests, compared, PAIRED_CONFIDENCE)
         if low > ATTRIBUTION_SHARE:
             failing.append(
                 {"source": source, "requests": requests, "compared": compared, "lower_bound": low}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 
 from django.db import connection
@@ -19,27 +19,49 @@ from traces.rollouts.evidence import (
     StepEvidence,
 )
 
-_SCALARS = """
+# The step's rows: the minutes before its first whole hour, then whole hours (the hour table
+# holds every minute of its hour, the current one included).
+_ROWS = """
+WITH r AS (
+    SELECT * FROM (
+        SELECT arm, traces, usable, config_fallback, compared, paired_status,
+               paired_required_lost, paired_tokens, not_fetched, not_fetched_both, outcomes,
+               outcomes_bad, faults
+        FROM rollout_counter
+        WHERE rollout_key = %(key)s AND step = %(step)s
+          AND minute >= %(since)s AND minute < %(first_hour)s
+        UNION ALL
+        SELECT arm, traces, usable, config_fallback, compared, paired_status,
+               paired_required_lost, paired_tokens, not_fetched, not_fetched_both, outcomes,
+               outcomes_bad, faults
+        FROM rollout_counter_hour
+        WHERE rollout_key = %(key)s AND step = %(step)s AND hour >= %(first_hour)s
+    ) AS rows
+)
+"""
+_SCALARS = (
+    _ROWS
+    + """
 SELECT arm, sum(traces), sum(usable), sum(config_fallback), sum(compared),
        sum(paired_status), sum(paired_required_lost), sum(paired_tokens)
-FROM rollout_counter
-WHERE rollout_key = %s AND step = %s AND minute >= date_trunc('minute', %s::timestamptz)
-GROUP BY arm
+FROM r GROUP BY arm
 """
+)
 # The maps summed key by key, in SQL: one row per (arm, map, key), not per minute.
-_MAPS = """
-SELECT c.arm, m.name, e.key, sum(e.value::bigint)
-FROM rollout_counter c
-CROSS JOIN LATERAL (VALUES ('not_fetched', c.not_fetched),
-                           ('not_fetched_both', c.not_fetched_both),
-                           ('outcomes', c.outcomes), ('outcomes_bad', c.outcomes_bad),
-                           ('faults', c.faults)) AS m(name, counts)
+_MAPS = (
+    _ROWS
+    + """
+SELECT r.arm, m.name, e.key, sum(e.value::bigint)
+FROM r
+CROSS JOIN LATERAL (VALUES ('not_fetched', r.not_fetched),
+                           ('not_fetched_both', r.not_fetched_both),
+                           ('outcomes', r.outcomes), ('outcomes_bad', r.outcomes_bad),
+                           ('faults', r.faults)) AS m(name, counts)
 CROSS JOIN LATERAL jsonb_each_text(m.counts) AS e
-WHERE c.rollout_key = %s AND c.step = %s
-  AND c.minute >= date_trunc('minute', %s::timestamptz)
-  AND m.counts <> '{}'::jsonb
+WHERE m.counts <> '{}'::jsonb
 GROUP BY 1, 2, 3
 """
+)
 _SAMPLES = "SELECT request_ids FROM rollout_sample WHERE rollout_key = %s AND step = %s"
 
 
@@ -58,7 +80,9 @@ def step_share(rollout_key: str, step: int) -> float | None:
 def step_evidence(*, rollout_key: str, step: int, since: datetime) -> StepEvidence:
     """What the rollout's `step` has shown since `since` (its start): per-arm totals, paired
     counts with their first request ids, the sources neither version had, and faults."""
-    params = [rollout_key, step, since]
+    minute = since.astimezone(UTC).replace(second=0, microsecond=0)
+    first_hour = minute if minute.minute == 0 else minute.replace(minute=0) + timedelta(hours=1)
+    params = {"key": rollout_key, "step": step, "since": minute, "first_hour": first_hour}
     with connection.cursor() as cursor:
         cursor.execute(_SCALARS, params)
         scalars = {row[0]: row[1:] for row in cursor.fetchall()}

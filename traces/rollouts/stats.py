@@ -10,6 +10,7 @@ functions; these are checked against scipy's values in tests/unit/test_rollout_s
 
 from __future__ import annotations
 
+import functools
 import math
 
 _TINY = 1e-300
@@ -62,7 +63,7 @@ def beta_cdf(x: float, a: float, b: float) -> float:
     return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
 
 
-def beta_quantile(p: float, a: float, b: float) -> float:
+def beta_quantile(p: float, a: float, b: float, *, start: float | None = None) -> float:
     """The x with I_x(a, b) = p: Newton steps on the CDF (its derivative is the density),
     kept inside a bisection bracket so a poor step never leaves it; to ~1e-13 relative."""
     if p <= 0.0:
@@ -70,8 +71,8 @@ def beta_quantile(p: float, a: float, b: float) -> float:
     if p >= 1.0:
         return 1.0
     low, high = 0.0, 1.0
-    # Start at the mean, a fine guess for the central quantiles guards ask for.
-    x = a / (a + b)
+    # Start at the caller's guess, else the mean; each CDF costs more the larger a and b.
+    x = start if start is not None and 0.0 < start < 1.0 else a / (a + b)
     log_norm = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b)
     for _ in range(200):
         error = beta_cdf(x, a, b) - p
@@ -91,14 +92,45 @@ def beta_quantile(p: float, a: float, b: float) -> float:
     return x
 
 
+def _normal_guess(count: int, total: int, z: float) -> float:
+    """The normal approximation of a bound: a start a Newton step or two from the exact one."""
+    rate = count / total
+    return rate + z * math.sqrt(rate * (1 - rate) / total)
+
+
+def clopper_pearson_lower(count: int, total: int, confidence: float = 0.95) -> float:
+    """The lower end of the exact (Clopper–Pearson) two-sided interval of count/total."""
+    if total <= 0 or count <= 0:
+        return 0.0
+    alpha = 1.0 - confidence
+    start = _normal_guess(count, total, -_z(1 - alpha / 2))
+    return beta_quantile(alpha / 2, count, total - count + 1, start=start)
+
+
 def clopper_pearson(count: int, total: int, confidence: float = 0.95) -> tuple[float, float]:
     """The exact (Clopper–Pearson) two-sided interval of count/total."""
     if total <= 0:
         return 0.0, 1.0
     alpha = 1.0 - confidence
-    low = 0.0 if count == 0 else beta_quantile(alpha / 2, count, total - count + 1)
-    high = 1.0 if count >= total else beta_quantile(1 - alpha / 2, count + 1, total - count)
-    return low, high
+    high = 1.0
+    if count < total:
+        start = _normal_guess(count, total, _z(1 - alpha / 2))
+        high = beta_quantile(1 - alpha / 2, count + 1, total - count, start=start)
+    return clopper_pearson_lower(count, total, confidence), high
+
+
+@functools.lru_cache(maxsize=16)
+def _z(p: float) -> float:
+    """The standard normal quantile by bisection on erfc (to ~1e-12): a starting point for
+    the exact bounds, never a result; cached (guards ask for one confidence)."""
+    low, high = -40.0, 40.0
+    for _ in range(100):
+        middle = (low + high) / 2
+        if 0.5 * math.erfc(-middle / math.sqrt(2)) < p:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2
 
 
 def chi2_sf_1df(statistic: float) -> float:
