@@ -262,6 +262,9 @@ def sample_kwargs(endpoint: Endpoint) -> dict:
             values[kwarg] = version.number if version else 1
         elif kwarg == "pk":
             values[kwarg] = sample_pk(name)
+        elif kwarg == "key" and "rollout" in name:  # a rollout's public id: ro-<pk>
+            pk = sample_pk(name)
+            values[kwarg] = f"ro-{pk}" if pk is not None else None
         else:
             values[kwarg] = None
         if values[kwarg] is None:
