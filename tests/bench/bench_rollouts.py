@@ -175,7 +175,24 @@ def main() -> None:
                         "per_minute": per_minute,
                     },
                 )
+            # The hour table, as ingest's statement keeps it: the minutes summed per hour.
+            from traces.rollouts.counters import MAPS, SCALARS
+
+            cursor.execute(
+                "CREATE AGGREGATE bench_counts_sum(jsonb) "
+                "(sfunc = health_counts_add, stype = jsonb, initcond = '{}')"
+            )
+            cursor.execute(
+                f"INSERT INTO rollout_counter_hour (rollout_key, step, hour, arm, environment_id, "
+                f"{', '.join(SCALARS)}, {', '.join(MAPS)}) "
+                f"SELECT rollout_key, step, date_trunc('hour', minute), arm, environment_id, "
+                + ", ".join(f"sum({c})" for c in SCALARS)
+                + ", "
+                + ", ".join(f"bench_counts_sum({m})" for m in MAPS)
+                + " FROM rollout_counter GROUP BY 1, 2, 3, 4, 5"
+            )
             cursor.execute("ANALYZE rollout_counter")
+            cursor.execute("ANALYZE rollout_counter_hour")
             cursor.execute(
                 "SELECT count(*), pg_size_pretty(pg_total_relation_size('rollout_counter')) "
                 "FROM rollout_counter"
