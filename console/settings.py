@@ -116,6 +116,7 @@ INSTALLED_APPS = [
     "traces.previews",
     "traces.outcomes",
     "traces.health",
+    "traces.rollouts",
 ]
 
 MIDDLEWARE = [
@@ -231,6 +232,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     # An outcome reported before its trace is counted once the trace is stored: the health
     # figures are at most this late (issue 22: visible within 60 s).
     "traces-count-pending-outcomes": {"task": "traces.count_pending_outcomes", "schedule": 30.0},
+    # Staged rollouts' guards (issue 23): a breach is rolled back within two periods (60 s).
+    "rollouts-evaluate": {"task": "rollouts.evaluate", "schedule": 30.0},
     # Version-health counters are kept 30 days (traces.health).
     "health-purge-expired": {"task": "health.purge_expired", "schedule": 6 * 3600.0},
     "strategies.flush_token_last_used": {

@@ -4,7 +4,13 @@ Django looks for an app's models here, so this module only gathers them."""
 from strategies.catalog.models import Agent, Environment, Manifest
 from strategies.delivery.models import ConfigPayload, Webhook, WebhookAttempt, WebhookDelivery
 from strategies.documents.models import Document, Version
-from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent, ShadowRelease
+from strategies.releases.models import (
+    ApprovalRequest,
+    Release,
+    ReleaseEvent,
+    Rollout,
+    ShadowRelease,
+)
 from strategies.runtime.models import RuntimeToken
 
 __all__ = [
@@ -16,6 +22,7 @@ __all__ = [
     "Manifest",
     "Release",
     "ReleaseEvent",
+    "Rollout",
     "RuntimeToken",
     "ShadowRelease",
     "Version",

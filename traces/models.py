@@ -112,6 +112,11 @@ class Trace(models.Model):
     sections = models.JSONField(
         null=True, blank=True, help_text="{user_context: [keys], query_context: [keys]} rendered."
     )
+    # Issue 23: the staged rollout the request was part of (the trace's `rollout` block):
+    # the rollout's public id, the arm that served it and the plan step. Null outside one.
+    rollout_key = models.CharField(max_length=100, null=True, blank=True)
+    rollout_arm = models.CharField(max_length=10, null=True, blank=True)
+    rollout_step = models.IntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-occurred_at", "-id"]

@@ -28,6 +28,7 @@ from traces import crypto, partitions
 from traces.health.counters import counters_record_batch
 from traces.ingest import ParsedBatch, Rejection
 from traces.models import Snapshot, Trace
+from traces.rollouts.counters import rollout_writes
 from traces.selectors import traces_keyed
 
 PURGE_BATCH = 5_000
@@ -37,7 +38,7 @@ PURGE_BATCH = 5_000
 # still hold the previous shape), then moved with ON CONFLICT so a stored request_id is skipped.
 # Candidates are COPYed straight into their table, only for the traces actually inserted.
 _TEMP_TABLES = """
-CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v4 (
+CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v5 (
     request_id varchar(200), agent_id bigint, environment_id bigint, occurred_at timestamptz,
     received_at timestamptz, strategy varchar(100), strategy_version integer,
     profile_version integer, documents jsonb, config_fallback boolean,
@@ -51,7 +52,8 @@ CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v4 (
     fixed_input_tokens integer, relevance_threshold double precision,
     selection_context_window integer, selection_max_input_tokens integer,
     candidates_truncated boolean, candidate_counts jsonb, input_errors jsonb,
-    input_errors_total integer, sections jsonb
+    input_errors_total integer, sections jsonb, rollout_key varchar(100),
+    rollout_arm varchar(10), rollout_step integer
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS ingest_snapshot_in (
     request_id varchar(200), ciphertext bytea, key_id varchar(16), created_at timestamptz,
@@ -67,7 +69,7 @@ TRACE_COLUMNS = (
     "input_estimate_unit, input_estimate_estimator, sources, shadow, snapshot_expires_at, "
     "engine, fixed_input_tokens, relevance_threshold, selection_context_window, "
     "selection_max_input_tokens, candidates_truncated, candidate_counts, input_errors, "
-    "input_errors_total, sections"
+    "input_errors_total, sections, rollout_key, rollout_arm, rollout_step"
 )
 CANDIDATE_COLUMNS = (
     "trace_id, position, item_id, source, version, size, required, bundle, decision, reason, "
@@ -86,13 +88,13 @@ _MOVE_FROM_TEMP = f"""
 WITH keys AS (
     INSERT INTO traces_request_key (environment_id, request_id, trace_id, occurred_at)
     SELECT environment_id, request_id, nextval('traces_trace_id_seq'), occurred_at
-    FROM ingest_trace_in_v4
+    FROM ingest_trace_in_v5
     ON CONFLICT (environment_id, request_id) DO NOTHING
     RETURNING trace_id, request_id, environment_id
 ), inserted AS (
     INSERT INTO traces_trace (id, {TRACE_COLUMNS})
     SELECT keys.trace_id, {", ".join("t." + c.strip() for c in TRACE_COLUMNS.split(","))}
-    FROM ingest_trace_in_v4 t
+    FROM ingest_trace_in_v5 t
     JOIN keys ON keys.request_id = t.request_id AND keys.environment_id = t.environment_id
     RETURNING id, request_id
 ), snapshots AS (
@@ -133,7 +135,7 @@ def trace_row(
     """The ingest_trace row of one trace, in TRACE_COLUMNS order. A trace without a
     `selection` block (a runtime older than the replay fields) stores blank/null there."""
     task, model, budget, estimate = trace.task, trace.model, trace.budget, trace.input_estimate
-    selection = trace.selection
+    selection, rollout = trace.selection, trace.rollout
     return (
         trace.request_id,
         agent_id,
@@ -175,6 +177,9 @@ def trace_row(
         _json(trace.input_errors) if trace.input_errors else None,
         trace.input_errors_total,
         _json(trace.sections) if trace.sections is not None else None,
+        rollout.id if rollout else None,
+        rollout.arm if rollout else None,
+        rollout.step if rollout else None,
     )
 
 
@@ -387,7 +392,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         # longer retention, rarely, here).
         partitions.ensure_days(cursor, {row[3].date() for row in traces})
         raw = cursor.cursor  # the psycopg 3 cursor: COPY goes through it
-        _copy(raw, "ingest_trace_in_v4", TRACE_COLUMNS, traces)
+        _copy(raw, "ingest_trace_in_v5", TRACE_COLUMNS, traces)
         if snapshots:
             _copy(raw, "ingest_snapshot_in", "request_id, " + SNAPSHOT_COLUMNS, snapshots)
         cursor.execute(_MOVE_FROM_TEMP)
@@ -412,11 +417,15 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     result.snapshots_dropped = [request_id for request_id in dropped if request_id in stored]
     # Last, so the counter rows' locks are held only until the commit that follows.
     with connection.cursor() as cursor:
+        stored_traces = [accepted[request_id] for _, request_id in inserted]
         counters_record_batch(
             cursor,
             environment=environment,
             agent_ids=agent_ids,
-            traces=[accepted[request_id] for _, request_id in inserted],
+            traces=stored_traces,
+            also=rollout_writes(
+                environment_id=environment.pk, agent_ids=agent_ids, traces=stored_traces
+            ),
         )
     return result
 

@@ -97,6 +97,16 @@ class AuditAction(_LabelledAction):
     APPROVAL_WITHDRAW = "approval.withdraw", "Approval request withdrawn"
     SHADOW_START = "shadow.start", "Shadow release started"
     SHADOW_STOP = "shadow.stop", "Shadow release stopped"
+    # staged rollouts (issue 23): an operator's action, or a guard's (actor system, guard:<name>)
+    ROLLOUT_START = "rollout.start", "Staged rollout started"
+    ROLLOUT_APPROVE = "rollout.approve", "Staged rollout plan approved"
+    ROLLOUT_PAUSE = "rollout.pause", "Staged rollout paused"
+    ROLLOUT_RESUME = "rollout.resume", "Staged rollout resumed"
+    ROLLOUT_STEP = "rollout.step", "Staged rollout moved to its next step"
+    ROLLOUT_EXTEND = "rollout.extend", "Staged rollout step extended (too little data)"
+    ROLLOUT_COMPLETE = "rollout.complete", "Staged rollout completed"
+    ROLLOUT_STOP = "rollout.stop", "Staged rollout stopped"
+    ROLLOUT_ROLLBACK = "rollout.rollback", "Staged rollout rolled back by a guard"
     # configuration as code
     CONFIG_IMPORT = "config.import", "Configuration imported"
     # delivery and runtime
@@ -235,6 +245,21 @@ def acting_token(actor):
     return getattr(actor, PERSONAL_TOKEN_ATTR, None)
 
 
+@dataclass(frozen=True)
+class SystemActor:
+    """The console acting by itself (a periodic task, a guard of a staged rollout): audited
+    as actor type `system`, named by `name` ("system", "guard:paired")."""
+
+    name: str = "system"
+    is_system = True
+    is_authenticated = False
+    is_active = False
+    pk = None
+
+    def __str__(self) -> str:
+        return self.name
+
+
 def actor_label(actor) -> str:
     """How a release, a version or a token names who made it: a username ("alice (token
     ci-deploy)" through a personal token), a runtime token's name, or "system"."""
@@ -247,11 +272,11 @@ def describe_actor(actor) -> dict[str, Any]:
     """Actor columns for a user (and the personal token they act through, if any), a
     runtime token, or None (the system). `actor_token_label` is "" without a token."""
     no_token = {"actor_token_id": "", "actor_token_label": ""}
-    if actor is None:
+    if actor is None or getattr(actor, "is_system", False):
         return {
             "actor_type": "system",
             "actor_id": "",
-            "actor_label": "system",
+            "actor_label": getattr(actor, "name", "system"),
             "actor_roles": [],
             **no_token,
         }

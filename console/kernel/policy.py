@@ -336,6 +336,41 @@ def check_user_can_shadow(user, environment, agent, *, target=None) -> None:
     )
 
 
+# Staged rollouts (issue 23): starting, pausing, resuming, advancing and finishing one takes
+# what publishing there takes (in a protected environment the right to request a publish: the
+# plan then waits for a second person once); stopping one takes that or the right to roll
+# back (stopping serves the live version again, as a rollback would).
+ROLLOUT_ACTIONS = ("start", "pause", "resume", "advance", "finish", "stop")
+
+
+def rollout_refusal(user, environment, agent, action: str = "start") -> Finding | None:
+    """Why `user` may not take `action` on a staged rollout in `environment` (None: they may)."""
+    refusal = publish_refusal(user, environment, agent)
+    if refusal is None or refusal.code == "not_found":
+        return refusal
+    if action == "stop" and user_can(user, Capability.ROLLBACK, agent):
+        return None
+    return Finding(
+        "environment",
+        "forbidden",
+        f"You may not {action} staged rollouts in {environment.key}.",
+    )
+
+
+def user_can_rollout(user, environment, agent, action: str = "start") -> bool:
+    return rollout_refusal(user, environment, agent, action) is None
+
+
+def check_user_can_rollout(user, environment, agent, action: str = "start", *, target=None):
+    refuse_publish(
+        rollout_refusal(user, environment, agent, action),
+        user=user,
+        environment=environment,
+        agent=agent,
+        target=target,
+    )
+
+
 def user_can_decide_approval(user, approval) -> bool:
     """Approving or rejecting needs APPROVE on the agent and is never one's own request."""
     return approval.requested_by_id != getattr(user, "pk", None) and user_can(

@@ -46,6 +46,36 @@ class Environment(models.Model):
     require_preview = models.BooleanField(
         default=False, help_text="A publish needs a recent impact preview of the same content."
     )
+    # The guards of a staged rollout here (issue 23, docs/rollouts.md): the paired guard's
+    # threshold (the share of requests where the new version is worse on the same inputs), the
+    # requests it takes for "a required item lost", the traces per arm and step below which
+    # a step has too little data, what then happens once the step was extended, and whether
+    # a guard's rollback needs a person (then the rollout pauses and asks instead).
+    guard_paired_threshold = models.FloatField(
+        default=0.005, help_text="Paired guard: breach above this share of worse requests."
+    )
+    guard_required_lost_min = models.PositiveIntegerField(
+        default=3, help_text="Paired guard: requests that lost a required item before a breach."
+    )
+    guard_min_traces = models.PositiveIntegerField(
+        default=100, help_text="Traces per arm and step below which a step lacks data."
+    )
+
+    class OnInsufficientData(models.TextChoices):
+        PAUSE = "pause", "Pause"
+        ROLLBACK = "rollback", "Roll back"
+        PROCEED = "proceed", "Proceed"
+
+    on_insufficient_data = models.CharField(
+        max_length=10,
+        choices=OnInsufficientData.choices,
+        default=OnInsufficientData.PAUSE,
+        help_text="A step still short of data after its extension: pause, roll back or proceed.",
+    )
+    guard_rollbacks_need_approval = models.BooleanField(
+        default=False,
+        help_text="A guard's rollback pauses the rollout and asks a person instead.",
+    )
     archived_at = models.DateTimeField(null=True, blank=True)
     # Break-glass: one admin switched approvals off here (`protected`, or the revert policy)
     # with a reason instead of a second person. While `break_glass_at` is set, what goes

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 
 import redis
+from context_runtime.manifest import SPLIT
 from django.conf import settings
 from django.core.cache import cache
 from django.core.signals import setting_changed
@@ -39,9 +40,10 @@ from django.db import connection, transaction
 from django.dispatch import receiver
 
 from strategies.catalog.models import Agent
+from strategies.catalog.selectors import manifest_latest
 from strategies.delivery.models import ConfigPayload
 from strategies.documents.models import Document
-from strategies.releases.selectors import live_releases, shadows_in
+from strategies.releases.selectors import live_releases, rollouts_in, shadows_in
 
 log = logging.getLogger(__name__)
 
@@ -72,11 +74,17 @@ def _dumps(value) -> bytes:
 
 
 def payload_render(*, agent, environment) -> RenderedConfig:
-    """Render the §1 document from the releases and shadows of `agent` in `environment`
-    (three queries)."""
+    """Render the §1 document from the releases, shadows and staged rollouts of `agent` in
+    `environment` (six queries).
+
+    A rollout runs the other arm as shadow itself, so no `shadow` is sent for its strategy;
+    `strategies` keeps the control version (what was live when it started), and `rollouts`
+    carries the new one — only to a runtime whose manifest declares `split` (one that does
+    not serves the control version alone)."""
 
     releases = live_releases(agent=agent, environment=environment)
     shadows = shadows_in(agent=agent, environment=environment)
+    rollouts, rollout_revisions = rollouts_in(agent=agent, environment=environment)
     profile = None
     strategies: dict[str, dict] = {}
     for release in releases:
@@ -85,12 +93,17 @@ def payload_render(*, agent, environment) -> RenderedConfig:
             profile = entry
         else:
             strategies[release.document.key] = entry
+    rolling = {r.document.key for r in rollouts}
     shadow = {
         s.document.key: {"version": s.version.number, "body": s.version.body}
         for s in shadows
-        if s.running
+        if s.running and s.document.key not in rolling
     }
-    revision_sum = sum(r.revision for r in releases) + sum(s.revision for s in shadows)
+    manifest = manifest_latest(environment=environment) if rollouts else None
+    splits = manifest is not None and SPLIT in (manifest.body.get("features") or ())
+    revision_sum = (
+        sum(r.revision for r in releases) + sum(s.revision for s in shadows) + rollout_revisions
+    )
     document = {
         "agent": agent.key,
         "environment": environment.key,
@@ -98,6 +111,19 @@ def payload_render(*, agent, environment) -> RenderedConfig:
         "profile": profile,
         "strategies": strategies,
         "shadow": shadow,
+        "rollouts": {
+            r.document.key: {
+                "id": r.key,
+                "version": r.version.number,
+                "body": r.version.body,
+                "share": r.share,
+                "unit": r.unit,
+                "step": r.step,
+            }
+            for r in rollouts
+        }
+        if splits
+        else {},
     }
     digest = hashlib.sha256(_dumps(document)).hexdigest()
     etag = f'"r{revision_sum}-{digest[:4]}"'

@@ -32,13 +32,23 @@ from strategies.releases.serializers import (
     ReleaseEventSerializer,
     ReleaseOutcomeSerializer,
     RollbackRequest,
+    RolloutActionRequest,
+    RolloutFilter,
+    RolloutOutcomeSerializer,
+    RolloutSerializer,
+    RolloutStartRequest,
     ShadowOutcomeSerializer,
     ShadowPromoteRequest,
     ShadowStartRequest,
     ShadowStopRequest,
     WithdrawRequest,
 )
-from strategies.releases.services import approval_state, release_state, shadow_state
+from strategies.releases.services import (
+    approval_state,
+    release_state,
+    rollout_state,
+    shadow_state,
+)
 
 # A release request is a few small fields; anything near this is not one.
 BODY_LIMIT = 16 * 1024
@@ -463,3 +473,105 @@ def approval_withdraw(request, pk: int):
         approval=_approval(request, pk), actor=request.user, reason=data["reason"]
     )
     return Response({"approval": approval_state(approval)})
+
+
+# --- staged rollouts (issue 23) ---------------------------------------------------------------------
+ROLLOUT_ERRORS = {
+    **WRITE_ERRORS,
+    400: _error(
+        "Invalid input; `invalid_plan` (at its step), `invalid_unit`, `not_a_strategy`, "
+        "`not_frozen`; `not_publishable`: the runtime cannot serve the version; "
+        "`split_unsupported`: its manifest does not declare split."
+    ),
+    409: _error(
+        "`rollout_active` (one per document and environment), `rollout_finished` (completed, "
+        "rolled back or stopped), `rollout_state` (e.g. already paused), `nothing_live`, "
+        "`already_live`, `approval_pending`; `current` holds the rollout as it now stands."
+    ),
+}
+ROLLOUT_ACTIONS = releases.ROLLOUT_OPERATOR_ACTIONS
+
+
+def _rollout(request, pk: int):
+    rollout = selectors.rollout_get(agent=request.agent, key=f"ro-{pk}")
+    if rollout is None:
+        raise NotFound(f"{request.agent.key} has no rollout ro-{pk}.")
+    return rollout
+
+
+@extend_schema(
+    operation_id="v1_agents_rollouts_list",
+    summary="Staged rollouts of an agent, newest first",
+    parameters=[RolloutFilter],
+    responses={200: paginated(RolloutSerializer), **READ_ERRORS},
+    tags=TAGS,
+)
+@api_view(["GET"])
+@requires(Capability.VIEW_CONFIG)
+def rollout_list(request, agent):
+    params = _query(request, RolloutFilter)
+    rollouts = selectors.rollout_list(
+        agent=request.agent,
+        state=params.get("state", ""),
+        document_key=params.get("document", ""),
+        environment_key=params.get("environment", ""),
+    )
+    return _page(request, rollouts, rollout_state)
+
+
+@extend_schema(
+    summary="One staged rollout: its step, share, bake, guards and evidence",
+    responses={200: RolloutSerializer, **READ_ERRORS},
+    tags=TAGS,
+)
+@api_view(["GET"])
+@requires(Capability.VIEW_CONFIG)
+def rollout_detail(request, agent, pk: int):
+    return Response(rollout_state(_rollout(request, pk)))
+
+
+@extend_schema(
+    summary="Roll a version out in steps (a staged rollout)",
+    description="201 with the rollout, running at its first step; 202 with it waiting for "
+    "approval where the environment is protected (the whole plan is approved once). The "
+    "runtime must declare split in its manifest.",
+    request=RolloutStartRequest,
+    responses={201: RolloutOutcomeSerializer, 202: RolloutOutcomeSerializer, **ROLLOUT_ERRORS},
+    tags=TAGS,
+)
+@api_view(["POST"])
+@requires(Capability.VIEW_CONFIG)  # the service checks the right to publish here
+def rollout_start(request, agent, document, environment):
+    data = _parse(request, RolloutStartRequest)
+    doc = documents.document_get(agent=request.agent, key=document)
+    env = environment_get(key=environment)
+    rollout = releases.rollout_start(
+        version=documents.version_get(document=doc, number=data["version"]),
+        environment=env,
+        actor=request.user,
+        plan=data.get("plan") or releases.default_plan(env),
+        unit=data["unit"],
+        reason=data["reason"],
+    )
+    waiting = rollout.state == rollout.State.AWAITING_APPROVAL
+    return Response({"rollout": rollout_state(rollout)}, status=202 if waiting else 201)
+
+
+@extend_schema(
+    summary="Pause, resume, advance, finish or stop a staged rollout",
+    description="pause: hold at its step (runtimes keep its share); resume: run on, the bake "
+    "starts again; advance: the next step now; finish: the new version live now; stop: the "
+    "live version alone again (a reason is required). Publishing rights here, or the right "
+    "to roll back for stop.",
+    request=RolloutActionRequest,
+    responses={200: RolloutOutcomeSerializer, **ROLLOUT_ERRORS},
+    tags=TAGS,
+)
+@api_view(["POST"])
+@requires(Capability.VIEW_CONFIG)  # the service checks the right to act on rollouts here
+def rollout_action(request, agent, pk: int, action: str):
+    data = _parse(request, RolloutActionRequest)
+    rollout = ROLLOUT_ACTIONS[action](
+        rollout=_rollout(request, pk), actor=request.user, reason=data["reason"]
+    )
+    return Response({"rollout": rollout_state(rollout)})

@@ -9,6 +9,7 @@ from strategies.releases import api
 
 AGENT = "agents/<slug:agent>/"
 RELEASE = AGENT + "documents/<slug:document>/releases/<slug:environment>/"
+ROLLOUT = AGENT + "rollouts/ro-<int:pk>/"  # a rollout's public id is ro-<pk>
 
 urlpatterns = [
     path(AGENT + "releases/", api.release_list, name="api-release-list"),
@@ -19,6 +20,18 @@ urlpatterns = [
     path(RELEASE + "shadow/stop/", api.shadow_stop, name="api-release-shadow-stop"),
     path(RELEASE + "shadow/promote/", api.shadow_promote, name="api-release-shadow-promote"),
     path(AGENT + "promote/", api.release_promote, name="api-release-promote"),
+    path(RELEASE + "rollout/", api.rollout_start, name="api-rollout-start"),
+    path(AGENT + "rollouts/", api.rollout_list, name="api-rollout-list"),
+    path(ROLLOUT, api.rollout_detail, name="api-rollout-detail"),
+    *(
+        path(
+            ROLLOUT + f"{action}/",
+            api.rollout_action,
+            {"action": action},
+            name=f"api-rollout-{action}",
+        )
+        for action in api.ROLLOUT_ACTIONS
+    ),
     path("approvals/", api.approval_list, name="api-approval-list"),
     path("approvals/<int:pk>/", api.approval_detail, name="api-approval-detail"),
     path("approvals/<int:pk>/approve/", api.approval_approve, name="api-approval-approve"),
@@ -38,6 +51,11 @@ REQUIRED = {
     "api-release-shadow-start": Capability.VIEW_CONFIG,
     "api-release-shadow-stop": Capability.VIEW_CONFIG,
     "api-release-shadow-promote": Capability.VIEW_CONFIG,
+    # Rollouts: the service checks the right to publish there (stop: or to roll back).
+    "api-rollout-start": Capability.VIEW_CONFIG,
+    "api-rollout-list": Capability.VIEW_CONFIG,
+    "api-rollout-detail": Capability.VIEW_CONFIG,
+    **{f"api-rollout-{action}": Capability.VIEW_CONFIG for action in api.ROLLOUT_ACTIONS},
     "api-approval-list": Capability.VIEW_CONFIG,
     "api-approval-detail": Capability.VIEW_CONFIG,
     "api-approval-approve": Capability.APPROVE,

@@ -146,6 +146,116 @@ class ShadowRelease(models.Model):
         return self.version_id is not None
 
 
+class RolloutQuerySet(models.QuerySet):
+    def active(self):
+        return self.filter(state__in=Rollout.ACTIVE_STATES)
+
+
+class Rollout(models.Model):
+    """A staged rollout of a new version of a strategy in an environment (issue 23): step by
+    step a growing share of units is served `version` instead of `control_version` (what was
+    live when it started), the other arm running as shadow on the same request, while the
+    guards watch. It ends completed (the new version published live), rolled back (by a
+    guard), or stopped (by a person, or by a manual publish or rollback there). At most one is
+    active per document × environment. `revision` grows with every change and counts in the
+    config ETag (rows are never deleted, so the sum never goes down)."""
+
+    class State(models.TextChoices):
+        AWAITING_APPROVAL = "awaiting_approval", "Waits for approval"
+        RUNNING = "running", "Running"
+        PAUSED = "paused", "Paused"
+        COMPLETED = "completed", "Completed"
+        ROLLED_BACK = "rolled_back", "Rolled back"
+        STOPPED = "stopped", "Stopped"
+
+    class Unit(models.TextChoices):
+        TASK = "task", "Task"
+        PRINCIPAL = "principal", "Principal"
+
+    ACTIVE_STATES = (State.AWAITING_APPROVAL, State.RUNNING, State.PAUSED)
+    # What the runtime applies: a paused rollout holds its share (Argo's pause).
+    SERVED_STATES = (State.RUNNING, State.PAUSED)
+
+    key = models.CharField(max_length=40, unique=True, help_text="Public id, e.g. ro-7.")
+    document = models.ForeignKey(Document, on_delete=models.PROTECT, related_name="rollouts")
+    environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="rollouts")
+    version = models.ForeignKey(
+        Version, on_delete=models.PROTECT, related_name="rollouts", help_text="The new version."
+    )
+    control_version = models.ForeignKey(
+        Version, on_delete=models.PROTECT, related_name="+", help_text="Live when it started."
+    )
+    plan_name = models.CharField(max_length=20, default="staged")
+    plan = models.JSONField(help_text="Steps: [{share, bake_seconds}].")
+    plan_hash = models.CharField(max_length=64)
+    unit = models.CharField(max_length=20, choices=Unit.choices, default=Unit.TASK)
+    state = models.CharField(max_length=20, choices=State.choices)
+    step = models.PositiveSmallIntegerField(default=0)
+    step_started_at = models.DateTimeField(null=True, blank=True)
+    step_extended = models.BooleanField(default=False)
+    guards = models.JSONField(default=list, blank=True, help_text="The last guard evaluation.")
+    guards_at = models.DateTimeField(null=True, blank=True)
+    evidence = models.JSONField(
+        default=dict, blank=True, help_text="What a guard saw when it paused or ended it."
+    )
+    reason = models.TextField(blank=True, help_text="Why it started.")
+    end_reason = models.TextField(blank=True, help_text="Why it paused or ended.")
+    started_by = models.CharField(max_length=200)
+    started_at = models.DateTimeField(auto_now_add=True)
+    ended_by = models.CharField(max_length=200, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    revision = models.PositiveIntegerField(default=1)
+    # Its steps and actions as the page's timeline shows them: [{at, action, actor, step,
+    # reason}] (the audit log is the record; this is its readable summary).
+    log = models.JSONField(default=list, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = RolloutQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["document", "environment"],
+                condition=Q(state__in=["awaiting_approval", "running", "paused"]),
+                name="rollout_one_active_per_target",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=["awaiting_approval", "running", "paused"])
+                | Q(ended_at__isnull=False),
+                name="rollout_ended_when_finished",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return (
+            f"{self.key}: {self.document} v{self.version.number} in {self.environment.key} "
+            f"({self.state})"
+        )
+
+    @property
+    def active(self) -> bool:
+        return self.state in self.ACTIVE_STATES
+
+    @property
+    def current_step(self) -> dict:
+        return self.plan[min(self.step, len(self.plan) - 1)]
+
+    @property
+    def share(self) -> float:
+        return float(self.current_step["share"])
+
+    @property
+    def bake_seconds(self) -> int:
+        """This step's bake, doubled once it was extended for lack of data."""
+        bake = int(self.current_step["bake_seconds"])
+        return bake * 2 if self.step_extended else bake
+
+    @property
+    def is_last_step(self) -> bool:
+        return self.step >= len(self.plan) - 1
+
+
 class ApprovalRequest(models.Model):
     """A publish to a protected environment (or a rollback where the revert policy says so)
     waiting for a second person. Bound to the version's content hash and the release
@@ -154,6 +264,7 @@ class ApprovalRequest(models.Model):
     class Kind(models.TextChoices):
         PUBLISH = "publish", "Publish"
         ROLLBACK = "rollback", "Rollback"  # where the environment's revert policy asks for one
+        ROLLOUT = "rollout", "Staged rollout"  # the whole plan, approved once (issue 23)
 
     class Status(models.TextChoices):
         PENDING = "pending", "Pending"
@@ -170,6 +281,10 @@ class ApprovalRequest(models.Model):
     )
     kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.PUBLISH)
     version = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="approval_requests")
+    # A staged rollout's request: the plan it approves (bound by the rollout's plan_hash).
+    rollout = models.ForeignKey(
+        Rollout, null=True, blank=True, on_delete=models.PROTECT, related_name="approvals"
+    )
     content_hash = models.CharField(max_length=64)
     base_revision = models.PositiveIntegerField(
         default=0, help_text="Release revision when requested (0: none)."

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 
 from context_runtime.diff import diff_bodies
 from context_runtime.findings import FLAG, Finding, blocking
-from context_runtime.manifest import SHADOW
+from context_runtime.manifest import SHADOW, SPLIT
 from django.core.paginator import Paginator
-from django.db.models import F
+from django.db.models import F, Sum
 
 from console.kernel.policy import (
     Capability,
@@ -21,6 +21,7 @@ from console.kernel.policy import (
     user_can,
     user_can_decide_approval,
     user_can_publish_to,
+    user_can_rollout,
     user_can_shadow,
 )
 from strategies.catalog.dependents import Reference
@@ -36,7 +37,14 @@ from strategies.catalog.selectors import (
     validation_context,
 )
 from strategies.documents.models import Document, Version
-from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent, ShadowRelease
+from strategies.releases.models import (
+    ApprovalRequest,
+    Release,
+    ReleaseEvent,
+    Rollout,
+    ShadowRelease,
+)
+from strategies.releases.plans import INVALID_PLAN, TEMPLATES, UNITS, plan_findings
 from strategies.releases.preview_hook import preview_finding
 
 HISTORY_PAGE_SIZE = 25
@@ -57,6 +65,7 @@ class Cell:
     promote_from: Environment | None = None
     shadow: ShadowRelease | None = None  # the shadow running here, if any
     can_shadow: bool = False  # start, stop or promote a shadow (strategies, something live)
+    rollout: Rollout | None = None  # the staged rollout active here, if any
 
     @property
     def live_number(self) -> int | None:
@@ -114,6 +123,12 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
             document__agent=agent, version__isnull=False
         ).select_related("version")
     }
+    rollouts = {
+        (r.document_id, r.environment_id): r
+        for r in Rollout.objects.active()
+        .filter(document__agent=agent)
+        .select_related("version", "control_version")
+    }
     may_publish = {env.pk: user_can_publish_to(user, env, agent) for env in envs}
     may_shadow = {env.pk: user_can_shadow(user, env, agent) for env in envs}
     may_rollback = user_can(user, Capability.ROLLBACK, agent)
@@ -144,6 +159,7 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
                     can_shadow=may_shadow[env.pk]
                     and release is not None
                     and doc.kind == Document.Kind.STRATEGY,
+                    rollout=rollouts.get((doc.pk, env.pk)),
                 )
             )
         rows.append(row)
@@ -294,8 +310,15 @@ NOT_A_STRATEGY = "not_a_strategy"
 NOT_FROZEN = "not_frozen"
 NOTHING_LIVE = "nothing_live"
 SHADOW_RUNNING = "shadow_running"
+# A staged rollout's own (`rollout_refusals`); the runtime's are the publish's, plus its
+# declaration of split support (`split_unsupported`).
+ROLLOUT_ACTIVE = "rollout_active"
+INVALID_UNIT = "invalid_unit"
 JUDGEMENT_CODES = frozenset(
     {
+        ROLLOUT_ACTIVE,
+        INVALID_PLAN,
+        INVALID_UNIT,
         NOT_A_STRATEGY,
         NOT_FROZEN,
         NOTHING_LIVE,
@@ -512,24 +535,12 @@ def shadow_refusals(
     rights = shadow_refusal(actor, environment, document.agent)
     if rights is not None:
         refusals.append(rights)
-    if document.kind != Document.Kind.STRATEGY:
-        refusals.append(
-            Finding(
-                "document",
-                NOT_A_STRATEGY,
-                f"Only strategies run as shadow; {document.key} is the agent's profile, which "
-                "decides what the runtime fetches for every request.",
-            )
-        )
-    if version.is_draft:
-        refusals.append(
-            Finding(
-                "version",
-                NOT_FROZEN,
-                f"v{version.number} of {document.key} is a draft: freeze it first (a shadow "
-                "runs a version that cannot change under it).",
-            )
-        )
+    refusals += frozen_strategy_refusals(
+        version,
+        not_strategy="run as shadow; {key} is the agent's profile, which decides what the "
+        "runtime fetches for every request.",
+        what="a shadow runs",
+    )
     live = live_release(document=document, environment=environment)
     if live is None:
         refusals.append(
@@ -555,20 +566,50 @@ def shadow_refusals(
         refusals.append(
             Finding("expected_revision", STALE_REVISION, "The shadow changed since you loaded it.")
         )
+    return refusals + runtime_feature_refusals(
+        version=version, environment=environment, actor=actor, live=live, feature=SHADOW
+    )
+
+
+def frozen_strategy_refusals(version, *, not_strategy: str, what: str) -> list[Finding]:
+    """A shadow or a rollout takes a frozen strategy: a profile or a draft is refused."""
+    document = version.document
+    refusals = []
+    if document.kind != Document.Kind.STRATEGY:
+        refusals.append(
+            Finding(
+                "document",
+                NOT_A_STRATEGY,
+                "Only strategies " + not_strategy.format(key=document.key),
+            )
+        )
+    if version.is_draft:
+        refusals.append(
+            Finding(
+                "version",
+                NOT_FROZEN,
+                f"v{version.number} of {document.key} is a draft: freeze it first ({what} a "
+                "version that cannot change under it).",
+            )
+        )
+    return refusals
+
+
+def runtime_feature_refusals(*, version, environment, actor, live, feature: str) -> list[Finding]:
+    """What the runtime cannot serve of `version` (the publish's `target_refusals`), then its
+    declaration of `feature` (shadow, split) missing from its manifest."""
     context = validation_context(environment=environment)
-    refusals += target_refusals(
+    refusals = target_refusals(
         actor=actor,
-        agent=document.agent,
+        agent=version.document.agent,
         environment=environment,
-        kind=document.kind,
+        kind=version.document.kind,
         body=version.body,
         live=live,
         context=context,
     )
-    unsupported = runtime_feature_finding(environment=environment, feature=SHADOW, context=context)
-    if unsupported is not None:
-        refusals.append(unsupported)
-    return refusals
+    unsupported = runtime_feature_finding(environment=environment, feature=feature, context=context)
+    return refusals + ([unsupported] if unsupported is not None else [])
 
 
 @dataclass
@@ -592,7 +633,17 @@ class ShadowPreview:
 
 
 def shadow_preview(*, version: Version, environment: Environment, actor) -> ShadowPreview:
-    refused = blocking(shadow_refusals(version=version, environment=environment, actor=actor))
+    return judged_preview(
+        version=version,
+        environment=environment,
+        refusals=shadow_refusals(version=version, environment=environment, actor=actor),
+    )
+
+
+def judged_preview(*, version: Version, environment: Environment, refusals) -> ShadowPreview:
+    """How `version` differs from live in `environment`, with a judgement's refusals split
+    into the runtime's and the others (the shadow and rollout pages)."""
+    refused = blocking(refusals)
     live = live_release(document=version.document, environment=environment)
     manifest_row = manifest_latest(environment=environment)
     return ShadowPreview(
@@ -882,3 +933,190 @@ def references_to_environment(environment) -> list[Reference]:
     if ApprovalRequest.objects.filter(environment=environment).exists():
         references.append(Reference("has_approval_requests", "it has approval requests"))
     return references
+
+
+# --- staged rollouts (issue 23) ------------------------------------------------------------------
+def active_rollout(*, document, environment) -> Rollout | None:
+    """The rollout active (waiting for approval, running or paused) here, if any."""
+    return (
+        Rollout.objects.active()
+        .select_related("document__agent", "environment", "version", "control_version")
+        .filter(document=document, environment=environment)
+        .first()
+    )
+
+
+def rollout_get(*, agent, key: str) -> Rollout | None:
+    return (
+        Rollout.objects.select_related(
+            "document__agent", "environment", "version", "control_version"
+        )
+        .filter(document__agent=agent, key=key)
+        .first()
+    )
+
+
+def rollout_list(*, agent, state: str = "", document_key: str = "", environment_key: str = ""):
+    """The rollouts of an agent, newest first, filtered (the API's list and the pages)."""
+    rollouts = Rollout.objects.filter(document__agent=agent).select_related(
+        "document__agent", "environment", "version", "control_version"
+    )
+    if state:
+        rollouts = rollouts.filter(state=state)
+    if document_key:
+        rollouts = rollouts.filter(document__key=document_key)
+    if environment_key:
+        rollouts = rollouts.filter(environment__key=environment_key)
+    return rollouts.order_by("-started_at", "-id")
+
+
+def rollouts_running() -> list[Rollout]:
+    """Every running rollout, oldest first: what the evaluator looks at every 30 s."""
+    return list(
+        Rollout.objects.filter(state=Rollout.State.RUNNING)
+        .select_related("document__agent", "environment", "version", "control_version")
+        .order_by("started_at", "id")
+    )
+
+
+def rollouts_in(*, agent, environment) -> tuple[list[Rollout], int]:
+    """(the rollouts the runtime applies — running or paused — with their documents and
+    versions, the sum of the revisions of every rollout ever here): what the config payload
+    renders and how its ETag's revision counts them."""
+    rows = Rollout.objects.filter(document__agent=agent, environment=environment)
+    served = list(
+        rows.filter(state__in=Rollout.SERVED_STATES)
+        .select_related("document", "version")
+        .order_by("document__key")
+    )
+    return served, rows.aggregate(total=Sum("revision"))["total"] or 0
+
+
+def rollout_refusals(
+    *, version: Version, environment: Environment, actor, plan, unit: str
+) -> list[Finding]:
+    """Everything `rollout_start` would say to rolling `version` out in `environment`,
+    nothing written, in the order it raises them: who may (as a publish there), what a
+    rollout is (a frozen strategy replacing a live version), one already active or a request
+    already waiting, the plan and unit, then what the runtime cannot serve — the publish's
+    check (`target_refusals`) and the runtime's declaration of split support. In a protected
+    environment the flag that the plan asks a second person first (`approval_required`)."""
+    document = version.document
+    refusals = []
+    rights = publish_refusal(actor, environment, document.agent)
+    if rights is not None:
+        refusals.append(rights)
+    refusals += frozen_strategy_refusals(
+        version,
+        not_strategy="roll out in steps; {key} is the agent's profile: publish it.",
+        what="a rollout serves",
+    )
+    live = live_release(document=document, environment=environment)
+    if live is None:
+        refusals.append(
+            Finding(
+                "environment",
+                NOTHING_LIVE,
+                f"Nothing of {document.key} is live in {environment.key}: a rollout replaces "
+                "the live version step by step. Publish one first.",
+            )
+        )
+    elif live.version_id == version.pk:
+        refusals.append(
+            Finding(
+                "version",
+                ALREADY_LIVE,
+                f"{document.key} v{version.number} is already live in {environment.key}.",
+            )
+        )
+    active = active_rollout(document=document, environment=environment)
+    if active is not None:
+        refusals.append(
+            Finding(
+                "environment",
+                ROLLOUT_ACTIVE,
+                f"{active.key} (v{active.version.number}) is already "
+                f"{active.get_state_display().lower()} for {document.key} in {environment.key}: "
+                "one rollout at a time. Finish or stop it first.",
+            )
+        )
+    pending = pending_for(document=document, environment=environment)
+    if pending is not None and active is None:
+        refusals.append(
+            waiting_finding(pending=pending, document_key=document.key, environment=environment)
+        )
+    if isinstance(plan, str):
+        if plan not in TEMPLATES:
+            refusals.append(
+                Finding(
+                    "plan",
+                    INVALID_PLAN,
+                    f"Unknown plan {plan!r}: {', '.join(TEMPLATES)}, or a list of steps.",
+                )
+            )
+    else:
+        refusals += plan_findings(plan)
+    if unit not in UNITS:
+        refusals.append(
+            Finding("unit", INVALID_UNIT, f"A unit is one of {', '.join(UNITS)}, not {unit!r}.")
+        )
+    refusals += runtime_feature_refusals(
+        version=version, environment=environment, actor=actor, live=live, feature=SPLIT
+    )
+    if environment.protected:
+        refusals.append(
+            Finding(
+                "environment",
+                APPROVAL_REQUIRED,
+                f"{environment.key} is protected: the whole plan waits for a second person's "
+                "approval, once.",
+                severity=FLAG,
+            )
+        )
+    return refusals
+
+
+def rollout_preview(*, version: Version, environment: Environment, actor, plan, unit="task"):
+    """What rolling `version` out in `environment` would do, as the start page shows it."""
+    return judged_preview(
+        version=version,
+        environment=environment,
+        refusals=rollout_refusals(
+            version=version, environment=environment, actor=actor, plan=plan, unit=unit
+        ),
+    )
+
+
+REQUEST_IDS_KEPT = 5
+
+
+def evidence_request_ids(facts) -> list[str]:
+    """The request ids a guard's facts name — its own `request_ids`, then those of the kinds
+    it breached, then any — at most five: one click from the rollout page to the trace."""
+    facts = facts or {}
+    kinds = facts.get("kinds") or {}
+    ordered = [facts, *(kinds[k] for k in facts.get("breached") or () if k in kinds)]
+    ordered += [entry for entry in kinds.values() if isinstance(entry, dict)]
+    found: list[str] = []
+    for entry in ordered:
+        for request_id in entry.get("request_ids") or ():
+            if request_id not in found:
+                found.append(request_id)
+    return found[:REQUEST_IDS_KEPT]
+
+
+def rollout_actions(*, user, rollout: Rollout) -> dict[str, bool]:
+    """Which actions `user` may take on `rollout` now (the page's buttons): the state allows
+    it and the policy does."""
+    state = rollout.state
+    allowed = {
+        "pause": state == Rollout.State.RUNNING,
+        "resume": state == Rollout.State.PAUSED,
+        "advance": state in Rollout.SERVED_STATES,
+        "finish": state in Rollout.SERVED_STATES,
+        "stop": state in Rollout.ACTIVE_STATES,
+    }
+    return {
+        action: ok and user_can_rollout(user, rollout.environment, rollout.document.agent, action)
+        for action, ok in allowed.items()
+    }

@@ -7,7 +7,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from console.kernel.api_schema import StrictSerializer
-from strategies.releases.models import ApprovalRequest, ReleaseEvent
+from strategies.releases.models import ApprovalRequest, ReleaseEvent, Rollout
 
 REASON_MAX = 2000
 
@@ -175,6 +175,9 @@ class ApprovalSerializer(serializers.Serializer):
     decided_by = serializers.CharField(allow_null=True)
     decided_at = serializers.DateTimeField(allow_null=True)
     decision_note = serializers.CharField()
+    rollout = serializers.CharField(
+        allow_null=True, help_text="kind rollout: the staged rollout whose plan it approves."
+    )
 
 
 class ReleaseOutcomeSerializer(serializers.Serializer):
@@ -256,3 +259,126 @@ class PromotionSerializer(serializers.Serializer):
     source = serializers.CharField()
     target = serializers.CharField()
     results = PromotionItemSerializer(many=True)
+
+
+# --------------------------------------------------------------------------- staged rollouts
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "enum": ["staged", "all_at_once"]},
+            {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": 20,
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "share": {"type": "number", "minimum": 0, "maximum": 1},
+                        "bake_seconds": {"type": "integer", "minimum": 1},
+                    },
+                    "required": ["share", "bake_seconds"],
+                    "additionalProperties": False,
+                },
+            },
+        ]
+    }
+)
+class PlanField(serializers.Field):
+    """A template's name, or the steps themselves (judged by the service, each reason at its
+    step)."""
+
+    default_error_messages = {
+        "invalid": "A template name (staged, all_at_once) or a list of steps."
+    }
+
+    def to_internal_value(self, data):
+        if isinstance(data, str | list):
+            return data
+        self.fail("invalid")
+
+    def to_representation(self, value):
+        return value
+
+
+class RolloutStartRequest(StrictSerializer):
+    version = serializers.IntegerField(min_value=1, help_text="The frozen version to roll out.")
+    plan = PlanField(
+        required=False,
+        help_text="staged (shadow → 10% → 50% → 100%; the default where protected), "
+        "all_at_once (the default elsewhere), or a list of steps {share, bake_seconds}.",
+    )
+    unit = serializers.ChoiceField(
+        choices=["task", "principal"],
+        required=False,
+        default="task",
+        help_text="What keeps its arm across steps: the task, or the principal.",
+    )
+    reason = serializers.CharField(
+        required=False, allow_blank=True, max_length=REASON_MAX, default=""
+    )
+
+
+class RolloutActionRequest(StrictSerializer):
+    reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=REASON_MAX,
+        default="",
+        help_text="Why (recorded in the audit log); required to stop.",
+    )
+
+
+class RolloutFilter(StrictSerializer):
+    state = serializers.ChoiceField(choices=Rollout.State.values, required=False)
+    document = serializers.SlugField(required=False)
+    environment = serializers.SlugField(required=False)
+    limit = serializers.IntegerField(required=False, min_value=1)
+    offset = serializers.IntegerField(required=False, min_value=0)
+
+
+class PlanStepSerializer(serializers.Serializer):
+    share = serializers.FloatField()
+    bake_seconds = serializers.IntegerField()
+
+
+class GuardStateSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    state = serializers.ChoiceField(choices=["ok", "breach", "insufficient", "pause"])
+    message = serializers.CharField()
+    evidence = serializers.DictField()
+
+
+class RolloutSerializer(serializers.Serializer):
+    id = serializers.CharField(help_text="The rollout id runtimes and traces carry (ro-<n>).")
+    agent = serializers.CharField()
+    document = serializers.CharField()
+    environment = serializers.CharField()
+    version = serializers.IntegerField(help_text="The new version.")
+    control_version = serializers.IntegerField(help_text="What was live when it started.")
+    plan_name = serializers.ChoiceField(choices=["staged", "all_at_once", "custom"])
+    plan = PlanStepSerializer(many=True)
+    unit = serializers.ChoiceField(choices=Rollout.Unit.values)
+    state = serializers.ChoiceField(choices=Rollout.State.values)
+    step = serializers.IntegerField(help_text="Index into plan.")
+    share = serializers.FloatField(help_text="The share of units served the new version now.")
+    bake_seconds = serializers.IntegerField(help_text="This step's bake (doubled once extended).")
+    step_started_at = serializers.DateTimeField(allow_null=True)
+    step_extended = serializers.BooleanField()
+    bake_ends_at = serializers.DateTimeField(allow_null=True)
+    guards = GuardStateSerializer(many=True, help_text="The guards' last evaluation.")
+    guards_at = serializers.DateTimeField(allow_null=True)
+    evidence = serializers.DictField(help_text="What a guard saw when it paused or ended it.")
+    reason = serializers.CharField()
+    end_reason = serializers.CharField()
+    started_by = serializers.CharField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_by = serializers.CharField()
+    ended_at = serializers.DateTimeField(allow_null=True)
+    revision = serializers.IntegerField(help_text="Grows with every change (in the config ETag).")
+    approval = serializers.IntegerField(
+        allow_null=True, help_text="The approval request of its plan, where protected."
+    )
+
+
+class RolloutOutcomeSerializer(serializers.Serializer):
+    rollout = RolloutSerializer()

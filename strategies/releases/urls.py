@@ -6,6 +6,7 @@ from console.kernel.policy import AUTHENTICATED, Capability
 from strategies.releases import views
 
 _DOC_ENV = "releases/<slug:agent>/<slug:document>/<slug:environment>"
+_ROLLOUT = "releases/<slug:agent>/rollouts/ro-<int:pk>/"
 
 urlpatterns = [
     path("releases/", views.overview, name="release-overview"),
@@ -14,6 +15,16 @@ urlpatterns = [
     path(f"{_DOC_ENV}/shadow/", views.shadow, name="release-shadow"),
     path(f"{_DOC_ENV}/shadow/stop/", views.shadow_stop, name="release-shadow-stop"),
     path(f"{_DOC_ENV}/shadow/promote/", views.shadow_promote, name="release-shadow-promote"),
+    path(f"{_DOC_ENV}/rollout/", views.rollout_start, name="release-rollout"),
+    path(_ROLLOUT, views.rollout_page, name="rollout-page"),
+    *(
+        path(
+            f"{_ROLLOUT}{action}/", views.rollout_act, {"action": action}, name=f"rollout-{action}"
+        )
+        for action in views.ROLLOUT_ACTIONS
+    ),
+    # The id runtimes and traces carry (ro-<n>): to its page (the trace page links here).
+    path("rollouts/<slug:key>/", views.rollout_by_key, name="rollout-detail"),
     path("releases/<slug:agent>/history/", views.history, name="release-history"),
     path("releases/<slug:agent>/promote/", views.promote, name="release-promote"),
     path(
@@ -39,6 +50,11 @@ REQUIRED = {
     "release-shadow": Capability.VIEW_CONFIG,
     "release-shadow-stop": Capability.VIEW_CONFIG,
     "release-shadow-promote": Capability.VIEW_CONFIG,
+    # Rollouts: the service checks the right to publish there (stop: or to roll back).
+    "release-rollout": Capability.VIEW_CONFIG,
+    "rollout-page": Capability.VIEW_CONFIG,
+    **{f"rollout-{action}": Capability.VIEW_CONFIG for action in views.ROLLOUT_ACTIONS},
+    "rollout-detail": AUTHENTICATED,  # redirects to the agent's page, 404 out of scope
     "release-history": Capability.VIEW_CONFIG,
     "release-promote": Capability.VIEW_CONFIG,  # the service checks the publish rights
     "approval-detail": Capability.VIEW_CONFIG,

@@ -11,6 +11,7 @@ python -m tests.bench shadow        # what a shadow version adds to a request (5
 python -m tests.bench client        # a config read on the runtime's request path
 python -m tests.bench propagation   # publish → polling client / webhook → client
 python -m tests.bench preview       # impact preview: replay + report of 10,000 traces × 50
+python -m tests.bench rollouts    # staged rollouts: one guard evaluation per rollout at 1M traces/day
 python -m tests.bench stream        # config stream: 50 runtimes, 1,000 held streams, polling meanwhile
 """
 
@@ -32,6 +33,7 @@ BENCHES = {
     "propagation": "tests.bench.bench_propagation",
     "preview": "tests.bench.bench_preview",
     "stream": "tests.bench.bench_stream",
+    "rollouts": "tests.bench.bench_rollouts",
 }
 
 

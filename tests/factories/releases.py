@@ -138,3 +138,19 @@ def bank_uat_ahead_of_prod(w: ReleaseSetup) -> ReleaseSetup:
     publish(w.strategy[2], uat, actor=w.ops)
     publish(w.returns, uat, actor=w.ops)
     return w
+
+
+def rollout_setup() -> ReleaseSetup:
+    """release_setup with runtimes that declare shadow and split (staged rollouts, issue 23),
+    and after_sales_consultation v2 live in sg-test and prod (protected; approved by ops2)."""
+    from strategies.catalog.services import manifest_record
+
+    setup = release_setup()
+    for key, env in setup.envs.items():
+        handlers = [] if key == "bank-uat" else ["general_policy_only"]
+        manifest_record(
+            environment=env, body=manifest_body(handlers=handlers, features=["shadow", "split"])
+        )
+    for key in ("sg-test", "prod"):
+        publish(setup.strategy[2], setup.envs[key], actor=setup.ops, approver=setup.ops2)
+    return setup

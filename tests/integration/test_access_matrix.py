@@ -190,8 +190,37 @@ def _sample_preview(model):
     )
 
 
+def _sample_rollout(model):
+    """A stopped staged rollout of the sample strategy in sg-test (v1 over what is live)."""
+    from django.utils import timezone
+
+    from strategies.releases.models import Release
+
+    live = Release.objects.get(
+        document__agent__key=SAMPLE_AGENT,
+        document__key="after_sales_consultation",
+        environment__key="sg-test",
+    )
+    plan = [{"share": 1.0, "bake_seconds": 600}]
+    rollout = model.objects.create(
+        key="matrix-sample",
+        document=live.document,
+        environment=live.environment,
+        version=live.document.versions.get(number=1),
+        control_version=live.version,
+        plan=plan,
+        plan_hash="matrix",
+        state=model.State.STOPPED,
+        started_by="matrix",
+        ended_at=timezone.now(),
+    )
+    model.objects.filter(pk=rollout.pk).update(key=f"ro-{rollout.pk}")
+    return rollout
+
+
 # Objects the demo world does not have, created on demand for pk urls (by model label).
 SAMPLE_FACTORIES = {
+    "strategies.rollout": _sample_rollout,
     "strategies.webhook": _sample_webhook,
     "console.personaltoken": _sample_personal_token,
     "previews.preview": _sample_preview,
@@ -233,6 +262,9 @@ def sample_kwargs(endpoint: Endpoint) -> dict:
             values[kwarg] = version.number if version else 1
         elif kwarg == "pk":
             values[kwarg] = sample_pk(name)
+        elif kwarg == "key" and "rollout" in name:  # a rollout's public id: ro-<pk>
+            pk = sample_pk(name)
+            values[kwarg] = f"ro-{pk}" if pk is not None else None
         else:
             values[kwarg] = None
         if values[kwarg] is None:

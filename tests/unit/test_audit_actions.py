@@ -73,6 +73,12 @@ def test_members__stored_strings_as_written_before_the_enum():
         "version.freeze",
         *(f"release.{a}" for a in ("publish", "approve", "rollback", "promote")),
         *(f"shadow.{a}" for a in ("start", "stop")),  # issue 22: shadow releases
+        # issue 23: staged rollouts
+        *(
+            f"rollout.{a}"
+            for a in ("start", "approve", "pause", "resume", "step", "extend", "complete")
+        ),
+        *(f"rollout.{a}" for a in ("stop", "rollback")),
         *(f"approval.{a}" for a in ("request", "reject", "withdraw")),
         "config.import",
         *(f"webhook.{a}" for a in ("create", "delete")),

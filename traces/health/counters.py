@@ -110,8 +110,6 @@ COUNTER_SCALARS = (
     "token_delta_sum",
     "token_delta_count",
 )
-_KEY = ("agent_id", "environment_id", "document", "version", "arm", "minute")
-COLUMNS = (*_KEY, *COUNTER_SCALARS, *COUNTER_MAPS)
 
 
 @dataclass
@@ -130,7 +128,7 @@ def _minute(when: datetime) -> datetime:
     return when.astimezone(UTC).replace(second=0, microsecond=0)
 
 
-def _get(block, name: str, default=None):
+def block_field(block, name: str, default=None):
     """A shadow block's field: the wire struct's attribute (absent on older consoles' struct)
     or a decoded dict's key."""
     if isinstance(block, dict):
@@ -155,17 +153,23 @@ def _tokens(counts: Counts, value) -> None:
     counts.tally("tokens_hist", str(token_bucket(value)))
 
 
+def config_fallback_of(trace) -> str | None:
+    """The resolution a wire trace's configuration fell back to (None: a fresh copy)."""
+    resolution = trace.config_resolution or ""
+    if trace.config_fallback or resolution not in ("", "fresh"):
+        return resolution or "fallback"
+    return None
+
+
 def live_contribution(trace) -> tuple:
     """What a wire trace adds to each of its live rows besides its tokens: a hashable tuple,
     so a batch counts each distinct one once (most traces of a minute look alike)."""
-    resolution = trace.config_resolution or ""
-    fallback = trace.config_fallback or resolution not in ("", "fresh")
     return (
         trace.status,
         CHART_GROUP_OF.get(trace.status) == "failed",
         trace.degradation,
         tuple(sorted(count_key(s, c) for s, c in _required_missing(trace.candidates))),
-        (resolution or "fallback") if fallback else None,
+        config_fallback_of(trace),
     )
 
 
@@ -215,15 +219,21 @@ class ShadowView:
         return not self.compared or (self.same_status and self.same_selected and not self.lost)
 
 
+def shadow_differences(shadow, candidates: int) -> dict:
+    """A shadow block's differences by candidate index (those past `candidates` dropped)."""
+    differences = {}
+    for difference in block_field(shadow, "differences") or ():
+        index = block_field(difference, "index")
+        if isinstance(index, int) and 0 <= index < candidates:
+            differences[index] = difference
+    return differences
+
+
 def shadow_view(*, shadow, status: str, candidates, input_estimate: float | None) -> ShadowView:
     """Compare a shadow block with the live decisions of the same request. `candidates` are
     objects with id/item_id, source, required, decision, reason_code, in trace order."""
-    differences = {}
-    for difference in _get(shadow, "differences") or ():
-        index = _get(difference, "index")
-        if isinstance(index, int) and 0 <= index < len(candidates):
-            differences[index] = difference
-    shadow_selected = frozenset(_get(shadow, "selected") or ())
+    differences = shadow_differences(shadow, len(candidates))
+    shadow_selected = frozenset(block_field(shadow, "selected") or ())
     live_selected, missing, kept, lost = set(), set(), set(), set()
     for index, c in enumerate(candidates):
         item = getattr(c, "item_id", None) or c.id
@@ -235,14 +245,14 @@ def shadow_view(*, shadow, status: str, candidates, input_estimate: float | None
         if difference is None:
             required, decision, code = c.required, c.decision, c.reason_code or ""
         else:
-            required = bool(_get(difference, "required", c.required))
-            decision = _get(difference, "decision") or c.decision
-            code = _get(difference, "reason_code") or ""
+            required = bool(block_field(difference, "required", c.required))
+            decision = block_field(difference, "decision") or c.decision
+            code = block_field(difference, "reason_code") or ""
         if required and decision != "selected":
             missing.add((c.source, code))
-    used = _get(shadow, "used_tokens")
+    used = block_field(shadow, "used_tokens")
     return ShadowView(
-        status=_get(shadow, "status"),
+        status=block_field(shadow, "status"),
         selected=shadow_selected,
         live_status=status,
         live_selected=frozenset(live_selected),
@@ -261,12 +271,12 @@ def shadow_counts(counts: Counts, shadow, view: ShadowView) -> None:
         counts.tally("statuses", view.status)
         if CHART_GROUP_OF.get(view.status) == "failed":
             counts.add("failures")
-    degradation = _get(shadow, "degradation")
+    degradation = block_field(shadow, "degradation")
     if degradation:
         counts.tally("degraded", degradation)
     for source, code in view.required_missing:
         counts.tally("required_missing", count_key(source, code))
-    _tokens(counts, _get(shadow, "used_tokens"))
+    _tokens(counts, block_field(shadow, "used_tokens"))
     if view.compared:
         counts.add("compared")
         counts.add("same_status", int(view.same_status))
@@ -282,61 +292,81 @@ def shadow_counts(counts: Counts, shadow, view: ShadowView) -> None:
 
 # --- a batch ---------------------------------------------------------------------------------------
 _ENCODE = msgspec.json.Encoder()
-_TYPES = {
-    "agent_id": "bigint",
-    "environment_id": "bigint",
-    "document": "text",
-    "version": "integer",
-    "arm": "text",
-    "minute": "timestamptz",
-    **{name: "double precision" if name.endswith("_sum") else "bigint" for name in COUNTER_SCALARS},
-    **dict.fromkeys(COUNTER_MAPS, "jsonb"),
-}
+MAP_ADD = "health_counts_add(c.{name}, EXCLUDED.{name})"  # jsonb maps of counts: added key by key
 
 
-def _upsert(table: str, time_column: str) -> str:
-    """INSERT … SELECT from one jsonb parameter (the rows as a JSON array): a fixed text,
-    so the driver adapts one value, not two dozen per row."""
-    columns = ", ".join(COLUMNS).replace("minute", time_column)
-    key = ", ".join(_KEY).replace("minute", time_column)
-    record = ", ".join(f"{name} {kind}" for name, kind in _TYPES.items())
-    return (
-        f"INSERT INTO {table} AS c ({columns}) "  # noqa: S608 (constants)
-        f"SELECT {', '.join(COLUMNS)} FROM jsonb_to_recordset(%s::jsonb) AS r({record})"
-        f" ON CONFLICT ({key}) DO UPDATE SET "
-        + ", ".join(f"{name} = c.{name} + EXCLUDED.{name}" for name in COUNTER_SCALARS)
-        + ", "
-        + ", ".join(
-            f"{name} = health_counts_add(c.{name}, EXCLUDED.{name})" for name in COUNTER_MAPS
-        )
-    )
+@dataclass(frozen=True)
+class CounterTable:
+    """A table of counters the ingest adds to: its key columns, its plain counts (added) and
+    its jsonb maps (merged by an SQL expression of c.<name> and EXCLUDED.<name>, by default
+    `health_counts_add`). The health counters and the rollout counters (traces.rollouts) are
+    written through this one writer, in one statement per batch."""
 
+    table: str
+    key: dict  # column → SQL type, in the primary key's order
+    scalars: dict  # column → SQL type
+    maps: dict  # column → merge expression
 
-# Both tables in one statement: the minutes in a CTE, their sums per hour after it.
-_UPSERT = f"WITH minutes AS ({_upsert('health_counter', 'minute')}) " + _upsert(
-    "health_counter_hour", "hour"
-)
+    @property
+    def types(self) -> dict:
+        return {**self.key, **self.scalars, **dict.fromkeys(self.maps, "jsonb")}
 
-
-def _encoded(rows: dict[tuple, Counts]) -> str:
-    """The rows as the JSON array jsonb_to_recordset reads, in key order (so two batches
-    touching the same rows lock them in one order: no deadlock)."""
-    return _ENCODE.encode(
-        [
-            {
-                **dict(zip(_KEY, key, strict=True)),
-                **rows[key].scalars,
-                **rows[key].maps,
-            }
-            for key in sorted(rows)
+    def upsert(self) -> str:
+        """INSERT … SELECT from one jsonb parameter (the rows as a JSON array): a fixed text,
+        so the driver adapts one value, not two dozen per row."""
+        columns = ", ".join(self.types)
+        record = ", ".join(f"{name} {kind}" for name, kind in self.types.items())
+        updates = [f"{name} = c.{name} + EXCLUDED.{name}" for name in self.scalars] + [
+            f"{name} = {merge.format(name=name)}" for name, merge in self.maps.items()
         ]
-    ).decode()
+        return (
+            f"INSERT INTO {self.table} AS c ({columns}) "  # noqa: S608 (constants)
+            f"SELECT {columns} FROM jsonb_to_recordset(%s::jsonb) AS r({record})"
+            f" ON CONFLICT ({', '.join(self.key)}) DO UPDATE SET " + ", ".join(updates)
+        )
+
+    def encoded(self, rows: dict) -> str:
+        """`rows` ({key tuple: Counts}) as the JSON array jsonb_to_recordset reads, in key
+        order (so two batches touching the same rows lock them in one order: no deadlock)."""
+        return _ENCODE.encode(
+            [
+                {**dict(zip(self.key, key, strict=True)), **rows[key].scalars, **rows[key].maps}
+                for key in sorted(rows)
+            ]
+        ).decode()
+
+    def counts(self) -> Counts:
+        return Counts(
+            dict.fromkeys(self.scalars, 0), {name: defaultdict(int) for name in self.maps}
+        )
 
 
-def _by_hour(rows: dict[tuple, Counts]) -> dict[tuple, Counts]:
-    hours: dict[tuple, Counts] = defaultdict(Counts)
-    for (*key, minute), counts in rows.items():
-        total = hours[(*key, minute.replace(minute=0))]
+def _health_table(table: str, time_column: str) -> CounterTable:
+    key = {
+        "agent_id": "bigint",
+        "environment_id": "bigint",
+        "document": "text",
+        "version": "integer",
+        "arm": "text",
+        time_column: "timestamptz",
+    }
+    scalars = {
+        name: "double precision" if name.endswith("_sum") else "bigint" for name in COUNTER_SCALARS
+    }
+    return CounterTable(table, key, scalars, dict.fromkeys(COUNTER_MAPS, MAP_ADD))
+
+
+HEALTH_MINUTES = _health_table("health_counter", "minute")
+HEALTH_HOURS = _health_table("health_counter_hour", "hour")
+
+
+def sum_by_hour(rows: dict[tuple, Counts], *, table: CounterTable, at: int = -1) -> dict:
+    """Rows keyed by minute (at position `at` of the key) summed per hour, for `table`."""
+    hours: dict[tuple, Counts] = defaultdict(table.counts)
+    for key, counts in rows.items():
+        key = list(key)
+        key[at] = key[at].replace(minute=0)
+        total = hours[tuple(key)]
         for name, value in counts.scalars.items():
             total.scalars[name] += value
         for name, counted in counts.maps.items():
@@ -345,12 +375,38 @@ def _by_hour(rows: dict[tuple, Counts]) -> dict[tuple, Counts]:
     return hours
 
 
+_STATEMENTS: dict[tuple, str] = {}
+
+
+def counters_write_tables(cursor, writes: list[tuple[CounterTable, dict]]) -> None:
+    """Add each (table, rows) of `writes` in ONE statement (all but the last in CTEs): one
+    round trip, and the rows of all tables commit together. Tables without rows are skipped."""
+    writes = [(table, rows) for table, rows in writes if rows]
+    if not writes:
+        return
+    names = tuple(table.table for table, _ in writes)
+    statement = _STATEMENTS.get(names)
+    if statement is None:
+        *first, last = (table.upsert() for table, _ in writes)
+        ctes = ", ".join(f"w{index} AS ({sql})" for index, sql in enumerate(first))
+        statement = _STATEMENTS[names] = (f"WITH {ctes} " if ctes else "") + last
+    cursor.execute(statement, [table.encoded(rows) for table, rows in writes])
+
+
+def health_writes(rows: dict[tuple, Counts]) -> list[tuple[CounterTable, dict]]:
+    """The health rows ({key: Counts}, keyed by minute) for the minute table and, summed per
+    hour, for the hour table."""
+    return (
+        [(HEALTH_MINUTES, rows), (HEALTH_HOURS, sum_by_hour(rows, table=HEALTH_HOURS))]
+        if rows
+        else []
+    )
+
+
 def counters_write(cursor, rows: dict[tuple, Counts]) -> int:
-    """Add `rows` ({key: Counts}, keyed by minute) to the minute table and, summed per hour,
-    to the hour table: one statement. Returns the minute rows written."""
-    if not rows:
-        return 0
-    cursor.execute(_UPSERT, [_encoded(rows), _encoded(_by_hour(rows))])
+    """Add health `rows` to the minute and hour tables: one statement. Returns the minute
+    rows written."""
+    counters_write_tables(cursor, health_writes(rows))
     return len(rows)
 
 
@@ -378,7 +434,9 @@ def batch_counts(*, environment, agent_ids: dict[str, int], traces) -> dict[tupl
             summed[0] += value
             summed[1] += 1
             summed[2][str(token_bucket(value))] += 1
-        if trace.shadow is not None and trace.strategy:
+        # A rollout's trace carries the other arm's version as its shadow: the rollout
+        # counters judge and count it (traces.rollouts.counters), not the shadow releases.
+        if trace.shadow is not None and trace.strategy and trace.rollout is None:
             _shadow_trace(rows, known, environment, trace, base)
     for (agent_id, minute, documents, contribution), count in alike.items():
         when = _from_minutes(minute)
@@ -406,7 +464,7 @@ def _shadow_trace(rows, known: dict, environment, trace, base: tuple) -> None:
     agent_id, minutes, _ = base
     minute = _from_minutes(minutes)
     shadow = trace.shadow
-    version = _get(shadow, "version")
+    version = block_field(shadow, "version")
     asked = (agent_id, trace.strategy, version, minute)
     if asked not in known:
         known[asked] = shadow_release_known(
@@ -427,11 +485,15 @@ def _shadow_trace(rows, known: dict, environment, trace, base: tuple) -> None:
     shadow_counts(rows[key], shadow, view)
 
 
-def counters_record_batch(cursor, *, environment, agent_ids: dict[str, int], traces) -> int:
-    """Count the traces a batch has just stored (call inside the ingest's transaction)."""
-    return counters_write(
-        cursor, batch_counts(environment=environment, agent_ids=agent_ids, traces=traces)
-    )
+def counters_record_batch(
+    cursor, *, environment, agent_ids: dict[str, int], traces, also=()
+) -> int:
+    """Count the traces a batch has just stored (call inside the ingest's transaction).
+    `also`: more (CounterTable, rows) of the same traces — the rollout counters — written by
+    the same statement. Returns the health minute rows written."""
+    rows = batch_counts(environment=environment, agent_ids=agent_ids, traces=traces)
+    counters_write_tables(cursor, [*health_writes(rows), *also])
+    return len(rows)
 
 
 # --- outcomes, reported after the fact ---------------------------------------------------------------

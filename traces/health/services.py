@@ -12,12 +12,21 @@ from traces.health.models import RETENTION_DAYS
 PURGE_BATCH = 20_000
 
 
-def counters_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE_BATCH) -> int:
+HEALTH_TABLES = (("health_counter", "minute"), ("health_counter_hour", "hour"))
+
+
+def counters_purge_expired(
+    *,
+    now: datetime | None = None,
+    batch_size: int = PURGE_BATCH,
+    tables: tuple[tuple[str, str], ...] = HEALTH_TABLES,
+) -> int:
     """Delete counter rows (minutes and hours) older than RETENTION_DAYS, in short batches
-    (ingest goes on meanwhile). Returns how many rows."""
+    (ingest goes on meanwhile). `tables`: (table, time column) pairs — the health counters
+    unless given (the rollout counters pass theirs). Returns how many rows."""
     cutoff = (now or timezone.now()) - timedelta(days=RETENTION_DAYS)
     total = 0
-    for table, column in (("health_counter", "minute"), ("health_counter_hour", "hour")):
+    for table, column in tables:
         while True:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute(

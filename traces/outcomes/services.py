@@ -29,6 +29,7 @@ from traces.models import Trace
 from traces.outcomes import rules
 from traces.outcomes.ingest import ItemRejection, ParsedOutcomes
 from traces.outcomes.models import Outcome, OutcomeKind
+from traces.rollouts.counters import rollout_outcomes_record
 from traces.selectors import traces_keyed
 
 PURGE_BATCH = 5_000
@@ -413,6 +414,8 @@ def outcomes_count(stored: list[StoredOutcome], *, now: datetime) -> int:
     if counted:
         by_row = {(o.environment_id, o.request_id, o.kind_key): o for o in stored}
         marked = [by_row[(env, request_id, kind)] for env, _, request_id, kind, _ in counted]
+        # The same outcomes on their trace's rollout arm, when the trace was its evidence.
+        rollout_outcomes_record((o.environment_id, o.request_id, o.kind_key, o.bad) for o in marked)
         with connection.cursor() as cursor:
             cursor.execute(
                 _MARK_COUNTED,

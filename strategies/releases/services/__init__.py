@@ -1,6 +1,7 @@
 """Writes for releases, by job: `publish` (live at once, or an approval request where the
 environment is protected), `approvals` (approve, reject, withdraw), `rollback`, `promotion`,
-`shadow` (start, stop, promote a shadow release). Each is one transaction with its audit
+`shadow` (start, stop, promote a shadow release), `rollout` (staged rollouts: start, pause,
+resume, advance, finish, stop, and what the guards do). Each is one transaction with its audit
 rows; the outermost are durable.
 
 Beneath them: `move` (the one way a release pointer moves), `shadow_move` (the one way a
@@ -24,10 +25,31 @@ from strategies.releases.services.promotion import (
 )
 from strategies.releases.services.publish import PublishOutcome, release_publish
 from strategies.releases.services.rollback import release_rollback
+from strategies.releases.services.rollout import (
+    ROLLOUT_OPERATOR_ACTIONS,
+    default_plan,
+    rollout_advance,
+    rollout_finish,
+    rollout_guard_pause,
+    rollout_guard_rollback,
+    rollout_pause,
+    rollout_record_guards,
+    rollout_resume,
+    rollout_start,
+    rollout_step_done,
+    rollout_step_extend,
+    rollout_stop,
+)
 from strategies.releases.services.shadow import shadow_promote, shadow_start, shadow_stop
-from strategies.releases.services.state import approval_state, release_state, shadow_state
+from strategies.releases.services.state import (
+    approval_state,
+    release_state,
+    rollout_state,
+    shadow_state,
+)
 
 __all__ = [
+    "ROLLOUT_OPERATOR_ACTIONS",
     "PromotionItem",
     "PromotionOutcome",
     "PublishOutcome",
@@ -38,10 +60,23 @@ __all__ = [
     "approval_withdraw",
     "check_publishable",
     "check_rollback_target",
+    "default_plan",
     "release_promote",
     "release_publish",
     "release_rollback",
     "release_state",
+    "rollout_advance",
+    "rollout_finish",
+    "rollout_guard_pause",
+    "rollout_guard_rollback",
+    "rollout_pause",
+    "rollout_record_guards",
+    "rollout_resume",
+    "rollout_start",
+    "rollout_state",
+    "rollout_step_done",
+    "rollout_step_extend",
+    "rollout_stop",
     "shadow_promote",
     "shadow_start",
     "shadow_state",

@@ -17,11 +17,12 @@ from strategies.releases.selectors import pending_for, waiting_finding
 from strategies.releases.services.checks import check_publishable, check_rollback_target
 from strategies.releases.services.move import _release_move
 from strategies.releases.services.notifications import _notify_requested
+from strategies.releases.services.rollout_move import _rollout_approved
 from strategies.releases.services.state import _current, _stale, approval_state
 
 
 def _approval_create(
-    *, version, environment, live, actor, reason, kind=ApprovalRequest.Kind.PUBLISH
+    *, version, environment, live, actor, reason, kind=ApprovalRequest.Kind.PUBLISH, rollout=None
 ) -> ApprovalRequest:
     """One pending request per document × environment (the database says so too), bound to
     the version's content hash and the live revision; its webhooks hear approval.requested."""
@@ -50,6 +51,7 @@ def _approval_create(
         base_revision=live.revision if live else 0,
         requested_by=actor,
         reason=reason,
+        rollout=rollout,
     )
     audit_record(
         actor=actor,
@@ -106,6 +108,10 @@ def approval_approve(*, approval: ApprovalRequest, actor, note: str = "") -> Rel
             approval.environment,
             "What is live changed since this request was made; it must be requested again.",
         )
+    if approval.kind == ApprovalRequest.Kind.ROLLOUT:
+        # The plan starts: nothing moves live now (it does when the rollout completes).
+        _rollout_approved(approval, actor=actor)
+        return live
     if approval.kind == ApprovalRequest.Kind.ROLLBACK:
         check_rollback_target(release=live, to_version=version)
         action = ReleaseEvent.Action.ROLLBACK

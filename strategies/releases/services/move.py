@@ -18,8 +18,9 @@ from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.delivery import config as runtime_config
 from strategies.documents.models import Document, Version
-from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
+from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent, Rollout
 from strategies.releases.services.notifications import _notify
+from strategies.releases.services.rollout_move import _rollout_notify, _rollout_stopped_by_move
 from strategies.releases.services.shadow_move import ShadowChange, _shadow_move, _shadow_notify
 from strategies.releases.services.state import _current, _release_state, _shadow_current, _stale
 
@@ -77,9 +78,12 @@ def _release_move(
     reason: str,
     expected_revision: int | None,
     approval: ApprovalRequest | None = None,
+    rollout: Rollout | None = None,
 ) -> Release:
     """Move the pointer. `approval`: the request this change applies (its approver is
-    `actor`, its requester `actor_label`), named in the history, the audit and the webhook."""
+    `actor`, its requester `actor_label`), named in the history, the audit and the webhook.
+    `rollout`: the staged rollout this publish completes; any other rollout active here is
+    stopped by the move (a person decided what is live)."""
     approved_by = str(approval.decided_by) if approval is not None else ""
     unreviewed = went_live_unreviewed(environment, action, approval)
     before = _current(document, environment)
@@ -136,10 +140,13 @@ def _release_move(
         decision_note=f"Void: the release moved to v{to_version.number} ({action}).",
     )
     promoted = _shadow_promoted(release, action, actor=actor)
+    stopped = _rollout_stopped_by_move(release, action, actor=actor, completing=rollout)
     rendered = runtime_config.payload_refresh(agent=document.agent, environment=environment)
     _notify(release, before, action, rendered.etag, now, actor=actor, approval=approval)
     if promoted is not None:
         _shadow_notify(promoted, etag=rendered.etag, actor=actor)
+    if stopped is not None:
+        _rollout_notify(stopped, etag=rendered.etag)
     audit_record(
         actor=actor,
         action=RELEASE_ACTIONS[action],

@@ -17,7 +17,7 @@ from strategies.delivery.models import (
     SHADOW_CHANGED_EVENT,
     WEBHOOK_EVENT,
 )
-from strategies.releases.models import ApprovalRequest, Release, ShadowRelease
+from strategies.releases.models import ApprovalRequest, Release, Rollout, ShadowRelease
 
 
 def _actor_context(actor) -> dict:
@@ -101,6 +101,38 @@ def _notify_shadow(
             "etag": etag,
             "occurred_at": _when(when),
             "actor": _actor_context(actor),
+        },
+    )
+
+
+def _notify_rollout(
+    rollout: Rollout, *, action: str, etag: str, when, actor, evidence: dict | None
+) -> None:
+    """A staged rollout changed what runtimes apply (or how it stands): `release.changed`
+    with action `rollout_<action>`, the rollout, and a guard's evidence when a guard acted."""
+    _event_send(
+        environment=rollout.environment,
+        event=WEBHOOK_EVENT,
+        body={
+            "event": WEBHOOK_EVENT,
+            "agent": rollout.document.agent.key,
+            "environment": rollout.environment.key,
+            "document": rollout.document.key,
+            "action": f"rollout_{action}",
+            "from_version": rollout.control_version.number,
+            "to_version": rollout.version.number,
+            "etag": etag,
+            "occurred_at": _when(when),
+            "actor": _actor_context(actor),
+            "approval": None,
+            "rollout": {
+                "id": rollout.key,
+                "state": rollout.state,
+                "step": rollout.step,
+                "share": rollout.share,
+                "unit": rollout.unit,
+            },
+            "evidence": evidence or None,
         },
     )
 

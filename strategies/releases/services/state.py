@@ -3,10 +3,12 @@ the current release of a document in an environment."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from console.kernel.errors import Conflict
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document
-from strategies.releases.models import ApprovalRequest, Release, ShadowRelease
+from strategies.releases.models import ApprovalRequest, Release, Rollout, ShadowRelease
 
 
 def _release_state(release: Release | None) -> dict | None:
@@ -88,6 +90,7 @@ def approval_state(approval: ApprovalRequest) -> dict:
         "decided_by": str(approval.decided_by) if approval.decided_by_id else None,
         "decided_at": approval.decided_at.isoformat() if approval.decided_at else None,
         "decision_note": approval.decision_note,
+        "rollout": approval.rollout.key if approval.rollout_id else None,
     }
 
 
@@ -105,3 +108,52 @@ def _stale(document, environment, message: str) -> Conflict:
         code="stale_revision",
         extra={"current": _release_state(_current(document, environment))},
     )
+
+
+def rollout_state(rollout: Rollout) -> dict:
+    """A staged rollout as the API, the audit, the webhooks and the 409s show it."""
+    started = rollout.step_started_at
+    bake_ends = (
+        started + timedelta(seconds=rollout.bake_seconds)
+        if started is not None and rollout.state in Rollout.SERVED_STATES
+        else None
+    )
+    approval = rollout.approvals.order_by("-id").first() if rollout.pk else None
+    return {
+        "id": rollout.key,
+        "agent": rollout.document.agent.key,
+        "document": rollout.document.key,
+        "environment": rollout.environment.key,
+        "version": rollout.version.number,
+        "control_version": rollout.control_version.number,
+        "plan_name": rollout.plan_name,
+        "plan": rollout.plan,
+        "unit": rollout.unit,
+        "state": rollout.state,
+        "step": rollout.step,
+        "share": rollout.share,
+        "bake_seconds": rollout.bake_seconds,
+        "step_started_at": _iso(started),
+        "step_extended": rollout.step_extended,
+        "bake_ends_at": _iso(bake_ends),
+        "guards": rollout.guards,
+        "guards_at": _iso(rollout.guards_at),
+        "evidence": rollout.evidence,
+        "reason": rollout.reason,
+        "end_reason": rollout.end_reason,
+        "started_by": rollout.started_by,
+        "started_at": _iso(rollout.started_at),
+        "ended_by": rollout.ended_by,
+        "ended_at": _iso(rollout.ended_at),
+        "revision": rollout.revision,
+        "approval": approval.pk if approval else None,
+    }
+
+
+def _iso(moment) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def rollout_conflict(rollout: Rollout, message: str, *, code: str) -> Conflict:
+    """409 with the rollout as it now stands (`current`)."""
+    return Conflict(message, code=code, extra={"current": rollout_state(rollout)})

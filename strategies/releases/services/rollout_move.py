@@ -1,0 +1,205 @@
+"""The one way a staged rollout changes: `_rollout_change`, on the rollout's row locked
+(`_rollout_locked`, SELECT … FOR UPDATE), so of two people (or a person and the guard
+evaluator) acting at once one wins and the other sees the rollout as it now stands. Each
+change grows the rollout's revision (part of the config ETag), appends a line to its
+timeline and writes its audit row; the caller re-renders the runtime payload once and then
+sends the webhook (`_rollout_notify`), as for a shadow."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from django.db.models import F
+from django.utils import timezone
+
+from console.kernel.audit import AuditAction, actor_label, audit_record
+from strategies.delivery import config as runtime_config
+from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent, Rollout
+from strategies.releases.plans import plan_hash
+from strategies.releases.services.notifications import _notify_rollout
+from strategies.releases.services.state import rollout_conflict, rollout_state
+
+ROLLOUT_FINISHED = "rollout_finished"  # completed, rolled back or stopped: nothing more to do
+ROLLOUT_STATE = "rollout_state"  # the action does not apply to the state it is in now
+# Each change of the timeline, and the audit action it is written as.
+ROLLOUT_AUDIT = {
+    "start": AuditAction.ROLLOUT_START,
+    "approve": AuditAction.ROLLOUT_APPROVE,
+    "pause": AuditAction.ROLLOUT_PAUSE,
+    "resume": AuditAction.ROLLOUT_RESUME,
+    "step": AuditAction.ROLLOUT_STEP,
+    "extend": AuditAction.ROLLOUT_EXTEND,
+    "complete": AuditAction.ROLLOUT_COMPLETE,
+    "stop": AuditAction.ROLLOUT_STOP,
+    "rollback": AuditAction.ROLLOUT_ROLLBACK,
+}
+ENDING = {
+    "complete": Rollout.State.COMPLETED,
+    "stop": Rollout.State.STOPPED,
+    "rollback": Rollout.State.ROLLED_BACK,
+}
+
+
+@dataclass(frozen=True)
+class RolloutChange:
+    """What one change did, for the webhook sent once the payload is rendered."""
+
+    rollout: Rollout
+    action: str
+    actor: object
+    evidence: dict | None
+    when: object
+
+
+def _rollout_locked(rollout: Rollout) -> Rollout:
+    """The rollout's row, locked until the transaction ends (read again: what it is now)."""
+    return (
+        Rollout.objects.select_for_update(of=("self",))
+        .select_related("document__agent", "environment", "version", "control_version")
+        .get(pk=rollout.pk)
+    )
+
+
+def _rollout_expect(rollout: Rollout, states: Iterable[str], *, action: str) -> None:
+    """409 unless the (locked) rollout is in one of `states`: `rollout_finished` once it
+    ended, `rollout_state` when it is active but the action does not apply (already paused)."""
+    if rollout.state in states:
+        return
+    if not rollout.active:
+        raise rollout_conflict(
+            rollout,
+            f"{rollout.key} is {rollout.get_state_display().lower()}"
+            f"{f' (by {rollout.ended_by})' if rollout.ended_by else ''}: nothing to {action}.",
+            code=ROLLOUT_FINISHED,
+        )
+    raise rollout_conflict(
+        rollout,
+        f"{rollout.key} is {rollout.get_state_display().lower()} now: it cannot {action}.",
+        code=ROLLOUT_STATE,
+    )
+
+
+def _rollout_change(
+    rollout: Rollout,
+    *,
+    actor,
+    action: str,
+    reason: str = "",
+    evidence: dict | None = None,
+    **fields,
+) -> RolloutChange:
+    """Apply `fields` to the locked `rollout` (an ending action sets its end), grow its
+    revision, add the timeline line and write the audit row (with the evidence a guard saw)."""
+    before = rollout_state(rollout)
+    now = timezone.now()
+    if action in ENDING:
+        fields.update(state=ENDING[action], ended_by=actor_label(actor), ended_at=now)
+        fields.setdefault("end_reason", reason)
+    if evidence is not None:
+        fields["evidence"] = evidence
+    for name, value in fields.items():
+        setattr(rollout, name, value)
+    entry = {
+        "at": now.isoformat(),
+        "action": action,
+        "actor": actor_label(actor),
+        "step": rollout.step,
+        "share": rollout.share,
+        "reason": reason,
+    }
+    Rollout.objects.filter(pk=rollout.pk).update(
+        **fields, revision=F("revision") + 1, log=[*rollout.log, entry], updated_at=now
+    )
+    rollout.refresh_from_db()
+    audit_record(
+        actor=actor,
+        action=ROLLOUT_AUDIT[action],
+        target=rollout,
+        agent=rollout.document.agent,
+        before=before,
+        after={**rollout_state(rollout), "reason": reason},
+    )
+    return RolloutChange(rollout=rollout, action=action, actor=actor, evidence=evidence, when=now)
+
+
+def _rollout_notify(change: RolloutChange, *, etag: str) -> None:
+    _notify_rollout(
+        change.rollout,
+        action=change.action,
+        etag=etag,
+        when=change.when,
+        actor=change.actor,
+        evidence=change.evidence,
+    )
+
+
+def _rollout_stopped_by_move(
+    release: Release, action: str, *, actor, completing: Rollout | None
+) -> RolloutChange | None:
+    """A person published or rolled back by hand where a rollout is active: it stops (what
+    they put live is what runtimes serve), saying why. The completing rollout's own publish
+    is no such move."""
+    active = (
+        Rollout.objects.active()
+        .filter(document=release.document, environment=release.environment)
+        .exclude(pk=completing.pk if completing else None)
+        .first()
+    )
+    if active is None:
+        return None
+    rollout = _rollout_locked(active)
+    if not rollout.active:
+        return None  # ended meanwhile
+    verb = "rolled back to" if action == ReleaseEvent.Action.ROLLBACK else "published"
+    _rollout_void_request(rollout, note=f"Void: v{release.version.number} was {verb} by hand.")
+    return _rollout_change(
+        rollout,
+        actor=actor,
+        action="stop",
+        reason=f"Stopped: v{release.version.number} was {verb} by hand in "
+        f"{release.environment.key} ({action}, release revision {release.revision}).",
+    )
+
+
+def _rollout_void_request(rollout: Rollout, *, note: str) -> None:
+    """Its plan's request, if it still waits, stops waiting (the rollout it asked for ended)."""
+    ApprovalRequest.objects.filter(rollout=rollout, status=ApprovalRequest.Status.PENDING).update(
+        status=ApprovalRequest.Status.VOID, decided_at=timezone.now(), decision_note=note
+    )
+
+
+def _rollout_refresh(change: RolloutChange) -> Rollout:
+    """Re-render the runtime payload (a new ETag, the config stream's NOTIFY), then queue the
+    webhook: every change of a rollout ends so."""
+    rollout = change.rollout
+    rendered = runtime_config.payload_refresh(
+        agent=rollout.document.agent, environment=rollout.environment
+    )
+    _rollout_notify(change, etag=rendered.etag)
+    return rollout
+
+
+def _rollout_approved(approval: ApprovalRequest, *, actor) -> Rollout:
+    """A second person approved the plan (the approval checked the version's content hash
+    and the live revision): the rollout starts, at its first step, if its plan is still the
+    one asked for."""
+    rollout = _rollout_locked(approval.rollout)
+    _rollout_expect(rollout, [Rollout.State.AWAITING_APPROVAL], action="start")
+    if plan_hash(rollout.plan) != rollout.plan_hash:
+        raise rollout_conflict(
+            rollout,
+            "The plan changed since it was requested; it must be requested again.",
+            code="content_changed",
+        )
+    change = _rollout_change(
+        rollout,
+        actor=actor,
+        action="approve",
+        reason=approval.decision_note,
+        state=Rollout.State.RUNNING,
+        step=0,
+        step_started_at=timezone.now(),
+        step_extended=False,
+    )
+    return _rollout_refresh(change)

@@ -1,0 +1,153 @@
+"""Browser journey (issue 23): in the demo world ops starts a staged rollout of v2 over live v3
+in sg-test from the releases page, lands on the rollout page (its step, share, bake and the
+guards' states as the evaluator recorded them, with request ids linking to traces), pauses
+and resumes it, sees the status part refresh by itself, and stops it — the runtime's
+configuration following each step."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from strategies.releases.models import Rollout
+from strategies.releases.services import rollout_guard_pause, rollout_record_guards
+from tests.factories import bearer, runtime_token
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+SCREENS = Path(__file__).resolve().parents[2] / ".data" / "screens"
+STRATEGY = "after_sales_consultation"
+CELL = (
+    f"#releases-assistant_professional tr[data-document='{STRATEGY}'] "
+    "td[data-environment='sg-test']"
+)
+
+
+def shot(page, name):
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENS / f"rollout-{name}.png"), full_page=True)
+
+
+def runtime_config(client, secret) -> dict:
+    response = client.get("/api/v1/runtime/config/assistant_professional", **bearer(secret))
+    assert response.status_code == 200
+    return response.json()
+
+
+def declare_split(environment) -> None:
+    """The sg-test runtime reports a manifest that declares split support."""
+    from strategies.catalog.selectors import manifest_latest
+    from strategies.catalog.services import manifest_record
+
+    body = dict(manifest_latest(environment=environment).body)
+    body["features"] = sorted({*body.get("features", []), "split"})
+    manifest_record(environment=environment, body=body)
+
+
+def confirm(page, dialog_id, reason):
+    page.locator(f"#{dialog_id} summary").click()
+    panel = page.locator(f"#{dialog_id} .confirm-panel")
+    panel.locator("textarea").fill(reason)
+    panel.locator("button[type=submit]").click()
+
+
+def test_rollout_journey__start_see_guards_pause_resume_stop(
+    demo_world, page, login, live_server, client
+):
+    from strategies.catalog.models import Environment
+    from strategies.delivery.config import cache_clear_all
+
+    cache_clear_all()  # Redis outlives the test database between runs
+    sg = Environment.objects.get(key="sg-test")
+    declare_split(sg)
+    secret = runtime_token(sg)
+    assert runtime_config(client, secret)["rollouts"] == {}
+
+    login("ops", "ops-demo")
+    page.goto(f"{live_server.url}/releases/?agent=assistant_professional")
+    page.click(f"{CELL} a[data-rollout-start]")
+
+    # The start form: v2, custom steps, by task; the check says the runtime applies splits.
+    page.select_option("#rollout-version", "2")
+    page.wait_for_selector("#rollout-check >> text=How v2 differs from live v3")
+    assert "applies split rollouts" in page.inner_text("#rollout-check")
+    page.check("input[name=plan][value=custom]")
+    page.fill(
+        "#rollout-steps",
+        '[{"share": 0.1, "bake_seconds": 120}, {"share": 0.5, "bake_seconds": 120},'
+        ' {"share": 1.0, "bake_seconds": 120}]',
+    )
+    page.fill("#rollout-reason", "v2 by steps")
+    shot(page, "start")
+    page.click("#rollout-form button[type=submit]")
+
+    # The rollout page: step 1 of 3 at 10%, the bake running, the plan as a chart.
+    page.wait_for_selector("text=runs: 10% of units get v2 now")
+    rollout = Rollout.objects.get()
+    assert page.inner_text("#rollout-step").startswith("1 of 3")
+    assert "10%" in page.inner_text("#rollout-share")
+    assert page.locator("#rollout-bake progress").count() == 1
+    assert page.locator(".rollout-bar").count() == 3
+    assert page.locator("#rollout-status").get_attribute("data-state") == "running"
+    served = runtime_config(client, secret)
+    assert served["rollouts"][STRATEGY]["id"] == rollout.key
+    assert served["rollouts"][STRATEGY]["share"] == 0.1
+    assert served["strategies"][STRATEGY]["version"] == 3
+
+    # The evaluator records the guards; the status part polls and shows them by itself.
+    rollout_record_guards(
+        rollout=rollout,
+        guards=[
+            {"name": "minimum_data", "state": "insufficient", "message": "40 of 100 on new."},
+            {
+                "name": "paired",
+                "state": "ok",
+                "message": "No regression on the same inputs over 412 requests.",
+                "evidence": {"kinds": {"status": {"request_ids": ["req-92"]}}},
+            },
+        ],
+    )
+    page.wait_for_selector("[data-guard='paired'][data-guard-state='ok']", timeout=10_000)
+    assert "40 of 100 on new" in page.inner_text("#rollout-guards")
+    link = page.locator("[data-guard='paired'] a", has_text="req-92")
+    assert "/traces/req-92/" in link.get_attribute("href")
+    shot(page, "running")
+
+    # Pause, then resume.
+    confirm(page, "rollout-pause", "Looking at req-92")
+    page.wait_for_selector("text=is paused")
+    assert page.locator("#rollout-status").get_attribute("data-state") == "paused"
+    assert runtime_config(client, secret)["rollouts"][STRATEGY]["share"] == 0.1  # held
+    confirm(page, "rollout-resume", "Looks fine")
+    page.wait_for_selector("text=runs again")
+    assert page.locator("#rollout-status").get_attribute("data-state") == "running"
+
+    # A guard pauses it while the page is open: the status part says so by itself.
+    rollout_guard_pause(
+        rollout=Rollout.objects.get(),
+        guard="attribution",
+        evidence={"message": "order_delivery not fetched in 31% of requests in both versions"},
+        reason="order_delivery not fetched in 31% of requests in both versions.",
+    )
+    page.wait_for_selector("#rollout-changed", timeout=10_000)
+    assert page.locator("#rollout-status").get_attribute("data-state") == "paused"
+    assert "order_delivery not fetched" in page.inner_text("#rollout-why")
+    assert "order_delivery not fetched" in page.inner_text("#rollout-evidence")
+    shot(page, "guard-paused")
+    page.click("#rollout-changed a")
+    assert page.locator("#rollout-resume").count() == 1
+
+    # Stop: runtimes serve v3 alone again; the page says who and why.
+    confirm(page, "rollout-stop", "Not this week")
+    page.wait_for_selector("text=is stopped")
+    assert page.locator("#rollout-status").get_attribute("data-state") == "stopped"
+    assert "Not this week" in page.inner_text("#rollout-why")
+    assert page.locator("#rollout-actions").count() == 0
+    shot(page, "stopped")
+    served = runtime_config(client, secret)
+    assert served["rollouts"] == {} and served["strategies"][STRATEGY]["version"] == 3
+
+    # The releases grid offers a new rollout again.
+    page.goto(f"{live_server.url}/releases/?agent=assistant_professional")
+    assert page.locator(f"{CELL} [data-rollout]").count() == 0
+    assert page.locator(f"{CELL} a[data-rollout-start]").is_visible()

@@ -1,0 +1,322 @@
+"""Rollout evidence at ingest (traces.rollouts): a batch of a staged rollout's traces fills
+the rollout counters exactly — per arm, paired kinds from each trace's shadow, the sources
+neither version had, the first request ids — in the ingest's transaction; traces claiming a
+rollout, arm or version they do not have are stored and counted as faults, never as
+evidence; outcomes reported later count on the arm; the trace page shows the rollout."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from strategies.releases.models import Rollout
+from tests.factories import (
+    ReleaseFactory,
+    candidate,
+    post_batch,
+    runtime_token,
+    trace_payload,
+    world,
+)
+from tests.factories.documents import DocumentFactory, FrozenVersionFactory
+from tests.factories.outcomes import outcome_kinds, post_outcomes
+from traces.health.models import HealthCounter
+from traces.models import Trace
+from traces.rollouts import guards
+from traces.rollouts.models import RolloutCounter, RolloutCounterHour, RolloutSample
+from traces.rollouts.selectors import step_evidence
+
+pytestmark = pytest.mark.django_db
+
+MINUTE = (timezone.now() - timedelta(minutes=3)).replace(second=5, microsecond=0)
+STRATEGY = "after_sales_consultation"
+
+
+@pytest.fixture
+def env():
+    data = world()
+    document = DocumentFactory(agent=data["agents"]["assistant_professional"], key=STRATEGY)
+    data["strategy"] = {n: FrozenVersionFactory(document=document, number=n) for n in (3, 4)}
+    sg_test = data["environments"]["sg-test"]
+    ReleaseFactory(version=data["strategy"][3], environment=sg_test)
+    data["rollout"] = Rollout.objects.create(
+        key="ro-7",
+        document=document,
+        environment=sg_test,
+        version=data["strategy"][4],
+        control_version=data["strategy"][3],
+        plan=[{"share": 0.0, "bake_seconds": 600}, {"share": 0.1, "bake_seconds": 600}],
+        plan_hash="test",
+        state=Rollout.State.RUNNING,
+        step=1,
+        step_started_at=MINUTE - timedelta(minutes=1),
+        started_by="test",
+    )
+    return data
+
+
+@pytest.fixture
+def secret(env):
+    return runtime_token(env["environments"]["sg-test"])
+
+
+def at(seconds: int = 0) -> str:
+    return (MINUTE + timedelta(seconds=seconds)).isoformat()
+
+
+def served(request_id, arm, *, shadow=None, rollout_id="ro-7", step=1, version=None, **fields):
+    """A trace of the rollout: arm new is served v4 with v3 as its shadow, arm old v3 with v4."""
+    version = version or (4 if arm == "new" else 3)
+    other = 3 if arm == "new" else 4
+    block = {"version": other, "status": "ready", "selected": ["task_state:T9", "P7-v2"]}
+    fields.setdefault("occurred_at", at())
+    return trace_payload(
+        request_id,
+        documents={"profile": 7, STRATEGY: version},
+        rollout={"id": rollout_id, "arm": arm, "step": step},
+        shadow={**block, **(shadow or {})},
+        **fields,
+    )
+
+
+def over_budget_p7():
+    """live dropped the required P7-v2 (over budget); the other version selected it."""
+    return [
+        candidate(),
+        candidate(
+            "P7-v2",
+            source="applicable_policy",
+            decision="over_budget",
+            reason_code="over_budget_required",
+        ),
+    ]
+
+
+def order_not_fetched():
+    return [
+        candidate(),
+        candidate("P7-v2", source="applicable_policy"),
+        candidate(
+            "order:A1042",
+            source="order_delivery",
+            decision="not_fetched",
+            reason_code="provider_not_fetched",
+        ),
+    ]
+
+
+def counter(arm: str, key: str = "ro-7", step: int = 1) -> RolloutCounter:
+    return RolloutCounter.objects.get(rollout_key=key, step=step, arm=arm)
+
+
+def test_ingest__a_rollout_batch__fills_the_counters_exactly(client, secret):
+    batch = [
+        served("n-same", "new"),
+        # new worse three ways: not usable while old was, lost a required item old selected,
+        # 6200 tokens against old's 5000 (> 1.2 ×)
+        served(
+            "n-worse",
+            "new",
+            status="budget_exceeded",
+            candidates=over_budget_p7(),
+            shadow={"used_tokens": 5000},
+        ),
+        served("o-same", "old"),
+        # arm old: the shadow is new — it failed where old was ready, and used 8000 > 1.2 × 6200
+        served("o-worse", "old", shadow={"status": "budget_exceeded", "used_tokens": 8000}),
+        # a provider failing: live (old) did not fetch it, and the other version reads it too
+        served(
+            "o-order",
+            "old",
+            status="degraded",
+            degradation="general_policy_only",
+            candidates=order_not_fetched(),
+        ),
+        served("o-fallback", "old", config_fallback=True, config_resolution="stale"),
+    ]
+    response = post_batch(client, secret, batch).json()
+    assert response["accepted"] == 6, response
+
+    new, old = counter("new"), counter("old")
+    assert (new.traces, new.usable, new.compared) == (2, 1, 2)
+    assert (new.paired_status, new.paired_required_lost, new.paired_tokens) == (1, 1, 1)
+    assert (old.traces, old.usable, old.compared, old.config_fallback) == (4, 4, 4, 1)
+    assert (old.paired_status, old.paired_required_lost, old.paired_tokens) == (1, 0, 1)
+    assert old.not_fetched == {"order_delivery": 1}
+    assert old.not_fetched_both == {"order_delivery": 1}
+    assert new.faults == old.faults == {}
+    assert RolloutSample.objects.get(rollout_key="ro-7", step=1).request_ids == {
+        "status": ["n-worse", "o-worse"],
+        "required_lost": ["n-worse"],
+        "tokens": ["n-worse", "o-worse"],
+    }
+    # The same statement added them to their hour.
+    hour = RolloutCounterHour.objects.get(rollout_key="ro-7", step=1, arm="old")
+    assert (hour.traces, hour.paired_status, hour.not_fetched) == (4, 1, {"order_delivery": 1})
+    # The rollout's shadow is the other arm, not a shadow release: no health fault for it.
+    assert not any(row.faults for row in HealthCounter.objects.all())
+    stored = dict(Trace.objects.values_list("request_id", "rollout_arm"))
+    assert stored["n-same"] == "new" and stored["o-order"] == "old"
+
+
+def test_ingest__claims_the_rollout_does_not_have__stored_and_counted_as_faults(client, secret):
+    batch = [
+        served("unknown", "new", rollout_id="ro-999"),
+        served("wrong-version", "new", version=3),  # arm new must be served v4
+        served("wrong-shadow", "old", shadow={"version": 5}),
+        served("good", "new"),
+    ]
+    assert post_batch(client, secret, batch).json()["accepted"] == 4
+    assert Trace.objects.filter(rollout_key__isnull=False).count() == 4
+
+    assert counter("new", key="ro-999").faults == {"rollout_unknown": 1}
+    assert counter("new", key="ro-999").traces == 0
+    assert counter("new").faults == {"rollout_version": 1}
+    assert counter("old").faults == {"rollout_shadow_version": 1}
+    assert (counter("new").traces, counter("old").traces) == (1, 0)
+
+
+def test_ingest__another_environments_rollout__a_fault_there(client, env):
+    prod = runtime_token(env["environments"]["prod"])
+    ReleaseFactory(version=env["strategy"][3], environment=env["environments"]["prod"])
+    assert post_batch(client, prod, [served("elsewhere", "new")]).json()["accepted"] == 1
+    row = RolloutCounter.objects.get(rollout_key="ro-7")
+    assert (row.traces, row.faults) == (0, {"rollout_unknown": 1})
+    assert row.environment_id == env["environments"]["prod"].pk
+
+
+def test_ingest__sample_ids__the_first_five_per_kind_across_batches(client, secret):
+    worse = {"status": "budget_exceeded"}
+    post_batch(client, secret, [served(f"a{i}", "old", shadow=worse) for i in range(3)])
+    post_batch(client, secret, [served(f"b{i}", "old", shadow=worse) for i in range(4)])
+    assert counter("old").paired_status == 7
+    sample = RolloutSample.objects.get(rollout_key="ro-7", step=1).request_ids
+    assert sample == {"status": ["a0", "a1", "a2", "b0", "b1"]}
+
+
+def test_step_evidence__sums_the_steps_minutes_and_the_guards_judge_it(client, secret):
+    batch = [served(f"o{i}", "old") for i in range(12)] + [
+        served("n1", "new", status="budget_exceeded")
+    ]
+    post_batch(client, secret, batch)
+    later = [served("n2", "new", occurred_at=at(65))]  # the next minute
+    post_batch(client, secret, later)
+    evidence = step_evidence(rollout_key="ro-7", step=1, since=MINUTE - timedelta(minutes=1))
+    assert evidence.share == 0.1
+    assert (evidence.new.traces, evidence.old.traces, evidence.compared) == (2, 12, 14)
+    assert evidence.paired_count("status").requests == 1
+    assert evidence.paired_count("status").request_ids == ("n1",)
+    # an earlier `since` than the step's rows changes nothing; a later one drops a minute
+    assert (
+        step_evidence(rollout_key="ro-7", step=1, since=MINUTE + timedelta(seconds=60)).new.traces
+        == 1
+    )
+    results = {r.name: r.state for r in guards.evaluate(evidence, guards.GuardSettings())}
+    assert results["minimum_data"] == "insufficient"
+    assert results["paired"] == "ok"  # 1 request: never a breach under 5
+
+
+def test_outcomes__counted_on_the_arm_of_evidence_traces_only(client, secret, env):
+    outcome_kinds(env["environments"]["sg-test"])
+    post_batch(client, secret, [served("n1", "new"), served("bad-claim", "new", version=3)])
+    response = post_outcomes(
+        client,
+        secret,
+        [
+            {
+                "request_id": "n1",
+                "kind": "escalated",
+                "value": True,
+                "agent": "assistant_professional",
+            },
+            {"request_id": "n1", "kind": "rating", "value": 5, "agent": "assistant_professional"},
+            {
+                "request_id": "bad-claim",
+                "kind": "escalated",
+                "value": True,
+                "agent": "assistant_professional",
+            },
+        ],
+    )
+    assert response.json()["accepted"] == 3
+    row = counter("new")
+    assert RolloutCounterHour.objects.get(rollout_key="ro-7", arm="new").outcomes == row.outcomes
+    assert row.outcomes == {"escalated": 1, "rating": 1}
+    assert row.outcomes_bad == {"escalated": 1}
+    assert row.traces == 1  # outcomes add no traces
+
+
+def test_trace_page__shows_the_rollout_arm_and_step(client, secret, make_user):
+    post_batch(client, secret, [served("n1", "new")])
+    client.force_login(make_user("sup", support="assistant_professional"))
+    page = client.get("/traces/n1/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="trace-rollout"' in html
+    assert 'href="/rollouts/ro-7/"' in html and "served the new version" in html
+
+
+def test_step_evidence__a_step_of_days__whole_hours_from_the_hour_table_edges_from_minutes(env):
+    from django.db import connection
+
+    from traces.rollouts import counters
+
+    start = (timezone.now() - timedelta(days=2)).replace(minute=17, second=0, microsecond=0)
+    rows = {}
+    for i in range(0, 2 * 24 * 60, 7):  # every 7th minute of two days
+        when = start + timedelta(minutes=i)
+        for arm, n in (("new", 1 + i % 3), ("old", 10 + i % 5)):
+            counts = counters.MINUTES.counts()
+            counts.add("traces", n)
+            counts.tally("not_fetched", "order_delivery", i % 2)
+            rows[("ro-7", 1, when, arm, env["environments"]["sg-test"].pk)] = counts
+    with connection.cursor() as cursor:
+        counters.counters_write_tables(cursor, counters.minutes_and_hours(rows))
+    since = start + timedelta(minutes=25)  # mid-hour: minutes first, then whole hours
+    evidence = step_evidence(rollout_key="ro-7", step=1, since=since)
+    for arm in ("new", "old"):
+        expected = [c for (_, _, when, a, _), c in rows.items() if a == arm and when >= since]
+        assert evidence.arm(arm).traces == sum(c.scalars["traces"] for c in expected)
+        assert evidence.arm(arm).not_fetched["order_delivery"] == sum(
+            c.maps["not_fetched"]["order_delivery"] for c in expected
+        )
+
+
+def test_guards__order_provider_failing_30pct_in_both_arms__pause_naming_it_no_rollback(
+    client, secret
+):
+    """Through ingest: 1,000 requests at share 0.1 (every tenth on new), the order provider
+    not fetched on 30% of them in both arms — the same requests for both versions."""
+    batch = []
+    for i in range(1000):
+        arm = "new" if i % 10 == 0 else "old"
+        failing = (i // 10) % 10 < 3  # 30% of each arm
+        fields = {"candidates": order_not_fetched()} if failing else {}
+        if failing:
+            fields.update(status="degraded", degradation="general_policy_only")
+        batch.append(served(f"r{i}", arm, **fields))
+    for start in range(0, 1000, 250):
+        assert post_batch(client, secret, batch[start : start + 250]).json()["accepted"] == 250
+    evidence = step_evidence(rollout_key="ro-7", step=1, since=MINUTE - timedelta(minutes=1))
+    assert (evidence.new.traces, evidence.old.traces) == (100, 900)
+    results = {r.name: r for r in guards.evaluate(evidence, guards.GuardSettings())}
+    assert results["attribution"].state == "pause"
+    assert results["attribution"].message.startswith(
+        "order_delivery not fetched in 30% of requests in both versions"
+    )
+    assert {r.state for r in results.values()} <= {"ok", "pause"}
+    assert results["sample_ratio"].state == "ok"
+
+
+def test_purge__rollout_counters_past_30_days__deleted_with_their_samples(client, secret):
+    from traces.rollouts.services import rollout_counters_purge_expired
+
+    post_batch(client, secret, [served("n1", "new", status="budget_exceeded")])
+    assert RolloutSample.objects.count() == 1
+    assert rollout_counters_purge_expired(now=timezone.now() + timedelta(days=29)) == 0
+    deleted = rollout_counters_purge_expired(now=timezone.now() + timedelta(days=31))
+    assert deleted == 2  # the minute row and its hour
+    assert not RolloutCounter.objects.exists() and not RolloutCounterHour.objects.exists()
+    assert not RolloutSample.objects.exists()

@@ -1,0 +1,141 @@
+"""The guard loop of staged rollouts (issue 23): every 30 s, for each running rollout, the
+step's evidence (`selectors.step_evidence`) judged by the guards (`guards.evaluate`), then
+the rollout services act (strategies.releases.services):
+
+1. the guards' states are recorded for the rollout page;
+2. a breach rolls back at once (or pauses where the environment asks a person to approve
+   guard rollbacks: the service decides that);
+3. a guard that cannot tell — a provider failing both versions (attribution), a split the
+   runtime does not apply (sample ratio) — pauses, naming why;
+4. once the bake is over: too little data extends the step once, then the environment's
+   `on_insufficient_data` (pause, roll back, proceed); every guard ok moves on (the next
+   step, or the new version published live after the last).
+
+Safe to run twice at once and to be killed anywhere: each action is one transaction on the
+rollout's locked row, conditional on the step it judged (a 409 `rollout_moved` otherwise),
+so a step or a rollback is never doubled; what was not committed is judged again 30 s later.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from django.utils import timezone
+
+from console.kernel.errors import Conflict
+from strategies.catalog.models import Environment
+from strategies.releases.models import Rollout
+from strategies.releases.selectors import evidence_request_ids, rollouts_running
+from strategies.releases.services import (
+    rollout_guard_pause,
+    rollout_guard_rollback,
+    rollout_record_guards,
+    rollout_step_done,
+    rollout_step_extend,
+)
+from traces.rollouts import guards
+from traces.rollouts.selectors import step_evidence
+
+log = logging.getLogger(__name__)
+
+# What the evaluator did with one rollout (the task's summary and the tests read these).
+BAKING, MOVED_ON, EXTENDED, PAUSED, ROLLED_BACK, SKIPPED = (
+    "baking",
+    "moved_on",
+    "extended",
+    "paused",
+    "rolled_back",
+    "skipped",
+)
+
+
+def _evidence_of(result: guards.GuardResult, rollout: Rollout) -> dict:
+    """A guard's result as the audit row, the page and the webhook keep it: its words, the
+    step, its facts (counts, bound) and up to five request ids."""
+    return {
+        "guard": result.name,
+        "state": result.state,
+        "message": result.message,
+        "step": rollout.step,
+        "share": rollout.share,
+        "request_ids": evidence_request_ids(result.evidence),
+        **result.evidence,
+    }
+
+
+def rollout_evaluate(rollout: Rollout, *, now=None) -> str:
+    """Judge one running rollout's step and act; returns what it did."""
+    now = now or timezone.now()
+    evidence = step_evidence(
+        rollout_key=rollout.key, step=rollout.step, since=rollout.step_started_at
+    )
+    results = guards.evaluate(evidence, rollout.environment)
+    rollout_record_guards(rollout=rollout, guards=[result.as_dict() for result in results])
+    by_state: dict[str, list] = {}
+    for result in results:
+        by_state.setdefault(result.state, []).append(result)
+    if guards.BREACH in by_state:
+        breach = by_state[guards.BREACH][0]
+        ended = rollout_guard_rollback(
+            rollout=rollout, guard=breach.name, evidence=_evidence_of(breach, rollout)
+        )
+        return ROLLED_BACK if ended.state == Rollout.State.ROLLED_BACK else PAUSED
+    if guards.PAUSE in by_state:
+        # The attribution guard names the provider; prefer its words to the guard it held.
+        held = by_state[guards.PAUSE]
+        pause = next((r for r in held if r.name == guards.ATTRIBUTION), held[0])
+        rollout_guard_pause(
+            rollout=rollout,
+            guard=pause.name,
+            evidence=_evidence_of(pause, rollout),
+            reason=pause.message,
+        )
+        return PAUSED
+    if now < rollout.step_started_at + timedelta(seconds=rollout.bake_seconds):
+        return BAKING
+    if guards.INSUFFICIENT in by_state:
+        return _insufficient(rollout, by_state[guards.INSUFFICIENT][0])
+    rollout_step_done(rollout=rollout)
+    return MOVED_ON
+
+
+def _insufficient(rollout: Rollout, short: guards.GuardResult) -> str:
+    """Too little data at the end of the bake: extend once, then the environment decides."""
+    if not rollout.step_extended:
+        rollout_step_extend(rollout=rollout)
+        return EXTENDED
+    choice = rollout.environment.on_insufficient_data
+    evidence = _evidence_of(short, rollout)
+    if choice == Environment.OnInsufficientData.PROCEED:
+        rollout_step_done(rollout=rollout)
+        return MOVED_ON
+    if choice == Environment.OnInsufficientData.ROLLBACK:
+        evidence["message"] = f"{short.message} Still too little data after the extension."
+        ended = rollout_guard_rollback(rollout=rollout, guard=short.name, evidence=evidence)
+        return ROLLED_BACK if ended.state == Rollout.State.ROLLED_BACK else PAUSED
+    rollout_guard_pause(
+        rollout=rollout,
+        guard=short.name,
+        evidence=evidence,
+        reason=f"{short.message} Still too little data after the extension: a person decides "
+        "(resume, advance or stop).",
+    )
+    return PAUSED
+
+
+def rollouts_evaluate() -> dict[str, str]:
+    """Every running rollout judged once: {rollout key: what was done}. One failing rollout
+    never keeps the others from being judged."""
+    done = {}
+    for rollout in rollouts_running():
+        try:
+            done[rollout.key] = rollout_evaluate(rollout)
+        except Conflict as exc:
+            # Someone (a person, another evaluator) changed it since it was read: next round.
+            done[rollout.key] = SKIPPED
+            log.info("rollout %s changed while judged: %s", rollout.key, exc.message)
+        except Exception:  # noqa: BLE001 - logged; the other rollouts are still judged
+            done[rollout.key] = SKIPPED
+            log.exception("rollout %s could not be judged", rollout.key)
+    return done
