@@ -6,13 +6,15 @@
 # CI runs both ways). Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install.sh dev
+scripts/test-setup.sh
 
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "Installing Debian's chromium for the browser tests…"
-  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
-fi
+# At exit: stop the SDK's suite if it still runs, release the embedded engines if started here.
+sdk_pid="" embedded=""
+cleanup() {
+  if [ -n "$sdk_pid" ]; then kill "$sdk_pid" 2>/dev/null || true; fi
+  if [ -n "$embedded" ]; then .venv/bin/python scripts/embedded.py release $$ || true; fi
+}
+trap cleanup EXIT
 
 case "${CONSOLE_TEST_ENGINES:-}" in
   embedded) unset DATABASE_URL REDIS_URL ;;
@@ -28,7 +30,7 @@ if [ -z "${DATABASE_URL:-}" ] || [ -z "${REDIS_URL:-}" ]; then
   echo "Starting the embedded PostgreSQL and Redis (data in .data/)…"
   # Registered for this shell: at exit they stop, unless a `make run` still uses them.
   embedded_env=$(.venv/bin/python scripts/embedded.py env --for $$)
-  trap '.venv/bin/python scripts/embedded.py release $$ || true' EXIT
+  embedded=1
   eval "$embedded_env"
 fi
 echo "database: $DATABASE_URL  broker: $REDIS_URL"
@@ -38,11 +40,30 @@ mkdir -p .data
 .venv/bin/ruff format --check .
 .venv/bin/lint-imports
 
-# The runtime SDK on its own: a clean virtual environment with only sdk/ (no Django).
-[ -x .venv-sdk/bin/python ] || python3 -m venv .venv-sdk
-# setuptools never prunes sdk/build/: a module renamed or removed since would ship in the wheel.
-rm -rf sdk/build
-.venv-sdk/bin/python -m pip install --quiet --disable-pip-version-check "./sdk[test,adk]"
-(cd sdk && ../.venv-sdk/bin/python -m pytest -q)
-.venv/bin/python manage.py spectacular --validate --fail-on-warn --file .data/openapi.yaml
-.venv/bin/python -m pytest "$@"
+# The runtime SDK on its own: a clean virtual environment with only sdk/ (no Django). Its suite
+# runs beside the console's (each mostly keeps one core busy); its output follows the console's.
+# SKIP_SDK_SUITE=1 leaves it out (CI's embedded-engines pass: the SDK touches no engine).
+if [ -z "${SKIP_SDK_SUITE:-}" ]; then
+  [ -x .venv-sdk/bin/python ] || python3 -m venv .venv-sdk
+  # setuptools never prunes sdk/build/: a module renamed or removed since would ship in the wheel.
+  rm -rf sdk/build
+  .venv-sdk/bin/python -m pip install --quiet --disable-pip-version-check "./sdk[test,adk]"
+  sdk_log=.data/sdk-tests-$$.log
+  (cd sdk && exec ../.venv-sdk/bin/python -m pytest -q) > "$sdk_log" 2>&1 &
+  sdk_pid=$!
+fi
+
+status=0
+.venv/bin/python manage.py spectacular --validate --fail-on-warn --file .data/openapi-$$.yaml || status=$?
+rm -f .data/openapi-$$.yaml
+[ $status -ne 0 ] || .venv/bin/python -m pytest "$@" || status=$?
+
+if [ -n "$sdk_pid" ]; then
+  sdk_status=0
+  wait "$sdk_pid" || sdk_status=$?
+  echo "=== the runtime SDK's suite (sdk/tests), run beside the console's"
+  cat "$sdk_log"; rm -f "$sdk_log"
+  sdk_pid=""
+  [ $sdk_status -eq 0 ] || { echo "the SDK's suite failed" >&2; status=1; }
+fi
+exit $status
