@@ -335,6 +335,7 @@ ARM_NEW, ARM_OLD = ARMS
 RolloutUnitName = Literal["task", "principal"]
 ROLLOUT_UNITS: tuple[str, ...] = get_args(RolloutUnitName)
 RolloutId = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+RolloutArmLabel = Annotated[str, msgspec.Meta(min_length=1, max_length=10)]
 
 
 class TraceRollout(_Wire):
@@ -342,7 +343,10 @@ class TraceRollout(_Wire):
     rollout's public id, the arm the request was served and the plan step it ran under."""
 
     id: RolloutId
-    arm: RolloutArmName
+    # "new" or "old" from this SDK (RolloutArmName). Any other short name still decodes: the
+    # console stores the trace and counts it as a runtime fault, never as evidence, so a
+    # runtime that mislabels arms shows up instead of losing its traces.
+    arm: RolloutArmLabel
     step: Count
 
 

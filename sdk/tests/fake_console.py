@@ -555,6 +555,8 @@ def _wire_error(error: msgspec.ValidationError) -> tuple[str, str, str]:
         return path, "invalid_choice", message
     if "matching regex" in message:
         return path, "invalid_format", message
+    if re.match(r"Expected `(int|float)` [<>]", message):
+        return path, "out_of_range", message
     if missing := re.match(r"Object missing required field `(?P<field>[^`]+)`", message):
         field = missing.group("field")
         return (f"{path}.{field}" if path else field), "required", message

@@ -31,10 +31,17 @@ def test_trace__rollout_block__decodes():
     assert rollout == wire.TraceRollout(id="ro-7", arm="new", step=2)
 
 
+def test_trace__arm_it_does_not_know__decodes_for_the_console_to_count_as_a_fault():
+    # The console stores it and counts a runtime fault (traces.rollouts.counters): refusing
+    # the trace here would lose it and hide the runtime's mistake.
+    assert decode_trace(rollout={"id": "ro-7", "arm": "both", "step": 2}).rollout.arm == "both"
+
+
 @pytest.mark.parametrize(
     ("block", "where"),
     [
-        ({"id": "ro-7", "arm": "both", "step": 2}, "$.rollout.arm"),
+        ({"id": "ro-7", "arm": "", "step": 2}, "$.rollout.arm"),
+        ({"id": "ro-7", "arm": "a" * 11, "step": 2}, "$.rollout.arm"),
         ({"id": "", "arm": "new", "step": 2}, "$.rollout.id"),
         ({"id": "r" * 101, "arm": "new", "step": 2}, "$.rollout.id"),
         ({"id": "ro-7", "arm": "old", "step": -1}, "$.rollout.step"),

@@ -166,10 +166,14 @@ def test_ingest__claims_the_rollout_does_not_have__stored_and_counted_as_faults(
         served("unknown", "new", rollout_id="ro-999"),
         served("wrong-version", "new", version=3),  # arm new must be served v4
         served("wrong-shadow", "old", shadow={"version": 5}),
+        served("no-such-arm", "both", version=4),  # a runtime that mislabels its arms
         served("good", "new"),
     ]
-    assert post_batch(client, secret, batch).json()["accepted"] == 4
-    assert Trace.objects.filter(rollout_key__isnull=False).count() == 4
+    assert post_batch(client, secret, batch).json()["accepted"] == 5
+    assert Trace.objects.filter(rollout_key__isnull=False).count() == 5
+
+    assert counter("").faults == {"rollout_arm_unknown": 1}
+    assert counter("").traces == 0
 
     assert counter("new", key="ro-999").faults == {"rollout_unknown": 1}
     assert counter("new", key="ro-999").traces == 0
