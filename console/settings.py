@@ -234,8 +234,9 @@ CELERY_BEAT_SCHEDULE: dict = {
     "traces-count-pending-outcomes": {"task": "traces.count_pending_outcomes", "schedule": 30.0},
     # Staged rollouts' guards (issue 23): a breach is rolled back within two periods (60 s).
     "rollouts-evaluate": {"task": "rollouts.evaluate", "schedule": 30.0},
-    # Version-health counters are kept 30 days (traces.health).
+    # Version-health and rollout counters are kept 30 days (traces.health, traces.rollouts).
     "health-purge-expired": {"task": "health.purge_expired", "schedule": 6 * 3600.0},
+    "rollouts-purge-expired": {"task": "rollouts.purge_expired", "schedule": 6 * 3600.0},
     "strategies.flush_token_last_used": {
         "task": "strategies.flush_token_last_used",
         "schedule": 60.0,

@@ -314,9 +314,12 @@ def test_guards__order_provider_failing_30pct_in_both_arms__pause_naming_it_no_r
     assert results["sample_ratio"].state == "ok"
 
 
-def test_purge__rollout_counters_past_30_days__deleted_with_their_samples(client, secret):
+def test_purge__rollout_counters_past_30_days__deleted_with_their_samples(client, secret, settings):
     from traces.rollouts.services import rollout_counters_purge_expired
+    from traces.rollouts.tasks import purge_expired
 
+    scheduled = {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()}
+    assert purge_expired.name in scheduled  # the beat runs it
     post_batch(client, secret, [served("n1", "new", status="budget_exceeded")])
     assert RolloutSample.objects.count() == 1
     assert rollout_counters_purge_expired(now=timezone.now() + timedelta(days=29)) == 0

@@ -21,7 +21,7 @@ WHERE NOT EXISTS (SELECT 1 FROM rollout_counter_hour h
 def rollout_counters_purge_expired(*, now: datetime | None = None) -> int:
     """Delete rollout counter rows past the counters' retention (30 days), and the sample
     ids of steps none of whose hours is left. Returns the counter rows deleted. The beat
-    runs it with the evaluator's jobs (traces.rollouts.tasks)."""
+    runs it every 6 hours (traces.rollouts.tasks.purge_expired)."""
     deleted = counters_purge_expired(now=now, tables=ROLLOUT_TABLES)
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(_ORPHAN_SAMPLES)
