@@ -219,6 +219,9 @@ AUDIT_CHECKPOINT_MINUTES = env_count("AUDIT_CHECKPOINT_MINUTES", 1, minimum=1)
 # Minutes between two trace purges: a retention change applies at the next one (the
 # environment form says so, from this).
 TRACES_PURGE_MINUTES = 15
+# Seconds between two judgements of the running rollouts' guards (30: a breach in traffic is
+# rolled back within a minute). Shorter only where traffic is dense enough to judge sooner.
+ROLLOUTS_EVALUATE_SECONDS = float(env_count("ROLLOUTS_EVALUATE_SECONDS", 30, minimum=1))
 # Every periodic task, in one place; `celery -A console beat` runs them.
 CELERY_BEAT_SCHEDULE: dict = {
     "traces-purge-expired": {
@@ -233,7 +236,7 @@ CELERY_BEAT_SCHEDULE: dict = {
     # figures are at most this late (issue 22: visible within 60 s).
     "traces-count-pending-outcomes": {"task": "traces.count_pending_outcomes", "schedule": 30.0},
     # Staged rollouts' guards (issue 23): a breach is rolled back within two periods (60 s).
-    "rollouts-evaluate": {"task": "rollouts.evaluate", "schedule": 30.0},
+    "rollouts-evaluate": {"task": "rollouts.evaluate", "schedule": ROLLOUTS_EVALUATE_SECONDS},
     # Version-health and rollout counters are kept 30 days (traces.health, traces.rollouts).
     "health-purge-expired": {"task": "health.purge_expired", "schedule": 6 * 3600.0},
     "rollouts-purge-expired": {"task": "rollouts.purge_expired", "schedule": 6 * 3600.0},

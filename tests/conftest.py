@@ -6,6 +6,7 @@ pytest-django's live server; Playwright never downloads a browser.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -143,52 +144,47 @@ def demo_world(db):
 
 
 # --- a real Celery worker process --------------------------------------------------------------
-@pytest.fixture
-def celery_worker_process(request, transactional_db):
-    """Start `celery -A console worker` as a separate process against the test database and
-    the real broker, on a queue private to this test run, logging at INFO (or the level an
-    indirect parametrization gives, e.g. production's WARNING). Yields the queue name; the
-    worker's output is in .data/worker-<queue>.log."""
-    level = getattr(request, "param", "INFO")
+@contextlib.contextmanager
+def celery_worker(*, level: str = "INFO", beat_schedule: Path | None = None, **env_extra: str):
+    """A `celery -A console worker` process against the test database and the real broker, on
+    a queue private to it; with `beat_schedule` (a file) it runs the beat too (`-B`), sending
+    the periodic tasks to that queue. Yields the queue name; the worker's output is in
+    .data/worker-<queue>.log."""
     from tests.engines import child_env
 
     queue = f"test-{os.getpid()}-{time.monotonic_ns()}"
-    env = child_env()
+    env = child_env(**env_extra)
     env["CELERY_QUEUE"] = queue
     (ROOT / ".data").mkdir(exist_ok=True)
-    log = open(ROOT / ".data" / f"worker-{queue}.log", "w")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "console",
-            "worker",
-            "--pool=solo",
-            "--concurrency=1",
-            "-Q",
-            queue,
-            "--without-gossip",
-            "--without-mingle",
-            "--without-heartbeat",
-            "-l",
-            level,
-        ],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        yield queue
-    finally:
-        proc.terminate()
+    beat = ["-B", "-s", str(beat_schedule)] if beat_schedule is not None else []
+    with open(ROOT / ".data" / f"worker-{queue}.log", "w") as log:
+        proc = subprocess.Popen(
+            [
+                sys.executable, "-m", "celery", "-A", "console", "worker", "--pool=solo",
+                "--concurrency=1", "-Q", queue, "--without-gossip", "--without-mingle",
+                "--without-heartbeat", "-l", level, *beat,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
         try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+            yield queue
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture
+def celery_worker_process(request, transactional_db):
+    """A real Celery worker process (`celery_worker`), logging at INFO or the level an
+    indirect parametrization gives (e.g. production's WARNING). Yields the queue name."""
+    with celery_worker(level=getattr(request, "param", "INFO")) as queue:
+        yield queue
 
 
 # --- browser -------------------------------------------------------------------------------------

@@ -111,6 +111,13 @@ def _parse_args(argv):
         default=0,
         help="request n belongs to task T<n mod TASKS> (0: every request is task T9)",
     )
+    parser.add_argument(
+        "--fail-source",
+        default=None,
+        metavar="SOURCE:SHARE",
+        help="the provider of SOURCE fails this share of requests (every request n with"
+        " n*SHARE crossing a whole number): its items are not_fetched, in both versions",
+    )
     parser.add_argument("--cache-dir", default=None, help="where the config client keeps its copy")
     parser.add_argument(
         "--spool-dir", default=None, help="the reporter's on-disk spool (survives restarts)"
@@ -133,6 +140,7 @@ def run_sim(argv=None) -> int:
     from datetime import UTC, datetime
     from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
+    import msgspec
     from context_runtime import rollouts, wire
     from context_runtime.client import ConfigClient
     from context_runtime.engine import Strategy, select
@@ -225,6 +233,21 @@ def run_sim(argv=None) -> int:
             strategies[key] = (strategy, fetched)
         return strategies[key]
 
+    failing, _, failing_share = (args.fail_source or "").partition(":")
+    failing_share = float(failing_share or 0)
+
+    def provider_failed(n: int) -> bool:
+        """Spread evenly: request n fails when n*share crosses a whole number."""
+        return bool(failing) and int(n * failing_share) != int((n - 1) * failing_share)
+
+    def as_failed(items):
+        return tuple(
+            msgspec.structs.replace(c, outcome="not_fetched", note="provider timed out")
+            if c.source == failing
+            else c
+            for c in items
+        )
+
     principal = "shop-a/user-417"  # an internal reference, never a name
     model = wire.ModelInfo(name="model-x", adapter="adapter-x", context_window=128_000)
     sources = [
@@ -247,6 +270,8 @@ def run_sim(argv=None) -> int:
             fields: dict = {}
             if document is not None:
                 strategy, fetched = read(snap.etag, document)
+                if provider_failed(n):  # the shadow runs on these same candidates
+                    fetched = as_failed(fetched)
                 selection = select(strategy=strategy, candidates=fetched, context_window=128_000)
                 fields = selection.trace_fields()
                 try:  # a shadow that cannot run never costs the request
@@ -434,6 +459,26 @@ class ConsoleServer:
 def stream_server(env: dict, **kwargs) -> ConsoleServer:
     """The config stream server (``console.stream``, ASGI) as a real process."""
     return ConsoleServer(env, app="console.stream:application", interface="asgi", **kwargs)
+
+
+class ConsoleWithStream:
+    """The web server and the config stream server, stopped and started together on their
+    ports (the web server sends runtimes to the stream's address)."""
+
+    def __init__(self, env: dict, log_dir: Path):
+        self.stream = stream_server(env, log_path=log_dir / "stream.log")
+        self.web = ConsoleServer(
+            {**env, "STREAM_URL": f":{self.stream.port}"}, log_path=log_dir / "web.log"
+        )
+
+    def start(self) -> ConsoleWithStream:
+        self.stream.start()
+        self.web.start()
+        return self
+
+    def stop(self) -> None:
+        self.web.stop()
+        self.stream.stop()
 
 
 class RuntimeSim:

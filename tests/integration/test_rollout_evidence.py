@@ -151,6 +151,7 @@ def test_ingest__a_rollout_batch__fills_the_counters_exactly(client, secret):
         "status": ["n-worse", "o-worse"],
         "required_lost": ["n-worse"],
         "tokens": ["n-worse", "o-worse"],
+        "not_fetched_both:order_delivery": ["o-order"],  # the attribution's requests to open
     }
     # The same statement added them to their hour.
     hour = RolloutCounterHour.objects.get(rollout_key="ro-7", step=1, arm="old")
@@ -310,6 +311,9 @@ def test_guards__order_provider_failing_30pct_in_both_arms__pause_naming_it_no_r
     assert results["attribution"].message.startswith(
         "order_delivery not fetched in 30% of requests in both versions"
     )
+    failed = {f"r{i}" for i in range(1000) if (i // 10) % 10 < 3}
+    named = results["attribution"].evidence["request_ids"]
+    assert len(named) == 5 and set(named) <= failed
     assert {r.state for r in results.values()} <= {"ok", "pause"}
     assert results["sample_ratio"].state == "ok"
 

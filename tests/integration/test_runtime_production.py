@@ -28,10 +28,9 @@ from tests.engines import child_env
 from tests.factories import release_setup, runtime_token
 from tests.runtime_sim import (
     AGENT,
-    ConsoleServer,
+    ConsoleWithStream,
     RuntimeSim,
     publish_and_time,
-    stream_server,
     wait_until,
 )
 from traces.models import Trace
@@ -53,31 +52,12 @@ def world(transactional_db):
     return world
 
 
-class Console:
-    """The web server and the stream server, stopped and started together on their ports."""
-
-    def __init__(self, env: dict, tmp_path):
-        self.stream = stream_server(env, log_path=tmp_path / "stream.log")
-        self.web = ConsoleServer(
-            {**env, "STREAM_URL": f":{self.stream.port}"}, log_path=tmp_path / "web.log"
-        )
-
-    def start(self) -> Console:
-        self.stream.start()
-        self.web.start()
-        return self
-
-    def stop(self) -> None:
-        self.web.stop()
-        self.stream.stop()
-
-
 @pytest.fixture
 def console(world, settings, tmp_path):
     env = child_env(
         CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"], DEBUG="false", LOG_LEVEL="WARNING"
     )
-    started = Console(env, tmp_path).start()
+    started = ConsoleWithStream(env, tmp_path).start()
     yield started
     started.stop()
 

@@ -43,6 +43,7 @@ from traces.rollouts.evidence import (
     SAMPLE_IDS,
     TOKENS_WORSE_RATIO,
     USABLE_STATUSES,
+    both_failed_kind,
 )
 
 FAULT_ROLLOUT_UNKNOWN = "rollout_unknown"  # no rollout of that id in the environment/agent
@@ -254,15 +255,20 @@ def batch_counts(*, environment_id: int, agent_ids: dict[str, int], traces):
         if not view.compared:
             continue
         counts.add("compared")
+        ids = samples[(rollout.id, rollout.step)].maps["request_ids"]
         for source in view.not_fetched_both:
             counts.tally("not_fetched_both", source)
+            _sample(ids, both_failed_kind(source), trace.request_id)
         for kind in view.worse:
             counts.add(f"paired_{kind}")
-            ids = samples[(rollout.id, rollout.step)].maps["request_ids"]
-            kept = ids.setdefault(kind, [])
-            if len(kept) < SAMPLE_IDS:
-                kept.append(trace.request_id)
+            _sample(ids, kind, trace.request_id)
     return {(*key[:2], _from_minutes(key[2]), *key[3:]): c for key, c in rows.items()}, samples
+
+
+def _sample(ids: dict, kind: str, request_id: str) -> None:
+    kept = ids.setdefault(kind, [])
+    if len(kept) < SAMPLE_IDS:
+        kept.append(request_id)
 
 
 def rollout_writes(*, environment_id: int, agent_ids: dict[str, int], traces) -> list:

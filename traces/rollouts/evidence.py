@@ -25,6 +25,11 @@ def _empty() -> MappingProxyType:
     return MappingProxyType({})
 
 
+def both_failed_kind(source: str) -> str:
+    """The sample key of the requests where neither version had `source` (attribution)."""
+    return f"not_fetched_both:{source}"
+
+
 @dataclass(frozen=True)
 class ArmEvidence:
     """One arm's totals over the step: traces served by that arm's version."""
@@ -65,6 +70,8 @@ class StepEvidence:
     # source → requests where NEITHER version had it (live did not fetch it, and the other
     # version reads it): a provider failing, not a version.
     not_fetched_both: MappingProxyType = field(default_factory=_empty)
+    # source → the first of those requests (their ids, for the attribution's evidence)
+    not_fetched_both_ids: MappingProxyType = field(default_factory=_empty)
     # fault → traces stored but not counted as evidence (traces.rollouts.counters.FAULT_*)
     faults: MappingProxyType = field(default_factory=_empty)
 

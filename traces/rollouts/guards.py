@@ -235,7 +235,13 @@ def _shared_failures(evidence: StepEvidence) -> list[dict]:
         low = stats.clopper_pearson_lower(requests, compared, PAIRED_CONFIDENCE)
         if low > ATTRIBUTION_SHARE:
             failing.append(
-                {"source": source, "requests": requests, "compared": compared, "lower_bound": low}
+                {
+                    "source": source,
+                    "requests": requests,
+                    "compared": compared,
+                    "lower_bound": low,
+                    "request_ids": list(evidence.not_fetched_both_ids.get(source, ())),
+                }
             )
     return failing
 
@@ -245,6 +251,7 @@ def _attribution(failing: list[dict], held: list[GuardResult]) -> GuardResult:
     if not failing:
         return GuardResult(ATTRIBUTION, OK, "No provider failing both versions.", facts)
     first = failing[0]
+    facts["request_ids"] = first["request_ids"]  # requests neither version could serve it
     message = (
         f"{first['source']} not fetched in {_percent(first['requests'] / first['compared'])} "
         "of requests in both versions"

@@ -17,6 +17,7 @@ from traces.rollouts.evidence import (
     ArmEvidence,
     PairedCount,
     StepEvidence,
+    both_failed_kind,
 )
 
 # The step's rows: the minutes before its first whole hour, then whole hours (the hour table
@@ -130,5 +131,8 @@ def step_evidence(*, rollout_key: str, step: int, since: datetime) -> StepEviden
             }
         ),
         not_fetched_both=_frozen(both),
+        not_fetched_both_ids=MappingProxyType(
+            {source: tuple(request_ids.get(both_failed_kind(source), ())) for source in both}
+        ),
         faults=_frozen(faults),
     )
