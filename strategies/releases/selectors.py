@@ -1076,6 +1076,22 @@ def rollout_refusals(
     return refusals
 
 
+def rollout_runtime_refusals(rollout: Rollout) -> list[Finding]:
+    """What the environment's runtime, as it reports itself now, cannot serve of the rolled-out
+    version: its blocking findings, and `split` no longer declared. Asked again before every
+    move to a larger share (a runtime redeployed mid-rollout may have lost either)."""
+    environment = rollout.environment
+    context = validation_context(environment=environment)
+    refusals = runtime_refusals(
+        kind=rollout.document.kind,
+        body=rollout.version.body,
+        environment=environment,
+        context=context,
+    )
+    unsupported = runtime_feature_finding(environment=environment, feature=SPLIT, context=context)
+    return blocking(refusals + ([unsupported] if unsupported is not None else []))
+
+
 def rollout_preview(*, version: Version, environment: Environment, actor, plan, unit="task"):
     """What rolling `version` out in `environment` would do, as the start page shows it."""
     return judged_preview(

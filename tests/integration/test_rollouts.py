@@ -340,6 +340,35 @@ def test_step_done__every_step_then_published_live_completed(world):
     assert live_number(sg) == 3
 
 
+@pytest.mark.parametrize(
+    "redeployed, named",
+    [
+        (manifest_body(handlers=[], features=["shadow", "split"]), "general_policy_only"),
+        (manifest_body(features=["shadow"]), "split"),
+    ],
+    ids=["lost_a_handler_v3_needs", "lost_split"],
+)
+def test_step_done__runtime_redeployed_unable_to_serve_it__paused_never_moved_on(
+    world, redeployed, named
+):
+    w, sg = world, world.envs["sg-test"]
+    rollout = rollout_start(version=w.strategy[3], environment=sg, actor=w.ops, plan=FAST)
+    manifest_record(environment=sg, body=redeployed)  # mid-rollout
+
+    rollout = rollout_step_done(rollout=baked(rollout))
+
+    assert (rollout.state, rollout.step) == ("paused", 0)
+    assert named in rollout.end_reason and "Paused instead of moving on" in rollout.end_reason
+    assert rollout.log[-1]["action"] == "pause" and rollout.log[-1]["actor"] == "system"
+    assert AuditRecord.objects.filter(action="rollout.pause").count() == 1
+    # … and a person cannot push it on either: refused, nothing goes live
+    for move in (rollout_advance, rollout_finish):
+        with pytest.raises(ValidationFailed) as refused:
+            move(rollout=rollout, actor=w.ops)
+        assert refused.value.code == "not_publishable" and named in refused.value.message
+    assert (Rollout.objects.get(pk=rollout.pk).step, live_number(sg)) == (0, 2)
+
+
 def test_step_done__judged_step_moved_on__conflict_never_a_double_step(world):
     w, sg = world, world.envs["sg-test"]
     rollout = baked(rollout_start(version=w.strategy[3], environment=sg, actor=w.ops, plan=FAST))

@@ -96,8 +96,13 @@ def rollout_evaluate(rollout: Rollout, *, now=None) -> str:
         return BAKING
     if guards.INSUFFICIENT in by_state:
         return _insufficient(rollout, by_state[guards.INSUFFICIENT][0])
-    rollout_step_done(rollout=rollout)
-    return MOVED_ON
+    return _moved_on(rollout)
+
+
+def _moved_on(rollout: Rollout) -> str:
+    """The next step, or a pause when the runtime can no longer serve the new version."""
+    moved = rollout_step_done(rollout=rollout)
+    return PAUSED if moved.state == Rollout.State.PAUSED else MOVED_ON
 
 
 def _insufficient(rollout: Rollout, short: guards.GuardResult) -> str:
@@ -108,8 +113,7 @@ def _insufficient(rollout: Rollout, short: guards.GuardResult) -> str:
     choice = rollout.environment.on_insufficient_data
     evidence = _evidence_of(short, rollout)
     if choice == Environment.OnInsufficientData.PROCEED:
-        rollout_step_done(rollout=rollout)
-        return MOVED_ON
+        return _moved_on(rollout)
     if choice == Environment.OnInsufficientData.ROLLBACK:
         evidence["message"] = f"{short.message} Still too little data after the extension."
         ended = rollout_guard_rollback(rollout=rollout, guard=short.name, evidence=evidence)

@@ -44,6 +44,7 @@ from strategies.releases.selectors import (
     is_runtime_finding,
     pending_for,
     rollout_refusals,
+    rollout_runtime_refusals,
 )
 from strategies.releases.services.approvals import _approval_create
 from strategies.releases.services.checks import _refuse_target
@@ -240,6 +241,7 @@ def rollout_finish(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
     """Skip the remaining steps: the new version goes live now (the plan's approval holds)."""
     rollout = _operator(rollout, actor, "finish")
     _rollout_expect(rollout, Rollout.SERVED_STATES, action="finish")
+    _runtime_still_serves(rollout, actor=actor, moving="finished")
     return _complete(rollout, actor=actor, reason=reason.strip() or "Finished by hand.")
 
 
@@ -369,7 +371,34 @@ def rollout_record_guards(*, rollout: Rollout, guards: list[dict]) -> bool:
 
 
 # --- moving on ------------------------------------------------------------------------------------
+def _runtime_still_serves(rollout: Rollout, *, actor, moving: str) -> Rollout | None:
+    """None when the runtime can still serve the new version; else the guards' move becomes a
+    pause saying why (the rollout, paused), and a person's is refused (400 not_publishable)."""
+    refused = rollout_runtime_refusals(rollout)
+    if not refused:
+        return None
+    why = (
+        f"The runtime in {rollout.environment.key} cannot serve "
+        f"{rollout.document.key} v{rollout.version.number} now: "
+        + " ".join(finding.message for finding in refused)
+    )
+    if not isinstance(actor, SystemActor):
+        raise ValidationFailed(f"{why} Not {moving}.", code="not_publishable", details=refused)
+    change = _rollout_change(
+        rollout,
+        actor=actor,
+        action="pause",
+        reason=why,
+        state=Rollout.State.PAUSED,
+        end_reason=f"{why} Paused instead of moving on.",
+    )
+    return _rollout_refresh(change)
+
+
 def _next_step(rollout: Rollout, *, actor, reason: str) -> Rollout:
+    paused = _runtime_still_serves(rollout, actor=actor, moving="moved on")
+    if paused is not None:
+        return paused
     if rollout.is_last_step:
         return _complete(rollout, actor=actor, reason=reason)
     change: RolloutChange = _rollout_change(
