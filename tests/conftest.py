@@ -187,6 +187,32 @@ def celery_worker_process(request, transactional_db):
         yield queue
 
 
+# --- the console and runtimes as real processes (tests/runtime_sim.py) --------------------------
+@pytest.fixture
+def console_with_stream(transactional_db, settings, tmp_path):
+    """The console's web server and config stream server as real processes on this test's
+    database and Redis (its cache prefix too), logs in tmp_path; stopped after the test."""
+    from tests.engines import child_env
+    from tests.runtime_sim import ConsoleWithStream
+
+    env = child_env(
+        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"], DEBUG="false", LOG_LEVEL="WARNING"
+    )
+    started = ConsoleWithStream(env, tmp_path).start()
+    yield started
+    started.stop()
+
+
+@pytest.fixture
+def sims():
+    """Every simulated runtime (tests.runtime_sim.RuntimeSim) a test appends is killed at the
+    end, whatever happened."""
+    started: list = []
+    yield started
+    for sim in started:
+        sim.kill()
+
+
 # --- browser -------------------------------------------------------------------------------------
 def chromium_path() -> str:
     path = shutil.which("chromium")

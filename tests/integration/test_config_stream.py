@@ -87,14 +87,6 @@ def servers(world, base_env, tmp_path):
             server.stop()
 
 
-@pytest.fixture
-def sims():
-    started: list[RuntimeSim] = []
-    yield started
-    for sim in started:
-        sim.kill()
-
-
 def _stream_request(port: int, token: str | None, *, last_event_id: str | None = None):
     """A raw stream request: (status, headers+first bytes, the open socket)."""
     sock = socket.create_connection(("127.0.0.1", port), timeout=5)

@@ -28,11 +28,10 @@ from console.kernel.models import AuditRecord
 from strategies.releases.models import Rollout
 from strategies.releases.services import release_publish, rollout_start
 from tests.conftest import celery_worker
-from tests.engines import child_env
 from tests.factories import runtime_token
 from tests.factories.documents import frozen_version
 from tests.factories.releases import rollout_setup
-from tests.runtime_sim import ConsoleWithStream, RuntimeSim, wait_until
+from tests.runtime_sim import RuntimeSim, wait_until
 from traces.models import Trace
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
@@ -65,14 +64,13 @@ def v3_with(w, **changes):
     return frozen_version(w.strategy[3].document, body, actor=w.ops)
 
 
+def roll_out(w, version, steps: list[dict]) -> Rollout:
+    return rollout_start(version=version, environment=w.sg, actor=w.ops, plan=steps)
+
+
 @pytest.fixture
-def console(world, settings, tmp_path):
-    env = child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"], DEBUG="false", LOG_LEVEL="WARNING"
-    )
-    started = ConsoleWithStream(env, tmp_path).start()
-    yield started
-    started.stop()
+def console(world, console_with_stream):
+    return console_with_stream  # after the world: the servers read it
 
 
 @pytest.fixture
@@ -94,14 +92,6 @@ def guards_every(settings, tmp_path):
     yield start
     for worker in with_workers:
         worker.__exit__(None, None, None)
-
-
-@pytest.fixture
-def sims():
-    started: list[RuntimeSim] = []
-    yield started
-    for sim in started:
-        sim.kill()
 
 
 def runtime(world, console, tmp_path, sims, *extra: str, interval: float, requests=None):
@@ -134,10 +124,7 @@ def test_rollout__4000_token_version__paired_guard_rolls_back_in_first_step__v3_
 
     # When a version equal to v3 but with a 4000-token budget is rolled out 10% → 50% → 100%
     budget = {**world.strategy[3].body["budget"], "max_input_tokens": 4000}
-    tight = v3_with(world, budget=budget)
-    rollout = rollout_start(
-        version=tight, environment=world.sg, actor=world.ops, plan=plan(120, 120, 120)
-    )
+    rollout = roll_out(world, v3_with(world, budget=budget), plan(120, 120, 120))
     assert rollout.state == "running"
 
     # Then the paired guard rolls it back within the first step
@@ -190,10 +177,7 @@ def test_rollout__a_a_over_10000_requests__no_rollback_no_pause_units_keep_their
 ):
     # Given v3 re-frozen as v4, rolled out 10% → 50% → 100% with short bakes, judged every 2 s
     guards_every(2)
-    same = v3_with(world)
-    rollout = rollout_start(
-        version=same, environment=world.sg, actor=world.ops, plan=plan(15, 15, 3600)
-    )
+    rollout = roll_out(world, v3_with(world), plan(15, 15, 3600))
 
     # When a runtime answers 10,000 requests of 2,500 tasks
     sim = runtime(
@@ -232,10 +216,7 @@ def test_rollout__order_provider_failing_30_percent__paused_naming_it_never_roll
 ):
     # Given a good rollout (v3 re-frozen), judged every 2 s
     guards_every(2)
-    same = v3_with(world)
-    rollout = rollout_start(
-        version=same, environment=world.sg, actor=world.ops, plan=plan(600, 600, 600)
-    )
+    rollout = roll_out(world, v3_with(world), plan(600, 600, 600))
 
     # When the order provider fails 30% of calls, in both versions alike
     runtime(

@@ -93,15 +93,6 @@ def worker(loopback_targets, celery_worker_process, settings):
     return celery_worker_process
 
 
-@pytest.fixture
-def sims():
-    """Every simulated runtime a test starts is killed at the end, whatever happened."""
-    started: list[RuntimeSim] = []
-    yield started
-    for sim in started:
-        sim.kill()
-
-
 def start_sim(sims: list, console: ConsoleServer, world, tmp_path: Path, **kwargs) -> RuntimeSim:
     sim = RuntimeSim(
         console_url=console.url,

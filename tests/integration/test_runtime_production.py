@@ -24,11 +24,9 @@ from django.db import connection
 from strategies.releases.services import release_publish
 from strategies.runtime.models import RuntimeInstance, RuntimeToken
 from strategies.runtime.tokens import runtime_token_revoke
-from tests.engines import child_env
 from tests.factories import release_setup, runtime_token
 from tests.runtime_sim import (
     AGENT,
-    ConsoleWithStream,
     RuntimeSim,
     publish_and_time,
     wait_until,
@@ -53,21 +51,8 @@ def world(transactional_db):
 
 
 @pytest.fixture
-def console(world, settings, tmp_path):
-    env = child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"], DEBUG="false", LOG_LEVEL="WARNING"
-    )
-    started = ConsoleWithStream(env, tmp_path).start()
-    yield started
-    started.stop()
-
-
-@pytest.fixture
-def sims():
-    started: list[RuntimeSim] = []
-    yield started
-    for sim in started:
-        sim.kill()
+def console(world, console_with_stream):
+    return console_with_stream  # after the world: the servers read it
 
 
 def _sim(world, console, tmp_path, name: str, *, poll: float = POLL, run: int = 1) -> RuntimeSim:
