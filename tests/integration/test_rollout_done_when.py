@@ -18,6 +18,7 @@ Measured delays are printed (`pytest -s`).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import time
 from collections import defaultdict
@@ -77,21 +78,19 @@ def console(world, console_with_stream):
 def guards_every(settings, tmp_path):
     """Start a worker running the beat, its guards judged every `seconds` (the default 30 is
     production's); stopped after the test."""
-    with_workers = []
+    with contextlib.ExitStack() as workers:
 
-    def start(seconds: float) -> None:
-        worker = celery_worker(
-            level="WARNING",
-            beat_schedule=tmp_path / f"beat-{len(with_workers)}",
-            CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
-            ROLLOUTS_EVALUATE_SECONDS=str(int(seconds)),
-        )
-        worker.__enter__()
-        with_workers.append(worker)
+        def start(seconds: float) -> None:
+            workers.enter_context(
+                celery_worker(
+                    level="WARNING",
+                    beat_schedule=tmp_path / "beat-schedule",
+                    CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
+                    ROLLOUTS_EVALUATE_SECONDS=str(int(seconds)),
+                )
+            )
 
-    yield start
-    for worker in with_workers:
-        worker.__exit__(None, None, None)
+        yield start
 
 
 def runtime(world, console, tmp_path, sims, *extra: str, interval: float, requests=None):

@@ -241,7 +241,9 @@ def rollout_finish(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
     """Skip the remaining steps: the new version goes live now (the plan's approval holds)."""
     rollout = _operator(rollout, actor, "finish")
     _rollout_expect(rollout, Rollout.SERVED_STATES, action="finish")
-    _runtime_still_serves(rollout, actor=actor, moving="finished")
+    paused = _runtime_still_serves(rollout, actor=actor, moving="finished")
+    if paused is not None:
+        return paused
     return _complete(rollout, actor=actor, reason=reason.strip() or "Finished by hand.")
 
 
