@@ -222,6 +222,9 @@ TRACES_PURGE_MINUTES = 15
 # Seconds between two judgements of the running rollouts' guards (30: a breach in traffic is
 # rolled back within a minute). Shorter only where traffic is dense enough to judge sooner.
 ROLLOUTS_EVALUATE_SECONDS = float(env_count("ROLLOUTS_EVALUATE_SECONDS", 30, minimum=1))
+# Days a completed rollout stays in its paired watch (issue 23 item 4: the previous version as
+# shadow on the environment's `watch_share` of units; a breach warns). 0 turns the watch off.
+ROLLOUTS_WATCH_DAYS = float(env_count("ROLLOUTS_WATCH_DAYS", 7, minimum=0))
 # Every periodic task, in one place; `celery -A console beat` runs them.
 CELERY_BEAT_SCHEDULE: dict = {
     "traces-purge-expired": {

@@ -107,6 +107,8 @@ class AuditAction(_LabelledAction):
     ROLLOUT_COMPLETE = "rollout.complete", "Staged rollout completed"
     ROLLOUT_STOP = "rollout.stop", "Staged rollout stopped"
     ROLLOUT_ROLLBACK = "rollout.rollback", "Staged rollout rolled back by a guard"
+    ROLLOUT_WATCH_WARN = "rollout.watch_warn", "Paired watch warned of a regression"
+    ROLLOUT_WATCH_END = "rollout.watch_end", "Paired watch ended"
     # configuration as code
     CONFIG_IMPORT = "config.import", "Configuration imported"
     # delivery and runtime

@@ -15,6 +15,7 @@ __all__ = [
     "FEATURES",
     "SHADOW",
     "SPLIT",
+    "WATCH",
     "Manifest",
     "validate_manifest",
 ]
@@ -25,8 +26,11 @@ SHADOW = "shadow"  # runs the payload's ``shadow`` versions beside live and repo
 # applies the payload's ``rollouts``: serves each request the version of its arm (the stable
 # hash of context_runtime.rollouts) and runs the other arm's version as its shadow
 SPLIT = "split"
+# applies the ``rollouts`` entries of phase ``watch``: serves the live version and runs the
+# previous one as shadow on the entry's share of units (the paired watch after a rollout)
+WATCH = "watch"
 # What this SDK implements, so what a runtime built on it declares (Registry.manifest_body).
-FEATURES: tuple[str, ...] = (SHADOW, SPLIT)
+FEATURES: tuple[str, ...] = (SHADOW, SPLIT, WATCH)
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,12 @@ selects the context; the other arm's version runs as the honest shadow
 threshold and estimator; no provider, model or tool call), so every request carries both
 versions' decisions on the same inputs.
 
+After the rollout completed, its entry may come back with ``phase`` ``watch`` (the paired
+watch): everyone is served the live, new version; a unit whose :func:`bucket` is below the
+entry's ``share`` also runs the entry's (previous) version as shadow and reports the arm
+``new`` (served new, shadow old: a rollout's new arm, so the console reads it alike); the
+other units run no shadow and report no rollout.
+
 :func:`serve` is what a runtime calls per request (``ContextAssembly`` does; a runtime that
 calls the engine itself does the same)::
 
@@ -41,6 +47,7 @@ __all__ = [
     "bucket",
     "serve",
     "unit_value",
+    "watched",
 ]
 
 
@@ -135,9 +142,28 @@ def serve(
     if rollout is None or live is None:
         return Serving(key, live, _call(snapshot, "shadow", key) if live is not None else None)
     unit = unit_value(rollout.unit, task_id=task_id, principal=principal, request_id=request_id)
+    if getattr(rollout, "phase", wire.PHASE_ROLLOUT) == wire.PHASE_WATCH:
+        return _watched(key, live, rollout, unit)
     arm = assign_arm(rollout.id, rollout.share, unit)
     served, other = (rollout.document, live) if arm == wire.ARM_NEW else (live, rollout.document)
     return Serving(key, served, other, wire.TraceRollout(id=rollout.id, arm=arm, step=rollout.step))
+
+
+def watched(rollout_id: str, share: float, unit: str) -> bool:
+    """Whether a unit runs the paired watch's shadow: its :func:`bucket` below ``share`` (the
+    same hash as :func:`assign_arm`, so about ``share`` of the units, each always alike)."""
+    return share > 0 and bucket(rollout_id, unit) < share
+
+
+def _watched(key: str, live: Document, rollout, unit: str) -> Serving:
+    if not watched(rollout.id, rollout.share, unit):
+        return Serving(key, live)
+    return Serving(
+        key,
+        live,
+        rollout.document,
+        wire.TraceRollout(id=rollout.id, arm=wire.ARM_NEW, step=rollout.step),
+    )
 
 
 def _call(snapshot, method: str, key: str):

@@ -39,6 +39,9 @@ __all__ = [
     "REQUEST_ID_PATTERN",
     "REQUEST_ID_RULE",
     "RESOLUTIONS",
+    "PHASE_ROLLOUT",
+    "PHASE_WATCH",
+    "ROLLOUT_PHASES",
     "ROLLOUT_UNITS",
     "SHADOW_DECISIONS",
     "SHADOW_REASON_CODES",
@@ -65,6 +68,7 @@ __all__ = [
     "Rollout",
     "RolloutArmName",
     "RolloutId",
+    "RolloutPhaseName",
     "RolloutUnitName",
     "Rollouts",
     "Sections",
@@ -335,6 +339,11 @@ ARM_NEW, ARM_OLD = ARMS
 RolloutUnitName = Literal["task", "principal"]
 ROLLOUT_UNITS: tuple[str, ...] = get_args(RolloutUnitName)
 RolloutId = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+# What a ``rollouts`` entry is (new in 0.5.0): a staged rollout in its steps, or the paired
+# watch after one completed (the previous version as shadow on a share of the units).
+RolloutPhaseName = Literal["rollout", "watch"]
+ROLLOUT_PHASES: tuple[str, ...] = get_args(RolloutPhaseName)
+PHASE_ROLLOUT, PHASE_WATCH = ROLLOUT_PHASES
 RolloutArmLabel = Annotated[str, msgspec.Meta(min_length=1, max_length=10)]
 
 
@@ -354,7 +363,12 @@ class Rollout(_Wire):
     """One entry of the config payload's ``rollouts`` map (new in 0.4.0; older consoles send
     no map): the new version and its body, the share of units served it (0.0: everyone is
     served the control version in ``strategies`` and the new one runs as shadow; 1.0:
-    everyone is served the new one), the unit of assignment and the plan step."""
+    everyone is served the new one), the unit of assignment and the plan step.
+
+    ``phase`` ``watch`` (new in 0.5.0, only to runtimes declaring the ``watch`` feature): the
+    rollout completed and ``strategies`` serves its new version to everyone; ``version`` and
+    ``body`` are the *previous* version, run as shadow for the units whose bucket is below
+    ``share``, which report ``rollout {id, arm: "new", step}``."""
 
     id: RolloutId
     version: Count
@@ -362,6 +376,7 @@ class Rollout(_Wire):
     share: Annotated[float, msgspec.Meta(ge=0, le=1)]
     unit: RolloutUnitName = "task"
     step: Count = 0
+    phase: RolloutPhaseName = "rollout"
 
 
 # The config payload's top-level ``rollouts``: strategy key → its running rollout ({} if none).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 # What a new environment keeps unless its admin says otherwise: traces for a month, snapshots
@@ -75,6 +76,14 @@ class Environment(models.Model):
     guard_rollbacks_need_approval = models.BooleanField(
         default=False,
         help_text="A guard's rollback pauses the rollout and asks a person instead.",
+    )
+    # After a rollout completes, the paired watch (issue 23 item 4): the previous version
+    # runs as shadow on this share of units for ROLLOUTS_WATCH_DAYS; 0 turns the watch off.
+    watch_share = models.FloatField(
+        default=0.1,
+        validators=[MinValueValidator(0.0), MaxValueValidator(1.0)],
+        help_text="Paired watch after a rollout: share of units that also run the previous "
+        "version as shadow (0: no watch).",
     )
     archived_at = models.DateTimeField(null=True, blank=True)
     # Break-glass: one admin switched approvals off here (`protected`, or the revert policy)

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 
 import redis
-from context_runtime.manifest import SPLIT
+from context_runtime.manifest import SPLIT, WATCH
 from django.conf import settings
 from django.core.cache import cache
 from django.core.signals import setting_changed
@@ -80,11 +80,14 @@ def payload_render(*, agent, environment) -> RenderedConfig:
     A rollout runs the other arm as shadow itself, so no `shadow` is sent for its strategy;
     `strategies` keeps the control version (what was live when it started), and `rollouts`
     carries the new one — only to a runtime whose manifest declares `split` (one that does
-    not serves the control version alone)."""
+    not serves the control version alone). A completed rollout in its paired watch sends
+    `rollouts[key]` with `phase` `watch`: the previous version, run as shadow beside the live
+    one on `share` of the units — only to a runtime that declares `watch`, and never over
+    an active rollout of the same key."""
 
     releases = live_releases(agent=agent, environment=environment)
     shadows = shadows_in(agent=agent, environment=environment)
-    rollouts, rollout_revisions = rollouts_in(agent=agent, environment=environment)
+    rollouts, watching, rollout_revisions = rollouts_in(agent=agent, environment=environment)
     profile = None
     strategies: dict[str, dict] = {}
     for release in releases:
@@ -99,8 +102,13 @@ def payload_render(*, agent, environment) -> RenderedConfig:
         for s in shadows
         if s.running and s.document.key not in rolling
     }
-    manifest = manifest_latest(environment=environment) if rollouts else None
-    splits = manifest is not None and SPLIT in (manifest.body.get("features") or ())
+    manifest = manifest_latest(environment=environment) if rollouts or watching else None
+    features = set((manifest.body.get("features") or ()) if manifest is not None else ())
+    sent: dict[str, dict] = {}
+    if WATCH in features:
+        sent.update((r.document.key, _watch_entry(r)) for r in watching)
+    if SPLIT in features:
+        sent.update((r.document.key, _rollout_entry(r)) for r in rollouts)
     revision_sum = (
         sum(r.revision for r in releases) + sum(s.revision for s in shadows) + rollout_revisions
     )
@@ -111,24 +119,38 @@ def payload_render(*, agent, environment) -> RenderedConfig:
         "profile": profile,
         "strategies": strategies,
         "shadow": shadow,
-        "rollouts": {
-            r.document.key: {
-                "id": r.key,
-                "version": r.version.number,
-                "body": r.version.body,
-                "share": r.share,
-                "unit": r.unit,
-                "step": r.step,
-            }
-            for r in rollouts
-        }
-        if splits
-        else {},
+        "rollouts": dict(sorted(sent.items())),
     }
     digest = hashlib.sha256(_dumps(document)).hexdigest()
     etag = f'"r{revision_sum}-{digest[:4]}"'
     document["etag"] = etag
     return RenderedConfig(revision_sum=revision_sum, etag=etag, body=_dumps(document))
+
+
+def _rollout_entry(rollout) -> dict:
+    """A running or paused rollout: the new version, served to `share` of the units."""
+    return {
+        "id": rollout.key,
+        "version": rollout.version.number,
+        "body": rollout.version.body,
+        "share": rollout.share,
+        "unit": rollout.unit,
+        "step": rollout.step,
+    }
+
+
+def _watch_entry(rollout) -> dict:
+    """A completed rollout's paired watch: the previous version, run as shadow on `share`
+    of the units (everyone is served the live, new version in `strategies`)."""
+    return {
+        "id": rollout.key,
+        "phase": "watch",
+        "version": rollout.control_version.number,
+        "body": rollout.control_version.body,
+        "share": rollout.watch_share,
+        "unit": rollout.unit,
+        "step": rollout.watch_step,
+    }
 
 
 def payload_refresh(*, agent, environment) -> RenderedConfig:

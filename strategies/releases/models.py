@@ -150,6 +150,12 @@ class RolloutQuerySet(models.QuerySet):
     def active(self):
         return self.filter(state__in=Rollout.ACTIVE_STATES)
 
+    def watching(self):
+        """Completed rollouts whose paired watch has not ended (the beat ends it on time)."""
+        return self.filter(
+            state=Rollout.State.COMPLETED, watch_until__isnull=False, watch_ended_at__isnull=True
+        )
+
 
 class Rollout(models.Model):
     """A staged rollout of a new version of a strategy in an environment (issue 23): step by
@@ -208,6 +214,17 @@ class Rollout(models.Model):
     # Its steps and actions as the page's timeline shows them: [{at, action, actor, step,
     # reason}] (the audit log is the record; this is its readable summary).
     log = models.JSONField(default=list, blank=True)
+    # The paired watch after completion (issue 23 item 4): until `watch_until` a share of
+    # units still runs the previous version (control_version) as shadow beside the new, live
+    # one; the paired guard's breach then warns (`watch_warning`: its evidence) and offers a
+    # one-click rollback, never rolls back by itself. Ended early by a manual publish or
+    # rollback, by a new rollout there, or on time by the beat (`watch_ended_at`).
+    watch_until = models.DateTimeField(null=True, blank=True)
+    watch_share = models.FloatField(default=0.0)
+    watch_ended_at = models.DateTimeField(null=True, blank=True)
+    watch_warning = models.JSONField(
+        default=dict, blank=True, help_text="The paired guard's breach during the watch."
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     objects = RolloutQuerySet.as_manager()
@@ -224,6 +241,11 @@ class Rollout(models.Model):
                 condition=Q(state__in=["awaiting_approval", "running", "paused"])
                 | Q(ended_at__isnull=False),
                 name="rollout_ended_when_finished",
+            ),
+            models.CheckConstraint(
+                condition=Q(watch_until__isnull=True)
+                | Q(state="completed", watch_share__gt=0, watch_share__lte=1),
+                name="rollout_watch_after_completion",
             ),
         ]
 
@@ -254,6 +276,20 @@ class Rollout(models.Model):
     @property
     def is_last_step(self) -> bool:
         return self.step >= len(self.plan) - 1
+
+    @property
+    def watching(self) -> bool:
+        """In its paired watch: completed, a watch set and not ended yet."""
+        return (
+            self.state == self.State.COMPLETED
+            and self.watch_until is not None
+            and self.watch_ended_at is None
+        )
+
+    @property
+    def watch_step(self) -> int:
+        """The step the watch's traces report: one past the plan's last (its own counters)."""
+        return len(self.plan)
 
 
 class ApprovalRequest(models.Model):

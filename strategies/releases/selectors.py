@@ -11,7 +11,7 @@ from context_runtime.diff import diff_bodies
 from context_runtime.findings import FLAG, Finding, blocking
 from context_runtime.manifest import SHADOW, SPLIT
 from django.core.paginator import Paginator
-from django.db.models import F, Sum
+from django.db.models import F, Q, Sum
 
 from console.kernel.policy import (
     Capability,
@@ -979,17 +979,46 @@ def rollouts_running() -> list[Rollout]:
     )
 
 
-def rollouts_in(*, agent, environment) -> tuple[list[Rollout], int]:
-    """(the rollouts the runtime applies — running or paused — with their documents and
-    versions, the sum of the revisions of every rollout ever here): what the config payload
-    renders and how its ETag's revision counts them."""
+def rollouts_in(*, agent, environment) -> tuple[list[Rollout], list[Rollout], int]:
+    """(the rollouts the runtime applies — running or paused —, the completed ones in their
+    paired watch, with their documents and versions, the sum of the revisions of every
+    rollout ever here): what the config payload renders and how its ETag's revision counts
+    them."""
     rows = Rollout.objects.filter(document__agent=agent, environment=environment)
-    served = list(
-        rows.filter(state__in=Rollout.SERVED_STATES)
-        .select_related("document", "version")
+    applied = list(  # one query for both
+        rows.filter(Q(state__in=Rollout.SERVED_STATES) | Q(pk__in=rows.watching().values("pk")))
+        .select_related("document", "version", "control_version")
         .order_by("document__key")
     )
-    return served, rows.aggregate(total=Sum("revision"))["total"] or 0
+    served = [r for r in applied if r.state in Rollout.SERVED_STATES]
+    watching = [r for r in applied if r.watching]
+    return served, watching, rows.aggregate(total=Sum("revision"))["total"] or 0
+
+
+def rollouts_watching() -> list[Rollout]:
+    """Every rollout in its paired watch, oldest first: what the evaluator looks at."""
+    return list(
+        Rollout.objects.watching()
+        .select_related("document__agent", "environment", "version", "control_version")
+        .order_by("ended_at", "id")
+    )
+
+
+def watch_warnings(*, agents=None, document=None, environment=None) -> list[Rollout]:
+    """The watches that warned and still run (the release rows and the dashboard show them,
+    with their one-click rollback)."""
+    rows = Rollout.objects.watching().exclude(watch_warning={})
+    if agents is not None:
+        rows = rows.filter(document__agent__in=agents)
+    if document is not None:
+        rows = rows.filter(document=document)
+    if environment is not None:
+        rows = rows.filter(environment=environment)
+    return list(
+        rows.select_related(
+            "document__agent", "environment", "version", "control_version"
+        ).order_by("-ended_at", "-id")
+    )
 
 
 def rollout_refusals(

@@ -11,6 +11,11 @@ the rollout services act (strategies.releases.services):
    `on_insufficient_data` (pause, roll back, proceed); every guard ok moves on (the next
    step, or the new version published live after the last).
 
+After completion, each rollout in its paired watch (issue 23 item 4) is judged by the paired
+guard alone — there is no control arm, only requests that ran both versions — over the watch's
+step since it began (or since its last warning): a breach warns (`rollout_watch_warn`), never
+rolls back; a watch whose time is up ends.
+
 Safe to run twice at once and to be killed anywhere: each action is one transaction on the
 rollout's locked row, conditional on the step it judged (a 409 `rollout_moved` otherwise),
 so a step or a rollback is never doubled; what was not committed is judged again 30 s later.
@@ -19,20 +24,27 @@ so a step or a rollback is never doubled; what was not committed is judged again
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
 from console.kernel.errors import Conflict
 from strategies.catalog.models import Environment
 from strategies.releases.models import Rollout
-from strategies.releases.selectors import evidence_request_ids, rollouts_running
+from strategies.releases.selectors import (
+    evidence_request_ids,
+    rollouts_running,
+    rollouts_watching,
+)
 from strategies.releases.services import (
     rollout_guard_pause,
     rollout_guard_rollback,
     rollout_record_guards,
+    rollout_record_watch_guards,
     rollout_step_done,
     rollout_step_extend,
+    rollout_watch_end,
+    rollout_watch_warn,
 )
 from traces.rollouts import guards
 from traces.rollouts.selectors import step_evidence
@@ -48,17 +60,20 @@ BAKING, MOVED_ON, EXTENDED, PAUSED, ROLLED_BACK, SKIPPED = (
     "rolled_back",
     "skipped",
 )
+WATCHING, WARNED, WATCH_ENDED = "watching", "warned", "watch_ended"
+# The watch compares the two versions on the same requests only: no arms to weigh.
+WATCH_GUARDS = (guards.PAIRED,)
 
 
-def _evidence_of(result: guards.GuardResult, rollout: Rollout) -> dict:
+def _evidence_of(result: guards.GuardResult, rollout: Rollout, *, step=None, share=None) -> dict:
     """A guard's result as the audit row, the page and the webhook keep it: its words, the
     step, its facts (counts, bound) and up to five request ids."""
     return {
         "guard": result.name,
         "state": result.state,
         "message": result.message,
-        "step": rollout.step,
-        "share": rollout.share,
+        "step": rollout.step if step is None else step,
+        "share": rollout.share if share is None else share,
         "request_ids": evidence_request_ids(result.evidence),
         **result.evidence,
     }
@@ -128,13 +143,38 @@ def _insufficient(rollout: Rollout, short: guards.GuardResult) -> str:
     return PAUSED
 
 
+def watch_evaluate(rollout: Rollout, *, now=None) -> str:
+    """Judge one paired watch: over when its time is up; else the paired guard over the
+    watch's step since it began or last warned, a breach a warning."""
+    now = now or timezone.now()
+    if now >= rollout.watch_until:
+        rollout_watch_end(rollout=rollout, reason="The paired watch is over (its time is up).")
+        return WATCH_ENDED
+    warned = rollout.watch_warning.get("at")
+    since = datetime.fromisoformat(warned) if warned else rollout.ended_at
+    evidence = step_evidence(rollout_key=rollout.key, step=rollout.watch_step, since=since)
+    results = guards.evaluate(evidence, rollout.environment, active_guards=WATCH_GUARDS)
+    rollout_record_watch_guards(rollout=rollout, guards=[r.as_dict() for r in results])
+    breach = next((r for r in results if r.state == guards.BREACH), None)
+    if breach is None:
+        return WATCHING
+    rollout_watch_warn(
+        rollout=rollout,
+        guard=breach.name,
+        evidence=_evidence_of(breach, rollout, step=rollout.watch_step, share=rollout.watch_share),
+    )
+    return WARNED
+
+
 def rollouts_evaluate() -> dict[str, str]:
-    """Every running rollout judged once: {rollout key: what was done}. One failing rollout
-    never keeps the others from being judged."""
+    """Every running rollout and every paired watch judged once: {rollout key: what was
+    done}. One failing rollout never keeps the others from being judged."""
     done = {}
-    for rollout in rollouts_running():
+    judged = [(r, rollout_evaluate) for r in rollouts_running()]
+    judged += [(r, watch_evaluate) for r in rollouts_watching()]
+    for rollout, evaluate in judged:
         try:
-            done[rollout.key] = rollout_evaluate(rollout)
+            done[rollout.key] = evaluate(rollout)
         except Conflict as exc:
             # Someone (a person, another evaluator) changed it since it was read: next round.
             done[rollout.key] = SKIPPED

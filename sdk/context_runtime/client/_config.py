@@ -198,13 +198,16 @@ class Rollout:
     (docs/runtime-contract.md §1): ``id`` the rollout's public id, ``document`` the new
     version (the control version is the snapshot's ``strategy(key)``), ``share`` the share of
     units served the new one, ``unit`` (``task`` or ``principal``) and the plan ``step``.
-    Which arm a request is in: :func:`context_runtime.rollouts.serve`."""
+    ``phase`` ``watch``: the paired watch after a completed rollout — ``document`` is the
+    previous version, run as shadow on ``share`` of the units. Which arm a request is in:
+    :func:`context_runtime.rollouts.serve`."""
 
     id: str
     document: Document
     share: float
     unit: str
     step: int
+    phase: str = "rollout"
 
     @property
     def key(self) -> str:
@@ -501,6 +504,7 @@ def _rollouts(
             share=float(entry["share"]),
             unit=entry.get("unit", "task"),
             step=entry.get("step", 0),
+            phase=entry.get("phase", "rollout"),
         )
     return MappingProxyType(applied) if applied else _NO_ROLLOUTS
 

@@ -79,11 +79,13 @@ def _release_move(
     expected_revision: int | None,
     approval: ApprovalRequest | None = None,
     rollout: Rollout | None = None,
+    evidence: dict | None = None,
 ) -> Release:
     """Move the pointer. `approval`: the request this change applies (its approver is
     `actor`, its requester `actor_label`), named in the history, the audit and the webhook.
     `rollout`: the staged rollout this publish completes; any other rollout active here is
-    stopped by the move (a person decided what is live)."""
+    stopped by the move (a person decided what is live), and a paired watch here ends.
+    `evidence`: what the move was decided on (a watch warning's), kept in its audit row."""
     approved_by = str(approval.decided_by) if approval is not None else ""
     unreviewed = went_live_unreviewed(environment, action, approval)
     before = _current(document, environment)
@@ -145,8 +147,8 @@ def _release_move(
     _notify(release, before, action, rendered.etag, now, actor=actor, approval=approval)
     if promoted is not None:
         _shadow_notify(promoted, etag=rendered.etag, actor=actor)
-    if stopped is not None:
-        _rollout_notify(stopped, etag=rendered.etag)
+    for change in stopped:
+        _rollout_notify(change, etag=rendered.etag)
     audit_record(
         actor=actor,
         action=RELEASE_ACTIONS[action],
@@ -157,6 +159,7 @@ def _release_move(
             **_release_state(release),
             "reason": reason,
             "approved_by": approved_by,
+            **({"evidence": evidence} if evidence else {}),
             # The break-glass it went live under, so the audit row says so by itself.
             **(
                 {

@@ -29,6 +29,27 @@ def release_rollback(
     """Break-glass: move back to an earlier live version at once, even in protected envs —
     unless the environment's revert policy asks for a second person: then the rollback is an
     approval request bound to `to_version` and the live revision, like a protected publish."""
+    return _release_rollback(
+        release=release,
+        to_version=to_version,
+        actor=actor,
+        reason=reason,
+        expected_revision=expected_revision,
+    )
+
+
+def _release_rollback(
+    *,
+    release: Release,
+    to_version: Version,
+    actor,
+    reason: str,
+    expected_revision: int | None = None,
+    evidence: dict | None = None,
+) -> PublishOutcome:
+    """The rollback inside the caller's transaction (`release_rollback`, and the one-click
+    rollback from a watch warning, `rollout_watch_rollback`, which adds the warning's
+    `evidence` to the audit row)."""
     agent = release.document.agent
     needs_approval = rollback_needs_approval(release.environment)
     check_user_can_request_rollback(actor, agent, target=release)
@@ -62,5 +83,6 @@ def release_rollback(
             actor_label=actor_label(actor),
             reason=reason,
             expected_revision=expected_revision,
+            evidence=evidence,
         )
     )

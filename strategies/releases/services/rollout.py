@@ -14,13 +14,20 @@ config stream's NOTIFY), writes its audit row and queues `release.changed`.
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 from context_runtime.findings import blocking
+from django.conf import settings
 from django.utils import timezone
 
 from console.kernel.audit import SystemActor, actor_label
 from console.kernel.errors import Conflict, ValidationFailed
-from console.kernel.policy import check_user_can_rollout, refuse_publish, rollout_refusal
+from console.kernel.policy import (
+    check_user_can_request_rollback,
+    check_user_can_rollout,
+    refuse_publish,
+    rollout_refusal,
+)
 from console.kernel.reasons import reason_clean
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse
@@ -49,6 +56,8 @@ from strategies.releases.selectors import (
 from strategies.releases.services.approvals import _approval_create
 from strategies.releases.services.checks import _refuse_target
 from strategies.releases.services.move import _release_move
+from strategies.releases.services.publish import PublishOutcome
+from strategies.releases.services.rollback import _release_rollback
 from strategies.releases.services.rollout_move import (
     RolloutChange,
     _rollout_change,
@@ -56,6 +65,7 @@ from strategies.releases.services.rollout_move import (
     _rollout_locked,
     _rollout_refresh,
     _rollout_void_request,
+    _rollout_watch_ended,
     rollout_conflict,
 )
 from strategies.releases.services.state import _current, approval_state, rollout_state
@@ -63,6 +73,9 @@ from strategies.releases.services.state import _current, approval_state, rollout
 SYSTEM = SystemActor("system")
 SPLIT_UNSUPPORTED = "split_unsupported"
 ROLLOUT_STATE_MOVED = "rollout_moved"  # a guard judged a step the rollout is no longer at
+WATCH_ENDED = "watch_ended"  # the paired watch is over (on time, or by a move)
+WATCH_NO_WARNING = "watch_no_warning"  # nothing warned: no one-click rollback to offer
+RELEASE_CHANGED = "release_changed"  # the release is no longer the version the watch watched
 
 
 def guard_actor(guard: str) -> SystemActor:
@@ -170,6 +183,13 @@ def rollout_start(
         revision=0,  # the change below makes it 1
     )
     Rollout.objects.filter(pk=rollout.pk).update(key=f"ro-{rollout.pk}")
+    # The new rollout's own shadow replaces the watch of the one before (same document here).
+    watched = _rollout_watch_ended(
+        document=document,
+        environment=environment,
+        actor=actor,
+        reason=f"Watch ended: ro-{rollout.pk} rolls out v{version.number} here.",
+    )
     rollout = _rollout_locked(rollout)
     if needs_approval:
         _approval_create(
@@ -182,7 +202,7 @@ def rollout_start(
             rollout=rollout,
         )
     change = _rollout_change(rollout, actor=actor, action="start", reason=reason.strip())
-    return _rollout_refresh(change)
+    return _rollout_refresh(change, watched)
 
 
 # --- operators ----------------------------------------------------------------------------------
@@ -421,7 +441,9 @@ def _next_step(rollout: Rollout, *, actor, reason: str) -> Rollout:
 def _complete(rollout: Rollout, *, actor, reason: str) -> Rollout:
     """The new version goes live the one way a release moves (an approved publish where the
     plan was approved), and the rollout is completed, in one transaction."""
-    change = _rollout_change(rollout, actor=actor, action="complete", reason=reason, end_reason="")
+    change = _rollout_change(
+        rollout, actor=actor, action="complete", reason=reason, end_reason="", **_watch(rollout)
+    )
     approval = (
         rollout.approvals.filter(status=ApprovalRequest.Status.APPROVED).order_by("-id").first()
     )
@@ -438,6 +460,107 @@ def _complete(rollout: Rollout, *, actor, reason: str) -> Rollout:
         rollout=rollout,
     )
     return _rollout_refresh(change)
+
+
+def _watch(rollout: Rollout) -> dict:
+    """The paired watch a completing rollout enters: the environment's share
+    (`watch_share`; 0 turns it off) for ROLLOUTS_WATCH_DAYS (0: off)."""
+    share = float(rollout.environment.watch_share or 0)
+    days = float(settings.ROLLOUTS_WATCH_DAYS)
+    if share <= 0 or days <= 0:
+        return {}
+    return {"watch_until": timezone.now() + timedelta(days=days), "watch_share": min(share, 1.0)}
+
+
+# --- the paired watch after completion (issue 23 item 4) -----------------------------------------
+def _watching(rollout: Rollout, *, action: str) -> Rollout:
+    """The rollout locked, 409 `watch_ended` unless its watch still runs."""
+    locked = _rollout_locked(rollout)
+    if not locked.watching:
+        raise rollout_conflict(
+            locked,
+            f"The paired watch of {locked.key} is over: nothing to {action}.",
+            code=WATCH_ENDED,
+        )
+    return locked
+
+
+def rollout_record_watch_guards(*, rollout: Rollout, guards: list[dict]) -> bool:
+    """The watch's paired guard state for the page (no audit row, no revision)."""
+    return bool(
+        Rollout.objects.watching()
+        .filter(pk=rollout.pk)
+        .update(guards=guards, guards_at=timezone.now())
+    )
+
+
+@service_transaction(durable=True)
+def rollout_watch_warn(*, rollout: Rollout, guard: str, evidence: dict) -> Rollout:
+    """The paired guard breached during the watch: warn — the evidence (counts, bound, request
+    ids) kept on the rollout for the release row, the dashboard and its page, audited with
+    the guard as the actor, and `release.changed` (`rollout_watch_warn`). Never rolls back:
+    a person decides, with one click (`rollout_watch_rollback`)."""
+    locked = _watching(rollout, action="warn of")
+    warning = {**evidence, "at": timezone.now().isoformat(), "guard": guard}
+    message = evidence.get("message") or f"The {guard} guard breached during the watch."
+    change = _rollout_change(
+        locked,
+        actor=guard_actor(guard),
+        action="watch_warn",
+        reason=message,
+        evidence=warning,
+        watch_warning=warning,
+    )
+    return _rollout_refresh(change)
+
+
+@service_transaction(durable=True)
+def rollout_watch_end(*, rollout: Rollout, actor=SYSTEM, reason: str = "") -> Rollout:
+    """End the watch (the beat, when its time is up): runtimes stop its shadow."""
+    locked = _watching(rollout, action="end")
+    change = _rollout_change(
+        locked,
+        actor=actor,
+        action="watch_end",
+        reason=reason or "The paired watch is over.",
+        watch_ended_at=timezone.now(),
+    )
+    return _rollout_refresh(change)
+
+
+@service_transaction(durable=True)
+def rollout_watch_rollback(*, rollout: Rollout, actor, reason: str = "") -> PublishOutcome:
+    """One click from a watch warning: the ordinary rollback to the version the rollout
+    replaced (the same permission, revert policy and approval rules as a rollback by hand),
+    its audit row carrying the warning's evidence — nothing is analysed again. 409
+    `watch_ended` once the watch is over, `watch_no_warning` without a warning,
+    `release_changed` when the release no longer serves the rollout's version."""
+    check_user_can_request_rollback(actor, rollout.document.agent, target=rollout)
+    locked = _watching(rollout, action="roll back from")
+    warning = locked.watch_warning
+    if not warning:
+        raise rollout_conflict(
+            locked,
+            f"{locked.key}'s watch has not warned: roll back by hand.",
+            code=WATCH_NO_WARNING,
+        )
+    live = _current(locked.document, locked.environment)
+    if live is None or live.version_id != locked.version_id:
+        raise rollout_conflict(
+            locked,
+            f"{locked.document.key} in {locked.environment.key} no longer serves "
+            f"v{locked.version.number}: the warning is about a release that changed.",
+            code=RELEASE_CHANGED,
+        )
+    why = reason.strip() or warning.get("message", "")
+    return _release_rollback(
+        release=live,
+        to_version=locked.control_version,
+        actor=actor,
+        reason=f"Rolled back from the paired watch of {locked.key}: {why}",
+        expected_revision=live.revision,
+        evidence=warning,
+    )
 
 
 __all__ = [
@@ -457,4 +580,8 @@ __all__ = [
     "rollout_step_done",
     "rollout_step_extend",
     "rollout_stop",
+    "rollout_record_watch_guards",
+    "rollout_watch_end",
+    "rollout_watch_rollback",
+    "rollout_watch_warn",
 ]

@@ -33,6 +33,8 @@ ROLLOUT_AUDIT = {
     "complete": AuditAction.ROLLOUT_COMPLETE,
     "stop": AuditAction.ROLLOUT_STOP,
     "rollback": AuditAction.ROLLOUT_ROLLBACK,
+    "watch_warn": AuditAction.ROLLOUT_WATCH_WARN,
+    "watch_end": AuditAction.ROLLOUT_WATCH_END,
 }
 ENDING = {
     "complete": Rollout.State.COMPLETED,
@@ -136,29 +138,62 @@ def _rollout_notify(change: RolloutChange, *, etag: str) -> None:
 
 def _rollout_stopped_by_move(
     release: Release, action: str, *, actor, completing: Rollout | None
-) -> RolloutChange | None:
+) -> list[RolloutChange]:
     """A person published or rolled back by hand where a rollout is active: it stops (what
-    they put live is what runtimes serve), saying why. The completing rollout's own publish
-    is no such move."""
+    they put live is what runtimes serve), saying why; a paired watch there ends. The
+    completing rollout's own publish is no such move."""
+    verb = "rolled back to" if action == ReleaseEvent.Action.ROLLBACK else "published"
+    why = (
+        f"v{release.version.number} was {verb} by hand in {release.environment.key} "
+        f"({action}, release revision {release.revision})."
+    )
+    changes = []
+    exclude = completing.pk if completing else None
     active = (
         Rollout.objects.active()
         .filter(document=release.document, environment=release.environment)
-        .exclude(pk=completing.pk if completing else None)
+        .exclude(pk=exclude)
         .first()
     )
-    if active is None:
-        return None
-    rollout = _rollout_locked(active)
-    if not rollout.active:
-        return None  # ended meanwhile
-    verb = "rolled back to" if action == ReleaseEvent.Action.ROLLBACK else "published"
-    _rollout_void_request(rollout, note=f"Void: v{release.version.number} was {verb} by hand.")
-    return _rollout_change(
-        rollout,
+    if active is not None:
+        rollout = _rollout_locked(active)
+        if rollout.active:  # else ended meanwhile
+            _rollout_void_request(
+                rollout, note=f"Void: v{release.version.number} was {verb} by hand."
+            )
+            changes.append(
+                _rollout_change(rollout, actor=actor, action="stop", reason=f"Stopped: {why}")
+            )
+    watched = _rollout_watch_ended(
+        document=release.document,
+        environment=release.environment,
         actor=actor,
-        action="stop",
-        reason=f"Stopped: v{release.version.number} was {verb} by hand in "
-        f"{release.environment.key} ({action}, release revision {release.revision}).",
+        reason=f"Watch ended: {why}",
+        exclude=exclude,
+    )
+    if watched is not None:
+        changes.append(watched)
+    return changes
+
+
+def _rollout_watch_ended(
+    *, document, environment, actor, reason: str, exclude=None
+) -> RolloutChange | None:
+    """End the paired watch of `document` in `environment`, if one runs (audited; its
+    runtimes stop the watch's shadow with the payload re-rendered by the caller)."""
+    watching = (
+        Rollout.objects.watching()
+        .filter(document=document, environment=environment)
+        .exclude(pk=exclude)
+        .first()
+    )
+    if watching is None:
+        return None
+    rollout = _rollout_locked(watching)
+    if not rollout.watching:
+        return None  # ended meanwhile
+    return _rollout_change(
+        rollout, actor=actor, action="watch_end", reason=reason, watch_ended_at=timezone.now()
     )
 
 
@@ -169,14 +204,17 @@ def _rollout_void_request(rollout: Rollout, *, note: str) -> None:
     )
 
 
-def _rollout_refresh(change: RolloutChange) -> Rollout:
+def _rollout_refresh(change: RolloutChange, *also: RolloutChange | None) -> Rollout:
     """Re-render the runtime payload (a new ETag, the config stream's NOTIFY), then queue the
-    webhook: every change of a rollout ends so."""
+    webhook of the change (and of `also`: changes of other rollouts there in the same
+    transaction): every change of a rollout ends so."""
     rollout = change.rollout
     rendered = runtime_config.payload_refresh(
         agent=rollout.document.agent, environment=rollout.environment
     )
-    _rollout_notify(change, etag=rendered.etag)
+    for each in (change, *also):
+        if each is not None:
+            _rollout_notify(each, etag=rendered.etag)
     return rollout
 
 

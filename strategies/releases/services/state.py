@@ -147,6 +147,16 @@ def rollout_state(rollout: Rollout) -> dict:
         "ended_at": _iso(rollout.ended_at),
         "revision": rollout.revision,
         "approval": approval.pk if approval else None,
+        "watch": {
+            "active": rollout.watching,
+            "until": _iso(rollout.watch_until),
+            "share": rollout.watch_share,
+            "step": rollout.watch_step,
+            "ended_at": _iso(rollout.watch_ended_at),
+            "warning": rollout.watch_warning or None,
+        }
+        if rollout.watch_until is not None
+        else None,
     }
 
 
