@@ -13,7 +13,7 @@ the rollout services act (strategies.releases.services):
 
 After completion, each rollout in its paired watch (issue 23 item 4) is judged by the paired
 guard alone — there is no control arm, only requests that ran both versions — over the watch's
-step since it began (or since its last warning): a breach warns (`rollout_watch_warn`), never
+step since it began (or since the minute after its last warning): a breach warns (`rollout_watch_warn`), never
 rolls back; a watch whose time is up ends.
 
 Safe to run twice at once and to be killed anywhere: each action is one transaction on the
@@ -151,7 +151,9 @@ def watch_evaluate(rollout: Rollout, *, now=None) -> str:
         rollout_watch_end(rollout=rollout, reason="The paired watch is over (its time is up).")
         return WATCH_ENDED
     warned = rollout.watch_warning.get("at")
-    since = datetime.fromisoformat(warned) if warned else rollout.ended_at
+    # Counters are per minute: after a warning, from the next whole minute (never the same
+    # requests twice; at most a minute's requests unjudged).
+    since = datetime.fromisoformat(warned) + timedelta(minutes=1) if warned else rollout.ended_at
     evidence = step_evidence(rollout_key=rollout.key, step=rollout.watch_step, since=since)
     results = guards.evaluate(evidence, rollout.environment, active_guards=WATCH_GUARDS)
     rollout_record_watch_guards(rollout=rollout, guards=[r.as_dict() for r in results])
