@@ -575,3 +575,33 @@ def rollout_action(request, agent, pk: int, action: str):
         rollout=_rollout(request, pk), actor=request.user, reason=data["reason"]
     )
     return Response({"rollout": rollout_state(rollout)})
+
+
+@extend_schema(
+    operation_id="v1_agents_rollouts_watch_rollback_create",
+    summary="Roll back from a paired watch's warning (one click, no re-analysis)",
+    description="The ordinary rollback to the version the completed rollout replaced, its "
+    "audit row carrying the watch warning's evidence (counts, bound, request ids). 200 with "
+    "the release at once; 202 with the approval request where the environment's revert "
+    "policy asks for a second person. Needs the right to roll back.",
+    request=RolloutActionRequest,
+    responses={
+        200: ReleaseOutcomeSerializer,
+        202: ReleaseOutcomeSerializer,
+        **WRITE_ERRORS,
+        409: _error(
+            "`watch_ended` (the watch is over), `watch_no_warning` (nothing warned), "
+            "`release_changed` (the release no longer serves the rollout's version), "
+            "`stale_revision`; `current` holds the rollout as it now stands."
+        ),
+    },
+    tags=TAGS,
+)
+@api_view(["POST"])
+@requires(Capability.ROLLBACK)
+def rollout_watch_rollback(request, agent, pk: int):
+    data = _parse(request, RolloutActionRequest)
+    outcome = releases.rollout_watch_rollback(
+        rollout=_rollout(request, pk), actor=request.user, reason=data["reason"]
+    )
+    return _outcome(outcome)

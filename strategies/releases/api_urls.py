@@ -23,6 +23,11 @@ urlpatterns = [
     path(RELEASE + "rollout/", api.rollout_start, name="api-rollout-start"),
     path(AGENT + "rollouts/", api.rollout_list, name="api-rollout-list"),
     path(ROLLOUT, api.rollout_detail, name="api-rollout-detail"),
+    path(
+        ROLLOUT + "watch-rollback/",
+        api.rollout_watch_rollback,
+        name="api-rollout-watch-rollback",
+    ),
     *(
         path(
             ROLLOUT + f"{action}/",
@@ -55,6 +60,7 @@ REQUIRED = {
     "api-rollout-start": Capability.VIEW_CONFIG,
     "api-rollout-list": Capability.VIEW_CONFIG,
     "api-rollout-detail": Capability.VIEW_CONFIG,
+    "api-rollout-watch-rollback": Capability.ROLLBACK,
     **{f"api-rollout-{action}": Capability.VIEW_CONFIG for action in api.ROLLOUT_ACTIONS},
     "api-approval-list": Capability.VIEW_CONFIG,
     "api-approval-detail": Capability.VIEW_CONFIG,

@@ -66,6 +66,8 @@ class Cell:
     shadow: ShadowRelease | None = None  # the shadow running here, if any
     can_shadow: bool = False  # start, stop or promote a shadow (strategies, something live)
     rollout: Rollout | None = None  # the staged rollout active here, if any
+    watch: Rollout | None = None  # the completed rollout in its paired watch here, if any
+    can_watch_rollback: bool = False  # may roll back from the watch's warning (ROLLBACK)
 
     @property
     def live_number(self) -> int | None:
@@ -123,12 +125,15 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
             document__agent=agent, version__isnull=False
         ).select_related("version")
     }
-    rollouts = {
-        (r.document_id, r.environment_id): r
-        for r in Rollout.objects.active()
+    rollouts, watches = {}, {}
+    for r in (
+        Rollout.objects.filter(
+            Q(state__in=Rollout.ACTIVE_STATES) | Q(pk__in=Rollout.objects.watching().values("pk"))
+        )
         .filter(document__agent=agent)
-        .select_related("version", "control_version")
-    }
+        .select_related("version", "control_version", "document__agent", "environment")
+    ):
+        (rollouts if r.active else watches)[(r.document_id, r.environment_id)] = r
     may_publish = {env.pk: user_can_publish_to(user, env, agent) for env in envs}
     may_shadow = {env.pk: user_can_shadow(user, env, agent) for env in envs}
     may_rollback = user_can(user, Capability.ROLLBACK, agent)
@@ -160,6 +165,8 @@ def release_grid(*, user, agent) -> list[DocumentRow]:
                     and release is not None
                     and doc.kind == Document.Kind.STRATEGY,
                     rollout=rollouts.get((doc.pk, env.pk)),
+                    watch=watches.get((doc.pk, env.pk)),
+                    can_watch_rollback=may_rollback,
                 )
             )
         rows.append(row)
@@ -815,6 +822,8 @@ def dashboard_context(*, user, agents) -> dict:
         (r.document_id, r.environment_id): r.version.number for r in releases
     }
     pending = pending_approvals(agents=agents)
+    warned = watch_warnings(agents=agents)
+    may_rollback = {a.pk: user_can(user, Capability.ROLLBACK, a) for a in agents}
     # Health: live releases the environment's runtime no longer supports (its latest manifest).
 
     warnings = [
@@ -837,6 +846,8 @@ def dashboard_context(*, user, agents) -> dict:
                 "rows": rows,
                 "pending": [p for p in pending if p.document.agent_id == agent.pk],
                 "warnings": [w for w in warnings if w["agent"] == agent.key],
+                "watch_warnings": [r for r in warned if r.document.agent_id == agent.pk],
+                "can_watch_rollback": may_rollback[agent.pk],
             }
         )
     return {"release_cards": cards, "release_environments": envs}

@@ -348,6 +348,17 @@ class GuardStateSerializer(serializers.Serializer):
     evidence = serializers.DictField()
 
 
+class RolloutWatchSerializer(serializers.Serializer):
+    active = serializers.BooleanField(help_text="The watch runs now.")
+    until = serializers.DateTimeField(help_text="When it ends by itself.")
+    share = serializers.FloatField(help_text="Units that also run the previous version.")
+    step = serializers.IntegerField(help_text="The step the watch's traces report.")
+    ended_at = serializers.DateTimeField(allow_null=True)
+    warning = serializers.DictField(
+        allow_null=True, help_text="The paired guard's breach: message, counts, request ids."
+    )
+
+
 class RolloutSerializer(serializers.Serializer):
     id = serializers.CharField(help_text="The rollout id runtimes and traces carry (ro-<n>).")
     agent = serializers.CharField()
@@ -377,6 +388,10 @@ class RolloutSerializer(serializers.Serializer):
     revision = serializers.IntegerField(help_text="Grows with every change (in the config ETag).")
     approval = serializers.IntegerField(
         allow_null=True, help_text="The approval request of its plan, where protected."
+    )
+    watch = RolloutWatchSerializer(
+        allow_null=True,
+        help_text="The paired watch after completion (null: none was set, e.g. watch off).",
     )
 
 

@@ -23,6 +23,7 @@ urlpatterns = [
         )
         for action in views.ROLLOUT_ACTIONS
     ),
+    path(f"{_ROLLOUT}watch-rollback/", views.rollout_watch_rollback, name="rollout-watch-rollback"),
     # The id runtimes and traces carry (ro-<n>): to its page (the trace page links here).
     path("rollouts/<slug:key>/", views.rollout_by_key, name="rollout-detail"),
     path("releases/<slug:agent>/history/", views.history, name="release-history"),
@@ -54,6 +55,7 @@ REQUIRED = {
     "release-rollout": Capability.VIEW_CONFIG,
     "rollout-page": Capability.VIEW_CONFIG,
     **{f"rollout-{action}": Capability.VIEW_CONFIG for action in views.ROLLOUT_ACTIONS},
+    "rollout-watch-rollback": Capability.ROLLBACK,  # the one-click rollback of a watch warning
     "rollout-detail": AUTHENTICATED,  # redirects to the agent's page, 404 out of scope
     "release-history": Capability.VIEW_CONFIG,
     "release-promote": Capability.VIEW_CONFIG,  # the service checks the publish rights

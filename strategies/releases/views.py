@@ -11,6 +11,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.translation import ngettext
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
@@ -698,6 +699,8 @@ def _rollout_context(request, rollout, *, error=None) -> dict:
             for entry in reversed(rollout.log or [])
         ],
         "error": error,
+        "can_watch_rollback": rollout.watching
+        and user_can(request.user, Capability.ROLLBACK, request.agent),
     }
 
 
@@ -746,6 +749,32 @@ def rollout_act(request, agent, pk, action):
         return TemplateResponse(request, "releases/rollout.html", context, status=exc.status)
     messages.success(request, f"{rollout.key} {ROLLOUT_DONE[action]}.")
     return redirect(_rollout_url(rollout))
+
+
+@requires(Capability.ROLLBACK)
+@require_POST
+def rollout_watch_rollback(request, agent, pk):
+    """One click from a watch warning (the release row, the dashboard, the rollout page): the
+    ordinary rollback to the version the rollout replaced, with the warning's evidence — or,
+    where the revert policy asks, the request for it. A refusal shows the rollout page with
+    why; success goes back where the click came from."""
+    rollout = _rollout(request, pk)
+    try:
+        outcome = releases.rollout_watch_rollback(rollout=rollout, actor=request.user)
+    except ApplicationError as exc:
+        context = _rollout_context(request, _rollout(request, pk), error=exc)
+        return TemplateResponse(request, "releases/rollout.html", context, status=exc.status)
+    control = f"{rollout.document.key} v{rollout.control_version.number}"
+    if outcome.approval is not None:
+        messages.success(request, f"Rollback to {control} requested: it waits for approval.")
+    else:
+        messages.success(
+            request, f"Rolled back: {control} is live in {rollout.environment.key} again."
+        )
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(back, {request.get_host()}, request.is_secure()):
+        back = _rollout_url(rollout)
+    return redirect(back)
 
 
 def _rollout_plan(request):
