@@ -249,3 +249,51 @@ def test_watch_rollback__revert_policy_asks_approval__request_not_rollback(w):
     assert live_version(w, env) == 3
     rollout.refresh_from_db()
     assert rollout.watching  # the watch runs on until the rollback is approved
+
+
+# --- the operator API ---------------------------------------------------------------------------
+API = "/api/v1/agents/assistant_professional/rollouts"
+
+
+def api_post(client, user, url, data=None):
+    client.force_login(user)
+    return client.post(url, data=json.dumps(data or {}), content_type="application/json")
+
+
+def test_api_detail__in_watch__shows_watch_fields(w, client):
+    rollout = warned(w)
+    client.force_login(w.ops)
+
+    body = client.get(f"{API}/{rollout.key}/").json()
+
+    assert body["watch"]["active"] is True
+    assert body["watch"]["share"] == pytest.approx(0.1)
+    assert body["watch"]["step"] == 2
+    assert body["watch"]["warning"]["guard"] == "paired"
+
+
+def test_api_watch_rollback__operator_403__admin_200__again_409(w, client):
+    rollout = warned(w)
+    url = f"{API}/{rollout.key}/watch-rollback/"
+
+    refused = api_post(client, w.ops, url)
+    assert refused.status_code == 403, refused.content
+    assert live_version(w, w.envs["sg-test"]) == 3
+
+    done = api_post(client, w.admin, url)
+    assert done.status_code == 200, done.content
+    assert done.json()["release"]["version"] == 2
+
+    again = api_post(client, w.admin, url)
+    assert again.status_code == 409
+    assert again.json()["error"]["code"] == "watch_ended"
+    assert again.json()["error"]["current"]["watch"]["active"] is False
+
+
+def test_api_schema__watch_rollback_documented_with_errors(w, client):
+    client.force_login(w.ops)
+    paths = client.get("/api/schema/?format=json").json()["paths"]
+
+    operation = paths["/api/v1/agents/{agent}/rollouts/ro-{id}/watch-rollback/"]["post"]
+
+    assert {"200", "202", "403", "404", "409"} <= set(operation["responses"])
