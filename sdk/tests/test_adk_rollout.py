@@ -16,7 +16,10 @@ import pytest
 
 pytest.importorskip("google.adk", reason="google-adk is not installed (the sdk's [adk] extra)")
 
-from context_runtime import wire  # noqa: E402
+from context_runtime import (
+    rollouts,  # noqa: E402
+    wire,  # noqa: E402
+)
 from context_runtime.adk import ContextAssembly, Route  # noqa: E402
 from context_runtime.rollouts import assign_arm  # noqa: E402
 from fake_console import PAYLOAD  # noqa: E402
@@ -219,3 +222,56 @@ def test_unit_missing__the_invocation_is_the_unit__its_model_calls_share_an_arm(
         assert first.rollout.arm == second.rollout.arm == assign_arm("ro-7", 0.5, first.request_id)
         assert first.documents[KEY] == second.documents[KEY]
     assert {t.rollout.arm for t in traces} == {"new", "old"}
+
+
+# ---------------------------------------------------------------- the ADK path
+# The paired watch after a completed rollout (phase "watch"): everyone served the live v4; the
+# sampled tasks also run v3 as shadow and report the pair; nothing else is called.
+WATCH_V4 = {**V3, "optional": ["recent_dialogue", "memory"]}
+
+
+def watch_payload(share: float | None) -> dict:
+    """v4 live (the completed rollout's new version); with ``share``, v3 watched as shadow."""
+    payload = copy.deepcopy(PAYLOAD)
+    payload["strategies"][KEY] = {"version": 4, "body": {**WATCH_V4, "bundles": POLICY_BUNDLE}}
+    if share is not None:
+        payload["rollouts"] = {
+            KEY: {
+                "id": "ro-7",
+                "phase": "watch",
+                "version": 3,
+                "body": {**copy.deepcopy(V3), "bundles": POLICY_BUNDLE},
+                "share": share,
+                "unit": "task",
+                "step": 3,
+            }  # fmt: skip
+        }
+    return payload
+
+
+def test_adk_watch__sampled_tasks_report_the_pair__others_plain__same_provider_calls(config):
+    plain_providers, watch_providers = Providers(), Providers()
+    plain = assemble(config(watch_payload(None)), plain_providers, 2_000, tasks=600)
+    traces = assemble(config(watch_payload(0.1)), watch_providers, 2_000, tasks=600)
+
+    sampled = collections.Counter()
+    for trace in traces:
+        assert trace.documents[KEY] == 4
+        if rollouts.bucket("ro-7", trace.task.id) < 0.1:
+            sampled[trace.task.id] += 1
+            assert trace.rollout == wire.TraceRollout(id="ro-7", arm="new", step=3)
+            assert trace.shadow.version == 3
+        else:
+            assert trace.rollout is None and trace.shadow is None
+    assert 20 < len(sampled) < 110  # about 10% of 600 tasks
+    # The shadow decides on live's candidates: not one provider call more.
+    assert dict(watch_providers.calls) == dict(plain_providers.calls)
+    assert [t.status for t in traces] == [t.status for t in plain]
+
+
+def test_adk_runner_with_a_tool__watch__no_extra_model_or_tool_call(config):
+    model, _, tools, _ = run_agent_turn(config(watch_payload(None)))
+    model_w, _, tools_w, _ = run_agent_turn(config(watch_payload(1.0)))
+
+    assert model.calls == model_w.calls == 2
+    assert tools == tools_w == ["A1042"]

@@ -5,7 +5,7 @@ the field reads as no features (the console refuses shadow releases to it)."""
 from __future__ import annotations
 
 import pytest
-from context_runtime.manifest import FEATURES, SHADOW, SPLIT, Manifest, validate_manifest
+from context_runtime.manifest import FEATURES, SHADOW, SPLIT, WATCH, Manifest, validate_manifest
 from context_runtime.manifest_report import Registry
 
 BASE = {
@@ -17,15 +17,16 @@ BASE = {
 }
 
 
-def test_registry__default__declares_shadow_and_split_support():
+def test_registry__default__declares_shadow_split_and_watch_support():
     registry = Registry()
     registry.register_provider("task_state")
 
     body = registry.manifest_body("bank-assistant 2026.12.1")
 
-    assert body["features"] == ["shadow", "split"]
+    assert body["features"] == ["shadow", "split", "watch"]
     assert registry.manifest().supports(SHADOW) and registry.manifest().supports(SPLIT)
-    assert FEATURES == (SHADOW, SPLIT)
+    assert registry.manifest().supports(WATCH)
+    assert FEATURES == (SHADOW, SPLIT, WATCH)
 
 
 def test_registry__runtime_without_the_assembly__declares_no_features():

@@ -6,11 +6,9 @@ no rollout — with no extra provider, model or tool call."""
 
 from __future__ import annotations
 
-import collections
 import copy
 import math
 
-import pytest
 from context_runtime import wire
 from context_runtime.client import Document, Rollout
 from context_runtime.manifest import FEATURES, WATCH
@@ -78,8 +76,15 @@ def test_client__watch_entry__snapshot_keeps_live_and_the_phase(config):
     payload = copy.deepcopy(PAYLOAD)
     payload["strategies"][KEY] = {"version": 4, "body": V4}
     payload["rollouts"] = {
-        KEY: {"id": "ro-7", "phase": "watch", "version": 3, "body": V3, "share": 0.1,
-              "unit": "task", "step": 3}  # fmt: skip
+        KEY: {
+            "id": "ro-7",
+            "phase": "watch",
+            "version": 3,
+            "body": V3,
+            "share": 0.1,
+            "unit": "task",
+            "step": 3,
+        }  # fmt: skip
     }
 
     snap = config(payload).snapshot()
@@ -95,51 +100,3 @@ def test_client__entry_without_phase__a_rollout_as_before(config):
     }
 
     assert config(payload).snapshot().rollout(KEY).phase == "rollout"
-
-
-# ---------------------------------------------------------------- the ADK path
-adk = pytest.importorskip("google.adk", reason="google-adk is not installed (the [adk] extra)")
-
-from test_adk_rollout import POLICY_BUNDLE, assemble  # noqa: E402
-from test_adk_shadow import Providers, run_agent_turn  # noqa: E402
-
-
-def watch_payload(share: float | None) -> dict:
-    """v4 live (the completed rollout's new version); with ``share``, v3 watched as shadow."""
-    payload = copy.deepcopy(PAYLOAD)
-    payload["strategies"][KEY] = {"version": 4, "body": {**V4, "bundles": POLICY_BUNDLE}}
-    if share is not None:
-        payload["rollouts"] = {
-            KEY: {"id": "ro-7", "phase": "watch", "version": 3,
-                  "body": {**copy.deepcopy(V3), "bundles": POLICY_BUNDLE},
-                  "share": share, "unit": "task", "step": 3}  # fmt: skip
-        }
-    return payload
-
-
-def test_adk_watch__sampled_tasks_report_the_pair__others_plain__same_provider_calls(config):
-    plain_providers, watch_providers = Providers(), Providers()
-    plain = assemble(config(watch_payload(None)), plain_providers, 2_000, tasks=600)
-    traces = assemble(config(watch_payload(0.1)), watch_providers, 2_000, tasks=600)
-
-    sampled = collections.Counter()
-    for trace in traces:
-        assert trace.documents[KEY] == 4
-        if bucket("ro-7", trace.task.id) < 0.1:
-            sampled[trace.task.id] += 1
-            assert trace.rollout == wire.TraceRollout(id="ro-7", arm="new", step=3)
-            assert trace.shadow.version == 3
-        else:
-            assert trace.rollout is None and trace.shadow is None
-    assert 20 < len(sampled) < 110  # about 10% of 600 tasks
-    # The shadow decides on live's candidates: not one provider call more.
-    assert dict(watch_providers.calls) == dict(plain_providers.calls)
-    assert [t.status for t in traces] == [t.status for t in plain]
-
-
-def test_adk_runner_with_a_tool__watch__no_extra_model_or_tool_call(config):
-    model, _, tools, _ = run_agent_turn(config(watch_payload(None)))
-    model_w, _, tools_w, _ = run_agent_turn(config(watch_payload(1.0)))
-
-    assert model.calls == model_w.calls == 2
-    assert tools == tools_w == ["A1042"]
