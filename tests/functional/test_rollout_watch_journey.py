@@ -1,0 +1,102 @@
+"""Browser journey (issue 23 item 4): in the demo world v2 was rolled out over v3 in sg-test
+and completed; during its paired watch the paired guard warned. The admin sees the warning on
+the dashboard, clicks "Roll back to v3" once, and the releases page shows v3 live again — the
+runtime's configuration following, the rollback's audit row carrying the warning's evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.kernel.models import AuditRecord
+from strategies.releases.models import Rollout
+from strategies.releases.services import rollout_finish, rollout_start, rollout_watch_warn
+from tests.factories import runtime_token
+from tests.functional.test_rollout_journey import CELL, STRATEGY, runtime_config, shot
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+EVIDENCE = {
+    "guard": "paired",
+    "state": "breach",
+    "message": "The new version was worse on the same inputs in 9 of 240 requests.",
+    "request_ids": ["req-w1", "req-w2", "req-w3", "req-w4", "req-w5"],
+}
+
+
+def declare(environment, *features) -> None:
+    from strategies.catalog.selectors import manifest_latest
+    from strategies.catalog.services import manifest_record
+
+    body = dict(manifest_latest(environment=environment).body)
+    body["features"] = sorted({*body.get("features", []), *features})
+    manifest_record(environment=environment, body=body)
+
+
+def test_watch_journey__warning_on_dashboard__one_click_rollback__previous_version_live(
+    demo_world, page, login, live_server, client
+):
+    from django.contrib.auth import get_user_model
+
+    from strategies.catalog.models import Environment
+    from strategies.delivery.config import cache_clear_all
+    from strategies.documents.models import Version
+
+    cache_clear_all()  # Redis outlives the test database between runs
+    sg = Environment.objects.get(key="sg-test")
+    declare(sg, "split", "watch")
+    admin = get_user_model().objects.get(username="admin")
+    v2 = Version.objects.get(document__key=STRATEGY, number=2)
+    rollout = rollout_start(version=v2, environment=sg, actor=admin, plan="all_at_once")
+    rollout = rollout_finish(rollout=rollout, actor=admin, reason="baked")
+    secret = runtime_token(sg)
+    watch = runtime_config(client, secret)["rollouts"][STRATEGY]
+    assert (watch["phase"], watch["version"]) == ("watch", 3)
+    rollout_watch_warn(rollout=rollout, guard="paired", evidence=EVIDENCE)
+
+    login("admin", "admin-demo")
+    warning = page.locator(f"[data-watch-warning='{rollout.key}']")
+    warning.wait_for()
+    assert "v2 did worse than v3 in sg-test" in warning.inner_text()
+    assert "req-w1" in warning.inner_text()
+    shot(page, "watch-warning-dashboard")
+
+    warning.locator(f"[data-watch-rollback='{rollout.key}']").click()
+    page.wait_for_selector("text=Rolled back: after_sales_consultation v3 is live in sg-test")
+    assert page.locator(f"[data-watch-warning='{rollout.key}']").count() == 0
+
+    page.goto(f"{live_server.url}/releases/?agent=assistant_professional")
+    assert page.locator(f"{CELL} [data-status='live']").inner_text().endswith("v3")
+    assert page.locator(f"{CELL} [data-watch-warning]").count() == 0
+    shot(page, "watch-rolled-back")
+    served = runtime_config(client, secret)
+    assert served["strategies"][STRATEGY]["version"] == 3
+    assert served["rollouts"] == {}
+    audit = AuditRecord.objects.get(action="release.rollback")
+    assert audit.actor_label == "admin" and audit.after["evidence"]["request_ids"][0] == "req-w1"
+    assert not Rollout.objects.get(pk=rollout.pk).watching
+
+
+def test_watch_journey__operator_without_rollback__button_disabled_with_why(
+    demo_world, page, login, live_server
+):
+    from django.contrib.auth import get_user_model
+
+    from strategies.catalog.models import Environment
+    from strategies.documents.models import Version
+
+    sg = Environment.objects.get(key="sg-test")
+    declare(sg, "split")
+    admin = get_user_model().objects.get(username="admin")
+    v2 = Version.objects.get(document__key=STRATEGY, number=2)
+    rollout = rollout_start(version=v2, environment=sg, actor=admin, plan="all_at_once")
+    rollout = rollout_finish(rollout=rollout, actor=admin, reason="baked")
+    rollout_watch_warn(rollout=rollout, guard="paired", evidence=EVIDENCE)
+
+    login("ops", "ops-demo")
+    page.goto(f"{live_server.url}/releases/?agent=assistant_professional")
+
+    warning = page.locator(f"{CELL} [data-watch-warning='{rollout.key}']")
+    warning.wait_for()
+    assert warning.locator("button[disabled]", has_text="Roll back to v3").count() == 1
+    assert "You may not roll back releases here." in warning.inner_text()
+    shot(page, "watch-warning-release-row")
