@@ -14,6 +14,7 @@ from context_runtime.client import Document, Rollout
 from context_runtime.manifest import FEATURES, WATCH
 from context_runtime.rollouts import Serving, bucket, serve, watched
 from fake_console import PAYLOAD
+from test_rollouts import Snap
 
 KEY = "after_sales_consultation"
 V3 = PAYLOAD["strategies"][KEY]["body"]
@@ -22,26 +23,11 @@ UNITS = 10_000
 Z = 4.42  # two-sided 1e-5 normal quantile
 
 
-class Snap:
-    def __init__(self, live, rollout=None, shadow=None):
-        self._live, self._rollout, self._shadow = live, rollout, shadow
-        self.documents = {KEY: live.version}
-
-    def strategy(self, key):
-        return self._live
-
-    def shadow(self, key):
-        return self._shadow
-
-    def rollout(self, key):
-        return self._rollout
-
-
 def watch_snap(share=0.1):
     v3 = Document(key=KEY, version=3, body=V3)
     v4 = Document(key=KEY, version=4, body=V4)
     entry = Rollout(id="ro-7", document=v3, share=share, unit="task", step=3, phase="watch")
-    return Snap(v4, entry), v3, v4
+    return Snap(live=v4, rollout=entry), v3, v4
 
 
 def test_sdk__declares_the_watch_feature():

@@ -83,7 +83,7 @@ def payload_render(*, agent, environment) -> RenderedConfig:
     not serves the control version alone). A completed rollout in its paired watch sends
     `rollouts[key]` with `phase` `watch`: the previous version, run as shadow beside the live
     one on `share` of the units — only to a runtime that declares `watch`, and never over
-    an active rollout of the same key."""
+    an active rollout or a running shadow release of the same key."""
 
     releases = live_releases(agent=agent, environment=environment)
     shadows = shadows_in(agent=agent, environment=environment)
@@ -105,8 +105,10 @@ def payload_render(*, agent, environment) -> RenderedConfig:
     manifest = manifest_latest(environment=environment) if rollouts or watching else None
     features = set((manifest.body.get("features") or ()) if manifest is not None else ())
     sent: dict[str, dict] = {}
-    if WATCH in features:
-        sent.update((r.document.key, _watch_entry(r)) for r in watching)
+    if WATCH in features:  # a shadow release a person started there keeps its place
+        sent.update(
+            (r.document.key, _watch_entry(r)) for r in watching if r.document.key not in shadow
+        )
     if SPLIT in features:
         sent.update((r.document.key, _rollout_entry(r)) for r in rollouts)
     revision_sum = (

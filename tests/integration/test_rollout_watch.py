@@ -22,6 +22,7 @@ from strategies.releases.services import (
     rollout_finish,
     rollout_start,
     rollout_watch_rollback,
+    shadow_start,
 )
 from tests.factories import manifest_body, post_batch, runtime_token, trace_payload
 from tests.factories.releases import rollout_setup
@@ -133,6 +134,36 @@ def test_publish_elsewhere__other_environment__watch_unaffected(w):
 
     release_publish(version=w.strategy[1], environment=w.envs["bank-uat"], actor=w.ops)
 
+    rollout.refresh_from_db()
+    assert rollout.watching
+
+
+def test_new_rollout__same_target_during_watch__watch_ends_new_rollout_sent(w):
+    rollout = completed(w)
+
+    second = rollout_start(
+        version=w.strategy[1], environment=w.envs["sg-test"], actor=w.ops, plan=PLAN
+    )
+
+    rollout.refresh_from_db()
+    assert not rollout.watching
+    assert (
+        AuditRecord.objects.get(action="rollout.watch_end")
+        .after["reason"]
+        .startswith(f"Watch ended: {second.key} rolls out v1")
+    )
+    entry = payload(w.envs["sg-test"])["rollouts"][STRATEGY]
+    assert (entry["id"], entry.get("phase", "rollout")) == (second.key, "rollout")
+
+
+def test_shadow_release__started_during_watch__keeps_its_place_no_watch_entry(w):
+    rollout = completed(w)
+
+    shadow_start(version=w.strategy[1], environment=w.envs["sg-test"], actor=w.ops)
+
+    body = payload(w.envs["sg-test"])
+    assert body["shadow"][STRATEGY]["version"] == 1
+    assert body["rollouts"] == {}
     rollout.refresh_from_db()
     assert rollout.watching
 
