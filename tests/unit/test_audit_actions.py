@@ -79,6 +79,7 @@ def test_members__stored_strings_as_written_before_the_enum():
             for a in ("start", "approve", "pause", "resume", "step", "extend", "complete")
         ),
         *(f"rollout.{a}" for a in ("stop", "rollback")),
+        *(f"rollout.{a}" for a in ("watch_warn", "watch_end")),  # issue 23 item 4: the watch
         *(f"approval.{a}" for a in ("request", "reject", "withdraw")),
         "config.import",
         *(f"webhook.{a}" for a in ("create", "delete")),
