@@ -9,12 +9,13 @@ import json
 from datetime import timedelta
 
 import pytest
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from console.kernel.errors import Conflict, Forbidden
 from console.kernel.models import AuditRecord
 from strategies.catalog.services import manifest_record
-from strategies.delivery.models import ConfigPayload
+from strategies.delivery.models import ConfigPayload, Webhook, WebhookDelivery
 from strategies.releases.models import ApprovalRequest, Release, Rollout
 from strategies.releases.services import (
     release_publish,
@@ -22,6 +23,7 @@ from strategies.releases.services import (
     rollout_finish,
     rollout_start,
     rollout_watch_rollback,
+    rollout_watch_warn,
     shadow_start,
 )
 from tests.factories import manifest_body, post_batch, runtime_token, trace_payload
@@ -203,6 +205,34 @@ def test_evaluator__watch_time_up__watch_ends(w):
     assert not rollout.watching
     assert AuditRecord.objects.get(action="rollout.watch_end").actor_label == "system"
     assert payload(w.envs["sg-test"])["rollouts"] == {}
+
+
+def test_watch_warn__webhook__release_changed_with_the_evidence(w):
+    hook = Webhook.objects.create(
+        environment=w.envs["sg-test"],
+        url="http://127.0.0.1:9/",
+        secret="s",
+        events=["release.changed"],
+    )
+    rollout = completed(w)
+    evidence = {"guard": "paired", "message": "worse", "request_ids": ["r1"]}
+
+    rollout_watch_warn(rollout=rollout, guard="paired", evidence=evidence)
+
+    bodies = [json.loads(bytes(d.body)) for d in WebhookDelivery.objects.filter(webhook=hook)]
+    warn = next(b for b in bodies if b["action"] == "rollout_watch_warn")
+    assert warn["evidence"]["request_ids"] == ["r1"]
+    assert warn["actor"]["name"] == "guard:paired"
+    assert (warn["from_version"], warn["to_version"]) == (2, 3)
+
+
+def test_database__watch_on_a_running_rollout__refused(w):
+    rollout = rollout_start(
+        version=w.strategy[3], environment=w.envs["sg-test"], actor=w.ops, plan=PLAN
+    )
+
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Rollout.objects.filter(pk=rollout.pk).update(watch_until=timezone.now(), watch_share=0.1)
 
 
 def warned(w):
