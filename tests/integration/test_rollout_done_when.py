@@ -12,6 +12,9 @@ test's PostgreSQL and Redis.
   passed, and no task ever changes arm.
 - The order provider failing 30% of calls during a good rollout: no rollback, a pause
   naming `order_delivery`.
+- Item 4, the paired watch: the 4000-token copy rolled out and finished is live; the runtime
+  serves it to everyone and runs v3 as shadow for the sampled tasks only; the paired guard
+  warns with five of those requests, and nothing is rolled back.
 
 Measured delays are printed (`pytest -s`).
 """
@@ -26,10 +29,11 @@ from collections import defaultdict
 import pytest
 
 from console.kernel.models import AuditRecord
-from strategies.releases.models import Rollout
-from strategies.releases.services import release_publish, rollout_start
+from strategies.catalog.services import manifest_record
+from strategies.releases.models import Release, Rollout
+from strategies.releases.services import release_publish, rollout_finish, rollout_start
 from tests.conftest import celery_worker
-from tests.factories import runtime_token
+from tests.factories import manifest_body, runtime_token
 from tests.factories.documents import frozen_version
 from tests.factories.releases import rollout_setup
 from tests.runtime_sim import RuntimeSim, wait_until
@@ -237,3 +241,51 @@ def test_rollout__order_provider_failing_30_percent__paused_naming_it_never_roll
     assert "rollback" not in [entry["action"] for entry in rollout.log]
     assert not AuditRecord.objects.filter(action="rollout.rollback").exists()
     print(f"\npaused: {rollout.end_reason}")
+
+
+# --- item 4: the paired watch after completion -----------------------------------------------
+WATCH_SHARE = 0.5
+
+
+def test_watch__worse_version_completed__paired_guard_warns__never_rolls_back(
+    world, console, guards_every, sims, tmp_path
+):
+    # Given a runtime that applies watches, and a 4000-token copy of v3 rolled out and finished
+    manifest_record(
+        environment=world.sg,
+        body=manifest_body(handlers=["general_policy_only"], features=["shadow", "split", "watch"]),
+    )
+    world.sg.watch_share = WATCH_SHARE
+    world.sg.save(update_fields=["watch_share"])
+    budget = {**world.strategy[3].body["budget"], "max_input_tokens": 4000}
+    new = v3_with(world, budget=budget)
+    rollout = roll_out(world, new, plan(3600, 3600, 3600))
+    rollout = rollout_finish(rollout=rollout, actor=world.ops, reason="looked fine")
+    assert rollout.watching
+    guards_every(2)
+
+    # When the runtime answers requests of many tasks
+    sim = runtime(world, console, tmp_path, sims, "--tasks", "1000000", interval=0.05)
+
+    # Then the paired guard warns …
+    assert wait_until(lambda: rollout_now(rollout).watch_warning, 120, 0.2), rollout_now(
+        rollout
+    ).guards
+    rollout.refresh_from_db()
+    warning = rollout.watch_warning
+    assert warning["guard"] == "paired" and warning["state"] == "breach"
+    assert AuditRecord.objects.get(action="rollout.watch_warn").actor_label == "guard:paired"
+    # … and nothing is rolled back: the new version stays live, the watch runs on
+    assert rollout.state == "completed" and rollout.watching
+    live = Release.objects.get(document=new.document, environment=world.sg)
+    assert live.version_id == new.pk
+    # Everyone was served the new version; the sampled tasks ran v3 beside it, the rest nothing
+    lines = [line for line in sim.lines if line["strategy_version"] is not None]
+    assert {line["strategy_version"] for line in lines} == {new.number}
+    watched = [line for line in lines if line["rollout"] == rollout.key]
+    assert {(line["arm"], line["shadow_version"]) for line in watched} == {("new", 3)}
+    assert all(line["shadow_version"] is None for line in lines if line["rollout"] is None)
+    assert 0.3 < len(watched) / len(lines) < 0.7, (len(watched), len(lines))
+    # The evidence: five of the sampled requests, to open
+    assert len(warning["request_ids"]) == 5
+    assert set(warning["request_ids"]) <= {line["request_id"] for line in watched}
