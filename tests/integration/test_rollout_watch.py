@@ -358,3 +358,43 @@ def test_api_schema__watch_rollback_documented_with_errors(w, client):
     operation = paths["/api/v1/agents/{agent}/rollouts/ro-{id}/watch-rollback/"]["post"]
 
     assert {"200", "202", "403", "404", "409"} <= set(operation["responses"])
+
+
+# --- the pages ----------------------------------------------------------------------------------
+def test_pages__warning_on_release_row_dashboard_and_rollout_page(w, client):
+    rollout = warned(w)
+    client.force_login(w.admin)
+
+    for url in ("/", "/releases/?agent=assistant_professional", f"/rollouts/{rollout.key}/"):
+        page = client.get(url, follow=True).content.decode()
+        assert f'data-watch-rollback="{rollout.key}"' in page, url
+        assert "Roll back to v2" in page and "worse in 12 of 112" in page, url
+
+
+def test_page_watch_rollback__watch_over__409_page_says_why__nothing_moved(w, client):
+    rollout = warned(w)
+    Rollout.objects.filter(pk=rollout.pk).update(watch_ended_at=timezone.now())
+    client.force_login(w.admin)
+
+    response = client.post(
+        f"/releases/assistant_professional/rollouts/ro-{rollout.pk}/watch-rollback/",
+        {"next": "/"},
+    )
+
+    assert response.status_code == 409
+    assert "paired watch of" in response.content.decode()
+    assert live_version(w, w.envs["sg-test"]) == 3
+
+
+def test_page_watch_rollback__admin_one_click__back_where_it_came_from_v2_live(w, client):
+    rollout = warned(w)
+    client.force_login(w.admin)
+
+    response = client.post(
+        f"/releases/assistant_professional/rollouts/ro-{rollout.pk}/watch-rollback/",
+        {"next": "https://elsewhere.example/"},
+    )
+
+    assert response.status_code == 302
+    assert response["Location"] == f"/releases/assistant_professional/rollouts/ro-{rollout.pk}/"
+    assert live_version(w, w.envs["sg-test"]) == 2
