@@ -187,6 +187,7 @@ def test_evaluator__paired_breach_in_watch__warns_never_rolls_back(w, client):
     assert len(warning["request_ids"]) == 5
     assert set(warning["request_ids"]) <= {f"worse-{i}" for i in range(12)}
     assert live_version(w, w.envs["sg-test"]) == 3  # no rollback
+    assert rollout.evidence == {}  # what ended the rollout (nothing: it completed) stays
     audit = AuditRecord.objects.get(action="rollout.watch_warn")
     assert audit.actor_label == "guard:paired"
     assert audit.after["watch"]["warning"]["request_ids"] == warning["request_ids"]

@@ -509,7 +509,7 @@ def rollout_watch_warn(*, rollout: Rollout, guard: str, evidence: dict) -> Rollo
         action="watch_warn",
         reason=message,
         evidence=warning,
-        watch_warning=warning,
+        evidence_field="watch_warning",  # the rollout's own `evidence` stays what ended it
     )
     return _rollout_refresh(change)
 

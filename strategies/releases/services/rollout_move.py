@@ -89,17 +89,19 @@ def _rollout_change(
     action: str,
     reason: str = "",
     evidence: dict | None = None,
+    evidence_field: str = "evidence",
     **fields,
 ) -> RolloutChange:
     """Apply `fields` to the locked `rollout` (an ending action sets its end), grow its
-    revision, add the timeline line and write the audit row (with the evidence a guard saw)."""
+    revision, add the timeline line and write the audit row (with the evidence a guard saw,
+    kept in `evidence_field`: `evidence`, or `watch_warning` for a warning of the watch)."""
     before = rollout_state(rollout)
     now = timezone.now()
     if action in ENDING:
         fields.update(state=ENDING[action], ended_by=actor_label(actor), ended_at=now)
         fields.setdefault("end_reason", reason)
     if evidence is not None:
-        fields["evidence"] = evidence
+        fields[evidence_field] = evidence
     for name, value in fields.items():
         setattr(rollout, name, value)
     entry = {
