@@ -296,6 +296,34 @@ def decide(
     exactly these items (every source among the strategy's, no finding), the arguments
     passed ``_check_arguments``. A replay with several versions of one strategy checks the
     candidates once (``context_runtime.replay.Replay``)."""
+    return decide_run(
+        strategy,
+        items,
+        checked,
+        context_window=context_window,
+        max_input_tokens=max_input_tokens,
+        fixed_input_tokens=fixed_input_tokens,
+        relevance_threshold=relevance_threshold,
+        estimator=estimator,
+    ).selection()
+
+
+def decide_run(
+    strategy: Strategy,
+    items: tuple[CandidateItem, ...],
+    checked: CheckedCandidates,
+    *,
+    context_window: int | None,
+    max_input_tokens: int | None,
+    fixed_input_tokens: int,
+    relevance_threshold: float,
+    estimator: Estimator,
+) -> Decided:
+    """:func:`decide` without writing the reason texts: every decision, reason code, group
+    label, the status and the tokens, each the same as the :class:`Selection`'s
+    (:meth:`Decided.selection` builds it, texts included). What compares selections by their
+    facts — a shadow run, a replay of many traces — reads these and skips the texts (a
+    sixth of a selection at 50 candidates, docs/PERFORMANCE.md)."""
     limit = strategy.max_input_tokens
     if context_window is not None and context_window < limit:
         limit = context_window
@@ -306,26 +334,108 @@ def decide(
     run = _Run(strategy, items, checked, relevance_threshold)
     run.choose(available)
     status, degradation, problems = run.status()
-    used = available - run.remaining
-    return Selection(
-        status=status,
-        degradation=degradation,
-        reason=problems[0] if problems else reasons.ready(used, available),
-        problems=problems,
-        selected=tuple(items[i] for i in run.order),
-        decisions=run.decisions(),
-        max_input_tokens=limit,
+    return Decided(
+        run,
+        status,
+        degradation,
+        problems,
+        limit=limit,
+        available=available,
         reserve_output_tokens=strategy.reserve_output_tokens,
         fixed_input_tokens=fixed_input_tokens,
-        available_tokens=available,
-        used_tokens=used,
-        estimator=estimator.name,
         relevance_threshold=relevance_threshold,
         context_window=context_window,
         call_max_input_tokens=max_input_tokens,
-        candidates=items,
-        checked=checked,
+        estimator=estimator.name,
     )
+
+
+class Decided:
+    """One selection's facts, the reason texts written only when read (:func:`decide_run`).
+
+    ``decision``, ``reason_code``, ``required`` and ``bundle`` hold one entry per candidate
+    in the candidates' order (``bundle``: the decided group label or ``None``); ``order`` the
+    indexes of the selected candidates in selection order."""
+
+    __slots__ = (
+        "_run",
+        "status",
+        "degradation",
+        "problems",
+        "items",
+        "checked",
+        "decision",
+        "reason_code",
+        "required",
+        "bundle",
+        "order",
+        "used_tokens",
+        "available_tokens",
+        "max_input_tokens",
+        "reserve_output_tokens",
+        "fixed_input_tokens",
+        "relevance_threshold",
+        "context_window",
+        "call_max_input_tokens",
+        "estimator",
+    )
+
+    def __init__(self, run: _Run, status, degradation, problems, *, limit, available, **args):
+        self._run = run
+        self.status = status
+        self.degradation = degradation
+        self.problems = problems
+        self.items = run.items
+        self.checked = run.checked
+        self.decision = run.decision
+        self.reason_code = run.code
+        self.required = run.required
+        self.bundle = run.bundle or _NO_BUNDLES * len(run.items)
+        self.order = run.order
+        self.used_tokens = available - run.remaining
+        self.available_tokens = available
+        self.max_input_tokens = limit
+        for name, value in args.items():
+            setattr(self, name, value)
+
+    @property
+    def input_estimate(self) -> int:
+        return self.fixed_input_tokens + self.used_tokens
+
+    @property
+    def selected_ids(self) -> tuple[str, ...]:
+        items = self.items
+        return tuple([items[i].id for i in self.order])
+
+    def reason(self, i: int) -> str:
+        """The reason text of candidate ``i``, as its :class:`ItemDecision` holds it."""
+        why = _text(self._run.reason[i])
+        return why if len(why) <= wire.MAX_REASON_CHARS else reasons.short(why)
+
+    def selection(self) -> Selection:
+        """The :class:`Selection` :func:`decide` returns, reason texts written."""
+        items, problems = self.items, self.problems
+        return Selection(
+            status=self.status,
+            degradation=self.degradation,
+            reason=problems[0]
+            if problems
+            else reasons.ready(self.used_tokens, self.available_tokens),
+            problems=problems,
+            selected=tuple([items[i] for i in self.order]),
+            decisions=self._run.decisions(),
+            max_input_tokens=self.max_input_tokens,
+            reserve_output_tokens=self.reserve_output_tokens,
+            fixed_input_tokens=self.fixed_input_tokens,
+            available_tokens=self.available_tokens,
+            used_tokens=self.used_tokens,
+            estimator=self.estimator,
+            relevance_threshold=self.relevance_threshold,
+            context_window=self.context_window,
+            call_max_input_tokens=self.call_max_input_tokens,
+            candidates=items,
+            checked=self.checked,
+        )
 
 
 def _check_arguments(
@@ -381,6 +491,13 @@ def _check_arguments(
 # first in the key lets the sort compare most pairs without looking further.
 _KEY, _MEMBERS, _BUNDLE, _SIZE, _REQUIRED, _PRIORITY, _RELEVANCE = range(7)
 _order_key = itemgetter(_KEY)  # sorting by the key alone keeps the sort's fast paths
+
+
+def _text(reason) -> str:
+    """A reason as text. The allocator keeps most reasons as (wording function, its arguments)
+    and writes them only when read: a selection compared by its facts never reads them, and
+    formatting numbers was a sixth of a selection (docs/PERFORMANCE.md)."""
+    return reason if reason.__class__ is str else reason[0](*reason[1:])
 
 
 def _score(priority: int, relevance: float | None) -> float:
@@ -479,14 +596,14 @@ class _Run:
             name = self.bundle[i] if self.bundle is not None else None
             if name is not None:
                 for j in self.members.get(name, ()):
-                    promote(j, reasons.required_with_bundle(name))
+                    promote(j, (reasons.required_with_bundle, name))
             for need in c.depends_on:
                 for j in indexes(need):
-                    promote(j, reasons.required_by(c.id))
+                    promote(j, (reasons.required_by, c.id))
             if c.source not in required_set:
                 for source in depends_on.get(c.source, ()):
                     for j in self.by_source.get(source, ()):
-                        promote(j, reasons.required_by(c.id))
+                        promote(j, (reasons.required_by, c.id))
         return required
 
     # ------------------------------------------------------------ the allocator
@@ -550,11 +667,11 @@ class _Run:
                 decision[i] = outcome
                 self.code[i] = _PROVIDER_CODES[outcome]
                 if outcome == NOT_FETCHED:
-                    self.reason[i] = reasons.not_fetched(c.source, c.note)
+                    self.reason[i] = (reasons.not_fetched, c.source, c.note)
                 elif outcome == NO_ACCESS:
-                    self.reason[i] = reasons.no_access(c.note, required[i])
+                    self.reason[i] = (reasons.no_access, c.note, required[i])
                 else:
-                    self.reason[i] = reasons.not_applicable(c.source, c.note)
+                    self.reason[i] = (reasons.not_applicable, c.source, c.note)
                 continue
             if decision[i] is not None:  # in conflict
                 continue
@@ -563,7 +680,7 @@ class _Run:
                 if name in blocked:
                     j, why = blocked[name]
                     decision[i] = DEPENDENCY_MISSING
-                    self.reason[i] = reasons.bundle_incomplete(name, items[j].id, why)
+                    self.reason[i] = (reasons.bundle_incomplete, name, items[j].id, why)
                     self.code[i] = "bundle_incomplete"
                     self.root[i] = (why, items[j].source)
                 elif name in grouped:
@@ -577,7 +694,7 @@ class _Run:
                 relevance = c.relevance
                 if relevance is not None and relevance < threshold:
                     decision[i] = IRRELEVANT
-                    self.reason[i] = reasons.irrelevant(relevance, threshold, c.note)
+                    self.reason[i] = (reasons.irrelevant, relevance, threshold, c.note)
                     self.code[i] = "below_threshold"
                     continue
                 level = priority.get(c.source, DEFAULT_PRIORITY)
@@ -613,7 +730,7 @@ class _Run:
             required_units.append(unit)
             return
         if relevance is not None and relevance < self.threshold:
-            text = reasons.bundle_irrelevant(name, relevance, self.threshold)
+            text = (reasons.bundle_irrelevant, name, relevance, self.threshold)
             for i in members:
                 self.decision[i] = IRRELEVANT
                 self.reason[i] = text
@@ -639,9 +756,9 @@ class _Run:
                         order.append(i)
                     continue
                 if bundle is None:
-                    text = reasons.selected_optional(priority, relevance)
+                    text = (reasons.selected_optional, priority, relevance)
                 else:
-                    text = reasons.selected_optional_bundle(bundle, size, priority, relevance)
+                    text = (reasons.selected_optional_bundle, bundle, size, priority, relevance)
                 for i in members:
                     decision[i] = SELECTED
                     reason[i] = text
@@ -649,13 +766,13 @@ class _Run:
                     order.append(i)
                 continue
             if bundle is not None:
-                text = reasons.over_budget_bundle(bundle, size, remaining)
+                text = (reasons.over_budget_bundle, bundle, size, remaining)
                 why_code = "over_budget_bundle"
             elif required:
-                text = reasons.over_budget_required(size, remaining)
+                text = (reasons.over_budget_required, size, remaining)
                 why_code = "over_budget_required"
             else:
-                text = reasons.over_budget_optional(priority, size, remaining)
+                text = (reasons.over_budget_optional, priority, size, remaining)
                 why_code = "over_budget_optional"
             for i in members:
                 decision[i] = OVER_BUDGET
@@ -729,17 +846,17 @@ class _Run:
             for need in c.depends_on:
                 found = self.checked.indexes(need)
                 if not found:
-                    return reasons.needs_absent_item(need), (_ABSENT, None), _NEED_ABSENT
+                    return (reasons.needs_absent_item, need), (_ABSENT, None), _NEED_ABSENT
                 if not any(decision[j] == SELECTED or unit_of[j] == k for j in found):
                     root = self._root_of(found[0])
-                    return reasons.needs(need, decision[found[0]]), root, _NEED_UNSELECTED
+                    return (reasons.needs, need, decision[found[0]]), root, _NEED_UNSELECTED
             for source in self.strategy.depends_on.get(c.source, ()):
                 found = self.by_source.get(source, ())
                 if not found:
-                    return reasons.needs_empty_source(source), (_ABSENT, source), _NEED_ABSENT
+                    return (reasons.needs_empty_source, source), (_ABSENT, source), _NEED_ABSENT
                 if not any(decision[j] == SELECTED or unit_of[j] == k for j in found):
                     root = self._root_of(found[0])
-                    return reasons.needs(source, decision[found[0]]), root, _NEED_UNSELECTED
+                    return (reasons.needs, source, decision[found[0]]), root, _NEED_UNSELECTED
         return None
 
     def _root_of(self, j: int) -> tuple[str, str | None]:
@@ -768,9 +885,9 @@ class _Run:
             if d == SELECTED or d == OVER_BUDGET and not needed:
                 continue
             if d == CONFLICT:
-                causes.append((_RANK[SOURCE_CONFLICT], f"{c.id}: {reason[i]}"))
+                causes.append((_RANK[SOURCE_CONFLICT], f"{c.id}: {_text(reason[i])}"))
             elif needed:
-                text = f"{c.id}: {reason[i]}"
+                text = f"{c.id}: {_text(reason[i])}"
                 if d == NOT_FETCHED:
                     missing(c.source, text)
                 elif d == NO_ACCESS:
@@ -788,7 +905,7 @@ class _Run:
                     else:
                         causes.append((_RANK[MISSING_REQUIRED_DATA], text))
             elif d == NOT_FETCHED and c.source in on_missing:
-                missing(c.source, f"{c.id}: {reason[i]}")
+                missing(c.source, f"{c.id}: {_text(reason[i])}")
         present = self.checked.present_sources
         for source in self.strategy.required_sources:
             if source not in present:
@@ -805,7 +922,7 @@ class _Run:
             (degradation,) = handlers
             for i, c in enumerate(items):
                 if decision[i] == NOT_FETCHED and on_missing.get(c.source) == degradation:
-                    reason[i] = reasons.handler_takes_over(reason[i], degradation)
+                    reason[i] = reasons.handler_takes_over(_text(reason[i]), degradation)
         return status, degradation, tuple(text for _, text in causes)
 
     def decisions(self) -> tuple[ItemDecision, ...]:
@@ -822,10 +939,10 @@ class _Run:
                     needed,
                     name,
                     d,
-                    why if len(why) <= limit else short(why),
+                    why if len(why := _text(r)) <= limit else short(why),
                     code,
                 )
-                for c, size, needed, name, d, why, code in zip(
+                for c, size, needed, name, d, r, code in zip(
                     self.items, sizes, required, bundle, decision, reason, self.code, strict=True
                 )
             ]
