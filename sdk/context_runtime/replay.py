@@ -41,7 +41,7 @@ from context_runtime.engine import (
     Strategy,
 )
 from context_runtime.engine._candidates import CheckedCandidates, check_candidates
-from context_runtime.engine._selection import _check_arguments, decide
+from context_runtime.engine._selection import Decided, _check_arguments, decide, decide_run
 
 __all__ = [
     "CandidateFacts",
@@ -145,6 +145,16 @@ class Replay:
         not read are left out, as the runtime would not have asked that provider under it
         (``facts(selection, of=candidates)`` marks them ``not_requested``);
         ``selection.candidates`` holds the ones given to the engine."""
+        return decide(*self._asked(strategy), **self._arguments)
+
+    def run_facts(self, strategy: Strategy | dict) -> Decided:
+        """:meth:`run` without writing the reason texts (``engine._selection.decide_run``):
+        the same decisions, reason codes, labels, status and tokens, for what compares
+        selections by their facts (``facts(decided, of=candidates)``, :func:`shadow_run`).
+        ``decided.items`` holds the candidates given to the engine."""
+        return decide_run(*self._asked(strategy), **self._arguments)
+
+    def _asked(self, strategy: Strategy | dict) -> tuple[Strategy, tuple, CheckedCandidates]:
         if not isinstance(strategy, Strategy):
             strategy = Strategy.from_body(strategy)
         if self._refused:
@@ -163,7 +173,7 @@ class Replay:
         asked, checked, findings = known
         if findings:
             raise EngineInputError(findings)
-        return decide(strategy, asked, checked, **self._arguments)
+        return strategy, asked, checked
 
 
 def replay(
@@ -250,10 +260,13 @@ def _fact(c: CandidateFacts) -> str:
 NOT_REQUESTED = CandidateFacts("not_requested", "source_not_read", "", False)
 
 
-def facts(selection: Selection, of: Sequence[CandidateItem] | None = None) -> Facts:
-    """The facts of a selection the engine just made. With ``of`` (the candidates given to
-    :func:`replay`), one per candidate of ``of``: those the strategy does not read are
-    :data:`NOT_REQUESTED`."""
+def facts(selection: Selection | Decided, of: Sequence[CandidateItem] | None = None) -> Facts:
+    """The facts of a selection the engine just made (a :class:`Selection`, or the
+    :class:`Decided` of :meth:`Replay.run_facts`, equal facts for equal decisions). With
+    ``of`` (the candidates given to :func:`replay`), one per candidate of ``of``: those the
+    strategy does not read are :data:`NOT_REQUESTED`."""
+    if isinstance(selection, Decided):
+        return _decided_facts(selection, of)
     decided = [
         NOT_REQUESTED
         if d is None
@@ -263,23 +276,45 @@ def facts(selection: Selection, of: Sequence[CandidateItem] | None = None) -> Fa
     return Facts(selection.status, selection.degradation or "", tuple(decided))
 
 
+def _decided_facts(decided: Decided, of: Sequence[CandidateItem] | None) -> Facts:
+    own = [
+        CandidateFacts(d, code, name or "", needed)
+        for d, code, name, needed in zip(
+            decided.decision, decided.reason_code, decided.bundle, decided.required, strict=True
+        )
+    ]
+    return Facts(
+        decided.status,
+        decided.degradation or "",
+        tuple(
+            NOT_REQUESTED if f is None else f for f in _aligned(decided.items, own, of)
+        ),
+    )
+
+
+def _aligned(given: Sequence, per_given: Sequence, of: Sequence | None) -> Sequence:
+    """``per_given`` (one entry per candidate of ``given``) one per candidate of ``of``:
+    ``None`` for a candidate not given (its source not read). ``given`` is ``of`` or the
+    candidates of ``of`` whose source was read, in their order (:meth:`Replay.run`)."""
+    if of is None or len(of) == len(per_given):
+        return per_given
+    pairs = iter(zip(given, per_given, strict=True))
+    item, entry = next(pairs, (None, None))
+    aligned = []
+    for c in of:
+        if c is item:
+            aligned.append(entry)
+            item, entry = next(pairs, (None, None))
+        else:
+            aligned.append(None)
+    return aligned
+
+
 def _decisions_of(selection: Selection, of: Sequence[CandidateItem] | None):
     """The selection's decisions, one per candidate of ``of`` (default: the candidates it
     was given): ``None`` for a candidate the selection was not given — its strategy does not
     read that source (:meth:`Replay.run` left it out), so it is not requested."""
-    decisions = selection.decisions
-    if of is None or len(of) == len(decisions):
-        return decisions
-    given = iter(zip(selection.candidates, decisions, strict=True))
-    item, decision = next(given, (None, None))
-    aligned = []
-    for c in of:
-        if c is item:
-            aligned.append(decision)
-            item, decision = next(given, (None, None))
-        else:
-            aligned.append(None)
-    return aligned
+    return _aligned(selection.candidates, selection.decisions, of)
 
 
 def sources_never_requested(
@@ -316,11 +351,37 @@ def shadow_run(
     # reads all their sources would check them again to the same result.
     checked = live.checked if live.estimator == estimator.name else None
     run = Replay(live.candidates, live.selection_info(), estimator=estimator, checked=checked)
-    shadow = run.run(strategy)
-    return shadow_result(
-        live,
-        shadow,
+    # The shadow's facts only: a ShadowResult holds no reason text, so none is written.
+    shadow = run.run_facts(strategy)
+    kept = wire.kept_candidates(live.decisions)
+    position = None if kept is None else {i: n for n, i in enumerate(kept)}
+    differences = []
+    total = 0
+    limit = wire.MAX_SHADOW_DIFFERENCES
+    theirs = _aligned(
+        shadow.items,
+        tuple(zip(shadow.decision, shadow.reason_code, shadow.required, strict=True)),
+        live.candidates,
+    )
+    for i, (a, b) in enumerate(zip(live.decisions, theirs, strict=True)):
+        if b is None:
+            b = NOT_REQUESTED.decision, NOT_REQUESTED.reason_code, NOT_REQUESTED.required
+        elif a.decision == b[0] and a.reason_code == b[1] and a.required == b[2]:
+            continue
+        total += 1  # as shadow_result counts, below
+        index = i if position is None else position.get(i)
+        if index is not None and len(differences) < limit:
+            differences.append(
+                wire.ShadowDifference(index=index, decision=b[0], reason_code=b[1], required=b[2])
+            )
+    return wire.ShadowResult(
         version=version,
+        status=shadow.status,
+        selected=list(shadow.selected_ids),
+        degradation=shadow.degradation,
+        used_tokens=shadow.input_estimate,
+        differences=tuple(differences),
+        differences_total=total,
         sources_not_fetched=sources_never_requested(live_strategy, strategy),
     )
 
