@@ -350,40 +350,74 @@ def shadow_run(
     # Live checked these very candidates with this estimator and found nothing: a shadow that
     # reads all their sources would check them again to the same result.
     checked = live.checked if live.estimator == estimator.name else None
-    run = Replay(live.candidates, live.selection_info(), estimator=estimator, checked=checked)
-    # The shadow's facts only: a ShadowResult holds no reason text, so none is written.
-    shadow = run.run_facts(strategy)
-    kept = wire.kept_candidates(live.decisions)
-    position = None if kept is None else {i: n for n, i in enumerate(kept)}
-    differences = []
-    total = 0
-    limit = wire.MAX_SHADOW_DIFFERENCES
-    theirs = _aligned(
-        shadow.items,
-        tuple(zip(shadow.decision, shadow.reason_code, shadow.required, strict=True)),
-        live.candidates,
-    )
-    for i, (a, b) in enumerate(zip(live.decisions, theirs, strict=True)):
-        if b is None:
-            b = NOT_REQUESTED.decision, NOT_REQUESTED.reason_code, NOT_REQUESTED.required
-        elif a.decision == b[0] and a.reason_code == b[1] and a.required == b[2]:
-            continue
-        total += 1  # as shadow_result counts, below
-        index = i if position is None else position.get(i)
-        if index is not None and len(differences) < limit:
-            differences.append(
-                wire.ShadowDifference(index=index, decision=b[0], reason_code=b[1], required=b[2])
-            )
+    items = live.candidates
+    if checked is not None and {c.source for c in items} <= strategy.sources:
+        # What Replay.run_facts does with this check, without the Replay: live's arguments
+        # passed select()'s check already (the threshold as the trace records it).
+        shadow = decide_run(
+            strategy,
+            items,
+            checked,
+            context_window=live.context_window,
+            max_input_tokens=live.call_max_input_tokens,
+            fixed_input_tokens=live.fixed_input_tokens,
+            relevance_threshold=float(live.relevance_threshold),
+            estimator=estimator,
+        )
+    else:
+        run = Replay(items, live.selection_info(), estimator=estimator, checked=checked)
+        shadow = run.run_facts(strategy)
+    # The shadow's facts only: a ShadowResult holds no reason text, so none was written.
     return wire.ShadowResult(
         version=version,
         status=shadow.status,
         selected=list(shadow.selected_ids),
         degradation=shadow.degradation,
         used_tokens=shadow.input_estimate,
-        differences=tuple(differences),
-        differences_total=total,
+        **_differences(live, shadow),
         sources_not_fetched=sources_never_requested(live_strategy, strategy),
     )
+
+
+def _differences(live: Selection, shadow: Decided) -> dict:
+    """:func:`shadow_result`'s ``differences`` and ``differences_total`` for a
+    :class:`Decided`, the same entries in the same order."""
+    decisions = live.decisions
+    if len(shadow.items) == len(decisions):  # every candidate given: no alignment
+        decision, code, required = shadow.decision, shadow.reason_code, shadow.required
+        # A comprehension finds the few that differ (none in the A/A case).
+        differ = [
+            i
+            for i, a in enumerate(decisions)
+            if a.decision != decision[i] or a.reason_code != code[i] or a.required != required[i]
+        ]
+        theirs = [(decision[i], code[i], required[i]) for i in differ]
+    else:
+        aligned = _aligned(
+            shadow.items,
+            tuple(zip(shadow.decision, shadow.reason_code, shadow.required, strict=True)),
+            live.candidates,
+        )
+        differ, theirs = [], []
+        for i, (a, b) in enumerate(zip(decisions, aligned, strict=True)):
+            if b is None:
+                b = NOT_REQUESTED.decision, NOT_REQUESTED.reason_code, NOT_REQUESTED.required
+            elif a.decision == b[0] and a.reason_code == b[1] and a.required == b[2]:
+                continue
+            differ.append(i)
+            theirs.append(b)
+    if not differ:
+        return {"differences": (), "differences_total": 0}
+    kept = wire.kept_candidates(decisions)
+    position = None if kept is None else {i: n for n, i in enumerate(kept)}
+    differences = []
+    for i, (d, code, needed) in zip(differ, theirs, strict=True):
+        index = i if position is None else position.get(i)
+        if index is not None and len(differences) < wire.MAX_SHADOW_DIFFERENCES:
+            differences.append(
+                wire.ShadowDifference(index=index, decision=d, reason_code=code, required=needed)
+            )
+    return {"differences": tuple(differences), "differences_total": len(differ)}
 
 
 def shadow_result(

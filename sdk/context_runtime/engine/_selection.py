@@ -305,6 +305,7 @@ def decide(
         fixed_input_tokens=fixed_input_tokens,
         relevance_threshold=relevance_threshold,
         estimator=estimator,
+        texts=True,  # the Selection holds every text: written at once, not deferred
     ).selection()
 
 
@@ -318,12 +319,15 @@ def decide_run(
     fixed_input_tokens: int,
     relevance_threshold: float,
     estimator: Estimator,
+    texts: bool = False,
 ) -> Decided:
     """:func:`decide` without writing the reason texts: every decision, reason code, group
     label, the status and the tokens, each the same as the :class:`Selection`'s
     (:meth:`Decided.selection` builds it, texts included). What compares selections by their
     facts — a shadow run, a replay of many traces — reads these and skips the texts (a
-    sixth of a selection at 50 candidates, docs/PERFORMANCE.md)."""
+    sixth of a selection at 50 candidates, docs/PERFORMANCE.md). ``texts``: write the
+    frequent texts as the allocator goes (what :func:`decide` does: deferring a text costs
+    more than writing it when it is read anyway)."""
     limit = strategy.max_input_tokens
     if context_window is not None and context_window < limit:
         limit = context_window
@@ -331,7 +335,7 @@ def decide_run(
         limit = max_input_tokens
     available = max(0, limit - strategy.reserve_output_tokens - fixed_input_tokens)
 
-    run = _Run(strategy, items, checked, relevance_threshold)
+    run = _Run(strategy, items, checked, relevance_threshold, texts=texts)
     run.choose(available)
     status, degradation, problems = run.status()
     return Decided(
@@ -508,8 +512,13 @@ def _score(priority: int, relevance: float | None) -> float:
 class _Run:
     """The state of one selection: a decision, a reason and a required flag per candidate."""
 
-    def __init__(self, strategy: Strategy, items: tuple, checked: CheckedCandidates, threshold):
+    def __init__(
+        self, strategy: Strategy, items: tuple, checked: CheckedCandidates, threshold, texts=True
+    ):
         n = len(items)
+        # False: the frequent reasons are kept as (wording, arguments) until read (_text); the
+        # rare ones always are.
+        self.texts = texts
         self.strategy = strategy
         self.items = items
         self.checked = checked
@@ -558,21 +567,22 @@ class _Run:
                 return None
             return [c.bundle for c in self.items]
         entries, rules = strategy.bundle_entries, strategy.bundles_for
-        result: list = []
+        items = self.items
+        result: list = [c.bundle for c in items]
         shared = False
-        for c in self.items:
-            # Most items match no entry: two C-level checks before the rule walk.
-            if c.source in entries or c.id.startswith(entries):
-                names = rules(c.id, c.source)
-                if c.bundle is not None and c.bundle not in names:
-                    names = (*names, c.bundle)
-                if len(names) == 1:
-                    result.append(names[0])
-                else:
-                    result.append(names)
-                    shared = True
+        # Most items match no entry: two C-level checks in a comprehension find the others.
+        for i in [
+            i for i, c in enumerate(items) if c.source in entries or c.id.startswith(entries)
+        ]:
+            c = items[i]
+            names = rules(c.id, c.source)
+            if c.bundle is not None and c.bundle not in names:
+                names = (*names, c.bundle)
+            if len(names) == 1:
+                result[i] = names[0]
             else:
-                result.append(c.bundle)
+                result[i] = names
+                shared = True
         return _merge_shared_bundles(result) if shared else result
 
     def _members(self) -> dict[str, list[int]]:
@@ -668,26 +678,33 @@ class _Run:
     def _units(self) -> tuple[list[tuple], list[tuple]]:
         """The live units, required and optional: fetched, not in conflict, not in an
         incomplete bundle, relevant enough."""
+        # Locals for everything read per candidate: this loop is a quarter of a selection.
         items, decision, sizes, required = self.items, self.decision, self.sizes, self.required
+        reason, code, texts = self.reason, self.code, self.texts
         priority, rank = self.strategy.priority, self.strategy.rank
         last_rank = len(rank)
         threshold = self.threshold
         bundle = self.bundle
         required_units: list[tuple] = []
         optional_units: list[tuple] = []
+        add_required, add_optional = required_units.append, optional_units.append
         blocked = self._blocked_bundles() if bundle is not None else {}
         grouped: dict[str, list[int]] = {}
         for i, c in enumerate(items):
             outcome = c.outcome
             if outcome != FETCHED:  # what the provider said stands (rule 1)
                 decision[i] = outcome
-                self.code[i] = _PROVIDER_CODES[outcome]
+                code[i] = _PROVIDER_CODES[outcome]
                 if outcome == NOT_FETCHED:
-                    self.reason[i] = (reasons.not_fetched, c.source, c.note)
+                    reason[i] = (
+                        reasons.not_fetched(c.source, c.note)
+                        if texts
+                        else (reasons.not_fetched, c.source, c.note)
+                    )
                 elif outcome == NO_ACCESS:
-                    self.reason[i] = (reasons.no_access, c.note, required[i])
+                    reason[i] = (reasons.no_access, c.note, required[i])
                 else:
-                    self.reason[i] = (reasons.not_applicable, c.source, c.note)
+                    reason[i] = (reasons.not_applicable, c.source, c.note)
                 continue
             if decision[i] is not None:  # in conflict
                 continue
@@ -696,8 +713,8 @@ class _Run:
                 if name in blocked:
                     j, why = blocked[name]
                     decision[i] = DEPENDENCY_MISSING
-                    self.reason[i] = (reasons.bundle_incomplete, name, items[j].id, why)
-                    self.code[i] = "bundle_incomplete"
+                    reason[i] = (reasons.bundle_incomplete, name, items[j].id, why)
+                    code[i] = "bundle_incomplete"
                     self.root[i] = (why, items[j].source)
                 elif name in grouped:
                     grouped[name].append(i)
@@ -705,18 +722,22 @@ class _Run:
                     grouped[name] = [i]
             elif required[i]:
                 key = (rank.get(c.source, last_rank), i)
-                required_units.append((key, (i,), None, sizes[i], True, 0, c.relevance))
+                add_required((key, (i,), None, sizes[i], True, 0, c.relevance))
             else:
                 relevance = c.relevance
                 if relevance is not None and relevance < threshold:
                     decision[i] = IRRELEVANT
-                    self.reason[i] = (reasons.irrelevant, relevance, threshold, c.note)
-                    self.code[i] = "below_threshold"
+                    reason[i] = (
+                        reasons.irrelevant(relevance, threshold, c.note)
+                        if texts
+                        else (reasons.irrelevant, relevance, threshold, c.note)
+                    )
+                    code[i] = "below_threshold"
                     continue
                 level = priority.get(c.source, DEFAULT_PRIORITY)
                 score = level * 3.0 if relevance is None else level * 3.0 + relevance + 1.0
                 key = (-score, c.id)  # _score, inlined: this line runs once per candidate
-                optional_units.append((key, (i,), None, sizes[i], False, level, relevance))
+                add_optional((key, (i,), None, sizes[i], False, level, relevance))
         for name, members in grouped.items():
             self._bundle_unit(name, members, required_units, optional_units)
         return required_units, optional_units
@@ -759,7 +780,7 @@ class _Run:
     def _allocate(self, units) -> None:
         """Take each unit, in order, if it fits what is left; otherwise leave it over budget."""
         decision, reason, code = self.decision, self.reason, self.code
-        why, order = self.why, self.order
+        why, order, texts = self.why, self.order, self.texts
         remaining = self.remaining
         for _, members, bundle, size, required, priority, relevance in units:
             if size <= remaining:
@@ -772,7 +793,11 @@ class _Run:
                         order.append(i)
                     continue
                 if bundle is None:
-                    text = (reasons.selected_optional, priority, relevance)
+                    text = (
+                        reasons.selected_optional(priority, relevance)
+                        if texts
+                        else (reasons.selected_optional, priority, relevance)
+                    )
                 else:
                     text = (reasons.selected_optional_bundle, bundle, size, priority, relevance)
                 for i in members:
@@ -788,7 +813,11 @@ class _Run:
                 text = (reasons.over_budget_required, size, remaining)
                 why_code = "over_budget_required"
             else:
-                text = (reasons.over_budget_optional, priority, size, remaining)
+                text = (
+                    reasons.over_budget_optional(priority, size, remaining)
+                    if texts
+                    else (reasons.over_budget_optional, priority, size, remaining)
+                )
                 why_code = "over_budget_optional"
             for i in members:
                 decision[i] = OVER_BUDGET
@@ -897,9 +926,14 @@ class _Run:
                 handlers.setdefault(handler, source)
                 causes.append((_RANK[DEGRADED], reasons.with_handler(text, handler)))
 
-        for i, (c, d, needed) in enumerate(zip(items, decision, required, strict=True)):
-            if d == SELECTED or d == OVER_BUDGET and not needed:
-                continue
+        # Only a conflict, a required item not selected or a failed source can be a cause: a
+        # comprehension finds them (most candidates are none of these) before the walk.
+        for i in [
+            i
+            for i, (d, needed) in enumerate(zip(decision, required, strict=True))
+            if d != SELECTED and (needed or d == CONFLICT or d == NOT_FETCHED)
+        ]:
+            c, d, needed = items[i], decision[i], required[i]
             if d == CONFLICT:
                 causes.append((_RANK[SOURCE_CONFLICT], f"{c.id}: {_text(reason[i])}"))
             elif needed:
@@ -955,7 +989,10 @@ class _Run:
                     needed,
                     name,
                     d,
-                    why if len(why := _text(r)) <= limit else short(why),
+                    # _text inlined: a call per candidate costs more than the test
+                    why
+                    if len(why := r if r.__class__ is str else r[0](*r[1:])) <= limit
+                    else short(why),
                     code,
                 )
                 for c, size, needed, name, d, r, code in zip(
