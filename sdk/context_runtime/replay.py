@@ -286,9 +286,7 @@ def _decided_facts(decided: Decided, of: Sequence[CandidateItem] | None) -> Fact
     return Facts(
         decided.status,
         decided.degradation or "",
-        tuple(
-            NOT_REQUESTED if f is None else f for f in _aligned(decided.items, own, of)
-        ),
+        tuple(NOT_REQUESTED if f is None else f for f in _aligned(decided.items, own, of)),
     )
 
 

@@ -384,7 +384,22 @@ class Decided:
         "estimator",
     )
 
-    def __init__(self, run: _Run, status, degradation, problems, *, limit, available, **args):
+    def __init__(
+        self,
+        run: _Run,
+        status,
+        degradation,
+        problems,
+        *,
+        limit,
+        available,
+        reserve_output_tokens,
+        fixed_input_tokens,
+        relevance_threshold,
+        context_window,
+        call_max_input_tokens,
+        estimator,
+    ):
         self._run = run
         self.status = status
         self.degradation = degradation
@@ -399,8 +414,12 @@ class Decided:
         self.used_tokens = available - run.remaining
         self.available_tokens = available
         self.max_input_tokens = limit
-        for name, value in args.items():
-            setattr(self, name, value)
+        self.reserve_output_tokens = reserve_output_tokens
+        self.fixed_input_tokens = fixed_input_tokens
+        self.relevance_threshold = relevance_threshold
+        self.context_window = context_window
+        self.call_max_input_tokens = call_max_input_tokens
+        self.estimator = estimator
 
     @property
     def input_estimate(self) -> int:
@@ -931,7 +950,7 @@ class _Run:
         for i in [
             i
             for i, (d, needed) in enumerate(zip(decision, required, strict=True))
-            if d != SELECTED and (needed or d == CONFLICT or d == NOT_FETCHED)
+            if d != SELECTED and (needed or d in (CONFLICT, NOT_FETCHED))
         ]:
             c, d, needed = items[i], decision[i], required[i]
             if d == CONFLICT:
