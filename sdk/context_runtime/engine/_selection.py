@@ -282,31 +282,15 @@ def select(
 
 
 def decide(
-    strategy: Strategy,
-    items: tuple[CandidateItem, ...],
-    checked: CheckedCandidates,
-    *,
-    context_window: int | None,
-    max_input_tokens: int | None,
-    fixed_input_tokens: int,
-    relevance_threshold: float,
-    estimator: Estimator,
+    strategy: Strategy, items: tuple[CandidateItem, ...], checked: CheckedCandidates, **arguments
 ) -> Selection:
     """:func:`select` after its checks: ``checked`` is what :func:`check_candidates` found for
     exactly these items (every source among the strategy's, no finding), the arguments
-    passed ``_check_arguments``. A replay with several versions of one strategy checks the
-    candidates once (``context_runtime.replay.Replay``)."""
-    return decide_run(
-        strategy,
-        items,
-        checked,
-        context_window=context_window,
-        max_input_tokens=max_input_tokens,
-        fixed_input_tokens=fixed_input_tokens,
-        relevance_threshold=relevance_threshold,
-        estimator=estimator,
-        texts=True,  # the Selection holds every text: written at once, not deferred
-    ).selection()
+    (:func:`decide_run`'s: the context window, the call's cap, the fixed input, the relevance
+    threshold, the estimator) passed ``_check_arguments``. A replay with several versions of
+    one strategy checks the candidates once (``context_runtime.replay.Replay``)."""
+    # texts: the Selection holds every text, so the frequent ones are written at once.
+    return decide_run(strategy, items, checked, texts=True, **arguments).selection()
 
 
 def decide_run(
