@@ -929,14 +929,9 @@ class _Run:
                 handlers.setdefault(handler, source)
                 causes.append((_RANK[DEGRADED], reasons.with_handler(text, handler)))
 
-        # Only a conflict, a required item not selected or a failed source can be a cause: a
-        # comprehension finds them (most candidates are none of these) before the walk.
-        for i in [
-            i
-            for i, (d, needed) in enumerate(zip(decision, required, strict=True))
-            if d != SELECTED and (needed or d in (CONFLICT, NOT_FETCHED))
-        ]:
-            c, d, needed = items[i], decision[i], required[i]
+        for i, (c, d, needed) in enumerate(zip(items, decision, required, strict=True)):
+            if d == SELECTED or d == OVER_BUDGET and not needed:
+                continue
             if d == CONFLICT:
                 causes.append((_RANK[SOURCE_CONFLICT], f"{c.id}: {_text(reason[i])}"))
             elif needed:
@@ -982,6 +977,10 @@ class _Run:
         decision, reason, required, sizes = self.decision, self.reason, self.required, self.sizes
         bundle = self.bundle or _NO_BUNDLES * len(self.items)
         short, limit = reasons.short, wire.MAX_REASON_CHARS
+        # The reasons still kept as (wording, arguments) are written now (_text), in place.
+        deferred = [i for i, r in enumerate(reason) if r.__class__ is not str]
+        for i in deferred:
+            reason[i] = _text(reason[i])
         return tuple(
             [
                 ItemDecision(  # by position: the fields' order, id to reason code
@@ -992,13 +991,10 @@ class _Run:
                     needed,
                     name,
                     d,
-                    # _text inlined: a call per candidate costs more than the test
-                    why
-                    if len(why := r if r.__class__ is str else r[0](*r[1:])) <= limit
-                    else short(why),
+                    why if len(why) <= limit else short(why),
                     code,
                 )
-                for c, size, needed, name, d, r, code in zip(
+                for c, size, needed, name, d, why, code in zip(
                     self.items, sizes, required, bundle, decision, reason, self.code, strict=True
                 )
             ]
