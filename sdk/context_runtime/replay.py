@@ -324,6 +324,8 @@ def sources_never_requested(
     recorded = recorded if isinstance(recorded, Strategy) else Strategy.from_body(recorded)
     candidate = candidate if isinstance(candidate, Strategy) else Strategy.from_body(candidate)
     asked = recorded.sources
+    if candidate.sources <= asked:
+        return ()  # the usual case (a shadow run per request): nothing new, no list to build
     reads = dict.fromkeys((*candidate.required, *candidate.optional))
     return tuple(source for source in reads if source not in asked)
 
