@@ -44,8 +44,9 @@ class Strategy:
     rank: Mapping[str, int] = field(init=False, repr=False, compare=False)
     bundle_entries: tuple[str, ...] = field(init=False, repr=False, compare=False)
     # What decides who belongs with whom (bundles, what is required): two strategies with an
-    # equal key group the same candidates alike (engine._selection._Run reuses it).
-    grouping_key: tuple = field(init=False, repr=False, compare=False)
+    # equal key group the same candidates alike (engine._selection._Run reuses it). Text, so
+    # its hash is computed once per strategy, not per selection as a tuple's would be.
+    grouping_key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         put = object.__setattr__
@@ -73,7 +74,7 @@ class Strategy:
         put(
             self,
             "grouping_key",
-            (self.bundles, self.required_sources, tuple(sorted(self.depends_on.items()))),
+            repr((self.bundles, self.required_sources, tuple(sorted(self.depends_on.items())))),
         )
 
     @classmethod
