@@ -41,7 +41,7 @@ from context_runtime.engine import (
     Strategy,
 )
 from context_runtime.engine._candidates import CheckedCandidates, check_candidates
-from context_runtime.engine._selection import _check_arguments, decide
+from context_runtime.engine._selection import Decided, _check_arguments, decide, decide_run
 
 __all__ = [
     "CandidateFacts",
@@ -145,6 +145,16 @@ class Replay:
         not read are left out, as the runtime would not have asked that provider under it
         (``facts(selection, of=candidates)`` marks them ``not_requested``);
         ``selection.candidates`` holds the ones given to the engine."""
+        return decide(*self._asked(strategy), **self._arguments)
+
+    def run_facts(self, strategy: Strategy | dict) -> Decided:
+        """:meth:`run` without writing the reason texts (``engine._selection.decide_run``):
+        the same decisions, reason codes, labels, status and tokens, for what compares
+        selections by their facts (``facts(decided, of=candidates)``, :func:`shadow_run`).
+        ``decided.items`` holds the candidates given to the engine."""
+        return decide_run(*self._asked(strategy), **self._arguments)
+
+    def _asked(self, strategy: Strategy | dict) -> tuple[Strategy, tuple, CheckedCandidates]:
         if not isinstance(strategy, Strategy):
             strategy = Strategy.from_body(strategy)
         if self._refused:
@@ -163,7 +173,7 @@ class Replay:
         asked, checked, findings = known
         if findings:
             raise EngineInputError(findings)
-        return decide(strategy, asked, checked, **self._arguments)
+        return strategy, asked, checked
 
 
 def replay(
@@ -250,10 +260,13 @@ def _fact(c: CandidateFacts) -> str:
 NOT_REQUESTED = CandidateFacts("not_requested", "source_not_read", "", False)
 
 
-def facts(selection: Selection, of: Sequence[CandidateItem] | None = None) -> Facts:
-    """The facts of a selection the engine just made. With ``of`` (the candidates given to
-    :func:`replay`), one per candidate of ``of``: those the strategy does not read are
-    :data:`NOT_REQUESTED`."""
+def facts(selection: Selection | Decided, of: Sequence[CandidateItem] | None = None) -> Facts:
+    """The facts of a selection the engine just made (a :class:`Selection`, or the
+    :class:`Decided` of :meth:`Replay.run_facts`, equal facts for equal decisions). With
+    ``of`` (the candidates given to :func:`replay`), one per candidate of ``of``: those the
+    strategy does not read are :data:`NOT_REQUESTED`."""
+    if isinstance(selection, Decided):
+        return _decided_facts(selection, of)
     decided = [
         NOT_REQUESTED
         if d is None
@@ -263,23 +276,43 @@ def facts(selection: Selection, of: Sequence[CandidateItem] | None = None) -> Fa
     return Facts(selection.status, selection.degradation or "", tuple(decided))
 
 
+def _decided_facts(decided: Decided, of: Sequence[CandidateItem] | None) -> Facts:
+    own = [
+        CandidateFacts(d, code, name or "", needed)
+        for d, code, name, needed in zip(
+            decided.decision, decided.reason_code, decided.bundle, decided.required, strict=True
+        )
+    ]
+    return Facts(
+        decided.status,
+        decided.degradation or "",
+        tuple(NOT_REQUESTED if f is None else f for f in _aligned(decided.items, own, of)),
+    )
+
+
+def _aligned(given: Sequence, per_given: Sequence, of: Sequence | None) -> Sequence:
+    """``per_given`` (one entry per candidate of ``given``) one per candidate of ``of``:
+    ``None`` for a candidate not given (its source not read). ``given`` is ``of`` or the
+    candidates of ``of`` whose source was read, in their order (:meth:`Replay.run`)."""
+    if of is None or len(of) == len(per_given):
+        return per_given
+    pairs = iter(zip(given, per_given, strict=True))
+    item, entry = next(pairs, (None, None))
+    aligned = []
+    for c in of:
+        if c is item:
+            aligned.append(entry)
+            item, entry = next(pairs, (None, None))
+        else:
+            aligned.append(None)
+    return aligned
+
+
 def _decisions_of(selection: Selection, of: Sequence[CandidateItem] | None):
     """The selection's decisions, one per candidate of ``of`` (default: the candidates it
     was given): ``None`` for a candidate the selection was not given — its strategy does not
     read that source (:meth:`Replay.run` left it out), so it is not requested."""
-    decisions = selection.decisions
-    if of is None or len(of) == len(decisions):
-        return decisions
-    given = iter(zip(selection.candidates, decisions, strict=True))
-    item, decision = next(given, (None, None))
-    aligned = []
-    for c in of:
-        if c is item:
-            aligned.append(decision)
-            item, decision = next(given, (None, None))
-        else:
-            aligned.append(None)
-    return aligned
+    return _aligned(selection.candidates, selection.decisions, of)
 
 
 def sources_never_requested(
@@ -291,6 +324,8 @@ def sources_never_requested(
     recorded = recorded if isinstance(recorded, Strategy) else Strategy.from_body(recorded)
     candidate = candidate if isinstance(candidate, Strategy) else Strategy.from_body(candidate)
     asked = recorded.sources
+    if candidate.sources <= asked:
+        return ()  # the usual case (a shadow run per request): nothing new, no list to build
     reads = dict.fromkeys((*candidate.required, *candidate.optional))
     return tuple(source for source in reads if source not in asked)
 
@@ -315,14 +350,74 @@ def shadow_run(
     # Live checked these very candidates with this estimator and found nothing: a shadow that
     # reads all their sources would check them again to the same result.
     checked = live.checked if live.estimator == estimator.name else None
-    run = Replay(live.candidates, live.selection_info(), estimator=estimator, checked=checked)
-    shadow = run.run(strategy)
-    return shadow_result(
-        live,
-        shadow,
+    items = live.candidates
+    if checked is not None and {c.source for c in items} <= strategy.sources:
+        # What Replay.run_facts does with this check, without the Replay: live's arguments
+        # passed select()'s check already (the threshold as the trace records it).
+        shadow = decide_run(
+            strategy,
+            items,
+            checked,
+            context_window=live.context_window,
+            max_input_tokens=live.call_max_input_tokens,
+            fixed_input_tokens=live.fixed_input_tokens,
+            relevance_threshold=float(live.relevance_threshold),
+            estimator=estimator,
+        )
+    else:
+        run = Replay(items, live.selection_info(), estimator=estimator, checked=checked)
+        shadow = run.run_facts(strategy)
+    # The shadow's facts only: a ShadowResult holds no reason text, so none was written.
+    return wire.ShadowResult(
         version=version,
+        status=shadow.status,
+        selected=list(shadow.selected_ids),
+        degradation=shadow.degradation,
+        used_tokens=shadow.input_estimate,
+        **_differences(live, shadow),
         sources_not_fetched=sources_never_requested(live_strategy, strategy),
     )
+
+
+def _differences(live: Selection, shadow: Decided) -> dict:
+    """:func:`shadow_result`'s ``differences`` and ``differences_total`` for a
+    :class:`Decided`, the same entries in the same order."""
+    decisions = live.decisions
+    if len(shadow.items) == len(decisions):  # every candidate given: no alignment
+        decision, code, required = shadow.decision, shadow.reason_code, shadow.required
+        # A comprehension finds the few that differ (none in the A/A case).
+        differ = [
+            i
+            for i, a in enumerate(decisions)
+            if a.decision != decision[i] or a.reason_code != code[i] or a.required != required[i]
+        ]
+        theirs = [(decision[i], code[i], required[i]) for i in differ]
+    else:
+        aligned = _aligned(
+            shadow.items,
+            tuple(zip(shadow.decision, shadow.reason_code, shadow.required, strict=True)),
+            live.candidates,
+        )
+        differ, theirs = [], []
+        for i, (a, b) in enumerate(zip(decisions, aligned, strict=True)):
+            if b is None:
+                b = NOT_REQUESTED.decision, NOT_REQUESTED.reason_code, NOT_REQUESTED.required
+            elif a.decision == b[0] and a.reason_code == b[1] and a.required == b[2]:
+                continue
+            differ.append(i)
+            theirs.append(b)
+    if not differ:
+        return {"differences": (), "differences_total": 0}
+    kept = wire.kept_candidates(decisions)
+    position = None if kept is None else {i: n for n, i in enumerate(kept)}
+    differences = []
+    for i, (d, code, needed) in zip(differ, theirs, strict=True):
+        index = i if position is None else position.get(i)
+        if index is not None and len(differences) < wire.MAX_SHADOW_DIFFERENCES:
+            differences.append(
+                wire.ShadowDifference(index=index, decision=d, reason_code=code, required=needed)
+            )
+    return {"differences": tuple(differences), "differences_total": len(differ)}
 
 
 def shadow_result(

@@ -95,8 +95,14 @@ class ItemDecision(msgspec.Struct, frozen=True, gc=False):
         )
 
 
-class CheckedCandidates(msgspec.Struct, kw_only=True):
-    """What :func:`check_candidates` learnt on its one pass, for the selection to reuse."""
+class CheckedCandidates(msgspec.Struct, kw_only=True, dict=True):
+    """What :func:`check_candidates` learnt on its one pass, for the selection to reuse.
+
+    ``dict=True``: the selection also keeps here, as ``grouping``, who belongs with whom
+    under a strategy's bundles, required sources and source dependencies
+    (``engine._selection._Run``): a function of these candidates and those three alone, so a
+    second version that shares them — a shadow, a replay's other version — reuses it. Kept
+    out of the fields: it is not part of what the check found (equality, encoding)."""
 
     sizes: list  # int per fetched item; int or None for the others
     first_index: dict  # id -> index of its first candidate

@@ -57,7 +57,9 @@ def required_by(item_id: str) -> str:
 
 
 def selected_optional(priority: int, relevance: float | None) -> str:
-    return f"optional, priority {priority}{_relevance(relevance)}, fits the budget"
+    if relevance is None:
+        return f"optional, priority {priority}, fits the budget"
+    return f"optional, priority {priority}, relevance {relevance:.2f}, fits the budget"
 
 
 def selected_optional_bundle(bundle: str, size: int, priority: int, relevance) -> str:
@@ -95,7 +97,8 @@ def handler_takes_over(reason: str, handler: str) -> str:
 
 
 def irrelevant(relevance: float, threshold: float, note: str) -> str:
-    return _with_note(f"relevance {relevance:.2f} is below the threshold {threshold:.2f}", note)
+    text = f"relevance {relevance:.2f} is below the threshold {threshold:.2f}"
+    return f"{text} ({note})" if note else text  # _with_note inlined: a frequent text
 
 
 def bundle_irrelevant(bundle: str, relevance: float, threshold: float) -> str:
@@ -147,7 +150,10 @@ def over_budget_required(size: int, left: int) -> str:
 
 
 def over_budget_optional(priority: int, size: int, left: int) -> str:
-    return f"optional, priority {priority}: {_n(size)} tokens do not fit the {_n(left)} left"
+    # The most frequent text (most optional items of a full budget): _n inlined.
+    size_text = str(size) if size < 1000 else f"{size:,}"
+    left_text = str(left) if left < 1000 else f"{left:,}"
+    return f"optional, priority {priority}: {size_text} tokens do not fit the {left_text} left"
 
 
 def over_budget_bundle(bundle: str, size: int, left: int) -> str:

@@ -282,6 +282,18 @@ def select(
 
 
 def decide(
+    strategy: Strategy, items: tuple[CandidateItem, ...], checked: CheckedCandidates, **arguments
+) -> Selection:
+    """:func:`select` after its checks: ``checked`` is what :func:`check_candidates` found for
+    exactly these items (every source among the strategy's, no finding), the arguments
+    (:func:`decide_run`'s: the context window, the call's cap, the fixed input, the relevance
+    threshold, the estimator) passed ``_check_arguments``. A replay with several versions of
+    one strategy checks the candidates once (``context_runtime.replay.Replay``)."""
+    # texts: the Selection holds every text, so the frequent ones are written at once.
+    return decide_run(strategy, items, checked, texts=True, **arguments).selection()
+
+
+def decide_run(
     strategy: Strategy,
     items: tuple[CandidateItem, ...],
     checked: CheckedCandidates,
@@ -291,11 +303,15 @@ def decide(
     fixed_input_tokens: int,
     relevance_threshold: float,
     estimator: Estimator,
-) -> Selection:
-    """:func:`select` after its checks: ``checked`` is what :func:`check_candidates` found for
-    exactly these items (every source among the strategy's, no finding), the arguments
-    passed ``_check_arguments``. A replay with several versions of one strategy checks the
-    candidates once (``context_runtime.replay.Replay``)."""
+    texts: bool = False,
+) -> Decided:
+    """:func:`decide` without writing the reason texts: every decision, reason code, group
+    label, the status and the tokens, each the same as the :class:`Selection`'s
+    (:meth:`Decided.selection` builds it, texts included). What compares selections by their
+    facts — a shadow run, a replay of many traces — reads these and skips the texts (a
+    sixth of a selection at 50 candidates, docs/PERFORMANCE.md). ``texts``: write the
+    frequent texts as the allocator goes (what :func:`decide` does: deferring a text costs
+    more than writing it when it is read anyway)."""
     limit = strategy.max_input_tokens
     if context_window is not None and context_window < limit:
         limit = context_window
@@ -303,29 +319,130 @@ def decide(
         limit = max_input_tokens
     available = max(0, limit - strategy.reserve_output_tokens - fixed_input_tokens)
 
-    run = _Run(strategy, items, checked, relevance_threshold)
+    run = _Run(strategy, items, checked, relevance_threshold, texts=texts)
     run.choose(available)
     status, degradation, problems = run.status()
-    used = available - run.remaining
-    return Selection(
-        status=status,
-        degradation=degradation,
-        reason=problems[0] if problems else reasons.ready(used, available),
-        problems=problems,
-        selected=tuple(items[i] for i in run.order),
-        decisions=run.decisions(),
-        max_input_tokens=limit,
+    return Decided(
+        run,
+        status,
+        degradation,
+        problems,
+        limit=limit,
+        available=available,
         reserve_output_tokens=strategy.reserve_output_tokens,
         fixed_input_tokens=fixed_input_tokens,
-        available_tokens=available,
-        used_tokens=used,
-        estimator=estimator.name,
         relevance_threshold=relevance_threshold,
         context_window=context_window,
         call_max_input_tokens=max_input_tokens,
-        candidates=items,
-        checked=checked,
+        estimator=estimator.name,
     )
+
+
+class Decided:
+    """One selection's facts, the reason texts written only when read (:func:`decide_run`).
+
+    ``decision``, ``reason_code``, ``required`` and ``bundle`` hold one entry per candidate
+    in the candidates' order (``bundle``: the decided group label or ``None``); ``order`` the
+    indexes of the selected candidates in selection order."""
+
+    __slots__ = (
+        "_run",
+        "status",
+        "degradation",
+        "problems",
+        "items",
+        "checked",
+        "decision",
+        "reason_code",
+        "required",
+        "bundle",
+        "order",
+        "used_tokens",
+        "available_tokens",
+        "max_input_tokens",
+        "reserve_output_tokens",
+        "fixed_input_tokens",
+        "relevance_threshold",
+        "context_window",
+        "call_max_input_tokens",
+        "estimator",
+    )
+
+    def __init__(
+        self,
+        run: _Run,
+        status,
+        degradation,
+        problems,
+        *,
+        limit,
+        available,
+        reserve_output_tokens,
+        fixed_input_tokens,
+        relevance_threshold,
+        context_window,
+        call_max_input_tokens,
+        estimator,
+    ):
+        self._run = run
+        self.status = status
+        self.degradation = degradation
+        self.problems = problems
+        self.items = run.items
+        self.checked = run.checked
+        self.decision = run.decision
+        self.reason_code = run.code
+        self.required = run.required
+        self.bundle = run.bundle or _NO_BUNDLES * len(run.items)
+        self.order = run.order
+        self.used_tokens = available - run.remaining
+        self.available_tokens = available
+        self.max_input_tokens = limit
+        self.reserve_output_tokens = reserve_output_tokens
+        self.fixed_input_tokens = fixed_input_tokens
+        self.relevance_threshold = relevance_threshold
+        self.context_window = context_window
+        self.call_max_input_tokens = call_max_input_tokens
+        self.estimator = estimator
+
+    @property
+    def input_estimate(self) -> int:
+        return self.fixed_input_tokens + self.used_tokens
+
+    @property
+    def selected_ids(self) -> tuple[str, ...]:
+        items = self.items
+        return tuple([items[i].id for i in self.order])
+
+    def reason(self, i: int) -> str:
+        """The reason text of candidate ``i``, as its :class:`ItemDecision` holds it."""
+        why = _text(self._run.reason[i])
+        return why if len(why) <= wire.MAX_REASON_CHARS else reasons.short(why)
+
+    def selection(self) -> Selection:
+        """The :class:`Selection` :func:`decide` returns, reason texts written."""
+        items, problems = self.items, self.problems
+        return Selection(
+            status=self.status,
+            degradation=self.degradation,
+            reason=problems[0]
+            if problems
+            else reasons.ready(self.used_tokens, self.available_tokens),
+            problems=problems,
+            selected=tuple([items[i] for i in self.order]),
+            decisions=self._run.decisions(),
+            max_input_tokens=self.max_input_tokens,
+            reserve_output_tokens=self.reserve_output_tokens,
+            fixed_input_tokens=self.fixed_input_tokens,
+            available_tokens=self.available_tokens,
+            used_tokens=self.used_tokens,
+            estimator=self.estimator,
+            relevance_threshold=self.relevance_threshold,
+            context_window=self.context_window,
+            call_max_input_tokens=self.call_max_input_tokens,
+            candidates=items,
+            checked=self.checked,
+        )
 
 
 def _check_arguments(
@@ -383,6 +500,13 @@ _KEY, _MEMBERS, _BUNDLE, _SIZE, _REQUIRED, _PRIORITY, _RELEVANCE = range(7)
 _order_key = itemgetter(_KEY)  # sorting by the key alone keeps the sort's fast paths
 
 
+def _text(reason) -> str:
+    """A reason as text. The allocator keeps most reasons as (wording function, its arguments)
+    and writes them only when read: a selection compared by its facts never reads them, and
+    formatting numbers was a sixth of a selection (docs/PERFORMANCE.md)."""
+    return reason if reason.__class__ is str else reason[0](*reason[1:])
+
+
 def _score(priority: int, relevance: float | None) -> float:
     """Higher first: a priority step (3) outweighs any relevance (1 to 2; unscored 0)."""
     return priority * 3.0 + (0.0 if relevance is None else relevance + 1.0)
@@ -391,8 +515,13 @@ def _score(priority: int, relevance: float | None) -> float:
 class _Run:
     """The state of one selection: a decision, a reason and a required flag per candidate."""
 
-    def __init__(self, strategy: Strategy, items: tuple, checked: CheckedCandidates, threshold):
+    def __init__(
+        self, strategy: Strategy, items: tuple, checked: CheckedCandidates, threshold, texts=True
+    ):
         n = len(items)
+        # False: the frequent reasons are kept as (wording, arguments) until read (_text); the
+        # rare ones always are.
+        self.texts = texts
         self.strategy = strategy
         self.items = items
         self.checked = checked
@@ -406,10 +535,26 @@ class _Run:
         self.order: list[int] = []  # selected, in selection order
         self.remaining = 0
         self.unit_of: list[int] = []  # candidate -> its unit, when dependencies are in play
+        # Who belongs with whom depends on the candidates and strategy.grouping_key only: a
+        # second version on the same candidates with an equal key (the A/A shadow, a preview's
+        # draft that kept the bundles) reuses the first one's, a fifth of a selection. None of
+        # these lists is changed after it is made.
+        cache = checked.__dict__.setdefault("grouping", {})
+        known = cache.get(strategy.grouping_key)
+        if known is not None:
+            self.bundle, self.members, self.by_source, self.required, self.why = known
+            return
         self.bundle = self._bundles()
         self.members = self._members() if self.bundle is not None else {}
         self.by_source = self._by_source() if strategy.depends_on else {}
         self.required = self._required()
+        cache[strategy.grouping_key] = (
+            self.bundle,
+            self.members,
+            self.by_source,
+            self.required,
+            self.why,
+        )
 
     # ------------------------------------------------------------ who belongs with whom
 
@@ -425,21 +570,22 @@ class _Run:
                 return None
             return [c.bundle for c in self.items]
         entries, rules = strategy.bundle_entries, strategy.bundles_for
-        result: list = []
+        items = self.items
+        result: list = [c.bundle for c in items]
         shared = False
-        for c in self.items:
-            # Most items match no entry: two C-level checks before the rule walk.
-            if c.source in entries or c.id.startswith(entries):
-                names = rules(c.id, c.source)
-                if c.bundle is not None and c.bundle not in names:
-                    names = (*names, c.bundle)
-                if len(names) == 1:
-                    result.append(names[0])
-                else:
-                    result.append(names)
-                    shared = True
+        # Most items match no entry: two C-level checks in a comprehension find the others.
+        for i in [
+            i for i, c in enumerate(items) if c.source in entries or c.id.startswith(entries)
+        ]:
+            c = items[i]
+            names = rules(c.id, c.source)
+            if c.bundle is not None and c.bundle not in names:
+                names = (*names, c.bundle)
+            if len(names) == 1:
+                result[i] = names[0]
             else:
-                result.append(c.bundle)
+                result[i] = names
+                shared = True
         return _merge_shared_bundles(result) if shared else result
 
     def _members(self) -> dict[str, list[int]]:
@@ -479,14 +625,14 @@ class _Run:
             name = self.bundle[i] if self.bundle is not None else None
             if name is not None:
                 for j in self.members.get(name, ()):
-                    promote(j, reasons.required_with_bundle(name))
+                    promote(j, (reasons.required_with_bundle, name))
             for need in c.depends_on:
                 for j in indexes(need):
-                    promote(j, reasons.required_by(c.id))
+                    promote(j, (reasons.required_by, c.id))
             if c.source not in required_set:
                 for source in depends_on.get(c.source, ()):
                     for j in self.by_source.get(source, ()):
-                        promote(j, reasons.required_by(c.id))
+                        promote(j, (reasons.required_by, c.id))
         return required
 
     # ------------------------------------------------------------ the allocator
@@ -535,26 +681,33 @@ class _Run:
     def _units(self) -> tuple[list[tuple], list[tuple]]:
         """The live units, required and optional: fetched, not in conflict, not in an
         incomplete bundle, relevant enough."""
+        # Locals for everything read per candidate: this loop is a quarter of a selection.
         items, decision, sizes, required = self.items, self.decision, self.sizes, self.required
+        reason, code, texts = self.reason, self.code, self.texts
         priority, rank = self.strategy.priority, self.strategy.rank
         last_rank = len(rank)
         threshold = self.threshold
         bundle = self.bundle
         required_units: list[tuple] = []
         optional_units: list[tuple] = []
+        add_required, add_optional = required_units.append, optional_units.append
         blocked = self._blocked_bundles() if bundle is not None else {}
         grouped: dict[str, list[int]] = {}
         for i, c in enumerate(items):
             outcome = c.outcome
             if outcome != FETCHED:  # what the provider said stands (rule 1)
                 decision[i] = outcome
-                self.code[i] = _PROVIDER_CODES[outcome]
+                code[i] = _PROVIDER_CODES[outcome]
                 if outcome == NOT_FETCHED:
-                    self.reason[i] = reasons.not_fetched(c.source, c.note)
+                    reason[i] = (
+                        reasons.not_fetched(c.source, c.note)
+                        if texts
+                        else (reasons.not_fetched, c.source, c.note)
+                    )
                 elif outcome == NO_ACCESS:
-                    self.reason[i] = reasons.no_access(c.note, required[i])
+                    reason[i] = (reasons.no_access, c.note, required[i])
                 else:
-                    self.reason[i] = reasons.not_applicable(c.source, c.note)
+                    reason[i] = (reasons.not_applicable, c.source, c.note)
                 continue
             if decision[i] is not None:  # in conflict
                 continue
@@ -563,8 +716,8 @@ class _Run:
                 if name in blocked:
                     j, why = blocked[name]
                     decision[i] = DEPENDENCY_MISSING
-                    self.reason[i] = reasons.bundle_incomplete(name, items[j].id, why)
-                    self.code[i] = "bundle_incomplete"
+                    reason[i] = (reasons.bundle_incomplete, name, items[j].id, why)
+                    code[i] = "bundle_incomplete"
                     self.root[i] = (why, items[j].source)
                 elif name in grouped:
                     grouped[name].append(i)
@@ -572,18 +725,22 @@ class _Run:
                     grouped[name] = [i]
             elif required[i]:
                 key = (rank.get(c.source, last_rank), i)
-                required_units.append((key, (i,), None, sizes[i], True, 0, c.relevance))
+                add_required((key, (i,), None, sizes[i], True, 0, c.relevance))
             else:
                 relevance = c.relevance
                 if relevance is not None and relevance < threshold:
                     decision[i] = IRRELEVANT
-                    self.reason[i] = reasons.irrelevant(relevance, threshold, c.note)
-                    self.code[i] = "below_threshold"
+                    reason[i] = (
+                        reasons.irrelevant(relevance, threshold, c.note)
+                        if texts
+                        else (reasons.irrelevant, relevance, threshold, c.note)
+                    )
+                    code[i] = "below_threshold"
                     continue
                 level = priority.get(c.source, DEFAULT_PRIORITY)
                 score = level * 3.0 if relevance is None else level * 3.0 + relevance + 1.0
                 key = (-score, c.id)  # _score, inlined: this line runs once per candidate
-                optional_units.append((key, (i,), None, sizes[i], False, level, relevance))
+                add_optional((key, (i,), None, sizes[i], False, level, relevance))
         for name, members in grouped.items():
             self._bundle_unit(name, members, required_units, optional_units)
         return required_units, optional_units
@@ -613,7 +770,7 @@ class _Run:
             required_units.append(unit)
             return
         if relevance is not None and relevance < self.threshold:
-            text = reasons.bundle_irrelevant(name, relevance, self.threshold)
+            text = (reasons.bundle_irrelevant, name, relevance, self.threshold)
             for i in members:
                 self.decision[i] = IRRELEVANT
                 self.reason[i] = text
@@ -626,7 +783,7 @@ class _Run:
     def _allocate(self, units) -> None:
         """Take each unit, in order, if it fits what is left; otherwise leave it over budget."""
         decision, reason, code = self.decision, self.reason, self.code
-        why, order = self.why, self.order
+        why, order, texts = self.why, self.order, self.texts
         remaining = self.remaining
         for _, members, bundle, size, required, priority, relevance in units:
             if size <= remaining:
@@ -639,9 +796,13 @@ class _Run:
                         order.append(i)
                     continue
                 if bundle is None:
-                    text = reasons.selected_optional(priority, relevance)
+                    text = (
+                        reasons.selected_optional(priority, relevance)
+                        if texts
+                        else (reasons.selected_optional, priority, relevance)
+                    )
                 else:
-                    text = reasons.selected_optional_bundle(bundle, size, priority, relevance)
+                    text = (reasons.selected_optional_bundle, bundle, size, priority, relevance)
                 for i in members:
                     decision[i] = SELECTED
                     reason[i] = text
@@ -649,13 +810,17 @@ class _Run:
                     order.append(i)
                 continue
             if bundle is not None:
-                text = reasons.over_budget_bundle(bundle, size, remaining)
+                text = (reasons.over_budget_bundle, bundle, size, remaining)
                 why_code = "over_budget_bundle"
             elif required:
-                text = reasons.over_budget_required(size, remaining)
+                text = (reasons.over_budget_required, size, remaining)
                 why_code = "over_budget_required"
             else:
-                text = reasons.over_budget_optional(priority, size, remaining)
+                text = (
+                    reasons.over_budget_optional(priority, size, remaining)
+                    if texts
+                    else (reasons.over_budget_optional, priority, size, remaining)
+                )
                 why_code = "over_budget_optional"
             for i in members:
                 decision[i] = OVER_BUDGET
@@ -729,17 +894,17 @@ class _Run:
             for need in c.depends_on:
                 found = self.checked.indexes(need)
                 if not found:
-                    return reasons.needs_absent_item(need), (_ABSENT, None), _NEED_ABSENT
+                    return (reasons.needs_absent_item, need), (_ABSENT, None), _NEED_ABSENT
                 if not any(decision[j] == SELECTED or unit_of[j] == k for j in found):
                     root = self._root_of(found[0])
-                    return reasons.needs(need, decision[found[0]]), root, _NEED_UNSELECTED
+                    return (reasons.needs, need, decision[found[0]]), root, _NEED_UNSELECTED
             for source in self.strategy.depends_on.get(c.source, ()):
                 found = self.by_source.get(source, ())
                 if not found:
-                    return reasons.needs_empty_source(source), (_ABSENT, source), _NEED_ABSENT
+                    return (reasons.needs_empty_source, source), (_ABSENT, source), _NEED_ABSENT
                 if not any(decision[j] == SELECTED or unit_of[j] == k for j in found):
                     root = self._root_of(found[0])
-                    return reasons.needs(source, decision[found[0]]), root, _NEED_UNSELECTED
+                    return (reasons.needs, source, decision[found[0]]), root, _NEED_UNSELECTED
         return None
 
     def _root_of(self, j: int) -> tuple[str, str | None]:
@@ -768,9 +933,9 @@ class _Run:
             if d == SELECTED or d == OVER_BUDGET and not needed:
                 continue
             if d == CONFLICT:
-                causes.append((_RANK[SOURCE_CONFLICT], f"{c.id}: {reason[i]}"))
+                causes.append((_RANK[SOURCE_CONFLICT], f"{c.id}: {_text(reason[i])}"))
             elif needed:
-                text = f"{c.id}: {reason[i]}"
+                text = f"{c.id}: {_text(reason[i])}"
                 if d == NOT_FETCHED:
                     missing(c.source, text)
                 elif d == NO_ACCESS:
@@ -788,7 +953,7 @@ class _Run:
                     else:
                         causes.append((_RANK[MISSING_REQUIRED_DATA], text))
             elif d == NOT_FETCHED and c.source in on_missing:
-                missing(c.source, f"{c.id}: {reason[i]}")
+                missing(c.source, f"{c.id}: {_text(reason[i])}")
         present = self.checked.present_sources
         for source in self.strategy.required_sources:
             if source not in present:
@@ -805,13 +970,17 @@ class _Run:
             (degradation,) = handlers
             for i, c in enumerate(items):
                 if decision[i] == NOT_FETCHED and on_missing.get(c.source) == degradation:
-                    reason[i] = reasons.handler_takes_over(reason[i], degradation)
+                    reason[i] = reasons.handler_takes_over(_text(reason[i]), degradation)
         return status, degradation, tuple(text for _, text in causes)
 
     def decisions(self) -> tuple[ItemDecision, ...]:
         decision, reason, required, sizes = self.decision, self.reason, self.required, self.sizes
         bundle = self.bundle or _NO_BUNDLES * len(self.items)
         short, limit = reasons.short, wire.MAX_REASON_CHARS
+        # The reasons still kept as (wording, arguments) are written now (_text), in place.
+        deferred = [i for i, r in enumerate(reason) if r.__class__ is not str]
+        for i in deferred:
+            reason[i] = _text(reason[i])
         return tuple(
             [
                 ItemDecision(  # by position: the fields' order, id to reason code

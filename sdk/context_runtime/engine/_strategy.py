@@ -43,6 +43,10 @@ class Strategy:
     required_set: frozenset[str] = field(init=False, repr=False, compare=False)
     rank: Mapping[str, int] = field(init=False, repr=False, compare=False)
     bundle_entries: tuple[str, ...] = field(init=False, repr=False, compare=False)
+    # What decides who belongs with whom (bundles, what is required): two strategies with an
+    # equal key group the same candidates alike (engine._selection._Run reuses it). Text, so
+    # its hash is computed once per strategy, not per selection as a tuple's would be.
+    grouping_key: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self):
         put = object.__setattr__
@@ -67,6 +71,11 @@ class Strategy:
         put(self, "required_set", frozenset(closure))
         put(self, "rank", MappingProxyType({source: i for i, source in enumerate(closure)}))
         put(self, "bundle_entries", tuple(e for _, entries in self.bundles for e in entries))
+        put(
+            self,
+            "grouping_key",
+            repr((self.bundles, self.required_sources, tuple(sorted(self.depends_on.items())))),
+        )
 
     @classmethod
     def from_body(cls, body) -> Strategy:
