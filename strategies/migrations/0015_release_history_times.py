@@ -5,20 +5,19 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('strategies', '0014_staged_rollouts'),
+        ("strategies", "0014_staged_rollouts"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='approvalrequest',
-            name='requested_at',
+            model_name="approvalrequest",
+            name="requested_at",
             field=models.DateTimeField(default=django.utils.timezone.now),
         ),
         migrations.AlterField(
-            model_name='releaseevent',
-            name='occurred_at',
+            model_name="releaseevent",
+            name="occurred_at",
             field=models.DateTimeField(default=django.utils.timezone.now),
         ),
     ]
