@@ -3,9 +3,10 @@
 Every trace is a seed scenario run through the selection engine with the configuration live
 in its environment at its time (``ConfigHistory``, read from the release history), so its
 decisions, reasons and status are the engine's — and a version's traces are its own: v2's in
-sg-test before v3 went live there, v3's after. They are stored through the runtime's ingest path (the encoded batch is parsed and
-stored as that environment's runtime would send it); request ids are stable, so re-running
-stores nothing new: every one comes back as a duplicate.
+sg-test before v3 went live there, v3's after. They are stored through the runtime's ingest
+path (the encoded batch is parsed and stored as that environment's runtime would send it),
+which writes the health counters too; request ids are stable, so re-running stores nothing
+new: every one comes back as a duplicate.
 """
 
 from __future__ import annotations
