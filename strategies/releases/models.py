@@ -21,7 +21,8 @@ class Release(models.Model):
     environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="releases")
     version = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="releases")
     revision = models.PositiveIntegerField(default=1)
-    updated_at = models.DateTimeField(auto_now=True)
+    # Set by every move (`_release_move`): when what is live went live.
+    updated_at = models.DateTimeField(default=timezone.now)
     updated_by = models.CharField(max_length=200, blank=True)
     # What is live went live without the approval its environment normally requires (during
     # a break-glass): as its last ReleaseEvent says, kept here so every list reads it free.

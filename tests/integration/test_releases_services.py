@@ -77,6 +77,9 @@ def test_publish__recorded_history_at_past_times__events_in_time_order_out_of_or
     approval_approve(approval=asked, actor=world.ops2, at=v2_at + timedelta(hours=2))
     event = ReleaseEvent.objects.get(release__environment=prod)
     assert (event.action, event.occurred_at) == ("approve", v2_at + timedelta(hours=2))
+    # "Live since" on the release rows: the time it went live, first publish or not.
+    assert event.release.updated_at == event.occurred_at
+    assert Release.objects.get(environment=sg).updated_at == v3_at
 
 
 def test_publish__v3_to_bank_uat_without_handler__refused_with_reason(world):

@@ -125,6 +125,7 @@ def _release_move(
             environment=environment,
             version=to_version,
             revision=1,
+            updated_at=now,
             updated_by=actor_label,
             unreviewed=unreviewed,
         )
