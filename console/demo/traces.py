@@ -6,7 +6,7 @@ decisions, reasons and status are the engine's — and a version's traces are it
 sg-test before v3 went live there, v3's after. They are stored through the runtime's ingest
 path (the encoded batch is parsed and stored as that environment's runtime would send it),
 which writes the health counters too; request ids are stable, so re-running stores nothing
-new: every one comes back as a duplicate.
+new: the requests already stored are not run again.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import msgspec
 import orjson
 from context_runtime import wire
 from context_runtime.client import FRESH, STALE, ConfigSnapshot, Resolution
+from django.db.models import Q
 from django.utils import timezone
 
 from console.demo import traffic
@@ -30,6 +31,7 @@ from strategies.documents.models import Document
 from strategies.releases.models import ReleaseEvent
 from strategies.runtime.auth import RuntimeIdentity
 from traces import ingest, services
+from traces.models import Trace
 
 # DEMO.md's trace table: request_id, environment, minutes ago, scenario, request. The
 # environment is chosen for what is live there: sg-test runs v3 (policy required, budget
@@ -117,17 +119,26 @@ def _payload_with(now: dict, live: dict[str, tuple]) -> dict:
     return payload
 
 
-def _run(configs: ConfigHistory, env_key: str, seed_scenario, **fields) -> wire.Trace | None:
+def _run(
+    configs: ConfigHistory, stored: frozenset, env_key: str, seed_scenario, **fields
+) -> wire.Trace | None:
+    """The trace of one planned request; None when nothing was live or it is stored already
+    (a second load runs no request through the engine again)."""
     config = configs.at(env_key, fields["occurred_at"])
-    return None if config is None else traffic.run(seed_scenario, config=config, **fields)
+    if config is None or fields["request_id"] in stored:
+        return None
+    return traffic.run(seed_scenario, config=config, **fields)
 
 
-def scenario(now, configs: ConfigHistory) -> dict[str, list[wire.Trace]]:
+def scenario(
+    now, configs: ConfigHistory, stored: frozenset = frozenset()
+) -> dict[str, list[wire.Trace]]:
     """The six traces support will paste, by environment."""
     by_env: dict[str, list[wire.Trace]] = defaultdict(list)
     for request_id, env_key, minutes_ago, seed_scenario, request in SUPPORT_TRACES:
         trace = _run(
             configs,
+            stored,
             env_key,
             seed_scenario,
             request_id=request_id,
@@ -146,7 +157,9 @@ def _resolution(rng: random.Random) -> Resolution:
     return Resolution(FRESH, round(rng.uniform(0, 30), 1), False)
 
 
-def background(now, configs: ConfigHistory) -> dict[str, list[wire.Trace]]:
+def background(
+    now, configs: ConfigHistory, stored: frozenset = frozenset()
+) -> dict[str, list[wire.Trace]]:
     """Weighted-random seed scenarios over the last days, each run with what was live in its
     environment at its time; then sg-test's release watch. Ids and contents come from seeded
     random generators, so every run produces the same request ids."""
@@ -163,6 +176,7 @@ def background(now, configs: ConfigHistory) -> dict[str, list[wire.Trace]]:
     for env_key, n, seed_scenario, request, occurred_at, resolution in planned:
         trace = _run(
             configs,
+            stored,
             env_key,
             seed_scenario,
             request_id=f"bg-{env_key}-{n:04d}",
@@ -227,8 +241,14 @@ def load(*, stdout=None) -> None:
     now = timezone.now().replace(microsecond=0)
     environments = {e.key: e for e in Environment.objects.all()}
     configs = ConfigHistory()
+    stored = frozenset(
+        Trace.objects.filter(
+            Q(request_id__startswith="bg-")
+            | Q(request_id__in=[request_id for request_id, *_ in SUPPORT_TRACES])
+        ).values_list("request_id", flat=True)
+    )
     accepted = 0
-    for part in (scenario(now, configs), background(now, configs)):
+    for part in (scenario(now, configs, stored), background(now, configs, stored)):
         for env_key, traces in part.items():
             result = ingest_as_runtime(environments[env_key], traces)
             if result.rejected:
