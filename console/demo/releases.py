@@ -1,4 +1,5 @@
-"""Demo releases (DEMO.md): what is live where, one pending approval for prod, and a
+"""Demo releases (DEMO.md): what is live where and since when (the history of the last two
+weeks, recorded with its times), one pending approval for prod, and a
 runtime token for the sg-test demo runtime that stays the same across restarts (`demo_token`).
 Idempotent; runs after console.demo.documents and console.demo.users, whose versions and users
 it releases."""
@@ -6,9 +7,11 @@ it releases."""
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from django.contrib.auth import get_user_model
+from django.utils import timezone
 
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document
@@ -34,33 +37,54 @@ def demo_versions() -> tuple[dict, dict]:
     return frozen(Document.PROFILE_KEY), frozen(STRATEGY)
 
 
-def _go_live(version, environment, ops, approver, reason: str) -> None:
-    """Publish (and, in a protected environment, approve) unless already live there."""
+# The release history of DEMO.md, oldest first: (hours ago, document, version, environment,
+# reason). Every environment runs the Bank profile; the strategy began in sg-test with v1, v2
+# went through sg-test, bank-uat and (approved by ops2) prod; v3 has been live in sg-test
+# since yesterday, so its version-health page compares it with v2 over the same hours before.
+PROFILE = Document.PROFILE_KEY
+HISTORY = (
+    (14 * 24, PROFILE, 1, "sg-test", "Bank profile for every environment."),
+    (14 * 24, PROFILE, 1, "bank-uat", "Bank profile for every environment."),
+    (14 * 24, PROFILE, 1, "prod", "Bank profile for every environment."),
+    (13 * 24, STRATEGY, 1, "sg-test", "First consultation strategy."),
+    (6 * 24, STRATEGY, 2, "sg-test", "Policy as optional context."),
+    (5 * 24, STRATEGY, 2, "bank-uat", "Promote v2 after sg-test."),
+    (4 * 24, STRATEGY, 2, "prod", "Promote v2 after bank-uat."),
+    (26, STRATEGY, 3, "sg-test", "Policy required: test it first."),
+)
+APPROVAL_HOURS = 2  # how long prod's v2 request waited for ops2
+PENDING_HOURS_AGO = 3  # when ops asked for v3 in prod (still waiting)
 
-    if Release.objects.filter(
-        document=version.document, environment=environment, version=version
-    ).exists():
-        return
-    outcome = release_publish(version=version, environment=environment, actor=ops, reason=reason)
+
+def _go_live(version, environment, ops, approver, reason: str, at) -> None:
+    """Publish at `at` (and, in a protected environment, approve it APPROVAL_HOURS later)."""
+    outcome = release_publish(
+        version=version, environment=environment, actor=ops, reason=reason, at=at
+    )
     if outcome.approval is not None:
-        approval_approve(approval=outcome.approval, actor=approver, note="Checked in bank-uat.")
+        approval_approve(
+            approval=outcome.approval,
+            actor=approver,
+            note="Checked in bank-uat.",
+            at=at + timedelta(hours=APPROVAL_HOURS),
+        )
 
 
 def load(stdout=None) -> None:
     User = get_user_model()
     ops, ops2 = User.objects.get(username="ops"), User.objects.get(username="ops2")
     profile, strategy = demo_versions()
+    versions = {PROFILE: profile, STRATEGY: strategy}
     envs = {e.key: e for e in Environment.objects.all()}
     strategy_doc = strategy[1].document
+    now = timezone.now().replace(microsecond=0)
 
+    # The history is recorded once, with its times: release events are append-only, so a
+    # world loaded before keeps the history it has.
     if not Release.objects.filter(document=strategy_doc).exists():
-        for key in ("sg-test", "bank-uat", "prod"):
-            _go_live(profile[1], envs[key], ops, ops2, "Bank profile for every environment.")
-        _go_live(strategy[1], envs["sg-test"], ops, ops2, "First consultation strategy.")
-        _go_live(strategy[2], envs["sg-test"], ops, ops2, "Policy as optional context.")
-        _go_live(strategy[3], envs["sg-test"], ops, ops2, "Policy required: test it first.")
-        _go_live(strategy[2], envs["bank-uat"], ops, ops2, "Promote v2 after sg-test.")
-        _go_live(strategy[2], envs["prod"], ops, ops2, "Promote v2 after bank-uat.")
+        for hours_ago, document, number, env_key, reason in HISTORY:
+            at = now - timedelta(hours=hours_ago)
+            _go_live(versions[document][number], envs[env_key], ops, ops2, reason, at)
     if not ApprovalRequest.objects.filter(
         document=strategy_doc, environment=envs["prod"], version=strategy[3]
     ).exists():
@@ -69,6 +93,7 @@ def load(stdout=None) -> None:
             environment=envs["prod"],
             actor=ops,
             reason="Policy required for after-sales answers; bank-uat's runtime follows.",
+            at=now - timedelta(hours=PENDING_HOURS_AGO),
         )
 
     token, secret, reused = demo_token(envs["sg-test"], token_file=demo_token_file())

@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from console.kernel.guards import append_only_triggers
 from strategies.catalog.models import Environment
@@ -20,7 +21,8 @@ class Release(models.Model):
     environment = models.ForeignKey(Environment, on_delete=models.PROTECT, related_name="releases")
     version = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="releases")
     revision = models.PositiveIntegerField(default=1)
-    updated_at = models.DateTimeField(auto_now=True)
+    # Set by every move (`_release_move`): when what is live went live.
+    updated_at = models.DateTimeField(default=timezone.now)
     updated_by = models.CharField(max_length=200, blank=True)
     # What is live went live without the approval its environment normally requires (during
     # a break-glass): as its last ReleaseEvent says, kept here so every list reads it free.
@@ -75,7 +77,9 @@ class ReleaseEvent(models.Model):
     # Went live without the approval the environment normally requires: published (or rolled
     # back to) while a break-glass had switched that approval off. Never a rollback target.
     unreviewed = models.BooleanField(default=False)
-    occurred_at = models.DateTimeField(auto_now_add=True)
+    # Now, unless a recorded history is being loaded (the demo's releases of days ago): the
+    # service appends it in time order (`_release_move`'s `at`); the row stays append-only.
+    occurred_at = models.DateTimeField(default=timezone.now)
 
     objects = ReleaseEventQuerySet.as_manager()
 
@@ -330,7 +334,7 @@ class ApprovalRequest(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
     reason = models.TextField(blank=True)
-    requested_at = models.DateTimeField(auto_now_add=True)
+    requested_at = models.DateTimeField(default=timezone.now)
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
     )

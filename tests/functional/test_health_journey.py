@@ -90,3 +90,40 @@ def test_support__release_row_to_health_page_to_request_ids_to_trace(login, live
     assert "4 of 10 requests" in card.inner_text()
     assert "not only this one" in card.inner_text()
     card.screenshot(path=str(SHOTS / "trace-pattern-card.png"))
+
+
+def test_demo__v3_health_against_v2__a_change_to_its_request_ids_to_a_v3_trace(demo_world, login):
+    """The demo's story (issue 22): v3 has been live in sg-test since yesterday. Support opens
+    its version-health page from the release row, sees v3 against v2 over the same hours —
+    rates with intervals for both — and a change (v3 degrades to the general policy where v2
+    had none), clicks its request ids and lands on a trace of v3 with its outcomes."""
+    page = login("support", "support-demo")
+    page.goto(page.url + "releases/")
+    page.locator(f'[data-health-glance="{DOC}-sg-test"]').click()
+
+    page.wait_for_url(re.compile(rf".*/health/sg-test/{DOC}/$"))
+    head = page.locator("#health-rates thead").text_content()
+    assert "Before: v2" in head and "Live: v3" in head
+    failed = page.locator('[data-metric="failed"]')
+    for column in ("previous", "live"):
+        assert re.search(r"\d+/\d+", failed.locator(f'[data-column="{column}"]').inner_text())
+    row = page.locator('[data-metric="degraded:general_policy_only"]')
+    live_cell = row.locator('[data-column="live"]')
+    assert live_cell.get_attribute("data-verdict") == "worse"
+    assert re.search(r"0/\d+", row.locator('[data-column="previous"]').inner_text())
+    assert page.locator('[data-metric="outcome:escalated:true"] [data-column="previous"]').count()
+    live_cell.locator("[data-requests]").click()
+
+    page.wait_for_url(re.compile(r".*/requests\?.*"))
+    assert "degraded via general_policy_only" in page.locator("#requests-filter").inner_text()
+    ids = page.locator("#health-request-ids tbody tr")
+    assert ids.count() > 5
+    # Newest first: req-93, the order service timeout support pasted (DEMO.md).
+    assert "req-93" in ids.first.inner_text()
+    ids.first.locator("a.mono").click()
+
+    page.wait_for_url(re.compile(r".*/traces/req-93/(\?.*)?$"))
+    used = page.locator("#versions-used").inner_text()
+    assert re.search(rf"{DOC}\s+v3", used), used
+    escalated = page.locator("#outcomes [data-outcome=escalated]")
+    assert "for v3 in sg-test" in escalated.inner_text()

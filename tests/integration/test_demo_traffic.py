@@ -13,16 +13,19 @@ import io
 import signal
 import subprocess
 import sys
+from datetime import timedelta
 
 import pytest
 from context_runtime.engine import ENGINE, CandidateItem, Strategy, select
 from django.core.management import call_command
+from django.utils import timezone
 
 from console.demo.data import DEMO_MANIFEST
 from console.demo.traces import BACKGROUND_COUNT, SUPPORT_TRACES
 from strategies.catalog.models import Environment
 from strategies.catalog.services import manifest_record
 from strategies.documents.models import Version
+from strategies.releases.models import ReleaseEvent
 from strategies.releases.services import release_publish
 from strategies.runtime.models import RuntimeToken
 from tests.engines import child_env
@@ -92,6 +95,41 @@ def test_load_demo__support_traces__demo_statuses_from_engine__second_run_adds_n
 
 
 @pytest.mark.django_db
+def test_load_demo__release_history_in_the_past__each_trace_ran_the_version_live_at_its_time():
+    """The demo's releases happened days and hours ago (DEMO.md's story: v2 through sg-test,
+    bank-uat and prod; v3 in sg-test since yesterday), and each trace carries the strategy
+    version that was live in its environment when it occurred — v2's before v3, v3's after."""
+    load_demo()
+    moves = list(
+        ReleaseEvent.objects.moves()
+        .filter(release__document__key=STRATEGY)
+        .order_by("occurred_at", "id")
+        .values_list("release__environment__key", "to_version__number", "occurred_at")
+    )
+    assert [(env, version) for env, version, _ in moves] == [
+        ("sg-test", 1),
+        ("sg-test", 2),
+        ("bank-uat", 2),
+        ("prod", 2),
+        ("sg-test", 3),
+    ]
+    now = timezone.now()
+    assert timedelta(days=6) < now - moves[0][2]
+    assert timedelta(hours=6) < now - moves[-1][2] < timedelta(days=2)
+
+    def live_at(env_key, when):
+        return max((at, v) for e, v, at in moves if e == env_key and at <= when)[1]
+
+    traces = Trace.objects.values_list("environment__key", "occurred_at", "strategy_version")
+    assert {(v, live_at(env, at)) for env, at, v in traces} == {(1, 1), (2, 2), (3, 3)}
+    sg_test = [at for env, at, _ in traces if env == "sg-test"]
+    assert (
+        sum(at < moves[-1][2] for at in sg_test) > 100
+        and sum(at >= moves[-1][2] for at in sg_test) > 100
+    )
+
+
+@pytest.mark.django_db
 def test_demo_traces__replayed_through_engine__same_decisions():
     """Every demo trace carries its replay fields (the selection block; per candidate the
     provider's bundle and a reason code), and the engine given exactly those — nothing
@@ -102,7 +140,8 @@ def test_demo_traces__replayed_through_engine__same_decisions():
         for v in Version.objects.select_related("document")
     }
     traces = Trace.objects.filter(strategy=STRATEGY).prefetch_related("candidates")
-    assert traces.count() == BACKGROUND_COUNT + len(SUPPORT_TRACES)
+    # All of them: the story's and the background's (none before the strategy went live).
+    assert traces.count() == Trace.objects.count() > BACKGROUND_COUNT + len(SUPPORT_TRACES)
     for trace in traces:
         assert trace.engine == ENGINE, trace.request_id
         body = versions[(trace.agent_id, trace.strategy, trace.strategy_version)]

@@ -4,12 +4,17 @@ the glances on the releases page, the dashboard and the trace page."""
 
 from __future__ import annotations
 
+import html
+import re
 from datetime import timedelta
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from console.kernel.models import AccessLogEntry
+from strategies.catalog.models import Agent, Environment
+from strategies.documents.models import Document
 from strategies.releases.models import Release
 from tests.factories import candidate, post_batch, runtime_token, trace_payload
 from tests.factories.documents import AgentFactory
@@ -324,3 +329,53 @@ def test_version_health__traffic_in_the_release_minute__counted_once_the_release
         (live,) = [c for c in health.columns if c.slot == "live"]
         assert live.traces == 3, minutes_later
         assert live.since <= at
+
+
+def test_demo__v3_in_sg_test__against_v2_over_the_same_hours_and_a_change_behind_its_requests(
+    demo_world, client
+):
+    """Given the demo world (v2 live in sg-test for days, v3 since yesterday, traffic on
+    both), when support opens v3's version-health page, then v3 is compared with v2 over the
+    hours just before v3's release, both with traffic, and a rate that changed (v3 degrades
+    where v2 failed) has request ids that are v3's stored traces, each with its trace page."""
+    support = get_user_model().objects.get(username="support")
+    agent = Agent.objects.get(key="assistant_professional")
+    sg = Environment.objects.get(key="sg-test")
+    health = selectors.version_health(
+        user=support,
+        agent=agent,
+        environment=sg,
+        document=Document.objects.get(agent=agent, key=DOC),
+    )
+    released_at = health.release.released_at
+    assert timedelta(hours=6) < timezone.now() - released_at < timedelta(days=2)
+    assert (health.previous.version, health.live.version) == (2, 3)
+    assert health.previous.until == released_at
+    assert health.previous.traces >= 50 and health.live.traces >= 50
+    failed = next(m for m in health.metrics if m.key == "failed")
+    assert failed.cells["previous"].rate.total and failed.cells["live"].rate.total
+    changed = {
+        m.key: m.cells["live"]
+        for m in health.metrics
+        if m.group != "outcome" and m.cells["live"].verdict in ("worse", "better")
+    }
+    assert "degraded:general_policy_only" in changed, changed
+    # Outcomes per version beside the context-health rates, for both.
+    outcome = next(m for m in health.metrics if m.key == "outcome:escalated:true")
+    assert outcome.cells["previous"].rate.total and outcome.cells["live"].rate.total
+
+    client.force_login(support)
+    page = client.get(f"/agents/{agent.key}/health/sg-test/{DOC}/").content.decode()
+    assert "Before: v2" in page and "Live: v3" in page
+    row = page.split('data-metric="degraded:general_policy_only"')[1].split("</tr>")[0]
+    live_cell = row.split('data-column="live"')[1]
+    assert 'data-verdict="worse"' in live_cell
+    link = html.unescape(re.search(r'href="([^"]+)" data-requests', live_cell).group(1))
+    rows = client.get(link).context["rows"]
+    assert len(rows) == changed["degraded:general_policy_only"].rate.count
+    traces = Trace.objects.filter(request_id__in=[r.request_id for r in rows], environment=sg)
+    assert {(t.strategy_version, t.status, t.degradation) for t in traces} == {
+        (3, "degraded", "general_policy_only")
+    }
+    assert traces.count() == len(rows)
+    assert client.get(f"/traces/{rows[0].request_id}/").status_code == 200

@@ -24,6 +24,7 @@ from console.kernel.models import AccessLogEntry
 from strategies.catalog.models import Environment
 from strategies.documents import services as documents
 from strategies.documents.models import Document, Version
+from strategies.releases.models import Release
 from traces.models import Candidate, Trace
 from traces.previews import report, selectors, services
 from traces.previews.models import Preview
@@ -85,9 +86,16 @@ def _brute_force(environment: str, body: dict) -> dict[str, tuple[str, str]]:
     rows in wire form and `select()` run with `body` and the trace's selection block —
     {request_id: (recorded status, new status)}, independent of the preview's code."""
     strategy = Strategy.from_body(body)
+    live = Release.objects.get(document=_strategy(), environment__key=environment).version
+    needed = strategy.sources | Strategy.from_body(live.body).sources
+    asked = {v.number: Strategy.from_body(v.body).sources for v in _strategy().versions.all()}
     found = {}
     traces = Trace.objects.filter(environment__key=environment, strategy=STRATEGY)
     for trace in traces:
+        if not needed <= asked[trace.strategy_version]:
+            # Not previewable, counted apart: its version never asked a source the live or the
+            # new version reads (the demo's v1 and v2 traces, before v3 read recent_dialogue).
+            continue
         rows = Candidate.objects.filter(trace_id=trace.pk, occurred_at=trace.occurred_at)
         candidates = engine_replay.trace_candidates(
             wire.Candidate(
@@ -157,7 +165,7 @@ def test_preview__draft_budget_4000_on_sg_test_by_the_worker__lists_exactly_the_
     expected = {rid for rid, (old, new) in brute.items() if new == "budget_exceeded" != old}
     count, listed = _becoming(report, "budget_exceeded")
     assert report["fidelity"]["share"] == 1.0 and not report["withheld"]
-    assert report["previewed"] == len(brute) == preview.traces_done
+    assert report["previewed"] == len(brute) and preview.traces_done == report["traces_read"]
     assert count == len(expected) > 0
     # The cell keeps its full count and the first 50 request ids (in trace order).
     cells = [
@@ -271,8 +279,10 @@ def test_preview__window_without_traces__refused_no_traces(ops):
 
 @pytest.mark.django_db
 def test_preview__traces_of_an_old_runtime__counted_not_previewable_never_compared(ops, client):
-    old = list(
-        Trace.objects.filter(environment__key="sg-test", strategy=STRATEGY).order_by("id")[:5]
+    old = list(  # of the live version, v3: previewable but for the missing replay fields
+        Trace.objects.filter(
+            environment__key="sg-test", strategy=STRATEGY, strategy_version=3
+        ).order_by("id")[:5]
     )
     Trace.objects.filter(pk__in=[t.pk for t in old]).update(
         engine="", fixed_input_tokens=None, relevance_threshold=None
@@ -285,7 +295,9 @@ def test_preview__traces_of_an_old_runtime__counted_not_previewable_never_compar
 
     assert report["not_previewable"]["no_replay_fields"]["count"] == 5
     assert set(report["not_previewable"]["no_replay_fields"]["ids"]) == {t.request_id for t in old}
-    assert report["previewed"] == report["traces_read"] - 5
+    # The previewable ones are v3's (v1's and v2's never asked recent_dialogue), but these 5.
+    v3 = Trace.objects.filter(environment__key="sg-test", strategy=STRATEGY, strategy_version=3)
+    assert report["previewed"] == v3.count() - 5 < report["traces_read"]
     client.force_login(ops)
     page = client.get(reverse("preview-detail", args=[AGENT, preview.pk])).content.decode()
     assert "5 traces from runtimes that do not record replay fields" in page
@@ -531,7 +543,8 @@ def test_preview_shards__both_finish_at_the_same_moment__report_merged_exactly_o
     assert preview.state == Preview.State.COMPLETE
     assert selectors.progress_percent(preview) == 100
     brute = _brute_force("sg-test", draft.body)
-    assert preview.report["previewed"] == len(brute) == preview.traces_done
+    assert preview.report["previewed"] == len(brute)
+    assert preview.traces_done == preview.report["traces_read"]
     expected = {rid for rid, (old, new) in brute.items() if new == "budget_exceeded" != old}
     assert _becoming(preview.report, "budget_exceeded")[0] == len(expected) > 0
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
+from django.utils import timezone
 
 from console.kernel.errors import Conflict, Forbidden, ValidationFailed
 from console.kernel.models import AuditRecord
@@ -41,6 +44,42 @@ def test_publish__unprotected_env__live_with_event_and_audit(world):
         None,
     )
     assert AuditRecord.objects.filter(action="release.publish", actor_label="ops").exists()
+
+
+def test_publish__recorded_history_at_past_times__events_in_time_order_out_of_order_refused(world):
+    """Given a recorded history (the demo's), when it is published with its times, then the
+    events carry them; a time before the release's last event, or in the future, is refused
+    (the events are append-only: a wrong time could never be corrected)."""
+    sg, prod = world.envs["sg-test"], world.envs["prod"]
+    now = timezone.now()
+    v2_at, v3_at = now - timedelta(days=3), now - timedelta(hours=5)
+    release_publish(version=world.strategy[2], environment=sg, actor=world.ops, at=v2_at)
+    release_publish(version=world.strategy[3], environment=sg, actor=world.ops, at=v3_at)
+    assert list(
+        ReleaseEvent.objects.filter(release__environment=sg)
+        .order_by("id")
+        .values_list("to_version__number", "occurred_at")
+    ) == [(2, v2_at), (3, v3_at)]
+
+    for at in (v3_at - timedelta(minutes=1), now + timedelta(hours=1)):
+        with pytest.raises(ValidationFailed) as refused:
+            release_publish(version=world.strategy[2], environment=sg, actor=world.ops, at=at)
+        assert refused.value.code == "history_out_of_order"
+    assert live(world, "sg-test") == 3
+
+    # A protected environment: asked, then approved two hours later, both at their times.
+    asked = release_publish(
+        version=world.strategy[2], environment=prod, actor=world.ops, at=v2_at
+    ).approval
+    assert asked.requested_at == v2_at
+    with pytest.raises(ValidationFailed):
+        approval_approve(approval=asked, actor=world.ops2, at=v2_at - timedelta(hours=1))
+    approval_approve(approval=asked, actor=world.ops2, at=v2_at + timedelta(hours=2))
+    event = ReleaseEvent.objects.get(release__environment=prod)
+    assert (event.action, event.occurred_at) == ("approve", v2_at + timedelta(hours=2))
+    # "Live since" on the release rows: the time it went live, first publish or not.
+    assert event.release.updated_at == event.occurred_at
+    assert Release.objects.get(environment=sg).updated_at == v3_at
 
 
 def test_publish__v3_to_bank_uat_without_handler__refused_with_reason(world):

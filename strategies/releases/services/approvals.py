@@ -4,10 +4,12 @@ person, or withdrawn by the requester."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.utils import timezone
 
 from console.kernel.audit import AuditAction, actor_label, audit_record
-from console.kernel.errors import Conflict
+from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.policy import check_user_can_decide_approval, check_user_can_withdraw_approval
 from console.kernel.reasons import reason_clean
 from console.kernel.transactions import service_transaction
@@ -15,17 +17,26 @@ from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
 from strategies.releases.selectors import pending_for, waiting_finding
 from strategies.releases.services.checks import check_publishable, check_rollback_target
-from strategies.releases.services.move import _release_move
+from strategies.releases.services.move import _release_move, history_time
 from strategies.releases.services.notifications import _notify_requested
 from strategies.releases.services.rollout_move import _rollout_approved
 from strategies.releases.services.state import _current, _stale, approval_state
 
 
 def _approval_create(
-    *, version, environment, live, actor, reason, kind=ApprovalRequest.Kind.PUBLISH, rollout=None
+    *,
+    version,
+    environment,
+    live,
+    actor,
+    reason,
+    kind=ApprovalRequest.Kind.PUBLISH,
+    rollout=None,
+    at: datetime | None = None,
 ) -> ApprovalRequest:
     """One pending request per document × environment (the database says so too), bound to
-    the version's content hash and the live revision; its webhooks hear approval.requested."""
+    the version's content hash and the live revision; its webhooks hear approval.requested.
+    `at`: when it was asked, for loading a recorded history (the demo's); now unless given."""
     document = version.document
 
     def already_waiting() -> Conflict:
@@ -52,6 +63,7 @@ def _approval_create(
         requested_by=actor,
         reason=reason,
         rollout=rollout,
+        requested_at=history_time(live, at),
     )
     audit_record(
         actor=actor,
@@ -64,7 +76,9 @@ def _approval_create(
     return approval
 
 
-def _decide(approval: ApprovalRequest, *, actor, status: str, note: str) -> ApprovalRequest:
+def _decide(
+    approval: ApprovalRequest, *, actor, status: str, note: str, at: datetime | None = None
+) -> ApprovalRequest:
     """Conditional pending → decided: of two deciders exactly one wins (the other: 409)."""
     check_user_can_decide_approval(actor, approval)
 
@@ -81,7 +95,7 @@ def _decide(approval: ApprovalRequest, *, actor, status: str, note: str) -> Appr
         already_decided,
         status=status,
         decided_by=actor,
-        decided_at=timezone.now(),
+        decided_at=at or timezone.now(),
         decision_note=note,
     )
     approval.refresh_from_db()
@@ -89,11 +103,20 @@ def _decide(approval: ApprovalRequest, *, actor, status: str, note: str) -> Appr
 
 
 @service_transaction
-def approval_approve(*, approval: ApprovalRequest, actor, note: str = "") -> Release:
+def approval_approve(
+    *, approval: ApprovalRequest, actor, note: str = "", at: datetime | None = None
+) -> Release:
     """A second person approves: the version goes live (bound to the hash and base revision).
     A publish request is checked against the target runtime again; a rollback request goes
-    back to its version as an immediate rollback would, recorded as a rollback."""
-    approval = _decide(approval, actor=actor, status=ApprovalRequest.Status.APPROVED, note=note)
+    back to its version as an immediate rollback would, recorded as a rollback. `at`: when,
+    for loading a recorded history (the demo's; not before the request); now unless given."""
+    if at is not None and at < approval.requested_at:
+        raise ValidationFailed(
+            "An approval cannot be decided before it was requested.", code="history_out_of_order"
+        )
+    approval = _decide(
+        approval, actor=actor, status=ApprovalRequest.Status.APPROVED, note=note, at=at
+    )
     version = approval.version
     if version.content_hash != approval.content_hash:
         raise Conflict(
@@ -130,6 +153,7 @@ def approval_approve(*, approval: ApprovalRequest, actor, note: str = "") -> Rel
         reason=approval.reason,
         expected_revision=approval.base_revision,
         approval=approval,
+        at=at,
     )
 
 

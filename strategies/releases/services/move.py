@@ -9,11 +9,13 @@ webhook)."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db.models import F
 from django.utils import timezone
 
 from console.kernel.audit import AuditAction, audit_record
-from console.kernel.errors import Conflict
+from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.delivery import config as runtime_config
@@ -43,6 +45,27 @@ def went_live_unreviewed(environment: Environment, action: str, approval) -> boo
     if action == ReleaseEvent.Action.ROLLBACK:
         return environment.relaxed_by_break_glass("rollback_needs_approval")
     return False
+
+
+def history_time(release: Release | None, at: datetime | None) -> datetime:
+    """When a move happens: now, or `at` when a recorded history is loaded — refused in the
+    future or before the release's newest event, so its history still reads in time order
+    (the events are append-only: a wrong time could never be corrected)."""
+    now = timezone.now()
+    if at is None:
+        return now
+    newest = (
+        ReleaseEvent.objects.filter(release=release).order_by("-occurred_at").first()
+        if release is not None
+        else None
+    )
+    if at > now or (newest is not None and at < newest.occurred_at):
+        raise ValidationFailed(
+            "A release's history is appended in time order: "
+            f"{at.isoformat()} is in the future or before its last event.",
+            code="history_out_of_order",
+        )
+    return at
 
 
 def _shadow_promoted(release: Release, action: str, *, actor) -> ShadowChange | None:
@@ -80,16 +103,19 @@ def _release_move(
     approval: ApprovalRequest | None = None,
     rollout: Rollout | None = None,
     evidence: dict | None = None,
+    at: datetime | None = None,
 ) -> Release:
     """Move the pointer. `approval`: the request this change applies (its approver is
     `actor`, its requester `actor_label`), named in the history, the audit and the webhook.
     `rollout`: the staged rollout this publish completes; any other rollout active here is
     stopped by the move (a person decided what is live), and a paired watch here ends.
-    `evidence`: what the move was decided on (a watch warning's), kept in its audit row."""
+    `evidence`: what the move was decided on (a watch warning's), kept in its audit row.
+    `at`: when it happened, for loading a recorded history (the demo's releases of days ago);
+    now unless given."""
     approved_by = str(approval.decided_by) if approval is not None else ""
     unreviewed = went_live_unreviewed(environment, action, approval)
     before = _current(document, environment)
-    now = timezone.now()
+    now = history_time(before, at)
     if before is None:
         if expected_revision not in (None, 0):
             raise _stale(document, environment, "The release changed since you loaded it.")
@@ -102,6 +128,7 @@ def _release_move(
             environment=environment,
             version=to_version,
             revision=1,
+            updated_at=now,
             updated_by=actor_label,
             unreviewed=unreviewed,
         )
@@ -132,6 +159,7 @@ def _release_move(
         approved_by=approved_by,
         reason=reason,
         unreviewed=unreviewed,
+        occurred_at=now,
     )
     # A pending request was reviewed against what was live; once that moves it is void.
     ApprovalRequest.objects.filter(

@@ -5,6 +5,7 @@ judgement's (`selectors.publish_refusals`), raised by `checks.publish_refuse`.""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from console.kernel.audit import actor_label
 from console.kernel.errors import ValidationFailed
@@ -44,11 +45,13 @@ def release_publish(
     actor,
     reason: str = "",
     expected_revision: int | None = None,
+    at: datetime | None = None,
 ) -> PublishOutcome:
     """Put `version` live in `environment` — or, in a protected environment, ask for approval.
 
     A draft is frozen first. The version is validated against the environment's latest
-    manifest; anything the runtime cannot serve blocks the publish with the reasons.
+    manifest; anything the runtime cannot serve blocks the publish with the reasons. `at`:
+    when it happened, for loading a recorded history (the demo's); now unless given.
     """
 
     document = version.document
@@ -86,6 +89,7 @@ def release_publish(
                 live=_current(document, environment),
                 actor=actor,
                 reason=reason,
+                at=at,
             ),
         )
     release = _release_move(
@@ -97,5 +101,6 @@ def release_publish(
         actor_label=actor_label(actor),
         reason=reason,
         expected_revision=expected_revision,
+        at=at,
     )
     return PublishOutcome(release=release)
