@@ -632,3 +632,64 @@ def test_preview_shards__cancelled_while_both_run__both_stop_at_their_next_batch
     page = _page(client, ops, preview)
     assert 'data-state="cancelled"' in page
     assert f"It covered 80 of {preview.traces_total} traces, up to" in page
+
+
+@pytest.mark.django_db
+def test_window_batches__binary_read__equals_the_orm_read_old_runtime_and_odd_rows_included(
+    ops, monkeypatch
+):
+    """The window's read (psycopg's binary rows) hands the replay exactly what the ORM reads
+    of the same stored traces: every trace column, and candidates that rebuild into the same
+    items and recorded facts — traces of an old runtime (no replay fields: NULLs and empty
+    strings), links, a full-precision relevance, an unsized item, a provider bundle."""
+    monkeypatch.setattr(selectors, "BATCH_TRACES", 7)  # several batches, a keyset boundary
+    traces = Trace.objects.filter(environment__key="sg-test", strategy=STRATEGY)
+    first = list(traces.order_by("id")[:4])
+    traces.filter(pk__in=[t.pk for t in first[:2]]).update(
+        engine="", fixed_input_tokens=None, relevance_threshold=None
+    )
+    old = Candidate.objects.filter(trace_id=first[0].pk)
+    old.update(outcome="", reason_code="", provider_bundle="")
+    odd = Candidate.objects.filter(trace_id=first[2].pk, position=0)
+    odd.update(
+        depends_on=["order:1", "P7"],
+        conflicts_with=["chat"],
+        relevance=0.12345678901234568,
+        size=None,
+        provider_bundle="policy-P7",
+        note="the provider's words",
+        version="",
+    )
+    window = {
+        "agent_id": first[0].agent_id,
+        "environment_id": first[0].environment_id,
+        "strategy": STRATEGY,
+        "start": min(t.occurred_at for t in traces),
+        "end": max(t.occurred_at for t in traces) + timedelta(seconds=1),
+    }
+
+    read = [entry for batch in selectors.window_batches(**window) for entry in batch]
+
+    expected = list(
+        traces.order_by("occurred_at", "id").values_list(*report.TRACE_COLUMNS, "occurred_at")
+    )
+    assert len(read) == len(expected) == traces.count() > 7
+    for (trace, rows, at), row in zip(read, expected, strict=True):
+        assert (tuple(trace), at) == (row[:-1], row[-1])
+        stored = Candidate.objects.filter(trace_id=trace[report.T_ID], occurred_at=at)
+        orm = list(stored.order_by("position").values_list(*report.CANDIDATE_COLUMNS))
+        assert report.rebuild(rows) == tuple(report.candidate_item(r) for r in orm)
+        assert report.rebuild_facts(rows) == report.rebuild_facts(orm)
+    by_id = {trace[report.T_ID]: (trace, rows) for trace, rows, _ in read}
+    assert by_id[first[0].pk][0][report.T_ENGINE] == ""
+    assert by_id[first[0].pk][0][report.T_FIXED] is None
+    item = report.rebuild(by_id[first[2].pk][1])[0]
+    assert (item.depends_on, item.conflicts_with, item.size, item.bundle, item.version) == (
+        ("order:1", "P7"),
+        ("chat",),
+        None,
+        "policy-P7",
+        "",
+    )
+    assert item.relevance == 0.12345678901234568
+    assert report.rebuild(by_id[first[0].pk][1])[0].outcome == "fetched"

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+import psycopg
 from context_runtime.canonical import content_hash
 from context_runtime.engine import EngineInputError, Strategy
 from context_runtime.findings import FLAG, Finding
@@ -203,7 +204,11 @@ def window_batches(
     after_time, after_id = start, 0
     first = True
     while True:
-        with connection.cursor() as cursor:
+        # psycopg's own cursor, binary rows: the server sends 500,000 candidate rows a
+        # 10,000-trace preview without printing their numbers as text, and psycopg's C
+        # loaders read them without parsing any (Django's cursors are client-side, text).
+        connection.ensure_connection()
+        with psycopg.Cursor(connection.connection) as cursor:
             cursor.execute(
                 f"SELECT {_TRACE_SELECT}, t.occurred_at FROM traces_trace t"
                 " WHERE t.agent_id = %s AND t.environment_id = %s AND t.strategy = %s"
@@ -215,6 +220,7 @@ def window_batches(
                 + ([after_time] if first else [after_time, after_id])
                 + sample_args
                 + [batch],
+                binary=True,
             )
             traces = cursor.fetchall()
             if not traces:
@@ -225,6 +231,7 @@ def window_batches(
                 " WHERE c.trace_id = ANY(%s) AND c.occurred_at >= %s AND c.occurred_at <= %s"
                 " ORDER BY c.trace_id, c.position",
                 [ids, traces[0][-1], traces[-1][-1]],
+                binary=True,
             )
             by_trace: dict[int, list[tuple]] = {}
             for row in cursor.fetchall():
