@@ -240,13 +240,20 @@ def selection_info(trace: Sequence) -> wire.SelectionInfo:
     )
 
 
-def replay(strategy: Strategy, request: engine_replay.Replay):
+def replay(strategy: Strategy, request: engine_replay.Replay, *, facts_only: bool = False):
     """`context_runtime.replay.Replay.run` (the candidates of sources the strategy does not
     read are left out, as its runtime would not have asked them): the selection, and the
-    position among the request's candidates of each of its decisions."""
+    position among the request's candidates of each of its decisions. `facts_only`: the
+    engine's `Decided` instead (`Replay.run_facts`: the same decisions and codes, no reason
+    texts written) — what the report compares, a third cheaper than a full selection."""
     items = request.candidates
-    selection = request.run(strategy)
-    if len(selection.decisions) == len(items):
+    if facts_only:
+        selection = request.run_facts(strategy)
+        decided = len(selection.decision)
+    else:
+        selection = request.run(strategy)
+        decided = len(selection.decisions)
+    if decided == len(items):
         return selection, range(len(items))
     sources = strategy.sources
     return selection, [i for i, item in enumerate(items) if item.source in sources]
@@ -484,7 +491,7 @@ class Replay:
         # One Replay: the candidates are checked once for the two or three versions.
         request = engine_replay.Replay(items, selection_info(trace))
         try:
-            again, again_at = replay(recorded, request)
+            again, again_at = replay(recorded, request, facts_only=True)
         except EngineInputError:
             return (_ERROR,)
         have = Facts(trace[T_STATUS], trace[T_DEGRADATION] or "", recorded_candidates)
@@ -502,8 +509,8 @@ class Replay:
             if self.versions.live is recorded:
                 old, old_at = again, again_at  # the live replay IS the recorded one
             else:
-                old, old_at = replay(self.versions.live, request)
-            new, new_at = replay(self.versions.candidate, request)
+                old, old_at = replay(self.versions.live, request, facts_only=True)
+            new, new_at = replay(self.versions.candidate, request, facts_only=True)
         except EngineInputError:
             return (_ERROR_AFTER,)
         return (
@@ -720,27 +727,28 @@ class Replay:
 
 def _compare(items, old, old_at, new, new_at) -> tuple:
     """The cells one trace counts in (paths: ("matrix", old, new), ("sources", source, kind,
-    code), or the name of a single cell), old → new. ``old_at``/``new_at``: the position of
-    each decision among ``items`` (`replay`)."""
+    code), or the name of a single cell), old → new. `old`/`new`: the engine's `Decided`
+    (`replay(..., facts_only=True)`); ``old_at``/``new_at``: the position of each decision
+    among ``items`` (`replay`)."""
     paths = [("matrix", old.status, new.status)]
     changed = old.status != new.status or old.degradation != new.degradation
     conflict_new = conflict_missed = over_old = over_new = False
     n = len(items)
-    for item, before, after in zip(
-        items, _aligned(old, old_at, n), _aligned(new, new_at, n), strict=True
-    ):
-        if before is None or after is None:
-            if before is not None and before.decision == OVER_BUDGET:
+    old_decision, old_code, old_required = _aligned(old, old_at, n)
+    new_decision, new_code, new_required = _aligned(new, new_at, n)
+    for i, item in enumerate(items):
+        b, a = old_decision[i], new_decision[i]
+        if b is None or a is None:  # a version that does not read the item's source
+            if b == OVER_BUDGET:
                 over_old = True
-            if after is not None and after.decision == OVER_BUDGET:
+            if a == OVER_BUDGET:
                 over_new = True
-            changed = changed or before is not after
+            changed = changed or b is not a
             continue
-        b, a = before.decision, after.decision
         if b == a:
             if b == OVER_BUDGET:
                 over_old = over_new = True
-            if before.reason_code == after.reason_code:
+            if old_code[i] == new_code[i]:
                 continue
         else:
             if b == OVER_BUDGET:
@@ -755,11 +763,13 @@ def _compare(items, old, old_at, new, new_at) -> tuple:
             conflict_missed = True
         if was == now:
             continue
-        if before.required or after.required:
-            kind, code = ("required_lost", after) if was else ("required_kept", before)
+        if old_required[i] or new_required[i]:
+            kind, code = ("required_lost", new_code[i]) if was else ("required_kept", old_code[i])
         else:
-            kind, code = ("optional_dropped", after) if was else ("optional_added", before)
-        paths.append(("sources", item.source, kind, code.reason_code or a))
+            kind, code = (
+                ("optional_dropped", new_code[i]) if was else ("optional_added", old_code[i])
+            )
+        paths.append(("sources", item.source, kind, code or a))
     for flag, name in (
         (changed, "changed"),
         (conflict_new, "conflicts_new"),
@@ -772,14 +782,16 @@ def _compare(items, old, old_at, new, new_at) -> tuple:
     return tuple(dict.fromkeys(paths))  # one count per trace and cell
 
 
-def _aligned(selection, positions, n: int):
-    """A selection's decisions, one per candidate position (None where the version did not
-    read the candidate's source)."""
+def _aligned(decided, positions, n: int) -> tuple[Sequence, Sequence, Sequence]:
+    """A `Decided`'s decision, reason code and required columns, one entry per candidate
+    position (None where the version did not read the candidate's source)."""
+    columns = (decided.decision, decided.reason_code, decided.required)
     if type(positions) is range:
-        return selection.decisions
-    aligned = [None] * n
-    for position, decision in zip(positions, selection.decisions, strict=True):
-        aligned[position] = decision
+        return columns
+    aligned = ([None] * n, [None] * n, [None] * n)
+    for column, values in zip(aligned, columns, strict=True):
+        for position, value in zip(positions, values, strict=True):
+            column[position] = value
     return aligned
 
 
