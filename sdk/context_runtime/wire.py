@@ -339,7 +339,7 @@ ARM_NEW, ARM_OLD = ARMS
 RolloutUnitName = Literal["task", "principal"]
 ROLLOUT_UNITS: tuple[str, ...] = get_args(RolloutUnitName)
 RolloutId = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
-# What a ``rollouts`` entry is (new after 0.4.0): a staged rollout in its steps, or the paired
+# What a ``rollouts`` entry is (new in 0.4.0): a staged rollout in its steps, or the paired
 # watch after one completed (the previous version as shadow on a share of the units).
 RolloutPhaseName = Literal["rollout", "watch"]
 ROLLOUT_PHASES: tuple[str, ...] = get_args(RolloutPhaseName)
@@ -365,7 +365,7 @@ class Rollout(_Wire):
     served the control version in ``strategies`` and the new one runs as shadow; 1.0:
     everyone is served the new one), the unit of assignment and the plan step.
 
-    ``phase`` ``watch`` (new after 0.4.0, only to runtimes declaring the ``watch`` feature): the
+    ``phase`` ``watch`` (new in 0.4.0, only to runtimes declaring the ``watch`` feature): the
     rollout completed and ``strategies`` serves its new version to everyone; ``version`` and
     ``body`` are the *previous* version, run as shadow for the units whose bucket is below
     ``share``, which report ``rollout {id, arm: "new", step}``."""
