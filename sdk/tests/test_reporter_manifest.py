@@ -57,8 +57,9 @@ def test_registry__registered_code__declared_in_manifest_body():
             {"key": "personal_particulars", "block": "user_context", "sensitive": True},
         ],
         "switches": ["temporalAnchor.enabled", "toolPrefilter.enabled"],
-        # ContextAssembly runs the payload's shadow versions: a runtime on the SDK says so.
-        "features": ["shadow", "split"],
+        # ContextAssembly runs the payload's shadows, rollouts and paired watches: a runtime
+        # on the SDK says so.
+        "features": ["shadow", "split", "watch"],
     }
     assert registry.get_provider("order_delivery") is fetch_order
     assert registry.get_tool("lookup_order")("A1") == "A1"

@@ -392,13 +392,17 @@ def test_preview__worker_lost_mid_run__shown_failed_with_what_it_covered_and_not
 @pytest.mark.django_db
 def test_preview__same_inputs_twice__second_request_reuses_the_first(ops):
     draft = _draft(max_input_tokens=4000)
+    # The default window is the last 7 days to the minute; a slow run may cross a minute
+    # (then the second request has other inputs: newer traces), so both name one window.
+    start, end = services.default_window()
+    same = {"window_start": start, "window_end": end}
     first, reused_first = services.preview_request(
-        actor=ops, version=draft, environment=_env("sg-test")
+        actor=ops, version=draft, environment=_env("sg-test"), **same
     )
     _run(first)
 
     second, reused_second = services.preview_request(
-        actor=ops, version=draft, environment=_env("sg-test")
+        actor=ops, version=draft, environment=_env("sg-test"), **same
     )
 
     assert (reused_first, reused_second) == (False, True)
