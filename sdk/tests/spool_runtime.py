@@ -2,9 +2,9 @@
 TraceReporter with a spool, printing ``R <request_id>`` (flushed) after each report() that
 returned True, so whoever kills it knows what it had accepted.
 
-    python tests/spool_runtime.py URL SPOOL_DIR PREFIX COUNT [--pause S] [--drain S]
+    python tests/spool_runtime.py URL SPOOL_DIR PREFIX COUNT [--pause S] [--drain S] [--timeout S]
 
-``--pause``: seconds between traces. ``--drain``: after reporting, wait up to S seconds for
+``--pause``: seconds between traces. ``--timeout``: the reporter's request timeout (1 s). ``--drain``: after reporting, wait up to S seconds for
 everything (also what earlier processes spooled) to be delivered, then print ``STATS {json}``.
 Without it the process closes its reporter at once (what is not delivered stays spooled).
 """
@@ -63,13 +63,14 @@ def main() -> int:
     parser.add_argument("count", type=int)
     parser.add_argument("--pause", type=float, default=0.0)
     parser.add_argument("--drain", type=float, default=0.0)
+    parser.add_argument("--timeout", type=float, default=1.0)
     args = parser.parse_args()
     reporter = TraceReporter(
         args.url,
         TOKEN,
         spool_dir=args.spool_dir,
         flush_interval=0.05,
-        timeout=1.0,
+        timeout=args.timeout,
         backoff_initial=0.05,
         backoff_max=0.5,
         close_at_exit=False,

@@ -55,6 +55,13 @@ def segments(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.spool"))
 
 
+# A request that times out is retried and may have been stored already: delivery is at least
+# once and the console de-duplicates by request_id. The tests that say "never sent twice"
+# check the spool itself (no settled trace is sent again), so once the console is up their
+# reporters wait long enough that a loaded machine's slow answer is not a timeout.
+PATIENT = 15.0
+
+
 def posted_twice(console: FakeConsole) -> list[str]:
     ids = [
         rid for post in console.trace_posts if post["status"] == 200 for rid in post["request_ids"]
@@ -89,7 +96,7 @@ def test_spool__console_down_then_new_process__delivers_spooled_exactly_once(
     assert segments(tmp_path / "spool")
 
     console.modes["traces"] = OK
-    second = make_reporter(console.url)
+    second = make_reporter(console.url, timeout=PATIENT)
     assert wait_for(lambda: second.stats()["recovered"] == 300, timeout=8.0)
 
     assert second.flush(timeout=5.0)
@@ -108,7 +115,8 @@ def test_spool__two_live_reporters_on_one_directory__never_send_a_trace_twice(
     left.close(timeout=0.1)
     console.modes["traces"] = OK
 
-    one, two = make_reporter(console.url), make_reporter(console.url)
+    one = make_reporter(console.url, timeout=PATIENT)
+    two = make_reporter(console.url, timeout=PATIENT)
     assert wait_for(lambda: len(console.stored) == 400, timeout=10.0)
 
     assert posted_twice(console) == []
@@ -158,7 +166,9 @@ def test_spool__sigterm_and_sigkill_mid_stream_during_outage__every_trace_stored
 
     console = FakeConsole(port=port)
     try:
-        drain = start_runtime(console.url, spool, "after", 50, "--drain", "30")
+        drain = start_runtime(
+            console.url, spool, "after", 50, "--drain", "30", "--timeout", str(PATIENT)
+        )
         out, err = drain.communicate(timeout=60)
         accepted["after"] = [line[2:] for line in out.splitlines() if line.startswith("R ")]
 
