@@ -31,13 +31,20 @@ def reporters():
         reporter.close(timeout=0.2)
 
 
+# A request that times out is retried and may have been stored already: delivery is at least
+# once and the console de-duplicates by request_id. The tests that say "never sent twice"
+# check the spool itself (no settled trace is sent again), so their reporters wait long
+# enough that a loaded machine's slow answer is not a timeout.
+PATIENT = 15.0
+
+
 @pytest.fixture
 def make_reporter(reporters, tmp_path):
     def make(url, **options):
         settings = {
             "batch_size": 100,
             "flush_interval": 0.02,
-            "timeout": 0.5,
+            "timeout": PATIENT,
             "backoff_initial": 0.02,
             "backoff_max": 0.1,
             "close_at_exit": False,
@@ -53,13 +60,6 @@ def make_reporter(reporters, tmp_path):
 
 def segments(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.spool"))
-
-
-# A request that times out is retried and may have been stored already: delivery is at least
-# once and the console de-duplicates by request_id. The tests that say "never sent twice"
-# check the spool itself (no settled trace is sent again), so once the console is up their
-# reporters wait long enough that a loaded machine's slow answer is not a timeout.
-PATIENT = 15.0
 
 
 def posted_twice(console: FakeConsole) -> list[str]:
@@ -96,7 +96,7 @@ def test_spool__console_down_then_new_process__delivers_spooled_exactly_once(
     assert segments(tmp_path / "spool")
 
     console.modes["traces"] = OK
-    second = make_reporter(console.url, timeout=PATIENT)
+    second = make_reporter(console.url)
     assert wait_for(lambda: second.stats()["recovered"] == 300, timeout=8.0)
 
     assert second.flush(timeout=5.0)
@@ -115,8 +115,7 @@ def test_spool__two_live_reporters_on_one_directory__never_send_a_trace_twice(
     left.close(timeout=0.1)
     console.modes["traces"] = OK
 
-    one = make_reporter(console.url, timeout=PATIENT)
-    two = make_reporter(console.url, timeout=PATIENT)
+    one, two = make_reporter(console.url), make_reporter(console.url)
     assert wait_for(lambda: len(console.stored) == 400, timeout=10.0)
 
     assert posted_twice(console) == []
