@@ -220,7 +220,8 @@ def manifest_reporters():
 
 
 def fast(url, registry, made, **options):
-    settings = {"backoff_initial": 0.02, "backoff_max": 0.1, "debounce": 0.01, "timeout": 0.5}
+    # A patient timeout: a timed-out PUT is sent again, which would change the counts asserted.
+    settings = {"backoff_initial": 0.02, "backoff_max": 0.1, "debounce": 0.01, "timeout": 10.0}
     settings.update(options)
     reporter = ManifestReporter(url, TOKEN, registry, RUNTIME, **settings)
     made.append(reporter)
