@@ -11,7 +11,9 @@ python -m tests.bench shadow        # what a shadow version adds to a request (5
 python -m tests.bench client        # a config read on the runtime's request path
 python -m tests.bench propagation   # publish → polling client / webhook → client
 python -m tests.bench preview       # impact preview: replay + report of 10,000 traces × 50
-python -m tests.bench rollouts    # staged rollouts: one guard evaluation per rollout at 1M traces/day
+python -m tests.bench rollouts      # staged rollouts: one guard evaluation per rollout at 1M traces/day
+python -m tests.bench guards        # one rollout's guard reads: a 10-minute, a 7-day, a 30-day step
+python -m tests.bench health        # version health: counters' cost to ingest, the health page
 python -m tests.bench stream        # config stream: 50 runtimes, 1,000 held streams, polling meanwhile
 """
 
@@ -34,6 +36,8 @@ BENCHES = {
     "preview": "tests.bench.bench_preview",
     "stream": "tests.bench.bench_stream",
     "rollouts": "tests.bench.bench_rollouts",
+    "guards": "tests.bench.bench_guards",
+    "health": "tests.bench.bench_health",
 }
 
 

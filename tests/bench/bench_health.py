@@ -24,16 +24,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench._database import BenchDatabase, django_setup, print_machine
+
 BENCH_DB = os.environ.get("BENCH_HEALTH_DB", "bench_health")
 DOC = "after_sales_consultation"
 
@@ -78,21 +74,6 @@ CROSS JOIN LATERAL (SELECT (n * (2 + (i %% 11)) / 100)::int AS f, (n / 40)::int 
 CROSS JOIN (VALUES ('%(doc)s', 'live'), ('profile', 'live'), ('%(doc)s', 'shadow')) AS d(document, arm)
 WHERE d.arm = 'live' OR d.document <> 'profile'
 """
-
-
-def database_urls() -> tuple[str, str]:
-    url = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
-    parts = urlparse(url)
-    return urlunparse(parts._replace(path="/postgres")), urlunparse(
-        parts._replace(path="/" + BENCH_DB)
-    )
-
-
-def admin_sql(admin_url: str, statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(statement)
 
 
 def timed(fn, runs: int) -> tuple[float, float]:
@@ -230,25 +211,11 @@ def main() -> None:
     parser.add_argument("--ingest-batches", type=int, default=10, help="0: skip the ingest cost")
     args = parser.parse_args()
 
-    admin_url, bench_url = database_urls()
-    print(f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()}")
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC · database {BENCH_DB}")
-    admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-    admin_sql(admin_url, f'CREATE DATABASE "{BENCH_DB}"')
+    database = BenchDatabase(BENCH_DB)
+    print_machine(f"database {BENCH_DB}")
     try:
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "-v", "0"],
-            cwd=ROOT,
-            env={**os.environ, "DATABASE_URL": bench_url},
-            check=True,
-        )
-        os.environ["DATABASE_URL"] = bench_url
-        os.environ["DEBUG"] = "false"
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-        sys.path.insert(0, str(ROOT))
-        import django
-
-        django.setup()
+        database.create()
+        django_setup(database.url)
         from django.db import connection
         from django.test import Client
         from django.test.utils import CaptureQueriesContext
@@ -370,10 +337,7 @@ def main() -> None:
             )
     finally:
         if not args.keep:
-            from django.db import connections
-
-            connections.close_all()
-            admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+            database.drop()
 
 
 if __name__ == "__main__":

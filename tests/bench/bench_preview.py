@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import resource
 import subprocess
@@ -39,7 +38,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench._database import ROOT, BenchDatabase, django_setup, print_machine
+
 BENCH_DB = os.environ.get("BENCH_PREVIEW_DB", "bench_preview")
 os.environ.setdefault("BENCH_TRACES_DB", BENCH_DB)
 
@@ -307,16 +307,6 @@ def _comparable(result: dict) -> str:
     return json.dumps(rest, sort_keys=True)
 
 
-def _django(bench_url: str) -> None:
-    os.environ["DATABASE_URL"] = bench_url
-    os.environ["DEBUG"] = "false"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--traces", type=int, default=100_000)
@@ -331,11 +321,10 @@ def main() -> None:
     parser.add_argument("--meta", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
-    from tests.bench.bench_traces import admin_sql, database_urls, setup_database
-
-    admin_url, bench_url = database_urls()
+    database = BenchDatabase(BENCH_DB)
+    bench_url = database.url
     if args.measure:
-        _django(bench_url)
+        django_setup(bench_url)
         meta = json.loads(args.meta)
         where = (
             args.measure,
@@ -347,12 +336,11 @@ def main() -> None:
         print(json.dumps(measure(*where)))
         return
 
-    print(f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()}")
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC · load {os.getloadavg()[0]:.2f}")
+    print_machine(f"load {os.getloadavg()[0]:.2f}")
     meta_file = ROOT / ".data" / f"{BENCH_DB}.json"
     if not args.reuse:
-        setup_database(admin_url, bench_url)
-    _django(bench_url)
+        database.create()
+    django_setup(bench_url)
     if args.reuse:
         meta = json.loads(meta_file.read_text())
     else:
@@ -425,7 +413,7 @@ def main() -> None:
             worker.terminate()
             worker.wait(timeout=30)
         if not args.keep:
-            admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+            database.drop()
 
 
 if __name__ == "__main__":

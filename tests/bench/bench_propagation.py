@@ -23,49 +23,20 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench._database import ROOT, BenchDatabase, django_setup, print_machine
+
 BENCH_DB = "bench_propagation"
 CACHE_PREFIX = "bench-propagation"
 WEBHOOK_POLL = 300.0
 INTERVAL = 0.02  # seconds between the runtime's requests: the resolution of the measurement
-
-
-def database_urls() -> tuple[str, str]:
-    """(admin url on the 'postgres' db, bench db url) from DATABASE_URL."""
-    url = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
-    parts = urlparse(url)
-    return urlunparse(parts._replace(path="/postgres")), urlunparse(
-        parts._replace(path="/" + BENCH_DB)
-    )
-
-
-def admin_sql(admin_url: str, statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(statement)
-
-
-def setup_database(admin_url: str, bench_url: str) -> None:
-    admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-    admin_sql(admin_url, f'CREATE DATABASE "{BENCH_DB}"')
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v", "0"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": bench_url},
-        check=True,
-    )
 
 
 def start_worker(env: dict, queue: str, log_path: Path) -> subprocess.Popen:
@@ -106,24 +77,18 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="do not drop the bench database")
     args = parser.parse_args()
 
-    admin_url, bench_url = database_urls()
-    print(f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()}")
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC · database {BENCH_DB}", flush=True)
-    setup_database(admin_url, bench_url)
+    database = BenchDatabase(BENCH_DB)
+    print_machine(f"database {BENCH_DB}")
+    database.create()
     queue = f"bench-propagation-{os.getpid()}"
     os.environ.update(
-        DATABASE_URL=bench_url,
         CACHE_PREFIX=CACHE_PREFIX,
         CELERY_QUEUE=queue,
         DEBUG="false",
         LOG_LEVEL="WARNING",
         WEBHOOK_ALLOW_PRIVATE_TARGETS="true",  # the simulated runtime listens on 127.0.0.1
     )
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+    django_setup(database.url)
     from django.db import connection
 
     from strategies.delivery.webhooks import webhook_create
@@ -228,7 +193,7 @@ def main() -> None:
         console.stop()
         connection.close()
         if not args.keep:
-            admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+            database.drop()
 
     print(
         f"\nrelease propagation: {args.publishes} publishes per phase, runtime requests every "

@@ -21,34 +21,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import random
 import statistics
-import subprocess
-import sys
 import time
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from urllib.parse import urlparse, urlunparse
+from datetime import timedelta
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench._database import BenchDatabase, django_setup, print_machine
+
 BENCH_DB = os.environ.get("BENCH_REPLAY_DB", "bench_replay")
 TARGET_MS = 50.0
-
-
-def database_urls() -> tuple[str, str]:
-    url = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
-    parts = urlparse(url)
-    return urlunparse(parts._replace(path="/postgres")), urlunparse(
-        parts._replace(path="/" + BENCH_DB)
-    )
-
-
-def admin_sql(admin_url: str, statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(statement)
 
 
 def timed(function, samples: int) -> tuple[float, float]:
@@ -105,26 +86,11 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="do not drop the bench database")
     args = parser.parse_args()
 
-    admin_url, bench_url = database_urls()
-    print(f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()}")
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC · database {BENCH_DB}")
-    admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-    admin_sql(admin_url, f'CREATE DATABASE "{BENCH_DB}"')
-    env = {**os.environ, "DATABASE_URL": bench_url, "DEBUG": "false", "LOG_LEVEL": "WARNING"}
-    for command in (["migrate", "-v", "0"], ["load_demo", "--quiet-logins"]):
-        subprocess.run(
-            [sys.executable, "manage.py", *command],
-            cwd=ROOT,
-            env=env,
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-    os.environ.update(DATABASE_URL=bench_url, DEBUG="false", LOG_LEVEL="WARNING")
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+    database = BenchDatabase(BENCH_DB)
+    print_machine(f"database {BENCH_DB}")
+    quiet = {"DEBUG": "false", "LOG_LEVEL": "WARNING"}
+    database.create(("load_demo", "--quiet-logins"), env=quiet)
+    django_setup(database.url, **quiet)
     from context_runtime import replay as engine_replay
     from context_runtime import wire
     from context_runtime.engine import Strategy, select
@@ -217,11 +183,12 @@ def main() -> None:
             f"view p95 {worst:.1f} ms against the target ≤ {TARGET_MS:.0f} ms: {verdict}"
         )
     finally:
-        from django.db import connections
+        if args.keep:
+            from django.db import connections
 
-        connections.close_all()
-        if not args.keep:
-            admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+            connections.close_all()
+        else:
+            database.drop()
 
 
 if __name__ == "__main__":

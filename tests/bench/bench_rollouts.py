@@ -23,16 +23,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
-import subprocess
-import sys
 import time
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from urllib.parse import urlparse, urlunparse
+from datetime import timedelta
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench._database import BenchDatabase, django_setup, print_machine
+
 BENCH_DB = os.environ.get("BENCH_ROLLOUTS_DB", "bench_rollouts")
 TARGET_MS = 50.0
 
@@ -55,21 +51,6 @@ CROSS JOIN LATERAL (SELECT greatest((%(per_minute)s * a.share)::int + (i %% 7)::
          AS base
 WHERE a.share > 0
 """
-
-
-def database_urls() -> tuple[str, str]:
-    url = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
-    parts = urlparse(url)
-    return urlunparse(parts._replace(path="/postgres")), urlunparse(
-        parts._replace(path="/" + BENCH_DB)
-    )
-
-
-def admin_sql(admin_url: str, statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(statement)
 
 
 def timed(fn, runs: int) -> tuple[float, float]:
@@ -115,25 +96,11 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="do not drop the bench database")
     args = parser.parse_args()
 
-    admin_url, bench_url = database_urls()
-    print(f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()}")
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC · load {os.getloadavg()}")
-    admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-    admin_sql(admin_url, f'CREATE DATABASE "{BENCH_DB}"')
+    database = BenchDatabase(BENCH_DB)
+    print_machine(f"load {os.getloadavg()}")
     try:
-        subprocess.run(
-            [sys.executable, "manage.py", "migrate", "-v", "0"],
-            cwd=ROOT,
-            env={**os.environ, "DATABASE_URL": bench_url},
-            check=True,
-        )
-        os.environ["DATABASE_URL"] = bench_url
-        os.environ["DEBUG"] = "false"
-        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-        sys.path.insert(0, str(ROOT))
-        import django
-
-        django.setup()
+        database.create()
+        django_setup(database.url)
         from django.db import connection
         from django.utils import timezone
 
@@ -175,29 +142,9 @@ def main() -> None:
                         "per_minute": per_minute,
                     },
                 )
-            # The hour table, as ingest's statement keeps it: the minutes summed per hour.
-            from traces.rollouts.counters import MAPS, SCALARS
+            from tests.bench.bench_guards import hours_fill
 
-            cursor.execute(
-                "CREATE AGGREGATE bench_counts_sum(jsonb) "
-                "(sfunc = health_counts_add, stype = jsonb, initcond = '{}')"
-            )
-            cursor.execute(
-                f"INSERT INTO rollout_counter_hour (rollout_key, step, hour, arm, environment_id, "
-                f"{', '.join(SCALARS)}, {', '.join(MAPS)}) "
-                f"SELECT rollout_key, step, date_trunc('hour', minute), arm, environment_id, "
-                + ", ".join(f"sum({c})" for c in SCALARS)
-                + ", "
-                + ", ".join(f"bench_counts_sum({m})" for m in MAPS)
-                + " FROM rollout_counter GROUP BY 1, 2, 3, 4, 5"
-            )
-            cursor.execute("ANALYZE rollout_counter")
-            cursor.execute("ANALYZE rollout_counter_hour")
-            cursor.execute(
-                "SELECT count(*), pg_size_pretty(pg_total_relation_size('rollout_counter')) "
-                "FROM rollout_counter"
-            )
-            rows, size = cursor.fetchone()
+            rows, size = hours_fill(cursor)
         print(
             f"\nfilled {rows:,} rollout counter rows ({size}) in "
             f"{time.perf_counter() - started:.1f} s: {per_minute} traces a minute "
@@ -261,10 +208,7 @@ def main() -> None:
         print(f"\ntarget: ≤ {TARGET_MS:.0f} ms per rollout · load after {os.getloadavg()}")
     finally:
         if not args.keep:
-            from django.db import connections
-
-            connections.close_all()
-            admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+            database.drop()
 
 
 if __name__ == "__main__":

@@ -43,9 +43,9 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench._database import ROOT, BenchDatabase, django_setup
+
 BENCH_DB = "bench_stream"
 CACHE_PREFIX = "bench-stream"
 AGENT = "assistant_professional"
@@ -142,21 +142,6 @@ def run_holders(host: str, port: int, token: str, n: int) -> int:
 
 
 # ============================================================== parent
-def database_urls() -> tuple[str, str]:
-    url = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
-    parts = urlparse(url)
-    return urlunparse(parts._replace(path="/postgres")), urlunparse(
-        parts._replace(path="/" + BENCH_DB)
-    )
-
-
-def admin_sql(admin_url: str, statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(statement)
-
-
 class Lines:
     """A child process printing JSON lines, read in a thread."""
 
@@ -232,24 +217,10 @@ def main() -> None:
         host, port, token, n = args.holders
         sys.exit(run_holders(host, int(port), token, int(n)))
 
-    admin_url, bench_url = database_urls()
+    database = BenchDatabase(BENCH_DB)
     started_at = datetime.now(UTC)
-    admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-    admin_sql(admin_url, f'CREATE DATABASE "{BENCH_DB}"')
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v", "0"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": bench_url},
-        check=True,
-    )
-    os.environ.update(
-        DATABASE_URL=bench_url, CACHE_PREFIX=CACHE_PREFIX, DEBUG="false", LOG_LEVEL="WARNING"
-    )
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+    database.create()
+    django_setup(database.url, CACHE_PREFIX=CACHE_PREFIX, LOG_LEVEL="WARNING")
     from strategies.releases.services import release_publish
     from tests.bench.bench_config import wrk_phase
     from tests.factories import release_setup, runtime_token
@@ -404,10 +375,7 @@ def main() -> None:
         for server in servers:
             server.stop()
         if not args.keep:
-            from django.db import connections
-
-            connections.close_all()
-            admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+            database.drop()
 
     load = os.getloadavg()
     print(f"\nconfig stream benchmark — {started_at:%Y-%m-%d %H:%M} UTC")

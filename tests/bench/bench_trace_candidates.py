@@ -16,12 +16,9 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
-import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from types import SimpleNamespace
 
 import msgspec
@@ -30,14 +27,11 @@ from context_runtime import wire
 
 os.environ.setdefault("BENCH_TRACES_DB", "bench_trace_candidates")
 
+from tests.bench._database import BenchDatabase, django_setup, print_machine  # noqa: E402
 from tests.bench.bench_traces import (  # noqa: E402  (the database name is read at import)
     BENCH_DB,
-    database_urls,
     payloads,
-    setup_database,
 )
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 class Unbounded(wire.Trace):
@@ -63,17 +57,10 @@ def main() -> None:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
 
-    admin_url, bench_url = database_urls()
-    print(f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()}")
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC · database {BENCH_DB}")
-    setup_database(admin_url, bench_url)
-    os.environ["DATABASE_URL"] = bench_url
-    os.environ["DEBUG"] = "false"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+    database = BenchDatabase(BENCH_DB)
+    print_machine(f"database {BENCH_DB}")
+    database.create()
+    django_setup(database.url)
     from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
@@ -135,10 +122,7 @@ def main() -> None:
             f"{stored / 1024:>10.0f} KB {statistics.median(times):>9.0f} ms "
             f"{max(times):>6.0f} ms"
         )
-    connection.close()
-    from tests.bench.bench_traces import admin_sql
-
-    admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+    database.drop()
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ import argparse
 import gc
 import http.client
 import os
-import platform
 import random
 import statistics
 import subprocess
@@ -42,47 +41,20 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 import msgspec
 import orjson
 from context_runtime import wire
 from context_runtime.reporter import encode_trace
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.bench._database import ROOT, BenchDatabase, django_setup, print_machine
+
 # Overridable, so two checkouts can run the bench at once on one server.
 BENCH_DB = os.environ.get("BENCH_TRACES_DB", "bench_traces")
 PORT = int(os.environ.get("BENCH_TRACES_PORT", "8691"))
 BATCH = 500
 CLIENTS = 4
 ROUNDS = 4
-
-
-def database_urls() -> tuple[str, str]:
-    """(admin url on the 'postgres' db, bench db url) from DATABASE_URL."""
-    url = os.environ.get("DATABASE_URL") or "postgresql://postgres@127.0.0.1:5432/postgres"
-    parts = urlparse(url)
-    return urlunparse(parts._replace(path="/postgres")), urlunparse(
-        parts._replace(path="/" + BENCH_DB)
-    )
-
-
-def admin_sql(admin_url: str, statement: str) -> None:
-    import psycopg
-
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(statement)
-
-
-def setup_database(admin_url: str, bench_url: str) -> dict:
-    admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-    admin_sql(admin_url, f'CREATE DATABASE "{BENCH_DB}"')
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v", "0"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": bench_url},
-        check=True,
-    )
 
 
 REASON_CODES = {
@@ -593,17 +565,10 @@ def main() -> None:
     args = parser.parse_args()
     replay = not args.old_runtime
 
-    admin_url, bench_url = database_urls()
-    print(f"machine: {platform.node()} · {os.cpu_count()} cores · {platform.platform()}")
-    print(f"date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC · database {BENCH_DB}")
-    setup_database(admin_url, bench_url)
-    os.environ["DATABASE_URL"] = bench_url
-    os.environ["DEBUG"] = "false"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+    database = BenchDatabase(BENCH_DB)
+    print_machine(f"database {BENCH_DB}")
+    database.create()
+    django_setup(database.url)
     from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
@@ -655,8 +620,8 @@ def main() -> None:
             f"{args.wire} wire); bulk_create on {args.bulk_slice:,}; interleaved in "
             f"{args.rounds} rounds so a change in the machine's load hits all of them"
         )
-        granian = start_granian(bench_url)
-        other = start_granian(bench_url, args.against, PORT + 1) if args.against else None
+        granian = start_granian(database.url)
+        other = start_granian(database.url, args.against, PORT + 1) if args.against else None
         spent = {"http": 0.0, "other": 0.0, "lean": 0.0, "copy": 0.0, "bulk": 0.0}
         cpu = {"http": 0.0, "other": 0.0}  # the server's, whatever else the machine runs
         rounds = args.rounds
@@ -777,7 +742,7 @@ def main() -> None:
                 server.terminate()
         connection.close()
         if not args.keep:
-            admin_sql(admin_url, f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+            database.drop()
 
 
 if __name__ == "__main__":
