@@ -63,7 +63,7 @@ class BenchDatabase:
 def django_setup(url: str, **environment: str) -> None:
     """Set Django up in this process on ``url``, with DEBUG off (its query log would be
     measured too) and ``environment`` added to the process's environment first."""
-    os.environ.update(DATABASE_URL=url, DEBUG="false", **environment)
+    os.environ.update({"DATABASE_URL": url, "DEBUG": "false", **environment})
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))

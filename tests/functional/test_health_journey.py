@@ -72,8 +72,6 @@ def test_support__release_row_to_health_page_to_request_ids_to_trace(login, live
     assert "40.0%" in live_cell.inner_text()
     assert "4/10" in live_cell.inner_text()
     assert page.locator("#health-series svg").is_visible()
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SHOTS / "version-health-1280.png"), full_page=True)
     live_cell.locator("[data-requests]").click()
 
     page.wait_for_url(re.compile(r".*/requests\?.*"))
@@ -112,6 +110,9 @@ def test_demo__v3_health_against_v2__a_change_to_its_request_ids_to_a_v3_trace(d
     assert live_cell.get_attribute("data-verdict") == "worse"
     assert re.search(r"0/\d+", row.locator('[data-column="previous"]').inner_text())
     assert page.locator('[data-metric="outcome:escalated:true"] [data-column="previous"]').count()
+    # The docs' picture of the page: the demo's story, both versions with traffic.
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "version-health-1280.png"), full_page=True)
     live_cell.locator("[data-requests]").click()
 
     page.wait_for_url(re.compile(r".*/requests\?.*"))
