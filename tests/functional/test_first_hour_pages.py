@@ -15,11 +15,10 @@ from strategies.catalog.services import manifest_record
 from strategies.documents.models import Document
 from strategies.releases.services import release_publish
 from tests.factories import TraceFactory
+from tests.functional.layout import LAPTOP, PHONE, clipped_selects, sideways_scroll
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-PHONE = {"width": 390, "height": 844}
-LAPTOP = {"width": 1366, "height": 900}
 AP = "/agents/assistant_professional"
 STRATEGY = f"{AP}/documents/after_sales_consultation"
 RELEASES = "/releases/assistant_professional/after_sales_consultation"
@@ -54,11 +53,6 @@ def _styles(page, selector: str) -> dict:
         """el => { const s = getComputedStyle(el);
                    return {color: s.color, background: s.backgroundColor, caret: s.caretColor}; }""",
     )
-
-
-def _no_sideways_scroll(page) -> int:
-    """The page's overflow in px (0 when it fits the viewport)."""
-    return page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
 
 
 # 5 ----------------------------------------------------------------------------------------------
@@ -105,26 +99,6 @@ MAIN_PAGES = [
     f"{AP}/documents/after_sales_consultation/preview/",
 ]
 
-# Every visible single-choice select that cuts its chosen text although its form (or card) has
-# the room to show it whole: "Since the release (≤" said half of "Since the release (≤ 7 days)"
-# on the version-health page. A choice longer than the form itself may be cut (a phone).
-CLIPPED_SELECTS = """() => [...document.querySelectorAll('select:not([multiple])')]
-  .filter(s => s.offsetParent !== null && s.selectedIndex >= 0)
-  .filter(s => {
-    const style = getComputedStyle(s);
-    const probe = document.createElement('span');
-    probe.style.cssText = 'position:absolute;visibility:hidden;white-space:pre';
-    for (const p of ['fontFamily', 'fontSize', 'fontWeight', 'letterSpacing']) probe.style[p] = style[p];
-    probe.textContent = s.options[s.selectedIndex].text;
-    document.body.appendChild(probe);
-    const need = probe.getBoundingClientRect().width;
-    probe.remove();
-    const padding = parseFloat(style.paddingLeft) + parseFloat(style.paddingRight);
-    const box = s.closest('form, .card, main') || document.body;
-    return need > s.clientWidth - padding + 0.5 && need + padding <= box.clientWidth;
-  })
-  .map(s => `${s.id || s.name}: ${s.options[s.selectedIndex].text}`)"""
-
 
 @pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["390", "1366"])
 def test_main_pages__no_sideways_scroll__wide_tables_scroll_in_their_card(
@@ -135,10 +109,10 @@ def test_main_pages__no_sideways_scroll__wide_tables_scroll_in_their_card(
     too_wide, clipped_choices = {}, {}
     for path in MAIN_PAGES:
         page.goto(path)
-        overflow = _no_sideways_scroll(page)
+        overflow = sideways_scroll(page)
         if overflow > 0:
             too_wide[path] = overflow
-        clipped = page.evaluate(CLIPPED_SELECTS)
+        clipped = clipped_selects(page)
         if clipped:
             clipped_choices[path] = clipped
         # The header wraps instead of running past the edge: every link is on the screen.

@@ -18,6 +18,7 @@ from strategies.documents.models import Document
 from strategies.documents.services import draft_create, version_freeze
 from strategies.releases.models import ApprovalRequest
 from strategies.releases.services import release_publish
+from tests.functional.layout import layout_faults
 from traces.previews import services
 from traces.previews.models import Preview
 
@@ -67,6 +68,7 @@ def test_ops_previews_budget_4000_on_sg_test__approver_sees_the_prod_preview(
     page.screenshot(
         path=str(SHOTS / "preview-report-1280.png"), full_page=True, animations="disabled"
     )
+    assert layout_faults(page) == {}  # on a phone too
 
     cell.locator("a").click()
     listed = page.locator("#ids-ready-budget_exceeded")

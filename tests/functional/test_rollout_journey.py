@@ -13,6 +13,7 @@ import pytest
 from strategies.releases.models import Rollout
 from strategies.releases.services import rollout_guard_pause, rollout_record_guards
 from tests.factories import bearer, runtime_token
+from tests.functional.layout import layout_faults
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 SCREENS = Path(__file__).resolve().parents[2] / ".data" / "screens"
@@ -112,6 +113,7 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
     link = page.locator("[data-guard='paired'] a", has_text="req-92")
     assert "/traces/req-92/" in link.get_attribute("href")
     shot(page, "running")
+    assert layout_faults(page) == {}  # on a phone too
 
     # Pause, then resume.
     confirm(page, "rollout-pause", "Looking at req-92")

@@ -11,6 +11,7 @@ from console.kernel.models import AuditRecord
 from strategies.releases.models import Rollout
 from strategies.releases.services import rollout_finish, rollout_start, rollout_watch_warn
 from tests.factories import runtime_token
+from tests.functional.layout import layout_faults
 from tests.functional.test_rollout_journey import CELL, STRATEGY, runtime_config, shot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -59,6 +60,7 @@ def test_watch_journey__warning_on_dashboard__one_click_rollback__previous_versi
     assert "v2 did worse than v3 in sg-test" in warning.inner_text()
     assert "req-w1" in warning.inner_text()
     shot(page, "watch-warning-dashboard")
+    assert layout_faults(page) == {}  # on a phone too
 
     warning.locator(f"[data-watch-rollback='{rollout.key}']").click()
     page.wait_for_selector("text=Rolled back: after_sales_consultation v3 is live in sg-test")

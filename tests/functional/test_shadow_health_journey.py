@@ -20,6 +20,7 @@ from strategies.documents.models import Version
 from strategies.documents.services import draft_create, version_freeze
 from tests.factories import runtime_token
 from tests.factories.sdk_traffic import runtime_config, sdk_traffic
+from tests.functional.layout import layout_faults
 from traces.models import Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -101,6 +102,7 @@ def test_ops__shadow_4k__health_disagreements__trace_card__promote__live(
     rows = page.locator("#health-request-ids tbody tr")
     listed = {rows.nth(i).locator("a.mono").inner_text().strip() for i in range(rows.count())}
     assert listed == differing
+    assert layout_faults(page) == {}  # on a phone too
     first = rows.first.locator("a.mono")
     request_id = first.inner_text().strip()
     first.click()
