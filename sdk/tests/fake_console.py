@@ -38,6 +38,10 @@ from context_runtime.manifest import validate_manifest
 from context_runtime.wire import Outcome, Trace
 
 TOKEN = "cc_rt_test-token"
+# The request timeout for reporters in tests that count posts, retries or manifests: a request
+# that times out is sent again (delivery is at least once; the console de-duplicates by
+# request_id), so a loaded machine's slow answer must not be a timeout there.
+PATIENT = 15.0
 AGENT = "assistant_professional"
 ENVIRONMENT = "prod"
 

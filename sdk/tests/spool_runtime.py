@@ -4,9 +4,10 @@ returned True, so whoever kills it knows what it had accepted.
 
     python tests/spool_runtime.py URL SPOOL_DIR PREFIX COUNT [--pause S] [--drain S] [--timeout S]
 
-``--pause``: seconds between traces. ``--timeout``: the reporter's request timeout (1 s). ``--drain``: after reporting, wait up to S seconds for
-everything (also what earlier processes spooled) to be delivered, then print ``STATS {json}``.
-Without it the process closes its reporter at once (what is not delivered stays spooled).
+``--pause``: seconds between traces. ``--timeout``: the reporter's request timeout (1 s).
+``--drain``: after reporting, wait up to S seconds for everything (also what earlier processes
+spooled) to be delivered, then print ``STATS {json}``. Without it the process closes its
+reporter at once (what is not delivered stays spooled).
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from fake_console import (
     ERROR_500,
     HANG,
     OK,
+    PATIENT,
     TOKEN,
     UNAUTHORIZED,
     dead_url,
@@ -42,9 +43,7 @@ def make_reporter(reporters):
         settings = {
             "batch_size": 100,
             "flush_interval": 0.02,
-            # Patient: a request that times out is retried (at least once, by design), which would
-            # change the counts of posts and retries these tests assert on a loaded machine.
-            "timeout": 10.0,
+            "timeout": PATIENT,
             "backoff_initial": 0.02,
             "backoff_max": 0.1,
             "close_at_exit": False,

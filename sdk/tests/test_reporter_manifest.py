@@ -15,7 +15,7 @@ from context_runtime.manifest_report import (
     report_manifest,
     report_manifest_in_background,
 )
-from fake_console import HANG, TOKEN, FakeConsole, dead_url
+from fake_console import HANG, PATIENT, TOKEN, FakeConsole, dead_url
 
 RUNTIME = "bank-assistant 2026.11.3"
 
@@ -220,8 +220,7 @@ def manifest_reporters():
 
 
 def fast(url, registry, made, **options):
-    # A patient timeout: a timed-out PUT is sent again, which would change the counts asserted.
-    settings = {"backoff_initial": 0.02, "backoff_max": 0.1, "debounce": 0.01, "timeout": 10.0}
+    settings = {"backoff_initial": 0.02, "backoff_max": 0.1, "debounce": 0.01, "timeout": PATIENT}
     settings.update(options)
     reporter = ManifestReporter(url, TOKEN, registry, RUNTIME, **settings)
     made.append(reporter)

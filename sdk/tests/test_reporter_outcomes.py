@@ -7,14 +7,13 @@ from datetime import UTC, datetime
 
 import pytest
 from context_runtime.reporter import TraceReporter
-from fake_console import COMMIT_THEN_500, ERROR_500, OK, TOKEN, FakeConsole
+from fake_console import COMMIT_THEN_500, ERROR_500, OK, PATIENT, TOKEN, FakeConsole
 from test_reporter import wait_for
 
 SETTINGS = {
     "batch_size": 100,
     "flush_interval": 0.02,
-    # Patient: a timed-out request is retried by design, changing the counts asserted here.
-    "timeout": 10.0,
+    "timeout": PATIENT,
     "backoff_initial": 0.02,
     "backoff_max": 0.1,
     "close_at_exit": False,

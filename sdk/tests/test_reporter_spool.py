@@ -17,7 +17,7 @@ import pytest
 from context_runtime import _spool
 from context_runtime import reporter as reporter_module
 from context_runtime.reporter import TraceReporter
-from fake_console import ERROR_500, OK, TOKEN, UNAUTHORIZED, FakeConsole, dead_url
+from fake_console import ERROR_500, OK, PATIENT, TOKEN, UNAUTHORIZED, FakeConsole, dead_url
 from test_reporter import trace, wait_for
 
 RUNTIME = Path(__file__).with_name("spool_runtime.py")
@@ -29,13 +29,6 @@ def reporters():
     yield made
     for reporter in made:
         reporter.close(timeout=0.2)
-
-
-# A request that times out is retried and may have been stored already: delivery is at least
-# once and the console de-duplicates by request_id. The tests that say "never sent twice"
-# check the spool itself (no settled trace is sent again), so their reporters wait long
-# enough that a loaded machine's slow answer is not a timeout.
-PATIENT = 15.0
 
 
 @pytest.fixture

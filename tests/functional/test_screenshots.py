@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.functional.layout import sideways_scroll
+
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
@@ -40,7 +42,7 @@ def test_screenshots__dashboard_profile_grid_trace__fit_the_width(
             page.locator(ready).first.wait_for()
             page.evaluate("document.activeElement && document.activeElement.blur()")
             page.evaluate("window.scrollTo(0, 0)")
-            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            overflow = sideways_scroll(page)
             assert overflow <= 0, f"{path} scrolls sideways by {overflow}px at {width}px"
             target = SHOTS / f"{name}-{width}.png"
             page.screenshot(path=str(target), full_page=True, animations="disabled", caret="hide")

@@ -11,6 +11,7 @@ import pytest
 from strategies.catalog.models import Environment
 from tests.factories import post_batch, runtime_token
 from tests.factories.traces import SHADOW_LIVE_BODY, shadowed_trace
+from tests.functional.layout import sideways_scroll
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -38,7 +39,7 @@ def test_support_opens_a_shadowed_request__sees_the_differences__jumps_to_the_ca
     page.wait_for_url("**#candidate-2")
     target = page.locator("#candidate-2")
     assert "P7-v2" in target.inner_text() and target.is_visible()
-    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    assert sideways_scroll(page) <= 1
 
 
 def test_support_opens_an_a_a_request_that_disagrees__told_it_is_a_runtime_fault(

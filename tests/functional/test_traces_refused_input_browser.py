@@ -13,6 +13,7 @@ from context_runtime.reporter import encode_trace
 
 from strategies.catalog.models import Environment
 from tests.factories import post_batch, runtime_token
+from tests.functional.layout import sideways_scroll
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -63,4 +64,4 @@ def test_support_opens_a_refused_request__red_status_findings_and_the_provider_f
     assert "Nothing stands out" not in page.locator("#where-to-look").inner_text()
     assert "no selection to replay" in page.locator("#replay").inner_text()
     # No sideways scroll of the page on a phone.
-    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    assert sideways_scroll(page) <= 1
