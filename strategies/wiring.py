@@ -10,6 +10,7 @@ from strategies.delivery import selectors as delivery
 from strategies.documents import selectors as documents
 from strategies.documents import services as documents_services
 from strategies.releases import selectors as releases
+from strategies.releases.services.archive import environment_archived_stop
 from strategies.runtime import selectors as runtime
 
 
@@ -24,6 +25,7 @@ def register() -> None:
     )
     dependents.register_references(agent=personal_tokens.references_to_agent)
     dependents.register_references(environment=delivery.references_to_environment)
+    dependents.register_archive_listener(environment_archived_stop)
     dependents.register_agent_documents(
         dependents.AgentDocuments(
             profile_create=documents_services.profile_create,

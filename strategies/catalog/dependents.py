@@ -9,7 +9,9 @@ TracesConfig.ready):
 - what of theirs refers to an agent or environment and is kept: why deleting it is refused
   (`references_to_agent`, `references_to_environment`);
 - the documents job's part of an agent: the context profile made with it, the drafts and
-  documents deleted with it, its documents listed with it (`agent_documents`).
+  documents deleted with it, its documents listed with it (`agent_documents`);
+- what each job stops when an environment is archived (`environment_archived`): releases stop
+  the rollouts and shadows running there.
 """
 
 from __future__ import annotations
@@ -100,3 +102,20 @@ def agent_documents() -> AgentDocuments:
     if "documents" not in _registered:
         raise RuntimeError("The documents job registers its part of an agent at app start.")
     return _registered["documents"]
+
+
+# (environment, actor=, reason=) -> None: a job's part of archiving an environment, run in the
+# archive's transaction.
+_archive_listeners: dict[str, Callable[..., None]] = {}
+
+
+def register_archive_listener(listener: Callable[..., None]) -> None:
+    """Register what a job stops when an environment is archived (registering twice changes
+    nothing)."""
+    _archive_listeners[_asker_name(listener)] = listener
+
+
+def environment_archived(environment: Environment, *, actor, reason: str = "") -> None:
+    """Every job stops what it runs in `environment`, just archived (audited by each job)."""
+    for listener in _archive_listeners.values():
+        listener(environment, actor=actor, reason=reason)

@@ -31,6 +31,7 @@ from console.kernel.writes import create_or_refuse
 from strategies.catalog.dependents import (
     Reference,
     agent_documents,
+    environment_archived,
     references_to_agent,
     references_to_environment,
 )
@@ -454,6 +455,9 @@ ENVIRONMENT_SETTINGS = (
 # The flags that ask a second person: switching one off lets one person put a version live
 # (or roll back) alone, so doing that is itself guarded (`_approvals_relaxed`).
 APPROVAL_FLAGS = ("protected", "rollback_needs_approval")
+# The protections that follow the same rule where the environment is protected: there,
+# switching the required preview off is one person lowering the bar alone, too.
+PROTECTED_FLAGS = ("require_preview",)
 BREAK_GLASS_FIELDS = (
     "break_glass_at",
     "break_glass_by",
@@ -463,14 +467,25 @@ BREAK_GLASS_FIELDS = (
 APPROVAL_FLAG_WORDS = {
     "protected": "publishing needs a second person's approval",
     "rollback_needs_approval": "rollbacks need a second person's approval",
+    "require_preview": "a publish needs a recent impact preview",
 }
+
+
+def relaxed_flags(environment: Environment, before: dict) -> list[str]:
+    """The protections this change switches off: an approval flag anywhere, the required
+    preview where the environment was protected."""
+    relaxed = [f for f in APPROVAL_FLAGS if before[f] and not getattr(environment, f)]
+    if before["protected"]:
+        relaxed += [f for f in PROTECTED_FLAGS if before[f] and not getattr(environment, f)]
+    return relaxed
 
 
 def break_glass_required(environment: Environment, relaxed: list[str]) -> Conflict:
     """The refusal of switching approvals off in `environment` without a break-glass reason."""
     return Conflict(
         f"Switching off approvals in {environment.key} would let one person put a version live "
-        "there alone, so nobody does it alone without saying so. Give a break-glass reason to do "
+        "there alone (or lower the bar a version must pass), so nobody does it alone without "
+        "saying so. Give a break-glass reason to do "
         f"it anyway: the change is flagged in the audit log, {environment.key} shows a banner "
         "until approvals are on again, and every version that goes live there meanwhile is "
         "marked unreviewed and is never offered as a rollback target. Nothing was saved.",
@@ -490,11 +505,11 @@ def break_glass_required(environment: Environment, relaxed: list[str]) -> Confli
 def _approvals_relaxed(
     environment: Environment, before: dict, *, reason: str, actor
 ) -> AuditAction:
-    """Judge the approval flags `environment` now holds against `before`: switching one off
-    needs a break-glass reason (else 409 `break_glass_required`) and starts or widens the
-    break-glass; switching back on every flag it relaxed ends it. Returns the audit action
-    the change is recorded under."""
-    relaxed = [f for f in APPROVAL_FLAGS if before[f] and not getattr(environment, f)]
+    """Judge the protections `environment` now holds against `before` (`relaxed_flags`):
+    switching one off needs a break-glass reason (else 409 `break_glass_required`) and starts
+    or widens the break-glass; switching back on every flag it relaxed ends it. Returns the
+    audit action the change is recorded under."""
+    relaxed = relaxed_flags(environment, before)
     if relaxed:
         if not (isinstance(reason, str) and reason.strip()):
             raise break_glass_required(environment, relaxed)
@@ -542,7 +557,8 @@ def environment_update(
     changes take effect at the next purge (traces.services). With `loaded` (the
     `state_digest` the form was opened with) a change made meanwhile is refused (409).
 
-    Switching approvals off (`protected` or `rollback_needs_approval` true → false) is
+    Switching approvals off (`protected` or `rollback_needs_approval` true → false, or
+    `require_preview` where the environment was protected) is
     refused (409 `break_glass_required`, nothing saved) unless `break_glass_reason` says why:
     then it is a break-glass, audited as such, that lasts until those flags are on again.
     Switching approvals on is always allowed; `break_glass_reason` is not read then."""
@@ -590,14 +606,21 @@ def environment_update(
 
 
 def _environment_archived_set(environment, *, archived: bool, actor, reason: str):
+    """Archive or unarchive; archiving stops what runs there beside the live versions (each
+    job's part, `dependents.environment_archived`), in the same transaction."""
     check_user_can(actor, Capability.MANAGE_CATALOG, target=environment)
-    return _archived_set(
-        _environment_locked(environment),
+    environment = _environment_locked(environment)
+    was_archived = environment.archived_at is not None
+    environment = _archived_set(
+        environment,
         archived=archived,
         actor=actor,
         reason=reason,
         state=environment_state,
     )
+    if archived and not was_archived:
+        environment_archived(environment, actor=actor, reason=reason)
+    return environment
 
 
 @service_transaction(durable=True)

@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 from context_runtime.findings import Finding
 
-# (agent=, environment=, document_key=, body=, actor=) -> a finding (a refusal, or a flag
-# that the preview covered few traces) or None when a good preview exists.
+# (agent=, environment=, document_key=, body=, actor=, now=) -> a finding (a refusal, or a
+# flag that the preview covered few traces) or None when a good preview exists; `now`: the
+# moment freshness is measured from (a deferred go-live's request or start).
 PreviewJudge = Callable[..., Finding | None]
 
 # (user=, version=, environment=) -> what the publish and approval pages show of the saved
@@ -45,9 +46,13 @@ def preview_summary(*, user, version, environment) -> dict | None:
     return summary(user=user, version=version, environment=environment)
 
 
-def preview_finding(*, agent, environment, document_key: str, body, actor) -> Finding | None:
-    """What the previews say to publishing `body` in `environment` when it requires one.
-    Without a registered judge (previews not installed) a required preview cannot exist."""
+def preview_finding(
+    *, agent, environment, document_key: str, body, actor, at=None
+) -> Finding | None:
+    """What the previews say to publishing `body` in `environment` when it requires one: a
+    preview counts when it finished at most a day before `at` (now unless given: a deferred
+    go-live passes its request's or rollout's start) or later. Without a registered judge
+    (previews not installed) a required preview cannot exist."""
     judge = _judges.get("previews")
     if judge is None:
         return Finding(
@@ -57,5 +62,10 @@ def preview_finding(*, agent, environment, document_key: str, body, actor) -> Fi
             "not available in this installation.",
         )
     return judge(
-        agent=agent, environment=environment, document_key=document_key, body=body, actor=actor
+        agent=agent,
+        environment=environment,
+        document_key=document_key,
+        body=body,
+        actor=actor,
+        now=at,
     )

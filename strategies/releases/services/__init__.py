@@ -16,7 +16,7 @@ from strategies.releases.services.approvals import (
     approval_reject,
     approval_withdraw,
 )
-from strategies.releases.services.checks import check_publishable, check_rollback_target
+from strategies.releases.services.checks import check_approved_go_live, check_rollback_target
 from strategies.releases.services.notifications import approval_url
 from strategies.releases.services.promotion import (
     PromotionItem,
@@ -62,7 +62,7 @@ __all__ = [
     "approval_state",
     "approval_url",
     "approval_withdraw",
-    "check_publishable",
+    "check_approved_go_live",
     "check_rollback_target",
     "default_plan",
     "release_promote",

@@ -16,10 +16,10 @@ from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
 from strategies.releases.selectors import pending_for, waiting_finding
-from strategies.releases.services.checks import check_publishable, check_rollback_target
+from strategies.releases.services.checks import check_approved_go_live, check_rollback_target
 from strategies.releases.services.move import _release_move, history_time
 from strategies.releases.services.notifications import _notify_requested
-from strategies.releases.services.rollout_move import _rollout_approved
+from strategies.releases.services.rollout_steps import _rollout_approved
 from strategies.releases.services.state import _current, _stale, approval_state
 
 
@@ -139,9 +139,7 @@ def approval_approve(
         check_rollback_target(release=live, to_version=version)
         action = ReleaseEvent.Action.ROLLBACK
     else:
-        check_publishable(
-            version=version, environment=approval.environment, actor=approval.requested_by
-        )
+        check_approved_go_live(approval=approval, live=live)
         action = ReleaseEvent.Action.APPROVE
     return _release_move(
         document=approval.document,

@@ -1,5 +1,6 @@
 """The refusals the release writes raise, each from one judgement: a publish from
-`selectors.publish_refusals` (with the same status, code and message it always had), a
+`selectors.publish_refusals` (the go-live judgement's publish, with the same status, code and
+message it always had), an approved publish from the go-live judgement at its decision, a
 shadow from `selectors.shadow_refusals` (the runtime's part raised as a publish's), a
 rollback from `selectors.rollback_targets`."""
 
@@ -11,6 +12,7 @@ from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.policy import refuse_publish, refuse_sensitive, shadow_refusal
 from strategies.catalog.models import Environment
 from strategies.documents.models import Version
+from strategies.releases.golive import Candidate, Path, go_live_refusals
 from strategies.releases.models import Release
 from strategies.releases.selectors import (
     ALREADY_LIVE,
@@ -27,7 +29,6 @@ from strategies.releases.selectors import (
     is_runtime_finding,
     pending_for,
     rollback_targets,
-    target_refusals,
     unreviewed_versions,
 )
 from strategies.releases.services.state import (
@@ -133,19 +134,35 @@ def _refuse_target(
     )
 
 
-def check_publishable(*, version: Version, environment: Environment, actor) -> None:
-    """Refuse (400) a version the target runtime cannot serve, with every reason; (403)
-    sensitive sections `actor` may not switch on against what is live there."""
-    document = version.document
-    refusals = target_refusals(
-        actor=actor,
-        agent=document.agent,
-        environment=environment,
-        kind=document.kind,
-        body=version.body,
-        live=_current(document, environment),
+def check_approved_go_live(*, approval, live: Release | None) -> None:
+    """The go-live judgement of an approved publish, asked at the moment of the decision
+    (`golive.Path.APPROVAL`): refuse (400) a version the target runtime cannot serve now —
+    an archived environment serves nothing new — with every reason; (403) sensitive sections
+    the requester may not switch on; (409 `preview_required`) where the environment requires
+    a preview (since the request, perhaps) and none finished within a day before the request
+    or later."""
+    version = approval.version
+    refused = blocking(
+        go_live_refusals(
+            Path.APPROVAL,
+            Candidate.of(version),
+            environment=approval.environment,
+            actor=approval.requested_by,
+            live=live,
+            preview_since=approval.requested_at,
+        )
     )
-    _refuse_target(blocking(refusals), version=version, environment=environment, actor=actor)
+    _refuse_target(
+        refused, version=version, environment=approval.environment, actor=approval.requested_by
+    )
+    preview = next((f for f in refused if f.code == PREVIEW_REQUIRED), None)
+    if preview is not None:
+        raise Conflict(
+            preview.message,
+            code=PREVIEW_REQUIRED,
+            details=[preview.as_dict()],
+            extra={"current": approval_state(approval)},
+        )
 
 
 def check_rollback_target(*, release: Release, to_version: Version) -> None:

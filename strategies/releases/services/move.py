@@ -20,6 +20,7 @@ from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.delivery import config as runtime_config
 from strategies.documents.models import Document, Version
+from strategies.releases.golive import Path, goes_live_unreviewed
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent, Rollout
 from strategies.releases.services.notifications import _notify
 from strategies.releases.services.rollout_move import _rollout_notify, _rollout_stopped_by_move
@@ -32,19 +33,6 @@ RELEASE_ACTIONS = {
     ReleaseEvent.Action.APPROVE: AuditAction.RELEASE_APPROVE,
     ReleaseEvent.Action.ROLLBACK: AuditAction.RELEASE_ROLLBACK,
 }
-
-
-def went_live_unreviewed(environment: Environment, action: str, approval) -> bool:
-    """A change that puts a version live without the approval `environment` normally asks
-    for: a publish while a break-glass has switched `protected` off, or a rollback at once
-    while it has switched the revert policy off. An approved change never is."""
-    if approval is not None:
-        return False
-    if action == ReleaseEvent.Action.PUBLISH:
-        return environment.relaxed_by_break_glass("protected")
-    if action == ReleaseEvent.Action.ROLLBACK:
-        return environment.relaxed_by_break_glass("rollback_needs_approval")
-    return False
 
 
 def history_time(release: Release | None, at: datetime | None) -> datetime:
@@ -113,7 +101,9 @@ def _release_move(
     `at`: when it happened, for loading a recorded history (the demo's releases of days ago);
     now unless given."""
     approved_by = str(approval.decided_by) if approval is not None else ""
-    unreviewed = went_live_unreviewed(environment, action, approval)
+    # Unreviewed: the go-live judgement's one rule, for the path this move's action is.
+    path = Path.ROLLBACK if action == ReleaseEvent.Action.ROLLBACK else Path.PUBLISH
+    unreviewed = goes_live_unreviewed(environment, path=path, approved=approval is not None)
     before = _current(document, environment)
     now = history_time(before, at)
     if before is None:

@@ -1,14 +1,16 @@
-"""Rollback: back to a version that was live in the environment before — at once (break-glass,
-even where protected), or as an approval request when the environment's revert policy asks
-for a second person."""
+"""Rollback: back to a version that was live in the environment before — an immediate rollback
+(the emergency action, at once even where protected), or an approval request when the
+environment's revert policy asks for a second person. Both as the go-live judgement says
+(`golive.Path.ROLLBACK`)."""
 
 from __future__ import annotations
 
 from console.kernel.audit import actor_label
-from console.kernel.policy import check_user_can_request_rollback, rollback_needs_approval
+from console.kernel.policy import check_user_can_request_rollback
 from console.kernel.reasons import reason_clean
 from console.kernel.transactions import service_transaction
 from strategies.documents.models import Version
+from strategies.releases.golive import APPROVAL_REQUIRED, Candidate, Path, go_live_refusals
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
 from strategies.releases.services.approvals import _approval_create
 from strategies.releases.services.checks import check_rollback_target
@@ -26,8 +28,8 @@ def release_rollback(
     reason: str,
     expected_revision: int | None = None,
 ) -> PublishOutcome:
-    """Break-glass: move back to an earlier live version at once, even in protected envs —
-    unless the environment's revert policy asks for a second person: then the rollback is an
+    """An immediate rollback: back to an earlier live version at once, even in protected
+    environments — unless the environment's revert policy asks for a second person: then the rollback is an
     approval request bound to `to_version` and the live revision, like a protected publish."""
     return _release_rollback(
         release=release,
@@ -51,7 +53,14 @@ def _release_rollback(
     rollback from a watch warning, `rollout_watch_rollback`, which adds the warning's
     `evidence` to the audit row)."""
     agent = release.document.agent
-    needs_approval = rollback_needs_approval(release.environment)
+    judged = go_live_refusals(
+        Path.ROLLBACK,
+        Candidate.of(to_version),
+        environment=release.environment,
+        actor=actor,
+        live=release,
+    )
+    needs_approval = any(finding.code == APPROVAL_REQUIRED for finding in judged)
     check_user_can_request_rollback(actor, agent, target=release)
     reason = reason_clean(
         reason, ask="Give a reason for the rollback (recorded in the history and the audit log)."

@@ -14,26 +14,19 @@ config stream's NOTIFY), writes its audit row and queues `release.changed`.
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 
 from context_runtime.findings import blocking
-from django.conf import settings
 from django.utils import timezone
 
-from console.kernel.audit import SystemActor, actor_label
+from console.kernel.audit import actor_label
 from console.kernel.errors import Conflict, ValidationFailed
-from console.kernel.policy import (
-    check_user_can_request_rollback,
-    check_user_can_rollout,
-    refuse_publish,
-    rollout_refusal,
-)
+from console.kernel.policy import check_user_can_rollout, refuse_publish, rollout_refusal
 from console.kernel.reasons import reason_clean
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse
 from strategies.catalog.models import Environment
 from strategies.documents.models import Version
-from strategies.releases.models import ApprovalRequest, ReleaseEvent, Rollout
+from strategies.releases.models import ApprovalRequest, Rollout
 from strategies.releases.plans import ALL_AT_ONCE, STAGED, plan_hash, plan_resolve
 from strategies.releases.selectors import (
     ALREADY_LIVE,
@@ -51,15 +44,18 @@ from strategies.releases.selectors import (
     is_runtime_finding,
     pending_for,
     rollout_refusals,
-    rollout_runtime_refusals,
 )
 from strategies.releases.services.approvals import _approval_create
 from strategies.releases.services.checks import _refuse_target
-from strategies.releases.services.move import _release_move
-from strategies.releases.services.publish import PublishOutcome
-from strategies.releases.services.rollback import _release_rollback
+from strategies.releases.services.rollout_guards import (
+    guard_actor,
+    rollout_guard_pause,
+    rollout_guard_rollback,
+    rollout_record_guards,
+    rollout_step_done,
+    rollout_step_extend,
+)
 from strategies.releases.services.rollout_move import (
-    RolloutChange,
     _rollout_change,
     _rollout_expect,
     _rollout_locked,
@@ -68,19 +64,17 @@ from strategies.releases.services.rollout_move import (
     _rollout_watch_ended,
     rollout_conflict,
 )
+from strategies.releases.services.rollout_steps import _complete, _next_step
+from strategies.releases.services.rollout_watch import (
+    rollout_record_watch_guards,
+    rollout_watch_end,
+    rollout_watch_rollback,
+    rollout_watch_warn,
+)
 from strategies.releases.services.state import _current, approval_state, rollout_state
+from strategies.releases.transitions import ROLLOUT_OPERATOR_ACTIONS as OPERATOR_ACTION_NAMES
 
-SYSTEM = SystemActor("system")
 SPLIT_UNSUPPORTED = "split_unsupported"
-ROLLOUT_STATE_MOVED = "rollout_moved"  # a guard judged a step the rollout is no longer at
-WATCH_ENDED = "watch_ended"  # the paired watch is over (on time, or by a move)
-WATCH_NO_WARNING = "watch_no_warning"  # nothing warned: no one-click rollback to offer
-RELEASE_CHANGED = "release_changed"  # the release is no longer the version the watch watched
-
-
-def guard_actor(guard: str) -> SystemActor:
-    """A guard acting on a rollout: audited as the system, named `guard:<name>`."""
-    return SystemActor(f"guard:{guard}")
 
 
 def default_plan(environment: Environment) -> str:
@@ -218,7 +212,7 @@ def _operator(rollout: Rollout, actor, action: str) -> Rollout:
 def rollout_pause(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
     """Hold the rollout at its step: runtimes keep its share, the guards stop moving it on."""
     rollout = _operator(rollout, actor, "pause")
-    _rollout_expect(rollout, [Rollout.State.RUNNING], action="pause")
+    _rollout_expect(rollout, "pause")
     change = _rollout_change(
         rollout,
         actor=actor,
@@ -234,7 +228,7 @@ def rollout_pause(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
 def rollout_resume(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
     """Run on from the step it is at; its bake starts again (the evidence is the step's)."""
     rollout = _operator(rollout, actor, "resume")
-    _rollout_expect(rollout, [Rollout.State.PAUSED], action="resume")
+    _rollout_expect(rollout, "resume")
     change = _rollout_change(
         rollout,
         actor=actor,
@@ -252,7 +246,7 @@ def rollout_resume(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
 def rollout_advance(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
     """Move to the next step now, without waiting for the bake (after the last: complete)."""
     rollout = _operator(rollout, actor, "advance")
-    _rollout_expect(rollout, Rollout.SERVED_STATES, action="advance")
+    _rollout_expect(rollout, "advance")
     return _next_step(rollout, actor=actor, reason=reason.strip() or "Advanced by hand.")
 
 
@@ -260,10 +254,7 @@ def rollout_advance(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
 def rollout_finish(*, rollout: Rollout, actor, reason: str = "") -> Rollout:
     """Skip the remaining steps: the new version goes live now (the plan's approval holds)."""
     rollout = _operator(rollout, actor, "finish")
-    _rollout_expect(rollout, Rollout.SERVED_STATES, action="finish")
-    paused = _runtime_still_serves(rollout, actor=actor, moving="finished")
-    if paused is not None:
-        return paused
+    _rollout_expect(rollout, "finish")
     return _complete(rollout, actor=actor, reason=reason.strip() or "Finished by hand.")
 
 
@@ -273,294 +264,24 @@ def rollout_stop(*, rollout: Rollout, actor, reason: str) -> Rollout:
     is required (recorded in the timeline and the audit log)."""
     reason = reason_clean(reason, ask="Say why you stop the rollout (recorded in the audit log).")
     rollout = _operator(rollout, actor, "stop")
-    _rollout_expect(rollout, Rollout.ACTIVE_STATES, action="stop")
+    _rollout_expect(rollout, "stop")
     _rollout_void_request(rollout, note=f"Void: the rollout was stopped ({reason}).")
     change = _rollout_change(rollout, actor=actor, action="stop", reason=reason, end_reason=reason)
     return _rollout_refresh(change)
 
 
-# What an operator may do to a rollout, by the word the pages and the API use.
+# What an operator may do to a rollout, by the word the pages and the API use (the state
+# table names them; each word's service here).
 ROLLOUT_OPERATOR_ACTIONS = {
-    "pause": rollout_pause,
-    "resume": rollout_resume,
-    "advance": rollout_advance,
-    "finish": rollout_finish,
-    "stop": rollout_stop,
+    name: {
+        "pause": rollout_pause,
+        "resume": rollout_resume,
+        "advance": rollout_advance,
+        "finish": rollout_finish,
+        "stop": rollout_stop,
+    }[name]
+    for name in OPERATOR_ACTION_NAMES
 }
-
-
-# --- the guards (the evaluator calls these; the actor is the system) -------------------------------
-def _at_step(rollout: Rollout, seen: Rollout, *, action: str) -> None:
-    """409 unless the locked rollout still runs the step the caller judged: a second
-    evaluator (a beat that fired twice, a worker killed and its task redelivered) never
-    doubles a step, an extension or a rollback."""
-    _rollout_expect(rollout, [Rollout.State.RUNNING], action=action)
-    if rollout.step != seen.step or rollout.step_started_at != seen.step_started_at:
-        raise rollout_conflict(
-            rollout,
-            f"{rollout.key} moved on since it was judged (step {rollout.step} now).",
-            code=ROLLOUT_STATE_MOVED,
-        )
-
-
-@service_transaction(durable=True)
-def rollout_guard_rollback(*, rollout: Rollout, guard: str, evidence: dict) -> Rollout:
-    """A guard saw the new version do worse: the rollout ends rolled back, runtimes serve
-    the control version alone at once; the guard is the actor, its evidence (counts, bound,
-    request ids) in the audit row, on the page and in the webhook. Where the environment
-    asks approval of guard rollbacks, it pauses instead and says so."""
-    actor = guard_actor(guard)
-    locked = _rollout_locked(rollout)
-    _at_step(locked, rollout, action="roll back")
-    message = evidence.get("message") or f"The {guard} guard breached."
-    if locked.environment.guard_rollbacks_need_approval:
-        change = _rollout_change(
-            locked,
-            actor=actor,
-            action="pause",
-            reason=f"{message} {locked.environment.key} asks a person to approve guard "
-            "rollbacks: stop it to roll back, or resume.",
-            evidence=evidence,
-            state=Rollout.State.PAUSED,
-            end_reason=f"{message} Waiting for a person: roll back (stop) or resume.",
-        )
-        return _rollout_refresh(change)
-    change = _rollout_change(
-        locked,
-        actor=actor,
-        action="rollback",
-        reason=message,
-        evidence=evidence,
-        end_reason=message,
-    )
-    return _rollout_refresh(change)
-
-
-@service_transaction(durable=True)
-def rollout_guard_pause(*, rollout: Rollout, guard: str, evidence: dict, reason: str) -> Rollout:
-    """A guard cannot tell (too little data, a split the runtime does not apply, a provider
-    failing both versions alike): hold the rollout and say why."""
-    locked = _rollout_locked(rollout)
-    _at_step(locked, rollout, action="pause")
-    change = _rollout_change(
-        locked,
-        actor=guard_actor(guard),
-        action="pause",
-        reason=reason,
-        evidence=evidence,
-        state=Rollout.State.PAUSED,
-        end_reason=reason,
-    )
-    return _rollout_refresh(change)
-
-
-@service_transaction(durable=True)
-def rollout_step_done(*, rollout: Rollout) -> Rollout:
-    """The step baked with every guard ok: the next step (its bake starts now), or after the
-    last the new version goes live and the rollout is completed."""
-    locked = _rollout_locked(rollout)
-    _at_step(locked, rollout, action="move on")
-    return _next_step(locked, actor=SYSTEM, reason="The step baked with every guard ok.")
-
-
-@service_transaction(durable=True)
-def rollout_step_extend(*, rollout: Rollout) -> Rollout:
-    """Too little data at the end of the bake: the step bakes once more (once per step)."""
-    locked = _rollout_locked(rollout)
-    _at_step(locked, rollout, action="extend its step")
-    if locked.step_extended:
-        raise rollout_conflict(
-            locked, f"Step {locked.step} of {locked.key} was extended already.", code="extended"
-        )
-    change = _rollout_change(
-        locked,
-        actor=SYSTEM,
-        action="extend",
-        reason="Too little data at the end of the bake: the step bakes once more.",
-        step_extended=True,
-    )
-    return _rollout_refresh(change)
-
-
-def rollout_record_guards(*, rollout: Rollout, guards: list[dict]) -> bool:
-    """The guards' states for the page (no audit row, no revision: nothing runtimes see
-    changed). Only while it runs or is paused at the step judged; False otherwise."""
-    return bool(
-        Rollout.objects.filter(
-            pk=rollout.pk, state__in=Rollout.SERVED_STATES, step=rollout.step
-        ).update(guards=guards, guards_at=timezone.now())
-    )
-
-
-# --- moving on ------------------------------------------------------------------------------------
-def _runtime_still_serves(rollout: Rollout, *, actor, moving: str) -> Rollout | None:
-    """None when the runtime can still serve the new version; else the guards' move becomes a
-    pause saying why (the rollout, paused), and a person's is refused (400 not_publishable)."""
-    refused = rollout_runtime_refusals(rollout)
-    if not refused:
-        return None
-    why = (
-        f"The runtime in {rollout.environment.key} cannot serve "
-        f"{rollout.document.key} v{rollout.version.number} now: "
-        + " ".join(finding.message for finding in refused)
-    )
-    if not isinstance(actor, SystemActor):
-        raise ValidationFailed(f"{why} Not {moving}.", code="not_publishable", details=refused)
-    change = _rollout_change(
-        rollout,
-        actor=actor,
-        action="pause",
-        reason=why,
-        state=Rollout.State.PAUSED,
-        end_reason=f"{why} Paused instead of moving on.",
-    )
-    return _rollout_refresh(change)
-
-
-def _next_step(rollout: Rollout, *, actor, reason: str) -> Rollout:
-    paused = _runtime_still_serves(rollout, actor=actor, moving="moved on")
-    if paused is not None:
-        return paused
-    if rollout.is_last_step:
-        return _complete(rollout, actor=actor, reason=reason)
-    change: RolloutChange = _rollout_change(
-        rollout,
-        actor=actor,
-        action="step",
-        reason=reason,
-        state=Rollout.State.RUNNING,
-        step=rollout.step + 1,
-        step_started_at=timezone.now(),
-        step_extended=False,
-        guards=[],
-        end_reason="",
-    )
-    return _rollout_refresh(change)
-
-
-def _complete(rollout: Rollout, *, actor, reason: str) -> Rollout:
-    """The new version goes live the one way a release moves (an approved publish where the
-    plan was approved), and the rollout is completed, in one transaction."""
-    change = _rollout_change(
-        rollout, actor=actor, action="complete", reason=reason, end_reason="", **_watch(rollout)
-    )
-    approval = (
-        rollout.approvals.filter(status=ApprovalRequest.Status.APPROVED).order_by("-id").first()
-    )
-    _release_move(
-        document=rollout.document,
-        environment=rollout.environment,
-        to_version=rollout.version,
-        action=ReleaseEvent.Action.APPROVE if approval else ReleaseEvent.Action.PUBLISH,
-        actor=actor,
-        actor_label=actor_label(actor),
-        reason=f"Staged rollout {rollout.key} completed: {reason}",
-        expected_revision=None,
-        approval=approval,
-        rollout=rollout,
-    )
-    return _rollout_refresh(change)
-
-
-def _watch(rollout: Rollout) -> dict:
-    """The paired watch a completing rollout enters: the environment's share
-    (`watch_share`; 0 turns it off) for ROLLOUTS_WATCH_DAYS (0: off)."""
-    share = float(rollout.environment.watch_share or 0)
-    days = float(settings.ROLLOUTS_WATCH_DAYS)
-    if share <= 0 or days <= 0:
-        return {}
-    return {"watch_until": timezone.now() + timedelta(days=days), "watch_share": min(share, 1.0)}
-
-
-# --- the paired watch after completion (issue 23 item 4) -----------------------------------------
-def _watching(rollout: Rollout, *, action: str) -> Rollout:
-    """The rollout locked, 409 `watch_ended` unless its watch still runs."""
-    locked = _rollout_locked(rollout)
-    if not locked.watching:
-        raise rollout_conflict(
-            locked,
-            f"The paired watch of {locked.key} is over: nothing to {action}.",
-            code=WATCH_ENDED,
-        )
-    return locked
-
-
-def rollout_record_watch_guards(*, rollout: Rollout, guards: list[dict]) -> bool:
-    """The watch's paired guard state for the page (no audit row, no revision)."""
-    return bool(
-        Rollout.objects.watching()
-        .filter(pk=rollout.pk)
-        .update(guards=guards, guards_at=timezone.now())
-    )
-
-
-@service_transaction(durable=True)
-def rollout_watch_warn(*, rollout: Rollout, guard: str, evidence: dict) -> Rollout:
-    """The paired guard breached during the watch: warn — the evidence (counts, bound, request
-    ids) kept on the rollout for the release row, the dashboard and its page, audited with
-    the guard as the actor, and `release.changed` (`rollout_watch_warn`). Never rolls back:
-    a person decides, with one click (`rollout_watch_rollback`)."""
-    locked = _watching(rollout, action="warn of")
-    warning = {**evidence, "at": timezone.now().isoformat(), "guard": guard}
-    message = evidence.get("message") or f"The {guard} guard breached during the watch."
-    change = _rollout_change(
-        locked,
-        actor=guard_actor(guard),
-        action="watch_warn",
-        reason=message,
-        evidence=warning,
-        evidence_field="watch_warning",  # the rollout's own `evidence` stays what ended it
-    )
-    return _rollout_refresh(change)
-
-
-@service_transaction(durable=True)
-def rollout_watch_end(*, rollout: Rollout, actor=SYSTEM, reason: str = "") -> Rollout:
-    """End the watch (the beat, when its time is up): runtimes stop its shadow."""
-    locked = _watching(rollout, action="end")
-    change = _rollout_change(
-        locked,
-        actor=actor,
-        action="watch_end",
-        reason=reason or "The paired watch is over.",
-        watch_ended_at=timezone.now(),
-    )
-    return _rollout_refresh(change)
-
-
-@service_transaction(durable=True)
-def rollout_watch_rollback(*, rollout: Rollout, actor, reason: str = "") -> PublishOutcome:
-    """One click from a watch warning: the ordinary rollback to the version the rollout
-    replaced (the same permission, revert policy and approval rules as a rollback by hand),
-    its audit row carrying the warning's evidence — nothing is analysed again. 409
-    `watch_ended` once the watch is over, `watch_no_warning` without a warning,
-    `release_changed` when the release no longer serves the rollout's version."""
-    check_user_can_request_rollback(actor, rollout.document.agent, target=rollout)
-    locked = _watching(rollout, action="roll back from")
-    warning = locked.watch_warning
-    if not warning:
-        raise rollout_conflict(
-            locked,
-            f"{locked.key}'s watch has not warned: roll back by hand.",
-            code=WATCH_NO_WARNING,
-        )
-    live = _current(locked.document, locked.environment)
-    if live is None or live.version_id != locked.version_id:
-        raise rollout_conflict(
-            locked,
-            f"{locked.document.key} in {locked.environment.key} no longer serves "
-            f"v{locked.version.number}: the warning is about a release that changed.",
-            code=RELEASE_CHANGED,
-        )
-    why = reason.strip() or warning.get("message", "")
-    return _release_rollback(
-        release=live,
-        to_version=locked.control_version,
-        actor=actor,
-        reason=f"Rolled back from the paired watch of {locked.key}: {why}",
-        expected_revision=live.revision,
-        evidence=warning,
-    )
 
 
 __all__ = [

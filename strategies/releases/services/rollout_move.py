@@ -7,7 +7,6 @@ sends the webhook (`_rollout_notify`), as for a shadow."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db.models import F
@@ -16,9 +15,9 @@ from django.utils import timezone
 from console.kernel.audit import AuditAction, actor_label, audit_record
 from strategies.delivery import config as runtime_config
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent, Rollout
-from strategies.releases.plans import plan_hash
 from strategies.releases.services.notifications import _notify_rollout
 from strategies.releases.services.state import rollout_conflict, rollout_state
+from strategies.releases.transitions import rollout_allows
 
 ROLLOUT_FINISHED = "rollout_finished"  # completed, rolled back or stopped: nothing more to do
 ROLLOUT_STATE = "rollout_state"  # the action does not apply to the state it is in now
@@ -63,21 +62,24 @@ def _rollout_locked(rollout: Rollout) -> Rollout:
     )
 
 
-def _rollout_expect(rollout: Rollout, states: Iterable[str], *, action: str) -> None:
-    """409 unless the (locked) rollout is in one of `states`: `rollout_finished` once it
-    ended, `rollout_state` when it is active but the action does not apply (already paused)."""
-    if rollout.state in states:
+def _rollout_expect(rollout: Rollout, action: str, *, words: str = "") -> None:
+    """409 unless the (locked) rollout's state allows `action` (the one table,
+    `transitions.ROLLOUT_TRANSITIONS`): `rollout_finished` once it ended, `rollout_state` when
+    it is active but the action does not apply (already paused). `words`: the action as the
+    message says it (the action's own name unless given)."""
+    if rollout_allows(rollout, action):
         return
+    words = words or action
     if not rollout.active:
         raise rollout_conflict(
             rollout,
             f"{rollout.key} is {rollout.get_state_display().lower()}"
-            f"{f' (by {rollout.ended_by})' if rollout.ended_by else ''}: nothing to {action}.",
+            f"{f' (by {rollout.ended_by})' if rollout.ended_by else ''}: nothing to {words}.",
             code=ROLLOUT_FINISHED,
         )
     raise rollout_conflict(
         rollout,
-        f"{rollout.key} is {rollout.get_state_display().lower()} now: it cannot {action}.",
+        f"{rollout.key} is {rollout.get_state_display().lower()} now: it cannot {words}.",
         code=ROLLOUT_STATE,
     )
 
@@ -218,28 +220,3 @@ def _rollout_refresh(change: RolloutChange, *also: RolloutChange | None) -> Roll
         if each is not None:
             _rollout_notify(each, etag=rendered.etag)
     return rollout
-
-
-def _rollout_approved(approval: ApprovalRequest, *, actor) -> Rollout:
-    """A second person approved the plan (the approval checked the version's content hash
-    and the live revision): the rollout starts, at its first step, if its plan is still the
-    one asked for."""
-    rollout = _rollout_locked(approval.rollout)
-    _rollout_expect(rollout, [Rollout.State.AWAITING_APPROVAL], action="start")
-    if plan_hash(rollout.plan) != rollout.plan_hash:
-        raise rollout_conflict(
-            rollout,
-            "The plan changed since it was requested; it must be requested again.",
-            code="content_changed",
-        )
-    change = _rollout_change(
-        rollout,
-        actor=actor,
-        action="approve",
-        reason=approval.decision_note,
-        state=Rollout.State.RUNNING,
-        step=0,
-        step_started_at=timezone.now(),
-        step_extended=False,
-    )
-    return _rollout_refresh(change)
