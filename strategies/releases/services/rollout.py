@@ -26,6 +26,7 @@ from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse
 from strategies.catalog.models import Environment
 from strategies.documents.models import Version
+from strategies.releases.golive import UNREVIEWED
 from strategies.releases.models import ApprovalRequest, Rollout
 from strategies.releases.plans import ALL_AT_ONCE, STAGED, plan_hash, plan_resolve
 from strategies.releases.selectors import (
@@ -195,7 +196,15 @@ def rollout_start(
             kind=ApprovalRequest.Kind.ROLLOUT,
             rollout=rollout,
         )
-    change = _rollout_change(rollout, actor=actor, action="start", reason=reason.strip())
+    # During a break-glass the judgement flags that it goes live unreviewed: the start says so.
+    unreviewed = any(f.code == UNREVIEWED for f in refusals)
+    change = _rollout_change(
+        rollout,
+        actor=actor,
+        action="start",
+        reason=reason.strip(),
+        audit_extra={"unreviewed": True} if unreviewed else None,
+    )
     return _rollout_refresh(change, watched)
 
 

@@ -92,11 +92,13 @@ def _rollout_change(
     reason: str = "",
     evidence: dict | None = None,
     evidence_field: str = "evidence",
+    audit_extra: dict | None = None,
     **fields,
 ) -> RolloutChange:
     """Apply `fields` to the locked `rollout` (an ending action sets its end), grow its
     revision, add the timeline line and write the audit row (with the evidence a guard saw,
-    kept in `evidence_field`: `evidence`, or `watch_warning` for a warning of the watch)."""
+    kept in `evidence_field`: `evidence`, or `watch_warning` for a warning of the watch; and
+    `audit_extra`, what the judgement flagged, e.g. that it goes live unreviewed)."""
     before = rollout_state(rollout)
     now = timezone.now()
     if action in ENDING:
@@ -124,7 +126,7 @@ def _rollout_change(
         target=rollout,
         agent=rollout.document.agent,
         before=before,
-        after={**rollout_state(rollout), "reason": reason},
+        after={**rollout_state(rollout), "reason": reason, **(audit_extra or {})},
     )
     return RolloutChange(rollout=rollout, action=action, actor=actor, evidence=evidence, when=now)
 

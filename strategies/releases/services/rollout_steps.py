@@ -66,6 +66,7 @@ def _go_live_refused(rollout: Rollout, *, actor, path: Path, moving: str) -> Rol
         actor=actor,
         action="pause",
         reason=why,
+        evidence={"message": why, "refused": [finding.code for finding in refused]},
         state=Rollout.State.PAUSED,
         end_reason=f"{why} Paused instead of moving on.",
     )
