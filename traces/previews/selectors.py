@@ -473,6 +473,9 @@ def impact_words(preview: Preview) -> str:
             if old != new:
                 becoming[new] = becoming.get(new, 0) + cell["count"]
     parts = [f"{count:,} become {status}" for status, count in sorted(becoming.items())]
+    if not previewed:
+        # Nothing replayed is no evidence that nothing changes.
+        return f"{where}: nothing could be judged — no trace could be previewed."
     if not parts:
         parts = ["no status changes"]
     changed = (data.get("changed") or {}).get("count", 0)
@@ -481,6 +484,42 @@ def impact_words(preview: Preview) -> str:
     if apart:
         text += f" {apart:,} not previewable (counted apart)."
     return text
+
+
+def impact_danger(preview: Preview) -> dict | None:
+    """What a go-live page must warn of in a complete preview, or None: traces whose status
+    gets worse ("181 of 209 replayed traces get worse: 181 become budget_exceeded"), or
+    nothing judged at all (0 of 214 traces previewable: no evidence either way). `confirm`:
+    the words a person ticks to go on anyway, naming what they accept."""
+    data = preview.report or {}
+    previewed = data.get("previewed", 0)
+    where = preview.environment.key
+    if not previewed:
+        total = preview.traces_done
+        return {
+            "kind": "nothing_judged",
+            "title": f"Nothing could be judged: 0 of {total:,} traces of {where} previewable",
+            "message": "No trace could be replayed with this version, so the preview says "
+            "nothing about what changes — not that nothing does.",
+            "confirm": f"Nothing could be judged in {where} (0 of {total:,} traces "
+            "previewable), and I go on without evidence.",
+        }
+    worse: dict[str, int] = {}
+    for old, row in (data.get("status_matrix") or {}).items():
+        for new, cell in row.items():
+            if _tone(old, new) == "bad":
+                worse[new] = worse.get(new, 0) + cell["count"]
+    count = sum(worse.values())
+    if not count:
+        return None
+    becoming = ", ".join(f"{n:,} become {status}" for status, n in sorted(worse.items()))
+    return {
+        "kind": "worse",
+        "title": f"{count:,} of {previewed:,} replayed traces of {where} get worse",
+        "message": f"{becoming} with this version.",
+        "confirm": f"{count:,} of {previewed:,} replayed traces get worse ({becoming}), and I "
+        "go on anyway.",
+    }
 
 
 def _fidelity_words(data: dict) -> str:
@@ -544,6 +583,7 @@ def preview_summary(*, user, version: Version, environment: Environment) -> dict
         entry["sentence"] = impact_words(preview)
         entry["fidelity"] = _fidelity_words(preview.report or {})
         entry["withheld"] = bool((preview.report or {}).get("withheld"))
+        entry["danger"] = None if entry["withheld"] else impact_danger(preview)
     elif state in (Preview.State.CANCELLED, Preview.State.FAILED):
         entry["sentence"] = f"The last preview was {state}, not complete. " + coverage_words(
             preview
