@@ -1,0 +1,264 @@
+"""Reads for staged rollouts (issue 23) and their paired watch: the rollouts active, running
+or watching, what `rollout_start` would refuse (asked without writing), the start page's
+preview, the request ids of a guard's evidence and the actions a person may take."""
+
+from __future__ import annotations
+
+from context_runtime.findings import FLAG, Finding, blocking
+from context_runtime.manifest import SPLIT
+from django.db.models import Q, Sum
+
+from console.kernel.policy import publish_refusal, user_can_rollout
+from strategies.catalog.models import Environment
+from strategies.catalog.selectors import runtime_feature_finding, validation_context
+from strategies.documents.models import Version
+from strategies.releases.models import Rollout
+from strategies.releases.plans import INVALID_PLAN, TEMPLATES, UNITS, plan_findings
+from strategies.releases.selectors.publish import (
+    ALREADY_LIVE,
+    APPROVAL_REQUIRED,
+    INVALID_UNIT,
+    NOTHING_LIVE,
+    ROLLOUT_ACTIVE,
+    live_release,
+    pending_for,
+    runtime_refusals,
+    waiting_finding,
+)
+from strategies.releases.selectors.shadow import (
+    frozen_strategy_refusals,
+    judged_preview,
+    runtime_feature_refusals,
+)
+
+
+# --- staged rollouts (issue 23) ------------------------------------------------------------------
+def active_rollout(*, document, environment) -> Rollout | None:
+    """The rollout active (waiting for approval, running or paused) here, if any."""
+    return (
+        Rollout.objects.active()
+        .select_related("document__agent", "environment", "version", "control_version")
+        .filter(document=document, environment=environment)
+        .first()
+    )
+
+
+def rollout_get(*, agent, key: str) -> Rollout | None:
+    return (
+        Rollout.objects.select_related(
+            "document__agent", "environment", "version", "control_version"
+        )
+        .filter(document__agent=agent, key=key)
+        .first()
+    )
+
+
+def rollout_list(*, agent, state: str = "", document_key: str = "", environment_key: str = ""):
+    """The rollouts of an agent, newest first, filtered (the API's list and the pages)."""
+    rollouts = Rollout.objects.filter(document__agent=agent).select_related(
+        "document__agent", "environment", "version", "control_version"
+    )
+    if state:
+        rollouts = rollouts.filter(state=state)
+    if document_key:
+        rollouts = rollouts.filter(document__key=document_key)
+    if environment_key:
+        rollouts = rollouts.filter(environment__key=environment_key)
+    return rollouts.order_by("-started_at", "-id")
+
+
+def rollouts_running() -> list[Rollout]:
+    """Every running rollout, oldest first: what the evaluator looks at every 30 s."""
+    return list(
+        Rollout.objects.filter(state=Rollout.State.RUNNING)
+        .select_related("document__agent", "environment", "version", "control_version")
+        .order_by("started_at", "id")
+    )
+
+
+def rollouts_in(*, agent, environment) -> tuple[list[Rollout], list[Rollout], int]:
+    """(the rollouts the runtime applies — running or paused —, the completed ones in their
+    paired watch, with their documents and versions, the sum of the revisions of every
+    rollout ever here): what the config payload renders and how its ETag's revision counts
+    them."""
+    rows = Rollout.objects.filter(document__agent=agent, environment=environment)
+    applied = list(  # one query for both
+        rows.filter(Q(state__in=Rollout.SERVED_STATES) | Q(pk__in=rows.watching().values("pk")))
+        .select_related("document", "version", "control_version")
+        .order_by("document__key")
+    )
+    served = [r for r in applied if r.state in Rollout.SERVED_STATES]
+    watching = [r for r in applied if r.watching]
+    return served, watching, rows.aggregate(total=Sum("revision"))["total"] or 0
+
+
+def rollouts_watching() -> list[Rollout]:
+    """Every rollout in its paired watch, oldest first: what the evaluator looks at."""
+    return list(
+        Rollout.objects.watching()
+        .select_related("document__agent", "environment", "version", "control_version")
+        .order_by("ended_at", "id")
+    )
+
+
+def watch_warnings(*, agents=None, document=None, environment=None) -> list[Rollout]:
+    """The watches that warned and still run (the release rows and the dashboard show them,
+    with their one-click rollback)."""
+    rows = Rollout.objects.watching().exclude(watch_warning={})
+    if agents is not None:
+        rows = rows.filter(document__agent__in=agents)
+    if document is not None:
+        rows = rows.filter(document=document)
+    if environment is not None:
+        rows = rows.filter(environment=environment)
+    return list(
+        rows.select_related(
+            "document__agent", "environment", "version", "control_version"
+        ).order_by("-ended_at", "-id")
+    )
+
+
+def rollout_refusals(
+    *, version: Version, environment: Environment, actor, plan, unit: str
+) -> list[Finding]:
+    """Everything `rollout_start` would say to rolling `version` out in `environment`,
+    nothing written, in the order it raises them: who may (as a publish there), what a
+    rollout is (a frozen strategy replacing a live version), one already active or a request
+    already waiting, the plan and unit, then what the runtime cannot serve — the publish's
+    check (`target_refusals`) and the runtime's declaration of split support. In a protected
+    environment the flag that the plan asks a second person first (`approval_required`)."""
+    document = version.document
+    refusals = []
+    rights = publish_refusal(actor, environment, document.agent)
+    if rights is not None:
+        refusals.append(rights)
+    refusals += frozen_strategy_refusals(
+        version,
+        not_strategy="roll out in steps; {key} is the agent's profile: publish it.",
+        what="a rollout serves",
+    )
+    live = live_release(document=document, environment=environment)
+    if live is None:
+        refusals.append(
+            Finding(
+                "environment",
+                NOTHING_LIVE,
+                f"Nothing of {document.key} is live in {environment.key}: a rollout replaces "
+                "the live version step by step. Publish one first.",
+            )
+        )
+    elif live.version_id == version.pk:
+        refusals.append(
+            Finding(
+                "version",
+                ALREADY_LIVE,
+                f"{document.key} v{version.number} is already live in {environment.key}.",
+            )
+        )
+    active = active_rollout(document=document, environment=environment)
+    if active is not None:
+        refusals.append(
+            Finding(
+                "environment",
+                ROLLOUT_ACTIVE,
+                f"{active.key} (v{active.version.number}) is already "
+                f"{active.get_state_display().lower()} for {document.key} in {environment.key}: "
+                "one rollout at a time. Finish or stop it first.",
+            )
+        )
+    pending = pending_for(document=document, environment=environment)
+    if pending is not None and active is None:
+        refusals.append(
+            waiting_finding(pending=pending, document_key=document.key, environment=environment)
+        )
+    if isinstance(plan, str):
+        if plan not in TEMPLATES:
+            refusals.append(
+                Finding(
+                    "plan",
+                    INVALID_PLAN,
+                    f"Unknown plan {plan!r}: {', '.join(TEMPLATES)}, or a list of steps.",
+                )
+            )
+    else:
+        refusals += plan_findings(plan)
+    if unit not in UNITS:
+        refusals.append(
+            Finding("unit", INVALID_UNIT, f"A unit is one of {', '.join(UNITS)}, not {unit!r}.")
+        )
+    refusals += runtime_feature_refusals(
+        version=version, environment=environment, actor=actor, live=live, feature=SPLIT
+    )
+    if environment.protected:
+        refusals.append(
+            Finding(
+                "environment",
+                APPROVAL_REQUIRED,
+                f"{environment.key} is protected: the whole plan waits for a second person's "
+                "approval, once.",
+                severity=FLAG,
+            )
+        )
+    return refusals
+
+
+def rollout_runtime_refusals(rollout: Rollout) -> list[Finding]:
+    """What the environment's runtime, as it reports itself now, cannot serve of the rolled-out
+    version: its blocking findings, and `split` no longer declared. Asked again before every
+    move to a larger share (a runtime redeployed mid-rollout may have lost either)."""
+    environment = rollout.environment
+    context = validation_context(environment=environment)
+    refusals = runtime_refusals(
+        kind=rollout.document.kind,
+        body=rollout.version.body,
+        environment=environment,
+        context=context,
+    )
+    unsupported = runtime_feature_finding(environment=environment, feature=SPLIT, context=context)
+    return blocking(refusals + ([unsupported] if unsupported is not None else []))
+
+
+def rollout_preview(*, version: Version, environment: Environment, actor, plan, unit="task"):
+    """What rolling `version` out in `environment` would do, as the start page shows it."""
+    return judged_preview(
+        version=version,
+        environment=environment,
+        refusals=rollout_refusals(
+            version=version, environment=environment, actor=actor, plan=plan, unit=unit
+        ),
+    )
+
+
+REQUEST_IDS_KEPT = 5
+
+
+def evidence_request_ids(facts) -> list[str]:
+    """The request ids a guard's facts name — its own `request_ids`, then those of the kinds
+    it breached, then any — at most five: one click from the rollout page to the trace."""
+    facts = facts or {}
+    kinds = facts.get("kinds") or {}
+    ordered = [facts, *(kinds[k] for k in facts.get("breached") or () if k in kinds)]
+    ordered += [entry for entry in kinds.values() if isinstance(entry, dict)]
+    found: list[str] = []
+    for entry in ordered:
+        for request_id in entry.get("request_ids") or ():
+            if request_id not in found:
+                found.append(request_id)
+    return found[:REQUEST_IDS_KEPT]
+
+
+def rollout_actions(*, user, rollout: Rollout) -> dict[str, bool]:
+    """Which actions `user` may take on `rollout` now (the page's buttons): the state allows
+    it and the policy does."""
+    state = rollout.state
+    allowed = {
+        "pause": state == Rollout.State.RUNNING,
+        "resume": state == Rollout.State.PAUSED,
+        "advance": state in Rollout.SERVED_STATES,
+        "finish": state in Rollout.SERVED_STATES,
+        "stop": state in Rollout.ACTIVE_STATES,
+    }
+    return {
+        action: ok and user_can_rollout(user, rollout.environment, rollout.document.agent, action)
+        for action, ok in allowed.items()
+    }

@@ -1,0 +1,43 @@
+"""The releases overview: per agent the user may see, documents × environments with what is
+live, what waits and the actions the user may take."""
+
+from __future__ import annotations
+
+from django.template.response import TemplateResponse
+from django.views.decorators.http import require_http_methods
+
+from console.kernel.policy import Capability, agents_where, user_can
+from strategies.catalog.selectors import environment_list
+from strategies.releases import selectors
+
+
+# --- overview ------------------------------------------------------------------------------------------
+@require_http_methods(["GET"])
+def overview(request):
+    """Per agent where the user may view configuration: documents × environments (sg-test →
+    bank-uat → prod), live versions, pending approvals and the actions this user may take."""
+    visible = list(agents_where(request.user, Capability.VIEW_CONFIG).order_by("key"))
+    chosen = request.GET.get("agent", "")
+    # Archived agents leave the picker and the full list; their own tab (?agent=) still shows.
+    listed = [a for a in visible if a.archived_at is None or a.key == chosen]
+    agents = [a for a in visible if a.key == chosen] if chosen else listed
+    grids = [
+        (
+            agent,
+            selectors.release_grid(user=request.user, agent=agent),
+            selectors.promotion_pairs(user=request.user, agent=agent),
+        )
+        for agent in agents
+    ]
+    return TemplateResponse(
+        request,
+        "releases/overview.html",
+        {
+            "grids": grids,
+            "visible_agents": listed,
+            "chosen": chosen,
+            "environments": environment_list(),
+            "pending": selectors.pending_approvals(agents=agents),
+            "can_manage_tokens": user_can(request.user, Capability.MANAGE_TOKENS),
+        },
+    )
