@@ -8,9 +8,10 @@ class TracesConfig(AppConfig):
     def ready(self):
         # Stored traces refer to their agent and environment: the catalog asks here before
         # deleting one (strategies.catalog.dependents). Both import models: apps are ready now.
-        from strategies.catalog.dependents import register_references
+        from strategies.catalog.dependents import register_references, register_trace_asker
         from traces import selectors  # see above: imported once the app registry is ready
 
         register_references(
             agent=selectors.references_to_agent, environment=selectors.references_to_environment
         )
+        register_trace_asker(selectors.agent_has_traces)  # the onboarding's last step

@@ -35,10 +35,15 @@ from typing import Any
 from django.db import connection, transaction
 from django.utils import timezone
 
-from console.kernel.models import AccessLogEntry, AuditRecord, ChainCheckpoint, Grant
+from console.kernel.models import (
+    AccessLogEntry,
+    AuditRecord,
+    ChainCheckpoint,
+    Grant,
+    agent_model,
+)
 from console.kernel.request_context import current_request, ip_normalise
 from console.kernel.wording import counted
-from strategies.catalog.models import Agent
 
 
 # --- the actions, one list per log ------------------------------------------------------------
@@ -421,7 +426,10 @@ def describe_agent(agent) -> dict[str, Any]:
     if isinstance(agent, str):
         return {
             "agent_key": agent,
-            "agent_id": Agent.objects.filter(key=agent).values_list("pk", flat=True).first(),
+            "agent_id": agent_model()
+            .objects.filter(key=agent)
+            .values_list("pk", flat=True)
+            .first(),
         }
     return {"agent_key": agent.key, "agent_id": agent.pk}
 

@@ -201,3 +201,10 @@ class ChainCheckpoint(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_log_display()} @ #{self.last_id} ({counted(self.row_count, 'row')})"
+
+
+def agent_model():
+    """The agent model, as the grants name it ("strategies.Agent"): the kernel is the ground
+    floor and imports no job's models; it reaches the agents through its own grants' relation
+    (as Django's auth reaches the user model through AUTH_USER_MODEL)."""
+    return Grant._meta.get_field("agent").related_model

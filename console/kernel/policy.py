@@ -22,9 +22,8 @@ from django.db.models import QuerySet
 
 from console.kernel.audit import AccessAction, access_record, acting_token
 from console.kernel.errors import Forbidden, NotFound
-from console.kernel.models import Grant
+from console.kernel.models import Grant, agent_model
 from console.kernel.request_context import current_request
-from strategies.catalog.models import Agent
 
 
 class Capability(StrEnum):
@@ -673,16 +672,16 @@ def agents_visible_to(user) -> QuerySet:
     """The agents a user may see at all: the scope of every list."""
     rows = _grant_rows(user)
     if any(a is None for a, _ in rows):
-        return Agent.objects.all()
-    return Agent.objects.filter(pk__in={a for a, _ in rows})
+        return agent_model().objects.all()
+    return agent_model().objects.filter(pk__in={a for a, _ in rows})
 
 
 def agents_where(user, capability: Capability | str) -> QuerySet:
     """The agents on which the user holds a capability (for filtering querysets)."""
     rows = [(a, caps) for a, caps in _grant_rows(user) if capability in caps]
     if any(a is None for a, _ in rows):
-        return Agent.objects.all()
-    return Agent.objects.filter(pk__in={a for a, _ in rows})
+        return agent_model().objects.all()
+    return agent_model().objects.filter(pk__in={a for a, _ in rows})
 
 
 def role_names(user, agent=None) -> list[str]:
@@ -785,7 +784,7 @@ def requires(capability, *, agent_kwarg: str | None = "agent", anywhere: bool = 
         def wrapped(request, *args, **kwargs):
             agent = None
             if agent_kwarg and agent_kwarg in kwargs:
-                agent = Agent.objects.filter(key=kwargs[agent_kwarg]).first()
+                agent = agent_model().objects.filter(key=kwargs[agent_kwarg]).first()
                 if agent is None:
                     refuse(NotFound("Not found."), user=request.user, capability=capability)
             if isinstance(capability, Everywhere):

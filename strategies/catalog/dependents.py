@@ -11,7 +11,9 @@ TracesConfig.ready):
 - the documents job's part of an agent: the context profile made with it, the drafts and
   documents deleted with it, its documents listed with it (`agent_documents`);
 - what each job stops when an environment is archived (`environment_archived`): releases stop
-  the rollouts and shadows running there.
+  the rollouts and shadows running there;
+- whether an agent's runtime sent a trace yet (`agent_has_traces`, the onboarding's last
+  step): traces answers; strategies never imports traces.
 """
 
 from __future__ import annotations
@@ -119,3 +121,18 @@ def environment_archived(environment: Environment, *, actor, reason: str = "") -
     """Every job stops what it runs in `environment`, just archived (audited by each job)."""
     for listener in _archive_listeners.values():
         listener(environment, actor=actor, reason=reason)
+
+
+# (agent) -> bool: whether the agent's runtime sent a trace yet (traces answers at app start).
+_trace_askers: dict[str, Callable[[Agent], bool]] = {}
+
+
+def register_trace_asker(asker: Callable[[Agent], bool]) -> None:
+    """Traces' answer to `agent_has_traces` (registering again replaces it)."""
+    _trace_askers["traces"] = asker
+
+
+def agent_has_traces(agent: Agent) -> bool:
+    """Whether the agent's runtime sent a trace yet; False without traces installed."""
+    asker = _trace_askers.get("traces")
+    return bool(asker is not None and asker(agent))

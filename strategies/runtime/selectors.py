@@ -11,7 +11,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from console.kernel.errors import ValidationFailed
-from strategies.catalog.dependents import Reference
+from strategies.catalog.dependents import Reference, agent_has_traces
 from strategies.catalog.models import Agent, Environment
 from strategies.catalog.selectors import environment_list, latest_manifests
 from strategies.delivery.models import ConfigPayload
@@ -25,7 +25,6 @@ from strategies.runtime.instances import (
     sdk_supported,
 )
 from strategies.runtime.models import RuntimeInstance, RuntimeToken
-from traces.selectors import agent_has_traces
 
 
 def tokens_list() -> list[RuntimeToken]:

@@ -14,9 +14,9 @@ from console.kernel.errors import Conflict
 from console.kernel.models import AuditRecord
 from strategies.catalog.services import environment_archive, environment_update
 from strategies.delivery.models import ConfigPayload
-from strategies.releases.golive import UNREVIEWED
 from strategies.releases.models import Release, ReleaseEvent, Rollout, ShadowRelease
 from strategies.releases.selectors import rollout_refusals
+from strategies.releases.selectors.golive import UNREVIEWED
 from strategies.releases.services import (
     rollout_advance,
     rollout_finish,

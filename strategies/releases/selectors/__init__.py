@@ -3,11 +3,13 @@ dashboard's cards, what other jobs ask of releases), `publish` (the publish judg
 `release_publish` would refuse, asked without writing —, what is live and what waits, the
 preview of what a publish or a rollback would change), `approvals`, `rollback` (the rollback
 targets), `history`, `promotion`, `shadow` (shadow releases: their judgement and preview) and
-`rollouts` (staged rollouts and their paired watch). Views call these; they never build
-querysets inline.
+`rollouts` (staged rollouts and their paired watch); beneath them `golive`, the one go-live
+judgement every way to live asks, and `refusals`, its codes. Views call these; they never
+build querysets inline.
 
 Import from here: `from strategies.releases.selectors import live_release`. The modules of this
-package import each other directly, never through here: `publish` lies beneath the others,
+package import each other directly, never through here: `refusals` lies beneath `golive`,
+`golive` beneath `publish`, `publish` beneath the others,
 `shadow` beneath `rollouts`, and `grid` asks `approvals`, `rollouts` and `shadow`.
 """
 
@@ -17,6 +19,21 @@ from strategies.releases.selectors.approvals import (
     approval_in_scope,
     approval_list,
     pending_approvals,
+)
+from strategies.releases.selectors.golive import (
+    LIVE,
+    LIVE_UNREVIEWED,
+    NEEDS_APPROVAL,
+    REFUSED,
+    RULES,
+    Candidate,
+    Path,
+    Protection,
+    Rules,
+    go_live_outcome,
+    go_live_refusals,
+    goes_live_unreviewed,
+    unreviewed_finding,
 )
 from strategies.releases.selectors.grid import (
     Cell,
@@ -36,6 +53,16 @@ from strategies.releases.selectors.grid import (
 from strategies.releases.selectors.history import HISTORY_PAGE_SIZE, history_events, history_page
 from strategies.releases.selectors.promotion import PromotionRow, promotion_pairs, promotion_preview
 from strategies.releases.selectors.publish import (
+    ChangePreview,
+    body_publish_refusals,
+    change_preview,
+    live_release,
+    pending_for,
+    publish_refusals,
+    publishable_versions,
+    target_findings,
+)
+from strategies.releases.selectors.refusals import (
     ALREADY_LIVE,
     APPROVAL_PENDING,
     APPROVAL_REQUIRED,
@@ -54,20 +81,11 @@ from strategies.releases.selectors.publish import (
     SHADOW_RUNNING,
     STALE_REVISION,
     UNREVIEWED,
-    ChangePreview,
-    body_publish_refusals,
-    change_preview,
     is_runtime_finding,
-    live_release,
-    pending_for,
-    publish_refusals,
-    publishable_versions,
     replaced_by_new_request,
     request_kind_word,
     runtime_refusals,
-    target_findings,
     target_refusals,
-    unreviewed_finding,
     waiting_finding,
 )
 from strategies.releases.selectors.rollback import (
@@ -82,10 +100,10 @@ from strategies.releases.selectors.rollouts import (
     evidence_request_ids,
     rollout_actions,
     rollout_get,
+    rollout_go_live_refusals,
     rollout_list,
     rollout_preview,
     rollout_refusals,
-    rollout_runtime_refusals,
     rollouts_in,
     rollouts_running,
     rollouts_watching,
@@ -104,6 +122,19 @@ from strategies.releases.selectors.shadow import (
 )
 
 __all__ = [
+    "LIVE",
+    "LIVE_UNREVIEWED",
+    "NEEDS_APPROVAL",
+    "REFUSED",
+    "RULES",
+    "Candidate",
+    "Path",
+    "Protection",
+    "Rules",
+    "go_live_outcome",
+    "go_live_refusals",
+    "goes_live_unreviewed",
+    "rollout_go_live_refusals",
     "ALREADY_LIVE",
     "APPROVAL_PENDING",
     "APPROVAL_REQUIRED",
@@ -169,7 +200,6 @@ __all__ = [
     "rollout_list",
     "rollout_preview",
     "rollout_refusals",
-    "rollout_runtime_refusals",
     "rollouts_in",
     "rollouts_running",
     "rollouts_watching",

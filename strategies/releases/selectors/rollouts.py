@@ -4,32 +4,22 @@ preview, the request ids of a guard's evidence and the actions a person may take
 
 from __future__ import annotations
 
-from context_runtime.findings import FLAG, Finding, blocking
-from context_runtime.manifest import SPLIT
+from context_runtime.findings import Finding
 from django.db.models import Q, Sum
 
-from console.kernel.policy import publish_refusal, user_can_rollout
+from console.kernel.policy import user_can_rollout
 from strategies.catalog.models import Environment
-from strategies.catalog.selectors import runtime_feature_finding, validation_context
 from strategies.documents.models import Version
-from strategies.releases.models import Rollout
+from strategies.releases.models import ApprovalRequest, Rollout
 from strategies.releases.plans import INVALID_PLAN, TEMPLATES, UNITS, plan_findings
-from strategies.releases.selectors.publish import (
-    ALREADY_LIVE,
-    APPROVAL_REQUIRED,
-    INVALID_UNIT,
-    NOTHING_LIVE,
-    ROLLOUT_ACTIVE,
-    live_release,
-    pending_for,
-    runtime_refusals,
-    waiting_finding,
-)
+from strategies.releases.selectors.golive import Candidate, Path, go_live_refusals
+from strategies.releases.selectors.publish import live_release, pending_for
+from strategies.releases.selectors.refusals import INVALID_UNIT, NOTHING_LIVE, ROLLOUT_ACTIVE
 from strategies.releases.selectors.shadow import (
     frozen_strategy_refusals,
     judged_preview,
-    runtime_feature_refusals,
 )
+from strategies.releases.transitions import ROLLOUT_OPERATOR_ACTIONS, rollout_allows
 
 
 # --- staged rollouts (issue 23) ------------------------------------------------------------------
@@ -122,22 +112,30 @@ def rollout_refusals(
     *, version: Version, environment: Environment, actor, plan, unit: str
 ) -> list[Finding]:
     """Everything `rollout_start` would say to rolling `version` out in `environment`,
-    nothing written, in the order it raises them: who may (as a publish there), what a
-    rollout is (a frozen strategy replacing a live version), one already active or a request
-    already waiting, the plan and unit, then what the runtime cannot serve — the publish's
-    check (`target_refusals`) and the runtime's declaration of split support. In a protected
-    environment the flag that the plan asks a second person first (`approval_required`)."""
+    nothing written: the go-live judgement of a rollout's start (`golive.Path.ROLLOUT_START`:
+    who may, already live, what the runtime cannot serve or split, a required preview, in a
+    protected environment the flag that the plan asks a second person first, in a break-glass
+    the flag that it goes live unreviewed, a request already waiting), then what a rollout is
+    (a frozen strategy replacing a live version, one at a time) and its plan and unit.
+    `rollout_refuse` raises them in its order."""
     document = version.document
-    refusals = []
-    rights = publish_refusal(actor, environment, document.agent)
-    if rights is not None:
-        refusals.append(rights)
+    live = live_release(document=document, environment=environment)
+    active = active_rollout(document=document, environment=environment)
+    refusals = go_live_refusals(
+        Path.ROLLOUT_START,
+        Candidate.of(version),
+        environment=environment,
+        actor=actor,
+        live=live,
+        pending=None
+        if active is not None
+        else pending_for(document=document, environment=environment),
+    )
     refusals += frozen_strategy_refusals(
         version,
         not_strategy="roll out in steps; {key} is the agent's profile: publish it.",
         what="a rollout serves",
     )
-    live = live_release(document=document, environment=environment)
     if live is None:
         refusals.append(
             Finding(
@@ -147,15 +145,6 @@ def rollout_refusals(
                 "the live version step by step. Publish one first.",
             )
         )
-    elif live.version_id == version.pk:
-        refusals.append(
-            Finding(
-                "version",
-                ALREADY_LIVE,
-                f"{document.key} v{version.number} is already live in {environment.key}.",
-            )
-        )
-    active = active_rollout(document=document, environment=environment)
     if active is not None:
         refusals.append(
             Finding(
@@ -166,14 +155,15 @@ def rollout_refusals(
                 "one rollout at a time. Finish or stop it first.",
             )
         )
-    pending = pending_for(document=document, environment=environment)
-    if pending is not None and active is None:
-        refusals.append(
-            waiting_finding(pending=pending, document_key=document.key, environment=environment)
-        )
+    return refusals + plan_unit_findings(plan, unit)
+
+
+def plan_unit_findings(plan, unit: str) -> list[Finding]:
+    """A plan is a template's name or a list of steps; a unit is one of UNITS."""
+    findings = []
     if isinstance(plan, str):
         if plan not in TEMPLATES:
-            refusals.append(
+            findings.append(
                 Finding(
                     "plan",
                     INVALID_PLAN,
@@ -181,41 +171,31 @@ def rollout_refusals(
                 )
             )
     else:
-        refusals += plan_findings(plan)
+        findings += plan_findings(plan)
     if unit not in UNITS:
-        refusals.append(
+        findings.append(
             Finding("unit", INVALID_UNIT, f"A unit is one of {', '.join(UNITS)}, not {unit!r}.")
         )
-    refusals += runtime_feature_refusals(
-        version=version, environment=environment, actor=actor, live=live, feature=SPLIT
-    )
-    if environment.protected:
-        refusals.append(
-            Finding(
-                "environment",
-                APPROVAL_REQUIRED,
-                f"{environment.key} is protected: the whole plan waits for a second person's "
-                "approval, once.",
-                severity=FLAG,
-            )
-        )
-    return refusals
+    return findings
 
 
-def rollout_runtime_refusals(rollout: Rollout) -> list[Finding]:
-    """What the environment's runtime, as it reports itself now, cannot serve of the rolled-out
-    version: its blocking findings, and `split` no longer declared. Asked again before every
-    move to a larger share (a runtime redeployed mid-rollout may have lost either)."""
-    environment = rollout.environment
-    context = validation_context(environment=environment)
-    refusals = runtime_refusals(
-        kind=rollout.document.kind,
-        body=rollout.version.body,
-        environment=environment,
-        context=context,
+def rollout_go_live_refusals(rollout, *, path: Path, actor) -> list[Finding]:
+    """The judgement of a rollout's next move (`ROLLOUT_STEP`: a larger share; or
+    `ROLLOUT_FINISH`: live for all), asked at the moment it happens against the environment
+    as it is now: protected since (the plan must have been approved), requiring a preview
+    since (one finished at most a day before the rollout started, or later), archived, or a
+    runtime that can no longer serve the version or the split."""
+    live = live_release(document=rollout.document, environment=rollout.environment)
+    approved = rollout.approvals.filter(status=ApprovalRequest.Status.APPROVED).exists()
+    return go_live_refusals(
+        path,
+        Candidate.of(rollout.version),
+        environment=rollout.environment,
+        actor=actor,
+        live=live,
+        approved=approved,
+        preview_since=rollout.started_at,
     )
-    unsupported = runtime_feature_finding(environment=environment, feature=SPLIT, context=context)
-    return blocking(refusals + ([unsupported] if unsupported is not None else []))
 
 
 def rollout_preview(*, version: Version, environment: Environment, actor, plan, unit="task"):
@@ -248,17 +228,10 @@ def evidence_request_ids(facts) -> list[str]:
 
 
 def rollout_actions(*, user, rollout: Rollout) -> dict[str, bool]:
-    """Which actions `user` may take on `rollout` now (the page's buttons): the state allows
-    it and the policy does."""
-    state = rollout.state
-    allowed = {
-        "pause": state == Rollout.State.RUNNING,
-        "resume": state == Rollout.State.PAUSED,
-        "advance": state in Rollout.SERVED_STATES,
-        "finish": state in Rollout.SERVED_STATES,
-        "stop": state in Rollout.ACTIVE_STATES,
-    }
+    """Which operator actions `user` may take on `rollout` now (the page's buttons, the API's
+    list): the state table allows it (`transitions.rollout_allows`) and the policy does."""
     return {
-        action: ok and user_can_rollout(user, rollout.environment, rollout.document.agent, action)
-        for action, ok in allowed.items()
+        action: rollout_allows(rollout, action)
+        and user_can_rollout(user, rollout.environment, rollout.document.agent, action)
+        for action in ROLLOUT_OPERATOR_ACTIONS
     }

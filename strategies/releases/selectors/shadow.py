@@ -19,16 +19,17 @@ from strategies.catalog.selectors import (
 )
 from strategies.documents.models import Document, Version
 from strategies.releases.models import Release, ShadowRelease
-from strategies.releases.selectors.publish import (
+from strategies.releases.selectors.publish import live_release
+from strategies.releases.selectors.refusals import (
     NOT_A_STRATEGY,
     NOT_FROZEN,
     NOTHING_LIVE,
     SHADOW_RUNNING,
     STALE_REVISION,
     is_runtime_finding,
-    live_release,
     target_refusals,
 )
+from strategies.releases.transitions import shadow_allows
 
 
 # --- shadow releases ----------------------------------------------------------------------------
@@ -79,7 +80,7 @@ def shadow_refusals(
             )
         )
     shadow = shadow_get(document=document, environment=environment)
-    if shadow is not None and shadow.running:
+    if not shadow_allows(shadow, "start"):
         refusals.append(
             Finding(
                 "environment",

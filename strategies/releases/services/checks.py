@@ -12,7 +12,6 @@ from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.policy import refuse_publish, refuse_sensitive, shadow_refusal
 from strategies.catalog.models import Environment
 from strategies.documents.models import Version
-from strategies.releases.golive import Candidate, Path, go_live_refusals
 from strategies.releases.models import Release
 from strategies.releases.selectors import (
     ALREADY_LIVE,
@@ -31,6 +30,7 @@ from strategies.releases.selectors import (
     rollback_targets,
     unreviewed_versions,
 )
+from strategies.releases.selectors.golive import Candidate, Path, go_live_refusals
 from strategies.releases.services.state import (
     _current,
     _release_state,

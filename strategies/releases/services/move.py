@@ -20,8 +20,8 @@ from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.catalog.models import Environment
 from strategies.delivery import config as runtime_config
 from strategies.documents.models import Document, Version
-from strategies.releases.golive import Path, goes_live_unreviewed
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent, Rollout
+from strategies.releases.selectors.golive import Path, goes_live_unreviewed
 from strategies.releases.services.notifications import _notify
 from strategies.releases.services.rollout_move import _rollout_notify, _rollout_stopped_by_move
 from strategies.releases.services.shadow_move import ShadowChange, _shadow_move, _shadow_notify

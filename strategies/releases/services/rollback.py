@@ -10,8 +10,13 @@ from console.kernel.policy import check_user_can_request_rollback
 from console.kernel.reasons import reason_clean
 from console.kernel.transactions import service_transaction
 from strategies.documents.models import Version
-from strategies.releases.golive import APPROVAL_REQUIRED, Candidate, Path, go_live_refusals
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
+from strategies.releases.selectors.golive import (
+    APPROVAL_REQUIRED,
+    Candidate,
+    Path,
+    go_live_refusals,
+)
 from strategies.releases.services.approvals import _approval_create
 from strategies.releases.services.checks import check_rollback_target
 from strategies.releases.services.move import _release_move

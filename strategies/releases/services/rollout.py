@@ -26,7 +26,6 @@ from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse
 from strategies.catalog.models import Environment
 from strategies.documents.models import Version
-from strategies.releases.golive import UNREVIEWED
 from strategies.releases.models import ApprovalRequest, Rollout
 from strategies.releases.plans import ALL_AT_ONCE, STAGED, plan_hash, plan_resolve
 from strategies.releases.selectors import (
@@ -40,12 +39,14 @@ from strategies.releases.selectors import (
     NOT_FOUND,
     NOT_FROZEN,
     NOTHING_LIVE,
+    PREVIEW_REQUIRED,
     ROLLOUT_ACTIVE,
     active_rollout,
     is_runtime_finding,
     pending_for,
     rollout_refusals,
 )
+from strategies.releases.selectors.golive import UNREVIEWED
 from strategies.releases.services.approvals import _approval_create
 from strategies.releases.services.checks import _refuse_target
 from strategies.releases.services.rollout_guards import (
@@ -120,6 +121,12 @@ def rollout_refuse(refusals, *, version: Version, environment: Environment, acto
             extra={"current": approval_state(pending) if pending else None},
         )
     runtime = [f for f in refused if is_runtime_finding(f)]
+    if PREVIEW_REQUIRED in codes and not runtime:
+        raise Conflict(
+            codes[PREVIEW_REQUIRED].message,
+            code=PREVIEW_REQUIRED,
+            details=[codes[PREVIEW_REQUIRED].as_dict()],
+        )
     if any(f.code == SPLIT_UNSUPPORTED for f in runtime):
         raise ValidationFailed(
             f"{document.key} v{version.number} cannot roll out in steps in {environment.key}: "

@@ -10,8 +10,13 @@ from django.utils import timezone
 
 from console.kernel.audit import SystemActor
 from console.kernel.transactions import service_transaction
-from strategies.releases.golive import APPROVAL_REQUIRED, Candidate, Path, go_live_refusals
 from strategies.releases.models import Rollout
+from strategies.releases.selectors.golive import (
+    APPROVAL_REQUIRED,
+    Candidate,
+    Path,
+    go_live_refusals,
+)
 from strategies.releases.services.rollout_move import (
     _rollout_change,
     _rollout_expect,

@@ -14,14 +14,11 @@ from django.utils import timezone
 
 from console.kernel.audit import SystemActor, actor_label
 from console.kernel.errors import Conflict, ValidationFailed
-from strategies.releases.golive import (
-    APPROVAL_REQUIRED,
-    PREVIEW_REQUIRED,
-    Path,
-    rollout_go_live_refusals,
-)
 from strategies.releases.models import ApprovalRequest, ReleaseEvent, Rollout
 from strategies.releases.plans import plan_hash
+from strategies.releases.selectors.golive import Path
+from strategies.releases.selectors.refusals import APPROVAL_REQUIRED, PREVIEW_REQUIRED
+from strategies.releases.selectors.rollouts import rollout_go_live_refusals
 from strategies.releases.services.move import _release_move
 from strategies.releases.services.rollout_move import (
     RolloutChange,

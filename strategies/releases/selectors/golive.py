@@ -29,12 +29,10 @@ from console.kernel.audit import SystemActor
 from console.kernel.policy import publish_refusal, rollback_needs_approval
 from strategies.catalog.selectors import runtime_feature_finding, validation_context
 from strategies.documents.models import Document
-from strategies.releases.models import ApprovalRequest, Release
 from strategies.releases.preview_hook import preview_finding
-from strategies.releases.selectors import (  # noqa: F401 (the codes, named here too)
+from strategies.releases.selectors.refusals import (
     ALREADY_LIVE,
     APPROVAL_REQUIRED,
-    PREVIEW_REQUIRED,
     REPLACES_REQUEST,
     STALE_REVISION,
     UNREVIEWED,
@@ -332,6 +330,13 @@ def _protection_findings(
                 severity=FLAG,
             )
         )
+    elif path == Path.ROLLOUT_START and pending is not None:
+        # A rollout waits for no request, protected or not (a rollback request may wait).
+        findings.append(
+            waiting_finding(
+                pending=pending, document_key=candidate.document_key, environment=environment
+            )
+        )
     elif protection == Protection.PLAN and environment.protected and not approved:
         findings.append(
             Finding(
@@ -375,26 +380,3 @@ def go_live_outcome(findings: list[Finding]) -> str:
     if APPROVAL_REQUIRED in codes:
         return NEEDS_APPROVAL
     return LIVE_UNREVIEWED if UNREVIEWED in codes else LIVE
-
-
-def rollout_go_live_refusals(rollout, *, path: Path, actor) -> list[Finding]:
-    """The judgement of a rollout's next move (`ROLLOUT_STEP`: a larger share; or
-    `ROLLOUT_FINISH`: live for all), asked at the moment it happens against the environment
-    as it is now: protected since (the plan must have been approved), requiring a preview
-    since (one finished at most a day before the rollout started, or later), archived, or a
-    runtime that can no longer serve the version or the split."""
-    live = (
-        Release.objects.select_related("version")
-        .filter(document=rollout.document, environment=rollout.environment)
-        .first()
-    )
-    approved = rollout.approvals.filter(status=ApprovalRequest.Status.APPROVED).exists()
-    return go_live_refusals(
-        path,
-        Candidate.of(rollout.version),
-        environment=rollout.environment,
-        actor=actor,
-        live=live,
-        approved=approved,
-        preview_since=rollout.started_at,
-    )
