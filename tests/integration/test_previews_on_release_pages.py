@@ -128,6 +128,10 @@ def test_approval_request__prod_publish_with_a_prod_preview__approver_sees_the_s
     # prod runs v2, which never asked for recent_dialogue: its traces are counted apart.
     assert f"{preview.traces_done:,} not previewable (counted apart)" in page
     assert f'href="{reverse("preview-detail", args=[AGENT, preview.pk])}"' in page
+    # Nothing could be compared: a warning that says so, never "no status changes".
+    assert "nothing could be judged" in page and "no status changes" not in page
+    assert 'id="impact-danger" data-danger="nothing_judged"' in page
+    assert f"Nothing could be judged: 0 of {preview.traces_done:,} traces of prod" in page
 
 
 def test_approval_request__no_preview_of_the_version__offers_preview_impact(ops, client):

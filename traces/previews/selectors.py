@@ -473,14 +473,14 @@ def impact_words(preview: Preview) -> str:
             if old != new:
                 becoming[new] = becoming.get(new, 0) + cell["count"]
     parts = [f"{count:,} become {status}" for status, count in sorted(becoming.items())]
+    apart = report.not_previewable_count(data)
     if not previewed:
-        # Nothing replayed is no evidence that nothing changes.
-        return f"{where}: nothing could be judged — no trace could be previewed."
+        # Nothing replayed is no evidence that nothing changes: never "no status changes".
+        return f"{where}: nothing could be judged — {apart:,} not previewable (counted apart)."
     if not parts:
         parts = ["no status changes"]
     changed = (data.get("changed") or {}).get("count", 0)
     text = f"{where}: " + ", ".join(parts) + f"; decisions change in {changed:,}."
-    apart = report.not_previewable_count(data)
     if apart:
         text += f" {apart:,} not previewable (counted apart)."
     return text

@@ -33,6 +33,7 @@ class PromotionRow:
     target_release: Release | None
     pending: ApprovalRequest | None  # a request already waiting in the target
     preview: ChangePreview | None  # set when the document would change
+    impact: dict | None = None  # its saved impact preview in the target (the page sets it)
 
     @property
     def changes(self) -> bool:

@@ -4,7 +4,7 @@ shows (shared with the rollout start page)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from context_runtime.diff import diff_bodies
 from context_runtime.findings import Finding, blocking
@@ -26,6 +26,7 @@ from strategies.releases.selectors.refusals import (
     NOTHING_LIVE,
     SHADOW_RUNNING,
     STALE_REVISION,
+    UNREVIEWED,
     is_runtime_finding,
     target_refusals,
 )
@@ -153,6 +154,7 @@ class ShadowPreview:
     blocking: list[Finding]
     refusals: list[Finding]
     manifest_version: int | None
+    flags: list[Finding] = field(default_factory=list)  # e.g. goes live unreviewed
 
     @property
     def is_live(self) -> bool:
@@ -184,6 +186,7 @@ def judged_preview(*, version: Version, environment: Environment, refusals) -> S
         blocking=[f for f in refused if is_runtime_finding(f)],
         refusals=[f for f in refused if not is_runtime_finding(f)],
         manifest_version=manifest_row.version if manifest_row else None,
+        flags=[f for f in refusals if f not in refused and f.code == UNREVIEWED],
     )
 
 

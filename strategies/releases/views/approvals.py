@@ -19,7 +19,12 @@ from strategies.releases import selectors
 from strategies.releases import services as releases
 from strategies.releases.models import ApprovalRequest
 from strategies.releases.preview_hook import preview_summary
-from strategies.releases.views.lookups import _overview_url, _rollout_url
+from strategies.releases.views.lookups import (
+    _overview_url,
+    _rollout_url,
+    check_danger_confirmed,
+    impact_danger,
+)
 
 
 # --- approvals -----------------------------------------------------------------------------------------------
@@ -55,6 +60,16 @@ def _verb(approval) -> str:
     return "roll back to" if approval.kind == ApprovalRequest.Kind.ROLLBACK else "publish"
 
 
+def _approval_impact(request, approval) -> dict | None:
+    """The saved impact preview the approval rests on (none for a rollback: it goes back to
+    a version that was live)."""
+    if approval.kind == ApprovalRequest.Kind.ROLLBACK:
+        return None
+    return preview_summary(
+        user=request.user, version=approval.version, environment=approval.environment
+    )
+
+
 def _approval_context(request, approval, error):
     return {
         "agent": request.agent,
@@ -62,11 +77,8 @@ def _approval_context(request, approval, error):
         "preview": selectors.change_preview(
             version=approval.version, environment=approval.environment
         ),
-        "impact": None
-        if approval.kind == ApprovalRequest.Kind.ROLLBACK
-        else preview_summary(
-            user=request.user, version=approval.version, environment=approval.environment
-        ),
+        "impact": (impact := _approval_impact(request, approval)),
+        "danger": impact_danger(impact),
         "can_decide": user_can_decide_approval(request.user, approval),
         "is_requester": approval.requested_by_id == request.user.pk,
         "can_withdraw": user_can_withdraw_approval(request.user, approval),
@@ -89,6 +101,7 @@ def approval_decide(request, agent, pk):
     note = request.POST.get("reason", "").strip()
     try:
         if decision == "approve":
+            check_danger_confirmed(request, impact_danger(_approval_impact(request, approval)))
             releases.approval_approve(approval=approval, actor=request.user, note=note)
             if approval.kind == ApprovalRequest.Kind.ROLLOUT:
                 messages.success(

@@ -80,3 +80,69 @@ def _page_or_preview(request, template: str, context: dict, error) -> TemplateRe
     if request.htmx and request.method == "GET":
         template += "#preview"
     return TemplateResponse(request, template, context, status=error.status if error else 200)
+
+
+# --- what a go-live page warns of, and the confirmation it then needs ------------------------------
+CONFIRMATION_REQUIRED = "confirmation_required"
+
+
+def impact_danger(impact: dict | None) -> dict | None:
+    """The warning of the saved preview a go-live rests on (traces get worse; nothing could
+    be judged), or None (`traces.previews.selectors.impact_danger`, through the summary)."""
+    return ((impact or {}).get("preview") or {}).get("danger")
+
+
+def dangers_joined(dangers: list[dict]) -> dict | None:
+    """Several documents' warnings as one (a promotion): one confirmation names them all."""
+    dangers = [d for d in dangers if d]
+    if len(dangers) <= 1:
+        return dangers[0] if dangers else None
+    kind = "worse" if any(d["kind"] == "worse" for d in dangers) else dangers[0]["kind"]
+    return {
+        "kind": kind,
+        "title": "; ".join(d["title"] for d in dangers),
+        "message": " ".join(d["message"] for d in dangers),
+        "confirm": " ".join(d["confirm"] for d in dangers),
+    }
+
+
+def guards_danger(rollout) -> dict | None:
+    """What the step's guards warn of before a person moves the rollout on by hand: a guard
+    in breach (the new version does worse), or none able to judge yet."""
+    guards = rollout.guards or []
+    breached = [g.get("name", "?").replace("_", " ") for g in guards if g.get("state") == "breach"]
+    step = f"step {rollout.step + 1}"
+    if breached:
+        names = ", ".join(breached)
+        return {
+            "kind": "worse",
+            "title": f"The {names} guard{'s' if len(breached) > 1 else ''} breached at {step}",
+            "message": f"v{rollout.version.number} does worse than v{rollout.control_version.number} "
+            "on the evidence so far.",
+            "confirm": f"The {names} guard breached at {step}, and I move it on anyway.",
+        }
+    if not any(g.get("state") == "ok" for g in guards):
+        return {
+            "kind": "nothing_judged",
+            "title": f"Nothing could be judged at {step} yet",
+            "message": "No guard has enough traffic to compare the two versions.",
+            "confirm": f"Nothing could be judged at {step} yet, and I move it on without evidence.",
+        }
+    return None
+
+
+def check_danger_confirmed(request, danger: dict | None) -> None:
+    """Refuse (400 `confirmation_required`, nothing done) a go-live whose evidence warns,
+    unless the person ticked the confirmation that names the warning."""
+    if danger and request.POST.get("confirm_danger") != danger["kind"]:
+        raise ValidationFailed(
+            f"{danger['title']}: tick the confirmation to go on anyway.",
+            code=CONFIRMATION_REQUIRED,
+            details=[
+                {
+                    "path": "confirm_danger",
+                    "code": CONFIRMATION_REQUIRED,
+                    "message": danger["confirm"],
+                }
+            ],
+        )

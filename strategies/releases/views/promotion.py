@@ -14,7 +14,15 @@ from console.kernel.policy import Capability, requires
 from strategies.catalog.selectors import environment_list
 from strategies.releases import selectors
 from strategies.releases import services as releases
-from strategies.releases.views.lookups import _document, _environment, _overview_url
+from strategies.releases.preview_hook import preview_summary
+from strategies.releases.views.lookups import (
+    _document,
+    _environment,
+    _overview_url,
+    check_danger_confirmed,
+    dangers_joined,
+    impact_danger,
+)
 
 
 # --- promotion ------------------------------------------------------------------------------------------
@@ -33,8 +41,19 @@ def promote(request, agent):
     document_key = source_of.get("document", "")
     documents = [_document(request.agent, document_key)] if document_key else None
     error = None
+    rows = selectors.promotion_preview(
+        agent=request.agent, source=source, target=target, documents=documents
+    )
+    changing = [row for row in rows if row.changes]
+    # What the promotion rests on: each changing version's saved preview in the target.
+    for row in changing:
+        row.impact = preview_summary(
+            user=request.user, version=row.preview.version, environment=target
+        )
+    danger = dangers_joined([impact_danger(row.impact) for row in changing])
     if request.method == "POST":
         try:
+            check_danger_confirmed(request, danger)
             outcome = releases.release_promote(
                 agent=request.agent,
                 source=source,
@@ -48,10 +67,6 @@ def promote(request, agent):
         else:
             messages.success(request, _promotion_message(outcome))
             return redirect(_overview_url(request.agent))
-    rows = selectors.promotion_preview(
-        agent=request.agent, source=source, target=target, documents=documents
-    )
-    changing = [row for row in rows if row.changes]
     context = {
         "agent": request.agent,
         "source": source,
@@ -59,6 +74,7 @@ def promote(request, agent):
         "document_key": document_key,
         "rows": rows,
         "changing": changing,
+        "danger": danger,
         "blocked": [row for row in changing if row.preview.blocking or row.pending],
         "error": error,
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",

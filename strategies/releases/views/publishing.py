@@ -21,6 +21,8 @@ from strategies.releases.views.lookups import (
     _overview_url,
     _page_or_preview,
     _version,
+    check_danger_confirmed,
+    impact_danger,
 )
 
 
@@ -34,9 +36,12 @@ def publish(request, agent, document, environment):
     doc = _document(request.agent, document)
     env = _environment(environment)
     version = _version(doc, _asked_version(request))
+    # The saved impact preview of this version here (traces.previews, through the hook).
+    impact = preview_summary(user=request.user, version=version, environment=env)
     error = None
     if request.method == "POST":
         try:
+            check_danger_confirmed(request, impact_danger(impact))
             outcome = releases.release_publish(
                 version=version, environment=env, actor=request.user, **_confirmed(request)
             )
@@ -75,8 +80,8 @@ def publish(request, agent, document, environment):
         ).message,
         "versions": selectors.publishable_versions(document=doc),
         "preview": preview,
-        # The saved impact preview of this version here (traces.previews, through the hook).
-        "impact": preview_summary(user=request.user, version=version, environment=env),
+        "impact": impact,
+        "danger": impact_danger(impact),
         "error": error,
         # A refused publish shows the form again with what the person typed.
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",

@@ -21,17 +21,23 @@ from strategies.releases import selectors
 from strategies.releases import services as releases
 from strategies.releases.models import Rollout
 from strategies.releases.plans import ALL_AT_ONCE, CUSTOM, STAGED, TEMPLATE_LABELS, TEMPLATES
+from strategies.releases.preview_hook import preview_summary
 from strategies.releases.views.lookups import (
     _document,
     _environment,
     _int,
     _page_or_preview,
     _rollout_url,
+    check_danger_confirmed,
+    guards_danger,
+    impact_danger,
 )
 from strategies.releases.views.shadows import _shadow_version
 
 # --- staged rollouts (issue 23) ---------------------------------------------------------------------
 ROLLOUT_ACTIONS = releases.ROLLOUT_OPERATOR_ACTIONS
+# The operators' actions that move a larger share live: they rest on the step's guards.
+MOVES_ON = ("advance", "finish")
 ROLLOUT_DONE = {
     "pause": "is paused: runtimes keep its share, the guards no longer move it on",
     "resume": "runs again; its step's bake starts now",
@@ -101,6 +107,9 @@ def _rollout_context(request, rollout, *, error=None) -> dict:
         "evidence_ids": selectors.evidence_request_ids(rollout.evidence),
         "chart": _plan_chart(rollout),
         "actions": selectors.rollout_actions(user=request.user, rollout=rollout),
+        # Advancing or finishing by hand rests on the step's guards: a breach, or nothing
+        # judged yet, needs a confirmation that names it.
+        "move_danger": guards_danger(rollout),
         "can_view_traces": user_can(request.user, Capability.VIEW_TRACES, request.agent),
         "approval": rollout.approvals.order_by("-id").first(),
         # The revision the page was opened at: the polled status says when it moved on.
@@ -152,6 +161,8 @@ def rollout_act(request, agent, pk, action):
     here, or rolling back for a stop); a refusal shows the page again with why."""
     rollout = _rollout(request, pk)
     try:
+        if action in MOVES_ON:
+            check_danger_confirmed(request, guards_danger(rollout))
         rollout = ROLLOUT_ACTIONS[action](
             rollout=rollout, actor=request.user, reason=request.POST.get("reason", "")
         )
@@ -221,6 +232,10 @@ def rollout_start(request, agent, document, environment):
         version = _shadow_version(doc, request)
         plan = _rollout_plan(request) or plan
         if request.method == "POST":
+            check_danger_confirmed(
+                request,
+                impact_danger(preview_summary(user=request.user, version=version, environment=env)),
+            )
             rollout = releases.rollout_start(
                 version=version,
                 environment=env,
@@ -260,6 +275,12 @@ def rollout_start(request, agent, document, environment):
         )
         if version
         else None,
+        "impact": (
+            impact := preview_summary(user=request.user, version=version, environment=env)
+            if version
+            else None
+        ),
+        "danger": impact_danger(impact),
         "error": error,
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",
     }

@@ -13,6 +13,7 @@ from console.kernel.policy import Capability, requires
 from strategies.documents.models import Document
 from strategies.releases import selectors
 from strategies.releases import services as releases
+from strategies.releases.preview_hook import preview_summary
 from strategies.releases.views.lookups import (
     _asked_version,
     _confirmed,
@@ -21,6 +22,8 @@ from strategies.releases.views.lookups import (
     _int,
     _overview_url,
     _page_or_preview,
+    check_danger_confirmed,
+    impact_danger,
 )
 
 
@@ -48,6 +51,20 @@ def _shadow_version(document: Document, request):
     return version
 
 
+def _promote_impact(request, cell) -> dict | None:
+    """The saved impact preview of the running shadow's version here, or None."""
+    if cell.shadow is None or not cell.shadow.running:
+        return None
+    return preview_summary(
+        user=request.user, version=cell.shadow.version, environment=cell.environment
+    )
+
+
+def _promote_danger(request, doc, env) -> dict | None:
+    cell = selectors.release_cell(user=request.user, document=doc, environment=env)
+    return impact_danger(_promote_impact(request, cell))
+
+
 def _shadow_page(request, doc, env, *, error=None, version=None) -> TemplateResponse:
     """The shadow page of document × environment: the shadow running there with its stop
     and promote actions, or the form to start one with the check of the chosen version."""
@@ -69,6 +86,9 @@ def _shadow_page(request, doc, env, *, error=None, version=None) -> TemplateResp
         else None,
         "error": error,
         "shadow_page": True,
+        # What promoting the running shadow rests on: its version's saved impact preview.
+        "promote_impact": (impact := _promote_impact(request, cell)),
+        "promote_danger": impact_danger(impact),
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",
     }
     return _page_or_preview(request, "releases/shadow.html", context, error)
@@ -122,6 +142,7 @@ def shadow_promote(request, agent, document, environment):
     doc = _document(request.agent, document)
     env = _environment(environment)
     try:
+        check_danger_confirmed(request, _promote_danger(request, doc, env))
         outcome = releases.shadow_promote(
             document=doc,
             environment=env,
