@@ -63,3 +63,8 @@ def shadow_allows(shadow: ShadowRelease | None, action: str) -> bool:
     """Whether the shadow row (None: never started there) allows `action` now."""
     running = shadow is not None and shadow.running
     return running == SHADOW_TRANSITIONS[action]
+
+
+def shadow_actions(shadow: ShadowRelease | None) -> list[str]:
+    """The actions the shadow row's state allows now, in the pages' order."""
+    return [action for action in SHADOW_TRANSITIONS if shadow_allows(shadow, action)]

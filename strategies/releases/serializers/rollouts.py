@@ -9,6 +9,7 @@ from rest_framework import serializers
 from console.kernel.api_schema import StrictSerializer
 from strategies.releases.models import Rollout
 from strategies.releases.serializers.common import REASON_MAX
+from strategies.releases.transitions import ROLLOUT_OPERATOR_ACTIONS
 
 
 # --------------------------------------------------------------------------- staged rollouts
@@ -138,6 +139,11 @@ class RolloutSerializer(serializers.Serializer):
     revision = serializers.IntegerField(help_text="Grows with every change (in the config ETag).")
     approval = serializers.IntegerField(
         allow_null=True, help_text="The approval request of its plan, where protected."
+    )
+    actions = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(ROLLOUT_OPERATOR_ACTIONS)),
+        help_text="What its state allows an operator to do now (the one state table; the "
+        "caller's rights are asked when an action is taken).",
     )
     watch = RolloutWatchSerializer(
         allow_null=True,

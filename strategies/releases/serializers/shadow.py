@@ -6,6 +6,7 @@ from rest_framework import serializers
 
 from console.kernel.api_schema import StrictSerializer
 from strategies.releases.serializers.common import REASON_MAX
+from strategies.releases.transitions import SHADOW_TRANSITIONS
 
 
 class ShadowStartRequest(StrictSerializer):
@@ -57,6 +58,11 @@ class ShadowSerializer(serializers.Serializer):
     )
     started_by = serializers.CharField()
     started_at = serializers.DateTimeField(allow_null=True)
+    actions = serializers.ListField(
+        child=serializers.ChoiceField(choices=list(SHADOW_TRANSITIONS)),
+        help_text="What its state allows now (the one state table): start when none runs, "
+        "stop or promote while one runs.",
+    )
 
 
 class ShadowOutcomeSerializer(serializers.Serializer):

@@ -9,6 +9,7 @@ from console.kernel.errors import Conflict
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document
 from strategies.releases.models import ApprovalRequest, Release, Rollout, ShadowRelease
+from strategies.releases.transitions import rollout_operator_actions, shadow_actions
 
 
 def _release_state(release: Release | None) -> dict | None:
@@ -33,6 +34,7 @@ def release_state(release: Release | None) -> dict | None:
 def shadow_state(shadow: ShadowRelease | None, *, document=None, environment=None) -> dict:
     """A shadow as the API and the audit show it: `version` null when none runs; `revision`
     (0: never started here) is what a start or stop sends back as `expected_revision`."""
+    actions = shadow_actions(shadow)  # what its state allows now: the one state table
     if shadow is None or not shadow.running:
         return {
             "document": (shadow.document if shadow else document).key,
@@ -41,6 +43,7 @@ def shadow_state(shadow: ShadowRelease | None, *, document=None, environment=Non
             "revision": shadow.revision if shadow else 0,
             "started_by": "",
             "started_at": None,
+            "actions": actions,
         }
     return {
         "document": shadow.document.key,
@@ -49,6 +52,7 @@ def shadow_state(shadow: ShadowRelease | None, *, document=None, environment=Non
         "revision": shadow.revision,
         "started_by": shadow.started_by,
         "started_at": shadow.started_at.isoformat() if shadow.started_at else None,
+        "actions": actions,
     }
 
 
@@ -147,6 +151,8 @@ def rollout_state(rollout: Rollout) -> dict:
         "ended_at": _iso(rollout.ended_at),
         "revision": rollout.revision,
         "approval": approval.pk if approval else None,
+        # What its state allows an operator to do now: the one state table.
+        "actions": rollout_operator_actions(rollout),
         "watch": {
             "active": rollout.watching,
             "until": _iso(rollout.watch_until),
