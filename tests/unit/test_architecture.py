@@ -203,3 +203,46 @@ def test_background_citations__each_names_a_section_of_background_md():
         for cited in _unknown_background_citations(path.read_text(), sections)
     )
     assert unknown == []
+
+
+def _product_module_paths() -> list[str]:
+    """Every product module as a repository path (`strategies/releases/selectors/golive.py`),
+    without package markers, app configs and migrations."""
+    return sorted(
+        str(path.relative_to(ROOT))
+        for path in _project_files()
+        if path.name not in EXEMPT_FROM_LAYERS and not str(path).startswith(str(ROOT / "sdk"))
+    )
+
+
+def _named_by(module: str, tokens: set[str]) -> bool:
+    """Whether a backticked token names `module`: its path, its dotted name, a glob or brace
+    form that matches it, or a folder (`strategies/releases/`, `traces/previews`) holding it."""
+    dotted = module.removesuffix(".py").replace("/", ".")
+    for token in tokens:
+        if token in (module, dotted, module.removesuffix(".py")):
+            return True
+        if any(mark in token for mark in "*?"):
+            pattern = token.rstrip("/")
+            if Path(module).match(pattern) or any(p.match(pattern) for p in Path(module).parents):
+                return True
+        # A job's folder (`strategies/releases/`, `traces/previews/`) names what is in it; a
+        # top-level package (`console/`, `traces/`) is too wide to name anything.
+        folder = token.rstrip("/")
+        if "/" in folder and not token.endswith(".py") and module.startswith(folder + "/"):
+            return True
+    return False
+
+
+def test_architecture_doc__every_product_module__is_named_by_path_or_folder():
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    tokens = {
+        expanded
+        for token in re.findall(r"`([^`\n]+)`", text)
+        for expanded in _expand_braces(token)
+    }
+    unnamed = [module for module in _product_module_paths() if not _named_by(module, tokens)]
+    assert not unnamed, (
+        "docs/architecture.md names neither these modules nor a folder of theirs (add a row "
+        f"or a mention): {', '.join(unnamed)}"
+    )
