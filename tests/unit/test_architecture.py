@@ -237,9 +237,7 @@ def _named_by(module: str, tokens: set[str]) -> bool:
 def test_architecture_doc__every_product_module__is_named_by_path_or_folder():
     text = (ROOT / "docs" / "architecture.md").read_text()
     tokens = {
-        expanded
-        for token in re.findall(r"`([^`\n]+)`", text)
-        for expanded in _expand_braces(token)
+        expanded for token in re.findall(r"`([^`\n]+)`", text) for expanded in _expand_braces(token)
     }
     unnamed = [module for module in _product_module_paths() if not _named_by(module, tokens)]
     assert not unnamed, (
