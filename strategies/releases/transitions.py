@@ -28,6 +28,7 @@ ROLLOUT_TRANSITIONS: dict[str, tuple[str, ...]] = {
     "extend": (State.RUNNING,),
     "guard_pause": (State.RUNNING,),
     "rollback": (State.RUNNING,),
+    "record_guards": (State.RUNNING, State.PAUSED),  # the page's guard states, no revision
     # the paired watch runs on a completed rollout (`Rollout.watching`)
     "watch_warn": (State.COMPLETED,),
     "watch_end": (State.COMPLETED,),

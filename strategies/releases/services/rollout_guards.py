@@ -26,6 +26,7 @@ from strategies.releases.services.rollout_move import (
 )
 from strategies.releases.services.rollout_steps import _next_step
 from strategies.releases.services.state import _current
+from strategies.releases.transitions import ROLLOUT_TRANSITIONS
 
 SYSTEM = SystemActor("system")
 ROLLOUT_STATE_MOVED = "rollout_moved"  # a guard judged a step the rollout is no longer at
@@ -140,6 +141,6 @@ def rollout_record_guards(*, rollout: Rollout, guards: list[dict]) -> bool:
     changed). Only while it runs or is paused at the step judged; False otherwise."""
     return bool(
         Rollout.objects.filter(
-            pk=rollout.pk, state__in=Rollout.SERVED_STATES, step=rollout.step
+            pk=rollout.pk, state__in=ROLLOUT_TRANSITIONS["record_guards"], step=rollout.step
         ).update(guards=guards, guards_at=timezone.now())
     )

@@ -196,7 +196,7 @@ def _rollout_watch_ended(
     if watching is None:
         return None
     rollout = _rollout_locked(watching)
-    if not rollout.watching:
+    if not rollout_allows(rollout, "watch_end"):
         return None  # ended meanwhile
     return _rollout_change(
         rollout, actor=actor, action="watch_end", reason=reason, watch_ended_at=timezone.now()

@@ -18,13 +18,14 @@ from strategies.releases.models import ShadowRelease
 from strategies.releases.selectors import (
     ALREADY_LIVE,
     STALE_REVISION,
-    running_shadow,
+    shadow_get,
     shadow_refusals,
 )
 from strategies.releases.services.checks import shadow_refuse
 from strategies.releases.services.publish import PublishOutcome, release_publish
 from strategies.releases.services.shadow_move import NO_SHADOW, _shadow_move, _shadow_notify
 from strategies.releases.services.state import _current, shadow_conflict
+from strategies.releases.transitions import shadow_allows
 
 
 def _changed(change, *, actor) -> ShadowRelease:
@@ -67,8 +68,8 @@ def shadow_start(
 
 def _running(document, environment, *, version_number, what: str) -> ShadowRelease:
     """The shadow running here, and (when the caller named it) of the version they saw."""
-    shadow = running_shadow(document=document, environment=environment)
-    if shadow is None:
+    shadow = shadow_get(document=document, environment=environment)
+    if not shadow_allows(shadow, what):
         raise shadow_conflict(
             document,
             environment,

@@ -21,6 +21,7 @@ from strategies.releases.models import Release, ReleaseEvent, ShadowRelease
 from strategies.releases.selectors import SHADOW_RUNNING, STALE_REVISION
 from strategies.releases.services.notifications import _notify_shadow
 from strategies.releases.services.state import _shadow_current, shadow_conflict, shadow_state
+from strategies.releases.transitions import shadow_allows
 
 NO_SHADOW = "no_shadow"
 # Each shadow event of the release history, and the audit action it is written as.
@@ -45,13 +46,13 @@ def _lost_race(document, environment, starting: bool) -> Conflict:
     """Why the conditional write matched nothing, read again: another shadow started (a
     start), none runs any more (a stop), or the revision moved on."""
     current = _shadow_current(document, environment)
-    if starting and current is not None and current.running:
+    if starting and not shadow_allows(current, "start"):
         message = (
             f"{document.key} v{current.version.number} already runs as shadow in "
             f"{environment.key} (started by {current.started_by or 'someone'} just now)."
         )
         return shadow_conflict(document, environment, message, code=SHADOW_RUNNING)
-    if not starting and (current is None or not current.running):
+    if not starting and not shadow_allows(current, "stop"):
         message = f"No shadow of {document.key} runs in {environment.key} any more."
         return shadow_conflict(document, environment, message, code=NO_SHADOW)
     return shadow_conflict(

@@ -22,6 +22,7 @@ from strategies.releases import services as releases
 from strategies.releases.models import Rollout
 from strategies.releases.plans import ALL_AT_ONCE, CUSTOM, STAGED, TEMPLATE_LABELS, TEMPLATES
 from strategies.releases.preview_hook import preview_summary
+from strategies.releases.transitions import rollout_allows
 from strategies.releases.views.lookups import (
     _document,
     _environment,
@@ -119,7 +120,7 @@ def _rollout_context(request, rollout, *, error=None) -> dict:
             for entry in reversed(rollout.log or [])
         ],
         "error": error,
-        "can_watch_rollback": rollout.watching
+        "can_watch_rollback": rollout_allows(rollout, "watch_rollback")
         and user_can(request.user, Capability.ROLLBACK, request.agent),
     }
 
