@@ -6,14 +6,11 @@ with no break-glass. Each test failed on bc039d9."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from console.kernel.errors import Conflict
 from console.kernel.models import AuditRecord
 from strategies.catalog.services import environment_archive, environment_update
-from strategies.delivery.models import ConfigPayload
 from strategies.releases.models import Release, ReleaseEvent, Rollout, ShadowRelease
 from strategies.releases.selectors import rollout_refusals
 from strategies.releases.selectors.golive import UNREVIEWED
@@ -25,39 +22,20 @@ from strategies.releases.services import (
     shadow_start,
 )
 from tests.factories.releases import rollout_setup
+from tests.integration.test_rollouts import FAST, STRATEGY, live_number, payload
 
-STRATEGY = "after_sales_consultation"
-FAST = [
-    {"share": 0.1, "bake_seconds": 120},
-    {"share": 0.5, "bake_seconds": 120},
-    {"share": 1.0, "bake_seconds": 120},
-]
 INCIDENT = "INC-4711: fraud rule hotfix, approver unreachable"
-
-
-WORLD = {}
 
 
 @pytest.fixture
 def world(db):
-    setup = rollout_setup()
-    WORLD["admin"] = setup.admin
-    return setup
+    return rollout_setup()
 
 
-def live_number(env) -> int:
-    return Release.objects.get(document__key=STRATEGY, environment=env).version.number
-
-
-def payload(env) -> dict:
-    row = ConfigPayload.objects.get(agent__key="assistant_professional", environment=env)
-    return json.loads(bytes(row.body))
-
-
-def update(env, **changes):
+def update(world, env, **changes):
     """Change an environment's settings as the admin (the service re-reads it), then read it
     again here."""
-    environment_update(environment=env, actor=WORLD["admin"], **changes)
+    environment_update(environment=env, actor=world.admin, **changes)
     env.refresh_from_db()
     return env
 
@@ -71,7 +49,7 @@ def last_step(rollout: Rollout) -> Rollout:
 # --- 1. require_preview ----------------------------------------------------------------------------
 def test_rollout_start__require_preview_and_no_preview__refused_preview_required(world):
     sg = world.envs["sg-test"]
-    update(sg, require_preview=True)
+    update(world, sg, require_preview=True)
 
     with pytest.raises(Conflict) as refused:
         rollout_start(version=world.strategy[3], environment=sg, actor=world.ops, plan=FAST)
@@ -84,7 +62,7 @@ def test_rollout_start__require_preview_and_no_preview__refused_preview_required
 def test_require_preview_switched_on_mid_rollout__finish_refused__guard_step_pauses(world):
     sg = world.envs["sg-test"]
     rollout = rollout_start(version=world.strategy[3], environment=sg, actor=world.ops, plan=FAST)
-    update(sg, require_preview=True)
+    update(world, sg, require_preview=True)
 
     with pytest.raises(Conflict) as refused:
         rollout_finish(rollout=rollout, actor=world.ops)
@@ -102,7 +80,7 @@ def test_require_preview_switched_on_mid_rollout__finish_refused__guard_step_pau
 def test_protection_switched_on_mid_rollout__one_person_cannot_finish_or_advance(world):
     sg = world.envs["sg-test"]
     rollout = rollout_start(version=world.strategy[3], environment=sg, actor=world.ops, plan=FAST)
-    update(sg, protected=True)
+    update(world, sg, protected=True)
 
     for act in (rollout_finish, rollout_advance):
         with pytest.raises(Conflict) as refused:
@@ -115,7 +93,7 @@ def test_protection_switched_on_mid_rollout__one_person_cannot_finish_or_advance
 def test_protection_switched_on_mid_rollout__guard_completion_pauses_saying_why(world):
     sg = world.envs["sg-test"]
     rollout = rollout_start(version=world.strategy[3], environment=sg, actor=world.ops, plan=FAST)
-    update(sg, protected=True)
+    update(world, sg, protected=True)
 
     paused = rollout_step_done(rollout=last_step(rollout))
 
@@ -126,10 +104,10 @@ def test_protection_switched_on_mid_rollout__guard_completion_pauses_saying_why(
 
 def test_rollout_started_in_break_glass__finished_after_it_ended__refused(world):
     prod = world.envs["prod"]
-    update(prod, protected=False, break_glass_reason=INCIDENT)
+    update(world, prod, protected=False, break_glass_reason=INCIDENT)
     rollout = rollout_start(version=world.strategy[3], environment=prod, actor=world.ops, plan=FAST)
     assert rollout.state == Rollout.State.RUNNING  # no approval asked during the break-glass
-    update(prod, protected=True)  # ends it
+    update(world, prod, protected=True)  # ends it
 
     with pytest.raises(Conflict) as refused:
         rollout_finish(rollout=rollout, actor=world.ops)
@@ -141,7 +119,7 @@ def test_rollout_started_in_break_glass__finished_after_it_ended__refused(world)
 # --- 3. break-glass flagged at a rollout's start ------------------------------------------------------
 def test_rollout_start_in_break_glass__judgement_flags_unreviewed__completion_marked(world):
     prod = world.envs["prod"]
-    update(prod, protected=False, break_glass_reason=INCIDENT)
+    update(world, prod, protected=False, break_glass_reason=INCIDENT)
 
     judged = rollout_refusals(
         version=world.strategy[3], environment=prod, actor=world.ops, plan=FAST, unit="task"
@@ -159,14 +137,14 @@ def test_rollout_start_in_break_glass__judgement_flags_unreviewed__completion_ma
 def test_archive__running_rollout_stopped_audited_and_gone_from_payload(world):
     sg = world.envs["sg-test"]
     rollout = rollout_start(version=world.strategy[3], environment=sg, actor=world.ops, plan=FAST)
-    assert payload(sg)["rollouts"]
+    assert payload(sg)[1]["rollouts"]
 
     environment_archive(environment=sg, actor=world.admin, reason="sg-test is replaced by sg-2")
 
     rollout.refresh_from_db()
     assert rollout.state == Rollout.State.STOPPED
     assert "sg-test was archived (sg-test is replaced by sg-2)" in rollout.end_reason
-    body = payload(sg)
+    _, body = payload(sg)
     assert body["rollouts"] == {}
     assert body["strategies"][STRATEGY]["version"] == 2  # what is live stays live
     stop = AuditRecord.objects.get(action="rollout.stop")
@@ -177,13 +155,13 @@ def test_archive__running_shadow_stopped_there_only_and_gone_from_payload(world)
     sg, prod = world.envs["sg-test"], world.envs["prod"]
     shadow_start(version=world.strategy[3], environment=sg, actor=world.ops)
     shadow_start(version=world.strategy[3], environment=prod, actor=world.ops)
-    assert STRATEGY in payload(sg)["shadow"]
+    assert STRATEGY in payload(sg)[1]["shadow"]
 
     environment_archive(environment=sg, actor=world.admin, reason="sg-test is replaced by sg-2")
 
     assert not ShadowRelease.objects.get(environment=sg).running
     assert ShadowRelease.objects.get(environment=prod).running  # only the archived one
-    assert payload(sg)["shadow"] == {}
+    assert payload(sg)[1]["shadow"] == {}
     stop = ReleaseEvent.objects.get(release__environment=sg, action="shadow_stop")
     assert "sg-test was archived" in stop.reason
 
@@ -191,16 +169,16 @@ def test_archive__running_shadow_stopped_there_only_and_gone_from_payload(world)
 # --- 5. require_preview off in a protected environment is a break-glass ----------------------------
 def test_require_preview_off_in_protected_env__needs_break_glass_reason(world):
     prod = world.envs["prod"]
-    update(prod, require_preview=True)
+    update(world, prod, require_preview=True)
 
     with pytest.raises(Conflict) as refused:
-        update(prod, require_preview=False)
+        update(world, prod, require_preview=False)
     assert refused.value.code == "break_glass_required"
     assert [d["path"] for d in refused.value.details] == ["require_preview"]
     prod.refresh_from_db()
     assert prod.require_preview
 
-    update(prod, require_preview=False, break_glass_reason=INCIDENT)
+    update(world, prod, require_preview=False, break_glass_reason=INCIDENT)
     prod.refresh_from_db()
     assert (prod.require_preview, prod.break_glass_relaxed) == (False, ["require_preview"])
     assert AuditRecord.objects.filter(action="environment.break_glass").count() == 1
@@ -208,7 +186,7 @@ def test_require_preview_off_in_protected_env__needs_break_glass_reason(world):
 
 def test_require_preview_off_in_unprotected_env__plain_update(world):
     sg = world.envs["sg-test"]
-    update(sg, require_preview=True)
-    update(sg, require_preview=False)
+    update(world, sg, require_preview=True)
+    update(world, sg, require_preview=False)
     sg.refresh_from_db()
     assert (sg.require_preview, sg.break_glass_at) == (False, None)
