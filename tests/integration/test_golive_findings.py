@@ -28,7 +28,8 @@ INCIDENT = "INC-4711: fraud rule hotfix, approver unreachable"
 
 
 @pytest.fixture
-def world(db):
+def world(db, settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # nobody signs in
     return rollout_setup()
 
 
