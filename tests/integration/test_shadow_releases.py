@@ -167,6 +167,7 @@ def test_shadow_start__stale_revision__409_and_nothing_written(world):
         "revision": 2,
         "started_by": "",
         "started_at": None,
+        "actions": ["start"],  # none runs: the state table allows a start only
     }
 
 
