@@ -1,7 +1,9 @@
 """Writes for releases, by job: `publish` (live at once, or an approval request where the
 environment is protected), `approvals` (approve, reject, withdraw), `rollback`, `promotion`,
 `shadow` (start, stop, promote a shadow release), `rollout` (staged rollouts: start, pause,
-resume, advance, finish, stop, and what the guards do). Each is one transaction with its audit
+resume, advance, finish, stop), `rollout_guards` (what the guards do), `rollout_watch` (the
+paired watch after completion), over `rollout_steps` (each move asks the go-live judgement
+again). Each is one transaction with its audit
 rows; the outermost are durable.
 
 Beneath them: `move` (the one way a release pointer moves), `shadow_move` (the one way a
@@ -30,16 +32,20 @@ from strategies.releases.services.rollout import (
     default_plan,
     rollout_advance,
     rollout_finish,
-    rollout_guard_pause,
-    rollout_guard_rollback,
     rollout_pause,
-    rollout_record_guards,
-    rollout_record_watch_guards,
     rollout_resume,
     rollout_start,
+    rollout_stop,
+)
+from strategies.releases.services.rollout_guards import (
+    rollout_guard_pause,
+    rollout_guard_rollback,
+    rollout_record_guards,
     rollout_step_done,
     rollout_step_extend,
-    rollout_stop,
+)
+from strategies.releases.services.rollout_watch import (
+    rollout_record_watch_guards,
     rollout_watch_end,
     rollout_watch_rollback,
     rollout_watch_warn,

@@ -49,14 +49,6 @@ from strategies.releases.selectors import (
 from strategies.releases.selectors.golive import UNREVIEWED
 from strategies.releases.services.approvals import _approval_create
 from strategies.releases.services.checks import _refuse_target
-from strategies.releases.services.rollout_guards import (
-    guard_actor,
-    rollout_guard_pause,
-    rollout_guard_rollback,
-    rollout_record_guards,
-    rollout_step_done,
-    rollout_step_extend,
-)
 from strategies.releases.services.rollout_move import (
     _rollout_change,
     _rollout_expect,
@@ -67,13 +59,7 @@ from strategies.releases.services.rollout_move import (
     rollout_conflict,
 )
 from strategies.releases.services.rollout_steps import _complete, _next_step
-from strategies.releases.services.rollout_watch import (
-    rollout_record_watch_guards,
-    rollout_watch_end,
-    rollout_watch_rollback,
-    rollout_watch_warn,
-)
-from strategies.releases.services.state import _current, approval_state, rollout_state
+from strategies.releases.services.state import _current, approval_state
 from strategies.releases.transitions import ROLLOUT_OPERATOR_ACTIONS as OPERATOR_ACTION_NAMES
 
 SPLIT_UNSUPPORTED = "split_unsupported"
@@ -303,22 +289,11 @@ ROLLOUT_OPERATOR_ACTIONS = {
 __all__ = [
     "ROLLOUT_OPERATOR_ACTIONS",
     "default_plan",
-    "guard_actor",
     "rollout_advance",
     "rollout_finish",
-    "rollout_guard_pause",
-    "rollout_guard_rollback",
     "rollout_pause",
-    "rollout_record_guards",
     "rollout_refuse",
     "rollout_resume",
     "rollout_start",
-    "rollout_state",
-    "rollout_step_done",
-    "rollout_step_extend",
     "rollout_stop",
-    "rollout_record_watch_guards",
-    "rollout_watch_end",
-    "rollout_watch_rollback",
-    "rollout_watch_warn",
 ]
