@@ -232,8 +232,8 @@ CELERY_BEAT_SCHEDULE: dict = {
         "schedule": TRACES_PURGE_MINUTES * 60.0,
     },
     "traces-rollup-recent-hours": {"task": "traces.rollup_recent_hours", "schedule": 3600.0},
-    # Day partitions of traces and candidates: a week ahead, and whole days past retention
-    # dropped (docs/traces-storage.md). Every 6 hours: a missed run is harmless.
+    # Day partitions of traces and candidates a week ahead (docs/traces-storage.md; the purge
+    # above drops the expired days). Every 6 hours: a missed run is harmless.
     "traces-partitions-maintain": {"task": "traces.partitions_maintain", "schedule": 6 * 3600.0},
     # An outcome reported before its trace is counted once the trace is stored: the health
     # figures are at most this late (issue 22: visible within 60 s).

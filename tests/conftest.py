@@ -86,6 +86,25 @@ def django_db_setup(django_db_setup):
     DatabaseOperations.execute_sql_flush = flush
 
 
+# --- trace day partitions --------------------------------------------------------------------
+@pytest.fixture
+def day_partitions_restored():
+    """After the test, the day partitions the migrations create (back over the longest
+    retention + 14, a week ahead) exist again: a test that lets the purge drop expired days
+    would otherwise leave later tests, which age traces by up to 44 days, no day to put them."""
+    yield
+    from datetime import UTC
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from traces import partitions
+
+    with connection.cursor() as cursor:
+        today = timezone.now().astimezone(UTC).date()
+        partitions.ensure_range(cursor, today=today, days_back=44, days_ahead=7)
+
+
 # --- database roles --------------------------------------------------------------------------
 @pytest.fixture
 def login_role(transactional_db):

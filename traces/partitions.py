@@ -59,11 +59,45 @@ def ensure_range(cursor, *, today: date, days_back: int, days_ahead: int) -> lis
     )
 
 
-def expired_partitions(cursor, *, before: date) -> list[tuple[str, str]]:
-    """(parent, partition) of the day partitions wholly before `before`: candidates first."""
+def retention_cutoff(now: datetime, retention_days: int) -> datetime:
+    """The start of the oldest UTC day a retention of `retention_days` still keeps: a trace
+    goes with its whole day, once all of that day is older than the retention (so up to a
+    day after its own time). Days are partitions, so a day every environment is done with
+    can go as a partition instead of row by row."""
+    day = (now - timedelta(days=retention_days)).astimezone(UTC).date()
+    return datetime(day.year, day.month, day.day, tzinfo=UTC)
+
+
+def expired_partitions(cursor, *, before: date) -> list[tuple[str, str | None, bool]]:
+    """(partition, parent, detach pending) of the day partitions wholly before `before`,
+    candidates first. Found by name, so a day left behind by an interrupted drop is found
+    too: half-detached (`parent` set, pending True: DETACH … CONCURRENTLY was cancelled in
+    its second phase) or detached but not dropped (`parent` None). Half-detached ones come
+    first: while one is pending, PostgreSQL refuses to detach any other of its parent."""
+    cursor.execute(
+        "SELECT c.relname, p.relname, coalesce(i.inhdetachpending, false) FROM pg_class c"
+        " LEFT JOIN pg_inherits i ON i.inhrelid = c.oid"
+        " LEFT JOIN pg_class p ON p.oid = i.inhparent"
+        " WHERE c.relnamespace = current_schema()::regnamespace AND c.relkind IN ('r', 'p')"
+        " AND c.relname ~ '^traces_(trace|candidate)_p[0-9]{8}$'"
+    )
     found = []
-    for parent in ("traces_candidate", "traces_trace"):
-        for day in sorted(existing_days(cursor, parent)):
-            if day < before:
-                found.append((parent, partition_name(parent, day)))
-    return found
+    for name, parent, pending in cursor.fetchall():
+        match = _NAME.match(name)
+        day = datetime.strptime(match.group(2), "%Y%m%d").date()
+        if day < before:
+            is_trace = match.group(1) != "traces_candidate"
+            found.append((not pending, is_trace, day, name, parent, pending))
+    return [(name, parent, pending) for *_, name, parent, pending in sorted(found)]
+
+
+def drop_partition(
+    cursor, *, name: str, parent: str | None, pending: bool, concurrently: bool = True
+) -> None:
+    """Detach a day partition (concurrently: without blocking its parent; that refuses a
+    transaction block, so the connection must be in autocommit), then drop it; finish a
+    detach an earlier run left half done."""
+    if parent is not None:
+        how = "FINALIZE" if pending else ("CONCURRENTLY" if concurrently else "")
+        cursor.execute(f"ALTER TABLE {parent} DETACH PARTITION {name} {how}")
+    cursor.execute(f"DROP TABLE IF EXISTS {name}")

@@ -567,41 +567,98 @@ def snapshots_purge_expired(*, now: datetime | None = None, batch_size: int = PU
     return total
 
 
-def traces_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE_BATCH) -> int:
-    """Delete traces older than their environment's trace_retention_days as it is now (a
-    shortened retention applies at this run), with their candidates, snapshots and request
-    keys. Returns how many traces.
+# One drop at a time: two purges overlapping (a slow run, a manual one) would each try to
+# detach the same day. Any constant unique to this job; a session lock, as DETACH … CONCURRENTLY
+# runs outside a transaction.
+_DROP_LOCK = 0x7472_6163_6573  # "traces"
 
-    Whole days past the longest retention go by `partitions_drop_expired`; this batched
-    DELETE handles the environments with a shorter retention, in the oldest partitions only
-    (every statement carries `occurred_at < cutoff`, so the plan prunes to them)."""
 
+def partitions_drop_expired(*, now: datetime | None = None) -> list[str]:
+    """Drop the day partitions of traces and candidates that every environment is done with
+    (all of the day older than the longest `trace_retention_days` as it is now): DETACH …
+    CONCURRENTLY, then DROP — no row is deleted, no long lock is taken on the parents. A day
+    an interrupted run left half-detached is finished. Returns the partitions dropped
+    (none when another drop is running).
+
+    The beat task runs it outside a transaction; called inside one (DETACH … CONCURRENTLY
+    refuses a transaction block), it detaches plainly, which holds the parents' lock until
+    that transaction ends."""
     now = now or timezone.now()
+    before = partitions.retention_cutoff(now, _longest_retention()).date()
+    dropped = []
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_DROP_LOCK])
+        if not cursor.fetchone()[0]:
+            return dropped
+        try:
+            for name, parent, pending in partitions.expired_partitions(cursor, before=before):
+                partitions.drop_partition(
+                    cursor,
+                    name=name,
+                    parent=parent,
+                    pending=pending,
+                    concurrently=not connection.in_atomic_block,
+                )
+                dropped.append(name)
+        finally:
+            cursor.execute("SELECT pg_advisory_unlock(%s)", [_DROP_LOCK])
+    return dropped
+
+
+def _longest_retention() -> int:
+    """Environments share the day partitions: a day goes when the longest retention is over."""
+    return max(
+        Environment.objects.values_list("trace_retention_days", flat=True),
+        default=TRACE_RETENTION_DAYS_DEFAULT,
+    )
+
+
+def traces_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE_BATCH) -> int:
+    """Delete, row by row in short batches, the traces of an environment whose retention (as
+    it is now: a shortened one applies at this run) is shorter than the longest, with their
+    candidates and snapshots; and every environment's expired request keys. Returns how many
+    traces.
+
+    Whole days past the longest retention are not touched here: `partitions_drop_expired`
+    drops them as partitions (the purge task runs it first). So rows are deleted only from
+    the days between an environment's cut-off and the longest one, and every statement is
+    bounded on `occurred_at` on both sides, so its plan prunes to those days."""
+    now = now or timezone.now()
+    floor = partitions.retention_cutoff(now, _longest_retention())
     total = 0
-    for environment in Environment.objects.all():
-        cutoff = now - timedelta(days=environment.trace_retention_days)
-        total += _delete_in_batches(
-            "SELECT id FROM traces_trace WHERE environment_id = %s AND occurred_at < %s",
-            [environment.pk, cutoff],
-            [
-                (
-                    "DELETE FROM traces_candidate WHERE trace_id = ANY(%s) AND occurred_at < %s",
-                    [cutoff],
-                ),
-                ("DELETE FROM traces_snapshot WHERE trace_id = ANY(%s)", []),
-                ("DELETE FROM traces_trace WHERE id = ANY(%s) AND occurred_at < %s", [cutoff]),
-            ],
-            batch_size,
-        )
+    for environment_id, days in Environment.objects.values_list("pk", "trace_retention_days"):
+        cutoff = partitions.retention_cutoff(now, days)
+        if cutoff > floor:
+            bounds = [floor, cutoff]
+            total += _delete_in_batches(
+                "SELECT id FROM traces_trace WHERE environment_id = %s "
+                "AND occurred_at >= %s AND occurred_at < %s",
+                [environment_id, *bounds],
+                [
+                    (
+                        "DELETE FROM traces_candidate WHERE trace_id = ANY(%s) "
+                        "AND occurred_at >= %s AND occurred_at < %s",
+                        bounds,
+                    ),
+                    ("DELETE FROM traces_snapshot WHERE trace_id = ANY(%s)", []),
+                    (
+                        "DELETE FROM traces_trace WHERE id = ANY(%s) "
+                        "AND occurred_at >= %s AND occurred_at < %s",
+                        bounds,
+                    ),
+                ],
+                batch_size,
+            )
+        # The keys' table is not partitioned (it holds the uniqueness across days).
         _delete_in_batches(
             "SELECT request_id FROM traces_request_key "
             "WHERE environment_id = %s AND occurred_at < %s",
-            [environment.pk, cutoff],
+            [environment_id, cutoff],
             [
                 (
                     "DELETE FROM traces_request_key WHERE request_id = ANY(%s) "
                     "AND environment_id = %s",
-                    [environment.pk],
+                    [environment_id],
                 )
             ],
             batch_size,
@@ -610,27 +667,13 @@ def traces_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE
 
 
 def partitions_maintain(*, now: datetime | None = None, days_ahead: int = 7) -> dict:
-    """Create the day partitions for today … today + days_ahead, and drop the days past the
-    longest environment retention (DETACH … CONCURRENTLY, then DROP: no long lock).
-
-    Must run outside a transaction (DETACH CONCURRENTLY refuses a transaction block)."""
+    """Create the day partitions for today … today + days_ahead (the expired days are
+    dropped by the purge: `partitions_drop_expired`)."""
     now = now or timezone.now()
     today = now.astimezone(UTC).date()
-    longest = max(
-        Environment.objects.values_list("trace_retention_days", flat=True),
-        default=TRACE_RETENTION_DAYS_DEFAULT,
-    )
-    # A day goes when all of it is older than the longest retention.
-    before = (now - timedelta(days=longest)).astimezone(UTC).date()
     with connection.cursor() as cursor:
         created = partitions.ensure_range(cursor, today=today, days_back=0, days_ahead=days_ahead)
-        expired = partitions.expired_partitions(cursor, before=before)
-        dropped = []
-        for parent, name in expired:
-            cursor.execute(f"ALTER TABLE {parent} DETACH PARTITION {name} CONCURRENTLY")
-            cursor.execute(f"DROP TABLE {name}")
-            dropped.append(name)
-    return {"created": created, "dropped": dropped}
+    return {"created": created}
 
 
 # --- hourly rollups ----------------------------------------------------------------------------------

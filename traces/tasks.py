@@ -11,10 +11,12 @@ from traces.outcomes import services as outcome_services
 
 @shared_task(name="traces.purge_expired")
 def purge_expired() -> dict:
-    """Delete expired snapshots, then traces past their environment's retention, in batches,
-    and the outcomes reported for requests with them (the same retention)."""
+    """Delete expired snapshots; drop the days every environment is done with as partitions;
+    delete the rest of a shorter retention's traces in batches; and the outcomes reported
+    for requests with them (the same retention)."""
     return {
         "snapshots": services.snapshots_purge_expired(),
+        "days_dropped": services.partitions_drop_expired(),
         "traces": services.traces_purge_expired(),
         "outcomes": outcome_services.outcomes_purge_expired(),
     }
@@ -35,6 +37,5 @@ def rollup_recent_hours(lookback_hours: int = 3) -> list[str]:
 
 @shared_task(name="traces.partitions_maintain")
 def partitions_maintain() -> dict:
-    """Create the day partitions a week ahead; detach (concurrently) and drop the days past
-    the longest environment retention."""
+    """Create the day partitions a week ahead (the purge drops the expired ones)."""
     return services.partitions_maintain()

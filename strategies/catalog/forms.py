@@ -90,7 +90,8 @@ class EnvironmentForm(_Edit):
         # Lazy: the cadence is read when the form is shown (settings.TRACES_PURGE_MINUTES).
         help_text=lazy(
             lambda: (
-                "Traces older than this are deleted. A change applies at the next purge "
+                "Traces are deleted with their day (UTC), once all of it is older than this. "
+                "A change applies at the next purge "
                 f"(every {settings.TRACES_PURGE_MINUTES} minutes)."
             ),
             str,

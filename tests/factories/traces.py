@@ -191,3 +191,58 @@ def shadowed_trace(
         **live.trace_fields(),
     )
     return b'{"traces":[' + encode_trace(trace) + b"]}"
+
+
+_GENERATE = """
+INSERT INTO traces_trace (request_id, agent_id, environment_id, occurred_at, received_at,
+    strategy, strategy_version, profile_version, documents, config_fallback, config_resolution,
+    task_id, task_revision, principal, model_name, model_adapter, model_context_window, status,
+    degradation, budget_max_input_tokens, input_estimate, input_estimate_unit,
+    input_estimate_estimator, sources)
+SELECT %(prefix)s || n, %(agent)s, %(env)s, %(start)s + n * %(every)s, now(),
+    %(strategy)s, 3, 7, '{}', false, 'fresh', 'T' || n, 4, 'user-' || n %% 100, 'model-x',
+    'adapter-x', 128000, 'ready', '', 8000, 6200, 'token', 'adapter-x', '[]'
+FROM generate_series(0, %(count)s - 1) AS n;
+INSERT INTO traces_candidate (trace_id, position, item_id, source, version, size, required,
+    bundle, decision, reason, outcome, depends_on, conflicts_with, note, occurred_at,
+    first_of_kind)
+SELECT t.id, p, 'item-' || p, 'task_state', 'v1', 100, true, '', 'selected', 'required', '',
+    '[]', '[]', '', t.occurred_at, p = 0
+FROM traces_trace t, generate_series(0, %(candidates)s - 1) AS p
+WHERE t.environment_id = %(env)s AND t.request_id LIKE %(prefix)s || '%%'
+    AND t.occurred_at >= %(start)s AND t.occurred_at < %(start)s + %(count)s * %(every)s;
+INSERT INTO traces_request_key (environment_id, request_id, trace_id, occurred_at)
+SELECT environment_id, request_id, id, occurred_at FROM traces_trace
+WHERE environment_id = %(env)s AND request_id LIKE %(prefix)s || '%%'
+    AND occurred_at >= %(start)s AND occurred_at < %(start)s + %(count)s * %(every)s;
+"""
+
+
+def traces_generated(
+    cursor,
+    *,
+    agent,
+    environment,
+    start: datetime,
+    every: timedelta,
+    count: int,
+    candidates: int = 2,
+    prefix: str = "gen-",
+    strategy: str = STRATEGY_KEY,
+) -> None:
+    """`count` stored traces (with their candidates and request keys) written by SQL in one
+    go, the n-th at `start` + n × `every`: a large world in seconds, for tests of storage
+    and retention (their day partitions must exist)."""
+    cursor.execute(
+        _GENERATE,
+        {
+            "prefix": prefix,
+            "agent": agent.pk,
+            "env": environment.pk,
+            "start": start,
+            "every": every,
+            "count": count,
+            "candidates": candidates,
+            "strategy": strategy,
+        },
+    )

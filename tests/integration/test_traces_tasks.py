@@ -31,6 +31,7 @@ def ago(**delta) -> str:
 
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("day_partitions_restored")
 def test_purge_task__real_worker__expired_snapshot_and_old_traces_gone(
     client, celery_worker_process
 ):
@@ -64,15 +65,18 @@ def test_purge_task__real_worker__expired_snapshot_and_old_traces_gone(
 
 
 @pytest.mark.django_db
-def test_purge__small_batches__deletes_everything_past_retention(client):
+def test_purge__small_batches__deletes_everything_past_a_shorter_retention(client):
     env = world()["environments"]["sg-test"]
     post_batch(
         client,
         runtime_token(env),
         [trace_payload(f"old-{i}", occurred_at=ago(days=1)) for i in range(5)],
     )
-    Trace.objects.update(occurred_at=ago(days=40))  # ingest refuses traces past retention
-    Candidate.objects.update(occurred_at=ago(days=40))
+    # Shorter than prod's 30 days: its expired days are shared, so its rows go one by one.
+    env.trace_retention_days = env.snapshot_retention_days = 7
+    env.save()
+    Trace.objects.update(occurred_at=ago(days=10))  # ingest refuses traces past retention
+    Candidate.objects.update(occurred_at=ago(days=10))
     assert services.traces_purge_expired(batch_size=2) == 5
     assert Candidate.objects.count() == 0
 
@@ -135,7 +139,8 @@ def test_snapshot_rotate__new_key_prepended__old_snapshots_reencrypted(client, s
 
 
 @pytest.mark.django_db(transaction=True)
-def test_partitions_maintain__creates_ahead_and_drops_a_whole_old_day():
+@pytest.mark.usefixtures("day_partitions_restored")
+def test_partitions__maintain_creates_ahead__purge_drops_a_whole_old_day():
     from datetime import UTC
 
     from django.db import connection
@@ -155,15 +160,14 @@ def test_partitions_maintain__creates_ahead_and_drops_a_whole_old_day():
             "'', '', '[]', '[]', '', %s, true)",
             [now - timedelta(days=60)],
         )
-    result = services.partitions_maintain(now=now, days_ahead=9)
-    assert partitions.partition_name("traces_trace", old_day) in result["dropped"]
-    assert partitions.partition_name("traces_candidate", old_day) in result["dropped"]
-    assert partitions.partition_name("traces_trace", today + timedelta(days=9)) in result["created"]
+    created = services.partitions_maintain(now=now, days_ahead=9)["created"]
+    dropped = services.partitions_drop_expired(now=now)
+    assert partitions.partition_name("traces_trace", old_day) in dropped
+    assert partitions.partition_name("traces_candidate", old_day) in dropped
+    assert partitions.partition_name("traces_trace", today + timedelta(days=9)) in created
     assert Candidate.objects.count() == 0
     with connection.cursor() as cursor:
         days = partitions.existing_days(cursor, "traces_trace")
     assert old_day not in days
     assert {today + timedelta(days=d) for d in range(10)} <= days
     assert min(days) >= today - timedelta(days=30)
-    with connection.cursor() as cursor:  # later tests age traces by 40 days: put them back
-        partitions.ensure_range(cursor, today=today, days_back=44, days_ahead=7)

@@ -29,6 +29,7 @@ from traces.models import Trace
 from traces.outcomes import rules
 from traces.outcomes.ingest import ItemRejection, ParsedOutcomes
 from traces.outcomes.models import Outcome, OutcomeKind
+from traces.partitions import retention_cutoff
 from traces.rollouts.counters import rollout_outcomes_record
 from traces.selectors import traces_keyed
 
@@ -500,12 +501,13 @@ def _repeat(result: OutcomeIngestResult, index: int, outcome, first, kind: Outco
 
 # --- retention ---------------------------------------------------------------------------------
 def outcomes_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE_BATCH) -> int:
-    """Delete outcomes older than their environment's trace retention as it is now (the
-    traces' rule: `traces.services.traces_purge_expired`), in short batches. Returns how many."""
+    """Delete outcomes past their environment's trace retention as it is now, with the day
+    of their request's trace (the traces' rule: `traces.partitions.retention_cutoff`), in
+    short batches. Returns how many."""
     now = now or timezone.now()
     total = 0
     for environment_id, days in Environment.objects.values_list("pk", "trace_retention_days"):
-        cutoff = now - timedelta(days=days)
+        cutoff = retention_cutoff(now, days)
         while True:
             with transaction.atomic():
                 ids = list(

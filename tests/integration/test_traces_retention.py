@@ -1,0 +1,222 @@
+"""Retention drops whole days as partitions (issue 31 item 10): a day every environment is
+done with goes by DETACH + DROP, never row by row; rows are deleted only for an environment
+whose retention is shorter than the partitions' (the longest), and only from the days in
+between."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from datetime import timedelta
+
+import psycopg
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from tests.factories import world
+from tests.factories.traces import traces_generated
+from traces import partitions, services, tasks
+from traces.models import Candidate, RequestKey, Trace
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("day_partitions_restored"),
+]
+
+DAY = timedelta(days=1)
+
+
+def wait_for(condition, timeout=120.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+@contextmanager
+def rows_deleted():
+    """{table: rows} deleted from traces_trace and traces_candidate while inside, whichever
+    process deletes them: a statement trigger on each parent counts its statement's rows (a
+    dropped partition deletes none)."""
+    counted: dict[str, int] = {}
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "CREATE TABLE retention_rows_deleted (tbl text, n bigint);"
+            "CREATE FUNCTION retention_count_deleted() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN INSERT INTO retention_rows_deleted SELECT TG_TABLE_NAME, count(*) FROM gone;"
+            " RETURN NULL; END $$;"
+            "CREATE TRIGGER retention_count AFTER DELETE ON traces_trace REFERENCING OLD TABLE"
+            " AS gone FOR EACH STATEMENT EXECUTE FUNCTION retention_count_deleted();"
+            "CREATE TRIGGER retention_count AFTER DELETE ON traces_candidate REFERENCING OLD"
+            " TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION retention_count_deleted();"
+        )
+    try:
+        yield counted
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT tbl, sum(n) FROM retention_rows_deleted GROUP BY tbl")
+            counted.update({tbl: int(n) for tbl, n in cursor.fetchall() if n})
+            cursor.execute(
+                "DROP TRIGGER retention_count ON traces_trace;"
+                "DROP TRIGGER retention_count ON traces_candidate;"
+                "DROP FUNCTION retention_count_deleted(); DROP TABLE retention_rows_deleted;"
+            )
+
+
+def day_tables(day) -> set[str]:
+    """The tables of this day's partitions that still exist, attached or not."""
+    names = [partitions.partition_name(parent, day) for parent in partitions.PARENTS]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname FROM pg_class WHERE relname = ANY(%s)", [names])
+        return {name for (name,) in cursor.fetchall()}
+
+
+@pytest.mark.worker
+def test_purge_task__100k_traces_on_expired_days__days_dropped_as_partitions_no_row_deleted(
+    celery_worker_process,
+):
+    # Given 100,000 traces (200,000 candidates) over four days past the 30-day retention,
+    # and traces on the day the cut-off falls in and today
+    w = world()
+    agent, env = w["agents"]["assistant_professional"], w["environments"]["sg-test"]
+    now = timezone.now()
+    floor = partitions.retention_cutoff(now, env.trace_retention_days)
+    expired_days = [(floor - DAY * n).date() for n in range(1, 5)]
+    with connection.cursor() as cursor:
+        traces_generated(
+            cursor,
+            agent=agent,
+            environment=env,
+            start=floor - 4 * DAY,
+            every=4 * DAY / 100_000,
+            count=100_000,
+            prefix="old-",
+        )
+        # Past the exact retention or not, the cut-off's day is not over for every trace of it.
+        traces_generated(
+            cursor,
+            agent=agent,
+            environment=env,
+            start=floor,
+            every=timedelta(minutes=1),
+            count=3,
+            prefix="cutoff-day-",
+        )
+        traces_generated(
+            cursor,
+            agent=agent,
+            environment=env,
+            start=now - timedelta(hours=1),
+            every=timedelta(minutes=1),
+            count=3,
+            prefix="today-",
+        )
+    assert Trace.objects.count() == 100_006
+
+    # When the beat's purge runs in a real worker
+    with rows_deleted() as deleted:
+        tasks.purge_expired.apply_async(queue=celery_worker_process)
+        wait_for(lambda: not any(day_tables(day) for day in expired_days))
+        wait_for(lambda: RequestKey.objects.count() == 6)
+
+    # Then the four days went as partitions, without one row deleted from them
+    assert deleted == {}
+    assert set(Trace.objects.values_list("request_id", flat=True)) == {
+        *(f"cutoff-day-{n}" for n in range(3)),
+        *(f"today-{n}" for n in range(3)),
+    }
+    assert Candidate.objects.count() == 12
+    with connection.cursor() as cursor:
+        days = partitions.existing_days(cursor, "traces_trace")
+    assert floor.date() in days and not days & set(expired_days)
+
+
+def test_purge__shorter_retention__its_expired_days_deleted_by_rows_shared_days_kept():
+    # Given prod keeping 30 days and sg-test 7: a day both are done with, a day only sg-test is
+    w = world()
+    agent = w["agents"]["assistant_professional"]
+    prod, sg_test = w["environments"]["prod"], w["environments"]["sg-test"]
+    sg_test.trace_retention_days = sg_test.snapshot_retention_days = 7
+    sg_test.save()
+    now = timezone.now()
+    floor = partitions.retention_cutoff(now, prod.trace_retention_days)
+    short_cutoff = partitions.retention_cutoff(now, 7)
+    with connection.cursor() as cursor:
+        for env in (prod, sg_test):
+            for label, start in (
+                ("past-both", floor - DAY),
+                ("past-short", short_cutoff - 2 * DAY),
+                ("short-cutoff-day", short_cutoff),
+            ):
+                traces_generated(
+                    cursor,
+                    agent=agent,
+                    environment=env,
+                    start=start + timedelta(hours=1),
+                    every=timedelta(minutes=1),
+                    count=40,
+                    prefix=f"{env.key}-{label}-",
+                )
+
+    # When the purge runs
+    with rows_deleted() as deleted:
+        result = tasks.purge_expired()
+
+    # Then the day both are done with went as a partition; sg-test's rows of the day only
+    # it is done with were deleted (40 traces, 80 candidates), nothing else
+    assert partitions.partition_name("traces_trace", (floor - DAY).date()) in result["days_dropped"]
+    assert deleted == {"traces_trace": 40, "traces_candidate": 80}
+    assert result["traces"] == 40
+    kept = set(Trace.objects.values_list("request_id", flat=True))
+    assert {r.rsplit("-", 1)[0] for r in kept} == {
+        "prod-past-short",
+        "prod-short-cutoff-day",
+        "sg-test-short-cutoff-day",
+    }
+    assert RequestKey.objects.count() == len(kept) == 120
+
+
+def test_drop__a_day_left_half_detached_and_one_detached_not_dropped__both_finished():
+    # Given an expired day whose trace partition an interrupted DETACH … CONCURRENTLY left
+    # pending, and whose candidate partition was detached but never dropped
+    world()
+    now = timezone.now()
+    day = (partitions.retention_cutoff(now, 30) - 3 * DAY).date()
+    trace_day = partitions.partition_name("traces_trace", day)
+    candidate_day = partitions.partition_name("traces_candidate", day)
+    settings_dict = connection.settings_dict
+    conninfo = dict(
+        dbname=settings_dict["NAME"],
+        user=settings_dict["USER"],
+        host=settings_dict["HOST"],
+        port=settings_dict["PORT"],
+        password=settings_dict["PASSWORD"] or None,
+        autocommit=True,
+    )
+    with psycopg.connect(**conninfo) as reader, psycopg.connect(**conninfo) as dropper:
+        reader.autocommit = False
+        reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT count(*) FROM traces_trace")  # a snapshot the detach waits for
+        dropper.execute("SET statement_timeout = '500ms'")
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            dropper.execute(f"ALTER TABLE traces_trace DETACH PARTITION {trace_day} CONCURRENTLY")
+        reader.rollback()
+        dropper.execute(f"ALTER TABLE traces_candidate DETACH PARTITION {candidate_day}")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = %s::regclass", [trace_day]
+        )
+        assert cursor.fetchone() == (True,)
+
+    # When the purge drops the expired days
+    dropped = services.partitions_drop_expired(now=now)
+
+    # Then both are gone, and the day can be made again
+    assert {trace_day, candidate_day} <= set(dropped)
+    assert day_tables(day) == set()
+    with connection.cursor() as cursor:
+        partitions.ensure_days(cursor, [day])
+    assert day_tables(day) == {trace_day, candidate_day}
