@@ -140,6 +140,7 @@ def measure(n: int, start: datetime, total: int, agent_id: int, env_id: int) -> 
         "strategy": "after_sales_consultation",
         "start": start,
         "end": start + step * n,
+        "stored_by": datetime.now(UTC),
     }
     versions = report.Versions(recorded={3: live}, live_number=3, live=live, candidate=draft)
 
@@ -266,6 +267,7 @@ def measure_worker(n: int, meta: dict, shards: int, queue: str) -> dict:
         "strategy": document.key,
         "start": start,
         "end": end,
+        "stored_by": datetime.now(UTC),
     }
     started = time.perf_counter()
     counts = selectors.window_counts(**window)  # what preview_request counts

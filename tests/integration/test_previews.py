@@ -25,6 +25,7 @@ from strategies.catalog.models import Environment
 from strategies.documents import services as documents
 from strategies.documents.models import Document, Version
 from strategies.releases.models import Release
+from tests.factories import post_batch, runtime_token, trace_payload
 from traces.models import Candidate, Trace
 from traces.previews import report, selectors, services
 from traces.previews.models import Preview
@@ -412,6 +413,45 @@ def test_preview__same_inputs_twice__second_request_reuses_the_first(ops):
 
 
 @pytest.mark.django_db
+def test_preview__traces_stored_in_the_window_later__not_replayed_and_asking_again_covers_them(
+    ops, client
+):
+    # Given a preview of the default window, asked for and not yet run
+    draft, sg_test = _draft(max_input_tokens=4000), _env("sg-test")
+    first, _ = services.preview_request(actor=ops, version=draft, environment=sg_test)
+    counted = sum(first.window_by_status.values())
+    assert first.window_end <= first.requested_at  # it names no time that has not happened
+
+    # When a runtime reports two traces of the window late, before the preview runs
+    late = (first.window_end - timedelta(hours=1)).isoformat()
+    response = post_batch(
+        client,
+        runtime_token(sg_test),
+        [trace_payload(f"late-{n}", occurred_at=late) for n in range(2)],
+    )
+    assert response.status_code == 200 and response.json()["accepted"] == 2
+    _run(first)
+
+    # Then the preview replayed exactly the traces it counted and says so
+    assert first.report["traces_read"] == first.report["window"]["in_window"] == counted
+    assert first.report["window"]["stored_by"] == first.requested_at.isoformat()
+    client.force_login(ops)
+    page = client.get(reverse("preview-detail", args=[AGENT, first.pk])).content.decode()
+    assert "traces stored by" in page
+    # and asking again for that window is a new preview that covers them; once more, reused
+    window = {"window_start": first.window_start, "window_end": first.window_end}
+    second, reused = services.preview_request(
+        actor=ops, version=draft, environment=sg_test, **window
+    )
+    assert not reused and second.pk != first.pk
+    assert sum(second.window_by_status.values()) == counted + 2
+    third, reused = services.preview_request(
+        actor=ops, version=draft, environment=sg_test, **window
+    )
+    assert reused and third.pk == second.pk
+
+
+@pytest.mark.django_db
 def test_preview__user_without_trace_rights__refused_and_logged(demo_world, make_user, client):
     # The viewer role reads configuration, not traces.
     viewer = make_user("viewer1", viewer=AGENT)
@@ -503,6 +543,8 @@ def test_preview_shards__two_shards_merged__same_report_as_one_task_exact_p95(
     result = _run(sharded).report
 
     assert not reused and sharded.shard_count == 2 and sharded.state == Preview.State.COMPLETE
+    # The two were asked for at different times: all else is the same.
+    assert result["window"].pop("stored_by") > expected["window"].pop("stored_by")
     assert result == expected  # every count, id list (trace order), mean and p95
     assert result["tokens"]["new"]["p95"] is not None and result["previewed"] > 40
     assert sharded.traces_done == sharded.traces_total == result["traces_read"]
@@ -670,6 +712,7 @@ def test_window_batches__binary_read__equals_the_orm_read_old_runtime_and_odd_ro
         "strategy": STRATEGY,
         "start": min(t.occurred_at for t in traces),
         "end": max(t.occurred_at for t in traces) + timedelta(seconds=1),
+        "stored_by": timezone.now(),
     }
 
     read = [entry for batch in selectors.window_batches(**window) for entry in batch]

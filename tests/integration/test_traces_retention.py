@@ -5,7 +5,6 @@ between."""
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from datetime import timedelta
 
@@ -16,6 +15,7 @@ from django.utils import timezone
 
 from tests.factories import world
 from tests.factories.traces import traces_generated
+from tests.runtime_sim import wait_until
 from traces import partitions, services, tasks
 from traces.models import Candidate, RequestKey, Trace
 
@@ -25,15 +25,6 @@ pytestmark = [
 ]
 
 DAY = timedelta(days=1)
-
-
-def wait_for(condition, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 @contextmanager
@@ -119,8 +110,8 @@ def test_purge_task__100k_traces_on_expired_days__days_dropped_as_partitions_no_
     # When the beat's purge runs in a real worker
     with rows_deleted() as deleted:
         tasks.purge_expired.apply_async(queue=celery_worker_process)
-        wait_for(lambda: not any(day_tables(day) for day in expired_days))
-        wait_for(lambda: RequestKey.objects.count() == 6)
+        assert wait_until(lambda: not any(day_tables(day) for day in expired_days), 120)
+        assert wait_until(lambda: RequestKey.objects.count() == 6, 120)
 
     # Then the four days went as partitions, without one row deleted from them
     assert deleted == {}

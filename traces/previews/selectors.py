@@ -124,9 +124,12 @@ def reusable_preview(
     window_start: datetime,
     window_end: datetime,
     engine: str,
+    counts: dict[str, int],
 ) -> Preview | None:
-    """A preview of the same inputs that is complete, or still running: the second request
-    reuses it."""
+    """A preview of the same inputs that is complete, or still running, and whose window
+    still holds the traces it counted (`counts`: the window's now): the second request
+    reuses it. A trace stored in the window since (a late report), or purged, makes the
+    window another one, so it gets a new preview."""
     for preview in Preview.objects.filter(
         document=document,
         environment=environment,
@@ -137,21 +140,29 @@ def reusable_preview(
         engine=engine,
         state__in=[Preview.State.COMPLETE, Preview.State.RUNNING, Preview.State.QUEUED],
     ).order_by("-requested_at"):
-        if not is_stale(preview):
+        if not is_stale(preview) and preview.window_by_status == counts:
             return preview
     return None
 
 
 # --- the window's traces ------------------------------------------------------------------------
 def window_counts(
-    *, agent_id: int, environment_id: int, strategy: str, start: datetime, end: datetime
+    *,
+    agent_id: int,
+    environment_id: int,
+    strategy: str,
+    start: datetime,
+    end: datetime,
+    stored_by: datetime,
 ) -> dict[str, int]:
-    """{status: traces} of the strategy in the environment over the window."""
+    """{status: traces} of the strategy in the environment over the window, stored by
+    `stored_by` (a preview's request: what it replays, however late more traces arrive)."""
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT status, count(*) FROM traces_trace WHERE agent_id = %s AND environment_id = %s"
-            " AND strategy = %s AND occurred_at >= %s AND occurred_at < %s GROUP BY status",
-            [agent_id, environment_id, strategy, start, end],
+            " AND strategy = %s AND occurred_at >= %s AND occurred_at < %s AND received_at <= %s"
+            " GROUP BY status",
+            [agent_id, environment_id, strategy, start, end, stored_by],
         )
         return dict(cursor.fetchall())
 
@@ -183,11 +194,13 @@ def window_batches(
     strategy: str,
     start: datetime,
     end: datetime,
+    stored_by: datetime,
     thresholds: dict[str, int] | None = None,
     batch: int | None = None,
     shard: tuple[int, int] | None = None,
 ) -> Iterator[list[tuple[tuple, list[tuple], datetime]]]:
-    """The window's traces in trace order (occurred_at, id), `batch` at a time, each with its
+    """The window's traces stored by `stored_by` (those `window_counts` counted) in trace
+    order (occurred_at, id), `batch` at a time, each with its
     candidates in position order and its time: two queries per batch (the traces by keyset,
     then their candidates bounded to the batch's days, so only those day partitions are
     read). Nothing is held between batches: memory is one batch."""
@@ -212,11 +225,11 @@ def window_batches(
             cursor.execute(
                 f"SELECT {_TRACE_SELECT}, t.occurred_at FROM traces_trace t"
                 " WHERE t.agent_id = %s AND t.environment_id = %s AND t.strategy = %s"
-                " AND t.occurred_at < %s AND "
+                " AND t.received_at <= %s AND t.occurred_at < %s AND "
                 + ("t.occurred_at >= %s" if first else "(t.occurred_at, t.id) > (%s, %s)")
                 + sample_sql
                 + " ORDER BY t.occurred_at, t.id LIMIT %s",
-                [agent_id, environment_id, strategy, end]
+                [agent_id, environment_id, strategy, stored_by, end]
                 + ([after_time] if first else [after_time, after_id])
                 + sample_args
                 + [batch],
@@ -269,13 +282,15 @@ class SideBySide:
 
 def preview_side_by_side(*, preview: Preview, request_id: str) -> SideBySide:
     """One trace of the preview's window replayed with the live version and the previewed
-    one, decision by decision (404 for a trace that is not in the window)."""
+    one, decision by decision (404 for a trace that is not in the window, or was stored
+    after the preview was asked for: not one it replayed)."""
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {_TRACE_SELECT}, t.occurred_at FROM traces_request_key k"
             " JOIN traces_trace t ON t.id = k.trace_id AND t.occurred_at = k.occurred_at"
             " WHERE k.environment_id = %s AND k.request_id = %s AND t.agent_id = %s"
-            " AND t.strategy = %s AND t.occurred_at >= %s AND t.occurred_at < %s",
+            " AND t.strategy = %s AND t.occurred_at >= %s AND t.occurred_at < %s"
+            " AND t.received_at <= %s",
             [
                 preview.environment_id,
                 request_id,
@@ -283,6 +298,7 @@ def preview_side_by_side(*, preview: Preview, request_id: str) -> SideBySide:
                 preview.document.key,
                 preview.window_start,
                 preview.window_end,
+                preview.requested_at,
             ],
         )
         trace = cursor.fetchone()

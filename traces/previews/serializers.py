@@ -18,7 +18,9 @@ class PreviewRequest(StrictSerializer):
     window_start = serializers.DateTimeField(
         required=False, help_text="Default: 7 days before window_end."
     )
-    window_end = serializers.DateTimeField(required=False, help_text="Default: now.")
+    window_end = serializers.DateTimeField(
+        required=False, help_text="Default: now, to the minute; never after now."
+    )
 
 
 class PreviewSerializer(serializers.Serializer):

@@ -27,12 +27,23 @@ CLOCK_SKEW = timedelta(minutes=5)
 
 
 def default_window(now: datetime | None = None) -> tuple[datetime, datetime]:
-    """The last 7 days, to the minute: two requests in the same minute are the same inputs."""
-    end = (now or timezone.now()).replace(second=0, microsecond=0) + timedelta(minutes=1)
+    """The last 7 days, to the minute that began last: two requests in the same minute name
+    the same window, and it never ends after the request (a window reaching into the future
+    would name traces the preview cannot have replayed)."""
+    end = (now or timezone.now()).replace(second=0, microsecond=0)
     return end - selectors.DEFAULT_WINDOW, end
 
 
-def _window_refusal(environment: Environment, start, end, now) -> None:
+def _window_checked(environment: Environment, start, end, now) -> datetime:
+    """The window's end as the preview will name it, or the refusal of the window. Within the
+    clock skew allowed, an end after now is now: nothing after it has occurred yet."""
+    if end > now + CLOCK_SKEW:
+        raise ValidationFailed(
+            "The window ends in the future.",
+            code="invalid_window",
+            details=[{"path": "window_end", "code": "invalid_window", "message": "in the future"}],
+        )
+    end = min(end, now)
     if start >= end:
         raise ValidationFailed(
             "The window must start before it ends.",
@@ -40,12 +51,6 @@ def _window_refusal(environment: Environment, start, end, now) -> None:
             details=[
                 {"path": "window_start", "code": "invalid_window", "message": "after the end"}
             ],
-        )
-    if end > now + CLOCK_SKEW:
-        raise ValidationFailed(
-            "The window ends in the future.",
-            code="invalid_window",
-            details=[{"path": "window_end", "code": "invalid_window", "message": "in the future"}],
         )
     oldest = now - timedelta(days=environment.trace_retention_days)
     if start < oldest:
@@ -61,6 +66,7 @@ def _window_refusal(environment: Environment, start, end, now) -> None:
                 }
             ],
         )
+    return end
 
 
 @service_transaction(durable=True)
@@ -110,7 +116,18 @@ def preview_request(
         window_end = default_window(now)[1]
     elif window_start is None:
         window_start = window_end - selectors.DEFAULT_WINDOW
-    _window_refusal(environment, window_start, window_end, now)
+    window_end = _window_checked(environment, window_start, window_end, now)
+    # The preview covers the window's traces stored by now (its `requested_at`), counted once
+    # here; the replay reads exactly those, and a trace stored in the window later makes a
+    # new request a new preview.
+    counts = selectors.window_counts(
+        agent_id=agent.pk,
+        environment_id=environment.pk,
+        strategy=document.key,
+        start=window_start,
+        end=window_end,
+        stored_by=now,
+    )
     reused = selectors.reusable_preview(
         document=document,
         environment=environment,
@@ -119,6 +136,7 @@ def preview_request(
         window_start=window_start,
         window_end=window_end,
         engine=report.CONSOLE_ENGINE,
+        counts=counts,
     )
     if reused is not None:
         access_record(
@@ -129,13 +147,6 @@ def preview_request(
             detail={"reused": True, "version": version.number, "environment": environment.key},
         )
         return reused, True
-    counts = selectors.window_counts(
-        agent_id=agent.pk,
-        environment_id=environment.pk,
-        strategy=document.key,
-        start=window_start,
-        end=window_end,
-    )
     if not counts:
         raise ValidationFailed(
             f"No traces of {document.key} in {environment.key} between "
@@ -159,6 +170,7 @@ def preview_request(
         engine=report.CONSOLE_ENGINE,
         requested_by=actor,
         requested_by_label=actor_label(actor),
+        requested_at=now,
         traces_total=sum(report.stratified_quotas(counts).values()),
         shard_count=shards,
         window_by_status=counts,
@@ -369,6 +381,7 @@ def _shard_finish(preview_id: int, index: int, run: report.Replay) -> str:
     result["window"] = {
         "start": preview.window_start.isoformat(),
         "end": preview.window_end.isoformat(),
+        "stored_by": preview.requested_at.isoformat(),
         "in_window": sum(counts.values()),
         "by_status": counts,
         "quotas": report.stratified_quotas(counts),
@@ -389,6 +402,7 @@ def _window(preview: Preview) -> dict:
         "strategy": preview.document.key,
         "start": preview.window_start,
         "end": preview.window_end,
+        "stored_by": preview.requested_at,
     }
 
 
