@@ -308,7 +308,12 @@ def _shard_start(preview_id: int, index: int) -> Preview | None:
         return None
     if preview.state == Preview.State.QUEUED:
         preview.state, preview.started_at = Preview.State.RUNNING, now
-        fields = ["state", "started_at"]
+        # Counted again as the first shard starts: a batch the ingest stamped before the
+        # request but committed after its count is in by now, so the shards sample, and the
+        # report states, the very traces the replay reads.
+        preview.window_by_status = selectors.window_counts(**_window(preview))
+        preview.traces_total = sum(report.stratified_quotas(preview.window_by_status).values())
+        fields = ["state", "started_at", "window_by_status", "traces_total"]
     if not preview.window_by_status:  # requested before the counts were kept
         preview.window_by_status = selectors.window_counts(**_window(preview))
         fields.append("window_by_status")
