@@ -19,6 +19,10 @@ import pytest
 # Playwright's sync API runs an event loop in the test thread; Django's ORM calls made by
 # test code around it are still synchronous and safe.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+# A fast password hasher, as Django's testing docs recommend (the default costs ~0.3 s a user):
+# the processes the tests start read it from the environment (console/settings.py); this
+# process has loaded its settings already, so `fast_password_hasher` switches it here.
+os.environ["CONSOLE_FAST_PASSWORD_HASHER"] = "true"
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = [
@@ -52,6 +56,19 @@ def pytest_sessionstart(session):
             + "; run them through scripts/test.sh, which starts the embedded engines",
             returncode=pytest.ExitCode.USAGE_ERROR,
         )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hasher():
+    from django.test import override_settings
+
+    with override_settings(
+        PASSWORD_HASHERS=[
+            "django.contrib.auth.hashers.MD5PasswordHasher",
+            "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+        ]
+    ):
+        yield
 
 
 @pytest.fixture(scope="session")
