@@ -7,7 +7,7 @@ defaults and embedded engines; production refuses to start without the values it
 from __future__ import annotations
 
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -432,5 +432,12 @@ STREAM_QUEUE_SIZE = env_count("STREAM_QUEUE_SIZE", 16, minimum=1)
 STREAM_WRITE_TIMEOUT = float(env("STREAM_WRITE_TIMEOUT", "10") or 10)
 
 WEBHOOK_ALLOW_PRIVATE_TARGETS = env_bool("WEBHOOK_ALLOW_PRIVATE_TARGETS", False)
+# Webhooks' old headers (X-Console-Event, X-Console-Delivery, and X-Console-Signature over the
+# body alone, which a replay passes) go along with the Standard Webhooks ones for receivers not
+# updated yet, until this moment (docs/runtime-api.md §4) and never after; an operator whose
+# receivers all verify `webhook-signature` stops them now with WEBHOOK_LEGACY_HEADERS=false.
+# (Read by strategies.delivery.webhooks.legacy_headers_until, the one place that decides.)
+WEBHOOK_LEGACY_HEADERS_UNTIL = datetime(2027, 6, 1, tzinfo=UTC)
+WEBHOOK_LEGACY_HEADERS = env_bool("WEBHOOK_LEGACY_HEADERS", True)
 
 DEMO_MODE = env_bool("CONSOLE_DEMO", not PRODUCTION)
