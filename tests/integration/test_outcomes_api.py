@@ -108,6 +108,38 @@ def test_report__repeated_within_one_batch__same_is_duplicate_other_refused(clie
     assert stored() == {("req-97", "escalated", True)}
 
 
+@pytest.mark.parametrize("value", [True, False], ids=["same_value", "other_value"])
+def test_report__id_preempted_by_another_agents_token__taken_not_duplicate_nor_conflicting_value(
+    client, env, value
+):
+    # Given a token for assistant_lite that reported an outcome under a predictable id first
+    sg_test = env["environments"]["sg-test"]
+    lite_only = runtime_token(sg_test, agents=[env["agents"]["assistant_lite"]])
+    first = post_outcomes(client, lite_only, [outcome(agent="assistant_lite")]).json()
+    assert first["accepted"] == 1
+    # When assistant_professional's runtime reports the outcome of its own request
+    professional_only = runtime_token(sg_test, agents=[env["agents"]["assistant_professional"]])
+    body = post_outcomes(client, professional_only, [outcome(value=value)]).json()
+    # Then it sees a conflict on the request id (naming no agent outside its token), not a
+    # duplicate that says it was stored, nor a value conflict that says it reported twice
+    assert body["accepted"] == 0
+    assert body["duplicates"] == []
+    ((error,),) = [r["errors"] for r in body["rejected"]]
+    assert (error["path"], error["code"]) == ("request_id", "request_id_taken")
+    assert "assistant_lite" not in error["message"]
+    assert list(Outcome.objects.values_list("agent__key", "value")) == [("assistant_lite", True)]
+
+
+def test_report__same_request_and_kind_for_two_agents_in_one_batch__second_taken(client, secret):
+    outcomes = [outcome(), outcome(agent="assistant_lite"), outcome()]
+    body = post_outcomes(client, secret, outcomes).json()
+    assert body["accepted"] == 1
+    assert body["duplicates"] == [{"index": 2, "request_id": "req-97", "kind": "escalated"}]
+    ((error,),) = [r["errors"] for r in body["rejected"] if r["index"] == 1]
+    assert (error["path"], error["code"]) == ("request_id", "request_id_taken")
+    assert "assistant_professional" in error["message"]
+
+
 def test_report__unknown_or_retired_kind__rejected_naming_the_declared_kinds(client, secret, env):
     OutcomeKind.objects.filter(key="resolution").update(retired_at=timezone.now())
     response = post_outcomes(
