@@ -4,6 +4,8 @@ the outcomes which came before their trace (in a thread with its own connection)
 writer takes the counter rows (health minute and hour, rollout minute and hour, samples) in
 one order, so 0 deadlocks, 0 5xx, and every trace and every outcome counted exactly once.
 
+The retention purge, which deletes counter rows, takes them in that order too (the last test).
+
 Each runtime posts a batch of traces, then the outcomes of that batch (counted at once by
 the outcome store) together with the outcomes of its next batch (stored before their trace:
 counted later by the task) — all on the same few minute and hour rows, so the writers meet.
@@ -20,7 +22,7 @@ from datetime import timedelta
 
 import orjson
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from strategies.releases.models import Rollout
@@ -29,8 +31,10 @@ from tests.factories import ReleaseFactory, runtime_token, trace_payload, world
 from tests.factories.documents import DocumentFactory, FrozenVersionFactory
 from tests.factories.outcomes import OUTCOMES_URL, outcome_kinds
 from tests.factories.traces import INGEST_URL
-from tests.runtime_sim import ConsoleServer
+from tests.runtime_sim import ConsoleServer, wait_until
+from traces.health.counters import HEALTH_MINUTES, counters_write_tables
 from traces.health.models import Arm, HealthCounter, HealthCounterHour
+from traces.health.services import counters_purge_expired
 from traces.outcomes.models import Outcome
 from traces.outcomes.services import outcomes_count_pending
 from traces.rollouts.models import RolloutCounter, RolloutCounterHour
@@ -204,3 +208,67 @@ def test_ingest__traces_outcomes_and_counting_task_of_a_rollout_for_60s__no_dead
         rows = list(table.objects.filter(rollout_key="ro-31").values_list("traces", "outcomes"))
         assert sum(traces for traces, _ in rows) == posted["traces"]
         assert sum(sum(outcomes.values()) for _, outcomes in rows) == posted["outcomes"]
+
+
+def test_purge__expired_rows_a_writer_is_adding_to__taken_in_the_one_order_no_deadlock():
+    # Given two expired minute rows, the one with the higher key stored first (a lower ctid)
+    old = (timezone.now() - timedelta(days=40)).replace(second=0, microsecond=0)
+    keys = {}
+    for document in ("doc-b", "doc-a"):
+        HealthCounter.objects.create(
+            agent_id=1, environment_id=1, document=document, version=1, arm="live", minute=old
+        )
+        keys[document] = (1, 1, document, 1, Arm.LIVE, old)
+    errors: list = []
+    first_held = threading.Event()
+
+    def one_trace() -> dict:
+        counts = HEALTH_MINUTES.counts()
+        counts.add("traces")
+        return counts
+
+    def late_writer() -> None:
+        """A late trace counted on both rows, in the one order (doc-a, then doc-b): what one
+        statement does row by row, here a statement per row so the purge can come between."""
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                counters_write_tables(cursor, [(HEALTH_MINUTES, {keys["doc-a"]: one_trace()})])
+                first_held.set()
+                wait_until(purge_waits, timeout=10)
+                counters_write_tables(cursor, [(HEALTH_MINUTES, {keys["doc-b"]: one_trace()})])
+        except Exception as error:  # noqa: BLE001 - a deadlock is what this test looks for
+            errors.append(("writer", repr(error)))
+        finally:
+            connection.close()
+
+    def purge() -> None:
+        try:
+            counters_purge_expired()
+        except Exception as error:  # noqa: BLE001
+            errors.append(("purge", repr(error)))
+        finally:
+            connection.close()
+
+    def purge_waits() -> bool:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT pg_stat_clear_snapshot()")  # else one per transaction
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database() AND query LIKE 'DELETE FROM health_counter%%'"
+            )
+            return cursor.fetchone()[0] > 0
+
+    # When the purge runs while the writer holds the first row
+    writer = threading.Thread(target=late_writer)
+    writer.start()
+    assert first_held.wait(10)
+    purger = threading.Thread(target=purge)
+    purger.start()
+    writer.join(30)
+    purger.join(30)
+
+    # Then neither fails; the late trace is counted, and the rows go at the next purge
+    assert errors == []
+    assert HealthCounter.objects.count() in (0, 2)  # purged after the writer, or not yet
+    counters_purge_expired()
+    assert HealthCounter.objects.count() == 0

@@ -308,6 +308,12 @@ class CounterTable:
     maps: dict  # column → merge expression
 
     @property
+    def time_column(self) -> str:
+        """The key's minute or hour (what retention goes by)."""
+        (column,) = (name for name, kind in self.key.items() if kind == "timestamptz")
+        return column
+
+    @property
     def types(self) -> dict:
         return {**self.key, **self.scalars, **dict.fromkeys(self.maps, "jsonb")}
 
