@@ -129,7 +129,7 @@ def test_ingest__traces_outcomes_and_counting_task_of_a_rollout_for_60s__no_dead
     minutes = [now - timedelta(minutes=n) for n in (1, 2, 3)]  # few rows: the writers meet
     deadline = time.monotonic() + SECONDS
     failures: list = []
-    posted = {"traces": 0, "outcomes": 0}
+    posted = {"requests": 0, "traces": 0, "outcomes": 0}
     lock = threading.Lock()
 
     def runtime(number: int, secret: str) -> None:
@@ -164,6 +164,7 @@ def test_ingest__traces_outcomes_and_counting_task_of_a_rollout_for_60s__no_dead
                 failures.append(("outcomes", status, answer))
                 return
             with lock:
+                posted["requests"] += 2
                 posted["traces"] += len(traces)
                 posted["outcomes"] += answer["accepted"]
             if last:
@@ -193,6 +194,10 @@ def test_ingest__traces_outcomes_and_counting_task_of_a_rollout_for_60s__no_dead
     while outcomes_count_pending():  # the last outcomes that came first
         pass
 
+    print(
+        f"\n{RUNTIMES} runtimes, {SECONDS:.0f} s: {posted['requests']} requests, "
+        f"{posted['traces']} traces, {posted['outcomes']} outcomes, failures {len(failures)}"
+    )
     # Then no request failed, PostgreSQL saw no deadlock, and every trace and outcome counts once
     assert failures == []
     assert posted["traces"] > RUNTIMES * TRACES_PER_BATCH * 10  # it really ran

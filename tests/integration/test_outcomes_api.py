@@ -14,6 +14,7 @@ from tests.factories.outcomes import outcome_kinds, post_outcomes
 from traces import tasks
 from traces.health.models import HealthCounter
 from traces.outcomes import selectors
+from traces.outcomes import services as outcome_services
 from traces.outcomes.models import Outcome, OutcomeKind
 
 pytestmark = pytest.mark.django_db
@@ -325,6 +326,28 @@ def test_health_counters__outcome_before_its_trace__counted_when_the_trace_arriv
     assert tasks.count_pending_outcomes() == 0  # counted once
 
     assert live_outcome_counts() == {"escalated:true": 1}
+
+
+def test_count_pending__outcomes_that_can_never_count__do_not_hold_up_the_ones_that_can(
+    client, secret, env
+):
+    # Given outcomes stored before their trace that will never count: another agent's token
+    # took the ids of assistant_professional's coming requests, and one trace never came
+    lite_only = runtime_token(
+        env["environments"]["sg-test"], agents=[env["agents"]["assistant_lite"]]
+    )
+    for request_id in ("req-a", "req-b"):
+        post_outcomes(client, lite_only, [outcome(request_id, agent="assistant_lite")])
+    post_outcomes(client, secret, [outcome("req-never")])
+    post_batch(client, secret, [trace_payload("req-a"), trace_payload("req-b")])
+    # When a real late outcome's trace arrives, behind them in the queue
+    post_outcomes(client, secret, [outcome("req-late", kind="rating", value=2)])
+    post_batch(client, secret, [trace_payload("req-late")])
+    # Then the task, even taking one at a time, counts it on its first run
+    assert outcome_services.outcomes_count_pending(batch_size=1) == 1
+    assert live_outcome_counts() == {"rating:2": 1}
+    assert outcome_services.outcomes_count_pending(batch_size=1) == 0
+    assert Outcome.objects.filter(counted_at__isnull=True).count() == 3  # kept, not counted
 
 
 # --- retention -----------------------------------------------------------------------------------

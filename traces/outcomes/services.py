@@ -17,6 +17,7 @@ import msgspec
 from context_runtime.findings import Finding
 from context_runtime.wire import MAX_CLOCK_SKEW_SECONDS
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from console.kernel.audit import AuditAction, audit_record
@@ -26,7 +27,7 @@ from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Agent, Environment
 from traces.health.counters import counters_write_tables, outcome_writes
 from traces.ingest import request_id_taken
-from traces.models import Trace
+from traces.models import RequestKey, Trace
 from traces.outcomes import rules
 from traces.outcomes.ingest import ItemRejection, ParsedOutcomes
 from traces.outcomes.models import Outcome, OutcomeKind
@@ -448,12 +449,23 @@ def outcomes_count_pending(
     *, now: datetime | None = None, batch_size: int = COUNT_PENDING_BATCH
 ) -> int:
     """Count the outcomes that arrived before their trace, once it is stored (the beat runs
-    it every 30 s). Rows are taken with SKIP LOCKED: two workers never count one twice."""
+    it every 30 s). Rows are taken with SKIP LOCKED: two workers never count one twice.
+    Only those whose trace is stored, of their agent, are taken: an outcome whose trace
+    never comes, or whose request id another agent's trace holds, stays uncounted without
+    holding up the ones behind it in the queue."""
     now = now or timezone.now()
+    its_trace = Trace.objects.filter(
+        pk=OuterRef("trace_id"),
+        occurred_at=OuterRef("occurred_at"),  # the key says which day's partition
+        agent_id=OuterRef(OuterRef("agent_id")),
+    )
+    its_key = RequestKey.objects.filter(
+        environment_id=OuterRef("environment_id"), request_id=OuterRef("request_id")
+    ).filter(Exists(its_trace))
     with transaction.atomic():
         pending = list(
             Outcome.objects.select_for_update(skip_locked=True, of=("self",))
-            .filter(counted_at__isnull=True)
+            .filter(Exists(its_key), counted_at__isnull=True)
             .select_related("kind")
             .order_by("received_at")[:batch_size]
         )
