@@ -266,6 +266,7 @@ def test_trace_page__shows_the_rollout_arm_and_step(client, secret, make_user):
 def test_step_evidence__a_step_of_days__whole_hours_from_the_hour_table_edges_from_minutes(env):
     from django.db import connection
 
+    from traces.health.counters import counters_write_tables
     from traces.rollouts import counters
 
     start = (timezone.now() - timedelta(days=2)).replace(minute=17, second=0, microsecond=0)
@@ -278,7 +279,7 @@ def test_step_evidence__a_step_of_days__whole_hours_from_the_hour_table_edges_fr
             counts.tally("not_fetched", "order_delivery", i % 2)
             rows[("ro-7", 1, when, arm, env["environments"]["sg-test"].pk)] = counts
     with connection.cursor() as cursor:
-        counters.counters_write_tables(cursor, counters.minutes_and_hours(rows))
+        counters_write_tables(cursor, counters.minutes_and_hours(rows))
     since = start + timedelta(minutes=25)  # mid-hour: minutes first, then whole hours
     evidence = step_evidence(rollout_key="ro-7", step=1, since=since)
     for arm in ("new", "old"):

@@ -56,7 +56,7 @@ class CounterColumns(models.Model):
     required_lost = _counts("source → traces where the shadow dropped a live-selected required")
     token_delta_sum = models.FloatField(default=0)
     token_delta_count = models.BigIntegerField(default=0)
-    # Reported after the fact for a request (traces.health.counters.record_outcomes).
+    # Reported after the fact for a request (traces.health.counters.outcome_writes).
     outcomes = _counts("'kind:value' → outcomes reported for the live version's requests")
     faults = _counts("runtime fault → traces (e.g. a shadow version never released there)")
 

@@ -3,7 +3,7 @@ its (rollout, step, minute, arm) row, and the first request ids of each paired k
 
 `traces.services.trace_batch_store` hands the rows computed here to the health counters'
 call (`counters_record_batch(..., also=rollout_writes(...))`): one statement, in the
-ingest's transaction. Outcomes reported later are counted by `rollout_outcomes_record`.
+ingest's transaction. Outcomes reported later are counted through `rollout_outcome_writes`.
 
 A trace with a `rollout` block {id, arm, step} counts as evidence only when the rollout is
 one of its environment's, of its agent, the arm is new or old, and it was served the arm's
@@ -30,7 +30,6 @@ from traces.health.counters import (
     Counts,
     block_field,
     config_fallback_of,
-    counters_write_tables,
     shadow_differences,
     sum_by_hour,
 )
@@ -293,50 +292,48 @@ WHERE (k.environment_id, k.request_id) IN (SELECT * FROM unnest(%s::bigint[], %s
 """
 
 
-def rollout_outcomes_record(counted) -> int:
-    """Count outcomes just counted on the health counters (`counted`: rows of
-    (environment_id, request_id, kind, bad)) on their trace's rollout arm — only for a trace
-    that was the rollout's evidence (the ingest's checks, asked again). Call in the outcome
-    store's transaction, once per outcome newly counted. Returns the outcomes added."""
+def rollout_outcome_writes(counted) -> list:
+    """What outcomes just counted on the health counters (`counted`: rows of
+    (environment_id, request_id, kind, bad)) add to their trace's rollout arm — only for a
+    trace that was the rollout's evidence (the ingest's checks, asked again), not yet
+    written: the (table, rows) for `counters_write_tables`, which the outcome store writes
+    with the health rows (one statement, one lock order)."""
     counted = list(counted)
     if not counted:
-        return 0
+        return []
     with connection.cursor() as cursor:
         cursor.execute(
             _ROLLOUT_OF_REQUESTS,
             [[int(r[0]) for r in counted], [str(r[1]) for r in counted]],
         )
         found = {(env, request_id): rest for env, request_id, *rest in cursor.fetchall()}
-        by_environment = defaultdict(set)
-        for (environment_id, _), (key, *_) in found.items():
-            by_environment[environment_id].add(key)
-        known = {
-            (environment_id, key): facts
-            for environment_id, keys in by_environment.items()
-            for key, facts in rollouts_known(environment_id, keys).items()
-        }
-        rows: dict[tuple, Counts] = defaultdict(MINUTES.counts)
-        added = 0
-        for environment_id, request_id, kind, bad in counted:
-            trace = found.get((int(environment_id), str(request_id)))
-            if trace is None:
-                continue
-            key, step, arm, occurred_at, agent_id, documents, shadow_version = trace
-            if isinstance(documents, str):
-                documents = json.loads(documents)
-            facts = known.get((int(environment_id), key))
-            if rollout_fault(
-                facts,
-                agent_id=agent_id,
-                arm=arm,
-                documents=documents,
-                shadow_version=shadow_version,
-            ):
-                continue
-            counts = rows[(key, step, _minute(occurred_at), arm, int(environment_id))]
-            counts.tally("outcomes", str(kind))
-            if bad:
-                counts.tally("outcomes_bad", str(kind))
-            added += 1
-        counters_write_tables(cursor, minutes_and_hours(rows))
-    return added
+    by_environment = defaultdict(set)
+    for (environment_id, _), (key, *_) in found.items():
+        by_environment[environment_id].add(key)
+    known = {
+        (environment_id, key): facts
+        for environment_id, keys in by_environment.items()
+        for key, facts in rollouts_known(environment_id, keys).items()
+    }
+    rows: dict[tuple, Counts] = defaultdict(MINUTES.counts)
+    for environment_id, request_id, kind, bad in counted:
+        trace = found.get((int(environment_id), str(request_id)))
+        if trace is None:
+            continue
+        key, step, arm, occurred_at, agent_id, documents, shadow_version = trace
+        if isinstance(documents, str):
+            documents = json.loads(documents)
+        facts = known.get((int(environment_id), key))
+        if rollout_fault(
+            facts,
+            agent_id=agent_id,
+            arm=arm,
+            documents=documents,
+            shadow_version=shadow_version,
+        ):
+            continue
+        counts = rows[(key, step, _minute(occurred_at), arm, int(environment_id))]
+        counts.tally("outcomes", str(kind))
+        if bad:
+            counts.tally("outcomes_bad", str(kind))
+    return minutes_and_hours(rows)
