@@ -17,6 +17,7 @@ from tests.factories import (
     candidate,
     post_batch,
     runtime_token,
+    task_in_arm,
     trace_payload,
     world,
 )
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.django_db
 
 MINUTE = (timezone.now() - timedelta(minutes=3)).replace(second=5, microsecond=0)
 STRATEGY = "after_sales_consultation"
+PLAN = [{"share": 0.0, "bake_seconds": 600}, {"share": 0.1, "bake_seconds": 600}]
 
 
 @pytest.fixture
@@ -47,7 +49,7 @@ def env():
         environment=sg_test,
         version=data["strategy"][4],
         control_version=data["strategy"][3],
-        plan=[{"share": 0.0, "bake_seconds": 600}, {"share": 0.1, "bake_seconds": 600}],
+        plan=PLAN,
         plan_hash="test",
         state=Rollout.State.RUNNING,
         step=1,
@@ -72,6 +74,9 @@ def served(request_id, arm, *, shadow=None, rollout_id="ro-7", step=1, version=N
     other = 3 if arm == "new" else 4
     block = {"version": other, "status": "ready", "selected": ["task_state:T9", "P7-v2"]}
     fields.setdefault("occurred_at", at())
+    if arm in ("new", "old"):  # a unit the console assigns that arm (at the plan's share)
+        share = PLAN[step]["share"] if step < len(PLAN) else 1.0
+        fields.setdefault("task", task_in_arm(arm, rollout_id=rollout_id, share=share))
     return trace_payload(
         request_id,
         documents={"profile": 7, STRATEGY: version},
