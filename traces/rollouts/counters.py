@@ -113,15 +113,18 @@ class RolloutFacts:
     served: bool = True  # it ever served a step (not only waiting for approval)
     watch_share: float | None = None  # its paired watch's share; None: it never had one
 
-    def arm_of(self, step: int, unit: str) -> str | None:
-        """The arm the console assigns `unit` at `step` (None: the step was never served,
-        or the unit is not part of the watch) — the SDK's own rule."""
+    def served_step(self, step: int) -> bool:
+        """Whether the rollout served `step`: one of its plan's up to the one it is at (once
+        it started), or its paired watch's (one past the plan's last) when it had a watch."""
         if step == len(self.shares):  # the paired watch's step (Rollout.watch_step)
-            if self.watch_share is None:
-                return None
+            return self.watch_share is not None
+        return self.served and 0 <= step <= min(self.step, len(self.shares) - 1)
+
+    def arm_of(self, step: int, unit: str) -> str | None:
+        """The arm the console assigns `unit` at a served `step` — the SDK's own rule; None
+        for a unit the paired watch does not run on (it reports no rollout)."""
+        if step == len(self.shares):
             return request_arm(self.key, share=self.watch_share, unit=unit, phase=PHASE_WATCH)
-        if not self.served or not 0 <= step <= min(self.step, len(self.shares) - 1):
-            return None
         return request_arm(self.key, share=self.shares[step], unit=unit, phase=PHASE_ROLLOUT)
 
 
@@ -276,10 +279,9 @@ def rollout_fault(facts: RolloutFacts | None, *, agent_id: int, claim: RolloutCl
         return FAULT_ROLLOUT_UNKNOWN
     if claim.arm not in ARMS:
         return FAULT_ARM_UNKNOWN
-    assigned = facts.arm_of(claim.step, claim.unit(facts))
-    if assigned is None:
+    if not facts.served_step(claim.step):
         return FAULT_STEP
-    if assigned != claim.arm:
+    if facts.arm_of(claim.step, claim.unit(facts)) != claim.arm:
         return FAULT_ARM
     if claim.documents.get(facts.document) != facts.versions[claim.arm]:
         return FAULT_VERSION
@@ -301,11 +303,16 @@ def refusal_finding(fault: str, facts: RolloutFacts, claim: RolloutClaim) -> Fin
             + "; report the step of the config the request was served",
         )
     unit = claim.unit(facts)
+    assigned = facts.arm_of(claim.step, unit)
+    where = (
+        f"is in arm '{assigned}' of {facts.key} at step {claim.step}, not '{claim.arm}'"
+        if assigned
+        else f"is not one the paired watch of {facts.key} runs on: it reports no rollout"
+    )
     return Finding(
         "rollout.arm",
         FAULT_ARM,
-        f"the {facts.unit} '{unit}' is in arm '{facts.arm_of(claim.step, unit)}' "
-        f"of {facts.key} at step {claim.step}, not '{claim.arm}': the console assigns arms "
+        f"the {facts.unit} '{unit}' {where}; the console assigns arms by the unit "
         "(context_runtime.rollouts.request_arm)",
     )
 
