@@ -104,10 +104,12 @@ from strategies.releases.selectors.rollouts import (
     rollout_list,
     rollout_preview,
     rollout_refusals,
+    rollout_request_ids,
     rollouts_in,
     rollouts_running,
     rollouts_watching,
     watch_warnings,
+    without_request_ids,
 )
 from strategies.releases.selectors.shadow import (
     ShadowPreview,
@@ -169,6 +171,8 @@ __all__ = [
     "change_preview",
     "dashboard_context",
     "evidence_request_ids",
+    "rollout_request_ids",
+    "without_request_ids",
     "frozen_strategy_refusals",
     "frozen_versions",
     "history_events",

@@ -54,6 +54,7 @@ from strategies.releases.services.shadow import shadow_promote, shadow_start, sh
 from strategies.releases.services.state import (
     approval_state,
     release_state,
+    rollout_evidence_look,
     rollout_state,
     shadow_state,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "rollout_record_watch_guards",
     "rollout_resume",
     "rollout_start",
+    "rollout_evidence_look",
     "rollout_state",
     "rollout_step_done",
     "rollout_step_extend",
