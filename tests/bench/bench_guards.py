@@ -177,7 +177,7 @@ def ingest_cost(environment, batches: int, traces: int, candidates: int) -> None
     print(
         f"\ningest cost ({batches} batches of {traces} rollout traces × {candidates} "
         f"candidates, store only, in process):\n"
-        f"   with rollout counters    {spent['with'] / per * 1e6:7.1f} µs/trace\n"
+        f"   with rollout evidence    {spent['with'] / per * 1e6:7.1f} µs/trace\n"
         f"   without them             {spent['without'] / per * 1e6:7.1f} µs/trace\n"
         f"   the difference           {extra / per * 1e6:7.1f} µs/trace = "
         f"{extra / spent['without']:.1%} of storing without them"

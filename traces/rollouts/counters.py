@@ -107,11 +107,11 @@ class RolloutFacts:
     agent_id: int
     document: str
     versions: dict  # arm → version number
-    unit: str = "task"  # what the arm is assigned by (Rollout.Unit)
-    shares: tuple = ()  # the plan's share of arm new, per step
-    step: int = 0  # the step it is at (or ended at)
-    served: bool = True  # it ever served a step (not only waiting for approval)
-    watch_share: float | None = None  # its paired watch's share; None: it never had one
+    unit: str  # what the arm is assigned by (Rollout.Unit)
+    shares: tuple  # the plan's share of arm new, per step
+    step: int  # the step it is at (or ended at)
+    served: bool  # it ever served a step (not only waiting for approval)
+    watch_share: float | None  # its paired watch's share; None: it never had one
 
     def served_step(self, step: int) -> bool:
         """Whether the rollout served `step`: one of its plan's up to the one it is at (once

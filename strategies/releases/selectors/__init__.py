@@ -171,8 +171,6 @@ __all__ = [
     "change_preview",
     "dashboard_context",
     "evidence_request_ids",
-    "rollout_request_ids",
-    "without_request_ids",
     "frozen_strategy_refusals",
     "frozen_versions",
     "history_events",
@@ -204,6 +202,7 @@ __all__ = [
     "rollout_list",
     "rollout_preview",
     "rollout_refusals",
+    "rollout_request_ids",
     "rollouts_in",
     "rollouts_running",
     "rollouts_watching",
@@ -221,4 +220,5 @@ __all__ = [
     "unreviewed_versions",
     "waiting_finding",
     "watch_warnings",
+    "without_request_ids",
 ]
