@@ -28,7 +28,7 @@ from traces import crypto, partitions
 from traces.health.counters import counters_record_batch
 from traces.ingest import ParsedBatch, Rejection, request_id_taken
 from traces.models import Snapshot, Trace
-from traces.rollouts.counters import rollout_writes
+from traces.rollouts.counters import rollout_claims_judge, rollout_writes
 from traces.selectors import traces_keyed
 
 PURGE_BATCH = 5_000
@@ -352,6 +352,14 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
             result.rejected.append(Rejection(index, trace.request_id, problems))
         else:
             in_scope.append((index, trace))
+    # A rollout arm or step the console does not assign the trace's unit: refused, counted.
+    claims = rollout_claims_judge(
+        environment_id=environment.pk, agent_ids=agent_ids, traces=in_scope
+    )
+    for index, trace in in_scope:
+        if index in claims.refused:
+            result.rejected.append(Rejection(index, trace.request_id, [claims.refused[index][0]]))
+    in_scope = [(index, trace) for index, trace in in_scope if index not in claims.refused]
     allowed = _snapshots_allowed(
         [trace for index, trace in in_scope if index in batch.snapshots], agent_ids
     )
@@ -387,6 +395,8 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
                 (trace.request_id, crypto.encrypt(snapshot), key_id, now, snapshot_expiry)
             )
     if not traces:
+        if claims.refused:
+            _counters_record(environment, agent_ids, [], claims)
         return result
 
     occurred = {row[0]: row[3] for row in traces}
@@ -423,18 +433,28 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     result.rejected.extend(taken)
     result.snapshots_dropped = [request_id for request_id in dropped if request_id in stored]
     # Last, so the counter rows' locks are held only until the commit that follows.
+    _counters_record(
+        environment, agent_ids, [accepted[request_id] for _, request_id in inserted], claims
+    )
+    return result
+
+
+def _counters_record(environment, agent_ids, stored_traces, claims) -> None:
+    """The health and rollout counters of the traces just stored, and the faults of the
+    rollout claims refused, in one statement."""
     with connection.cursor() as cursor:
-        stored_traces = [accepted[request_id] for _, request_id in inserted]
         counters_record_batch(
             cursor,
             environment=environment,
             agent_ids=agent_ids,
             traces=stored_traces,
             also=rollout_writes(
-                environment_id=environment.pk, agent_ids=agent_ids, traces=stored_traces
+                environment_id=environment.pk,
+                agent_ids=agent_ids,
+                traces=stored_traces,
+                claims=claims,
             ),
         )
-    return result
 
 
 # --- looks at traces (access log) ---------------------------------------------------------------

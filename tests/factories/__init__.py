@@ -46,6 +46,7 @@ from tests.factories.traces import (
     candidate,
     post_batch,
     snapshots_allowed,
+    task_in_arm,
     trace_payload,
     world,
 )
@@ -88,6 +89,7 @@ __all__ = [
     "post_batch",
     "profile_body",
     "snapshots_allowed",
+    "task_in_arm",
     "profile_edit",
     "publish",
     "release_setup",

@@ -19,7 +19,7 @@ from console.kernel.models import AuditRecord
 from strategies.delivery.models import ConfigPayload
 from strategies.releases.models import Release, Rollout
 from strategies.releases.services import rollout_start
-from tests.factories import candidate, post_batch, runtime_token, trace_payload
+from tests.factories import candidate, post_batch, runtime_token, task_in_arm, trace_payload
 from tests.factories.releases import rollout_setup
 from traces.rollouts import evaluator, tasks
 
@@ -53,6 +53,7 @@ def served(rollout, request_id, arm, *, status="ready", shadow=None, candidates=
         status=status,
         occurred_at=timezone.now().isoformat(),  # within the step (since its start)
         rollout={"id": rollout.key, "arm": arm, "step": rollout.step},
+        task=task_in_arm(arm, rollout_id=rollout.key, share=rollout.share),
         shadow={
             "version": other,
             "status": "ready",

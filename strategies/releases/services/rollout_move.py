@@ -99,7 +99,7 @@ def _rollout_change(
     revision, add the timeline line and write the audit row (with the evidence a guard saw,
     kept in `evidence_field`: `evidence`, or `watch_warning` for a warning of the watch; and
     `audit_extra`, what the judgement flagged, e.g. that it goes live unreviewed)."""
-    before = rollout_state(rollout)
+    before = rollout_state(rollout, request_ids=True)  # the audit row is the record
     now = timezone.now()
     if action in ENDING:
         fields.update(state=ENDING[action], ended_by=actor_label(actor), ended_at=now)
@@ -126,7 +126,7 @@ def _rollout_change(
         target=rollout,
         agent=rollout.document.agent,
         before=before,
-        after={**rollout_state(rollout), "reason": reason, **(audit_extra or {})},
+        after={**rollout_state(rollout, request_ids=True), "reason": reason, **(audit_extra or {})},
     )
     return RolloutChange(rollout=rollout, action=action, actor=actor, evidence=evidence, when=now)
 
