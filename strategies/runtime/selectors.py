@@ -272,17 +272,23 @@ def runtimes_of_agent(
             default=Value(0),
         ).asc(),
         F("first_seen").desc(),
-        F("instance").asc(),
+        F("pk").desc(),  # not the instance id: comparing 10,000 texts by collation is slow
     ]
     paged = None
     if environment is None:
-        shown = list(
+        # Ranked on narrow rows (the ids), then only those fetched whole: a sort of 10,000
+        # whole rows spilled to disk.
+        first = list(
             listed.annotate(
                 position=Window(RowNumber(), partition_by=[F("environment_id")], order_by=order)
             )
             .filter(position__lte=CARD_ROWS)
+            .values_list("pk", flat=True)
+        )
+        shown = list(
+            RuntimeInstance.objects.filter(pk__in=first)
             .select_related("token")
-            .order_by("environment_id", "position")
+            .order_by("environment_id", *order)
         )
     else:
         paged = Paginator(listed.select_related("token").order_by(*order), PAGE_ROWS).get_page(page)

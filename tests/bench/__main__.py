@@ -15,6 +15,7 @@ python -m tests.bench rollouts      # staged rollouts: one guard evaluation per 
 python -m tests.bench guards        # one rollout's guard reads: a 10-minute, a 7-day, a 30-day step
 python -m tests.bench health        # version health: counters' cost to ingest, the health page
 python -m tests.bench stream        # config stream: 50 runtimes, 1,000 held streams, polling meanwhile
+python -m tests.bench runtimes      # the releases page's Runtimes card: 10, 2,000, 10,000 runtimes
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ BENCHES = {
     "rollouts": "tests.bench.bench_rollouts",
     "guards": "tests.bench.bench_guards",
     "health": "tests.bench.bench_health",
+    "runtimes": "tests.bench.bench_runtimes",
 }
 
 

@@ -258,6 +258,7 @@ def test_runtimes_card__10000_runtimes__counted_exactly_a_page_listed_same_queri
     with CaptureQueriesContext(connection) as queries:
         _card(client, crowd)
     queries_with_10000 = len(queries)
+    assert queries_with_10000 > 3, queries.captured_queries  # the page's reads were captured
 
     html, size = _card(client, crowd)
 
