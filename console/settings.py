@@ -428,6 +428,9 @@ LOGGING = {
 STREAM_URL = (env("STREAM_URL", "") or "").rstrip("/")
 STREAM_HEARTBEAT_SECONDS = float(env("STREAM_HEARTBEAT_SECONDS", "15") or 15)
 STREAM_MAX_PER_TOKEN = env_count("STREAM_MAX_PER_TOKEN", 256, minimum=1)
+# Live runtime instances (heartbeats, docs/runtime-contract.md §2a) one runtime token may have;
+# a heartbeat of one more is refused with 429 `too_many_instances`.
+RUNTIME_INSTANCES_PER_TOKEN = env_count("RUNTIME_INSTANCES_PER_TOKEN", 256, minimum=1)
 STREAM_QUEUE_SIZE = env_count("STREAM_QUEUE_SIZE", 16, minimum=1)
 STREAM_WRITE_TIMEOUT = float(env("STREAM_WRITE_TIMEOUT", "10") or 10)
 

@@ -65,6 +65,13 @@ class Conflict(ApplicationError):
     code = "conflict"
 
 
+class TooManyRequests(ApplicationError):
+    """A bound reached (not a stale write): the same request may succeed later."""
+
+    status = 429
+    code = "too_many_requests"
+
+
 class PayloadTooLarge(ApplicationError):
     status = 413
     code = "payload_too_large"

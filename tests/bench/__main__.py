@@ -16,6 +16,7 @@ python -m tests.bench guards        # one rollout's guard reads: a 10-minute, a 
 python -m tests.bench health        # version health: counters' cost to ingest, the health page
 python -m tests.bench stream        # config stream: 50 runtimes, 1,000 held streams, polling meanwhile
 python -m tests.bench stream_outage # runtimes back on the stream after a 90 s stream-server outage
+python -m tests.bench runtimes      # the releases page's Runtimes card: 10, 2,000, 10,000 runtimes
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ BENCHES = {
     "guards": "tests.bench.bench_guards",
     "health": "tests.bench.bench_health",
     "stream_outage": "sdk/bench/bench_stream_outage.py",
+    "runtimes": "tests.bench.bench_runtimes",
 }
 
 

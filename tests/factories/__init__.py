@@ -7,7 +7,7 @@
   FrozenVersionFactory, the body builders manifest_body, strategy_body, profile_body,
   strategy_bodies_v1_to_v3, and the service-backed frozen_version, frozen_versions, profile_edit;
 - releases: publish (through the service), ReleaseFactory (rows for reads), release_setup;
-- tokens: runtime_token, bearer;
+- tokens: runtime_token, bearer, runtime_instances (bulk rows, as heartbeats leave them);
 - traces: trace_payload, candidate, post_batch, world, TraceFactory (rows for reads).
 
 The whole demo world (`manage.py load_demo`) is only for the browser tests that tell its story.
@@ -39,7 +39,7 @@ from tests.factories.releases import (
     release_setup,
     shadow_history,
 )
-from tests.factories.tokens import bearer, runtime_token
+from tests.factories.tokens import bearer, runtime_instances, runtime_token
 from tests.factories.traces import (
     INGEST_URL,
     TraceFactory,
@@ -95,6 +95,7 @@ __all__ = [
     "release_setup",
     "shadow_history",
     "role_named",
+    "runtime_instances",
     "runtime_token",
     "standard_roles",
     "strategy_bodies_v1_to_v3",
