@@ -21,7 +21,7 @@ from strategies.catalog.models import Environment
 from strategies.delivery.config import cache_key, redis_client
 from strategies.releases.models import Release, Rollout
 from strategies.releases.services import rollout_start
-from tests.conftest import celery_worker
+from tests.conftest import beat_worker
 from tests.engines import child_env
 from tests.factories.documents import frozen_version
 from tests.runtime_sim import ROOT, ConsoleServer, wait_until
@@ -72,13 +72,7 @@ def test_demo_rollout__identical_content_under_demo_traffic__completes_without_a
     traffic = None
     traffic_log = open(tmp_path / "demo-traffic.log", "w")  # noqa: SIM115 - closed below
     try:
-        with celery_worker(
-            level="INFO",
-            beat_schedule=tmp_path / "beat-schedule",
-            CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
-            ROLLOUTS_EVALUATE_SECONDS="2",
-        ) as queue:
-            settings.CELERY_TASK_DEFAULT_QUEUE = queue
+        with beat_worker(settings, tmp_path / "beat-schedule", seconds=2):
             # … and the demo's simulated runtimes, quicker than `make run`'s one every 2 s
             traffic = subprocess.Popen(
                 [

@@ -20,7 +20,7 @@ from strategies.catalog.models import Environment
 from strategies.delivery.models import ConfigPayload
 from strategies.releases.models import Release, Rollout
 from strategies.releases.services import rollout_start
-from tests.conftest import ROOT, celery_worker
+from tests.conftest import beat_worker
 from tests.factories import candidate, post_batch, runtime_token, trace_payload
 from tests.factories.releases import rollout_setup
 from traces.rollouts import evaluator, tasks
@@ -221,15 +221,7 @@ def test_step_bake_over__beat_every_30s__the_step_ends_when_its_bake_does(
     Environment.objects.filter(pk=environment.pk).update(guard_min_traces=20)
     secret = runtime_token(environment)
     bake = 6
-    with celery_worker(
-        level="INFO",
-        beat_schedule=tmp_path / "beat-schedule",
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
-        ROLLOUTS_EVALUATE_SECONDS="30",
-    ) as queue:
-        settings.CELERY_TASK_DEFAULT_QUEUE = queue  # where the services send the bake's end
-        log = ROOT / ".data" / f"worker-{queue}.log"
-        wait_for(lambda: "ready." in log.read_text())  # consuming: no message before it
+    with beat_worker(settings, tmp_path / "beat-schedule", seconds=30):
         rollout = rollout_start(
             version=w.strategy[3],
             environment=environment,
