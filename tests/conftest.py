@@ -196,6 +196,26 @@ def celery_worker(*, level: str = "INFO", beat_schedule: Path | None = None, **e
                 proc.kill()
 
 
+@contextlib.contextmanager
+def beat_worker(settings, beat_schedule: Path, *, seconds: float, ready_within: float = 60.0):
+    """A `celery_worker` running the beat, the rollouts' guards judged every `seconds`, on
+    this test's cache prefix; yielded once it consumes its queue (a task sent before that
+    could be lost), with the services' own tasks (a bake's end) pointed at that queue."""
+    with celery_worker(
+        level="INFO",
+        beat_schedule=beat_schedule,
+        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
+        ROLLOUTS_EVALUATE_SECONDS=str(int(seconds)),
+    ) as queue:
+        settings.CELERY_TASK_DEFAULT_QUEUE = queue
+        log = ROOT / ".data" / f"worker-{queue}.log"
+        deadline = time.monotonic() + ready_within
+        while "ready." not in log.read_text():
+            assert time.monotonic() < deadline, f"the worker did not start: {log}"
+            time.sleep(0.2)
+        yield queue
+
+
 @pytest.fixture
 def celery_worker_process(request, transactional_db):
     """A real Celery worker process (`celery_worker`), logging at INFO or the level an

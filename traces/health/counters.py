@@ -98,6 +98,8 @@ COUNTER_MAPS = (
     "required_lost",
     "outcomes",
     "faults",
+    "paired_worse",
+    "paired_better",
 )
 COUNTER_SCALARS = (
     "traces",
@@ -263,6 +265,40 @@ def shadow_view(*, shadow, status: str, candidates, input_estimate: float | None
         if used is not None and input_estimate is not None
         else None,
     )
+
+
+def metric_keys(*, status, degradation, required_missing) -> set[str]:
+    """What one request shows under one version, as the version-health page's metric keys
+    (`failed`, `status:<s>`, `degraded:<handler>`, `required_missing:<source:code>`): the
+    live side and the shadow side of a request are compared key by key."""
+    keys = {f"status:{status}"}
+    if CHART_GROUP_OF.get(status) == "failed":
+        keys.add("failed")
+    if degradation:
+        keys.add(f"degraded:{degradation}")
+    keys.update(f"required_missing:{count_key(s, c)}" for s, c in required_missing)
+    return keys
+
+
+def shadow_paired(counts: Counts, shadow, view: ShadowView, *, live_degradation, candidates):
+    """On a compared request, each metric the shadow showed and live did not (worse), and
+    the other way round (better): the pairs the shadow's verdicts are judged on."""
+    if not view.compared:
+        return
+    mine = metric_keys(
+        status=view.status,
+        degradation=block_field(shadow, "degradation"),
+        required_missing=view.required_missing,
+    )
+    live = metric_keys(
+        status=view.live_status,
+        degradation=live_degradation,
+        required_missing=_required_missing(candidates),
+    )
+    for key in mine - live:
+        counts.tally("paired_worse", key)
+    for key in live - mine:
+        counts.tally("paired_better", key)
 
 
 def shadow_counts(counts: Counts, shadow, view: ShadowView) -> None:
@@ -508,6 +544,9 @@ def _shadow_trace(rows, known: dict, environment, trace, base: tuple) -> None:
     )
     key = (agent_id, environment.pk, trace.strategy, version, Arm.SHADOW, minute)
     shadow_counts(rows[key], shadow, view)
+    shadow_paired(
+        rows[key], shadow, view, live_degradation=trace.degradation, candidates=trace.candidates
+    )
 
 
 def counters_record_batch(
