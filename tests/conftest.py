@@ -43,6 +43,7 @@ def pytest_sessionstart(session):
     a child that guesses 127.0.0.1:5432 pass by luck."""
     from tests.engines import embedded_mode, machine_servers_in_use
 
+    _forget_earlier_sessions(session)
     if not embedded_mode():
         return
     from django.conf import settings
@@ -56,6 +57,19 @@ def pytest_sessionstart(session):
             + "; run them through scripts/test.sh, which starts the embedded engines",
             returncode=pytest.ExitCode.USAGE_ERROR,
         )
+
+
+def _forget_earlier_sessions(session) -> None:
+    """Empty the suite's Redis database before the first test: every session builds its test
+    database anew, so ids repeat, and an earlier session's cached configuration payload (kept
+    when it looks newer) would be served for this session's environment of the same id. Only
+    the controller empties it: pytest-xdist's workers start after it and share the database."""
+    if hasattr(session.config, "workerinput"):
+        return
+    import redis
+    from django.conf import settings
+
+    redis.Redis.from_url(settings.CACHES["default"]["LOCATION"]).flushdb()
 
 
 @pytest.fixture(scope="session", autouse=True)
