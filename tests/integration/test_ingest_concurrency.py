@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from strategies.releases.models import Rollout
 from tests.engines import child_env
-from tests.factories import ReleaseFactory, runtime_token, trace_payload, world
+from tests.factories import ReleaseFactory, runtime_token, task_in_arm, trace_payload, world
 from tests.factories.documents import DocumentFactory, FrozenVersionFactory
 from tests.factories.outcomes import OUTCOMES_URL, outcome_kinds
 from tests.factories.traces import INGEST_URL
@@ -50,7 +50,7 @@ TRACES_PER_BATCH = 20
 
 @pytest.fixture
 def rollout_world():
-    """sg-test with v3 live, v4 rolling out (step 1), the standard outcome kinds, and one
+    """sg-test with v3 live, v4 rolling out (its first step, half the units), the standard outcome kinds, and one
     token per runtime."""
     data = world()
     sg_test = data["environments"]["sg-test"]
@@ -66,7 +66,7 @@ def rollout_world():
         plan=[{"share": 0.5, "bake_seconds": 3600}, {"share": 1.0, "bake_seconds": 3600}],
         plan_hash="test",
         state=Rollout.State.RUNNING,
-        step=1,
+        step=0,
         step_started_at=timezone.now() - timedelta(minutes=10),
         started_by="test",
     )
@@ -95,7 +95,8 @@ def rollout_trace(request_id: str, arm: str, minute) -> dict:
         request_id,
         occurred_at=minute.isoformat(),
         documents={"profile": 7, STRATEGY: served},
-        rollout={"id": "ro-31", "arm": arm, "step": 1},
+        rollout={"id": "ro-31", "arm": arm, "step": 0},
+        task=task_in_arm(arm, rollout_id="ro-31", share=0.5),  # the unit the console puts there
         shadow={"version": other, "status": "ready", "selected": ["task_state:T9", "P7-v2"]},
     )
 
