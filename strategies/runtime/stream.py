@@ -246,29 +246,39 @@ def _members_touch(members: dict[int, list[str]]) -> None:
     runtime_config.redis_call(touch)
 
 
+# Drop the members not refreshed for three heartbeats, count the rest, add this one unless
+# the bound is reached: one script, so two connects at the same instant (on any process) cannot
+# both see room for one more.
+_CLAIM = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+
 def _member_claim(token_id: int, member: str, limit: int) -> bool | None:
     """Register `member` as an open stream of the token unless `limit` are open (across every
     process sharing Redis). None when Redis cannot tell: the caller counts this process's."""
     key = runtime_config.cache_key(f"{_STREAMS_KEY}{token_id}")
     now = time.time()
-
-    def claim(client):
-        pipe = client.pipeline(transaction=True)
-        pipe.zremrangebyscore(key, 0, now - 3 * heartbeat_seconds())
-        pipe.zcard(key)
-        _, count = pipe.execute()
-        if count >= limit:
-            return False
-        pipe = client.pipeline(transaction=False)
-        pipe.zadd(key, {member: now})
-        pipe.expire(key, int(heartbeat_seconds() * 4) + 1)
-        pipe.execute()
-        return True
-
-    claimed = runtime_config.redis_call(claim, default=runtime_config.REDIS_UNAVAILABLE)
+    claimed = runtime_config.redis_call(
+        lambda client: client.eval(
+            _CLAIM,
+            1,
+            key,
+            now - 3 * heartbeat_seconds(),
+            limit,
+            now,
+            member,
+            int(heartbeat_seconds() * 4) + 1,
+        ),
+        default=runtime_config.REDIS_UNAVAILABLE,
+    )
     if claimed is runtime_config.REDIS_UNAVAILABLE:
         return None
-    return claimed
+    return claimed == 1
 
 
 def _member_release(token_id: int, member: str) -> None:

@@ -16,9 +16,11 @@ import contextlib
 import json
 import socket
 import statistics
+import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.db import connection
@@ -259,3 +261,28 @@ def test_healthz_of_the_stream_server__says_it_listens(servers):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"{stream.url}/api/v1/other", timeout=2)
     assert refused.value.code == 404
+
+
+def test_stream__concurrent_connects_of_one_token__never_hold_more_than_the_bound(world, servers):
+    # Given two stream servers sharing one Redis, and a token bound to BOUND streams
+    ports = [stream.port for _, stream in servers]
+    attempts = 12 * BOUND
+    barrier = threading.Barrier(attempts)
+
+    def connect(n):
+        barrier.wait()
+        return _stream_request(ports[n % 2], world.token)
+
+    # When many connect at the same instant, on both servers
+    with ThreadPoolExecutor(attempts) as pool:
+        answers = list(pool.map(connect, range(attempts)))
+    try:
+        held = [status for status, _, _ in answers if status == 200]
+        refused = [head for status, head, _ in answers if status == 429]
+        # Then exactly BOUND are held and every other one is refused with 429
+        assert len(held) == BOUND, f"{len(held)} streams held, bound {BOUND}"
+        assert len(refused) == attempts - BOUND
+        assert all(b"too_many_streams" in head for head in refused)
+    finally:
+        for _, _, sock in answers:
+            sock.close()
