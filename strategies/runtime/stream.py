@@ -19,6 +19,10 @@ and a small queue, never a thread: one process holds thousands.
   heartbeat; per process only while Redis is down); each connection has a queue of
   `STREAM_QUEUE_SIZE` events, a write must finish within `STREAM_WRITE_TIMEOUT` seconds:
   a connection that overflows or stalls is closed, and a notification never waits for one.
+- **Revocation**: a revoked token's open streams close on every stream process at once (the
+  revocation's `pg_notify` on `REVOKED_CHANNEL`, delivered on commit); the tokens of the open
+  streams are also read again after the LISTEN connection comes back and at every heartbeat,
+  so a notification lost meanwhile closes them within a heartbeat. A reconnect gets 401.
 - **Heartbeats**: a comment line every `STREAM_HEARTBEAT_SECONDS`, so proxies keep it open
   and the runtime knows it is alive.
 - **Reconnects**: `Last-Event-ID` (or `If-None-Match`) with the current ETag: nothing is sent
@@ -46,17 +50,22 @@ from strategies.delivery import config as runtime_config
 from strategies.delivery.models import ConfigPayload
 from strategies.runtime.auth import (
     RuntimeIdentity,
+    active_token_ids,
     authorize_runtime,
     bearer_secret_of,
     cached_identity,
     check_agent_scope,
     note_refused,
 )
+from strategies.runtime.tokens import REVOKED_CHANNEL
 
 log = logging.getLogger(__name__)
 
 PATH_PREFIX = "/api/v1/runtime/stream/"
 RETRY_MILLISECONDS = 2000  # the EventSource `retry:`; the SDK adds its own jitter
+REVOKED_REMEMBERED_SECONDS = 60.0  # a stream whose open raced the revocation is refused
+_REVOKED = ("not_authenticated", "The runtime token is unknown or revoked.")
+_WWW_AUTHENTICATE = (b"www-authenticate", b'Bearer realm="runtime"')
 _STREAMS_KEY = "rt-streams:"  # + token id: sorted set of "<process>:<connection>" → last seen
 
 
@@ -97,6 +106,7 @@ class Stream:
     queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(queue_size()))
     member: str = field(default_factory=lambda: uuid.uuid4().hex)
     overflowed: bool = False
+    ended: bool = False  # its token was revoked
 
     def offer(self, etag: str) -> None:
         """Never blocks: a full queue marks the stream for closing (its reader is too slow)."""
@@ -104,6 +114,13 @@ class Stream:
             self.queue.put_nowait(etag)
         except asyncio.QueueFull:
             self.overflowed = True
+
+    def end(self) -> None:
+        """Close it (never blocks): what is queued is dropped, the reader wakes up to end."""
+        self.ended = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
 
 
 class Hub:
@@ -116,7 +133,9 @@ class Hub:
         self.process = uuid.uuid4().hex[:12]
         self._task: asyncio.Task | None = None
         self._heartbeat_task: asyncio.Task | None = None
+        self.revoked: dict[int, float] = {}  # token id → when this process heard it
         self.dropped_slow = 0
+        self.closed_revoked = 0
         self.notifications = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -159,6 +178,30 @@ class Hub:
         for stream in tuple(self.streams.get(key, ())):
             stream.offer(etag)
 
+    def revoke(self, token_ids) -> None:
+        """These tokens are revoked: close their open streams, refuse the ones being opened."""
+        now = time.monotonic()
+        self.revoked = {
+            t: at for t, at in self.revoked.items() if now - at < REVOKED_REMEMBERED_SECONDS
+        }
+        self.revoked.update(dict.fromkeys(token_ids, now))
+        for streams in self.streams.values():
+            for stream in streams:
+                if stream.token_id in self.revoked and not stream.ended:
+                    stream.end()
+                    self.closed_revoked += 1
+
+    def is_revoked(self, token_id: int) -> bool:
+        return token_id in self.revoked
+
+    async def _check_tokens(self) -> None:
+        """Close the streams of tokens revoked without this process hearing of it."""
+        held = {s.token_id for streams in self.streams.values() for s in streams}
+        if held:
+            active = await asyncio.to_thread(_active_token_ids, held)
+            if held - active:
+                self.revoke(held - active)
+
     # --- LISTEN ------------------------------------------------------------------------------
     async def _listen(self) -> None:
         while True:
@@ -166,10 +209,16 @@ class Hub:
                 params = _connect_params()
                 async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {runtime_config.CONFIG_CHANNEL}")
+                    await conn.execute(f"LISTEN {REVOKED_CHANNEL}")
                     self.listening.set()
                     await self._recheck()  # what changed while nobody listened
+                    await self._check_tokens()  # who was revoked meanwhile
                     async for notify in conn.notifies():
                         self.notifications += 1
+                        if notify.channel == REVOKED_CHANNEL:
+                            with contextlib.suppress(ValueError):
+                                self.revoke({int(notify.payload)})
+                            continue
                         try:
                             env_id, agent_key, etag = notify.payload.split(" ", 2)
                             key = (int(env_id), agent_key)
@@ -196,9 +245,12 @@ class Hub:
 
     # --- the per-token bound -----------------------------------------------------------------
     async def _refresh_members(self) -> None:
-        """Every heartbeat: mark this process's streams alive in Redis (one pipeline)."""
+        """Every heartbeat: mark this process's streams alive in Redis (one pipeline), and
+        close those of tokens revoked since (one query)."""
         while True:
             await asyncio.sleep(heartbeat_seconds())
+            with contextlib.suppress(Exception):  # the database down: the next heartbeat
+                await self._check_tokens()
             members: dict[int, list[str]] = {}
             for streams in self.streams.values():
                 for stream in streams:
@@ -228,6 +280,14 @@ def _stored_etags(keys: list[tuple[int, str]]) -> dict[tuple[int, str], str]:
             "environment_id", "agent__key", "etag"
         )
         return {(env, agent): etag for env, agent, etag in rows if (env, agent) in set(keys)}
+    finally:
+        close_old_connections()
+
+
+def _active_token_ids(token_ids: set[int]) -> set[int]:
+    close_old_connections()
+    try:
+        return active_token_ids(token_ids)
     finally:
         close_old_connections()
 
@@ -295,7 +355,7 @@ def _open(authorization: str, agent: str) -> tuple[RuntimeIdentity, str]:
         identity = cached_identity(secret)
         if identity is None:
             note_refused(secret)
-            raise NotAuthenticated("The runtime token is unknown or revoked.")
+            raise NotAuthenticated(_REVOKED[1])
         authorize_runtime(identity, "config:read")
         check_agent_scope(identity, agent)
         entry = runtime_config.cached_config(agent, identity.environment_id)
@@ -368,6 +428,7 @@ class StreamApplication:
                 "streams": hub.open_streams,
                 "notifications": hub.notifications,
                 "dropped_slow": hub.dropped_slow,
+                "closed_revoked": hub.closed_revoked,
                 "pid": os.getpid(),
             }
         ).encode()
@@ -388,7 +449,7 @@ class StreamApplication:
         try:
             identity, etag = await asyncio.to_thread(_open, headers.get("authorization", ""), agent)
         except ApplicationError as exc:
-            extra = [(b"www-authenticate", b'Bearer realm="runtime"')] if exc.status == 401 else []
+            extra = [_WWW_AUTHENTICATE] if exc.status == 401 else []
             await _error(send, exc.status, exc.code, exc.message, extra)
             return
         stream = Stream(key=(identity.environment_id, agent), token_id=identity.token_id)
@@ -408,8 +469,11 @@ class StreamApplication:
                 [(b"retry-after", b"60")],
             )
             return
-        hub.add(stream)  # before comparing: a change from now on is queued
         try:
+            if hub.is_revoked(identity.token_id):  # revoked while this stream was being opened
+                await _error(send, 401, *_REVOKED, [_WWW_AUTHENTICATE])
+                return
+            hub.add(stream)  # before comparing: a change from now on is queued
             await self._serve(hub, stream, headers, etag, agent, receive, send)
         finally:
             hub.remove(stream)
@@ -457,6 +521,8 @@ class StreamApplication:
                     chunk = b": hb\n\n"
                 else:
                     newest = getter.result()
+                    if stream.ended:
+                        break
                     while not stream.queue.empty():  # coalesce: only the newest matters
                         newest = stream.queue.get_nowait()
                     if stream.overflowed:

@@ -286,3 +286,57 @@ def test_stream__concurrent_connects_of_one_token__never_hold_more_than_the_boun
     finally:
         for _, _, sock in answers:
             sock.close()
+
+
+def _read_until(sock, done, timeout: float) -> bytes:
+    """What the socket sends until `done(received)` or `timeout` seconds (or its end)."""
+    received = b""
+    deadline = time.monotonic() + timeout
+    while not done(received) and (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
+def _stream_ended(received: bytes) -> bool:
+    return received.endswith(b"0\r\n\r\n")  # the last chunk: the response is over
+
+
+def test_stream__token_revoked__its_open_streams_close_on_every_server_within_seconds(
+    world, servers
+):
+    # Given a token holding a stream on each stream server, and another token's stream
+    doomed = runtime_token(world.sg, capabilities=("config:read",))
+    doomed_token = RuntimeToken.objects.order_by("-pk").first()
+    opened = [_stream_request(stream.port, doomed) for _, stream in servers]
+    status, other_head, other = _stream_request(servers[0][1].port, world.token)
+    assert status == 200 and [s for s, _, _ in opened] == [200, 200]
+
+    # When the token is revoked
+    revoked = time.monotonic()
+    runtime_token_revoke(token=doomed_token, actor=world.admin, reason="leaked")
+
+    # Then both of its streams end within a few seconds, and a reconnect gets 401
+    for _, _, sock in opened:
+        tail = _read_until(sock, _stream_ended, 5.0)
+        sock.close()
+        assert _stream_ended(tail), f"still open {time.monotonic() - revoked:.1f} s after"
+    print(f"\nrevoked → both streams closed in {time.monotonic() - revoked:.2f} s")
+    status, _, sock = _stream_request(servers[1][1].port, doomed)
+    sock.close()
+    assert status == 401
+    # And the other token's stream still hears the next publish
+    release_publish(version=world.strategy[3], environment=world.sg, actor=world.ops)
+
+    def events(got):
+        return (other_head + got).count(b"event: config")  # the first: the ETag at connect
+
+    heard = _read_until(other, lambda got: events(got) >= 2, 5.0)
+    other.close()
+    assert events(heard) == 2
