@@ -420,6 +420,9 @@ LOGGING = {
 STREAM_URL = (env("STREAM_URL", "") or "").rstrip("/")
 STREAM_HEARTBEAT_SECONDS = float(env("STREAM_HEARTBEAT_SECONDS", "15") or 15)
 STREAM_MAX_PER_TOKEN = env_count("STREAM_MAX_PER_TOKEN", 256, minimum=1)
+# Streams one stream server process holds; one more gets 503 with Retry-After at once. Below
+# granian's --backpressure (10000 in scripts/run.py), which otherwise stops answering at all.
+STREAM_CAPACITY = env_count("STREAM_CAPACITY", 9000, minimum=1)
 STREAM_QUEUE_SIZE = env_count("STREAM_QUEUE_SIZE", 16, minimum=1)
 STREAM_WRITE_TIMEOUT = float(env("STREAM_WRITE_TIMEOUT", "10") or 10)
 

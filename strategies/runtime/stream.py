@@ -14,6 +14,10 @@ and a small queue, never a thread: one process holds thousands.
 - **Authentication first**: the token (the same rules and cache as the config endpoint) and
   the agent's scope are checked before the response starts or anything is registered; a bad
   token gets 401 at once.
+- **Capacity**: at most `STREAM_CAPACITY` streams per process (lowered to what its
+  file-descriptor limit allows); the next connection gets 503 with Retry-After at once, before
+  any work, so the server and its `/healthz` keep answering however many runtimes connect.
+  Granian's `--backpressure` must sit above it: at that bound granian answers nothing.
 - **Bounded**: at most `STREAM_MAX_PER_TOKEN` open streams per token across every stream
   process sharing the Redis (a sorted set of live connections, refreshed at every
   heartbeat; per process only while Redis is down); each connection has a queue of
@@ -36,6 +40,8 @@ import contextlib
 import json
 import logging
 import os
+import random
+import resource
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -75,6 +81,33 @@ def _setting(name: str, default):
 
 def heartbeat_seconds() -> float:
     return float(_setting("STREAM_HEARTBEAT_SECONDS", 15.0))
+
+
+# File descriptors a process keeps beside its held streams: connections being refused or
+# asking /healthz, PostgreSQL, Redis, the threads' sockets, logs.
+FD_RESERVE = 1000
+
+
+def capacity() -> int:
+    """Streams this process may hold: STREAM_CAPACITY, or fewer when the file-descriptor
+    limit (its soft limit raised to the hard one first) leaves no room for them: a process
+    out of descriptors cannot even accept the connection it would refuse."""
+    wanted = int(_setting("STREAM_CAPACITY", 9000))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    if soft != resource.RLIM_INFINITY and soft - FD_RESERVE < wanted:
+        allowed = max(1, soft - FD_RESERVE)
+        log.warning(
+            "config stream: STREAM_CAPACITY %s lowered to %s (file-descriptor limit %s)",
+            wanted,
+            allowed,
+            soft,
+        )
+        return allowed
+    return wanted
 
 
 def max_per_token() -> int:
@@ -134,6 +167,8 @@ class Hub:
         self._task: asyncio.Task | None = None
         self._heartbeat_task: asyncio.Task | None = None
         self.revoked: dict[int, float] = {}  # token id → when this process heard it
+        self.admitted = 0  # streams held or being opened: what the capacity bounds
+        self.refused_full = 0
         self.dropped_slow = 0
         self.closed_revoked = 0
         self.notifications = 0
@@ -147,6 +182,9 @@ class Hub:
             )
 
     async def stop(self) -> None:
+        for streams in self.streams.values():  # shutting down: every held stream ends now
+            for stream in streams:
+                stream.end()
         for task in (self._task, self._heartbeat_task):
             if task is not None:
                 task.cancel()
@@ -380,6 +418,7 @@ class StreamApplication:
 
     def __init__(self) -> None:
         self.hub: Hub | None = None
+        self.capacity = capacity()
 
     def _hub(self) -> Hub:
         if self.hub is None:
@@ -401,7 +440,7 @@ class StreamApplication:
             if scope.get("method") != "GET":
                 await _error(send, 405, "method_not_allowed", "Use GET.", [(b"allow", b"GET")])
                 return
-            await self._stream(hub, scope, receive, send, path[len(PATH_PREFIX) :])
+            await self._admitted(hub, scope, receive, send, path[len(PATH_PREFIX) :])
         else:
             await _error(send, 404, "not_found", "Not found.")
 
@@ -429,6 +468,8 @@ class StreamApplication:
                 "notifications": hub.notifications,
                 "dropped_slow": hub.dropped_slow,
                 "closed_revoked": hub.closed_revoked,
+                "capacity": self.capacity,
+                "refused_full": hub.refused_full,
                 "pid": os.getpid(),
             }
         ).encode()
@@ -443,6 +484,28 @@ class StreamApplication:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+    async def _admitted(self, hub: Hub, scope, receive, send, agent: str) -> None:
+        """The capacity, judged before anything else (no await between the count and its
+        increment, so simultaneous connects cannot pass it together)."""
+        if hub.admitted >= self.capacity:
+            hub.refused_full += 1
+            # spread: the runtimes refused together do not come back together (they poll)
+            retry = str(random.randint(30, 90)).encode()
+            await _error(
+                send,
+                503,
+                "stream_capacity",
+                f"This stream server holds its capacity of {self.capacity} streams "
+                "(STREAM_CAPACITY); poll meanwhile and retry later.",
+                [(b"retry-after", retry)],
+            )
+            return
+        hub.admitted += 1
+        try:
+            await self._stream(hub, scope, receive, send, agent)
+        finally:
+            hub.admitted -= 1
 
     async def _stream(self, hub: Hub, scope, receive, send, agent: str) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
@@ -562,12 +625,18 @@ async def _disconnected(receive) -> None:
 
 
 async def _error(send, status: int, code: str, message: str, extra=()) -> None:
+    """A refusal, and the connection closed after it: granian counts connections against its
+    --backpressure, so a refused client idling on keep-alive would hold a slot."""
     body = json.dumps({"error": {"code": code, "message": message, "details": []}}).encode()
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), *extra],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"connection", b"close"),
+                *extra,
+            ],
         }
     )
     await send({"type": "http.response.body", "body": body})
