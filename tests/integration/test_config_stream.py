@@ -31,7 +31,7 @@ from strategies.runtime.models import RuntimeInstance, RuntimeToken
 from strategies.runtime.selectors import runtimes_of_agent
 from strategies.runtime.tokens import runtime_token_revoke
 from tests.engines import child_env
-from tests.factories import release_setup, runtime_token
+from tests.factories import release_setup_serving, runtime_token
 from tests.runtime_sim import (
     AGENT,
     ConsoleServer,
@@ -50,12 +50,8 @@ BOUND = 6  # streams per token in these tests (STREAM_MAX_PER_TOKEN)
 
 @pytest.fixture
 def world(transactional_db):
-    world = release_setup()
-    sg = world.envs["sg-test"]
-    release_publish(version=world.profile[1], environment=sg, actor=world.ops)
-    release_publish(version=world.strategy[2], environment=sg, actor=world.ops)
-    world.sg = sg
-    world.token = runtime_token(sg, capabilities=("config:read", "traces:write"))
+    world = release_setup_serving()
+    world.token = runtime_token(world.sg, capabilities=("config:read", "traces:write"))
     return world
 
 

@@ -12,9 +12,8 @@ import uuid
 import orjson
 import pytest
 
-from strategies.releases.services import release_publish
 from tests.engines import child_env, own_postgres
-from tests.factories import release_setup, runtime_token, trace_payload
+from tests.factories import release_setup_serving, runtime_token, trace_payload
 from tests.runtime_sim import AGENT, ConsoleServer
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,11 +38,8 @@ def test_runtime_api__database_down_with_debug_on__answers_the_json_error_shape(
     transactional_db, tmp_path
 ):
     # Given a console with DEBUG on, on a database of its own, and a runtime it knows
-    world = release_setup()
-    sg = world.envs["sg-test"]
-    release_publish(version=world.profile[1], environment=sg, actor=world.ops)
-    release_publish(version=world.strategy[2], environment=sg, actor=world.ops)
-    token = runtime_token(sg, capabilities=("config:read", "traces:write"))
+    world = release_setup_serving()
+    token = runtime_token(world.sg, capabilities=("config:read", "traces:write"))
     with own_postgres(tmp_path / "postgres") as (database, url):
         env = child_env(
             DATABASE_URL=url, DEBUG="true", CACHE_PREFIX=f"outage-{uuid.uuid4().hex[:8]}"

@@ -16,7 +16,7 @@ from django.conf import settings
 
 from strategies.releases.services import release_publish
 from tests.engines import child_env
-from tests.factories import release_setup, runtime_token
+from tests.factories import release_setup_serving, runtime_token
 from tests.runtime_sim import AGENT, stream_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,11 +60,8 @@ def test_stream_server__10500_connections__past_capacity_503_at_once_health_and_
 ):
     # Given a stream server with the default capacity, and a token allowed more streams
     # than that (so only the capacity refuses)
-    world = release_setup()
-    sg = world.envs["sg-test"]
-    release_publish(version=world.profile[1], environment=sg, actor=world.ops)
-    release_publish(version=world.strategy[2], environment=sg, actor=world.ops)
-    token = runtime_token(sg, capabilities=("config:read",))
+    world = release_setup_serving()
+    token = runtime_token(world.sg, capabilities=("config:read",))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, CONNECTIONS + 2000)), hard))
     env = child_env(
@@ -75,12 +72,12 @@ def test_stream_server__10500_connections__past_capacity_503_at_once_health_and_
     )
     server = stream_server(env, log_path=tmp_path / "stream.log").start()
     try:
-        asyncio.run(_flood(server.port, token, world, sg))
+        asyncio.run(_flood(server.port, token, world))
     finally:
         server.stop()
 
 
-async def _flood(port: int, token: str, world, sg) -> None:
+async def _flood(port: int, token: str, world) -> None:
     gate = asyncio.Semaphore(OPENING_AT_ONCE)
 
     async def one():
@@ -109,7 +106,7 @@ async def _flood(port: int, token: str, world, sg) -> None:
         # And every held stream hears the next publish
         published = time.monotonic()
         await asyncio.to_thread(
-            release_publish, version=world.strategy[3], environment=sg, actor=world.ops
+            release_publish, version=world.strategy[3], environment=world.sg, actor=world.ops
         )
         heard = await asyncio.gather(*(_next_event(a[3]) for a in held), return_exceptions=True)
         heard_in = time.monotonic() - published
