@@ -139,7 +139,7 @@ class Stream:
     queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(queue_size()))
     member: str = field(default_factory=lambda: uuid.uuid4().hex)
     overflowed: bool = False
-    ended: bool = False  # its token was revoked
+    ended: bool = False  # closed by the server: its token revoked, or the server stopping
 
     def offer(self, etag: str) -> None:
         """Never blocks: a full queue marks the stream for closing (its reader is too slow)."""
