@@ -30,7 +30,8 @@ def unexpected_error(exc: BaseException) -> ApplicationError:
     the error shape, and the debug page is not for them (it goes to the log)."""
     if isinstance(exc, OperationalError | InterfaceError):
         return Unavailable(
-            "The console's database does not answer; retry shortly.",
+            "The console's database could not answer (unavailable, or it broke off a "
+            "conflicting transaction); retry shortly.",
             code="database_unavailable",
         )
     return InternalError(
