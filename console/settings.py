@@ -120,6 +120,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: it sees every answer, so every error under /api/ leaves in the API's shape.
+    "console.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -431,6 +433,9 @@ STREAM_MAX_PER_TOKEN = env_count("STREAM_MAX_PER_TOKEN", 256, minimum=1)
 # Live runtime instances (heartbeats, docs/runtime-contract.md §2a) one runtime token may have;
 # a heartbeat of one more is refused with 429 `too_many_instances`.
 RUNTIME_INSTANCES_PER_TOKEN = env_count("RUNTIME_INSTANCES_PER_TOKEN", 256, minimum=1)
+# Streams one stream server process holds; one more gets 503 with Retry-After at once. Below
+# granian's --backpressure (10000 in scripts/run.py), which otherwise stops answering at all.
+STREAM_CAPACITY = env_count("STREAM_CAPACITY", 9000, minimum=1)
 STREAM_QUEUE_SIZE = env_count("STREAM_QUEUE_SIZE", 16, minimum=1)
 STREAM_WRITE_TIMEOUT = float(env("STREAM_WRITE_TIMEOUT", "10") or 10)
 

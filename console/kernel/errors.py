@@ -77,8 +77,26 @@ class PayloadTooLarge(ApplicationError):
     code = "payload_too_large"
 
 
+class Unavailable(ApplicationError):
+    """Something the console depends on (its database) does not answer: retry later."""
+
+    status = 503
+    code = "unavailable"
+    retry_after_seconds = 5
+
+
+class InternalError(ApplicationError):
+    status = 500
+    code = "internal_error"
+
+
+def error_headers(exc: ApplicationError) -> dict[str, str]:
+    retry = getattr(exc, "retry_after_seconds", None)
+    return {"Retry-After": str(retry)} if retry else {}
+
+
 def error_response(exc: ApplicationError) -> Response:
-    return Response(exc.as_payload(), status=exc.status)
+    return Response(exc.as_payload(), status=exc.status, headers=error_headers(exc))
 
 
 def drf_details(data: Any, prefix: str = "") -> list[dict]:

@@ -6,7 +6,8 @@
   through the service), ManifestFactory, DocumentFactory (`profile=True`), DraftVersionFactory,
   FrozenVersionFactory, the body builders manifest_body, strategy_body, profile_body,
   strategy_bodies_v1_to_v3, and the service-backed frozen_version, frozen_versions, profile_edit;
-- releases: publish (through the service), ReleaseFactory (rows for reads), release_setup;
+- releases: publish (through the service), ReleaseFactory (rows for reads), release_setup
+  (release_setup_serving: with sg-test serving);
 - tokens: runtime_token, bearer, runtime_instances (bulk rows, as heartbeats leave them);
 - traces: trace_payload, candidate, post_batch, world, TraceFactory (rows for reads).
 
@@ -37,6 +38,7 @@ from tests.factories.releases import (
     bank_uat_ahead_of_prod,
     publish,
     release_setup,
+    release_setup_serving,
     shadow_history,
 )
 from tests.factories.tokens import bearer, runtime_instances, runtime_token
@@ -93,6 +95,7 @@ __all__ = [
     "profile_edit",
     "publish",
     "release_setup",
+    "release_setup_serving",
     "shadow_history",
     "role_named",
     "runtime_instances",
