@@ -1,15 +1,21 @@
 """Request middleware: a request id on every request and response, refusals written to the
-access log when the request ends, addresses no stored value can match refused up front, and
-application errors raised by page views turned into readable pages."""
+access log when the request ends, addresses no stored value can match refused up front,
+application errors raised by page views turned into readable pages, and every error under
+/api/ in the API's JSON shape, whatever DEBUG says."""
 
 from __future__ import annotations
 
+import json
+import sys
 import uuid
+from http import HTTPStatus
 
+from django.core.signals import got_request_exception
 from django.http import JsonResponse
 from django.template.response import TemplateResponse
 
-from console.kernel.errors import ApplicationError, ValidationFailed
+from console.kernel.api_errors import unexpected_error
+from console.kernel.errors import ApplicationError, ValidationFailed, error_headers
 from console.kernel.policy import denials_logged
 from console.kernel.request_context import RequestContext, client_ip, current_request
 
@@ -93,3 +99,57 @@ class ApplicationErrorMiddleware:
         if not isinstance(exception, ApplicationError):
             return None
         return error_response(request, exception)
+
+
+_API_CODES = {400: "bad_request", 403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+
+
+def _status_error(status: int) -> ApplicationError:
+    try:
+        phrase = HTTPStatus(status).phrase
+    except ValueError:
+        phrase = "Error"
+    error = ApplicationError(f"{phrase}.", code=_API_CODES.get(status, "error"))
+    error.status = status
+    return error
+
+
+def _remember_exception(sender, request=None, **kwargs) -> None:
+    """Django is about to render an exception nothing caught: keep it for ApiErrorMiddleware."""
+    if request is not None:
+        request.unexpected_exception = sys.exc_info()[1]
+
+
+class ApiErrorMiddleware:
+    """Outermost. Under /api/, an error answer Django rendered itself — an exception no view
+    caught (a middleware's, say, while the database is down), an unknown address — becomes
+    the API's JSON error: with DEBUG on Django would send its debug page (the settings and a
+    traceback) to a runtime that can only parse the error shape. DRF views shape their own
+    errors (console.kernel.api_errors); this catches what happens outside them."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+        got_request_exception.connect(_remember_exception, dispatch_uid="api-error-shape")
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (
+            not request.path.startswith("/api/")
+            or response.status_code < 400
+            or response.streaming
+            or response.get("Content-Type", "").startswith("application/json")
+        ):
+            return response
+        exception = getattr(request, "unexpected_exception", None)
+        if exception is not None:
+            error = unexpected_error(exception)
+        else:
+            error = _status_error(response.status_code)
+        response.status_code = error.status
+        response.content = json.dumps(error.as_payload()).encode()
+        response["Content-Type"] = "application/json"
+        if response.has_header("Content-Length"):
+            response["Content-Length"] = str(len(response.content))
+        for name, value in error_headers(error).items():
+            response[name] = value
+        return response

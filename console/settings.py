@@ -7,7 +7,7 @@ defaults and embedded engines; production refuses to start without the values it
 from __future__ import annotations
 
 import os
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -120,6 +120,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: it sees every answer, so every error under /api/ leaves in the API's shape.
+    "console.middleware.ApiErrorMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -280,6 +282,14 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# The test suite builds thousands of users; Django's default hasher spends ~0.3 s on each, so
+# (as Django's testing docs recommend) the suite sets CONSOLE_FAST_PASSWORD_HASHER for itself
+# and every process it starts. Ignored in production: MD5 is no password hash for real people.
+if env_bool("CONSOLE_FAST_PASSWORD_HASHER", False) and not PRODUCTION:
+    PASSWORD_HASHERS = [
+        "django.contrib.auth.hashers.MD5PasswordHasher",
+        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+    ]
 SESSION_COOKIE_AGE = int(env("SESSION_COOKIE_AGE", "28800") or 28800)  # a working day
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_HTTPONLY = True
@@ -420,9 +430,22 @@ LOGGING = {
 STREAM_URL = (env("STREAM_URL", "") or "").rstrip("/")
 STREAM_HEARTBEAT_SECONDS = float(env("STREAM_HEARTBEAT_SECONDS", "15") or 15)
 STREAM_MAX_PER_TOKEN = env_count("STREAM_MAX_PER_TOKEN", 256, minimum=1)
+# Live runtime instances (heartbeats, docs/runtime-contract.md §2a) one runtime token may have;
+# a heartbeat of one more is refused with 429 `too_many_instances`.
+RUNTIME_INSTANCES_PER_TOKEN = env_count("RUNTIME_INSTANCES_PER_TOKEN", 256, minimum=1)
+# Streams one stream server process holds; one more gets 503 with Retry-After at once. Below
+# granian's --backpressure (10000 in scripts/run.py), which otherwise stops answering at all.
+STREAM_CAPACITY = env_count("STREAM_CAPACITY", 9000, minimum=1)
 STREAM_QUEUE_SIZE = env_count("STREAM_QUEUE_SIZE", 16, minimum=1)
 STREAM_WRITE_TIMEOUT = float(env("STREAM_WRITE_TIMEOUT", "10") or 10)
 
 WEBHOOK_ALLOW_PRIVATE_TARGETS = env_bool("WEBHOOK_ALLOW_PRIVATE_TARGETS", False)
+# Webhooks' old headers (X-Console-Event, X-Console-Delivery, and X-Console-Signature over the
+# body alone, which a replay passes) go along with the Standard Webhooks ones for receivers not
+# updated yet, until this moment (docs/runtime-api.md §4) and never after; an operator whose
+# receivers all verify `webhook-signature` stops them now with WEBHOOK_LEGACY_HEADERS=false.
+# (Read by strategies.delivery.webhooks.legacy_headers_until, the one place that decides.)
+WEBHOOK_LEGACY_HEADERS_UNTIL = datetime(2027, 6, 1, tzinfo=UTC)
+WEBHOOK_LEGACY_HEADERS = env_bool("WEBHOOK_LEGACY_HEADERS", True)
 
 DEMO_MODE = env_bool("CONSOLE_DEMO", not PRODUCTION)

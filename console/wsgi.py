@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 # that touches no session, cookie or message, and catches its own errors), checked one by one.
 # A stack with anything else turns the dispatcher off: a new middleware may change answers.
 MIDDLEWARE_ACCOUNTED_FOR = {
+    # reshapes error answers Django rendered itself; the dispatcher's are in the shape already
+    "console.middleware.ApiErrorMiddleware",
     # headers (below); the HTTPS redirect → Django
     "django.middleware.security.SecurityMiddleware",
     # serves STATIC_URL only

@@ -19,6 +19,10 @@ import pytest
 # Playwright's sync API runs an event loop in the test thread; Django's ORM calls made by
 # test code around it are still synchronous and safe.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+# A fast password hasher, as Django's testing docs recommend (the default costs ~0.3 s a user):
+# the processes the tests start read it from the environment (console/settings.py); this
+# process has loaded its settings already, so `fast_password_hasher` switches it here.
+os.environ["CONSOLE_FAST_PASSWORD_HASHER"] = "true"
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = [
@@ -39,6 +43,7 @@ def pytest_sessionstart(session):
     a child that guesses 127.0.0.1:5432 pass by luck."""
     from tests.engines import embedded_mode, machine_servers_in_use
 
+    _forget_earlier_sessions(session)
     if not embedded_mode():
         return
     from django.conf import settings
@@ -52,6 +57,32 @@ def pytest_sessionstart(session):
             + "; run them through scripts/test.sh, which starts the embedded engines",
             returncode=pytest.ExitCode.USAGE_ERROR,
         )
+
+
+def _forget_earlier_sessions(session) -> None:
+    """Empty the suite's Redis database before the first test: every session builds its test
+    database anew, so ids repeat, and an earlier session's cached configuration payload (kept
+    when it looks newer) would be served for this session's environment of the same id. Only
+    the controller empties it: pytest-xdist's workers start after it and share the database."""
+    if hasattr(session.config, "workerinput"):
+        return
+    import redis
+    from django.conf import settings
+
+    redis.Redis.from_url(settings.CACHES["default"]["LOCATION"]).flushdb()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hasher():
+    from django.test import override_settings
+
+    with override_settings(
+        PASSWORD_HASHERS=[
+            "django.contrib.auth.hashers.MD5PasswordHasher",
+            "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+        ]
+    ):
+        yield
 
 
 @pytest.fixture(scope="session")
@@ -196,6 +227,26 @@ def celery_worker(*, level: str = "INFO", beat_schedule: Path | None = None, **e
                 proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+@contextlib.contextmanager
+def beat_worker(settings, beat_schedule: Path, *, seconds: float, ready_within: float = 60.0):
+    """A `celery_worker` running the beat, the rollouts' guards judged every `seconds`, on
+    this test's cache prefix; yielded once it consumes its queue (a task sent before that
+    could be lost), with the services' own tasks (a bake's end) pointed at that queue."""
+    with celery_worker(
+        level="INFO",
+        beat_schedule=beat_schedule,
+        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
+        ROLLOUTS_EVALUATE_SECONDS=str(int(seconds)),
+    ) as queue:
+        settings.CELERY_TASK_DEFAULT_QUEUE = queue
+        log = ROOT / ".data" / f"worker-{queue}.log"
+        deadline = time.monotonic() + ready_within
+        while "ready." not in log.read_text():
+            assert time.monotonic() < deadline, f"the worker did not start: {log}"
+            time.sleep(0.2)
+        yield queue
 
 
 @pytest.fixture

@@ -10,7 +10,11 @@ given the server, port and test database of this process from here, never a gues
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import subprocess
+from pathlib import Path
 from urllib.parse import quote, urlencode
 
 # OPTIONS keys Django consumes itself; everything else in OPTIONS is a libpq parameter.
@@ -101,3 +105,58 @@ def machine_servers_in_use(settings_dict: dict, redis_url: str) -> list[str]:
     if not redis_url.startswith(("redis+socket://", "unix://")):
         found.append(f"Redis over TCP ({redis_url})")
     return found
+
+
+def _pg_dump_for(source: dict, *candidates: Path) -> str:
+    """A pg_dump of the source server's major version (another major's output may not load:
+    16's reads 15's column options wrongly), among `candidates` and the one on PATH."""
+    import psycopg
+
+    with psycopg.connect(**source) as conn:
+        major = conn.info.server_version // 10000
+    on_path = shutil.which("pg_dump")
+    for pg_dump in [*(str(c / "pg_dump") for c in candidates), *([on_path] if on_path else [])]:
+        version = subprocess.run([pg_dump, "--version"], capture_output=True, text=True)
+        if version.returncode == 0 and version.stdout.split()[-1].split(".")[0] == str(major):
+            return pg_dump
+    raise RuntimeError(f"no pg_dump of PostgreSQL {major} (the test database's)")
+
+
+@contextlib.contextmanager
+def own_postgres(data_dir: Path, *, copy_of: dict | None = None):
+    """A PostgreSQL server of the test's own (pgserver's, data in `data_dir`), holding a copy
+    of the test database (schema and rows, by pg_dump) as `console`: for fault tests that
+    stop it — never the machine's. Yields (server, its DATABASE_URL); `server.cleanup()`
+    stops it (again at the end: a no-op)."""
+    import pgserver
+    from psycopg.conninfo import make_conninfo
+
+    server = pgserver.get_server(data_dir, cleanup_mode="stop")
+    try:
+        server.psql("CREATE DATABASE console;")
+        binaries = Path(pgserver.__file__).parent / "pginstall" / "bin"
+        pg_dump = _pg_dump_for(pg_connect_kwargs(copy_of), binaries)
+        dump = subprocess.run(
+            [
+                pg_dump,
+                "--no-owner",
+                "--no-privileges",
+                make_conninfo(**pg_connect_kwargs(copy_of)),
+            ],
+            capture_output=True,
+            check=True,
+            timeout=120,
+        )
+        url = server.get_uri("console")
+        loaded = subprocess.run(
+            # the psql beside that pg_dump: it reads what its pg_dump writes (\\restrict)
+            [Path(pg_dump).with_name("psql"), "-q", "-v", "ON_ERROR_STOP=1", url],
+            input=dump.stdout,
+            capture_output=True,
+            timeout=120,
+        )
+        if loaded.returncode != 0:
+            raise RuntimeError(f"the copy did not load: {loaded.stderr.decode()[-2000:]}")
+        yield server, url
+    finally:
+        server.cleanup()

@@ -380,6 +380,10 @@ def _stop_process(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
     try:
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
+        # the whole group when it leads one: a granian worker must not outlive its parent
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if os.getpgid(proc.pid) == proc.pid:
+                os.killpg(proc.pid, signal.SIGKILL)
         proc.kill()
         proc.wait(timeout=5)
 
@@ -435,6 +439,7 @@ class ConsoleServer:
             env=self.env,
             stdout=self._log or subprocess.DEVNULL,
             stderr=subprocess.STDOUT if self._log else subprocess.DEVNULL,
+            process_group=0,  # its workers with it (see _stop_process)
         )  # fmt: skip
         deadline = time.monotonic() + timeout
         while not self.healthy():

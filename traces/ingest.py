@@ -68,6 +68,21 @@ class Rejection:
         }
 
 
+def request_id_taken(environment_key: str, *, other_agent: str | None = None) -> Finding:
+    """The refusal of a report whose request id another agent already holds in the
+    environment (request ids are unique per environment, across agents). A conflict the
+    runtime sees: a `duplicate` is only the same agent's report again, so a token for one
+    agent can never make another's runtime believe its report was stored. `other_agent` is
+    named only when the token covers it."""
+    whose = f"agent '{other_agent}'" if other_agent else "a runtime outside this token's scope"
+    return Finding(
+        "request_id",
+        "request_id_taken",
+        f"already used in environment '{environment_key}' by {whose}; request ids are unique "
+        "per environment, across agents",
+    )
+
+
 @dataclass
 class ParsedBatch:
     valid: list[tuple[int, Trace]]

@@ -26,9 +26,9 @@ from strategies.catalog.models import TRACE_RETENTION_DAYS_DEFAULT, Agent, Envir
 from strategies.documents.models import Document, Version
 from traces import crypto, partitions
 from traces.health.counters import counters_record_batch
-from traces.ingest import ParsedBatch, Rejection
+from traces.ingest import ParsedBatch, Rejection, request_id_taken
 from traces.models import Snapshot, Trace
-from traces.rollouts.counters import rollout_writes
+from traces.rollouts.counters import rollout_claims_judge, rollout_writes
 from traces.selectors import traces_keyed
 
 PURGE_BATCH = 5_000
@@ -83,12 +83,14 @@ SNAPSHOT_COLUMNS = "ciphertext, key_id, created_at, expires_at"
 # is partitioned by day); a request_id already stored in this environment (or being stored
 # by a concurrent batch) is skipped by ON CONFLICT, and only the traces whose key went in
 # are inserted, with the id drawn for the key. A batch is one environment's, so the joins
-# are on request_id alone.
+# are on request_id alone. Keys go in by request_id: two batches sharing ids take them in
+# one order, so neither waits for the other while holding an id it wants (no deadlock).
 _MOVE_FROM_TEMP = f"""
 WITH keys AS (
     INSERT INTO traces_request_key (environment_id, request_id, trace_id, occurred_at)
     SELECT environment_id, request_id, nextval('traces_trace_id_seq'), occurred_at
     FROM ingest_trace_in_v5
+    ORDER BY request_id
     ON CONFLICT (environment_id, request_id) DO NOTHING
     RETURNING trace_id, request_id, environment_id
 ), inserted AS (
@@ -296,30 +298,27 @@ def _snapshots_allowed(traces: list[WireTrace], agent_ids: dict[str, int]) -> se
     }
 
 
-def _not_stored(identity, environment, request_ids: list[str], indexes: dict[str, int]):
-    """Split the traces ON CONFLICT skipped: a duplicate when the stored trace is one the token
-    could have written (its agent in the token's scope); otherwise a rejection that names no
-    other agent — the duplicates list never reveals traces outside the token's scope."""
-    if not request_ids:
+def _not_stored(identity, environment, traces: list[WireTrace], indexes: dict[str, int]):
+    """Split the traces ON CONFLICT skipped: a duplicate only when the stored trace is the same
+    agent's (a retry); an id another agent holds is a rejection (`request_id_taken`), naming
+    that agent only when the token covers it — so `duplicates` never hides a trace that was
+    not stored, nor reveals one outside the token's scope."""
+    if not traces:
         return [], []
     owners = dict(
-        traces_keyed(Trace.objects, request_ids, environment_ids=[environment.pk]).values_list(
-            "request_id", "agent__key"
-        )
+        traces_keyed(
+            Trace.objects, [t.request_id for t in traces], environment_ids=[environment.pk]
+        ).values_list("request_id", "agent__key")
     )
     duplicates, rejected = [], []
-    for request_id in request_ids:
-        owner = owners.get(request_id)
-        if owner is None or identity.covers_agent(owner):
-            duplicates.append(request_id)
-        else:
-            taken = Finding(
-                "request_id",
-                "request_id_taken",
-                f"already used in environment '{environment.key}' by a runtime outside this "
-                "token's scope; request ids are unique per environment",
-            )
-            rejected.append(Rejection(indexes[request_id], request_id, [taken]))
+    for trace in traces:
+        owner = owners.get(trace.request_id)
+        if owner is None or owner == trace.agent:
+            duplicates.append(trace.request_id)
+            continue
+        named = owner if identity.covers_agent(owner) else None
+        taken = request_id_taken(environment.key, other_agent=named)
+        rejected.append(Rejection(indexes[trace.request_id], trace.request_id, [taken]))
     return duplicates, rejected
 
 
@@ -341,7 +340,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     snapshot_expiry = now + timedelta(days=environment.snapshot_retention_days)
     key_id = crypto.current_key_id()
 
-    seen: set[str] = set()
+    seen: dict[str, str] = {}  # request_id → the agent whose trace has it in this batch
     accepted: dict[str, WireTrace] = {}
     indexes: dict[str, int] = {}
     in_scope = []
@@ -353,6 +352,14 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
             result.rejected.append(Rejection(index, trace.request_id, problems))
         else:
             in_scope.append((index, trace))
+    # A rollout arm or step the console does not assign the trace's unit: refused, counted.
+    claims = rollout_claims_judge(
+        environment_id=environment.pk, agent_ids=agent_ids, traces=in_scope
+    )
+    for index, trace in in_scope:
+        if index in claims.refused:
+            result.rejected.append(Rejection(index, trace.request_id, [claims.refused[index][0]]))
+    in_scope = [(index, trace) for index, trace in in_scope if index not in claims.refused]
     allowed = _snapshots_allowed(
         [trace for index, trace in in_scope if index in batch.snapshots], agent_ids
     )
@@ -360,9 +367,14 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     traces, snapshots = [], []
     for index, trace in in_scope:
         if trace.request_id in seen:
-            result.duplicates.append(trace.request_id)
+            first = seen[trace.request_id]
+            if first == trace.agent:
+                result.duplicates.append(trace.request_id)
+            else:  # both agents are the token's: it may hear the other's name
+                taken = request_id_taken(environment.key, other_agent=first)
+                result.rejected.append(Rejection(index, trace.request_id, [taken]))
             continue
-        seen.add(trace.request_id)
+        seen[trace.request_id] = trace.agent
         accepted[trace.request_id] = trace
         indexes[trace.request_id] = index
         snapshot = batch.snapshots.get(index)
@@ -383,6 +395,8 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
                 (trace.request_id, crypto.encrypt(snapshot), key_id, now, snapshot_expiry)
             )
     if not traces:
+        if claims.refused:
+            _counters_record(environment, agent_ids, [], claims)
         return result
 
     occurred = {row[0]: row[3] for row in traces}
@@ -410,24 +424,37 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     stored = {request_id for _, request_id in inserted}
     result.accepted = len(stored)
     duplicates, taken = _not_stored(
-        identity, environment, [row[0] for row in traces if row[0] not in stored], indexes
+        identity,
+        environment,
+        [trace for request_id, trace in accepted.items() if request_id not in stored],
+        indexes,
     )
     result.duplicates.extend(duplicates)
     result.rejected.extend(taken)
     result.snapshots_dropped = [request_id for request_id in dropped if request_id in stored]
     # Last, so the counter rows' locks are held only until the commit that follows.
+    _counters_record(
+        environment, agent_ids, [accepted[request_id] for _, request_id in inserted], claims
+    )
+    return result
+
+
+def _counters_record(environment, agent_ids, stored_traces, claims) -> None:
+    """The health and rollout counters of the traces just stored, and the faults of the
+    rollout claims refused, in one statement."""
     with connection.cursor() as cursor:
-        stored_traces = [accepted[request_id] for _, request_id in inserted]
         counters_record_batch(
             cursor,
             environment=environment,
             agent_ids=agent_ids,
             traces=stored_traces,
             also=rollout_writes(
-                environment_id=environment.pk, agent_ids=agent_ids, traces=stored_traces
+                environment_id=environment.pk,
+                agent_ids=agent_ids,
+                traces=stored_traces,
+                claims=claims,
             ),
         )
-    return result
 
 
 # --- looks at traces (access log) ---------------------------------------------------------------

@@ -2,14 +2,41 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions as drf_exceptions
-from rest_framework.views import exception_handler
+from rest_framework.views import exception_handler, set_rollback
 
-from console.kernel.errors import ApplicationError, drf_details, error_response
+from console.kernel.errors import (
+    ApplicationError,
+    InternalError,
+    Unavailable,
+    drf_details,
+    error_response,
+)
 from console.kernel.limits import too_large
+
+log = logging.getLogger(__name__)
+
+
+def unexpected_error(exc: BaseException) -> ApplicationError:
+    """What an API client is told of an exception nothing handled: a database that does not
+    answer (connection lost, server down, a deadlock) is worth a retry, anything else is a
+    fault of ours. Never the traceback or the settings, whatever DEBUG says: runtimes parse
+    the error shape, and the debug page is not for them (it goes to the log)."""
+    if isinstance(exc, OperationalError | InterfaceError):
+        return Unavailable(
+            "The console's database could not answer (unavailable, or it broke off a "
+            "conflicting transaction); retry shortly.",
+            code="database_unavailable",
+        )
+    return InternalError(
+        "The console failed to answer this request; its X-Request-ID names it in the log."
+    )
 
 
 def api_exception_handler(exc, context):
@@ -23,8 +50,11 @@ def api_exception_handler(exc, context):
     elif isinstance(exc, PermissionDenied):
         exc = drf_exceptions.PermissionDenied()
     response = exception_handler(exc, context)
-    if response is None:
-        return None
+    if response is None:  # not an API exception: ours to shape (and to log, since it is caught)
+        request = context.get("request")
+        log.error("unexpected error answering %s", getattr(request, "path", "?"), exc_info=exc)
+        set_rollback()
+        return error_response(unexpected_error(exc))
     if isinstance(exc, drf_exceptions.ValidationError):
         payload = {
             "code": "validation_failed",

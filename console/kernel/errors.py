@@ -65,13 +65,38 @@ class Conflict(ApplicationError):
     code = "conflict"
 
 
+class TooManyRequests(ApplicationError):
+    """A bound reached (not a stale write): the same request may succeed later."""
+
+    status = 429
+    code = "too_many_requests"
+
+
 class PayloadTooLarge(ApplicationError):
     status = 413
     code = "payload_too_large"
 
 
+class Unavailable(ApplicationError):
+    """Something the console depends on (its database) does not answer: retry later."""
+
+    status = 503
+    code = "unavailable"
+    retry_after_seconds = 5
+
+
+class InternalError(ApplicationError):
+    status = 500
+    code = "internal_error"
+
+
+def error_headers(exc: ApplicationError) -> dict[str, str]:
+    retry = getattr(exc, "retry_after_seconds", None)
+    return {"Retry-After": str(retry)} if retry else {}
+
+
 def error_response(exc: ApplicationError) -> Response:
-    return Response(exc.as_payload(), status=exc.status)
+    return Response(exc.as_payload(), status=exc.status, headers=error_headers(exc))
 
 
 def drf_details(data: Any, prefix: str = "") -> list[dict]:

@@ -26,15 +26,23 @@ records::
   request are not dropped, so the bound may be exceeded by the batch in flight.
 - **Corruption**: a record whose magic, length or checksum is wrong is skipped (the reader
   looks for the next magic), counted and reported; the rest of the file is delivered.
+- **Trust**: what is delivered goes out with the runtime's token, so only segments this
+  process's user wrote are adopted (:func:`foreign_reason`): a regular file, not a symbolic
+  link, owned by this user, with one name, writable by no one else. Anything else in the
+  directory (planted by another local user of a shared directory) is refused, left where it
+  is, counted and logged once. The directory is created ``0700``; one writable by others
+  is used, with a WARNING.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import itertools
 import logging
 import os
+import stat
 import struct
 import threading
 import time
@@ -51,6 +59,20 @@ SUFFIX = ".spool"
 _READ_CHUNK = 1024 * 1024
 _MAX_RECORD = 64 * 1024 * 1024  # a length beyond this is garbage, not a trace
 _sequence = itertools.count()
+
+
+def foreign_reason(info: os.stat_result) -> str | None:
+    """Why a segment file (its ``fstat``) is not this user's to deliver, or None when it is:
+    anyone who could have written it can make the runtime send traces under its token."""
+    if not stat.S_ISREG(info.st_mode):
+        return "not a regular file"
+    if info.st_uid != os.geteuid():
+        return f"owned by uid {info.st_uid}, not this process's {os.geteuid()}"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by others (mode {stat.S_IMODE(info.st_mode):04o})"
+    if info.st_nlink != 1:
+        return f"{info.st_nlink} names (a hard link another user may have made)"
+    return None
 
 
 def encode_record(request_id: str, data: bytes) -> bytes:
@@ -107,13 +129,25 @@ class Spool:
         self.corrupt_records = 0
         self.corrupt_files = 0
         self.recovered_records = 0
+        self.refused_files: dict[str, str] = {}  # name → why it is not ours to deliver
         self._next_full_warning = 0.0
 
     # ------------------------------------------------------------ writing (any thread)
 
     def open(self) -> None:
-        """Create the directory and check it takes a write (``OSError`` if not)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Create the directory (``0700``) and check it takes a write (``OSError`` if
+        not)."""
+        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = self.directory.stat()
+        if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            logger.warning(
+                "Trace spool %s is writable by other users (owner uid %d, mode %04o): "
+                "segments they plant there are refused, but give the spool a directory of "
+                "its own",
+                self.directory,
+                info.st_uid,
+                stat.S_IMODE(info.st_mode),
+            )
         probe = self.directory / f".probe-{os.getpid()}-{next(_sequence)}"
         try:
             fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -213,7 +247,7 @@ class Spool:
             names = sorted(
                 entry.name
                 for entry in os.scandir(self.directory)
-                if entry.name.endswith(SUFFIX) and entry.is_file()
+                if entry.name.endswith(SUFFIX) and entry.name not in self.refused_files
             )
         except OSError as error:
             logger.warning("Trace spool %s cannot be listed: %s", self.directory, error)
@@ -226,19 +260,36 @@ class Spool:
                 continue
             path = self.directory / name
             try:
-                fd = os.open(path, os.O_RDWR)
+                # Not through a link, and without waiting on whatever else the name is.
+                fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK)
+            except OSError as error:
+                if error.errno in (errno.ELOOP, errno.EACCES, errno.EPERM):
+                    self._refuse(name, "a symbolic link" if error.errno == errno.ELOOP else
+                                 f"cannot be opened ({error.strerror})")  # fmt: skip
+                continue  # else gone meanwhile (delivered by another process)
+            try:
+                info = os.fstat(fd)
             except OSError:
-                continue  # gone meanwhile (delivered by another process)
+                os.close(fd)
+                continue
+            if info.st_nlink == 0:  # delivered and deleted by another process meanwhile
+                os.close(fd)
+                continue
+            reason = foreign_reason(info)
+            if reason is not None:  # judged before the lock: its owner's locks are no matter
+                os.close(fd)
+                self._refuse(name, reason)
+                continue
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
                 os.close(fd)
                 continue  # a live process holds it
             try:
-                stat = os.fstat(fd)
-                if stat.st_nlink == 0:  # delivered and deleted between opening and locking
+                info = os.fstat(fd)
+                if info.st_nlink == 0:  # delivered and deleted between opening and locking
                     raise FileNotFoundError(path)
-                size = stat.st_size
+                size = info.st_size
             except OSError:
                 os.close(fd)
                 continue
@@ -268,6 +319,16 @@ class Spool:
                 "Trace spool %s: %d traces of earlier runs to deliver", self.directory, found
             )
         return found
+
+    def _refuse(self, name: str, reason: str) -> None:
+        """A file this process will not deliver: counted, logged once, left where it is."""
+        self.refused_files[name] = reason
+        logger.warning(
+            "Trace spool %s: %s is not this user's segment (%s); refused, not delivered",
+            self.directory,
+            name,
+            reason,
+        )
 
     def read(
         self, max_records: int, max_bytes: int, *, at_least_one: bool = True
@@ -393,6 +454,7 @@ class Spool:
                 "corrupt_records": self.corrupt_records,
                 "corrupt_files": self.corrupt_files,
                 "recovered": self.recovered_records,
+                "refused_files": len(self.refused_files),
             }
 
     # ------------------------------------------------------------ internals

@@ -45,6 +45,7 @@ __all__ = [
     "Serving",
     "assign_arm",
     "bucket",
+    "request_arm",
     "serve",
     "unit_value",
     "watched",
@@ -76,6 +77,19 @@ def assign_arm(rollout_id: str, share: float, unit: str) -> str:
     if share >= 1.0 or bucket(rollout_id, unit) < share:
         return wire.ARM_NEW
     return wire.ARM_OLD
+
+
+def request_arm(
+    rollout_id: str, *, share: float, unit: str, phase: str = wire.PHASE_ROLLOUT
+) -> str | None:
+    """The arm a unit's request reports under one ``rollouts`` entry — what :func:`serve`
+    puts in the trace's ``rollout`` block, and what the console checks every such block
+    against (docs/rollout-evidence.md "What a runtime token is trusted to say"). In the
+    steps :func:`assign_arm`; in the paired watch ``"new"`` for a :func:`watched` unit and
+    ``None`` (no rollout block) for the others."""
+    if phase == wire.PHASE_WATCH:
+        return wire.ARM_NEW if watched(rollout_id, share, unit) else None
+    return assign_arm(rollout_id, share, unit)
 
 
 def _read(key: str, document) -> Strategy:
@@ -142,28 +156,21 @@ def serve(
     if rollout is None or live is None:
         return Serving(key, live, _call(snapshot, "shadow", key) if live is not None else None)
     unit = unit_value(rollout.unit, task_id=task_id, principal=principal, request_id=request_id)
-    if getattr(rollout, "phase", wire.PHASE_ROLLOUT) == wire.PHASE_WATCH:
-        return _watched(key, live, rollout, unit)
-    arm = assign_arm(rollout.id, rollout.share, unit)
+    phase = getattr(rollout, "phase", wire.PHASE_ROLLOUT)
+    arm = request_arm(rollout.id, share=rollout.share, unit=unit, phase=phase)
+    if arm is None:  # a paired watch this unit is not part of: the live version alone
+        return Serving(key, live)
+    block = wire.TraceRollout(id=rollout.id, arm=arm, step=rollout.step)
+    if phase == wire.PHASE_WATCH:  # everyone is served the live (new) version
+        return Serving(key, live, rollout.document, block)
     served, other = (rollout.document, live) if arm == wire.ARM_NEW else (live, rollout.document)
-    return Serving(key, served, other, wire.TraceRollout(id=rollout.id, arm=arm, step=rollout.step))
+    return Serving(key, served, other, block)
 
 
 def watched(rollout_id: str, share: float, unit: str) -> bool:
     """Whether a unit runs the paired watch's shadow: its :func:`bucket` below ``share`` (the
     same hash as :func:`assign_arm`, so about ``share`` of the units, each always alike)."""
     return share > 0 and bucket(rollout_id, unit) < share
-
-
-def _watched(key: str, live: Document, rollout, unit: str) -> Serving:
-    if not watched(rollout.id, rollout.share, unit):
-        return Serving(key, live)
-    return Serving(
-        key,
-        live,
-        rollout.document,
-        wire.TraceRollout(id=rollout.id, arm=wire.ARM_NEW, step=rollout.step),
-    )
 
 
 def _call(snapshot, method: str, key: str):

@@ -8,10 +8,12 @@ space-separated, during a secret rotation). The key is the webhook's secret as U
 Signing the id and the time with the body is what stops a replay: a captured delivery sent
 again with another id, or later than :data:`TOLERANCE_SECONDS`, does not verify.
 
-Until 2027-06-01 the console also sends the old headers (``X-Console-Event``,
+Until 2027-06-01 (00:00 UTC) the console also sends the old headers (``X-Console-Event``,
 ``X-Console-Delivery``, ``X-Console-Signature: sha256=<hex HMAC of the body alone>``) for
-receivers not updated yet; this module no longer accepts them alone (:func:`sign` and
-:func:`verify_signature` remain for those receivers' tests).
+receivers not updated yet, and never after (sooner when its operator sets
+``WEBHOOK_LEGACY_HEADERS=false``); this module no longer accepts them alone and needs none of
+them — the event is read from the body (:func:`sign` and :func:`verify_signature` remain for
+those receivers' tests).
 
 The console counts a 2xx within 10 s as delivered (the console's
 ``strategies.delivery.transport.TRY_DEADLINE_SECONDS``, for the whole try) and retries anything

@@ -98,6 +98,10 @@ UNAUTHORIZED = "401"
 GARBAGE = "garbage"  # config: 200 with bytes that are not JSON
 HANG = "hang"  # wait ``hang_seconds`` before answering
 COMMIT_THEN_500 = "commit_then_500"  # traces: store the batch, then answer 500
+# stream: after the first event, an event that never ends — data lines with no blank line
+# after them, or one line with no end — up to ``endless_bytes`` or until the runtime hangs up
+ENDLESS_EVENT = "endless_event"
+ENDLESS_LINE = "endless_line"
 
 
 def dead_url() -> str:
@@ -142,6 +146,9 @@ class FakeConsole:
         self.stream_heartbeat = 15.0
         self.stream_connects: list[tuple[float, str | None]] = []
         self.stream_requests = 0  # every stream request, refused ones too
+        self.endless_bytes = 64 * 1024 * 1024
+        # Per endless stream: (bytes written, whether the runtime hung up before the end).
+        self.endless_sent: list[tuple[int, bool]] = []
         self._streams: set[queue.Queue] = set()
         self._released = threading.Event()
         console = self
@@ -292,7 +299,8 @@ class FakeConsole:
             _send(handler, 401, msgspec.json.encode(body),
                   {"WWW-Authenticate": 'Bearer realm="runtime"'})  # fmt: skip
             return
-        if self._gate("stream", handler) is None:
+        mode = self._gate("stream", handler)
+        if mode is None:
             return
         if handler.path.split("?", 1)[0] != f"/api/v1/runtime/stream/{AGENT}":
             _send_error(handler, 404, "not_found", f"Unknown agent '{handler.path}'.")
@@ -314,6 +322,9 @@ class FakeConsole:
                 first += _event(etag)
             handler.wfile.write(first)
             handler.wfile.flush()
+            if mode in (ENDLESS_EVENT, ENDLESS_LINE):
+                self._endless(handler, mode)
+                return
             sent = etag
             while not self._released.is_set():
                 try:
@@ -334,6 +345,23 @@ class FakeConsole:
             with self.lock:
                 self._streams.discard(events)
             handler.close_connection = True
+
+    def _endless(self, handler, mode: str) -> None:
+        """Write an event that never ends until ``endless_bytes`` or the runtime hangs up."""
+        if mode == ENDLESS_EVENT:
+            chunk = b"".join(b"data: " + b"x" * 1000 + b"\n" for _ in range(64))
+        else:
+            handler.wfile.write(b"data: ")
+            chunk = b"x" * 64_000
+        written, hung_up = 0, False
+        try:
+            while written < self.endless_bytes:
+                handler.wfile.write(chunk)
+                written += len(chunk)
+        except OSError:
+            hung_up = True
+        with self.lock:
+            self.endless_sent.append((written, hung_up))
 
     def _heartbeat(self, handler) -> None:
         """``POST heartbeat`` (§2a), validated as the console validates it."""

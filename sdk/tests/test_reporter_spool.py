@@ -265,6 +265,61 @@ def test_spool__corrupt_record_and_torn_tail__skipped_reported_rest_delivered(
     assert wait_for(lambda: segments(spool) == [])
 
 
+# ---------------------------------------------------------------- a shared directory
+
+NOBODY = 65534  # another local user: only root may give a file away (CI runs as root)
+GIVES_FILES_AWAY = os.geteuid() == 0
+
+
+def test_spool__segments_planted_by_others_in_a_shared_directory__refused_not_sent(
+    console, make_reporter, tmp_path, caplog
+):
+    # Given a spool in a directory every local user may write (like /tmp), where someone
+    # planted segments: one of another user, one of ours that anyone may write, a symbolic
+    # link and a second name (hard link) of a file of ours, each with a trace to smuggle
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    spool.chmod(0o1777)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+
+    def segment(path: Path, request_id: str) -> Path:
+        data = reporter_module.encode_trace(trace(0, request_id=request_id))
+        path.write_bytes(_spool.encode_record(request_id, data))
+        path.chmod(0o600)
+        return path
+
+    name = "0000000000000000000{}-4242-000001.spool".format
+    if GIVES_FILES_AWAY:  # a developer's non-root run stages the other three
+        os.chown(segment(spool / name(1), "planted-by-another-user"), NOBODY, NOBODY)
+    segment(spool / name(2), "planted-writable-by-all").chmod(0o666)
+    (spool / name(3)).symlink_to(segment(outside / "linked", "planted-symlink"))
+    os.link(segment(outside / "linked-hard", "planted-hard-link"), spool / name(4))
+    # and a segment an earlier run of this runtime left behind
+    segment(spool / name(5), "left-by-an-earlier-run")
+    caplog.set_level(logging.WARNING, logger="context_runtime.reporter")
+
+    # When the runtime starts its reporter there and reports a trace
+    reporter = make_reporter(console.url, spool_dir=spool)
+    reporter.report(trace(1, request_id="reported-now"))
+
+    # Then only this user's own segments are delivered with the runtime's token
+    assert wait_for(lambda: len(console.stored) == 2, timeout=8.0), console.stored
+    assert reporter.flush(timeout=5.0)
+    assert sorted(console.stored) == ["left-by-an-earlier-run", "reported-now"]
+    assert not any(rid.startswith("planted") for rid in console.posted_request_ids())
+    # and the planted files are refused, counted, named in the log once, and left alone
+    planted = [(2, "writable by others"), (3, "a symbolic link"), (4, "2 names")]
+    if GIVES_FILES_AWAY:
+        planted.append((1, "owned by uid 65534"))
+    assert reporter.stats()["spool_refused_files"] == len(planted)
+    for number, why in planted:
+        assert caplog.text.count(f"{name(number)} is not this user's segment ({why}") == 1
+        assert os.path.lexists(spool / name(number))
+    # and the shared directory itself is named as one to move away from
+    assert "is writable by other users" in caplog.text
+
+
 # ---------------------------------------------------------------- a token refused
 
 

@@ -15,7 +15,14 @@ import pytest
 from context_runtime import wire
 from context_runtime.client import ConfigClient, ConfigSnapshot, Rollout
 from context_runtime.engine import CandidateItem, Strategy, select
-from context_runtime.rollouts import Serving, assign_arm, bucket, serve, unit_value
+from context_runtime.rollouts import (
+    Serving,
+    assign_arm,
+    bucket,
+    request_arm,
+    serve,
+    unit_value,
+)
 from fake_console import AGENT, PAYLOAD, TOKEN
 
 KEY = "after_sales_consultation"
@@ -143,6 +150,23 @@ def test_serve__each_arm_serves_its_version__the_other_runs_as_shadow(share):
         assert s.documents(snap) == {"profile": 7, KEY: s.document.version}
     arms = {s.rollout.arm for s in served}
     assert arms == {"old"} if share == 0.0 else {"new"} if share == 1.0 else {"new", "old"}
+
+
+@pytest.mark.parametrize("phase", ["rollout", "watch"])
+@pytest.mark.parametrize("unit", ["task", "principal"])
+def test_serve__reports_the_arm_request_arm_gives__what_the_console_checks(phase, unit):
+    """The console refuses a trace whose arm is not `request_arm`'s for its unit (docs/
+    rollout-evidence.md): what serve reports must be exactly that, in both phases, for
+    units given and missing."""
+    v3, v4 = documents()
+    entry = Rollout(id="ro-7", document=v4, share=0.3, unit=unit, step=1, phase=phase)
+    snap = Snap(live=v3, rollout=entry)
+    for n in range(2_000):
+        task_id, principal = (f"T{n}", "") if n % 3 else (None, f"shop-{n}" if n % 2 else "")
+        served = serve(snap, KEY, request_id=f"r{n}", task_id=task_id, principal=principal)
+        value = unit_value(unit, task_id=task_id, principal=principal, request_id=f"r{n}")
+        arm = request_arm("ro-7", share=0.3, unit=value, phase=phase)
+        assert (served.rollout.arm if served.rollout else None) == arm
 
 
 def test_serve__unit_missing__each_request_its_own_unit():

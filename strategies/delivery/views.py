@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from django.contrib import messages
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -53,6 +55,7 @@ def webhook_list(request):
             "environments": environment_list(),
             "event_choices": EVENT_CHOICES,
             "events_checked": request.POST.getlist("events") if error else [WEBHOOK_EVENT],
+            "legacy_headers_until": webhooks.legacy_headers_until(time.time()),
         },
         status=error.status if error else 200,
     )

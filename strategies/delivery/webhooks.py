@@ -9,8 +9,9 @@ Signing (docs/runtime-api.md §4) follows Standard Webhooks: `webhook-id` (the d
 same on every try, so receivers can de-duplicate), `webhook-timestamp` (this try's time) and
 `webhook-signature: v1,<base64 HMAC-SHA256 of "id.timestamp.body">`, so a captured delivery
 replayed under another id or later than the receivers' tolerance does not verify. Until
-`LEGACY_HEADERS_UNTIL` the old headers (`X-Console-Signature` over the body alone) go along
-for receivers not updated yet.
+`settings.WEBHOOK_LEGACY_HEADERS_UNTIL` (2027-06-01), unless an operator stops them sooner
+(`WEBHOOK_LEGACY_HEADERS=false`), the old headers (`X-Console-Signature` over the body alone)
+go along for receivers not updated yet; after it, never (`legacy_headers_until`).
 
 Targets (docs/runtime-api.md §4): the console calls public addresses only, checked at
 registration and again at every try; the check, the pinned connection and the deadline are
@@ -31,7 +32,7 @@ import os
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from celery import current_app
 from django.conf import settings
@@ -75,8 +76,15 @@ def new_webhook_secret() -> str:
     return "whsec_" + secrets.token_urlsafe(32)
 
 
-# The old headers are sent until this date (docs/runtime-api.md §4), then removed.
-LEGACY_HEADERS_UNTIL = "2027-06-01"
+def legacy_headers_until(timestamp: float) -> datetime | None:
+    """When the old headers stop, while a try signed at `timestamp` (Unix seconds) still
+    carries them; None once it does not: past `WEBHOOK_LEGACY_HEADERS_UNTIL`, or switched off
+    by the operator (`WEBHOOK_LEGACY_HEADERS`). The one place that decides (the tries, the
+    webhooks page)."""
+    until = settings.WEBHOOK_LEGACY_HEADERS_UNTIL
+    if settings.WEBHOOK_LEGACY_HEADERS and timestamp < until.timestamp():
+        return until
+    return None
 
 
 def signature(secret: str, body: bytes) -> str:
@@ -95,15 +103,17 @@ def signature_v1(secret: str, delivery_id: str, timestamp: int, body: bytes) -> 
 
 
 def signed_headers(secret: str, delivery_id: str, event: str, body: bytes, timestamp: int):
-    """The headers that sign one try of a delivery, the old ones included."""
-    return {
+    """The headers that sign one try of a delivery, the old ones only while they go along."""
+    headers = {
         "webhook-id": delivery_id,
         "webhook-timestamp": str(timestamp),
         "webhook-signature": signature_v1(secret, delivery_id, timestamp, body),
-        "X-Console-Event": event,
-        "X-Console-Delivery": delivery_id,
-        "X-Console-Signature": signature(secret, body),
     }
+    if legacy_headers_until(timestamp) is not None:
+        headers["X-Console-Event"] = event
+        headers["X-Console-Delivery"] = delivery_id
+        headers["X-Console-Signature"] = signature(secret, body)
+    return headers
 
 
 def retry_delay(tries_done: int) -> float:

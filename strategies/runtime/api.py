@@ -262,7 +262,7 @@ class HeartbeatSerializer(serializers.Serializer):
     instance = serializers.CharField(max_length=200, help_text="The runtime process's own id.")
     sdk_version = serializers.CharField(max_length=50, required=False)
     runtime = serializers.CharField(max_length=200, required=False)
-    transport = serializers.ChoiceField(choices=["stream", "poll"], required=False)
+    transport = serializers.ChoiceField(choices=["stream", "poll", "stopped"], required=False)
     agents = serializers.DictField(child=HeartbeatAgentSerializer())
 
 
@@ -287,6 +287,15 @@ class HeartbeatResultSerializer(serializers.Serializer):
         **_ERRORS,
         404: OpenApiResponse(
             ErrorSerializer, description="An agent unknown, or outside the token's scope."
+        ),
+        409: OpenApiResponse(
+            ErrorSerializer,
+            description="`instance_taken`: another token reports this instance (nothing recorded).",
+        ),
+        429: OpenApiResponse(
+            ErrorSerializer,
+            description="`too_many_instances`: the token has RUNTIME_INSTANCES_PER_TOKEN live "
+            "instances already.",
         ),
     },
 )

@@ -93,6 +93,15 @@ def identity_for_secret(secret: str) -> RuntimeIdentity | None:
     )
 
 
+def active_token_ids(token_ids) -> set[int]:
+    """Which of these tokens are not revoked (the stream server asks for its open streams)."""
+    return set(
+        RuntimeToken.objects.filter(pk__in=token_ids, revoked_at__isnull=True).values_list(
+            "pk", flat=True
+        )
+    )
+
+
 def authorize_runtime(
     identity: RuntimeIdentity, capability: str | tuple[str, ...], *, database: bool = True
 ) -> RuntimeIdentity:

@@ -5,6 +5,12 @@ A heartbeat is the runtime's own report, not a change anyone made: it is bookkee
 token's last use, written with one upsert per agent and no audit row. It comes every
 `HEARTBEAT_SECONDS` and at once after the runtime took a new configuration, so the releases
 page can say "3 of 3 runtimes serve v4" a moment after a publish.
+
+Being the runtime's word, it may only speak for itself: an instance row belongs to the token
+that reported it (another token's heartbeat for it is refused, 409 `instance_taken`, until
+that row is stopped, gone or its token revoked), and a token has at most
+`RUNTIME_INSTANCES_PER_TOKEN` live instances (one more: 429 `too_many_instances`) — so a token
+cannot rewrite or stop what another runtime said, nor fill the page with runtimes.
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ import re
 from datetime import timedelta
 
 from context_runtime.text import unstorable_strings
+from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from console.kernel.errors import NotFound, ValidationFailed
+from console.kernel.errors import Conflict, NotFound, TooManyRequests, ValidationFailed
 from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Agent
 from strategies.runtime.auth import RuntimeIdentity, check_agent_scope
@@ -125,11 +132,14 @@ def _parsed(body) -> tuple[dict, dict[str, dict]]:
     return fields, served
 
 
+# The row is this token's, or was left behind (stopped, unheard, its token revoked): only
+# then does the update happen; no row returned means another runtime's, and nothing is written.
 _UPSERT = """
 INSERT INTO strategies_runtimeinstance AS t
     (environment_id, agent_id, instance, token_id, sdk_version, runtime, transport,
      resolution, etag, documents, serving_since, first_seen, last_seen)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, %s)
+VALUES (%(environment)s, %(agent)s, %(instance)s, %(token)s, %(sdk_version)s, %(runtime)s,
+        %(transport)s, %(resolution)s, %(etag)s, %(documents)s::jsonb, %(now)s, %(now)s, %(now)s)
 ON CONFLICT (environment_id, agent_id, instance) DO UPDATE SET
     token_id = EXCLUDED.token_id, sdk_version = EXCLUDED.sdk_version,
     runtime = EXCLUDED.runtime, transport = EXCLUDED.transport,
@@ -137,13 +147,68 @@ ON CONFLICT (environment_id, agent_id, instance) DO UPDATE SET
     serving_since = CASE WHEN t.etag = EXCLUDED.etag THEN t.serving_since
                          ELSE EXCLUDED.serving_since END,
     etag = EXCLUDED.etag, last_seen = EXCLUDED.last_seen
+WHERE t.token_id = EXCLUDED.token_id
+   OR t.token_id IS NULL
+   OR t.transport = 'stopped'
+   OR t.last_seen < %(gone_before)s
+   OR EXISTS (SELECT 1 FROM strategies_runtimetoken r
+              WHERE r.id = t.token_id AND r.revoked_at IS NOT NULL)
+RETURNING 1
 """
+
+# A process's last word (`stopped`) only ever updates its own token's row: it never creates one,
+# and never stops another runtime.
+_STOP = """
+UPDATE strategies_runtimeinstance SET
+    sdk_version = %(sdk_version)s, runtime = %(runtime)s, transport = %(transport)s,
+    resolution = %(resolution)s, documents = %(documents)s::jsonb,
+    serving_since = CASE WHEN etag = %(etag)s THEN serving_since ELSE %(now)s END,
+    etag = %(etag)s, last_seen = %(now)s
+WHERE environment_id = %(environment)s AND agent_id = %(agent)s AND instance = %(instance)s
+  AND token_id = %(token)s
+RETURNING 1
+"""
+
+# pg_advisory_xact_lock(namespace, token id): one token's new instances are counted one at a time.
+_ROOM_LOCK = 0x52_49  # "RI"
+
+
+def instances_per_token() -> int:
+    """How many live instances one token may have (`RUNTIME_INSTANCES_PER_TOKEN`)."""
+    return int(getattr(settings, "RUNTIME_INSTANCES_PER_TOKEN", 256))
+
+
+def _check_room(*, identity: RuntimeIdentity, instance: str, now) -> None:
+    """429 when `instance` would be one more live instance than the token may have. Counted
+    under a per-token lock, so concurrent new instances cannot overshoot the bound."""
+    live = RuntimeInstance.objects.filter(
+        token_id=identity.token_id, last_seen__gte=now - timedelta(seconds=GONE_AFTER_SECONDS)
+    ).exclude(transport=STOPPED)
+    if live.filter(instance=instance).exists():
+        return  # already counted
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_ROOM_LOCK, identity.token_id])
+    limit = instances_per_token()
+    if live.values("instance").distinct().count() >= limit:
+        raise TooManyRequests(
+            f"This token has {limit} live runtime instances already "
+            "(RUNTIME_INSTANCES_PER_TOKEN): stop one, wait until one is gone, or give this "
+            "runtime its own token.",
+            code="too_many_instances",
+        )
+
+
+def _reported(row: dict) -> bool:
+    return RuntimeInstance.objects.filter(
+        environment_id=row["environment"], agent_id=row["agent"], instance=row["instance"]
+    ).exists()
 
 
 @service_transaction
 def runtime_heartbeat(*, identity: RuntimeIdentity, body) -> dict:
     """Record what a runtime process serves, per agent (404 for an agent outside the
-    token's scope or unknown, 400 for a malformed body; nothing written then)."""
+    token's scope or unknown, 400 for a malformed body, 409 for an instance another token
+    reports, 429 past the token's live instances; nothing written then)."""
     fields, served = _parsed(body)
     for key in served:
         check_agent_scope(identity, key)
@@ -152,28 +217,34 @@ def runtime_heartbeat(*, identity: RuntimeIdentity, body) -> dict:
     if unknown:
         raise NotFound(f"Unknown agent '{unknown[0]}'.")
     now = timezone.now()
+    stopping = fields["transport"] == STOPPED
+    if not stopping:
+        _check_room(identity=identity, instance=fields["instance"], now=now)
+    recorded = 0
     with connection.cursor() as cursor:
         for key, entry in sorted(served.items()):
-            cursor.execute(
-                _UPSERT,
-                [
-                    identity.environment_id,
-                    agents[key],
-                    fields["instance"],
-                    identity.token_id,
-                    fields["sdk_version"],
-                    fields["runtime"],
-                    fields["transport"],
-                    entry["resolution"],
-                    entry["etag"],
-                    json.dumps(entry["documents"]),
-                    now,
-                    now,
-                    now,
-                ],
-            )
+            row = {
+                **fields,
+                **entry,
+                "documents": json.dumps(entry["documents"]),
+                "environment": identity.environment_id,
+                "agent": agents[key],
+                "token": identity.token_id,
+                "now": now,
+                "gone_before": now - timedelta(seconds=GONE_AFTER_SECONDS),
+            }
+            cursor.execute(_STOP if stopping else _UPSERT, row)
+            if cursor.fetchone() is not None:
+                recorded += 1
+            elif not stopping or _reported(row):  # another token's (a stop of nothing: no-op)
+                # Rolled back with the rest: a heartbeat is recorded whole or not at all.
+                raise Conflict(
+                    f"Instance '{fields['instance']}' of agent '{key}' is reported with another "
+                    "runtime token: each runtime process needs its own instance id.",
+                    code="instance_taken",
+                )
     return {
-        "recorded": len(served),
+        "recorded": recorded,
         "heartbeat_seconds": HEARTBEAT_SECONDS,
         "minimum_sdk_version": MINIMUM_SDK_VERSION,
         "sdk_supported": sdk_supported(fields["sdk_version"]),

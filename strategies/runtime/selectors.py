@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from context_runtime.findings import Finding
-from django.db.models import Q
+from django.core.paginator import Page, Paginator
+from django.db.models import Case, Count, F, Q, Value, When, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from console.kernel.errors import ValidationFailed
@@ -125,6 +127,11 @@ def agent_onboarding(*, agent: Agent) -> Onboarding:
 
 # --------------------------------------------------------------------------- who serves what
 UNAUTHORIZED = "unauthorized"  # the SDK's resolution of a copy the console refuses to confirm
+CARD_ROWS = 20  # runtimes listed per environment on the card; the runtimes page pages the rest
+PAGE_ROWS = 100  # per page of one environment's runtimes
+# A runtime that stopped cleanly stays listed this long (the operator sees it go), then is only
+# counted in "N stopped today".
+STOPPED_LISTED_SECONDS = 600
 
 
 @dataclass
@@ -132,7 +139,7 @@ class RuntimeRow:
     """One runtime process serving the agent in an environment, judged against what is live."""
 
     instance: RuntimeInstance
-    current: bool  # serves the live configuration (its ETag)
+    current: bool  # serves the live configuration now (a stopped or gone runtime serves nothing)
     lagging: bool  # still on another one LAGGING_AFTER_SECONDS after the change
     gone: bool  # said it stopped, or unheard for GONE_AFTER_SECONDS
     sdk_supported: bool | None
@@ -148,20 +155,22 @@ class RuntimeRow:
 
 @dataclass
 class EnvironmentRuntimes:
+    """One environment's runtimes: counted over every runtime heard (in the database), with
+    a page of them listed — so the card costs the same for 10 runtimes or 10,000."""
+
     environment: Environment
     live_etag: str
     live_since: datetime | None
     live_versions: dict[str, int]
+    changed_long_ago: bool = False  # the live configuration is older than LAGGING_AFTER_SECONDS
+    active: int = 0  # heard in the last GONE_AFTER_SECONDS and not stopped
+    serving: int = 0  # of them, on the live configuration
+    warning_count: int = 0  # of them, lagging or on an unsupported SDK
+    listed: int = 0  # runtimes the runtimes page lists (`rows` is a page of them)
+    stopped_today: int = 0
     rows: list[RuntimeRow] = field(default_factory=list)
     revoked_tokens: list[RuntimeToken] = field(default_factory=list)
-
-    @property
-    def active(self) -> list[RuntimeRow]:
-        return [r for r in self.rows if not r.gone]
-
-    @property
-    def serving(self) -> int:
-        return sum(1 for r in self.active if r.current)
+    page: Page | None = None  # set when one environment is paged through
 
     @property
     def live_label(self) -> str:
@@ -170,46 +179,37 @@ class EnvironmentRuntimes:
 
     @property
     def summary(self) -> str:
-        active = len(self.active)
-        if not active:
+        if not self.active:
             return "No runtime has reported here in the last minutes."
-        noun = "runtime serves" if active == 1 and self.serving == 1 else "runtimes serve"
-        return f"{self.serving} of {active} {noun} {self.live_label or self.live_etag}"
+        noun = "runtime serves" if self.active == 1 and self.serving == 1 else "runtimes serve"
+        return f"{self.serving} of {self.active} {noun} {self.live_label or self.live_etag}"
 
     @property
-    def warnings(self) -> list[RuntimeRow]:
-        return [r for r in self.active if r.lagging or r.sdk_supported is False]
+    def more(self) -> int:
+        """Listed runtimes the card leaves out (the runtimes page has them)."""
+        return 0 if self.page is not None else max(0, self.listed - len(self.rows))
 
 
-def runtimes_of_agent(*, agent: Agent, now: datetime | None = None) -> list[EnvironmentRuntimes]:
-    """Per environment (promotion order), the runtimes serving `agent` heard in the last
-    LISTED_FOR_HOURS, against the live configuration; and the revoked tokens of that
-    environment still being used. Three queries."""
-    now = now or timezone.now()
-    payloads = {
-        p.environment_id: p
-        for p in ConfigPayload.objects.filter(agent=agent).only(
-            "environment_id", "etag", "body", "rendered_at"
-        )
-    }
-    instances = (
-        RuntimeInstance.objects.filter(
-            agent=agent, last_seen__gte=now - timedelta(hours=LISTED_FOR_HOURS)
-        )
-        .select_related("token")
-        .order_by("-last_seen")
-    )
-    by_env: dict[int, list[RuntimeInstance]] = {}
-    for item in instances:
-        by_env.setdefault(item.environment_id, []).append(item)
+def _live_versions(payload: ConfigPayload | None) -> dict[str, int]:
+    versions: dict[str, int] = {}
+    if payload is not None and payload.body:
+        body = json.loads(bytes(payload.body))
+        if body.get("profile"):
+            versions["profile"] = body["profile"]["version"]
+        versions.update({k: v["version"] for k, v in (body.get("strategies") or {}).items()})
+    return versions
+
+
+def _revoked_tokens_in_use(agent: Agent) -> list[RuntimeToken]:
+    """Revoked tokens covering `agent` that runtimes still call with (refusals flushed to the
+    database or still counted in Redis)."""
     pending = refused_pending()
-    revoked = [
-        t
-        for t in RuntimeToken.objects.filter(revoked_at__isnull=False).filter(
-            Q(refused_count__gt=0) | Q(token_hash__in=list(pending))
-        )
-        if t.all_agents or t.agents.filter(pk=agent.pk).exists()
-    ]
+    revoked = list(
+        RuntimeToken.objects.filter(revoked_at__isnull=False)
+        .filter(Q(refused_count__gt=0) | Q(token_hash__in=list(pending)))
+        .filter(Q(all_agents=True) | Q(agents=agent))
+        .distinct()
+    )
     for token in revoked:
         count, at = pending.get(token.token_hash, (0, ""))
         token.refused_count += count
@@ -217,46 +217,131 @@ def runtimes_of_agent(*, agent: Agent, now: datetime | None = None) -> list[Envi
             token.last_refused_at is None or datetime.fromisoformat(at) > token.last_refused_at
         ):
             token.last_refused_at = datetime.fromisoformat(at)
+    return revoked
+
+
+def runtimes_of_agent(
+    *,
+    agent: Agent,
+    now: datetime | None = None,
+    environment: Environment | None = None,
+    page: int | str = 1,
+) -> list[EnvironmentRuntimes]:
+    """Per environment (promotion order), the runtimes serving `agent` heard in the last
+    LISTED_FOR_HOURS, against the live configuration: counted in the database, the first
+    CARD_ROWS of each listed — or, for one `environment`, its `page` of PAGE_ROWS — and the
+    revoked tokens still in use there. A fixed number of queries, whatever the runtimes."""
+    now = now or timezone.now()
+    payloads = {
+        p.environment_id: p
+        for p in ConfigPayload.objects.filter(agent=agent).only(
+            "environment_id", "etag", "body", "rendered_at"
+        )
+    }
+    gone_before = now - timedelta(seconds=GONE_AFTER_SECONDS)
+    active = Q(last_seen__gte=gone_before) & ~Q(transport=STOPPED)
+    on_live = Q(pk__in=[])  # the live ETag of each environment, none where nothing is live
+    for environment_id, payload in payloads.items():
+        on_live |= Q(environment_id=environment_id, etag=payload.etag)
+    heard = RuntimeInstance.objects.filter(
+        agent=agent, last_seen__gte=now - timedelta(hours=LISTED_FOR_HOURS)
+    )
+    if environment is not None:
+        heard = heard.filter(environment=environment)
+    listed_q = ~Q(transport=STOPPED) | Q(
+        last_seen__gte=now - timedelta(seconds=STOPPED_LISTED_SECONDS)
+    )
+    listed = heard.filter(listed_q)
+    today = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    counts = (
+        heard.values("environment_id", "sdk_version")
+        .annotate(
+            active=Count("pk", filter=active),
+            serving=Count("pk", filter=active & on_live),
+            listed=Count("pk", filter=listed_q),
+            stopped_today=Count("pk", filter=Q(transport=STOPPED, last_seen__gte=today)),
+        )
+        .order_by()
+    )
+    # Problems first (on another configuration), then serving, gone, stopped; newest first.
+    order = [
+        Case(
+            When(transport=STOPPED, then=Value(3)),
+            When(last_seen__lt=gone_before, then=Value(2)),
+            When(on_live, then=Value(1)),
+            default=Value(0),
+        ).asc(),
+        F("first_seen").desc(),
+        F("pk").desc(),  # not the instance id: comparing 10,000 texts by collation is slow
+    ]
+    paged = None
+    if environment is None:
+        # Ranked on narrow rows (the ids), then only those fetched whole: a sort of 10,000
+        # whole rows spilled to disk.
+        first = list(
+            listed.annotate(
+                position=Window(RowNumber(), partition_by=[F("environment_id")], order_by=order)
+            )
+            .filter(position__lte=CARD_ROWS)
+            .values_list("pk", flat=True)
+        )
+        shown = list(
+            RuntimeInstance.objects.filter(pk__in=first)
+            .select_related("token")
+            .order_by("environment_id", *order)
+        )
+    else:
+        paged = Paginator(listed.select_related("token").order_by(*order), PAGE_ROWS).get_page(page)
+        shown = list(paged.object_list)
+    revoked = _revoked_tokens_in_use(agent)
+
     result = []
-    for environment in environment_list():
-        payload = payloads.get(environment.pk)
+    for env in [environment] if environment is not None else environment_list():
+        payload = payloads.get(env.pk)
         live_etag = payload.etag if payload else ""
         live_since = payload.rendered_at if payload else None
-        versions: dict[str, int] = {}
-        if payload is not None and payload.body:
-            body = json.loads(bytes(payload.body))
-            if body.get("profile"):
-                versions["profile"] = body["profile"]["version"]
-            versions.update({k: v["version"] for k, v in (body.get("strategies") or {}).items()})
-        rows = []
-        for item in by_env.get(environment.pk, []):
-            current = bool(live_etag) and item.etag == live_etag
-            changed_long_ago = live_since is not None and (now - live_since).total_seconds() > (
-                LAGGING_AFTER_SECONDS
-            )
-            rows.append(
+        changed_long_ago = live_since is not None and (now - live_since).total_seconds() > (
+            LAGGING_AFTER_SECONDS
+        )
+        runtimes = EnvironmentRuntimes(
+            environment=env,
+            live_etag=live_etag,
+            live_since=live_since,
+            live_versions=_live_versions(payload),
+            changed_long_ago=changed_long_ago,
+            revoked_tokens=[t for t in revoked if t.environment_id == env.pk],
+            page=paged,
+        )
+        for group in counts:
+            if group["environment_id"] != env.pk:
+                continue
+            runtimes.active += group["active"]
+            runtimes.serving += group["serving"]
+            runtimes.listed += group["listed"]
+            runtimes.stopped_today += group["stopped_today"]
+            # a runtime needs attention when lagging, or (whatever it serves) on an old SDK
+            lagging = group["active"] - group["serving"] if changed_long_ago else 0
+            if sdk_supported(group["sdk_version"]) is False:
+                runtimes.warning_count += group["active"]
+            else:
+                runtimes.warning_count += lagging
+        for item in shown:
+            if item.environment_id != env.pk:
+                continue
+            gone = item.transport == STOPPED or item.last_seen < gone_before
+            current = not gone and bool(live_etag) and item.etag == live_etag
+            runtimes.rows.append(
                 RuntimeRow(
                     instance=item,
                     current=current,
-                    lagging=not current and changed_long_ago,
-                    gone=item.transport == STOPPED
-                    or (now - item.last_seen).total_seconds() > GONE_AFTER_SECONDS,
+                    lagging=not gone and not current and changed_long_ago,
+                    gone=gone,
                     sdk_supported=sdk_supported(item.sdk_version),
                     token_revoked=item.token is not None and item.token.revoked_at is not None,
                 )
             )
-        env_revoked = [t for t in revoked if t.environment_id == environment.pk]
-        if rows or env_revoked or payload is not None:
-            result.append(
-                EnvironmentRuntimes(
-                    environment=environment,
-                    live_etag=live_etag,
-                    live_since=live_since,
-                    live_versions=versions,
-                    rows=rows,
-                    revoked_tokens=env_revoked,
-                )
-            )
+        if runtimes.rows or runtimes.listed or runtimes.revoked_tokens or payload is not None:
+            result.append(runtimes)
     return result
 
 

@@ -14,11 +14,19 @@ and a small queue, never a thread: one process holds thousands.
 - **Authentication first**: the token (the same rules and cache as the config endpoint) and
   the agent's scope are checked before the response starts or anything is registered; a bad
   token gets 401 at once.
+- **Capacity**: at most `STREAM_CAPACITY` streams per process (lowered to what its
+  file-descriptor limit allows); the next connection gets 503 with Retry-After at once, before
+  any work, so the server and its `/healthz` keep answering however many runtimes connect.
+  Granian's `--backpressure` must sit above it: at that bound granian answers nothing.
 - **Bounded**: at most `STREAM_MAX_PER_TOKEN` open streams per token across every stream
   process sharing the Redis (a sorted set of live connections, refreshed at every
   heartbeat; per process only while Redis is down); each connection has a queue of
   `STREAM_QUEUE_SIZE` events, a write must finish within `STREAM_WRITE_TIMEOUT` seconds:
   a connection that overflows or stalls is closed, and a notification never waits for one.
+- **Revocation**: a revoked token's open streams close on every stream process at once (the
+  revocation's `pg_notify` on `REVOKED_CHANNEL`, delivered on commit); the tokens of the open
+  streams are also read again after the LISTEN connection comes back and at every heartbeat,
+  so a notification lost meanwhile closes them within a heartbeat. A reconnect gets 401.
 - **Heartbeats**: a comment line every `STREAM_HEARTBEAT_SECONDS`, so proxies keep it open
   and the runtime knows it is alive.
 - **Reconnects**: `Last-Event-ID` (or `If-None-Match`) with the current ETag: nothing is sent
@@ -32,6 +40,8 @@ import contextlib
 import json
 import logging
 import os
+import random
+import resource
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -46,17 +56,22 @@ from strategies.delivery import config as runtime_config
 from strategies.delivery.models import ConfigPayload
 from strategies.runtime.auth import (
     RuntimeIdentity,
+    active_token_ids,
     authorize_runtime,
     bearer_secret_of,
     cached_identity,
     check_agent_scope,
     note_refused,
 )
+from strategies.runtime.tokens import REVOKED_CHANNEL
 
 log = logging.getLogger(__name__)
 
 PATH_PREFIX = "/api/v1/runtime/stream/"
 RETRY_MILLISECONDS = 2000  # the EventSource `retry:`; the SDK adds its own jitter
+REVOKED_REMEMBERED_SECONDS = 60.0  # a stream whose open raced the revocation is refused
+_REVOKED = ("not_authenticated", "The runtime token is unknown or revoked.")
+_WWW_AUTHENTICATE = (b"www-authenticate", b'Bearer realm="runtime"')
 _STREAMS_KEY = "rt-streams:"  # + token id: sorted set of "<process>:<connection>" → last seen
 
 
@@ -66,6 +81,33 @@ def _setting(name: str, default):
 
 def heartbeat_seconds() -> float:
     return float(_setting("STREAM_HEARTBEAT_SECONDS", 15.0))
+
+
+# File descriptors a process keeps beside its held streams: connections being refused or
+# asking /healthz, PostgreSQL, Redis, the threads' sockets, logs.
+FD_RESERVE = 1000
+
+
+def capacity() -> int:
+    """Streams this process may hold: STREAM_CAPACITY, or fewer when the file-descriptor
+    limit (its soft limit raised to the hard one first) leaves no room for them: a process
+    out of descriptors cannot even accept the connection it would refuse."""
+    wanted = int(_setting("STREAM_CAPACITY", 9000))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    if soft != resource.RLIM_INFINITY and soft - FD_RESERVE < wanted:
+        allowed = max(1, soft - FD_RESERVE)
+        log.warning(
+            "config stream: STREAM_CAPACITY %s lowered to %s (file-descriptor limit %s)",
+            wanted,
+            allowed,
+            soft,
+        )
+        return allowed
+    return wanted
 
 
 def max_per_token() -> int:
@@ -97,6 +139,7 @@ class Stream:
     queue: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(queue_size()))
     member: str = field(default_factory=lambda: uuid.uuid4().hex)
     overflowed: bool = False
+    ended: bool = False  # closed by the server: its token revoked, or the server stopping
 
     def offer(self, etag: str) -> None:
         """Never blocks: a full queue marks the stream for closing (its reader is too slow)."""
@@ -104,6 +147,13 @@ class Stream:
             self.queue.put_nowait(etag)
         except asyncio.QueueFull:
             self.overflowed = True
+
+    def end(self) -> None:
+        """Close it (never blocks): what is queued is dropped, the reader wakes up to end."""
+        self.ended = True
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
 
 
 class Hub:
@@ -116,7 +166,11 @@ class Hub:
         self.process = uuid.uuid4().hex[:12]
         self._task: asyncio.Task | None = None
         self._heartbeat_task: asyncio.Task | None = None
+        self.revoked: dict[int, float] = {}  # token id → when this process heard it
+        self.admitted = 0  # streams held or being opened: what the capacity bounds
+        self.refused_full = 0
         self.dropped_slow = 0
+        self.closed_revoked = 0
         self.notifications = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -128,6 +182,9 @@ class Hub:
             )
 
     async def stop(self) -> None:
+        for streams in self.streams.values():  # shutting down: every held stream ends now
+            for stream in streams:
+                stream.end()
         for task in (self._task, self._heartbeat_task):
             if task is not None:
                 task.cancel()
@@ -159,6 +216,30 @@ class Hub:
         for stream in tuple(self.streams.get(key, ())):
             stream.offer(etag)
 
+    def revoke(self, token_ids) -> None:
+        """These tokens are revoked: close their open streams, refuse the ones being opened."""
+        now = time.monotonic()
+        self.revoked = {
+            t: at for t, at in self.revoked.items() if now - at < REVOKED_REMEMBERED_SECONDS
+        }
+        self.revoked.update(dict.fromkeys(token_ids, now))
+        for streams in self.streams.values():
+            for stream in streams:
+                if stream.token_id in self.revoked and not stream.ended:
+                    stream.end()
+                    self.closed_revoked += 1
+
+    def is_revoked(self, token_id: int) -> bool:
+        return token_id in self.revoked
+
+    async def _check_tokens(self) -> None:
+        """Close the streams of tokens revoked without this process hearing of it."""
+        held = {s.token_id for streams in self.streams.values() for s in streams}
+        if held:
+            active = await asyncio.to_thread(_active_token_ids, held)
+            if held - active:
+                self.revoke(held - active)
+
     # --- LISTEN ------------------------------------------------------------------------------
     async def _listen(self) -> None:
         while True:
@@ -166,10 +247,16 @@ class Hub:
                 params = _connect_params()
                 async with await psycopg.AsyncConnection.connect(**params, autocommit=True) as conn:
                     await conn.execute(f"LISTEN {runtime_config.CONFIG_CHANNEL}")
+                    await conn.execute(f"LISTEN {REVOKED_CHANNEL}")
                     self.listening.set()
                     await self._recheck()  # what changed while nobody listened
+                    await self._check_tokens()  # who was revoked meanwhile
                     async for notify in conn.notifies():
                         self.notifications += 1
+                        if notify.channel == REVOKED_CHANNEL:
+                            with contextlib.suppress(ValueError):
+                                self.revoke({int(notify.payload)})
+                            continue
                         try:
                             env_id, agent_key, etag = notify.payload.split(" ", 2)
                             key = (int(env_id), agent_key)
@@ -196,9 +283,12 @@ class Hub:
 
     # --- the per-token bound -----------------------------------------------------------------
     async def _refresh_members(self) -> None:
-        """Every heartbeat: mark this process's streams alive in Redis (one pipeline)."""
+        """Every heartbeat: mark this process's streams alive in Redis (one pipeline), and
+        close those of tokens revoked since (one query)."""
         while True:
             await asyncio.sleep(heartbeat_seconds())
+            with contextlib.suppress(Exception):  # the database down: the next heartbeat
+                await self._check_tokens()
             members: dict[int, list[str]] = {}
             for streams in self.streams.values():
                 for stream in streams:
@@ -232,6 +322,14 @@ def _stored_etags(keys: list[tuple[int, str]]) -> dict[tuple[int, str], str]:
         close_old_connections()
 
 
+def _active_token_ids(token_ids: set[int]) -> set[int]:
+    close_old_connections()
+    try:
+        return active_token_ids(token_ids)
+    finally:
+        close_old_connections()
+
+
 def _members_touch(members: dict[int, list[str]]) -> None:
     now = time.time()
 
@@ -246,29 +344,39 @@ def _members_touch(members: dict[int, list[str]]) -> None:
     runtime_config.redis_call(touch)
 
 
+# Drop the members not refreshed for three heartbeats, count the rest, add this one unless
+# the bound is reached: one script, so two connects at the same instant (on any process) cannot
+# both see room for one more.
+_CLAIM = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], 0, ARGV[1])
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[3], ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+
 def _member_claim(token_id: int, member: str, limit: int) -> bool | None:
     """Register `member` as an open stream of the token unless `limit` are open (across every
     process sharing Redis). None when Redis cannot tell: the caller counts this process's."""
     key = runtime_config.cache_key(f"{_STREAMS_KEY}{token_id}")
     now = time.time()
-
-    def claim(client):
-        pipe = client.pipeline(transaction=True)
-        pipe.zremrangebyscore(key, 0, now - 3 * heartbeat_seconds())
-        pipe.zcard(key)
-        _, count = pipe.execute()
-        if count >= limit:
-            return False
-        pipe = client.pipeline(transaction=False)
-        pipe.zadd(key, {member: now})
-        pipe.expire(key, int(heartbeat_seconds() * 4) + 1)
-        pipe.execute()
-        return True
-
-    claimed = runtime_config.redis_call(claim, default=runtime_config.REDIS_UNAVAILABLE)
+    claimed = runtime_config.redis_call(
+        lambda client: client.eval(
+            _CLAIM,
+            1,
+            key,
+            now - 3 * heartbeat_seconds(),
+            limit,
+            now,
+            member,
+            int(heartbeat_seconds() * 4) + 1,
+        ),
+        default=runtime_config.REDIS_UNAVAILABLE,
+    )
     if claimed is runtime_config.REDIS_UNAVAILABLE:
         return None
-    return claimed
+    return claimed == 1
 
 
 def _member_release(token_id: int, member: str) -> None:
@@ -285,7 +393,7 @@ def _open(authorization: str, agent: str) -> tuple[RuntimeIdentity, str]:
         identity = cached_identity(secret)
         if identity is None:
             note_refused(secret)
-            raise NotAuthenticated("The runtime token is unknown or revoked.")
+            raise NotAuthenticated(_REVOKED[1])
         authorize_runtime(identity, "config:read")
         check_agent_scope(identity, agent)
         entry = runtime_config.cached_config(agent, identity.environment_id)
@@ -310,6 +418,7 @@ class StreamApplication:
 
     def __init__(self) -> None:
         self.hub: Hub | None = None
+        self.capacity = capacity()
 
     def _hub(self) -> Hub:
         if self.hub is None:
@@ -331,7 +440,7 @@ class StreamApplication:
             if scope.get("method") != "GET":
                 await _error(send, 405, "method_not_allowed", "Use GET.", [(b"allow", b"GET")])
                 return
-            await self._stream(hub, scope, receive, send, path[len(PATH_PREFIX) :])
+            await self._admitted(hub, scope, receive, send, path[len(PATH_PREFIX) :])
         else:
             await _error(send, 404, "not_found", "Not found.")
 
@@ -358,6 +467,9 @@ class StreamApplication:
                 "streams": hub.open_streams,
                 "notifications": hub.notifications,
                 "dropped_slow": hub.dropped_slow,
+                "closed_revoked": hub.closed_revoked,
+                "capacity": self.capacity,
+                "refused_full": hub.refused_full,
                 "pid": os.getpid(),
             }
         ).encode()
@@ -373,12 +485,34 @@ class StreamApplication:
         )
         await send({"type": "http.response.body", "body": body})
 
+    async def _admitted(self, hub: Hub, scope, receive, send, agent: str) -> None:
+        """The capacity, judged before anything else (no await between the count and its
+        increment, so simultaneous connects cannot pass it together)."""
+        if hub.admitted >= self.capacity:
+            hub.refused_full += 1
+            # spread: the runtimes refused together do not come back together (they poll)
+            retry = str(random.randint(30, 90)).encode()
+            await _error(
+                send,
+                503,
+                "stream_capacity",
+                f"This stream server holds its capacity of {self.capacity} streams "
+                "(STREAM_CAPACITY); poll meanwhile and retry later.",
+                [(b"retry-after", retry)],
+            )
+            return
+        hub.admitted += 1
+        try:
+            await self._stream(hub, scope, receive, send, agent)
+        finally:
+            hub.admitted -= 1
+
     async def _stream(self, hub: Hub, scope, receive, send, agent: str) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         try:
             identity, etag = await asyncio.to_thread(_open, headers.get("authorization", ""), agent)
         except ApplicationError as exc:
-            extra = [(b"www-authenticate", b'Bearer realm="runtime"')] if exc.status == 401 else []
+            extra = [_WWW_AUTHENTICATE] if exc.status == 401 else []
             await _error(send, exc.status, exc.code, exc.message, extra)
             return
         stream = Stream(key=(identity.environment_id, agent), token_id=identity.token_id)
@@ -398,8 +532,11 @@ class StreamApplication:
                 [(b"retry-after", b"60")],
             )
             return
-        hub.add(stream)  # before comparing: a change from now on is queued
         try:
+            if hub.is_revoked(identity.token_id):  # revoked while this stream was being opened
+                await _error(send, 401, *_REVOKED, [_WWW_AUTHENTICATE])
+                return
+            hub.add(stream)  # before comparing: a change from now on is queued
             await self._serve(hub, stream, headers, etag, agent, receive, send)
         finally:
             hub.remove(stream)
@@ -447,6 +584,8 @@ class StreamApplication:
                     chunk = b": hb\n\n"
                 else:
                     newest = getter.result()
+                    if stream.ended:
+                        break
                     while not stream.queue.empty():  # coalesce: only the newest matters
                         newest = stream.queue.get_nowait()
                     if stream.overflowed:
@@ -486,12 +625,18 @@ async def _disconnected(receive) -> None:
 
 
 async def _error(send, status: int, code: str, message: str, extra=()) -> None:
+    """A refusal, and the connection closed after it: granian counts connections against its
+    --backpressure, so a refused client idling on keep-alive would hold a slot."""
     body = json.dumps({"error": {"code": code, "message": message, "details": []}}).encode()
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), *extra],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"connection", b"close"),
+                *extra,
+            ],
         }
     )
     await send({"type": "http.response.body", "body": body})

@@ -1,11 +1,12 @@
 """The one place that creates and revokes runtime tokens. The secret is shown once and
 never stored (only its SHA-256); a revocation takes effect at once through the identity
-cache (a tombstone written after commit)."""
+cache (a tombstone written after commit) and closes the token's open config streams on every
+stream server (a notification on REVOKED_CHANNEL, delivered on commit)."""
 
 from __future__ import annotations
 
 from context_runtime.findings import Finding
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from console.kernel.audit import AuditAction, actor_label, audit_record
@@ -16,6 +17,9 @@ from console.kernel.writes import update_or_refuse
 from strategies.catalog.selectors import archived_finding
 from strategies.runtime.auth import TOKEN_PREFIX, identity_forget, new_secret, token_hash
 from strategies.runtime.models import RuntimeToken
+
+# Every stream server LISTENs here (strategies/runtime/stream.py); the payload is the token id.
+REVOKED_CHANNEL = "context_console_token_revoked"
 
 
 def _identity_forget_after_commit(token: RuntimeToken, *, revoked: bool) -> None:
@@ -98,6 +102,8 @@ def runtime_token_revoke(*, token: RuntimeToken, actor, reason: str = "") -> Run
     )
     token.refresh_from_db()
     _identity_forget_after_commit(token, revoked=True)
+    with connection.cursor() as cursor:  # delivered on commit; dropped with a rollback
+        cursor.execute("SELECT pg_notify(%s, %s)", [REVOKED_CHANNEL, str(token.pk)])
     audit_record(
         actor=actor,
         action=AuditAction.RUNTIME_TOKEN_REVOKE,

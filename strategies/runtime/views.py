@@ -74,15 +74,21 @@ def token_revoke(request, pk):
 @vary_on_headers("HX-Request")
 @require_http_methods(["GET"])
 def instances(request, agent):
-    """Who serves what: the agent's runtimes per environment, against what is live there.
+    """Who serves what: the agent's runtimes per environment, against what is live there —
+    counted, with the first few listed; `?environment=` pages through one environment's.
     htmx asks for the card alone (the releases page refreshes it every few seconds)."""
+    key = request.GET.get("environment")
+    environment = environment_get(key=key) if key is not None else None
     template = "runtime/instances.html" + ("#card" if request.htmx else "")
     return TemplateResponse(
         request,
         template,
         {
             "agent": request.agent,
-            "environments": runtimes_of_agent(agent=request.agent),
+            "environments": runtimes_of_agent(
+                agent=request.agent, environment=environment, page=request.GET.get("page", 1)
+            ),
+            "paged": environment,
             "minimum_sdk": MINIMUM_SDK_VERSION,
         },
     )

@@ -15,6 +15,8 @@ python -m tests.bench rollouts      # staged rollouts: one guard evaluation per 
 python -m tests.bench guards        # one rollout's guard reads: a 10-minute, a 7-day, a 30-day step
 python -m tests.bench health        # version health: counters' cost to ingest, the health page
 python -m tests.bench stream        # config stream: 50 runtimes, 1,000 held streams, polling meanwhile
+python -m tests.bench stream_outage # runtimes back on the stream after a 90 s stream-server outage
+python -m tests.bench runtimes      # the releases page's Runtimes card: 10, 2,000, 10,000 runtimes
 python -m tests.bench retention     # the purge of 100,000 expired traces: days dropped vs rows deleted
 """
 
@@ -39,6 +41,8 @@ BENCHES = {
     "rollouts": "tests.bench.bench_rollouts",
     "guards": "tests.bench.bench_guards",
     "health": "tests.bench.bench_health",
+    "stream_outage": "sdk/bench/bench_stream_outage.py",
+    "runtimes": "tests.bench.bench_runtimes",
     "retention": "tests.bench.bench_retention",
 }
 

@@ -131,23 +131,31 @@ def rollouts(now: datetime):
 
 def ingest_cost(environment, batches: int, traces: int, candidates: int) -> None:
     """What counting a rollout's traces costs the ingest: trace_batch_store (parse excluded)
-    of batches whose every trace is in rollout ro-h719 (10% new, a shadow block each), with
-    the rollout counters and with them switched off, interleaved batch by batch."""
+    of batches whose every trace is in rollout ro-h719 (its arm the one the console assigns
+    its task, half new; a shadow block each), with the rollout evidence (the claims'
+    check and the counters) and with it switched off, interleaved batch by batch."""
     import orjson
+    from context_runtime.rollouts import request_arm
 
     from tests.bench.bench_health import _Identity
     from tests.bench.bench_traces import payloads
     from traces import services
     from traces.ingest import parse_batch
+    from traces.rollouts.counters import RolloutClaims
 
     start = datetime.now(UTC) - timedelta(hours=6)
-    writes = services.rollout_writes
+    writes, judge = services.rollout_writes, services.rollout_claims_judge
+
+    def no_claims(**kwargs):
+        return RolloutClaims({}, {})
+
     spent = {"with": 0.0, "without": 0.0}
     for i in range(batches):
         for arm in ("with", "without") if i % 2 == 0 else ("without", "with"):
             items = payloads(traces, candidates, f"{arm}{i}", start)
             for n, item in enumerate(items):
-                side = "new" if n % 10 == 0 else "old"
+                # the arm the console assigns the trace's task at step 2 (share 0.5)
+                side = request_arm("ro-h719", share=0.5, unit=item["task"]["id"])
                 item["documents"]["after_sales_consultation"] = 2 if side == "new" else 1
                 item["rollout"] = {"id": "ro-h719", "arm": side, "step": 2}
                 selected = [c["id"] for c in item["candidates"] if c["decision"] == "selected"]
@@ -159,16 +167,17 @@ def ingest_cost(environment, batches: int, traces: int, candidates: int) -> None
                 }
             batch = parse_batch(orjson.dumps({"traces": items}))
             services.rollout_writes = writes if arm == "with" else (lambda **kwargs: [])
+            services.rollout_claims_judge = judge if arm == "with" else no_claims
             began = time.perf_counter()
             services.trace_batch_store(identity=_Identity(environment), batch=batch)
             spent[arm] += time.perf_counter() - began
-    services.rollout_writes = writes
+    services.rollout_writes, services.rollout_claims_judge = writes, judge
     per = batches * traces
     extra = spent["with"] - spent["without"]
     print(
         f"\ningest cost ({batches} batches of {traces} rollout traces × {candidates} "
         f"candidates, store only, in process):\n"
-        f"   with rollout counters    {spent['with'] / per * 1e6:7.1f} µs/trace\n"
+        f"   with rollout evidence    {spent['with'] / per * 1e6:7.1f} µs/trace\n"
         f"   without them             {spent['without'] / per * 1e6:7.1f} µs/trace\n"
         f"   the difference           {extra / per * 1e6:7.1f} µs/trace = "
         f"{extra / spent['without']:.1%} of storing without them"

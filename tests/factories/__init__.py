@@ -6,8 +6,9 @@
   through the service), ManifestFactory, DocumentFactory (`profile=True`), DraftVersionFactory,
   FrozenVersionFactory, the body builders manifest_body, strategy_body, profile_body,
   strategy_bodies_v1_to_v3, and the service-backed frozen_version, frozen_versions, profile_edit;
-- releases: publish (through the service), ReleaseFactory (rows for reads), release_setup;
-- tokens: runtime_token, bearer;
+- releases: publish (through the service), ReleaseFactory (rows for reads), release_setup
+  (release_setup_serving: with sg-test serving);
+- tokens: runtime_token, bearer, runtime_instances (bulk rows, as heartbeats leave them);
 - traces: trace_payload, candidate, post_batch, world, TraceFactory (rows for reads).
 
 The whole demo world (`manage.py load_demo`) is only for the browser tests that tell its story.
@@ -37,15 +38,17 @@ from tests.factories.releases import (
     bank_uat_ahead_of_prod,
     publish,
     release_setup,
+    release_setup_serving,
     shadow_history,
 )
-from tests.factories.tokens import bearer, runtime_token
+from tests.factories.tokens import bearer, runtime_instances, runtime_token
 from tests.factories.traces import (
     INGEST_URL,
     TraceFactory,
     candidate,
     post_batch,
     snapshots_allowed,
+    task_in_arm,
     trace_payload,
     world,
 )
@@ -88,11 +91,14 @@ __all__ = [
     "post_batch",
     "profile_body",
     "snapshots_allowed",
+    "task_in_arm",
     "profile_edit",
     "publish",
     "release_setup",
+    "release_setup_serving",
     "shadow_history",
     "role_named",
+    "runtime_instances",
     "runtime_token",
     "standard_roles",
     "strategy_bodies_v1_to_v3",

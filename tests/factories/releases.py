@@ -124,6 +124,16 @@ def release_setup() -> ReleaseSetup:
     )
 
 
+def release_setup_serving() -> ReleaseSetup:
+    """`release_setup()` with profile v1 and after_sales_consultation v2 live in sg-test
+    (`world.sg`): what the runtimes of the stream and fault tests are served."""
+    world = release_setup()
+    world.sg = world.envs["sg-test"]
+    release_publish(version=world.profile[1], environment=world.sg, actor=world.ops)
+    release_publish(version=world.strategy[2], environment=world.sg, actor=world.ops)
+    return world
+
+
 def bank_uat_ahead_of_prod(w: ReleaseSetup) -> ReleaseSetup:
     """On top of `release_setup`: bank-uat ahead of prod for two documents, level for one —
     the profile v1 live in both; after_sales_consultation v2 in bank-uat, v1 in prod; a new

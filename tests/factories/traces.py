@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime, timedelta
 
 import factory
 import orjson
-from context_runtime import wire
+from context_runtime import rollouts, wire
 from context_runtime.engine import CandidateItem, Strategy, select
 from context_runtime.replay import shadow_run
 from context_runtime.reporter import encode_trace
@@ -96,6 +97,23 @@ def trace_payload(request_id="req-1", **overrides) -> dict:
     }
     data.update(overrides)
     return data
+
+
+def task_in_arm(arm: str, *, rollout_id: str, share: float, start: int = 0) -> dict:
+    """A trace's `task` whose unit the console assigns `arm` of `rollout_id` at `share` (the
+    SDK's rule, context_runtime.rollouts.request_arm): the first of T<start>, T<start+1>, …
+    In a paired watch (`arm` "watch") a unit the watch runs its shadow on."""
+    return {"id": _unit_in_arm(arm, rollout_id, share, start), "revision": 4}
+
+
+@functools.cache
+def _unit_in_arm(arm: str, rollout_id: str, share: float, start: int) -> str:
+    phase = wire.PHASE_WATCH if arm == "watch" else wire.PHASE_ROLLOUT
+    wanted = wire.ARM_NEW if arm == "watch" else arm
+    for n in range(start, start + 10_000):
+        if rollouts.request_arm(rollout_id, share=share, unit=f"T{n}", phase=phase) == wanted:
+            return f"T{n}"
+    raise AssertionError(f"no unit in arm {arm} of {rollout_id} at share {share}")
 
 
 def snapshots_allowed(agent="assistant_professional", *, number=3, key=STRATEGY_KEY):

@@ -16,9 +16,11 @@ import contextlib
 import json
 import socket
 import statistics
+import threading
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from django.db import connection
@@ -29,7 +31,7 @@ from strategies.runtime.models import RuntimeInstance, RuntimeToken
 from strategies.runtime.selectors import runtimes_of_agent
 from strategies.runtime.tokens import runtime_token_revoke
 from tests.engines import child_env
-from tests.factories import release_setup, runtime_token
+from tests.factories import release_setup_serving, runtime_token
 from tests.runtime_sim import (
     AGENT,
     ConsoleServer,
@@ -48,12 +50,8 @@ BOUND = 6  # streams per token in these tests (STREAM_MAX_PER_TOKEN)
 
 @pytest.fixture
 def world(transactional_db):
-    world = release_setup()
-    sg = world.envs["sg-test"]
-    release_publish(version=world.profile[1], environment=sg, actor=world.ops)
-    release_publish(version=world.strategy[2], environment=sg, actor=world.ops)
-    world.sg = sg
-    world.token = runtime_token(sg, capabilities=("config:read", "traces:write"))
+    world = release_setup_serving()
+    world.token = runtime_token(world.sg, capabilities=("config:read", "traces:write"))
     return world
 
 
@@ -259,3 +257,82 @@ def test_healthz_of_the_stream_server__says_it_listens(servers):
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(f"{stream.url}/api/v1/other", timeout=2)
     assert refused.value.code == 404
+
+
+def test_stream__concurrent_connects_of_one_token__never_hold_more_than_the_bound(world, servers):
+    # Given two stream servers sharing one Redis, and a token bound to BOUND streams
+    ports = [stream.port for _, stream in servers]
+    attempts = 12 * BOUND
+    barrier = threading.Barrier(attempts)
+
+    def connect(n):
+        barrier.wait()
+        return _stream_request(ports[n % 2], world.token)
+
+    # When many connect at the same instant, on both servers
+    with ThreadPoolExecutor(attempts) as pool:
+        answers = list(pool.map(connect, range(attempts)))
+    try:
+        held = [status for status, _, _ in answers if status == 200]
+        refused = [head for status, head, _ in answers if status == 429]
+        # Then exactly BOUND are held and every other one is refused with 429
+        assert len(held) == BOUND, f"{len(held)} streams held, bound {BOUND}"
+        assert len(refused) == attempts - BOUND
+        assert all(b"too_many_streams" in head for head in refused)
+    finally:
+        for _, _, sock in answers:
+            sock.close()
+
+
+def _read_until(sock, done, timeout: float) -> bytes:
+    """What the socket sends until `done(received)` or `timeout` seconds (or its end)."""
+    received = b""
+    deadline = time.monotonic() + timeout
+    while not done(received) and (left := deadline - time.monotonic()) > 0:
+        sock.settimeout(left)
+        try:
+            chunk = sock.recv(65536)
+        except TimeoutError:
+            break
+        if not chunk:
+            break
+        received += chunk
+    return received
+
+
+def _stream_ended(received: bytes) -> bool:
+    return received.endswith(b"0\r\n\r\n")  # the last chunk: the response is over
+
+
+def test_stream__token_revoked__its_open_streams_close_on_every_server_within_seconds(
+    world, servers
+):
+    # Given a token holding a stream on each stream server, and another token's stream
+    doomed = runtime_token(world.sg, capabilities=("config:read",))
+    doomed_token = RuntimeToken.objects.order_by("-pk").first()
+    opened = [_stream_request(stream.port, doomed) for _, stream in servers]
+    status, other_head, other = _stream_request(servers[0][1].port, world.token)
+    assert status == 200 and [s for s, _, _ in opened] == [200, 200]
+
+    # When the token is revoked
+    revoked = time.monotonic()
+    runtime_token_revoke(token=doomed_token, actor=world.admin, reason="leaked")
+
+    # Then both of its streams end within a few seconds, and a reconnect gets 401
+    for _, _, sock in opened:
+        tail = _read_until(sock, _stream_ended, 5.0)
+        sock.close()
+        assert _stream_ended(tail), f"still open {time.monotonic() - revoked:.1f} s after"
+    print(f"\nrevoked → both streams closed in {time.monotonic() - revoked:.2f} s")
+    status, _, sock = _stream_request(servers[1][1].port, doomed)
+    sock.close()
+    assert status == 401
+    # And the other token's stream still hears the next publish
+    release_publish(version=world.strategy[3], environment=world.sg, actor=world.ops)
+
+    def events(got):
+        return (other_head + got).count(b"event: config")  # the first: the ETag at connect
+
+    heard = _read_until(other, lambda got: events(got) >= 2, 5.0)
+    other.close()
+    assert events(heard) == 2

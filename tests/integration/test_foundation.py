@@ -101,6 +101,17 @@ def test_production_settings__all_values_set__check_deploy_is_clean(login_role):
     assert "no issues" in result.stdout
 
 
+def test_fast_password_hasher__ignored_in_production__real_people_get_pbkdf2():
+    # The suite sets CONSOLE_FAST_PASSWORD_HASHER for every process it starts (tests/conftest.py);
+    # a production process started with it must still hash with Django's strong default.
+    show = "from django.conf import settings; print(settings.PASSWORD_HASHERS[0])"
+    development = run_manage("shell", "-c", show)
+    production = run_manage("shell", "-c", show, **PRODUCTION_VALUES)
+    assert development.stdout.split()[-1] == "django.contrib.auth.hashers.MD5PasswordHasher"
+    assert production.returncode == 0, production.stderr
+    assert production.stdout.split()[-1] == "django.contrib.auth.hashers.PBKDF2PasswordHasher"
+
+
 def test_check_deploy__superuser_database_role__refused_naming_why(transactional_db):
     result = run_manage("check", "--deploy", DATABASE_URL=_database_url_as(), **PRODUCTION_VALUES)
     assert result.returncode == 1

@@ -28,8 +28,7 @@ INCIDENT = "INC-4711: fraud rule hotfix, approver unreachable"
 
 
 @pytest.fixture
-def world(db, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # nobody signs in
+def world(db):
     return rollout_setup()
 
 

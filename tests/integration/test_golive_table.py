@@ -90,10 +90,7 @@ class World:
 
 
 @pytest.fixture
-def world(db, settings):
-    # Users made here sign in nowhere: a fast hasher (Django's testing advice) keeps 168 worlds
-    # from spending their time hashing passwords.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def world(db):
     setup = rollout_setup()
     prod = setup.envs["prod"]
     # v1 then v2 live in prod (each approved): v1 is a reviewed rollback target.

@@ -248,10 +248,10 @@ def test_shadow_release_known__only_while_it_ran_as_shadow_there_and_a_grace_aft
     assert not known(bank_uat, key, 3, stopped + counters.SHADOW_GRACE * 2, agent=agent)
 
 
-def test_record_outcomes__counted_on_the_traces_live_rows(client, secret, env):
+def test_outcome_writes__counted_on_the_traces_live_rows(client, secret, env):
     post_batch(client, secret, [trace_payload("r1", occurred_at=at())])
     environment_id = env["environments"]["sg-test"].pk
-    counted = counters.record_outcomes(
+    counted, writes = counters.outcome_writes(
         [
             (environment_id, "assistant_professional", "r1", "task", "completed"),
             (environment_id, "assistant_professional", "r1", "rating", "4"),
@@ -260,6 +260,8 @@ def test_record_outcomes__counted_on_the_traces_live_rows(client, secret, env):
             (env["environments"]["prod"].pk, "assistant_professional", "r1", "task", "x"),
         ]
     )
+    with connection.cursor() as cursor:
+        counters.counters_write_tables(cursor, writes)
     assert len(counted) == 2
     assert row().outcomes == {"task:completed": 1, "rating:4": 1}
     assert row("profile", 7).outcomes == {"task:completed": 1, "rating:4": 1}

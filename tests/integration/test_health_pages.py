@@ -379,3 +379,61 @@ def test_demo__v3_in_sg_test__against_v2_over_the_same_hours_and_a_change_behind
     }
     assert traces.count() == len(rows)
     assert client.get(f"/traces/{rows[0].request_id}/").status_code == 200
+
+
+def _failed_verdicts(w, client, shadow_slot="shadow:2"):
+    client.force_login(w.ops)
+    page = client.get(f"/agents/{w.agent.key}/health/sg-test/{DOC}/").content.decode()
+    row = page.split('data-metric="failed"', 1)[1].split("</tr>", 1)[0]
+    return row.split(f'data-column="{shadow_slot}"', 1)[1].split("</td>", 1)[0]
+
+
+def test_version_health__shadow_agreeing_on_16_of_16__never_worse_than_live(w, client):
+    """Issue 31 item 8: a shadow started late in live's window ran on 16 requests, half of
+    them failing for live too, and agreed on every one. Against live's rate over all of its
+    hours (5%) its 50% looked worse; on the same requests it is the same."""
+    w.client = client
+    live = Release.objects.get(document=w.strategy[3].document, environment=w.envs["sg-test"])
+    early = w.released_at + timedelta(seconds=1)
+    later = w.released_at + timedelta(minutes=3)  # within the clock skew ingest accepts
+    shadow_history(live, (w.strategy[2], later - timedelta(minutes=1), None))
+    traffic(w, version=3, at=early, n_ready=190, n_missing=10, prefix="live-")
+    ready = {"version": 2, "status": "ready", "selected": ["task_state:T9", "P7-v2"]}
+    missing = {"version": 2, "status": "missing_required_data", "selected": ["task_state:T9"]}
+    traffic(w, version=3, at=later, n_ready=8, n_missing=0, shadow=ready, prefix="agree-ok-")
+    traffic(w, version=3, at=later, n_ready=0, n_missing=8, shadow=missing, prefix="agree-bad-")
+
+    health = selectors.version_health(
+        user=w.ops,
+        agent=w.agent,
+        environment=w.envs["sg-test"],
+        document=Document.objects.get(agent=w.agent, key=DOC),
+    )
+    failed = next(m for m in health.metrics if m.key == "failed")
+    shadow, live_cell = failed.cells["shadow:2"], failed.cells["live"]
+    assert (shadow.rate.count, shadow.rate.total) == (8, 16)
+    assert live_cell.rate.value < 0.1  # live over all of its hours
+    assert shadow.verdict == "same"
+    assert all(
+        m.cells["shadow:2"].verdict in ("same", "")
+        for m in health.metrics
+        if "shadow:2" in m.cells and m.group != "agreement"
+    )
+    cell = _failed_verdicts(w, client)
+    assert 'data-verdict="worse"' not in cell and "▲" not in cell
+
+
+def test_version_health__shadow_failing_where_live_was_ready__worse_on_the_same_requests(w, client):
+    """The paired comparison still tells a worse shadow: it failed on 12 of 16 requests
+    live answered ready, and never the other way round."""
+    w.client = client
+    live = Release.objects.get(document=w.strategy[3].document, environment=w.envs["sg-test"])
+    at = w.released_at + timedelta(minutes=2)
+    shadow_history(live, (w.strategy[2], w.released_at, None))
+    worse = {"version": 2, "status": "missing_required_data", "selected": ["task_state:T9"]}
+    same = {"version": 2, "status": "ready", "selected": ["task_state:T9", "P7-v2"]}
+    traffic(w, version=3, at=at, n_ready=12, n_missing=0, shadow=worse, prefix="worse-")
+    traffic(w, version=3, at=at, n_ready=4, n_missing=0, shadow=same, prefix="same-")
+
+    cell = _failed_verdicts(w, client)
+    assert 'data-verdict="worse"' in cell

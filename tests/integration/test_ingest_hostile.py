@@ -263,6 +263,37 @@ def test_duplicates__id_of_an_agent_outside_the_token__not_reported_as_a_duplica
     assert own["duplicates"] == ["lite-1"]
 
 
+# --- issue 31 item 5: a request id another agent holds is a conflict, never a duplicate ---------
+def test_duplicates__id_another_agent_of_the_token_stored__rejected_as_taken_not_a_duplicate(
+    client, env
+):
+    # Given a token for assistant_lite that stored a trace under a predictable id first
+    sg_test = env["environments"]["sg-test"]
+    lite_only = runtime_token(sg_test, agents=[env["agents"]["assistant_lite"]])
+    post_batch(client, lite_only, [payload("req-31", agent="assistant_lite")])
+    # When the runtime of assistant_professional, whose token covers every agent, reports its
+    # own trace with that id
+    body = post_batch(client, runtime_token(sg_test), [payload("req-31")]).json()
+    # Then it is told its trace was not stored, and whose id it is; the other trace stays
+    assert body["accepted"] == 0
+    assert body["duplicates"] == []
+    assert rejections(body) == {0: [("request_id", "request_id_taken")]}
+    assert "assistant_lite" in body["rejected"][0]["errors"][0]["message"]
+    assert list(Trace.objects.values_list("request_id", "agent__key")) == [
+        ("req-31", "assistant_lite")
+    ]
+
+
+def test_duplicates__same_id_for_two_agents_in_one_batch__second_rejected_as_taken(client, env):
+    sg_test = env["environments"]["sg-test"]
+    traces = [payload("req-32"), payload("req-32", agent="assistant_lite"), payload("req-32")]
+    body = post_batch(client, runtime_token(sg_test), traces).json()
+    assert body["accepted"] == 1
+    assert body["duplicates"] == ["req-32"]  # the same agent's trace again
+    assert rejections(body) == {1: [("request_id", "request_id_taken")]}
+    assert Trace.objects.get(request_id="req-32").agent.key == "assistant_professional"
+
+
 @pytest.fixture
 def same_id_twice(env):
     for key in ("sg-test", "prod"):

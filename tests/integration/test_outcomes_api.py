@@ -14,6 +14,7 @@ from tests.factories.outcomes import outcome_kinds, post_outcomes
 from traces import tasks
 from traces.health.models import HealthCounter
 from traces.outcomes import selectors
+from traces.outcomes import services as outcome_services
 from traces.outcomes.models import Outcome, OutcomeKind
 
 pytestmark = pytest.mark.django_db
@@ -106,6 +107,38 @@ def test_report__repeated_within_one_batch__same_is_duplicate_other_refused(clie
         (3, "invalid_value"),
     ]
     assert stored() == {("req-97", "escalated", True)}
+
+
+@pytest.mark.parametrize("value", [True, False], ids=["same_value", "other_value"])
+def test_report__id_preempted_by_another_agents_token__taken_not_duplicate_nor_conflicting_value(
+    client, env, value
+):
+    # Given a token for assistant_lite that reported an outcome under a predictable id first
+    sg_test = env["environments"]["sg-test"]
+    lite_only = runtime_token(sg_test, agents=[env["agents"]["assistant_lite"]])
+    first = post_outcomes(client, lite_only, [outcome(agent="assistant_lite")]).json()
+    assert first["accepted"] == 1
+    # When assistant_professional's runtime reports the outcome of its own request
+    professional_only = runtime_token(sg_test, agents=[env["agents"]["assistant_professional"]])
+    body = post_outcomes(client, professional_only, [outcome(value=value)]).json()
+    # Then it sees a conflict on the request id (naming no agent outside its token), not a
+    # duplicate that says it was stored, nor a value conflict that says it reported twice
+    assert body["accepted"] == 0
+    assert body["duplicates"] == []
+    ((error,),) = [r["errors"] for r in body["rejected"]]
+    assert (error["path"], error["code"]) == ("request_id", "request_id_taken")
+    assert "assistant_lite" not in error["message"]
+    assert list(Outcome.objects.values_list("agent__key", "value")) == [("assistant_lite", True)]
+
+
+def test_report__same_request_and_kind_for_two_agents_in_one_batch__second_taken(client, secret):
+    outcomes = [outcome(), outcome(agent="assistant_lite"), outcome()]
+    body = post_outcomes(client, secret, outcomes).json()
+    assert body["accepted"] == 1
+    assert body["duplicates"] == [{"index": 2, "request_id": "req-97", "kind": "escalated"}]
+    ((error,),) = [r["errors"] for r in body["rejected"] if r["index"] == 1]
+    assert (error["path"], error["code"]) == ("request_id", "request_id_taken")
+    assert "assistant_professional" in error["message"]
 
 
 def test_report__unknown_or_retired_kind__rejected_naming_the_declared_kinds(client, secret, env):
@@ -293,6 +326,28 @@ def test_health_counters__outcome_before_its_trace__counted_when_the_trace_arriv
     assert tasks.count_pending_outcomes() == 0  # counted once
 
     assert live_outcome_counts() == {"escalated:true": 1}
+
+
+def test_count_pending__outcomes_that_can_never_count__do_not_hold_up_the_ones_that_can(
+    client, secret, env
+):
+    # Given outcomes stored before their trace that will never count: another agent's token
+    # took the ids of assistant_professional's coming requests, and one trace never came
+    lite_only = runtime_token(
+        env["environments"]["sg-test"], agents=[env["agents"]["assistant_lite"]]
+    )
+    for request_id in ("req-a", "req-b"):
+        post_outcomes(client, lite_only, [outcome(request_id, agent="assistant_lite")])
+    post_outcomes(client, secret, [outcome("req-never")])
+    post_batch(client, secret, [trace_payload("req-a"), trace_payload("req-b")])
+    # When a real late outcome's trace arrives, behind them in the queue
+    post_outcomes(client, secret, [outcome("req-late", kind="rating", value=2)])
+    post_batch(client, secret, [trace_payload("req-late")])
+    # Then the task, even taking one at a time, counts it on its first run
+    assert outcome_services.outcomes_count_pending(batch_size=1) == 1
+    assert live_outcome_counts() == {"rating:2": 1}
+    assert outcome_services.outcomes_count_pending(batch_size=1) == 0
+    assert Outcome.objects.filter(counted_at__isnull=True).count() == 3  # kept, not counted
 
 
 # --- retention -----------------------------------------------------------------------------------

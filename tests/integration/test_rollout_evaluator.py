@@ -9,17 +9,19 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
 from console.kernel.models import AuditRecord
+from strategies.catalog.models import Environment
 from strategies.delivery.models import ConfigPayload
 from strategies.releases.models import Release, Rollout
 from strategies.releases.services import rollout_start
-from tests.factories import candidate, post_batch, runtime_token, trace_payload
+from tests.conftest import beat_worker
+from tests.factories import candidate, post_batch, runtime_token, task_in_arm, trace_payload
 from tests.factories.releases import rollout_setup
 from traces.rollouts import evaluator, tasks
 
@@ -53,6 +55,7 @@ def served(rollout, request_id, arm, *, status="ready", shadow=None, candidates=
         status=status,
         occurred_at=timezone.now().isoformat(),  # within the step (since its start)
         rollout={"id": rollout.key, "arm": arm, "step": rollout.step},
+        task=task_in_arm(arm, rollout_id=rollout.key, share=rollout.share),
         shadow={
             "version": other,
             "status": "ready",
@@ -205,3 +208,39 @@ def test_provider_failing_both_versions__paused_naming_it_never_rolled_back(clie
     assert rollout.end_reason.startswith("order_delivery not fetched in")
     assert "in both versions" in rollout.end_reason
     assert not AuditRecord.objects.filter(action="rollout.rollback").exists()
+
+
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_step_bake_over__beat_every_30s__the_step_ends_when_its_bake_does(
+    client, settings, tmp_path
+):
+    # Given a worker running the beat at production's 30 s period, an environment that
+    # judges on 20 traces an arm, and a rollout whose first step bakes 6 s
+    w = rollout_setup()
+    environment = w.envs["sg-test"]
+    Environment.objects.filter(pk=environment.pk).update(guard_min_traces=20)
+    secret = runtime_token(environment)
+    bake = 6
+    with beat_worker(settings, tmp_path / "beat-schedule", seconds=30):
+        rollout = rollout_start(
+            version=w.strategy[3],
+            environment=environment,
+            actor=w.ops,
+            plan=[{"share": 0.5, "bake_seconds": bake}, {"share": 1.0, "bake_seconds": 3600}],
+        )
+        bake_end = rollout.step_started_at + timedelta(seconds=bake)
+        # When good traffic arrives during the bake
+        ingest(client, secret, good_traffic(rollout, n_per_arm=30))
+
+        # Then the step moves on when its bake ends, not at the beat's next period
+        wait_for(
+            lambda: Rollout.objects.get(pk=rollout.pk).step == 1,
+            timeout=40,
+            why=lambda: Rollout.objects.get(pk=rollout.pk).guards,
+        )
+    rollout.refresh_from_db()
+    (moved,) = [entry for entry in rollout.log if entry["action"] == "step"]
+    late = (datetime.fromisoformat(moved["at"]) - bake_end).total_seconds()
+    print(f"\nstep ended {late:.2f} s after its bake (beat every 30 s)")
+    assert 0 <= late <= 2.0, rollout.log

@@ -17,6 +17,7 @@ from tests.factories import (
     candidate,
     post_batch,
     runtime_token,
+    task_in_arm,
     trace_payload,
     world,
 )
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.django_db
 
 MINUTE = (timezone.now() - timedelta(minutes=3)).replace(second=5, microsecond=0)
 STRATEGY = "after_sales_consultation"
+PLAN = [{"share": 0.0, "bake_seconds": 600}, {"share": 0.1, "bake_seconds": 600}]
 
 
 @pytest.fixture
@@ -47,7 +49,7 @@ def env():
         environment=sg_test,
         version=data["strategy"][4],
         control_version=data["strategy"][3],
-        plan=[{"share": 0.0, "bake_seconds": 600}, {"share": 0.1, "bake_seconds": 600}],
+        plan=PLAN,
         plan_hash="test",
         state=Rollout.State.RUNNING,
         step=1,
@@ -72,6 +74,10 @@ def served(request_id, arm, *, shadow=None, rollout_id="ro-7", step=1, version=N
     other = 3 if arm == "new" else 4
     block = {"version": other, "status": "ready", "selected": ["task_state:T9", "P7-v2"]}
     fields.setdefault("occurred_at", at())
+    if arm in ("new", "old") and "task" not in fields:
+        # a unit the console assigns that arm (at the plan's share; past it, any unit)
+        share = PLAN[step]["share"] if step < len(PLAN) else 0.5
+        fields["task"] = task_in_arm(arm, rollout_id=rollout_id, share=share)
     return trace_payload(
         request_id,
         documents={"profile": 7, STRATEGY: version},
@@ -183,6 +189,149 @@ def test_ingest__claims_the_rollout_does_not_have__stored_and_counted_as_faults(
     assert (counter("new").traces, counter("old").traces) == (1, 0)
 
 
+def forged(request_id, claimed, *, step=1, **fields):
+    """A trace claiming arm `claimed` for a unit the console assigns the other arm."""
+    other = "old" if claimed == "new" else "new"
+    share = PLAN[step]["share"] if step < len(PLAN) else 1.0
+    return served(
+        request_id,
+        claimed,
+        step=step,
+        task=task_in_arm(other, rollout_id="ro-7", share=share),
+        **fields,
+    )
+
+
+def rejected_codes(response) -> dict:
+    return {r["request_id"]: [e["code"] for e in r["errors"]] for r in response["rejected"]}
+
+
+def test_ingest__8_forged_new_did_worse_traces__refused_per_trace_counted_never_evidence(
+    client, secret
+):
+    """Given a token that can write traces, when it sends 8 traces claiming arm new (the new
+    version failed where the old was ready) for units the rollout serves the old version,
+    then each is refused with `rollout_arm_mismatch`, none is stored, the 8 are counted as
+    faults, and the step's evidence holds only the real traffic: the paired guard sees no
+    regression."""
+    real = [served(f"o{i}", "old") for i in range(20)] + [served("n0", "new")]
+    worse = {"status": "budget_exceeded"}
+    fakes = [forged(f"fake{i}", "new", **worse) for i in range(8)]
+    response = post_batch(client, secret, real + fakes).json()
+
+    assert response["accepted"] == 21
+    assert rejected_codes(response) == {f"fake{i}": ["rollout_arm_mismatch"] for i in range(8)}
+    message = response["rejected"][0]["errors"][0]
+    assert message["path"] == "rollout.arm" and "is in arm 'old' of ro-7" in message["message"]
+    assert not Trace.objects.filter(request_id__startswith="fake").exists()
+    assert counter("new").faults == {"rollout_arm_mismatch": 8}
+    evidence = step_evidence(rollout_key="ro-7", step=1, since=MINUTE - timedelta(minutes=1))
+    assert (evidence.new.traces, evidence.paired_count("status").requests) == (1, 0)
+    assert evidence.faults == {"rollout_arm_mismatch": 8}
+
+
+def test_ingest__3000_forged_agreeing_traces__cannot_dilute_8_real_regressions(client, secret):
+    """Given 8 real requests where the new version failed and 120 where both agreed, when a
+    token adds 3,000 forged "both versions agree" traces on the new arm for units of the old
+    one, then they are all refused and the paired guard still breaches on the 8."""
+    worse = {"status": "budget_exceeded"}
+    real = [served(f"bad{i}", "new", **worse) for i in range(8)]
+    real += [served(f"ok{i}", "old") for i in range(120)]
+    fakes = [forged(f"agree{i}", "new") for i in range(3000)]
+    for start in range(0, len(fakes), 1000):
+        response = post_batch(client, secret, fakes[start : start + 1000]).json()
+        assert (response["accepted"], len(response["rejected"])) == (0, 1000)
+    assert post_batch(client, secret, real).json()["accepted"] == 128
+
+    evidence = step_evidence(rollout_key="ro-7", step=1, since=MINUTE - timedelta(minutes=1))
+    assert evidence.compared == 128
+    assert evidence.faults == {"rollout_arm_mismatch": 3000}
+    paired = next(
+        r for r in guards.evaluate(evidence, guards.GuardSettings()) if r.name == "paired"
+    )
+    assert paired.state == "breach", paired.message
+
+
+def test_ingest__a_step_the_rollout_has_not_served__refused(client, secret, env):
+    """Steps are the console's too: a step past the one the rollout is at, a step its plan
+    does not have, and the watch's step of a rollout without a watch are refused; an earlier
+    step it did serve (a runtime a poll behind) is evidence there."""
+    response = post_batch(
+        client,
+        secret,
+        [
+            served("ahead", "new", step=2),  # ro-7 is at step 1 of 2 (its watch would be 2)
+            served("no-such-step", "new", step=9),
+            served("earlier", "old", step=0),  # share 0: every unit is old
+        ],
+    ).json()
+    assert response["accepted"] == 1
+    assert rejected_codes(response) == {
+        "ahead": ["rollout_step_mismatch"],
+        "no-such-step": ["rollout_step_mismatch"],
+    }
+    assert counter("old", step=0).traces == 1
+    assert counter("new", step=2).faults == {"rollout_step_mismatch": 1}
+    # Not yet served at all (waiting for approval): no step is.
+    Rollout.objects.filter(pk=env["rollout"].pk).update(
+        state=Rollout.State.AWAITING_APPROVAL, step=0, step_started_at=None
+    )
+    response = post_batch(client, secret, [served("waiting", "old", step=0)]).json()
+    assert rejected_codes(response) == {"waiting": ["rollout_step_mismatch"]}
+
+
+def test_ingest__forged_watch_traces__refused_for_units_the_watch_does_not_run(client, secret, env):
+    """A completed rollout's paired watch runs the old version as shadow on `watch_share` of
+    the units: a watch trace for a unit outside that share, or on arm old, is refused; one
+    for a unit inside it counts on the watch's step."""
+    Rollout.objects.filter(pk=env["rollout"].pk).update(
+        state=Rollout.State.COMPLETED,
+        ended_at=timezone.now(),
+        watch_until=timezone.now() + timedelta(hours=1),
+        watch_share=0.1,
+    )
+    watch_step = len(PLAN)
+    inside = task_in_arm("watch", rollout_id="ro-7", share=0.1)
+    outside = task_in_arm("old", rollout_id="ro-7", share=0.1)  # bucket ≥ 0.1: not watched
+    worse = {"status": "budget_exceeded"}
+    response = post_batch(
+        client,
+        secret,
+        [
+            served("watched", "new", step=watch_step, task=inside),
+            *(served(f"fake{i}", "new", step=watch_step, task=outside, **worse) for i in range(8)),
+            served("old-arm", "old", step=watch_step, task=inside),
+        ],
+    ).json()
+    assert response["accepted"] == 1
+    assert set(rejected_codes(response)) == {*(f"fake{i}" for i in range(8)), "old-arm"}
+    assert {c for codes in rejected_codes(response).values() for c in codes} == {
+        "rollout_arm_mismatch"
+    }
+    evidence = step_evidence(rollout_key="ro-7", step=watch_step, since=MINUTE)
+    assert (evidence.new.traces, evidence.paired_count("status").requests) == (1, 0)
+
+
+def test_outcomes__of_a_refused_trace__not_counted(client, secret, env):
+    """An outcome for a forged request finds no trace: nothing is counted on any arm."""
+    outcome_kinds(env["environments"]["sg-test"])
+    post_batch(client, secret, [forged("fake", "new"), served("n1", "new")])
+    post_outcomes(
+        client,
+        secret,
+        [
+            {
+                "request_id": rid,
+                "kind": "escalated",
+                "value": True,
+                "agent": "assistant_professional",
+            }
+            for rid in ("fake", "n1")
+        ],
+    )
+    assert counter("new").outcomes_bad == {"escalated": 1}
+
+
 def test_ingest__another_environments_rollout__a_fault_there(client, env):
     prod = runtime_token(env["environments"]["prod"])
     ReleaseFactory(version=env["strategy"][3], environment=env["environments"]["prod"])
@@ -266,6 +415,7 @@ def test_trace_page__shows_the_rollout_arm_and_step(client, secret, make_user):
 def test_step_evidence__a_step_of_days__whole_hours_from_the_hour_table_edges_from_minutes(env):
     from django.db import connection
 
+    from traces.health.counters import counters_write_tables
     from traces.rollouts import counters
 
     start = (timezone.now() - timedelta(days=2)).replace(minute=17, second=0, microsecond=0)
@@ -278,7 +428,7 @@ def test_step_evidence__a_step_of_days__whole_hours_from_the_hour_table_edges_fr
             counts.tally("not_fetched", "order_delivery", i % 2)
             rows[("ro-7", 1, when, arm, env["environments"]["sg-test"].pk)] = counts
     with connection.cursor() as cursor:
-        counters.counters_write_tables(cursor, counters.minutes_and_hours(rows))
+        counters_write_tables(cursor, counters.minutes_and_hours(rows))
     since = start + timedelta(minutes=25)  # mid-hour: minutes first, then whole hours
     evidence = step_evidence(rollout_key="ro-7", step=1, since=since)
     for arm in ("new", "old"):

@@ -26,7 +26,7 @@ from strategies.releases.services import (
     rollout_watch_warn,
     shadow_start,
 )
-from tests.factories import manifest_body, post_batch, runtime_token, trace_payload
+from tests.factories import manifest_body, post_batch, runtime_token, task_in_arm, trace_payload
 from tests.factories.releases import rollout_setup
 from traces.rollouts import evaluator
 
@@ -65,6 +65,7 @@ def watched_trace(rollout, request_id, *, status="ready"):
         status=status,
         occurred_at=timezone.now().isoformat(),
         rollout={"id": rollout.key, "arm": "new", "step": rollout.watch_step},
+        task=task_in_arm("watch", rollout_id=rollout.key, share=rollout.watch_share),
         shadow={
             "version": rollout.control_version.number,
             "status": "ready",

@@ -303,7 +303,7 @@ def test_delivery__connects_to_the_checked_address__not_a_second_lookup(
     [call] = receiver.calls
     assert call["headers"]["Host"] == f"hooks.bank.example:{receiver.port}"
     assert call["path"] == "/hooks/console?x=1"
-    assert call["headers"]["X-Console-Delivery"] == str(delivery.delivery_id)
+    assert call["headers"]["webhook-id"] == str(delivery.delivery_id)
 
 
 @pytest.mark.django_db

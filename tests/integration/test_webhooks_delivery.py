@@ -1,4 +1,5 @@
-"""Webhooks (docs/runtime-contract.md §4) delivered by a real Celery worker to a local receiver."""
+"""Webhooks (docs/runtime-contract.md §4) delivered to a local receiver, by a real Celery worker
+(and single tries in this process, where only the clock or a setting differs)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,24 @@ import hmac
 import json
 import threading
 import time
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from context_runtime.webhook import read_delivery
+from django.urls import reverse
 
-from strategies.delivery.webhooks import WebhookAttempt, WebhookDelivery, webhook_create
+from strategies.delivery import webhooks
+from strategies.delivery.webhooks import Webhook, WebhookAttempt, WebhookDelivery, webhook_create
 from strategies.releases.services import release_publish
-from tests.factories import bearer, release_setup, runtime_token
+from tests.conftest import celery_worker
+from tests.factories import (
+    EnvironmentFactory,
+    bearer,
+    release_setup,
+    runtime_token,
+    user_with_grants,
+)
 
 
 class Receiver:
@@ -117,10 +129,73 @@ def test_webhook__every_try__signs_its_id_and_time_with_the_body_standard_webhoo
         assert not standard_webhooks_valid(secret, {**headers, "webhook-id": "other"}, body)
         later = str(int(headers["webhook-timestamp"]) + 600)
         assert not standard_webhooks_valid(secret, {**headers, "webhook-timestamp": later}, body)
-    # The old body-only header still goes along during the transition.
+    # The old body-only header still goes along during the transition (until its date).
     headers, body = receiver.calls[-1]
-    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    assert hmac.compare_digest(headers["X-Console-Signature"], expected)
+    if webhooks.legacy_headers_until(int(headers["webhook-timestamp"])) is not None:
+        expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(headers["X-Console-Signature"], expected)
+
+
+LEGACY = ("X-Console-Event", "X-Console-Delivery", "X-Console-Signature")
+
+
+def test_webhook__legacy_headers_switched_off__worker_sends_only_standard_webhooks_headers(
+    transactional_db, settings
+):
+    # Given an operator who switched the old headers off (the workers' environment)
+    settings.WEBHOOK_ALLOW_PRIVATE_TARGETS = True
+    with celery_worker(
+        WEBHOOK_LEGACY_HEADERS="false", WEBHOOK_ALLOW_PRIVATE_TARGETS="true"
+    ) as queue:
+        settings.CELERY_TASK_DEFAULT_QUEUE = queue
+        world = release_setup()
+
+        # When a release change is delivered, long before the transition's end
+        delivery, receiver, secret = publish_to_receiver(world, [200], version_number=2)
+
+    # Then the receiver gets the Standard Webhooks headers and none of the old ones
+    assert delivery.status == WebhookDelivery.Status.DELIVERED
+    [(headers, body)] = receiver.calls
+    assert standard_webhooks_valid(secret, headers, body)
+    assert not [name for name in headers if name.lower().startswith("x-console-")], headers
+    # and a runtime on the SDK takes it as before
+    assert read_delivery([secret], headers, body).event == "release.changed"
+
+
+@pytest.mark.parametrize(
+    ("until_in", "switched_on", "old_headers_sent"),
+    [
+        (-1, True, False),  # the transition's date has passed: never again
+        (3600, True, True),  # before it: they go along
+        (3600, False, False),  # before it, switched off by the operator
+    ],
+)
+def test_webhook_try__legacy_headers__only_before_their_date_and_while_switched_on(
+    db, client, settings, until_in, switched_on, old_headers_sent
+):
+    settings.WEBHOOK_ALLOW_PRIVATE_TARGETS = True
+    settings.WEBHOOK_LEGACY_HEADERS = switched_on
+    settings.WEBHOOK_LEGACY_HEADERS_UNTIL = datetime.fromtimestamp(time.time() + until_in, UTC)
+    receiver = Receiver([200])
+    try:
+        hook = Webhook.objects.create(
+            environment=EnvironmentFactory(key="sg-test"), url=receiver.url, secret="whsec_t"
+        )
+        delivery = WebhookDelivery.objects.create(webhook=hook, body=b'{"event": "x"}')
+
+        status, _ = webhooks.delivery_try(delivery_id=delivery.pk)
+    finally:
+        receiver.close()
+
+    assert status == WebhookDelivery.Status.DELIVERED
+    [(headers, body)] = receiver.calls
+    assert standard_webhooks_valid("whsec_t", headers, body)
+    assert [name in headers for name in LEGACY] == [old_headers_sent] * 3, headers
+    # and the webhooks page says what is sent
+    client.force_login(user_with_grants("admin", admin=None))
+    page = client.get(reverse("webhook-list")).content.decode()
+    assert ('old <span class="mono">X-Console-Signature</span>' in page) == old_headers_sent
+    assert ("are no longer sent" in page) != old_headers_sent
 
 
 def test_webhook__receiver_fails_twice__third_try_delivers_signed_payload(worker, client):
@@ -136,12 +211,10 @@ def test_webhook__receiver_fails_twice__third_try_delivers_signed_payload(worker
         (2, 503, False),
         (3, 200, True),
     ]
-    ids = {headers["X-Console-Delivery"] for headers, _ in receiver.calls}
+    ids = {headers["webhook-id"] for headers, _ in receiver.calls}
     assert ids == {str(delivery.delivery_id)}  # the idempotency key is stable across retries
     headers, body = receiver.calls[-1]
-    expected = "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    assert hmac.compare_digest(headers["X-Console-Signature"], expected)
-    assert headers["X-Console-Event"] == "release.changed"
+    assert standard_webhooks_valid(secret, headers, body)
     event = json.loads(body)
     config = client.get(
         "/api/v1/runtime/config/assistant_professional",

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from traces.health.stats import Rate, percentile_bound, sparkline, verdict, wilson
+from traces.health.stats import (
+    Rate,
+    paired_verdict,
+    percentile_bound,
+    sparkline,
+    verdict,
+    wilson,
+)
 
 
 def test_wilson__known_values__match_the_formula():
@@ -46,3 +53,17 @@ def test_sparkline__gaps_without_traffic__and_a_summary_in_words():
     assert len(spark.lines) == 2  # the empty buckets break the line
     assert spark.summary == "6 of 30 failed (20.0%); highest bucket 50.0%"
     assert sparkline([(0, 0)]).summary == "no traffic"
+
+
+def test_paired_verdict__agreeing_on_every_request__never_worse():
+    assert paired_verdict(0, 0, compared=16) == "same"
+    assert paired_verdict(0, 0, compared=1_000_000) == "same"
+    assert paired_verdict(0, 0, compared=0) == "unknown"
+
+
+def test_paired_verdict__sign_test_on_the_discordant_requests():
+    assert paired_verdict(6, 0, compared=16) == "worse"  # 2^-6 < 2.5%
+    assert paired_verdict(5, 0, compared=16) == "same"  # 2^-5 > 2.5%: too few to tell
+    assert paired_verdict(0, 6, compared=16) == "better"
+    assert paired_verdict(520, 480, compared=5000) == "same"
+    assert paired_verdict(1200, 1000, compared=50_000) == "worse"  # the normal tail, n > 1000

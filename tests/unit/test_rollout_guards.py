@@ -10,26 +10,27 @@ from types import MappingProxyType
 import pytest
 
 from traces.rollouts import guards
-from traces.rollouts.evidence import ArmEvidence, PairedCount, StepEvidence
+from traces.rollouts.evidence import ArmEvidence, PairedCount, ProviderBaseline, StepEvidence
 from traces.rollouts.guards import GuardSettings, evaluate
 
 SINCE = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 SETTINGS = GuardSettings()
 
 
-def arm(traces, *, not_fetched=None, fallback=0, compared=None, outcomes=None, bad=None):
+def arm(traces, *, not_fetched=None, fallback=0, compared=None, outcomes=None, bad=None, both=None):
     return ArmEvidence(
         traces=traces,
         usable=traces,
         config_fallback=fallback,
         compared=traces if compared is None else compared,
         not_fetched=MappingProxyType(not_fetched or {}),
+        not_fetched_both=MappingProxyType(both or {}),
         outcomes=MappingProxyType(outcomes or {}),
         outcomes_bad=MappingProxyType(bad or {}),
     )
 
 
-def evidence(new, old, *, share=0.5, paired=None, both=None):
+def evidence(new, old, *, share=0.5, paired=None, both=None, baseline=None):
     return StepEvidence(
         rollout_key="ro-7",
         step=1,
@@ -39,6 +40,7 @@ def evidence(new, old, *, share=0.5, paired=None, both=None):
         old=old,
         paired=MappingProxyType(paired or {}),
         not_fetched_both=MappingProxyType(both or {}),
+        baseline=baseline or ProviderBaseline(),
     )
 
 
@@ -157,20 +159,31 @@ def test_sample_ratio__a_fair_split__ok():
 
 
 # --- attribution -----------------------------------------------------------------------------------
-def _provider_failing(rate: float, *, seed: int, requests: int = 10_000):
-    """Requests split at share 0.5; `order_delivery` not fetched on `rate` of each, the same
-    requests for both versions (the other version decides on the same candidates)."""
+def _provider_failing(
+    rate: float, *, seed: int, requests: int = 10_000, old_rate=None, baseline=None
+):
+    """Requests split at share 0.5; `order_delivery` not fetched on `rate` of each (of arm
+    old's: `old_rate`, default the same), the same requests for both versions (the other
+    version decides on the same candidates). `baseline`: its rate over 2,000 requests
+    before the rollout."""
     generator = random.Random(seed)
+    rates = {"new": rate, "old": rate if old_rate is None else old_rate}
     counts = {"new": [0, 0], "old": [0, 0]}
     for _ in range(requests):
         side = "new" if generator.random() < 0.5 else "old"
         counts[side][0] += 1
-        counts[side][1] += generator.random() < rate
+        counts[side][1] += generator.random() < rates[side]
     new, old = counts["new"], counts["old"]
+    before = (
+        ProviderBaseline(2000, MappingProxyType({"order_delivery": round(2000 * baseline)}))
+        if baseline is not None
+        else None
+    )
     return evidence(
-        arm(new[0], not_fetched={"order_delivery": new[1]}),
-        arm(old[0], not_fetched={"order_delivery": old[1]}),
+        arm(new[0], not_fetched={"order_delivery": new[1]}, both={"order_delivery": new[1]}),
+        arm(old[0], not_fetched={"order_delivery": old[1]}, both={"order_delivery": old[1]}),
         both={"order_delivery": new[1] + old[1]},
+        baseline=before,
     )
 
 
@@ -201,6 +214,32 @@ def test_attribution__a_breach_while_the_provider_fails_both__held_as_a_pause():
 def test_attribution__a_rare_failure_in_both__no_pause():
     named = by_name(evaluate(_provider_failing(0.01, seed=8), SETTINGS))
     assert named["attribution"].state == "ok"
+
+
+def test_attribution__a_provider_failing_as_often_as_before_the_rollout__no_pause():
+    # The demo's order service times out on 8% of requests, before and during the rollout.
+    results = evaluate(_provider_failing(0.08, seed=9, baseline=0.08), SETTINGS)
+    assert set(states(results).values()) == {"ok"}, by_name(results)["attribution"].message
+
+
+def test_attribution__failing_far_more_often_than_before__pause_naming_the_baseline():
+    named = by_name(evaluate(_provider_failing(0.3, seed=10, baseline=0.08), SETTINGS))
+    assert named["attribution"].state == "pause"
+    assert named["attribution"].message == (
+        "order_delivery not fetched in 30% of requests in both versions (8% before the rollout)."
+    )
+    facts = named["attribution"].evidence["sources"][0]
+    assert facts["baseline"] == 0.08 and set(facts["arms"]) == {"new", "old"}
+
+
+def test_attribution__failing_more_in_the_new_arm_only__the_versions_doing_not_held():
+    # Each arm's served version asks the providers: failing more under the new one only is
+    # not an outage, and the unpaired guard's breach is not held.
+    named = by_name(
+        evaluate(_provider_failing(0.3, seed=11, old_rate=0.08, baseline=0.08), SETTINGS)
+    )
+    assert named["attribution"].state == "ok"
+    assert named["unpaired"].state == "breach"
 
 
 # --- A/A -------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
 `counters_record_batch`, inside its transaction: the batch is aggregated here in Python (one
 dict per row key) and written with ONE multi-row INSERT … ON CONFLICT DO UPDATE, so the
 counters commit with the traces or not at all, and a trace is counted the moment it is
-visible. Outcomes reported later for a request are counted by `record_outcomes`.
+visible. Outcomes reported later for a request are counted through `outcome_writes`.
 
 A trace counts on the live arm once per document it names ({key: version}); its shadow block
 (if any) counts on the shadow arm of the trace's strategy at the shadow's version, with its
@@ -98,6 +98,8 @@ COUNTER_MAPS = (
     "required_lost",
     "outcomes",
     "faults",
+    "paired_worse",
+    "paired_better",
 )
 COUNTER_SCALARS = (
     "traces",
@@ -265,6 +267,40 @@ def shadow_view(*, shadow, status: str, candidates, input_estimate: float | None
     )
 
 
+def metric_keys(*, status, degradation, required_missing) -> set[str]:
+    """What one request shows under one version, as the version-health page's metric keys
+    (`failed`, `status:<s>`, `degraded:<handler>`, `required_missing:<source:code>`): the
+    live side and the shadow side of a request are compared key by key."""
+    keys = {f"status:{status}"}
+    if CHART_GROUP_OF.get(status) == "failed":
+        keys.add("failed")
+    if degradation:
+        keys.add(f"degraded:{degradation}")
+    keys.update(f"required_missing:{count_key(s, c)}" for s, c in required_missing)
+    return keys
+
+
+def shadow_paired(counts: Counts, shadow, view: ShadowView, *, live_degradation, candidates):
+    """On a compared request, each metric the shadow showed and live did not (worse), and
+    the other way round (better): the pairs the shadow's verdicts are judged on."""
+    if not view.compared:
+        return
+    mine = metric_keys(
+        status=view.status,
+        degradation=block_field(shadow, "degradation"),
+        required_missing=view.required_missing,
+    )
+    live = metric_keys(
+        status=view.live_status,
+        degradation=live_degradation,
+        required_missing=_required_missing(candidates),
+    )
+    for key in mine - live:
+        counts.tally("paired_worse", key)
+    for key in live - mine:
+        counts.tally("paired_better", key)
+
+
 def shadow_counts(counts: Counts, shadow, view: ShadowView) -> None:
     counts.add("traces")
     if view.status is not None:
@@ -308,20 +344,31 @@ class CounterTable:
     maps: dict  # column → merge expression
 
     @property
+    def time_column(self) -> str:
+        """The key's minute or hour (what retention goes by)."""
+        (column,) = (name for name, kind in self.key.items() if kind == "timestamptz")
+        return column
+
+    @property
     def types(self) -> dict:
         return {**self.key, **self.scalars, **dict.fromkeys(self.maps, "jsonb")}
 
-    def upsert(self) -> str:
+    def upsert(self, *, after: str | None = None) -> str:
         """INSERT … SELECT from one jsonb parameter (the rows as a JSON array): a fixed text,
-        so the driver adapts one value, not two dozen per row."""
+        so the driver adapts one value, not two dozen per row. `after`: the name of an
+        earlier CTE of the same statement whose rows must all be written before this
+        statement writes its first (`counters_write_tables`: the one lock order)."""
         columns = ", ".join(self.types)
         record = ", ".join(f"{name} {kind}" for name, kind in self.types.items())
         updates = [f"{name} = c.{name} + EXCLUDED.{name}" for name in self.scalars] + [
             f"{name} = {merge.format(name=name)}" for name, merge in self.maps.items()
         ]
+        # An uncorrelated subquery is evaluated once, before the first row: it reads every
+        # row the earlier CTE returns, so that CTE has written (and locked) all of them.
+        wait = f" WHERE (SELECT count(*) FROM {after}) >= 0" if after else ""
         return (
             f"INSERT INTO {self.table} AS c ({columns}) "  # noqa: S608 (constants)
-            f"SELECT {columns} FROM jsonb_to_recordset(%s::jsonb) AS r({record})"
+            f"SELECT {columns} FROM jsonb_to_recordset(%s::jsonb) AS r({record}){wait}"
             f" ON CONFLICT ({', '.join(self.key)}) DO UPDATE SET " + ", ".join(updates)
         )
 
@@ -380,15 +427,29 @@ _STATEMENTS: dict[tuple, str] = {}
 
 def counters_write_tables(cursor, writes: list[tuple[CounterTable, dict]]) -> None:
     """Add each (table, rows) of `writes` in ONE statement (all but the last in CTEs): one
-    round trip, and the rows of all tables commit together. Tables without rows are skipped."""
-    writes = [(table, rows) for table, rows in writes if rows]
+    round trip, and the rows of all tables commit together. Tables without rows are skipped.
+
+    THE lock order of every counter row, whoever writes it (trace ingest, outcome ingest,
+    the task counting late outcomes): tables by name (health_counter, health_counter_hour,
+    rollout_counter, rollout_counter_hour, rollout_sample), rows by key within a table
+    (`CounterTable.encoded`). PostgreSQL runs the CTEs of one statement in no promised order
+    (in practice the last one first), so each waits for the one before it; a transaction
+    writes its counters with one call, each table once. Two writers then never hold rows the
+    other waits for: no deadlock (docs/version-health.md)."""
+    writes = sorted(((t, rows) for t, rows in writes if rows), key=lambda w: w[0].table)
     if not writes:
         return
     names = tuple(table.table for table, _ in writes)
+    if len(set(names)) != len(names):
+        raise ValueError(f"each counter table once per write, in one lock order: {names}")
     statement = _STATEMENTS.get(names)
     if statement is None:
-        *first, last = (table.upsert() for table, _ in writes)
-        ctes = ", ".join(f"w{index} AS ({sql})" for index, sql in enumerate(first))
+        sqls = [
+            table.upsert(after=f"w{index - 1}" if index else None)
+            for index, (table, _) in enumerate(writes)
+        ]
+        *first, last = sqls
+        ctes = ", ".join(f"w{index} AS ({sql} RETURNING 1)" for index, sql in enumerate(first))
         statement = _STATEMENTS[names] = (f"WITH {ctes} " if ctes else "") + last
     cursor.execute(statement, [table.encoded(rows) for table, rows in writes])
 
@@ -483,6 +544,9 @@ def _shadow_trace(rows, known: dict, environment, trace, base: tuple) -> None:
     )
     key = (agent_id, environment.pk, trace.strategy, version, Arm.SHADOW, minute)
     shadow_counts(rows[key], shadow, view)
+    shadow_paired(
+        rows[key], shadow, view, live_degradation=trace.degradation, candidates=trace.candidates
+    )
 
 
 def counters_record_batch(
@@ -506,38 +570,37 @@ WHERE (k.environment_id, k.request_id) IN (SELECT * FROM unnest(%s::bigint[], %s
 """
 
 
-def record_outcomes(rows) -> list[tuple]:
-    """Count outcomes reported for requests: `rows` of (environment_id, agent, request_id,
-    kind, value), `agent` an agent key (or id). Each finds its trace by request_id and adds
-    'kind:value' to the outcomes of the trace's live rows (its minute, each document and
-    version it used). A request with no stored trace, or of another agent, is not counted.
-    Call once per outcome newly stored (the outcome store is what makes a repeat a no-op),
-    in its transaction. Returns the rows counted."""
+def outcome_writes(rows) -> tuple[list[tuple], list[tuple[CounterTable, dict]]]:
+    """What outcomes reported for requests add to the health counters, not yet written:
+    `rows` of (environment_id, agent, request_id, kind, value), `agent` an agent key (or
+    id). Each finds its trace by request_id and adds 'kind:value' to the outcomes of the
+    trace's live rows (its minute, each document and version it used). A request with no
+    stored trace, or of another agent, is not counted. Returns (the rows counted, the
+    (table, rows) for `counters_write_tables`)."""
     rows = list(rows)
     if not rows:
-        return []
+        return [], []
     with connection.cursor() as cursor:
         cursor.execute(
             _TRACES_OF_REQUESTS,
             [[int(r[0]) for r in rows], [str(r[2]) for r in rows]],
         )
         found = {(env, request_id): rest for env, request_id, *rest in cursor.fetchall()}
-        counters: dict[tuple, Counts] = defaultdict(Counts)
-        counted = []
-        for row in rows:
-            environment_id, agent, request_id, kind, value = row
-            trace = found.get((int(environment_id), str(request_id)))
-            if trace is None:
-                continue
-            agent_id, agent_key, occurred_at, documents = trace
-            if agent not in (agent_key, agent_id):
-                continue
-            if isinstance(documents, str):
-                documents = msgspec.json.decode(documents)
-            minute = _minute(occurred_at)
-            for document, version in documents.items():
-                key = (agent_id, int(environment_id), document, version, Arm.LIVE, minute)
-                counters[key].tally("outcomes", count_key(str(kind), str(value)))
-            counted.append(row)
-        counters_write(cursor, counters)
-    return counted
+    counters: dict[tuple, Counts] = defaultdict(Counts)
+    counted = []
+    for row in rows:
+        environment_id, agent, request_id, kind, value = row
+        trace = found.get((int(environment_id), str(request_id)))
+        if trace is None:
+            continue
+        agent_id, agent_key, occurred_at, documents = trace
+        if agent not in (agent_key, agent_id):
+            continue
+        if isinstance(documents, str):
+            documents = msgspec.json.decode(documents)
+        minute = _minute(occurred_at)
+        for document, version in documents.items():
+            key = (agent_id, int(environment_id), document, version, Arm.LIVE, minute)
+            counters[key].tally("outcomes", count_key(str(kind), str(value)))
+        counted.append(row)
+    return counted, health_writes(counters)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from django.contrib.postgres.indexes import BrinIndex
 from django.db import models
+from django.db.models import Value
 
 RETENTION_DAYS = 30
 
@@ -56,7 +57,20 @@ class CounterColumns(models.Model):
     required_lost = _counts("source → traces where the shadow dropped a live-selected required")
     token_delta_sum = models.FloatField(default=0)
     token_delta_count = models.BigIntegerField(default=0)
-    # Reported after the fact for a request (traces.health.counters.record_outcomes).
+    # The shadow arm only, paired on the same requests: the shadow's verdicts compare these,
+    # never the live version's rates over other requests (traces.health.counters.metric_keys).
+    # A database default too: a writer that names no such column (an older one) adds '{}'.
+    paired_worse = models.JSONField(
+        default=dict,
+        db_default=Value({}, output_field=models.JSONField()),
+        help_text="metric → compared requests where the shadow had it and live not",
+    )
+    paired_better = models.JSONField(
+        default=dict,
+        db_default=Value({}, output_field=models.JSONField()),
+        help_text="metric → compared requests where live had it and the shadow not",
+    )
+    # Reported after the fact for a request (traces.health.counters.outcome_writes).
     outcomes = _counts("'kind:value' → outcomes reported for the live version's requests")
     faults = _counts("runtime fault → traces (e.g. a shadow version never released there)")
 

@@ -42,7 +42,15 @@ from traces.health.counters import (
     split_key,
 )
 from traces.health.models import RETENTION_DAYS, Arm
-from traces.health.stats import Rate, Spark, peak_rate, percentile_bound, sparkline, verdict
+from traces.health.stats import (
+    Rate,
+    Spark,
+    paired_verdict,
+    peak_rate,
+    percentile_bound,
+    sparkline,
+    verdict,
+)
 from traces.models import Candidate, Trace
 
 MAX_WINDOW = timedelta(days=7)
@@ -400,7 +408,18 @@ def _metric(health, group, label, key, count_of, *, link=None, live_only=False, 
         )
     for slot, cell in cells.items():
         other = cells.get(_compare_to(slot) or "")
-        if cell.rate is not None and other is not None and other.rate is not None:
+        if cell.rate is None or other is None or other.rate is None:
+            continue
+        totals = health.column(slot)
+        if totals.arm == Arm.SHADOW:
+            # A shadow ran on some of live's requests only: judged on those same requests
+            # (paired), never against live's rate over all of live's hours.
+            cell.verdict = paired_verdict(
+                totals.maps["paired_worse"].get(key, 0),
+                totals.maps["paired_better"].get(key, 0),
+                compared=int(totals.scalars["compared"]),
+            )
+        else:
             cell.verdict = verdict(cell.rate, other.rate)
     return Metric(group=group, label=label, key=key, cells=cells, note=note)
 

@@ -67,6 +67,33 @@ def verdict(now: Rate, before: Rate, *, higher_is_worse: bool = True) -> str:
     return "same"
 
 
+def _sign_tail(k: int, n: int) -> float:
+    """P(X >= k) for X ~ Binomial(n, 1/2): exact up to 1,000 pairs, then the normal
+    approximation with continuity correction (its error there is far below the test's 2.5%)."""
+    if k <= 0:
+        return 1.0
+    if n <= 1000:
+        return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
+    z = (k - 0.5 - n / 2) / math.sqrt(n / 4)
+    return 0.5 * math.erfc(z / math.sqrt(2))
+
+
+def paired_verdict(worse: int, better: int, *, compared: int) -> str:
+    """'worse', 'better' or 'same' for one version against another on the SAME requests:
+    McNemar's exact (sign) test on the discordant requests — `worse` where only this version
+    showed the metric, `better` where only the other did — two-sided at 95%. Requests where
+    both agree carry no evidence either way, so a version that agrees on every request is
+    never worse ('unknown' with nothing compared)."""
+    if compared <= 0:
+        return "unknown"
+    pairs = worse + better
+    if _sign_tail(worse, pairs) < 0.025:
+        return "worse"
+    if _sign_tail(better, pairs) < 0.025:
+        return "better"
+    return "same"
+
+
 def peak_rate(series: list[list[tuple[int, int]]]) -> float:
     """The highest rate of several bucket lists (at least 5%): their common top."""
     rates = [c / t for buckets in series for c, t in buckets if t]

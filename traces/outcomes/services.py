@@ -17,6 +17,7 @@ import msgspec
 from context_runtime.findings import Finding
 from context_runtime.wire import MAX_CLOCK_SKEW_SECONDS
 from django.db import connection, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
 from console.kernel.audit import AuditAction, audit_record
@@ -24,13 +25,14 @@ from console.kernel.errors import Conflict, NotFound, ValidationFailed
 from console.kernel.policy import check_user_can_manage_outcome_kinds
 from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Agent, Environment
-from traces.health.counters import record_outcomes
-from traces.models import Trace
+from traces.health.counters import counters_write_tables, outcome_writes
+from traces.ingest import request_id_taken
+from traces.models import RequestKey, Trace
 from traces.outcomes import rules
 from traces.outcomes.ingest import ItemRejection, ParsedOutcomes
 from traces.outcomes.models import Outcome, OutcomeKind
 from traces.partitions import retention_cutoff
-from traces.rollouts.counters import rollout_outcomes_record
+from traces.rollouts.counters import rollout_outcome_writes
 from traces.selectors import traces_keyed
 
 PURGE_BATCH = 5_000
@@ -246,12 +248,7 @@ class _Resolver:
     def agent(self, outcome) -> tuple[str | None, Finding | None]:
         stored = self.trace_agents.get(outcome.request_id)
         if stored is not None and not self.identity.covers_agent(stored):
-            return None, Finding(
-                "request_id",
-                "request_id_taken",
-                f"in environment '{self.environment.key}' this request belongs to a runtime "
-                "outside this token's scope",
-            )
+            return None, request_id_taken(self.environment.key)
         named = outcome.agent
         if named is not None:
             if named not in self.agent_ids or not self.identity.covers_agent(named):
@@ -336,12 +333,18 @@ def outcome_batch_store(*, identity, batch: ParsedOutcomes) -> OutcomeIngestResu
         key = (outcome.request_id, kind.pk)
         earlier = pending.get(key)
         if earlier is not None:  # the same (request, kind) twice in one batch
-            _repeat(result, index, outcome, earlier[1], kind)
+            if earlier[2] == resolver_agents[agent]:
+                _repeat(result, index, outcome, earlier[1], kind)
+            else:  # both agents are the token's: it may hear the other's name
+                first = next(key for key, pk in resolver_agents.items() if pk == earlier[2])
+                reject(index, outcome, request_id_taken(environment.key, other_agent=first))
             continue
         pending[key] = (index, outcome.value, resolver_agents[agent], when)
     if not pending:
         return result
-    rows = list(pending.items())
+    # In key order: two batches reporting the same (request, kind)s insert them in one order,
+    # so neither waits on the other's while holding what it wants (no deadlock).
+    rows = sorted(pending.items())
     with connection.cursor() as cursor:
         cursor.execute(
             _INSERT,
@@ -362,17 +365,23 @@ def outcome_batch_store(*, identity, batch: ParsedOutcomes) -> OutcomeIngestResu
     not_inserted = [key for key in pending if key not in inserted]
     if not_inserted:
         stored_values = {
-            (r, k): v
-            for r, k, v in Outcome.objects.filter(
+            (r, k): (v, a, a_key)
+            for r, k, v, a, a_key in Outcome.objects.filter(
                 environment=environment,
                 request_id__in={r for r, _ in not_inserted},
                 kind_id__in={k for _, k in not_inserted},
-            ).values_list("request_id", "kind_id", "value")
+            ).values_list("request_id", "kind_id", "value", "agent_id", "agent__key")
         }
         for key in not_inserted:
-            index, value, _, _ = pending[key]
+            index, value, agent_id, _ = pending[key]
             item = _Item(key[0], by_id[key[1]].key, value)
-            _repeat(result, index, item, stored_values.get(key), by_id[key[1]])
+            first, first_agent_id, first_agent = stored_values.get(key, (None, agent_id, None))
+            if first_agent_id == agent_id:
+                _repeat(result, index, item, first, by_id[key[1]])
+                continue
+            named = first_agent if identity.covers_agent(first_agent) else None
+            taken = request_id_taken(environment.key, other_agent=named)
+            result.rejected.append(ItemRejection(index, item.request_id, item.kind, [taken]))
     result.accepted = len(inserted)
     result.stored = [
         StoredOutcome(
@@ -406,7 +415,7 @@ def outcomes_count(stored: list[StoredOutcome], *, now: datetime) -> int:
     """Count newly stored outcomes on their traces' versions (health counters) and mark them
     counted, in the caller's transaction; those whose trace has not arrived stay uncounted
     for `outcomes_count_pending`. Returns how many were counted."""
-    counted = record_outcomes(
+    counted, writes = outcome_writes(
         [
             (o.environment_id, o.agent_id, o.request_id, o.kind_key, rules.value_key(o.value))
             for o in stored
@@ -416,8 +425,12 @@ def outcomes_count(stored: list[StoredOutcome], *, now: datetime) -> int:
         by_row = {(o.environment_id, o.request_id, o.kind_key): o for o in stored}
         marked = [by_row[(env, request_id, kind)] for env, _, request_id, kind, _ in counted]
         # The same outcomes on their trace's rollout arm, when the trace was its evidence.
-        rollout_outcomes_record((o.environment_id, o.request_id, o.kind_key, o.bad) for o in marked)
+        rollout = rollout_outcome_writes(
+            (o.environment_id, o.request_id, o.kind_key, o.bad) for o in marked
+        )
         with connection.cursor() as cursor:
+            # Health and rollout rows in one write: the one lock order of counter rows.
+            counters_write_tables(cursor, [*writes, *rollout])
             cursor.execute(
                 _MARK_COUNTED,
                 [
@@ -437,12 +450,23 @@ def outcomes_count_pending(
     *, now: datetime | None = None, batch_size: int = COUNT_PENDING_BATCH
 ) -> int:
     """Count the outcomes that arrived before their trace, once it is stored (the beat runs
-    it every 30 s). Rows are taken with SKIP LOCKED: two workers never count one twice."""
+    it every 30 s). Rows are taken with SKIP LOCKED: two workers never count one twice.
+    Only those whose trace is stored, of their agent, are taken: an outcome whose trace
+    never comes, or whose request id another agent's trace holds, stays uncounted without
+    holding up the ones behind it in the queue."""
     now = now or timezone.now()
+    its_trace = Trace.objects.filter(
+        pk=OuterRef("trace_id"),
+        occurred_at=OuterRef("occurred_at"),  # the key says which day's partition
+        agent_id=OuterRef(OuterRef("agent_id")),
+    )
+    its_key = RequestKey.objects.filter(
+        environment_id=OuterRef("environment_id"), request_id=OuterRef("request_id")
+    ).filter(Exists(its_trace))
     with transaction.atomic():
         pending = list(
             Outcome.objects.select_for_update(skip_locked=True, of=("self",))
-            .filter(counted_at__isnull=True)
+            .filter(Exists(its_key), counted_at__isnull=True)
             .select_related("kind")
             .order_by("received_at")[:batch_size]
         )

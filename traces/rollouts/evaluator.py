@@ -154,7 +154,9 @@ def watch_evaluate(rollout: Rollout, *, now=None) -> str:
     # Counters are per minute: after a warning, from the next whole minute (never the same
     # requests twice; at most a minute's requests unjudged).
     since = datetime.fromisoformat(warned) + timedelta(minutes=1) if warned else rollout.ended_at
-    evidence = step_evidence(rollout_key=rollout.key, step=rollout.watch_step, since=since)
+    evidence = step_evidence(
+        rollout_key=rollout.key, step=rollout.watch_step, since=since, baseline=False
+    )
     results = guards.evaluate(evidence, rollout.environment, active_guards=WATCH_GUARDS)
     rollout_record_watch_guards(rollout=rollout, guards=[r.as_dict() for r in results])
     breach = next((r for r in results if r.state == guards.BREACH), None)

@@ -40,6 +40,8 @@ class ArmEvidence:
     compared: int = 0  # traces with the other version's decision (a shadow block with a status)
     # source → traces where the served version did not fetch it
     not_fetched: MappingProxyType = field(default_factory=_empty)
+    # source → of the compared traces, those where neither version had it
+    not_fetched_both: MappingProxyType = field(default_factory=_empty)
     # outcome kind → outcomes reported; of them, the kind's bad value
     outcomes: MappingProxyType = field(default_factory=_empty)
     outcomes_bad: MappingProxyType = field(default_factory=_empty)
@@ -55,6 +57,24 @@ class PairedCount:
 
     requests: int = 0
     request_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ProviderBaseline:
+    """How often each provider failed in the environment before the rollout began: its
+    latest requests of the rollout's agent and strategy (not those of any rollout), the
+    share where the source was not fetched. What the attribution guard judges against: a
+    provider that fails as often as it did before is not an outage."""
+
+    traces: int = 0
+    not_fetched: MappingProxyType = field(default_factory=_empty)  # source → traces
+
+    def rate(self, source: str, *, minimum: int) -> float | None:
+        """The share of requests that missed `source` before; None with fewer than
+        `minimum` requests to tell."""
+        if self.traces < max(minimum, 1):
+            return None
+        return self.not_fetched.get(source, 0) / self.traces
 
 
 @dataclass(frozen=True)
@@ -74,6 +94,9 @@ class StepEvidence:
     not_fetched_both_ids: MappingProxyType = field(default_factory=_empty)
     # fault → traces stored but not counted as evidence (traces.rollouts.counters.FAULT_*)
     faults: MappingProxyType = field(default_factory=_empty)
+    # the failing providers' rates before the rollout (read only for sources in
+    # not_fetched_both: nothing to judge otherwise)
+    baseline: ProviderBaseline = field(default_factory=ProviderBaseline)
 
     def arm(self, name: str) -> ArmEvidence:
         return self.new if name == "new" else self.old

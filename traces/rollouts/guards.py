@@ -33,8 +33,11 @@ ALPHA = 0.05  # split (Bonferroni) over the sequential tests the active guards r
 SAMPLE_RATIO_P = 0.001
 PAIRED_MIN_REQUESTS = 5
 PAIRED_CONFIDENCE = 0.95
-# A provider not fetched in both versions on at least this share of the step's requests
-# (95% lower bound) makes the step's evidence about the provider, not the version.
+# A provider not fetched in both versions on this share of the step's requests MORE than
+# before the rollout (its baseline; 0 without one), 95% lower bound, in every arm the step
+# serves, makes the step's evidence about the provider, not the version. A provider that
+# fails as often as before (the demo's order service: 8%) is not an outage; one failing
+# more in one arm only is the version's doing (the unpaired guard judges that).
 ATTRIBUTION_SHARE = 0.05
 
 
@@ -226,20 +229,31 @@ def _sequential(name: str, tests: list, alpha: float, evidence: StepEvidence) ->
 
 
 # --- attribution -----------------------------------------------------------------------------------
-def _shared_failures(evidence: StepEvidence) -> list[dict]:
-    compared = evidence.compared
+def _shared_failures(evidence: StepEvidence, settings: GuardSettings) -> list[dict]:
     failing = []
     for source, requests in sorted(evidence.not_fetched_both.items(), key=lambda kv: -kv[1]):
-        if requests <= ATTRIBUTION_SHARE * compared:
-            continue  # its lower bound is under the observed share: no need to compute it
-        low = stats.clopper_pearson_lower(requests, compared, PAIRED_CONFIDENCE)
-        if low > ATTRIBUTION_SHARE:
+        baseline = evidence.baseline.rate(source, minimum=settings.guard_min_traces)
+        limit = (baseline or 0.0) + ATTRIBUTION_SHARE
+        arms = {}
+        for name in _expected_arms(evidence.share):
+            arm = evidence.arm(name)
+            count = arm.not_fetched_both.get(source, 0)
+            if count <= limit * arm.compared:
+                break  # its lower bound is under the observed share: no need to compute it
+            low = stats.clopper_pearson_lower(count, arm.compared, PAIRED_CONFIDENCE)
+            if low <= limit:
+                break
+            arms[name] = {"requests": count, "compared": arm.compared, "lower_bound": low}
+        else:
             failing.append(
                 {
                     "source": source,
                     "requests": requests,
-                    "compared": compared,
-                    "lower_bound": low,
+                    "compared": evidence.compared,
+                    "baseline": baseline,
+                    "baseline_traces": evidence.baseline.traces,
+                    "limit": limit,
+                    "arms": arms,
                     "request_ids": list(evidence.not_fetched_both_ids.get(source, ())),
                 }
             )
@@ -256,6 +270,8 @@ def _attribution(failing: list[dict], held: list[GuardResult]) -> GuardResult:
         f"{first['source']} not fetched in {_percent(first['requests'] / first['compared'])} "
         "of requests in both versions"
     )
+    if first["baseline"] is not None:
+        message += f" ({_percent(first['baseline'])} before the rollout)"
     if held:
         message += f" (held, not rolled back: {', '.join(r.name for r in held)})"
     return GuardResult(ATTRIBUTION, PAUSE, message + ".", facts)
@@ -287,7 +303,7 @@ def evaluate(evidence: StepEvidence, settings, *, active_guards=GUARDS) -> list[
         elif name in (UNPAIRED, OUTCOMES):
             results.append(_sequential(name, tests[name], alpha, evidence))
     if ATTRIBUTION in active:
-        failing = _shared_failures(evidence)
+        failing = _shared_failures(evidence, settings)
         held = [result for result in results if result.state == BREACH] if failing else []
         results = [
             GuardResult(r.name, PAUSE, r.message, {**r.evidence, "held_by": ATTRIBUTION})

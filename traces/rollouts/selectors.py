@@ -16,6 +16,7 @@ from traces.rollouts.evidence import (
     PAIRED_KINDS,
     ArmEvidence,
     PairedCount,
+    ProviderBaseline,
     StepEvidence,
     both_failed_kind,
 )
@@ -78,9 +79,64 @@ def step_share(rollout_key: str, step: int) -> float | None:
     return float(plan[step]["share"])
 
 
-def step_evidence(*, rollout_key: str, step: int, since: datetime) -> StepEvidence:
+# The provider baseline: the latest requests before the rollout began, no older than this.
+BASELINE_TRACES = 2000
+BASELINE_WINDOW = timedelta(days=7)
+# A provider did not deliver: the same rule as `counters.not_fetched_sources`, in SQL.
+_BASELINE = """
+WITH recent AS (
+    SELECT id, occurred_at FROM traces_trace
+    WHERE agent_id = %(agent)s AND environment_id = %(environment)s
+      AND strategy = %(document)s AND rollout_key IS NULL
+      AND occurred_at >= %(since)s AND occurred_at < %(before)s
+    ORDER BY occurred_at DESC LIMIT %(limit)s
+)
+SELECT NULL, count(*) FROM recent
+UNION ALL
+SELECT c.source, count(DISTINCT c.trace_id)
+FROM recent JOIN traces_candidate c ON c.trace_id = recent.id AND c.occurred_at = recent.occurred_at
+WHERE c.source = ANY(%(sources)s) AND (c.decision = 'not_fetched' OR c.outcome = 'not_fetched')
+GROUP BY c.source
+"""
+
+
+def provider_baseline(*, rollout_key: str, sources) -> ProviderBaseline:
+    """How often each of `sources` was not fetched on the environment's latest requests of
+    the rollout's agent and strategy before the rollout began (BASELINE_TRACES at most,
+    within BASELINE_WINDOW; requests of rollouts left out): what the attribution guard
+    judges a provider failing in both versions against."""
+    rollout = (
+        Rollout.objects.filter(key=rollout_key)
+        .values("environment_id", "document__agent_id", "document__key", "started_at")
+        .first()
+    )
+    if rollout is None or not sources:
+        return ProviderBaseline()
+    params = {
+        "agent": rollout["document__agent_id"],
+        "environment": rollout["environment_id"],
+        "document": rollout["document__key"],
+        "since": rollout["started_at"] - BASELINE_WINDOW,
+        "before": rollout["started_at"],
+        "limit": BASELINE_TRACES,
+        "sources": sorted(sources),
+    }
+    with connection.cursor() as cursor:
+        cursor.execute(_BASELINE, params)
+        rows = cursor.fetchall()
+    traces = next((int(n) for source, n in rows if source is None), 0)
+    return ProviderBaseline(
+        traces=traces,
+        not_fetched=_frozen({source: int(n) for source, n in rows if source is not None}),
+    )
+
+
+def step_evidence(
+    *, rollout_key: str, step: int, since: datetime, baseline: bool = True
+) -> StepEvidence:
     """What the rollout's `step` has shown since `since` (its start): per-arm totals, paired
-    counts with their first request ids, the sources neither version had, and faults."""
+    counts with their first request ids, the sources neither version had, and faults; with
+    `baseline`, how often those sources failed before the rollout (`provider_baseline`)."""
     minute = since.astimezone(UTC).replace(second=0, microsecond=0)
     first_hour = minute if minute.minute == 0 else minute.replace(minute=0) + timedelta(hours=1)
     params = {"key": rollout_key, "step": step, "since": minute, "first_hour": first_hour}
@@ -110,6 +166,7 @@ def step_evidence(*, rollout_key: str, step: int, since: datetime) -> StepEviden
             config_fallback=fallback,
             compared=compared,
             not_fetched=_frozen(maps[(arm, "not_fetched")]),
+            not_fetched_both=_frozen(maps[(arm, "not_fetched_both")]),
             outcomes=_frozen(maps[(arm, "outcomes")]),
             outcomes_bad=_frozen(maps[(arm, "outcomes_bad")]),
         )
@@ -135,4 +192,7 @@ def step_evidence(*, rollout_key: str, step: int, since: datetime) -> StepEviden
             {source: tuple(request_ids.get(both_failed_kind(source), ())) for source in both}
         ),
         faults=_frozen(faults),
+        baseline=provider_baseline(rollout_key=rollout_key, sources=both)
+        if baseline and both
+        else ProviderBaseline(),
     )

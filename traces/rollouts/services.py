@@ -8,8 +8,9 @@ from datetime import datetime
 from django.db import connection, transaction
 
 from traces.health.services import counters_purge_expired
+from traces.rollouts.counters import HOURS, MINUTES
 
-ROLLOUT_TABLES = (("rollout_counter", "minute"), ("rollout_counter_hour", "hour"))
+ROLLOUT_TABLES = (MINUTES, HOURS)
 
 _ORPHAN_SAMPLES = """
 DELETE FROM rollout_sample s

@@ -602,8 +602,13 @@ class ConfigClient:
     (the ``X-Config-Stream`` header of the config answer) or ``stream_url`` names one, a
     second thread holds that connection and the client refetches within a moment of every
     publish or rollback; it reconnects with jittered backoff and polling every
-    ``poll_interval`` stays on as the safety net. ``status()["transport"]`` is ``stream``
-    while connected, else ``poll``.
+    ``poll_interval`` stays on as the safety net. The backoff doubles up to ``backoff_max``
+    only while the console does not answer polls either; while it does, the wait is at most
+    ``stream_reconnect_max`` (8 s), and a poll answered after an outage cuts a longer wait
+    to that, so the stream is back within about 10 s of its server answering again. An
+    event larger than ``max_response_bytes`` drops the stream (logged; polled meanwhile,
+    the stream tried again after 5 minutes). ``status()["transport"]`` is ``stream`` while
+    connected, else ``poll``.
 
     **Heartbeat** (``heartbeat_interval``, default 60 s; ``None`` turns it off): the client
     tells the console which configuration this process serves (``POST heartbeat``: its
@@ -634,6 +639,7 @@ class ConfigClient:
         on_health_change: Callable[[dict[str, Any]], None] | None = None,
         stream: bool = True,
         stream_url: str | None = None,
+        stream_reconnect_max: float = 8.0,
         heartbeat_interval: float | None = 60.0,
         instance_id: str | None = None,
         runtime_name: str | None = None,
@@ -701,6 +707,9 @@ class ConfigClient:
                 on_state=self._transport_changed,
                 connect_timeout=timeout,
                 reconnect_max=max(backoff_max, 1.0),
+                reachable_reconnect_max=stream_reconnect_max,
+                console_reachable=self._console_reachable,
+                max_event_bytes=max_response_bytes,
                 name=f"context-runtime-stream-{agent}",
             )
         self.heartbeat_interval = heartbeat_interval
@@ -914,6 +923,11 @@ class ConfigClient:
                 self._explicit_stream, "stream/" + http.quote_segment(self.agent)
             )
         return stream_url(self._base_url, self._advertised_stream, self.agent)
+
+    def _console_reachable(self) -> bool:
+        """The last poll was answered (so a stream that fails now is worth trying again
+        soon: see ``stream_reconnect_max``)."""
+        return self._last_success_at is not None and not self._consecutive_failures
 
     def _note_advertised(self, value: str | None) -> None:
         if value != self._advertised_stream:
@@ -1145,6 +1159,8 @@ class ConfigClient:
             )
         self._consecutive_failures = 0
         self._last_success_at = time.time()
+        if self._stream is not None:
+            self._stream.console_answered()
         if self._unauthorized:
             self._unauthorized = False
             logger.warning("Config of %s: the console takes the token again", self.agent)

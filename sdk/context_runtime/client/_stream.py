@@ -19,6 +19,7 @@ import logging
 import random
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 
@@ -33,6 +34,8 @@ STREAM_PATH = "stream/"  # under the runtime API prefix: /api/v1/runtime/stream/
 # Statuses after which the console has no stream for us (an older console, a proxy that
 # does not route it): try again rarely, poll meanwhile.
 _NO_STREAM = (404, 405, 501)
+# Bytes read per ``readline``: a longer line arrives in pieces, joined up to the event's cap.
+_LINE_PIECE = 64 * 1024
 
 
 def stream_url(console_url: str, advertised: str | None, agent: str) -> str | None:
@@ -61,6 +64,11 @@ class StreamRefused(Exception):
         self.retry_after = retry_after
 
 
+class EventTooLarge(Exception):
+    """The stream sent more than ``max_event_bytes`` without ending an event: no config
+    event is that large (it carries an ETag), so the stream is broken or hostile."""
+
+
 class StreamListener:
     """Keeps one stream open and calls ``on_etag(etag)`` for every ``config`` event.
 
@@ -68,8 +76,13 @@ class StreamListener:
     ``current_etag()`` is sent as ``Last-Event-ID`` so a runtime that is current gets nothing
     at connect. Reconnects after ``reconnect_initial`` seconds doubling to ``reconnect_max``,
     with full jitter on the first attempt (a console restart does not bring every runtime
-    back in the same instant) and equal jitter after. No byte for ``read_timeout`` seconds
-    (the console sends a heartbeat every 15 s) closes the connection and reconnects.
+    back in the same instant) and equal jitter after. While ``console_reachable()`` (the
+    console answers polls) the doubling stops at ``reachable_reconnect_max``, and
+    :meth:`console_answered` cuts a longer wait already begun to that: a stream server that
+    answers again is back in use within about that long, however long its outage was. No
+    byte for ``read_timeout`` seconds (the console sends a heartbeat every 15 s) closes the
+    connection and reconnects. An event larger than ``max_event_bytes`` (the cap of a config
+    answer) drops the stream, and it is tried again after ``unavailable_retry``.
     """
 
     def __init__(
@@ -87,6 +100,9 @@ class StreamListener:
         reconnect_max: float = 60.0,
         unavailable_retry: float = 300.0,
         auth_retry: float = 60.0,
+        reachable_reconnect_max: float = 8.0,
+        console_reachable: Callable[[], bool] = lambda: False,
+        max_event_bytes: int = _http.DEFAULT_MAX_RESPONSE_BYTES,
         name: str = "context-runtime-stream",
     ):
         self._url = url
@@ -101,11 +117,18 @@ class StreamListener:
         self.reconnect_max = reconnect_max
         self.unavailable_retry = unavailable_retry
         self.auth_retry = auth_retry
+        self.reachable_reconnect_max = reachable_reconnect_max
+        self._console_reachable = console_reachable
+        self.max_event_bytes = max_event_bytes
         self._name = name
         self._stop = threading.Event()
         self._wake = threading.Event()
+        # Why ``_wake`` was set: a poke (try now) or a poll the console answered (shorten a
+        # backoff that grew while it did not).
+        self._poked = False
+        self._answered = False
         self._thread: threading.Thread | None = None
-        self._connection: http.client.HTTPConnection | None = None
+        self._socket: socket.socket | None = None  # of the connection open now
         # Status (written by the thread only).
         self.connected = False
         self.url: str | None = None
@@ -125,18 +148,23 @@ class StreamListener:
     def stop(self, timeout: float = 2.0) -> None:
         self._stop.set()
         self._wake.set()
-        connection = self._connection
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                if connection.sock is not None:
-                    connection.sock.shutdown(socket.SHUT_RDWR)
+        self._hang_up()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
     def poke(self) -> None:
         """Try to connect now (e.g. the console just advertised a stream)."""
+        self._poked = True
         self._wake.set()
+
+    def console_answered(self) -> None:
+        """The console answered a poll: a reconnect wait grown while nothing answered is cut
+        to at most ``reachable_reconnect_max`` (jittered), so the stream is tried again soon
+        after the console is back, not after a backoff of up to ``reconnect_max``."""
+        if not self.connected:
+            self._answered = True
+            self._wake.set()
 
     @property
     def running(self) -> bool:
@@ -158,10 +186,17 @@ class StreamListener:
             # jittered wait after this stream ends (a restart would bring those runtimes
             # back in the same instant).
             self._wake.clear()
+            self._poked = self._answered = False
             try:
                 self._listen(url)
                 self.failures = 0  # a stream that ended after working: reconnect soon
                 first_retry = True
+            except EventTooLarge as error:
+                # Not an outage a quick retry mends: poll, and look again rarely.
+                self.failures += 1
+                self.last_error = str(error)
+                delay = self.unavailable_retry
+                logger.warning("Config stream %s dropped: %s; polling meanwhile", url, error)
             except StreamRefused as refused:
                 self.failures += 1
                 self.last_error = str(refused)
@@ -187,7 +222,6 @@ class StreamListener:
             finally:
                 was_connected = self.connected
                 self.connected = False
-                self._connection = None
                 if was_connected:
                     # A stream that worked and then ended (a console restart drops every
                     # runtime at once): this is a first failure again, so the next attempt
@@ -198,9 +232,10 @@ class StreamListener:
                     self._on_state()
             if self._stop.is_set():
                 break
-            if delay is None:
+            backoff = delay is None  # a wait of ours, not one the console asked for
+            if backoff:
                 step = min(
-                    self.reconnect_max,
+                    self._reconnect_cap(),
                     self.reconnect_initial * 2 ** max(0, self.failures - 1),
                 )
                 # Full jitter on the first retry after a working stream (a console restart
@@ -209,8 +244,30 @@ class StreamListener:
                     random.uniform(0.05, step) if first_retry else random.uniform(step / 2, step)
                 )
                 first_retry = False
-            self._wake.wait(delay)
+            self._pause(delay, backoff=backoff)
+
+    def _reconnect_cap(self) -> float:
+        """The longest backoff now: short while the console answers polls (the stream
+        server is then likely back soon, or a moment from it), ``reconnect_max`` else."""
+        if self._console_reachable():
+            return min(self.reconnect_max, self.reachable_reconnect_max)
+        return self.reconnect_max
+
+    def _pause(self, delay: float, *, backoff: bool) -> None:
+        """Wait ``delay`` seconds, or less: a poke ends it, a poll the console answered cuts
+        a backoff to a jittered ``reachable_reconnect_max`` at most."""
+        end = time.monotonic() + delay
+        while not self._stop.is_set():
+            left = end - time.monotonic()
+            if left <= 0 or not self._wake.wait(left):
+                return
             self._wake.clear()
+            if self._poked:
+                return
+            if self._answered and backoff:
+                cap = min(self.reconnect_max, self.reachable_reconnect_max)
+                end = min(end, time.monotonic() + random.uniform(cap / 2, cap))
+            self._answered = False
 
     def _listen(self, url: str) -> None:
         parts = urllib.parse.urlsplit(url)
@@ -218,7 +275,6 @@ class StreamListener:
             http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
         )
         connection = kind(parts.hostname, parts.port, timeout=self.connect_timeout)
-        self._connection = connection
         path = parts.path + (f"?{parts.query}" if parts.query else "")
         headers = {
             "Authorization": f"Bearer {self._token}",
@@ -230,8 +286,13 @@ class StreamListener:
         etag = self._current_etag()
         if etag:
             headers["Last-Event-ID"] = etag
+        response = None
         try:
             connection.request("GET", path, headers=headers)
+            # The socket itself: once the answer says it ends with the connection,
+            # http.client lets go of it (``connection.sock`` is None) and only the
+            # response's reader holds it — closing the connection would leave it open.
+            self._socket = connection.sock
             response = connection.getresponse()
             if response.status != 200:
                 body = response.read(64 * 1024)
@@ -254,20 +315,47 @@ class StreamListener:
             self._on_state()
             self._read(response)
         finally:
+            self._hang_up()
             with contextlib.suppress(Exception):
+                if response is not None:
+                    response.close()
                 connection.close()
+            self._socket = None
+
+    def _hang_up(self) -> None:
+        """End the connection now, whoever still holds its socket (the reader thread)."""
+        sock = self._socket
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                sock.close()
 
     def _read(self, response) -> None:
-        event, data = "message", []
+        # ``size``: the bytes of the event being read (every line since the last blank one,
+        # comments too), capped like a config answer — a stream that never ends an event
+        # must not grow the runtime's memory without bound.
+        event, data, size, pieces = "message", [], 0, []
         while not self._stop.is_set():
-            raw = response.readline(64 * 1024)
+            raw = response.readline(_LINE_PIECE)
             if not raw:
                 raise ConnectionError("the console closed the stream")
+            size += len(raw)
+            if size > self.max_event_bytes:
+                raise EventTooLarge(
+                    f"an event larger than {self.max_event_bytes:,} bytes (no end in sight)"
+                )
+            if not raw.endswith(b"\n"):  # a piece of a longer line
+                pieces.append(raw)
+                continue
+            if pieces:
+                raw = b"".join((*pieces, raw))
+                pieces = []
             line = raw.decode("utf-8", "replace").rstrip("\r\n")
             if not line:  # end of one event
                 if data and event == "config":
                     self._dispatch("\n".join(data))
-                event, data = "message", []
+                event, data, size = "message", [], 0
                 continue
             if line.startswith(":"):
                 continue  # a comment: the heartbeat

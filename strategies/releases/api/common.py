@@ -54,9 +54,15 @@ def _query(request, serializer_class) -> dict:
 
 
 def _page(request, items, serialize) -> Response:
+    return _page_of(request, items, lambda page: [serialize(item) for item in page])
+
+
+def _page_of(request, items, serialize_page) -> Response:
+    """One page of `items`, `serialize_page(page)` giving its rows (a look at the whole page
+    at once, e.g. one access-log row for it)."""
     paginator = OperatorPagination()  # at most OperatorPagination.max_limit rows
     page = paginator.paginate_queryset(items, request)
-    return paginator.get_paginated_response([serialize(item) for item in page])
+    return paginator.get_paginated_response(serialize_page(page))
 
 
 def _outcome(outcome) -> Response:

@@ -20,7 +20,7 @@ from strategies.releases.api.common import (
     WRITE_ERRORS,
     _error,
     _outcome,
-    _page,
+    _page_of,
     _parse,
     _query,
 )
@@ -75,18 +75,29 @@ def rollout_list(request, agent):
         document_key=params.get("document", ""),
         environment_key=params.get("environment", ""),
     )
-    return _page(request, rollouts, rollout_state)
+    return _page_of(request, rollouts, lambda page: _shown(request, *page))
+
+
+def _shown(request, *rollouts) -> list[dict]:
+    """The rollouts as the caller may read them: the request ids their evidence names only
+    with the right to see the agent's traces, and then the look is in the access log (one
+    row per response)."""
+    ids = releases.rollout_evidence_look(user=request.user, agent=request.agent, rollouts=rollouts)
+    return [rollout_state(rollout, request_ids=ids) for rollout in rollouts]
 
 
 @extend_schema(
     summary="One staged rollout: its step, share, bake, guards and evidence",
+    description="The request ids its evidence names (`request_ids` in `guards[].evidence`, "
+    "`evidence` and `watch.warning`) only for a caller who may see the agent's traces; "
+    "that read is in the access log like every other list of request ids.",
     responses={200: RolloutSerializer, **READ_ERRORS},
     tags=TAGS,
 )
 @api_view(["GET"])
 @requires(Capability.VIEW_CONFIG)
 def rollout_detail(request, agent, pk: int):
-    return Response(rollout_state(_rollout(request, pk)))
+    return Response(_shown(request, _rollout(request, pk))[0])
 
 
 @extend_schema(
@@ -113,7 +124,7 @@ def rollout_start(request, agent, document, environment):
         reason=data["reason"],
     )
     waiting = rollout.state == rollout.State.AWAITING_APPROVAL
-    return Response({"rollout": rollout_state(rollout)}, status=202 if waiting else 201)
+    return Response({"rollout": _shown(request, rollout)[0]}, status=202 if waiting else 201)
 
 
 @extend_schema(
@@ -133,7 +144,7 @@ def rollout_action(request, agent, pk: int, action: str):
     rollout = ROLLOUT_ACTIONS[action](
         rollout=_rollout(request, pk), actor=request.user, reason=data["reason"]
     )
-    return Response({"rollout": rollout_state(rollout)})
+    return Response({"rollout": _shown(request, rollout)[0]})
 
 
 @extend_schema(

@@ -104,10 +104,12 @@ from strategies.releases.selectors.rollouts import (
     rollout_list,
     rollout_preview,
     rollout_refusals,
+    rollout_request_ids,
     rollouts_in,
     rollouts_running,
     rollouts_watching,
     watch_warnings,
+    without_request_ids,
 )
 from strategies.releases.selectors.shadow import (
     ShadowPreview,
@@ -200,6 +202,7 @@ __all__ = [
     "rollout_list",
     "rollout_preview",
     "rollout_refusals",
+    "rollout_request_ids",
     "rollouts_in",
     "rollouts_running",
     "rollouts_watching",
@@ -217,4 +220,5 @@ __all__ = [
     "unreviewed_versions",
     "waiting_finding",
     "watch_warnings",
+    "without_request_ids",
 ]

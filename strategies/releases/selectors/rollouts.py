@@ -1,6 +1,7 @@
 """Reads for staged rollouts (issue 23) and their paired watch: the rollouts active, running
 or watching, what `rollout_start` would refuse (asked without writing), the start page's
-preview, the request ids of a guard's evidence and the actions a person may take."""
+preview, the request ids of a guard's evidence (and the evidence without them, for a reader
+who may not see traces) and the actions a person may take."""
 
 from __future__ import annotations
 
@@ -225,6 +226,37 @@ def evidence_request_ids(facts) -> list[str]:
             if request_id not in found:
                 found.append(request_id)
     return found[:REQUEST_IDS_KEPT]
+
+
+def _named_request_ids(facts, found: list[str]) -> None:
+    if isinstance(facts, dict):
+        for key, value in facts.items():
+            if key == "request_ids" and isinstance(value, list):
+                found.extend(rid for rid in value if rid not in found)
+            else:
+                _named_request_ids(value, found)
+    elif isinstance(facts, list):
+        for entry in facts:
+            _named_request_ids(entry, found)
+
+
+def rollout_request_ids(rollout: Rollout) -> list[str]:
+    """Every request id the rollout's evidence names — its guards' last evaluation, what
+    paused or ended it, its watch's warning: real requests, each with a verdict on it."""
+    found: list[str] = []
+    for facts in (rollout.guards, rollout.evidence, rollout.watch_warning):
+        _named_request_ids(facts, found)
+    return found
+
+
+def without_request_ids(facts):
+    """`facts` (a guard's evidence, a warning) with every `request_ids` left out: what a
+    reader without the right to see traces gets (docs/rollout-evidence.md)."""
+    if isinstance(facts, dict):
+        return {k: without_request_ids(v) for k, v in facts.items() if k != "request_ids"}
+    if isinstance(facts, list):
+        return [without_request_ids(entry) for entry in facts]
+    return facts
 
 
 def rollout_actions(*, user, rollout: Rollout) -> dict[str, bool]:

@@ -54,6 +54,7 @@ from strategies.releases.services.shadow import shadow_promote, shadow_start, sh
 from strategies.releases.services.state import (
     approval_state,
     release_state,
+    rollout_evidence_look,
     rollout_state,
     shadow_state,
 )
@@ -76,6 +77,7 @@ __all__ = [
     "release_rollback",
     "release_state",
     "rollout_advance",
+    "rollout_evidence_look",
     "rollout_finish",
     "rollout_guard_pause",
     "rollout_guard_rollback",

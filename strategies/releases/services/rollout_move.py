@@ -8,7 +8,11 @@ sends the webhook (`_rollout_notify`), as for a shadow."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import timedelta
 
+from celery import current_app
+from django.conf import settings
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -35,6 +39,8 @@ ROLLOUT_AUDIT = {
     "watch_warn": AuditAction.ROLLOUT_WATCH_WARN,
     "watch_end": AuditAction.ROLLOUT_WATCH_END,
 }
+# The guards' evaluation, by name (it lives in traces, above this job: no import).
+EVALUATE_TASK = "rollouts.evaluate"
 ENDING = {
     "complete": Rollout.State.COMPLETED,
     "stop": Rollout.State.STOPPED,
@@ -99,7 +105,7 @@ def _rollout_change(
     revision, add the timeline line and write the audit row (with the evidence a guard saw,
     kept in `evidence_field`: `evidence`, or `watch_warning` for a warning of the watch; and
     `audit_extra`, what the judgement flagged, e.g. that it goes live unreviewed)."""
-    before = rollout_state(rollout)
+    before = rollout_state(rollout, request_ids=True)  # the audit row is the record
     now = timezone.now()
     if action in ENDING:
         fields.update(state=ENDING[action], ended_by=actor_label(actor), ended_at=now)
@@ -126,9 +132,22 @@ def _rollout_change(
         target=rollout,
         agent=rollout.document.agent,
         before=before,
-        after={**rollout_state(rollout), "reason": reason, **(audit_extra or {})},
+        after={**rollout_state(rollout, request_ids=True), "reason": reason, **(audit_extra or {})},
     )
+    if rollout.state == Rollout.State.RUNNING and rollout.step_started_at is not None:
+        bake_end = rollout.step_started_at + timedelta(seconds=rollout.bake_seconds)
+        # Robust: a broker error cannot fail the committed change; beat's period still judges.
+        transaction.on_commit(lambda: _judge_at(bake_end), robust=True)
     return RolloutChange(rollout=rollout, action=action, actor=actor, evidence=evidence, when=now)
+
+
+def _judge_at(when) -> None:
+    """Have the guards judge the running rollouts when a step's bake ends, so the step ends
+    then and not up to one beat period (ROLLOUTS_EVALUATE_SECONDS) later. Every change that
+    leaves a rollout running (a start, a step, a resume, an extension) asks this; a judgement
+    that finds nothing due is a no-op, one that finds the rollout moved gets a 409 and skips."""
+    queue = getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", None)
+    current_app.send_task(EVALUATE_TASK, eta=when, queue=queue)
 
 
 def _rollout_notify(change: RolloutChange, *, etag: str) -> None:

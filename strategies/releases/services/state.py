@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from console.kernel.audit import AccessAction, access_record
 from console.kernel.errors import Conflict
+from console.kernel.policy import Capability, user_can
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document
 from strategies.releases.models import ApprovalRequest, Release, Rollout, ShadowRelease
+from strategies.releases.selectors.rollouts import rollout_request_ids, without_request_ids
 from strategies.releases.transitions import rollout_operator_actions, shadow_actions
 
 
@@ -114,8 +117,11 @@ def _stale(document, environment, message: str) -> Conflict:
     )
 
 
-def rollout_state(rollout: Rollout) -> dict:
-    """A staged rollout as the API, the audit, the webhooks and the 409s show it."""
+def rollout_state(rollout: Rollout, *, request_ids: bool = False) -> dict:
+    """A staged rollout as the API, the audit, the webhooks and the 409s show it. The
+    request ids its evidence names only with `request_ids`: the audit row keeps them; a
+    reader gets them when `rollout_evidence_look` says so (the right to see traces, and the
+    look in the access log)."""
     started = rollout.step_started_at
     bake_ends = (
         started + timedelta(seconds=rollout.bake_seconds)
@@ -123,6 +129,7 @@ def rollout_state(rollout: Rollout) -> dict:
         else None
     )
     approval = rollout.approvals.order_by("-id").first() if rollout.pk else None
+    shown = (lambda facts: facts) if request_ids else without_request_ids
     return {
         "id": rollout.key,
         "agent": rollout.document.agent.key,
@@ -140,9 +147,9 @@ def rollout_state(rollout: Rollout) -> dict:
         "step_started_at": _iso(started),
         "step_extended": rollout.step_extended,
         "bake_ends_at": _iso(bake_ends),
-        "guards": rollout.guards,
+        "guards": shown(rollout.guards),
         "guards_at": _iso(rollout.guards_at),
-        "evidence": rollout.evidence,
+        "evidence": shown(rollout.evidence),
         "reason": rollout.reason,
         "end_reason": rollout.end_reason,
         "started_by": rollout.started_by,
@@ -159,11 +166,33 @@ def rollout_state(rollout: Rollout) -> dict:
             "share": rollout.watch_share,
             "step": rollout.watch_step,
             "ended_at": _iso(rollout.watch_ended_at),
-            "warning": rollout.watch_warning or None,
+            "warning": shown(rollout.watch_warning) or None,
         }
         if rollout.watch_until is not None
         else None,
     }
+
+
+def rollout_evidence_look(*, user, agent, rollouts) -> bool:
+    """Whether `user` may read the request ids the evidence of `rollouts` (of `agent`) names:
+    only with the right to see its traces. When so, and they name any, the look is written
+    to the access log like every other list of request ids (one row per response that shows
+    them). Pages and the API ask this, then show `rollout_state(…, request_ids=…)`."""
+    if not user_can(user, Capability.VIEW_TRACES, agent):
+        return False
+    named = {rollout.key: rollout_request_ids(rollout) for rollout in rollouts}
+    named = {key: ids for key, ids in named.items() if ids}
+    if named:
+        access_record(
+            actor=user,
+            action=AccessAction.TRACE_LIST,
+            agent=agent,
+            detail={
+                "rollout_evidence": named,
+                "shown": sum(len(ids) for ids in named.values()),
+            },
+        )
+    return True
 
 
 def _iso(moment) -> str | None:

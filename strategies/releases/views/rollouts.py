@@ -85,15 +85,30 @@ def _plan_chart(rollout) -> dict:
     return {"bars": bars, "total": total}
 
 
+def _request_ids(facts, shown: bool) -> dict:
+    """A guard's request ids to open (`request_ids`), or only how many (`requests_hidden`)."""
+    ids = selectors.evidence_request_ids(facts)
+    return (
+        {"request_ids": ids, "requests_hidden": 0}
+        if shown
+        else {"request_ids": [], "requests_hidden": len(ids)}
+    )
+
+
 def _rollout_context(request, rollout, *, error=None) -> dict:
     now = timezone.now()
     baking = rollout.state in rollout.SERVED_STATES and rollout.step_started_at is not None
     elapsed = int((now - rollout.step_started_at).total_seconds()) if baking else None
+    # Request ids (real requests, each with a verdict) only with the right to see the
+    # agent's traces, the look then access-logged; otherwise how many there are.
+    show_ids = releases.rollout_evidence_look(
+        user=request.user, agent=request.agent, rollouts=[rollout]
+    )
     guards = [
         {
             **guard,
             "label": guard.get("name", "").replace("_", " "),
-            "request_ids": selectors.evidence_request_ids(guard.get("evidence")),
+            **_request_ids(guard.get("evidence"), show_ids),
         }
         for guard in rollout.guards or []
     ]
@@ -105,13 +120,16 @@ def _rollout_context(request, rollout, *, error=None) -> dict:
         "bake_minutes": round(rollout.bake_seconds / 60, 1),
         "bake_left": max(rollout.bake_seconds - elapsed, 0) if elapsed is not None else None,
         "guards": guards,
-        "evidence_ids": selectors.evidence_request_ids(rollout.evidence),
+        "evidence_ids": _request_ids(rollout.evidence, show_ids),
+        "evidence_figures": rollout.evidence
+        if show_ids
+        else selectors.without_request_ids(rollout.evidence),
+        "show_request_ids": show_ids,
         "chart": _plan_chart(rollout),
         "actions": selectors.rollout_actions(user=request.user, rollout=rollout),
         # Advancing or finishing by hand rests on the step's guards: a breach, or nothing
         # judged yet, needs a confirmation that names it.
         "move_danger": guards_danger(rollout),
-        "can_view_traces": user_can(request.user, Capability.VIEW_TRACES, request.agent),
         "approval": rollout.approvals.order_by("-id").first(),
         # The revision the page was opened at: the polled status says when it moved on.
         "seen": _int(request.GET.get("seen"), "seen") or rollout.revision,
