@@ -294,6 +294,12 @@ class LocalMirror:
             self._instance_seen = seen
             self.forget_all()
 
+    def followed(self, before: bytes, after: bytes) -> None:
+        """This process moved the instance's counter from `before` (having forgotten what it
+        changed): nothing else to drop, unless another process moved it unseen before."""
+        if self._instance_seen == before:
+            self._instance_seen = after
+
     def get(self, key: str):
         if self._pid != os.getpid():
             self._start()
@@ -380,10 +386,9 @@ class InstanceCounter:
     def __init__(self):
         self._map: mmap.mmap | None = None
         self._fd = -1
-        self._pid = None
 
     def _open(self) -> mmap.mmap:
-        if self._map is None or self._pid != os.getpid():
+        if self._map is None:
             location = settings.CACHES["default"]["LOCATION"]
             name = hashlib.sha256(f"{location} {cache_key(INVALIDATIONS)}".encode()).hexdigest()
             # A shared folder: never follow a link, never map a file someone else made.
@@ -396,25 +401,30 @@ class InstanceCounter:
                 raise PermissionError(f"{path} belongs to another user: remove it")
             if os.fstat(fd).st_size < self.SIZE:
                 os.ftruncate(fd, self.SIZE)  # zeros; never shrinks a counter another wrote
-            self._fd, self._map, self._pid = fd, mmap.mmap(fd, self.SIZE), os.getpid()
+            # A forked child keeps both: the mapping stays shared, lockf locks are per process.
+            self._fd, self._map = fd, mmap.mmap(fd, self.SIZE)
         return self._map
 
     def read(self) -> bytes:
-        return self._open()[: self.SIZE]
+        counter = self._map  # the hot path: no call, no system call
+        return (counter if counter is not None else self._open())[: self.SIZE]
 
-    def bump(self) -> None:
+    def bump(self) -> tuple[bytes, bytes]:
+        """Add one; returns (the value before, the value after)."""
         counter = self._open()
         # lockf: per process (a forked child's lock excludes its parent's; flock's would not)
         fcntl.lockf(self._fd, fcntl.LOCK_EX)
         try:
-            value = int.from_bytes(counter[: self.SIZE], "little") + 1
-            counter[: self.SIZE] = (value % 2**64).to_bytes(self.SIZE, "little")
+            before = counter[: self.SIZE]
+            value = int.from_bytes(before, "little") + 1
+            counter[: self.SIZE] = after = (value % 2**64).to_bytes(self.SIZE, "little")
         finally:
             fcntl.lockf(self._fd, fcntl.LOCK_UN)
+        return before, after
 
     def reset(self) -> None:
         """Map the file of the cache now configured (a test swapped CACHES)."""
-        self._map, self._pid = None, None
+        self._map = None
 
 
 INVALIDATIONS = "rt-invalidate"
@@ -427,7 +437,7 @@ def invalidate(key: str) -> None:
     before the caller answers (read your writes), and in every other process through
     pub/sub (a publish that fails is healed by the mirror entries' lifetime)."""
     mirror.forget(key)
-    instance_counter.bump()
+    mirror.followed(*instance_counter.bump())
     redis_call(lambda client: client.publish(cache_key(INVALIDATIONS), key))
 
 
