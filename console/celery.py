@@ -4,7 +4,7 @@ loss, bounded retries with backoff, explicit task names (see settings.CELERY_*).
 import os
 
 from celery import Celery, Task
-from celery.signals import beat_embedded_init, beat_init, worker_init, worker_ready, worker_shutdown
+from celery.signals import beat_init, worker_init, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -37,8 +37,7 @@ def refuse_privileged_database_role(**kwargs):
     refuse_to_start_as_privileged_role()
 
 
-@beat_init.connect
-@beat_embedded_init.connect
+@beat_init.connect  # sent by an embedded beat (`worker -B`) too, before beat_embedded_init
 def run_one_beat(**kwargs):
     """Exactly one beat per database: a second one exits (console.health.beat_lock_hold)."""
     from console.health import beat_lock_hold  # Django is set up only once beat starts

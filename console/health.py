@@ -189,12 +189,19 @@ def _connection_alive(raw) -> bool:
         return False
 
 
+_beat_lock_held = False
+
+
 def beat_lock_hold() -> None:
     """At the beat's start: take its lock for the process's life (a connection of its own),
     or exit. A thread checks the connection every BEAT_WATCH_SECONDS; when it was lost (a
     PostgreSQL restart) it takes the lock again, and if another beat took it meanwhile this
     one stops."""
+    global _beat_lock_held
+    if _beat_lock_held:
+        return  # this process holds it already
     held = [_beat_lock_take()]
+    _beat_lock_held = True
 
     def watch() -> None:
         while True:
