@@ -4,7 +4,7 @@ loss, bounded retries with backoff, explicit task names (see settings.CELERY_*).
 import os
 
 from celery import Celery, Task
-from celery.signals import beat_init, worker_init
+from celery.signals import beat_init, worker_init, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
 
@@ -35,3 +35,30 @@ def refuse_privileged_database_role(**kwargs):
     from console.kernel.database_role import refuse_to_start_as_privileged_role
 
     refuse_to_start_as_privileged_role()
+
+
+@beat_init.connect  # sent by an embedded beat (`worker -B`) too, before beat_embedded_init
+def run_one_beat(**kwargs):
+    """Exactly one beat per database: a second one exits (console.health.beat_lock_hold)."""
+    from console.health import beat_lock_hold  # Django is set up only once beat starts
+
+    beat_lock_hold()
+
+
+def _consumed_queues() -> list[str]:
+    return sorted(app.amqp.queues.consume_from or [app.conf.task_default_queue])
+
+
+@worker_ready.connect
+def note_worker_alive(**kwargs):
+    """/healthz and waiting work know a worker consumes these queues."""
+    from console.health import worker_heartbeat_start  # Django is set up only now
+
+    worker_heartbeat_start(_consumed_queues())
+
+
+@worker_shutdown.connect
+def note_worker_gone(**kwargs):
+    from console.health import worker_heartbeat_stop  # Django is set up only now
+
+    worker_heartbeat_stop(_consumed_queues())

@@ -84,8 +84,9 @@ def dashboard(request):
 @never_cache
 @require_GET
 def healthz(request):
-    """Readiness: 200 when the database and the broker answer, else 503 naming what failed.
-    Why a check failed (exception text with hosts and ports) only for signed-in users."""
+    """Readiness: 200 when the database and the broker answer, else 503 naming what failed;
+    a missing worker or beat is named in `missing` (status `degraded`, still 200). Why a
+    check failed (exception text with hosts and ports) only for signed-in users."""
     ok, report = health_report()
     if not request.user.is_authenticated:
         report = health_public(report)

@@ -195,14 +195,20 @@ def demo_world(db):
 
 # --- a real Celery worker process --------------------------------------------------------------
 @contextlib.contextmanager
-def celery_worker(*, level: str = "INFO", beat_schedule: Path | None = None, **env_extra: str):
+def celery_worker(
+    *,
+    level: str = "INFO",
+    beat_schedule: Path | None = None,
+    queue: str | None = None,
+    **env_extra: str,
+):
     """A `celery -A console worker` process against the test database and the real broker, on
-    a queue private to it; with `beat_schedule` (a file) it runs the beat too (`-B`), sending
-    the periodic tasks to that queue. Yields the queue name; the worker's output is in
-    .data/worker-<queue>.log."""
+    a queue private to it (or `queue`); with `beat_schedule` (a file) it runs the beat too
+    (`-B`), sending the periodic tasks to that queue. Yields the queue name; the worker's
+    output is in .data/worker-<queue>.log."""
     from tests.engines import child_env
 
-    queue = f"test-{os.getpid()}-{time.monotonic_ns()}"
+    queue = queue or f"test-{os.getpid()}-{time.monotonic_ns()}"
     env = child_env(**env_extra)
     env["CELERY_QUEUE"] = queue
     (ROOT / ".data").mkdir(exist_ok=True)

@@ -23,10 +23,13 @@ lost push left behind (`cache_reconcile`).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
+import mmap
 import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -210,6 +213,7 @@ def _cache_settings_changed(*, setting, **kwargs) -> None:
     global _client, _key_prefix, _redis_down_until
     if setting == "CACHES":
         _client, _key_prefix, _redis_down_until = None, None, 0.0
+        instance_counter.reset()
 
 
 REDIS_UNAVAILABLE = object()
@@ -255,6 +259,12 @@ class LocalMirror:
     value read from Redis is only remembered if no invalidation arrived meanwhile (the
     generation check), so a slow reader can never park a stale value. An entry lives at
     most MIRROR_TTL_SECONDS: a lost invalidation heals by itself.
+
+    Pub/sub arrives a few milliseconds late, so the processes of one instance (this machine,
+    this cache) also share an `InstanceCounter`: every invalidation bumps it before the
+    writer answers, and every read of the mirror (its `generation` included) first compares
+    it, dropping every entry when it moved. After a write answers, no process of its instance
+    serves what it replaced (read your writes); other instances follow on pub/sub.
     """
 
     MAX_ENTRIES = 10_000
@@ -263,7 +273,8 @@ class LocalMirror:
     def __init__(self, channel: str):
         self.channel = channel
         self._values: dict[str, tuple[object, float]] = {}
-        self.generation = 0
+        self._generation = 0
+        self._instance_seen = b""
         self.healthy = False
         self._pid = None
         self._start_lock = threading.Lock()
@@ -271,9 +282,28 @@ class LocalMirror:
         # dispatcher's answers) must not outlive a fork: the child has no listener yet.
         os.register_at_fork(after_in_child=self._forked)
 
+    @property
+    def generation(self) -> int:
+        """Grows with every invalidation this process learnt of, the instance's included."""
+        self._follow_instance()
+        return self._generation
+
+    def _follow_instance(self) -> None:
+        seen = instance_counter.read()
+        if seen != self._instance_seen:
+            self._instance_seen = seen
+            self.forget_all()
+
+    def followed(self, before: bytes, after: bytes) -> None:
+        """This process moved the instance's counter from `before` (having forgotten what it
+        changed): nothing else to drop, unless another process moved it unseen before."""
+        if self._instance_seen == before:
+            self._instance_seen = after
+
     def get(self, key: str):
         if self._pid != os.getpid():
             self._start()
+        self._follow_instance()
         entry = self._values.get(key)
         if entry is None or not self.healthy:
             return None
@@ -286,27 +316,28 @@ class LocalMirror:
         """`get`, with the time (on `clock`) the value expires: (value, expires_at) or None."""
         if self._pid != os.getpid():
             self._start()
+        self._follow_instance()
         entry = self._values.get(key)
         if entry is None or not self.healthy or self.clock() >= entry[1]:
             return None
         return entry
 
     def _forked(self) -> None:
-        self.generation += 1
+        self._generation += 1
         self.healthy = False
 
     def remember(self, key: str, value, generation: int) -> None:
-        if self.healthy and generation == self.generation:
+        if self.healthy and generation == self.generation:  # the instance's writes included
             if len(self._values) >= self.MAX_ENTRIES:
                 self._values.clear()
             self._values[key] = (value, self.clock() + MIRROR_TTL_SECONDS)
 
     def forget(self, key: str) -> None:
-        self.generation += 1
+        self._generation += 1
         self._values.pop(key, None)
 
     def forget_all(self) -> None:
-        self.generation += 1
+        self._generation += 1
         self._values.clear()
 
     def _start(self) -> None:
@@ -344,14 +375,69 @@ class LocalMirror:
                 time.sleep(1)
 
 
+class InstanceCounter:
+    """A counter in a small file every process of one instance maps: the processes on this
+    machine that share this cache (its location and key prefix). `bump` (under a lock: two
+    writers never write the same value) is synchronous; `read` is a memory read, cheap enough
+    for every request. The file lives in /dev/shm (memory) where there is one."""
+
+    SIZE = 8
+
+    def __init__(self):
+        self._map: mmap.mmap | None = None
+        self._fd = -1
+
+    def _open(self) -> mmap.mmap:
+        if self._map is None:
+            location = settings.CACHES["default"]["LOCATION"]
+            name = hashlib.sha256(f"{location} {cache_key(INVALIDATIONS)}".encode()).hexdigest()
+            # A shared folder: never follow a link, never map a file someone else made.
+            shm = "/dev/shm"  # noqa: S108 - opened O_NOFOLLOW and checked to be ours, below
+            folder = shm if os.access(shm, os.W_OK) else tempfile.gettempdir()
+            path = os.path.join(folder, f"context-console-{name[:24]}")
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            if os.fstat(fd).st_uid != os.getuid():
+                os.close(fd)
+                raise PermissionError(f"{path} belongs to another user: remove it")
+            if os.fstat(fd).st_size < self.SIZE:
+                os.ftruncate(fd, self.SIZE)  # zeros; never shrinks a counter another wrote
+            # A forked child keeps both: the mapping stays shared, lockf locks are per process.
+            self._fd, self._map = fd, mmap.mmap(fd, self.SIZE)
+        return self._map
+
+    def read(self) -> bytes:
+        counter = self._map  # the hot path: no call, no system call
+        return (counter if counter is not None else self._open())[: self.SIZE]
+
+    def bump(self) -> tuple[bytes, bytes]:
+        """Add one; returns (the value before, the value after)."""
+        counter = self._open()
+        # lockf: per process (a forked child's lock excludes its parent's; flock's would not)
+        fcntl.lockf(self._fd, fcntl.LOCK_EX)
+        try:
+            before = counter[: self.SIZE]
+            value = int.from_bytes(before, "little") + 1
+            counter[: self.SIZE] = after = (value % 2**64).to_bytes(self.SIZE, "little")
+        finally:
+            fcntl.lockf(self._fd, fcntl.LOCK_UN)
+        return before, after
+
+    def reset(self) -> None:
+        """Map the file of the cache now configured (a test swapped CACHES)."""
+        self._map = None
+
+
 INVALIDATIONS = "rt-invalidate"
+instance_counter = InstanceCounter()
 mirror = LocalMirror(channel="")  # channel set on first use (needs the cache prefix)
 
 
 def invalidate(key: str) -> None:
-    """After writing `key` in Redis: drop it here at once and in every other process (a
-    publish that fails is healed by the mirror entries' lifetime)."""
+    """After writing `key` in Redis: drop it here and in every process of this instance
+    before the caller answers (read your writes), and in every other process through
+    pub/sub (a publish that fails is healed by the mirror entries' lifetime)."""
     mirror.forget(key)
+    mirror.followed(*instance_counter.bump())
     redis_call(lambda client: client.publish(cache_key(INVALIDATIONS), key))
 
 
@@ -383,10 +469,8 @@ def cache_put(agent_key: str, environment_id: int, rendered: RenderedConfig) -> 
         ),
         default=REDIS_UNAVAILABLE,
     )
-    if stored is REDIS_UNAVAILABLE:
-        return False
-    invalidate(key)
-    return stored == 1
+    invalidate(key)  # without Redis too: the instance's other processes read PostgreSQL
+    return stored is not REDIS_UNAVAILABLE and stored == 1
 
 
 def mirrored_config(agent_key: str, environment_id: int) -> tuple[tuple[str, bytes], float] | None:

@@ -571,7 +571,12 @@ def test_healthz__anonymous_and_broker_down__status_only_no_hosts_or_ports(clien
     assert response.status_code == 503
     body = response.json()
     assert body["status"] == "unavailable" and body["failed"] == ["broker"]
-    assert body["checks"] == {"database": {"ok": True}, "broker": {"ok": False}}
+    assert body["checks"] == {
+        "database": {"ok": True},
+        "broker": {"ok": False},
+        "worker": {"ok": False},  # heard of through the broker
+        "beat": {"ok": False},
+    }
     assert "127.0.0.1" not in response.content.decode()
     assert "Error" not in response.content.decode()
 

@@ -7,6 +7,7 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 
+from console.health import work_waits_because
 from console.kernel.api_schema import ErrorSerializer
 from console.kernel.errors import NotFound
 from console.kernel.limits import check_request_size
@@ -15,6 +16,7 @@ from strategies.catalog.models import Agent
 from strategies.catalog.selectors import environment_get
 from strategies.documents.models import Document
 from traces.previews import selectors, services
+from traces.previews.models import Preview
 from traces.previews.serializers import PreviewRequest, PreviewSerializer, preview_state
 
 TAGS = ["previews"]
@@ -32,10 +34,12 @@ READ_ERRORS = {
 
 
 def _out(preview, reused=None) -> dict:
+    state = selectors.effective_state(preview)
     return preview_state(
         preview,
-        state=selectors.effective_state(preview),
+        state=state,
         failure=selectors.failure_words(preview),
+        waiting=(work_waits_because() or "") if state == Preview.State.QUEUED else "",
         reused=reused,
     )
 

@@ -42,6 +42,10 @@ class PreviewSerializer(serializers.Serializer):
     traces_total = serializers.IntegerField()
     covered_until = serializers.DateTimeField(allow_null=True)
     failure = serializers.CharField(allow_blank=True)
+    waiting = serializers.CharField(
+        allow_blank=True,
+        help_text="Why a queued preview is not picked up (no worker runs); empty otherwise.",
+    )
     requested_by = serializers.CharField()
     requested_at = serializers.DateTimeField()
     finished_at = serializers.DateTimeField(allow_null=True)
@@ -54,7 +58,9 @@ class PreviewSerializer(serializers.Serializer):
     )
 
 
-def preview_state(preview: Preview, *, state: str, failure: str, reused: bool | None = None):
+def preview_state(
+    preview: Preview, *, state: str, failure: str, waiting: str = "", reused: bool | None = None
+):
     data = {
         "id": preview.pk,
         "agent": preview.agent.key,
@@ -71,6 +77,7 @@ def preview_state(preview: Preview, *, state: str, failure: str, reused: bool | 
         "traces_total": preview.traces_total,
         "covered_until": preview.covered_until,
         "failure": failure,
+        "waiting": waiting,
         "requested_by": preview.requested_by_label,
         "requested_at": preview.requested_at,
         "finished_at": preview.finished_at,

@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from console.health import work_waits_because
 from console.kernel.errors import ApplicationError, NotFound, ValidationFailed
 from console.kernel.policy import Capability, check_user_can_preview, requires
 from strategies.catalog.selectors import environment_get, environment_list
@@ -98,6 +99,7 @@ def _detail_context(request, preview: Preview) -> dict:
         "finished": selectors.is_finished(preview),
         "percent": selectors.progress_percent(preview),
         "failure": selectors.failure_words(preview),
+        "waiting": (work_waits_because() or "") if state == Preview.State.QUEUED else "",
         "coverage": selectors.coverage_words(preview),
         "view": selectors.report_view(preview.report) if state == Preview.State.COMPLETE else None,
         "days": max(1, round((preview.window_end - preview.window_start) / timedelta(days=1))),
