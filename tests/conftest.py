@@ -268,12 +268,10 @@ def celery_worker_process(request, transactional_db):
 def console_with_stream(transactional_db, settings, tmp_path):
     """The console's web server and config stream server as real processes on this test's
     database and Redis (its cache prefix too), logs in tmp_path; stopped after the test."""
-    from tests.engines import child_env
+    from tests.engines import console_env
     from tests.runtime_sim import ConsoleWithStream
 
-    env = child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"], DEBUG="false", LOG_LEVEL="WARNING"
-    )
+    env = console_env()
     started = ConsoleWithStream(env, tmp_path).start()
     yield started
     started.stop()

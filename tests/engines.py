@@ -95,6 +95,19 @@ def child_env(**extra: str) -> dict[str, str]:
     return {**os.environ, "DATABASE_URL": database_url(), "REDIS_URL": broker_url(), **extra}
 
 
+def console_env(**extra: str) -> dict[str, str]:
+    """`child_env` for a console process (web, stream server) the test starts: its cache
+    prefix too, DEBUG off and WARNING logs, as production runs it; plus `extra`."""
+    from django.conf import settings
+
+    return child_env(
+        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
+        DEBUG="false",
+        LOG_LEVEL="WARNING",
+        **extra,
+    )
+
+
 def machine_servers_in_use(settings_dict: dict, redis_url: str) -> list[str]:
     """What of the test process's engines is a TCP server rather than a unix socket; in
     embedded mode this must be empty (the embedded engines listen on sockets only)."""

@@ -30,7 +30,7 @@ from strategies.releases.services import release_publish
 from strategies.runtime.models import RuntimeInstance, RuntimeToken
 from strategies.runtime.selectors import runtimes_of_agent
 from strategies.runtime.tokens import runtime_token_revoke
-from tests.engines import child_env
+from tests.engines import console_env
 from tests.factories import release_setup_serving, runtime_token
 from tests.runtime_sim import (
     AGENT,
@@ -56,10 +56,8 @@ def world(transactional_db):
 
 
 @pytest.fixture
-def base_env(settings):
-    return child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"], DEBUG="false", LOG_LEVEL="WARNING"
-    )
+def base_env():
+    return console_env()
 
 
 @pytest.fixture

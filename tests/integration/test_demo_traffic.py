@@ -28,7 +28,7 @@ from strategies.documents.models import Version
 from strategies.releases.models import ReleaseEvent
 from strategies.releases.services import release_publish
 from strategies.runtime.models import RuntimeToken
-from tests.engines import child_env
+from tests.engines import console_env
 from tests.runtime_sim import ROOT, ConsoleServer, wait_until
 from traces.models import Snapshot, Trace
 
@@ -187,10 +187,7 @@ def test_demo_traffic__real_console__publish_v3_to_bank_uat__next_traces_carry_v
     from django.contrib.auth import get_user_model
 
     load_demo()
-    env = child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
-        DEBUG="false",
-        LOG_LEVEL="WARNING",
+    env = console_env(
         CONSOLE_DEMO_TOKEN_FILE=str(tmp_path / "demo-runtime-token"),
     )
     console = ConsoleServer(env, log_path=tmp_path / "console.log").start()

@@ -26,7 +26,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from strategies.releases.models import Rollout
-from tests.engines import child_env
+from tests.engines import console_env
 from tests.factories import ReleaseFactory, runtime_token, task_in_arm, trace_payload, world
 from tests.factories.documents import DocumentFactory, FrozenVersionFactory
 from tests.factories.outcomes import OUTCOMES_URL, outcome_kinds
@@ -77,10 +77,7 @@ def rollout_world():
 @pytest.fixture
 def web(rollout_world, settings, tmp_path):
     """The console's web server as a real process, serving requests on several threads."""
-    env = child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
-        DEBUG="false",
-        LOG_LEVEL="WARNING",
+    env = console_env(
         GRANIAN_BLOCKING_THREADS="8",
     )
     server = ConsoleServer(env, log_path=tmp_path / "web.log").start()

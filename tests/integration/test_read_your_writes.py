@@ -23,7 +23,7 @@ import pytest
 from console.accounts.personal_tokens import personal_token_create
 from strategies.delivery.config import LocalMirror, cache_key
 from strategies.releases.services import release_publish
-from tests.engines import child_env
+from tests.engines import console_env
 from tests.factories import release_setup, runtime_token
 from tests.runtime_sim import AGENT, ROOT, STRATEGY_KEY, ConsoleServer, wait_until
 
@@ -54,9 +54,7 @@ def _revision(etag: str) -> int:
 @pytest.fixture
 def instance(settings, tmp_path):
     """Two web processes of one instance (the same machine and cache)."""
-    env = child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"], DEBUG="false", LOG_LEVEL="WARNING"
-    )
+    env = console_env()
     servers = []
     try:
         for n in (1, 2):

@@ -22,7 +22,7 @@ from strategies.delivery.config import cache_key, redis_client
 from strategies.releases.models import Release, Rollout
 from strategies.releases.services import rollout_start
 from tests.conftest import beat_worker
-from tests.engines import child_env
+from tests.engines import console_env
 from tests.factories.documents import frozen_version
 from tests.runtime_sim import ROOT, ConsoleServer, wait_until
 from traces.models import Candidate, Trace
@@ -62,10 +62,7 @@ def test_demo_rollout__identical_content_under_demo_traffic__completes_without_a
     ops = get_user_model().objects.get(username="ops")
     same = frozen_version(live.document, copy.deepcopy(live.body), actor=ops)
     forget_cached_configs()
-    env = child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
-        DEBUG="false",
-        LOG_LEVEL="WARNING",
+    env = console_env(
         CONSOLE_DEMO_TOKEN_FILE=str(tmp_path / "demo-runtime-token"),
     )
     console = ConsoleServer(env, log_path=tmp_path / "console.log").start()

@@ -24,7 +24,7 @@ from strategies.delivery.models import WebhookDelivery
 from strategies.delivery.webhooks import webhook_create
 from strategies.releases.models import Release
 from strategies.releases.services import release_publish, release_rollback
-from tests.engines import child_env
+from tests.engines import console_env as console_process_env
 from tests.factories import release_setup, runtime_token
 from tests.runtime_sim import ROOT, ConsoleServer, RuntimeSim, free_port, wait_until
 from traces.models import Trace
@@ -53,12 +53,7 @@ def console_env(transactional_db, settings, loopback_targets):
     """What a console process needs to serve the test's committed rows: the test database,
     the test settings' Redis and cache prefix (so it reads the payloads this process writes
     and hears its invalidations)."""
-    return child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
-        DEBUG="false",
-        LOG_LEVEL="WARNING",
-        WEBHOOK_ALLOW_PRIVATE_TARGETS="true",
-    )
+    return console_process_env(WEBHOOK_ALLOW_PRIVATE_TARGETS="true")
 
 
 @pytest.fixture

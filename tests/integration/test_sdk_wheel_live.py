@@ -20,7 +20,7 @@ import pytest
 
 from strategies.catalog.models import Manifest
 from strategies.releases.services import release_publish
-from tests.engines import child_env
+from tests.engines import console_env
 from tests.factories import release_setup, runtime_token
 from tests.runtime_sim import AGENT, ConsoleServer, stream_server
 from traces.models import Trace
@@ -42,9 +42,7 @@ def live_console(settings, tmp_path):
     sg = world.envs["sg-test"]
     release_publish(version=world.profile[1], environment=sg, actor=world.ops)
     release_publish(version=world.strategy[3], environment=sg, actor=world.ops)
-    env = child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"], DEBUG="false", LOG_LEVEL="WARNING"
-    )
+    env = console_env()
     stream = stream_server(env, log_path=tmp_path / "stream.log").start()
     web = ConsoleServer(
         {**env, "STREAM_URL": f":{stream.port}"}, log_path=tmp_path / "web.log"

@@ -15,7 +15,7 @@ import pytest
 from django.conf import settings
 
 from strategies.releases.services import release_publish
-from tests.engines import child_env
+from tests.engines import console_env
 from tests.factories import release_setup_serving, runtime_token
 from tests.runtime_sim import AGENT, stream_server
 
@@ -64,10 +64,7 @@ def test_stream_server__10500_connections__past_capacity_503_at_once_health_and_
     token = runtime_token(world.sg, capabilities=("config:read",))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, CONNECTIONS + 2000)), hard))
-    env = child_env(
-        CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
-        DEBUG="false",
-        LOG_LEVEL="WARNING",
+    env = console_env(
         STREAM_MAX_PER_TOKEN=str(CONNECTIONS * 2),
     )
     server = stream_server(env, log_path=tmp_path / "stream.log").start()
