@@ -120,6 +120,13 @@ def _remember_exception(sender, request=None, **kwargs) -> None:
         request.unexpected_exception = sys.exc_info()[1]
 
 
+def _is_json(content_type: str) -> bool:
+    """application/json or a JSON-based type (the schema's application/vnd.oai.openapi+json):
+    a DRF view's own error answer, shaped already."""
+    media_type = content_type.split(";")[0].strip().lower()
+    return media_type == "application/json" or media_type.endswith("+json")
+
+
 class ApiErrorMiddleware:
     """Outermost. Under /api/, an error answer Django rendered itself — an exception no view
     caught (a middleware's, say, while the database is down), an unknown address — becomes
@@ -137,7 +144,7 @@ class ApiErrorMiddleware:
             not request.path.startswith("/api/")
             or response.status_code < 400
             or response.streaming
-            or response.get("Content-Type", "").startswith("application/json")
+            or _is_json(response.get("Content-Type", ""))
         ):
             return response
         exception = getattr(request, "unexpected_exception", None)

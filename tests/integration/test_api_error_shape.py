@@ -23,3 +23,12 @@ def test_pages__unknown_address__stay_html(client, settings):
     response = client.get("/no-such-page/")
     assert response.status_code == 404
     assert "application/json" not in response["Content-Type"]
+
+
+@pytest.mark.parametrize("debug", [True, False])
+def test_api__a_views_own_refusal_in_a_json_type__keeps_its_code(db, client, settings, debug):
+    # The schema answers in application/vnd.oai.openapi+json: its own 401/403 is shaped already
+    settings.DEBUG = debug
+    response = client.get("/api/schema/?format=json")
+    assert response.status_code in (401, 403)
+    assert response.json()["error"]["code"] == "not_authenticated"
