@@ -108,6 +108,16 @@ def console_env(**extra: str) -> dict[str, str]:
     )
 
 
+def run_apart(coroutine):
+    """asyncio.run(coroutine) on a thread of its own: the browser tests' Playwright (sync API)
+    leaves an event loop running on the main thread, where asyncio.run() refuses to start."""
+    import asyncio
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def machine_servers_in_use(settings_dict: dict, redis_url: str) -> list[str]:
     """What of the test process's engines is a TCP server rather than a unix socket; in
     embedded mode this must be empty (the embedded engines listen on sockets only)."""

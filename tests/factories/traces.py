@@ -250,7 +250,14 @@ def traces_generated(
 ) -> None:
     """`count` stored traces (with their candidates and request keys) written by SQL in one
     go, the n-th at `start` + n × `every`: a large world in seconds, for tests of storage
-    and retention (their day partitions must exist)."""
+    and retention. Their days' partitions are made first, as the ingest makes them: an
+    earlier test's retention may have dropped old days."""
+    from traces import partitions
+
+    first, last = start.date(), (start + every * max(count - 1, 0)).date()
+    partitions.ensure_days(
+        cursor, {first + timedelta(days=n) for n in range((last - first).days + 1)}
+    )
     cursor.execute(
         _GENERATE,
         {

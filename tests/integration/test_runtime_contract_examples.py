@@ -5,7 +5,6 @@ answered by the real console. The SDK's fake console answers the same files
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import importlib.util
 import sys
 import time
@@ -15,6 +14,7 @@ import pytest
 
 from strategies.releases.services import release_publish
 from strategies.runtime.stream import StreamApplication
+from tests.engines import run_apart
 from tests.factories import release_setup, runtime_token
 from tests.factories.outcomes import outcome_kinds
 
@@ -122,10 +122,7 @@ def _stream_server_answer(path: str, headers, stream: bool):
             ),
         )
 
-    # On a thread of its own: the browser tests' Playwright (sync API) leaves an event loop
-    # running on the main thread, where asyncio.run() refuses to start another.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, ask()).result()
+    return run_apart(ask())
 
 
 def test_contract_examples__all_files_found():

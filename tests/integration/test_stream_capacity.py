@@ -15,7 +15,7 @@ import pytest
 from django.conf import settings
 
 from strategies.releases.services import release_publish
-from tests.engines import console_env
+from tests.engines import console_env, run_apart
 from tests.factories import release_setup_serving, runtime_token
 from tests.runtime_sim import AGENT, stream_server
 
@@ -69,7 +69,7 @@ def test_stream_server__10500_connections__past_capacity_503_at_once_health_and_
     )
     server = stream_server(env, log_path=tmp_path / "stream.log").start()
     try:
-        asyncio.run(_flood(server.port, token, world))
+        run_apart(_flood(server.port, token, world))
     finally:
         server.stop()
 
