@@ -386,32 +386,53 @@ class InstanceCounter:
     def __init__(self):
         self._map: mmap.mmap | None = None
         self._fd = -1
+        self._unusable = 0  # > 0: no counter file; every read a new value (see `read`)
 
-    def _open(self) -> mmap.mmap:
-        if self._map is None:
-            location = settings.CACHES["default"]["LOCATION"]
-            name = hashlib.sha256(f"{location} {cache_key(INVALIDATIONS)}".encode()).hexdigest()
-            # A shared folder: never follow a link, never map a file someone else made.
-            shm = "/dev/shm"  # noqa: S108 - opened O_NOFOLLOW and checked to be ours, below
-            folder = shm if os.access(shm, os.W_OK) else tempfile.gettempdir()
-            path = os.path.join(folder, f"context-console-{name[:24]}")
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-            if os.fstat(fd).st_uid != os.getuid():
-                os.close(fd)
-                raise PermissionError(f"{path} belongs to another user: remove it")
-            if os.fstat(fd).st_size < self.SIZE:
-                os.ftruncate(fd, self.SIZE)  # zeros; never shrinks a counter another wrote
-            # A forked child keeps both: the mapping stays shared, lockf locks are per process.
-            self._fd, self._map = fd, mmap.mmap(fd, self.SIZE)
+    def _open(self) -> mmap.mmap | None:
+        if self._map is None and not self._unusable:
+            try:
+                self._map_file()
+            except OSError as error:
+                # A file someone else planted, a full or read-only folder: without the counter
+                # the mirror cannot know of the instance's writes, so it serves nothing (reads
+                # go to Redis) rather than a stale version — or a 500.
+                log.error("config mirror off: the instance counter is unusable (%s)", error)
+                self._unusable = 1
         return self._map
+
+    @staticmethod
+    def path() -> str:
+        """The file of this cache (its location and key prefix), in /dev/shm where there is one."""
+        location = settings.CACHES["default"]["LOCATION"]
+        name = hashlib.sha256(f"{location} {cache_key(INVALIDATIONS)}".encode()).hexdigest()
+        shm = "/dev/shm"  # noqa: S108 - opened O_NOFOLLOW and checked to be ours (_map_file)
+        folder = shm if os.access(shm, os.W_OK) else tempfile.gettempdir()
+        return os.path.join(folder, f"context-console-{name[:24]}")
+
+    def _map_file(self) -> None:
+        # A shared folder: never follow a link, never map a file someone else made.
+        path = self.path()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        if os.fstat(fd).st_uid != os.getuid():
+            os.close(fd)
+            raise PermissionError(f"{path} belongs to another user: remove it")
+        if os.fstat(fd).st_size < self.SIZE:
+            os.ftruncate(fd, self.SIZE)  # zeros; never shrinks a counter another wrote
+        # A forked child keeps both: the mapping stays shared, lockf locks are per process.
+        self._fd, self._map = fd, mmap.mmap(fd, self.SIZE)
 
     def read(self) -> bytes:
         counter = self._map  # the hot path: no call, no system call
-        return (counter if counter is not None else self._open())[: self.SIZE]
+        if counter is None and (counter := self._open()) is None:
+            self._unusable += 1  # never the same twice: the mirror forgets all, serves nothing
+            return b"off %d" % self._unusable
+        return counter[: self.SIZE]
 
     def bump(self) -> tuple[bytes, bytes]:
         """Add one; returns (the value before, the value after)."""
         counter = self._open()
+        if counter is None:
+            return b"off", b"off"  # `read` already changes every time
         # lockf: per process (a forked child's lock excludes its parent's; flock's would not)
         fcntl.lockf(self._fd, fcntl.LOCK_EX)
         try:
@@ -425,6 +446,7 @@ class InstanceCounter:
     def reset(self) -> None:
         """Map the file of the cache now configured (a test swapped CACHES)."""
         self._map = None
+        self._unusable = 0
 
 
 INVALIDATIONS = "rt-invalidate"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import http.client
 import json
+import os
 import re
 import subprocess
 import sys
@@ -160,3 +161,33 @@ def test_config__after_a_publish_answers__no_web_process_of_the_instance_serves_
             stale.append((floor, etag))
     assert len(reads) >= READS and len(answered) > PUBLISHES
     assert stale == [], f"{len(stale)} stale reads of {len(reads)}: {stale[:10]}"
+
+
+def test_config__counter_file_planted_by_someone_else__reads_answered_never_stale(
+    world, client, caplog
+):
+    # Given a link planted where the instance's counter file goes (a shared /dev/shm), before
+    # this process first maps it
+    from strategies.delivery import config
+    from tests.factories import bearer
+
+    path = config.InstanceCounter.path()
+    if os.path.lexists(path):
+        os.unlink(path)
+    os.symlink("/dev/null", path)
+    config.instance_counter.reset()
+    url = f"/api/v1/runtime/config/{AGENT}"
+    try:
+        # When a runtime reads, a publish answers, and it reads again
+        first = client.get(url, **bearer(world.token))
+        release_publish(version=world.strategy[2], environment=world.sg, actor=world.ops)
+        second = client.get(url, **bearer(world.token))
+    finally:
+        os.unlink(path)
+        config.instance_counter.reset()
+
+    # Then both reads are answered, the second with the new version, and the log says why
+    # the mirror is off
+    assert first.status_code == second.status_code == 200
+    assert _revision(second["ETag"]) == _revision(first["ETag"]) + 1
+    assert "config mirror off: the instance counter is unusable" in caplog.text
