@@ -190,12 +190,15 @@ def _check_room(*, identity: RuntimeIdentity, instance: str, now) -> None:
         cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_ROOM_LOCK, identity.token_id])
     limit = instances_per_token()
     if live.values("instance").distinct().count() >= limit:
-        raise TooManyRequests(
+        refused = TooManyRequests(
             f"This token has {limit} live runtime instances already "
             "(RUNTIME_INSTANCES_PER_TOKEN): stop one, wait until one is gone, or give this "
             "runtime its own token.",
             code="too_many_instances",
         )
+        # Room comes back when one stops (at once) or goes quiet (GONE_AFTER_SECONDS)
+        refused.retry_after_seconds = HEARTBEAT_SECONDS
+        raise refused
 
 
 def _reported(row: dict) -> bool:

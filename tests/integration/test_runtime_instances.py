@@ -122,6 +122,7 @@ def test_heartbeat__token_at_its_bound__a_new_instance_429_known_ones_still_reco
 
     assert refused.status_code == 429
     assert refused.json()["error"]["code"] == "too_many_instances"
+    assert int(refused["Retry-After"]) > 0  # when to try again, as every 429 says
     assert not RuntimeInstance.objects.filter(instance="pod-3").exists()
     # the live ones keep reporting; another token has its own bound
     assert beat(secret, "pod-0", etag=world.live).status_code == 200
