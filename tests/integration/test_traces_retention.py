@@ -14,6 +14,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from tests.engines import pg_connect_kwargs
 from tests.factories import world
 from tests.factories.traces import traces_generated
 from tests.runtime_sim import wait_until
@@ -179,15 +180,8 @@ def test_drop__a_day_left_half_detached_and_one_detached_not_dropped__both_finis
     day = (partitions.retention_cutoff(now, 30) - 3 * DAY).date()
     trace_day = partitions.partition_name("traces_trace", day)
     candidate_day = partitions.partition_name("traces_candidate", day)
-    settings_dict = connection.settings_dict
-    conninfo = dict(
-        dbname=settings_dict["NAME"],
-        user=settings_dict["USER"],
-        host=settings_dict["HOST"],
-        port=settings_dict["PORT"],
-        password=settings_dict["PASSWORD"] or None,
-        autocommit=True,
-    )
+    # The test database as this process reaches it (TCP, or the embedded engine's socket)
+    conninfo = {**pg_connect_kwargs(), "autocommit": True}
     with connection.cursor() as cursor:
         partitions.ensure_days(cursor, [day])  # an earlier test's purge may have dropped it
 
@@ -203,6 +197,7 @@ def test_drop__a_day_left_half_detached_and_one_detached_not_dropped__both_finis
         reader.autocommit = False
         reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         reader.execute("SELECT count(*) FROM traces_trace")  # a snapshot the detach waits for
+        dropper.execute("SET statement_timeout = '60s'")  # whatever goes wrong, never for ever
         detaching = ThreadPoolExecutor(max_workers=1).submit(
             dropper.execute, f"ALTER TABLE traces_trace DETACH PARTITION {trace_day} CONCURRENTLY"
         )
