@@ -285,11 +285,12 @@ AUTH_PASSWORD_VALIDATORS = [
 # The test suite builds thousands of users; Django's default hasher spends ~0.3 s on each, so
 # (as Django's testing docs recommend) the suite sets CONSOLE_FAST_PASSWORD_HASHER for itself
 # and every process it starts. Ignored in production: MD5 is no password hash for real people.
+FAST_PASSWORD_HASHERS = [
+    "django.contrib.auth.hashers.MD5PasswordHasher",
+    "django.contrib.auth.hashers.PBKDF2PasswordHasher",
+]
 if env_bool("CONSOLE_FAST_PASSWORD_HASHER", False) and not PRODUCTION:
-    PASSWORD_HASHERS = [
-        "django.contrib.auth.hashers.MD5PasswordHasher",
-        "django.contrib.auth.hashers.PBKDF2PasswordHasher",
-    ]
+    PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
 SESSION_COOKIE_AGE = int(env("SESSION_COOKIE_AGE", "28800") or 28800)  # a working day
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_HTTPONLY = True

@@ -74,14 +74,10 @@ def _forget_earlier_sessions(session) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def fast_password_hasher():
+    from django.conf import settings
     from django.test import override_settings
 
-    with override_settings(
-        PASSWORD_HASHERS=[
-            "django.contrib.auth.hashers.MD5PasswordHasher",
-            "django.contrib.auth.hashers.PBKDF2PasswordHasher",
-        ]
-    ):
+    with override_settings(PASSWORD_HASHERS=settings.FAST_PASSWORD_HASHERS):
         yield
 
 
