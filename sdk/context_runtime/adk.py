@@ -773,21 +773,9 @@ class ContextAssembly:
         sources = [*strategy.required_sources, *strategy.optional]
         sources = list(dict.fromkeys(sources))
         fetched = await asyncio.gather(*(self._fetch(source, request) for source in sources))
-        items: list[CandidateItem] = []
-        for source, found in zip(sources, fetched, strict=True):
-            for item in found:
-                if item.source not in strategy.sources:
-                    logger.warning(
-                        "The %s provider returned %s of source %s, which the strategy %s does "
-                        "not name; left out",
-                        source,
-                        item.id,
-                        item.source,
-                        request.strategy,
-                    )
-                    continue
-                items.append(item)
-        return items
+        # An item of a source the strategy does not read goes to the engine too: it decides
+        # it not_requested (not weighed), so the trace shows it rather than losing it.
+        return [item for found in fetched for item in found]
 
     async def _fetch(self, source: str, request: ProviderRequest) -> list[CandidateItem]:
         provider = self.registry.get_provider(source)

@@ -31,6 +31,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 
+from context_runtime import engine as _engine
 from context_runtime import wire
 from context_runtime.engine import (
     DEFAULT_ESTIMATOR,
@@ -257,7 +258,9 @@ def _fact(c: CandidateFacts) -> str:
     return text + (" (required)" if c.required else "")
 
 
-NOT_REQUESTED = CandidateFacts("not_requested", "source_not_read", "", False)
+# A candidate of a source the version does not read: the engine's own decision for one
+# (select() records a provider's item of such a source so), so a replay reproduces it.
+NOT_REQUESTED = CandidateFacts(_engine.NOT_REQUESTED, _engine.SOURCE_NOT_READ, "", False)
 
 
 def facts(selection: Selection | Decided, of: Sequence[CandidateItem] | None = None) -> Facts:

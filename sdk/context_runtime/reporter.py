@@ -19,7 +19,7 @@ takes up to ``batch_size`` traces (and at most ``max_batch_bytes``), POSTs them,
   bounded queue: beyond it they are dropped and counted). With ``drop_on_auth_error=True``
   the batch is dropped instead.
 
-**Spool** (``spool_dir``): every trace is appended to a segment file in that directory by
+**Spool** (on by default): every trace is appended to a segment file in that directory by
 :meth:`report` itself (one ``os.write`` of a checksummed record, a few microseconds), and the
 sender delivers from the disk, deleting a segment only after the console's 2xx. So traces
 survive SIGTERM, kill -9 and restarts: a reporter on the same directory delivers what earlier
@@ -31,6 +31,15 @@ degrades the reporter to its memory queue with one WARNING and ``spool: "memory"
 corrupt record is skipped and counted, the rest delivered. Format, locking and fsync policy:
 ``context_runtime._spool``.
 
+Where (:func:`default_spool_dir`): ``spool_dir`` when given; by default beside the config
+client's cache (:meth:`TraceReporter.for_client`, ``<cache file>.spool/``), else a directory
+of this user's (``$XDG_STATE_HOME`` or ``~/.local/state``, then
+``context-console/<console host>/<token fingerprint>/spool``, ``0700``): a restart during a
+console outage loses nothing without any setting. ``spool_dir=None`` turns the spool off
+(memory only: what is queued at a restart is lost, counted as dropped). A directory that
+cannot be used is said once in the log and the reporter keeps traces in memory; it never
+fails the runtime.
+
 :meth:`flush` waits until everything reported so far is settled; :meth:`close` flushes within
 its timeout, counts what is left in memory as dropped (what is in the spool stays there for
 the next process), and also runs at interpreter exit.
@@ -39,8 +48,10 @@ the next process), and also runs at interpreter exit.
 from __future__ import annotations
 
 import atexit
+import collections
 import contextlib
 import errno
+import hashlib
 import logging
 import os
 import queue
@@ -51,6 +62,7 @@ from collections import deque
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -72,7 +84,9 @@ from context_runtime.wire import (
 )
 
 __all__ = [
+    "DEFAULT_SPOOL",
     "TraceReporter",
+    "default_spool_dir",
     "encode_trace",
     "snapshot_allowed",
 ]
@@ -88,6 +102,46 @@ _AUTH_STATUSES = (401, 403)
 _ORPHAN_RESCAN_SECONDS = 5.0
 _SPOOL_RETRY_SECONDS = 30.0
 _SPLIT_STATUSES = (400, 413, 422)
+# Request ids whose agent report() remembers for report_outcome (an entry is ~200 bytes).
+_AGENTS_REMEMBERED = 50_000
+# A rejection's reason is logged once, then at most once per this many seconds with a count.
+_REJECTION_LOG_SECONDS = 60.0
+
+
+class _DefaultSpool:
+    """The ``spool_dir`` a caller did not give (:data:`DEFAULT_SPOOL`): durable by default."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_SPOOL"
+
+
+# TraceReporter(spool_dir=DEFAULT_SPOOL), the default: a spool in default_spool_dir().
+DEFAULT_SPOOL: Any = _DefaultSpool()
+
+
+def default_spool_dir(
+    base_url: str, token: str, *, cache_path: str | os.PathLike | None = None
+) -> str | None:
+    """Where a reporter spools when not told: beside the config client's cache when known
+    (``/var/lib/app/config.json`` → ``/var/lib/app/config.json.spool``), else in this user's
+    state directory (``$XDG_STATE_HOME``, default ``~/.local/state``), under
+    ``context-console/<console host>/<token fingerprint>/spool``. The fingerprint (a hash,
+    never the token) keeps runtimes with different tokens apart: a process adopts the
+    segments that dead processes left in its directory and sends them with its own token,
+    which another token's traces would not pass. ``None`` when no such directory can be
+    named (no home directory)."""
+    if cache_path is not None:
+        return os.fspath(cache_path) + ".spool"
+    state = os.environ.get("XDG_STATE_HOME") or ""
+    if not os.path.isabs(state):  # the XDG rule: a relative value is ignored
+        home = os.path.expanduser("~")
+        if not os.path.isabs(home):
+            return None
+        state = os.path.join(home, ".local", "state")
+    host = urlsplit(base_url).netloc.rsplit("@", 1)[-1] or "console"
+    host = "".join(ch if ch.isalnum() or ch in "-._" else "_" for ch in host)
+    fingerprint = hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()[:16]
+    return os.path.join(state, "context-console", host, fingerprint, "spool")
 
 
 def snapshot_allowed(strategy) -> bool:
@@ -184,11 +238,13 @@ class TraceReporter:
     ``validate`` checks each trace against the wire structs before sending, so a trace the
     console would reject is counted (and logged) without a round trip.
 
-    ``spool_dir`` turns on the durable spool (module docstring): at most ``spool_max_bytes``
-    on disk, in segment files of about ``spool_segment_bytes``, fsynced at most every
-    ``spool_fsync_interval`` seconds (``None``: left to the operating system). Give each
-    runtime a directory on a local disk that outlives the process (not a tmpfs); replicas may
-    share one.
+    The durable spool (module docstring) is on by default, in :func:`default_spool_dir`
+    (:meth:`for_client`: beside the config client's cache); ``spool_dir`` names another
+    directory, ``spool_dir=None`` turns it off (memory only). At most ``spool_max_bytes`` on
+    disk, in segment files of about ``spool_segment_bytes``, fsynced at most every
+    ``spool_fsync_interval`` seconds (``None``: left to the operating system). The directory
+    should be on a local disk that outlives the process (not a tmpfs); replicas with the same
+    token may share one.
 
     :meth:`report_outcome` reports how a request turned out, after the fact (RUNTIME_API
     §3b), through the same machinery: batched, retried, spooled (in ``spool_dir/outcomes``),
@@ -220,7 +276,7 @@ class TraceReporter:
         validate: bool = True,
         close_at_exit: bool = True,
         exit_timeout: float = 5.0,
-        spool_dir: str | os.PathLike | None = None,
+        spool_dir: str | os.PathLike | None = DEFAULT_SPOOL,
         spool_max_bytes: int = 256 * 1024 * 1024,
         spool_segment_bytes: int = 1024 * 1024,
         spool_fsync_interval: float | None = 1.0,
@@ -251,6 +307,13 @@ class TraceReporter:
         self._warned_snapshot = False
         if spool_dir is not None and spool_max_bytes < 4 * spool_segment_bytes:
             raise ValueError("spool_max_bytes must be at least 4 × spool_segment_bytes")
+        if spool_dir is DEFAULT_SPOOL:
+            spool_dir = default_spool_dir(base_url, token)
+            if spool_dir is None:
+                logger.warning(
+                    "No directory for the trace spool (no home directory, no XDG_STATE_HOME): "
+                    "traces are kept in memory only and lost at a restart; pass spool_dir=..."
+                )
         self.spool_dir = os.fspath(spool_dir) if spool_dir is not None else None
         self.spool_max_bytes = spool_max_bytes
         self.spool_segment_bytes = spool_segment_bytes
@@ -258,6 +321,10 @@ class TraceReporter:
         self._reset()
         self._outcomes: _OutcomeReporter | None = None
         self._outcomes_lock = threading.Lock()
+        # request_id → agent of the traces reported, so that an outcome names its agent
+        # (a token covering several agents needs it while the trace is not stored yet).
+        self._agents: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._agents_lock = threading.Lock()
         self._close_at_exit = close_at_exit
         self._exit_timeout = exit_timeout
         if close_at_exit:
@@ -270,6 +337,18 @@ class TraceReporter:
             self._start()
             if os.path.isdir(os.path.join(self.spool_dir, _OutcomeReporter._PATH)):
                 self._outcome_reporter()  # and their outcomes
+
+    @classmethod
+    def for_client(cls, client, **options) -> TraceReporter:
+        """The reporter of a runtime whose configuration ``client`` (a
+        :class:`~context_runtime.client.ConfigClient`) reads: the same console and token, and
+        unless ``spool_dir`` is given, the spool beside the client's ``cache_path`` (or in
+        :func:`default_spool_dir` without one). ``options``: the constructor's."""
+        base_url, token = client.base_url, client.token
+        if options.get("spool_dir", DEFAULT_SPOOL) is DEFAULT_SPOOL:
+            cache_path = getattr(client, "cache_path", None)
+            options["spool_dir"] = default_spool_dir(base_url, token, cache_path=cache_path)
+        return cls(base_url, token, **options)
 
     def _reset(self) -> None:
         """The state that lives with the sender thread (fresh in a forked child)."""
@@ -304,6 +383,7 @@ class TraceReporter:
         self._last_success_at: float | None = None
         self._unauthorized = False
         self._downgrade_warned = False
+        self._rejection_log: dict[str, list] = {}  # reason → [last logged at, not logged since]
         self._kick = threading.Event()  # new spooled traces for an idle sender
         self._idle = False
         old = getattr(self, "_spool", None)
@@ -352,7 +432,9 @@ class TraceReporter:
                     "it was removed (pass strategy=...)"
                 )
             data = encode_trace(trace, resolution=resolution, strategy=strategy)
-            return self._enqueue(_request_id(trace), data)
+            request_id = _request_id(trace)
+            self._remember_agent(request_id, _agent(trace))
+            return self._enqueue(request_id, data)
         except Exception:
             logger.exception("A trace could not be queued")
             self._count("rejected")
@@ -370,11 +452,18 @@ class TraceReporter:
         """Queue how a request turned out, after the fact (RUNTIME_API §3b): ``kind`` is one
         the environment declares (``task_completed``, ``escalated``, ``rating``…) and
         ``value`` true/false, an integer or a label. ``occurred_at`` (with a timezone):
-        when it happened, else when the console receives it; ``agent``: needed only when
-        the token covers several agents and the console has no trace of the request yet.
+        when it happened, else when the console receives it. ``agent``: the agent that
+        answered; by default the one of the trace this reporter sent for ``request_id`` (the
+        last 50,000 are remembered), which a token covering several agents needs while the
+        trace is not stored yet. Name it yourself for a request this process did not report.
 
         Delivered like traces — batched, retried, spooled, never blocking; a repeat with the
-        same value is stored once. True if queued, False if dropped; never raises."""
+        same value is stored once. An outcome the console rejects is counted
+        (``stats()["outcomes_rejected"]``) and its reason logged. True if queued, False if
+        dropped; never raises."""
+        if agent is None:
+            with self._agents_lock:
+                agent = self._agents.get(request_id)
         try:
             outcome = Outcome(
                 request_id=request_id,
@@ -388,6 +477,16 @@ class TraceReporter:
             logger.exception("Outcome %s of %s could not be encoded", kind, request_id)
             return False
         return self._outcome_reporter().submit(request_id, data)
+
+    def _remember_agent(self, request_id: str, agent: str | None) -> None:
+        if not agent:
+            return
+        with self._agents_lock:
+            agents = self._agents
+            agents[request_id] = agent
+            agents.move_to_end(request_id)
+            if len(agents) > _AGENTS_REMEMBERED:
+                agents.popitem(last=False)
 
     def _outcome_reporter(self) -> _OutcomeReporter:
         with self._outcomes_lock:
@@ -520,8 +619,12 @@ class TraceReporter:
         if self._spool is not None:
             result["spool_error"] = self._spool_error
             result.update({f"spool_{k}": v for k, v in self._spool.info().items()})
-        if self._outcomes is not None:
-            result["outcomes"] = self._outcomes.stats()
+        outcomes = self._outcomes.stats() if self._outcomes is not None else None
+        if outcomes is not None:
+            result["outcomes"] = outcomes
+        # Beside the traces' own: a rejected outcome is as visible as a rejected trace.
+        for name in ("queued", "delivered", "rejected", "dropped"):
+            result[f"outcomes_{name}"] = outcomes[name] if outcomes is not None else 0
         return result
 
     def status(self) -> dict[str, Any]:
@@ -529,7 +632,8 @@ class TraceReporter:
         the token: fix it; traces wait meanwhile), ``failing`` (the last upload failed),
         ``spool_degraded`` (the spool's disk failed: traces are in memory only) or
         ``closed``; with ``spool`` (``disk``, ``memory`` or ``off``), ``pending``,
-        ``dropped`` and ``last_error``."""
+        ``dropped``, ``rejected`` and ``outcomes_rejected`` (counts since start) and
+        ``last_error``."""
         stats = self.stats()
         if self._closed:
             state = "closed"
@@ -549,6 +653,8 @@ class TraceReporter:
             "spool_error": self._spool_error,
             "pending": stats["pending"],
             "dropped": stats["dropped"],
+            "rejected": stats["rejected"],
+            "outcomes_rejected": stats["outcomes_rejected"],
             "last_error": stats["last_error"],
             "last_success_at": stats["last_success_at"],
         }
@@ -839,23 +945,41 @@ class TraceReporter:
         duplicates = len(duplicates) if isinstance(duplicates, list) else 0
         rejected = answer.get("rejected")
         rejected = rejected if isinstance(rejected, list) else []
-        for entry in rejected[:10]:
-            if isinstance(entry, dict):
-                logger.warning(
-                    "Console rejected %s %s: %s",
-                    self._WHAT,
-                    entry.get("request_id"),
-                    _errors_text(entry.get("errors")),
-                )
-        if len(rejected) > 10:
-            logger.warning("… and %d more rejected traces in that batch", len(rejected) - 10)
         resent = self._resend_refused_status(batch, rejected)
+        self._log_rejections(rejected)
         sent = max(0, len(batch) - duplicates - len(rejected))
         if self._failures:
             logger.info("Console takes traces again after %d failed attempt(s)", self._failures)
         self._failures = 0
         self._last_success_at = time.time()
         self._settle(sent=sent, duplicates=duplicates, rejected=len(rejected) - resent, batches=1)
+
+    def _log_rejections(self, rejected: list) -> None:
+        """Each reason once (the first item's words), then at most once a minute with how
+        many more it rejected: a flood of one mistake is one line, not one per item."""
+        now = time.monotonic()
+        for entry in rejected:
+            if not isinstance(entry, dict):
+                continue
+            errors = entry.get("errors")
+            if _rejected_at_status(errors) and self._WHAT == "trace":
+                continue  # resent as an older status (_resend_refused_status), not lost
+            reason = _reason_key(errors)
+            seen = self._rejection_log.get(reason)
+            if seen is None or now - seen[0] >= _REJECTION_LOG_SECONDS:
+                more = (
+                    f" (and {seen[1]:,} more since the last such line)" if seen and seen[1] else ""
+                )
+                logger.warning(
+                    "Console rejected %s %s: %s%s; not retried",
+                    self._WHAT,
+                    entry.get("request_id"),
+                    _errors_text(errors),
+                    more,
+                )
+                self._rejection_log[reason] = [now, 0]
+            else:
+                seen[1] += 1
 
     def _resend_refused_status(self, batch: list[tuple], rejected: list) -> int:
         """A console older than the ``input_refused`` status rejects such a trace at
@@ -1066,6 +1190,22 @@ def _request_id(trace) -> str:
         return trace.request_id
     value = trace.get("request_id") if isinstance(trace, Mapping) else None
     return value if isinstance(value, str) else "?"
+
+
+def _agent(trace) -> str | None:
+    if isinstance(trace, Trace):
+        return trace.agent
+    value = trace.get("agent") if isinstance(trace, Mapping) else None
+    return value if isinstance(value, str) else None
+
+
+def _reason_key(errors) -> str:
+    """What makes two rejections the same mistake: their findings' paths and codes."""
+    if not isinstance(errors, list):
+        return "?"
+    return ";".join(
+        f"{e.get('path', '')}:{e.get('code', '')}" for e in errors[:5] if isinstance(e, dict)
+    )
 
 
 def _rejected_at_status(errors) -> bool:

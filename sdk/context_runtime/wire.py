@@ -26,6 +26,7 @@ __all__ = [
     "MAX_SECTIONS_PER_BLOCK",
     "MAX_INT32",
     "MAX_INT64",
+    "MAX_KEY_CHARS",
     "MAX_LINKS",
     "MAX_OUTCOMES_PER_BATCH",
     "MAX_OUTCOME_BATCH_BYTES",
@@ -148,6 +149,9 @@ DecisionName = Literal[
     "dependency_missing",
     "irrelevant",
     "conflict",
+    # A provider's item of a source the strategy does not read: recorded, not weighed (new
+    # after 0.4.0). Also what a shadow or a replay says of a source its version does not read.
+    "not_requested",
 ]
 STATUSES: tuple[str, ...] = get_args(StatusName)
 # Why the engine decided as it did, from a closed list (docs/runtime-contract.md §3): what
@@ -167,13 +171,15 @@ ReasonCodeName = Literal[
     "provider_not_fetched",  # the provider's outcome stands
     "provider_no_access",
     "provider_not_applicable",
+    "source_not_read",  # not_requested: the strategy does not read the item's source
 ]
 REASON_CODES: tuple[str, ...] = get_args(ReasonCodeName)
 ResolutionName = Literal["fresh", "cached", "stale", "bootstrap", "error", "unauthorized"]
 RESOLUTIONS: tuple[str, ...] = get_args(ResolutionName)
 DECISIONS: tuple[str, ...] = get_args(DecisionName)
 
-Key = Annotated[str, msgspec.Meta(min_length=1, max_length=100)]
+MAX_KEY_CHARS = 100
+Key = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_CHARS)]
 Label = Annotated[str, msgspec.Meta(max_length=200)]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_INT32)]
 RequestId = Annotated[
@@ -291,8 +297,10 @@ class Sections(_Wire):
 
 # What a shadow decided for a candidate of a source its strategy does not read: nothing —
 # the runtime would not have asked that provider under it (`context_runtime.replay.NOT_REQUESTED`).
-ShadowDecisionName = Literal[DecisionName, "not_requested"]
-ShadowReasonCodeName = Literal[ReasonCodeName, "source_not_read"]
+# A shadow's decisions are live's (not_requested and source_not_read were a shadow's own
+# up to 0.4.0).
+ShadowDecisionName = DecisionName
+ShadowReasonCodeName = ReasonCodeName
 SHADOW_DECISIONS: tuple[str, ...] = get_args(ShadowDecisionName)
 SHADOW_REASON_CODES: tuple[str, ...] = get_args(ShadowReasonCodeName)
 

@@ -49,16 +49,46 @@ def test_candidate__same_id_from_two_sources__duplicate_id():
     assert "order_delivery" in finding.message and "recent_dialogue" in finding.message
 
 
-def test_candidate__unknown_source__error_names_item_and_source():
+def test_candidate__source_the_strategy_does_not_read__recorded_not_requested_not_weighed():
+    """Issue 32: a provider's item of a source the strategy does not declare used to be
+    refused (or left out of the trace by the ADK assembly); it is recorded, never weighed."""
     stray = CandidateItem(id="weather:SG", source="weather", size=40)
+
+    selection = select(strategy=STRATEGY, candidates=[TASK, stray, ORDER, POLICY])
+
+    assert selection.status == "ready"
+    assert [d.id for d in selection.decisions] == [
+        "task_state:T9",
+        "weather:SG",
+        "order:A1042",
+        "P7-v2",
+    ]
+    left_out = selection.decisions[1]
+    assert (left_out.decision, left_out.reason_code, left_out.required) == (
+        "not_requested",
+        "source_not_read",
+        False,
+    )
+    assert "does not read weather" in left_out.reason
+    assert selection.selected_ids == ("task_state:T9", "order:A1042", "P7-v2")
+    assert selection.used_tokens == 310 + 640 + 2100  # the stray's 40 are not counted
+    assert [c.id for c in selection.trace_fields()["candidates"]][1] == "weather:SG"
+
+
+def test_candidate__source_that_is_no_key__unknown_source_names_item_and_source():
+    stray = CandidateItem(id="weather:SG", source="", size=40)
 
     (finding,) = rejected(TASK, ORDER, POLICY, stray)
 
     assert (finding.path, finding.code) == ("candidates[3].source", "unknown_source")
-    assert finding.message == (
-        "weather:SG comes from 'weather', which is not a required or optional source of this "
-        "strategy."
-    )
+
+
+def test_candidate__malformed_item_of_a_source_not_read__still_refused():
+    stray = CandidateItem(id="weather:SG", source="weather", size=-1)
+
+    (finding,) = rejected(TASK, ORDER, POLICY, stray)
+
+    assert (finding.path, finding.code) == ("candidates[3].size", "negative_size")
 
 
 def test_candidates__dependency_cycle__error_shows_the_circle():
@@ -98,7 +128,7 @@ def test_candidates__circle_through_the_strategy__dependency_cycle_names_the_ite
 def test_candidates__several_problems__all_reported_at_once():
     findings = rejected(
         CandidateItem(id="task_state:T9", source="task_state", size=-1),
-        CandidateItem(id="order:A1042", source="orders", size=640),
+        CandidateItem(id="order:A1042", source="", size=640),
         CandidateItem(id="P7-v2", source="applicable_policy", relevance=1.5, size=1),
         CandidateItem(id="chat:e-1", source="recent_dialogue"),
     )

@@ -725,6 +725,16 @@ class ConfigClient:
 
     # ------------------------------------------------------------ reading (request path)
 
+    @property
+    def base_url(self) -> str:
+        """The console this client reads (the reporter of the same runtime sends there)."""
+        return self._base_url
+
+    @property
+    def token(self) -> str:
+        """The runtime token this client reads with."""
+        return self._token
+
     def snapshot(self) -> ConfigSnapshot:
         """The current configuration: a memory read, never blocks, never raises."""
         return self._snapshot

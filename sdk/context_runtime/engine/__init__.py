@@ -25,7 +25,9 @@ providers for candidates, and calls :func:`select`::
   :class:`ItemDecision` (decision and reason) per candidate, the status and the estimate.
   The rules and the order of statuses are written down in the internal ``_selection`` module.
 - :class:`Strategy`: a strategy body read once (``Strategy.from_body``).
-- :class:`CandidateItem`: what a provider returned, with its outcome.
+- :class:`CandidateItem`: what a provider returned, with its outcome. An item of a source the
+  strategy does not read is not weighed: its decision is :data:`NOT_REQUESTED` (reason code
+  :data:`SOURCE_NOT_READ`), so the trace still shows it.
 - :class:`Estimator`, :class:`CharacterEstimator`: token estimation (``chars/4`` by default).
 - :func:`context_sections`: which contextSections the profile puts into each block.
 - :data:`ENGINE`: which engine this is (its version and a hash of its rules), recorded in
@@ -57,10 +59,12 @@ from context_runtime.engine._selection import (
     INPUT_REFUSED,
     IRRELEVANT,
     MISSING_REQUIRED_DATA,
+    NOT_REQUESTED,
     OVER_BUDGET,
     READY,
     SELECTED,
     SOURCE_CONFLICT,
+    SOURCE_NOT_READ,
     STATUS_PRECEDENCE,
     Selection,
     select,
@@ -82,12 +86,14 @@ __all__ = [
     "MISSING_REQUIRED_DATA",
     "NOT_APPLICABLE",
     "NOT_FETCHED",
+    "NOT_REQUESTED",
     "NO_ACCESS",
     "OUTCOMES",
     "OVER_BUDGET",
     "READY",
     "SELECTED",
     "SOURCE_CONFLICT",
+    "SOURCE_NOT_READ",
     "STATUS_PRECEDENCE",
     "CandidateItem",
     "CharacterEstimator",

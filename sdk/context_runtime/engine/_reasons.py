@@ -21,6 +21,7 @@ DECISION_WORDS = {
     "dependency_missing": "a dependency is missing",
     "irrelevant": "irrelevant",
     "conflict": "in conflict",
+    "not_requested": "not requested",
 }
 
 
@@ -87,6 +88,13 @@ def not_applicable(source: str, note: str) -> str:
     if note:
         return f"does not apply: {note}"
     return f"the {source} provider says it does not apply here"
+
+
+def source_not_read(source: str) -> str:
+    return (
+        f"not requested: this strategy does not read {source}, so the item was left out "
+        "without being weighed"
+    )
 
 
 def handler_takes_over(reason: str, handler: str) -> str:

@@ -93,6 +93,11 @@ STATUS_PRECEDENCE = (SOURCE_CONFLICT, MISSING_REQUIRED_DATA, BUDGET_EXCEEDED, DE
 USABLE_STATUSES = frozenset({READY, DEGRADED})
 
 SELECTED = "selected"
+# A candidate of a source the strategy does not read (a provider returned it anyway): never
+# weighed, recorded as such. The same facts a replay gives a candidate of a source its
+# version does not read (context_runtime.replay.NOT_REQUESTED), so a replay reproduces it.
+NOT_REQUESTED = "not_requested"
+SOURCE_NOT_READ = "source_not_read"
 OVER_BUDGET = "over_budget"
 DEPENDENCY_MISSING = "dependency_missing"
 IRRELEVANT = "irrelevant"
@@ -256,7 +261,9 @@ def select(
 
     Pure and deterministic: the same arguments give an equal :class:`Selection`.  Raises
     :class:`EngineInputError` for malformed input (negative sizes, duplicate ids, dependency
-    cycles, unknown sources, …) naming each bad item.
+    cycles, a source that is no key, …) naming each bad item. An item of a source the
+    strategy does not read is decided :data:`NOT_REQUESTED` (reason code
+    :data:`SOURCE_NOT_READ`) without being weighed.
     """
     if not isinstance(strategy, Strategy):
         strategy = Strategy.from_body(strategy)
@@ -266,18 +273,65 @@ def select(
     )
     if findings:
         raise EngineInputError(findings)
-    checked = check_candidates(items, strategy.sources, estimator, findings)
+    sources = strategy.sources
+    not_read = _sources_not_read(items, sources)
+    # Checked like every other (a malformed item is refused whatever its source), decided not.
+    checked = check_candidates(items, sources | not_read, estimator, findings)
     if findings:
         raise EngineInputError(findings)
-    return decide(
-        strategy,
-        items,
-        checked,
-        context_window=context_window,
-        max_input_tokens=max_input_tokens,
-        fixed_input_tokens=fixed_input_tokens,
-        relevance_threshold=relevance_threshold,
-        estimator=estimator,
+    arguments = {
+        "context_window": context_window,
+        "max_input_tokens": max_input_tokens,
+        "fixed_input_tokens": fixed_input_tokens,
+        "relevance_threshold": relevance_threshold,
+        "estimator": estimator,
+    }
+    if not_read:
+        return _decide_without(strategy, items, checked, not_read, arguments)
+    return decide(strategy, items, checked, **arguments)
+
+
+def _sources_not_read(items: tuple, sources: frozenset[str]) -> frozenset[str]:
+    """The sources of candidates the strategy does not read, among the well-formed keys (any
+    other source is malformed: check_candidates says so)."""
+    found = {getattr(c, "source", None) for c in items}
+    found.difference_update(sources)
+    return frozenset(s for s in found if type(s) is str and 0 < len(s) <= wire.MAX_KEY_CHARS)
+
+
+def _decide_without(
+    strategy: Strategy, items: tuple, checked: CheckedCandidates, not_read, arguments
+) -> Selection:
+    """:func:`decide` on the candidates of the sources the strategy reads; the others are
+    recorded :data:`NOT_REQUESTED` in their place, so the trace counts and shows every item
+    a provider returned (the strategy never asked for these: they are not weighed, never
+    required, never sent to the model)."""
+    asked = tuple(c for c in items if c.source not in not_read)
+    findings: list[Finding] = []
+    own = check_candidates(asked, strategy.sources, arguments["estimator"], findings)
+    if findings:  # a subset of candidates that passed: cannot happen, but never decide on it
+        raise EngineInputError(findings)
+    selection = decide(strategy, asked, own, **arguments)
+    decided = iter(selection.decisions)
+    decisions = [
+        ItemDecision(
+            c.id,
+            c.source,
+            c.version,
+            checked.sizes[i],
+            False,
+            None,
+            NOT_REQUESTED,
+            reasons.source_not_read(c.source),
+            SOURCE_NOT_READ,
+        )
+        if c.source in not_read
+        else next(decided)
+        for i, c in enumerate(items)
+    ]
+    # `checked` describes `asked`, not these candidates: a shadow checks them itself.
+    return msgspec.structs.replace(
+        selection, decisions=tuple(decisions), candidates=items, checked=None
     )
 
 
