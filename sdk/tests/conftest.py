@@ -7,6 +7,15 @@ from context_runtime.client import ConfigClient
 from fake_console import AGENT, TOKEN, FakeConsole
 
 
+@pytest.fixture(autouse=True)
+def state_home(tmp_path_factory, monkeypatch):
+    """The reporter spools by default in the user's state directory: each test gets its own
+    (never the machine's ~/.local/state)."""
+    home = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_STATE_HOME", str(home))
+    return home
+
+
 @pytest.fixture
 def console(request):
     """A fresh fake console on loopback (fake_console.py), closed after the test. It serves

@@ -137,6 +137,10 @@ class FakeConsole:
         self.stored: dict[str, dict] = {}
         self.outcome_posts: list[dict] = []  # {"status", "keys": [(request_id, kind)]}
         self.outcomes: dict[tuple[str, str], object] = {}  # (request_id, kind) → value
+        self.outcome_agents: dict[tuple[str, str], str | None] = {}  # the agent each named
+        # The console's rule for a token covering several agents: an outcome of a request
+        # with no stored trace must name its agent (traces.outcomes.services).
+        self.token_covers_several_agents = False
         self.manifests: list[dict] = []
         self.manifest_warnings: list[dict] = []
         self.heartbeats: list[dict] = []  # the bodies the console recorded
@@ -461,7 +465,17 @@ class FakeConsole:
                 key = (outcome.request_id, outcome.kind)
                 keys.append(key)
                 check = OUTCOME_KINDS.get(outcome.kind)
-                if check is None:
+                if (
+                    self.token_covers_several_agents
+                    and outcome.agent is None
+                    and outcome.request_id not in self.stored
+                ):
+                    message = (
+                        "name the agent: no trace of this request is stored yet and this token "
+                        "covers more than one agent"
+                    )
+                    rejected.append(_outcome_rejection(index, item, "agent", "required", message))
+                elif check is None:
                     declared = ", ".join(sorted(OUTCOME_KINDS))
                     message = (
                         f"'{outcome.kind}' is not an outcome kind of '{ENVIRONMENT}'; declared: "
@@ -475,6 +489,7 @@ class FakeConsole:
                     )
                 elif key not in self.outcomes:
                     self.outcomes[key] = outcome.value
+                    self.outcome_agents[key] = outcome.agent
                     accepted += 1
                 elif self.outcomes[key] == outcome.value and type(self.outcomes[key]) is type(
                     outcome.value

@@ -47,6 +47,7 @@ def make_reporter(reporters):
             "backoff_initial": 0.02,
             "backoff_max": 0.1,
             "close_at_exit": False,
+            "spool_dir": None,  # the memory queue's rules (the spool's: test_reporter_spool)
         }
         settings.update(options)
         reporter = TraceReporter(url, TOKEN, **settings)

@@ -17,6 +17,7 @@ SETTINGS = {
     "backoff_initial": 0.02,
     "backoff_max": 0.1,
     "close_at_exit": False,
+    "spool_dir": None,  # memory; the spooled outcomes' test names its directory
 }
 
 
