@@ -383,11 +383,12 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
-    # Closed lists several components share (a trace's status, the replay's and the shadow's
-    # reason codes) get one name each.
+    # Closed lists several components share (a trace's status; the reason codes of a
+    # candidate, a replay and a shadow — one list since not_requested is a live decision too)
+    # get one name each.
     "ENUM_NAME_OVERRIDES": {
         "TraceStatusEnum": "context_runtime.wire.STATUSES",
-        "ShadowReasonCodeEnum": "context_runtime.wire.SHADOW_REASON_CODES",
+        "ReasonCodeEnum": "context_runtime.wire.REASON_CODES",
     },
     # The schema and its docs page are for signed-in operators only (found by the access matrix).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],

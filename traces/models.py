@@ -31,6 +31,8 @@ class Decision(models.TextChoices):
     DEPENDENCY_MISSING = "dependency_missing", "Dependency missing"
     IRRELEVANT = "irrelevant", "Irrelevant"
     CONFLICT = "conflict", "Conflict"
+    # A provider's item of a source the strategy does not read: recorded, never weighed.
+    NOT_REQUESTED = "not_requested", "Not requested"
 
 
 class Trace(models.Model):

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import copy
 import html
+from datetime import UTC, datetime, timedelta
 
 import pytest
-from context_runtime.engine import ENGINE
+from context_runtime import wire
+from context_runtime.engine import ENGINE, CandidateItem, Strategy, select
+from context_runtime.reporter import encode_trace
 
 from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.models import AccessLogEntry
+from strategies.catalog.models import Environment
 from strategies.documents import services as documents
 from strategies.documents.models import Document, Version
 from strategies.releases.models import Release
@@ -246,3 +250,49 @@ def test_api_replay__selection_block_but_bare_candidates__409_not_500(client, su
     assert "every candidate's replay fields" in response.json()["error"]["message"]
     page = client.get("/traces/req-half/replay")
     assert page.status_code == 409 and 'id="replay-error"' in page.content.decode()
+
+
+# --- a provider's item of a source the strategy does not read (issue 32, item 3) -----------------
+def test_foreign_source_item__stored_shown_counted_and_replay_reproduces(client, support):
+    """The SDK's engine records it not_requested (source_not_read) instead of losing it: the
+    console stores it, the trace page shows it among the candidates considered, in words,
+    and a replay with the recorded version reproduces the record."""
+    v3 = Version.objects.get(document=_strategy(), number=3)
+    selection = select(
+        strategy=Strategy.from_body(v3.body),
+        candidates=[
+            CandidateItem(id="task_state:T9", source="task_state", version="4", size=310),
+            CandidateItem(id="order:A1042", source="order_delivery", version="r12", size=640),
+            CandidateItem(id="P7-v2", source="applicable_policy", version="v2", size=2100),
+            CandidateItem(id="weather:SG", source="weather", version="w1", size=40),
+        ],
+        context_window=128_000,
+    )
+    trace = wire.Trace(
+        request_id="req-foreign",
+        agent="assistant_professional",
+        occurred_at=datetime.now(UTC) - timedelta(minutes=1),
+        strategy=STRATEGY,
+        documents={STRATEGY: 3},
+        **selection.trace_fields(),
+    )
+    sg = Environment.objects.get(key="sg-test")
+    answer = post_batch(
+        client, runtime_token(sg), body=b'{"traces":[' + encode_trace(trace) + b"]}"
+    )
+    assert answer.status_code == 200 and answer.json()["rejected"] == [], answer.json()
+
+    stored = Trace.objects.select_related("agent", "environment").get(request_id="req-foreign")
+    foreign = stored.candidates.get(item_id="weather:SG")
+    assert (foreign.decision, foreign.reason_code, foreign.required) == (
+        "not_requested",
+        "source_not_read",
+        False,
+    )
+    client.force_login(support)
+    page = html.unescape(client.get("/traces/req-foreign/?environment=sg-test").content.decode())
+    assert "4 considered" in page
+    assert "weather:SG" in page and "this strategy does not read weather" in page
+
+    result = replay.trace_replay(user=support, trace=stored)
+    assert result.reproduces is True and result.changed_rows == 0
