@@ -146,9 +146,7 @@ def test_report_outcome__right_after_the_answer_with_a_several_agents_token__sto
         console.close()
 
 
-def test_report_outcome__rejections_counted_top_level_and_logged_once_per_reason(
-    reporters, caplog
-):
+def test_report_outcome__rejections_counted_top_level_and_logged_once_per_reason(reporters, caplog):
     console = FakeConsole()
     try:
         console.token_covers_several_agents = True
