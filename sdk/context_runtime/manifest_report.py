@@ -43,7 +43,7 @@ from typing import Any
 
 import msgspec
 
-from context_runtime import _json
+from context_runtime import _json, _names
 from context_runtime.client import _http as http
 from context_runtime.client._http import TransportError
 from context_runtime.findings import blocking
@@ -276,6 +276,7 @@ def report_manifest(
         if raise_on_failure:
             raise
         return None
+    _names.remember(token, runtime_name)  # the heartbeat's name (ConfigClient.runtime_name)
     data = msgspec.json.encode(body)
     url = http.runtime_url(base_url, "manifest")
     error: ManifestReportError | None = None
@@ -350,6 +351,7 @@ class ManifestReporter:
         self._token = token
         self.registry = registry
         self.runtime_name = runtime_name
+        _names.remember(token, runtime_name)  # the heartbeat's name (ConfigClient.runtime_name)
         self.timeout = timeout
         self.backoff_initial = backoff_initial
         self.backoff_max = max(backoff_max, backoff_initial)

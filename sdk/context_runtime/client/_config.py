@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 import msgspec
 
 import context_runtime.client._http as http
-from context_runtime import __version__, _json
+from context_runtime import __version__, _json, _names
 from context_runtime.client._http import TransportError
 from context_runtime.client._stream import StreamListener, stream_url
 from context_runtime.documents import validate_document
@@ -971,8 +971,10 @@ class ConfigClient:
                 }
             },
         }
-        if self.runtime_name:
-            body["runtime"] = self.runtime_name
+        # Its own name, else the one the runtime gave its manifest report with this token.
+        name = self.runtime_name or _names.reported(self._token)
+        if name:
+            body["runtime"] = name
         return body
 
     def send_heartbeat(self, *, timeout: float | None = None, stopped: bool = False) -> bool:
