@@ -11,7 +11,7 @@ module of the package that imports ``google.adk``, so everything else works with
         client=config_client,          # ConfigClient, or anything with .snapshot()
         registry=registry,             # providers and on_missing handlers (manifest_report)
         strategy_for="after_sales_consultation",  # or a callable(callback_context, llm_request)
-        reporter=trace_reporter,       # TraceReporter(..., spool_dir=...) or None
+        reporter=trace_reporter,       # TraceReporter.for_client(config_client), or None
         sections=section_values,       # the contextSections' values (see below)
     )
     agent = LlmAgent(
@@ -447,8 +447,10 @@ class ContextAssembly:
       returning a key, a :class:`Route`, or ``None`` (no assembly: the request goes on
       untouched and no trace is reported).
     - ``reporter``: a :class:`~context_runtime.reporter.TraceReporter` (or anything with
-      ``report(trace, resolution=..., strategy=...)``), or ``None``. Give it a
-      ``spool_dir`` in production: traces then survive restarts and console outages.
+      ``report(trace, resolution=..., strategy=...)``), or ``None`` (no traces).
+      ``TraceReporter.for_client(client)`` is durable by default: it spools beside the
+      client's config cache, so traces survive restarts during console outages, and it
+      names the agent of each request's outcomes (``report_outcome(invocation_id, ...)``).
     - ``sections``: the contextSections' values (module docstring), or ``None``.
     - ``estimator``: sizes items without a size and the request's fixed part.
     - ``context_window``: the model's window, chosen by the application (lowers the budget).

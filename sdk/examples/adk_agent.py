@@ -4,7 +4,8 @@ The agent reads its live configuration from the console (``ConfigClient``), decl
 implements (``Registry`` → ``report_manifest``), assembles each model call with
 ``ContextAssembly.before_model_callback`` (providers → engine → ``<user-context>`` and
 ``<query-context>``, or an explicit refusal) and reports a trace per call
-(``TraceReporter``).
+(``TraceReporter``, durable by default: traces wait on disk while the console is down and
+survive a restart).
 
 Run it against a console, with a runtime token that has ``config:read``, ``traces:write`` and
 ``manifest:write`` for the agent's environment::
@@ -13,7 +14,7 @@ Run it against a console, with a runtime token that has ``config:read``, ``trace
     export CONSOLE_URL=https://console.example.com
     export CONSOLE_TOKEN=cc_rt_...                   # the runtime token
     export CONSOLE_AGENT=assistant_professional      # the agent key (default)
-    export CONSOLE_SPOOL_DIR=/var/lib/my-agent/traces  # optional: traces survive restarts
+    export CONSOLE_SPOOL_DIR=/var/lib/my-agent/traces  # optional: where traces are spooled
     python sdk/examples/adk_agent.py "Can I still return order A1042?"
 
 Add ``--order-down`` to simulate the order service timing out (the strategy's
@@ -179,14 +180,14 @@ async def run(
     model: BaseLlm | str | None = None,
     spool_dir: str | None = None,
 ) -> str:
-    """Ask the agent one question; returns its final answer. With ``spool_dir`` the traces
-    go through the reporter's disk spool (delivered by this or a later run)."""
+    """Ask the agent one question; returns its final answer. The traces go through the
+    reporter's disk spool (delivered by this or a later run): by default the user's state
+    directory (``TraceReporter``), or ``spool_dir``."""
     registry = build_registry(order_down=order_down, no_permission=no_permission)
     report_manifest(base_url, token, registry, RUNTIME, attempts=2)
-    client = ConfigClient(base_url, token, agent_key, poll_interval=30.0)
-    reporter = TraceReporter(
-        base_url, token, flush_interval=0.2, close_at_exit=False, spool_dir=spool_dir
-    )
+    client = ConfigClient(base_url, token, agent_key, poll_interval=30.0, runtime_name=RUNTIME)
+    spool = {"spool_dir": spool_dir} if spool_dir is not None else {}  # else the default one
+    reporter = TraceReporter.for_client(client, flush_interval=0.2, close_at_exit=False, **spool)
     try:
         if not client.start(wait=5.0):
             print("warning: no configuration yet; the agent will refuse", file=sys.stderr)
@@ -226,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--spool-dir",
         default=os.environ.get("CONSOLE_SPOOL_DIR"),
-        help="the trace reporter's disk spool (default: $CONSOLE_SPOOL_DIR; none: memory)",
+        help="the trace reporter's disk spool (default: $CONSOLE_SPOOL_DIR, else the "
+        "reporter's default directory)",
     )
     args = parser.parse_args(argv)
     try:

@@ -65,7 +65,8 @@ client = ConfigClient(
     CONSOLE_URL,
     TOKEN,
     AGENT,
-    cache_path=os.path.join(STATE, "console-config.json"),  # starts from it when the console is down
+    # The last good configuration, on disk: the runtime starts from it when the console is down.
+    cache_path=os.path.join(STATE, "console-config.json"),
     runtime_name=RUNTIME_NAME,
 )
 reporter = TraceReporter.for_client(client)  # durable: spools beside the config cache
