@@ -356,6 +356,7 @@ def test_sdk_reporter_output__byte_identical_to_the_console_s_encoding_of_each_t
         "ct_test",
         flush_interval=0.01,
         close_at_exit=False,
+        spool_dir=None,  # the bytes sent are the subject, not the spool
     )
     try:
         reporter.report(sdk_trace("req-1"), resolution=Resolution("cached", 3, True))
