@@ -491,6 +491,11 @@ class ContextAssembly:
         self.client = client
         self.registry = registry
         self.reporter = reporter
+        if reporter is None:  # said, not silently traceless
+            logger.warning(
+                "ContextAssembly has no reporter: its requests leave no trace in the console "
+                "(pass reporter=TraceReporter.for_client(client))"
+            )
         self._strategy_for = strategy_for
         self._sections = sections
         self._estimator = estimator if estimator is not None else DEFAULT_ESTIMATOR
