@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import pytest
 from context_runtime.client import ConfigClient
+from context_runtime.reporter import TraceReporter
 from fake_console import AGENT, TOKEN, FakeConsole
+
+
+@pytest.fixture
+def reporters():
+    """Every TraceReporter a test appends, closed after it."""
+    made: list[TraceReporter] = []
+    yield made
+    for reporter in made:
+        reporter.close(timeout=0.2)
 
 
 @pytest.fixture(autouse=True)

@@ -30,14 +30,6 @@ NOT_ALLOWING = {"required": ["task_state"], "snapshot": {"allowed": False}}
 
 
 @pytest.fixture
-def reporters():
-    made: list[TraceReporter] = []
-    yield made
-    for reporter in made:
-        reporter.close(timeout=0.2)
-
-
-@pytest.fixture
 def make_reporter(reporters):
     def make(url, **options):
         settings = {

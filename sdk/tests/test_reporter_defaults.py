@@ -9,7 +9,6 @@ import os
 import stat
 from pathlib import Path
 
-import pytest
 from context_runtime.client import ConfigClient
 from context_runtime.manifest_report import Registry, report_manifest
 from context_runtime.reporter import TraceReporter, default_spool_dir
@@ -23,14 +22,6 @@ FAST = {
     "backoff_max": 0.1,
     "close_at_exit": False,
 }
-
-
-@pytest.fixture
-def reporters():
-    made: list[TraceReporter] = []
-    yield made
-    for reporter in made:
-        reporter.close(timeout=0.2)
 
 
 # ---------------------------------------------------------------- durable by default

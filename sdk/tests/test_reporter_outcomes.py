@@ -22,14 +22,6 @@ SETTINGS = {
 
 
 @pytest.fixture
-def reporters():
-    made: list[TraceReporter] = []
-    yield made
-    for reporter in made:
-        reporter.close(timeout=0.2)
-
-
-@pytest.fixture
 def make_reporter(reporters):
     def make(url, **options):
         reporter = TraceReporter(url, TOKEN, **{**SETTINGS, **options})

@@ -24,14 +24,6 @@ RUNTIME = Path(__file__).with_name("spool_runtime.py")
 
 
 @pytest.fixture
-def reporters():
-    made: list[TraceReporter] = []
-    yield made
-    for reporter in made:
-        reporter.close(timeout=0.2)
-
-
-@pytest.fixture
 def make_reporter(reporters, tmp_path):
     def make(url, **options):
         settings = {

@@ -18,6 +18,7 @@ application (requests on stdin, answers on stdout).
 from __future__ import annotations
 
 import html
+import importlib.util
 import os
 import queue
 import signal
@@ -29,9 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from strategies.releases.services import release_publish
 from strategies.runtime.models import RuntimeInstance
-from tests.factories import release_setup, runtime_token
+from tests.factories import release_setup_serving, runtime_token
 from tests.factories.outcomes import outcome_kinds
 from tests.runtime_sim import ROOT, wait_until
 from traces.models import Candidate, Trace
@@ -39,16 +39,17 @@ from traces.outcomes.models import Outcome
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SDK = ROOT / "sdk"
-EXAMPLE = SDK / "examples" / "runtime.py"
-BEGIN = "<!-- sdk/examples/runtime.py: begin -->\n```python\n"
-END = "```\n<!-- sdk/examples/runtime.py: end -->"
+EXAMPLE = ROOT / "sdk" / "examples" / "runtime.py"
 
 
 def readme_runtime() -> str:
-    text = (SDK / "README.md").read_text()
-    start = text.index(BEGIN) + len(BEGIN)
-    return text[start : text.index(END, start)]
+    """The README's runtime block, read the way the SDK's own test reads it (one reader)."""
+    spec = importlib.util.spec_from_file_location(
+        "sdk_test_readme", ROOT / "sdk" / "tests" / "test_readme.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.readme_runtime()
 
 
 class ReadmeRuntime:
@@ -112,13 +113,9 @@ class ReadmeRuntime:
 
 @pytest.fixture
 def world(transactional_db):
-    world = release_setup()
-    sg = world.envs["sg-test"]
-    release_publish(version=world.profile[1], environment=sg, actor=world.ops)
-    release_publish(version=world.strategy[2], environment=sg, actor=world.ops)
-    outcome_kinds(sg)
-    world.sg = sg
-    world.token = runtime_token(sg)  # every capability, every agent of sg-test
+    world = release_setup_serving()  # profile v1 and strategy v2 live in sg-test
+    outcome_kinds(world.sg)
+    world.token = runtime_token(world.sg)  # every capability, every agent of sg-test
     return world
 
 
