@@ -211,6 +211,31 @@ def shadowed_trace(
     return b'{"traces":[' + encode_trace(trace) + b"]}"
 
 
+def foreign_source_trace(request_id: str, strategy_body: dict) -> bytes:
+    """A batch of one trace as the SDK reports it when a provider also returned an item of a
+    source the strategy does not read (issue 32.3): `weather:SG`, recorded not_requested.
+    after_sales_consultation v3 decided with `strategy_body` (the version's body)."""
+    selection = select(
+        strategy=Strategy.from_body(strategy_body),
+        candidates=[
+            CandidateItem(id="task_state:T9", source="task_state", version="4", size=310),
+            CandidateItem(id="order:A1042", source="order_delivery", version="r12", size=640),
+            CandidateItem(id="P7-v2", source="applicable_policy", version="v2", size=2100),
+            CandidateItem(id="weather:SG", source="weather", version="w1", size=40),
+        ],
+        context_window=128_000,
+    )
+    trace = wire.Trace(
+        request_id=request_id,
+        agent="assistant_professional",
+        occurred_at=timezone.now() - timedelta(minutes=1),
+        documents={STRATEGY_KEY: 3},
+        strategy=STRATEGY_KEY,
+        **selection.trace_fields(),
+    )
+    return b'{"traces":[' + encode_trace(trace) + b"]}"
+
+
 _GENERATE = """
 INSERT INTO traces_trace (request_id, agent_id, environment_id, occurred_at, received_at,
     strategy, strategy_version, profile_version, documents, config_fallback, config_resolution,

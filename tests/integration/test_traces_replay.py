@@ -5,12 +5,9 @@ from __future__ import annotations
 
 import copy
 import html
-from datetime import UTC, datetime, timedelta
 
 import pytest
-from context_runtime import wire
-from context_runtime.engine import ENGINE, CandidateItem, Strategy, select
-from context_runtime.reporter import encode_trace
+from context_runtime.engine import ENGINE
 
 from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.models import AccessLogEntry
@@ -18,7 +15,7 @@ from strategies.catalog.models import Environment
 from strategies.documents import services as documents
 from strategies.documents.models import Document, Version
 from strategies.releases.models import Release
-from tests.factories import post_batch, runtime_token, trace_payload
+from tests.factories import foreign_source_trace, post_batch, runtime_token, trace_payload
 from traces import replay
 from traces.models import Trace
 
@@ -258,27 +255,9 @@ def test_foreign_source_item__stored_shown_counted_and_replay_reproduces(client,
     console stores it, the trace page shows it among the candidates considered, in words,
     and a replay with the recorded version reproduces the record."""
     v3 = Version.objects.get(document=_strategy(), number=3)
-    selection = select(
-        strategy=Strategy.from_body(v3.body),
-        candidates=[
-            CandidateItem(id="task_state:T9", source="task_state", version="4", size=310),
-            CandidateItem(id="order:A1042", source="order_delivery", version="r12", size=640),
-            CandidateItem(id="P7-v2", source="applicable_policy", version="v2", size=2100),
-            CandidateItem(id="weather:SG", source="weather", version="w1", size=40),
-        ],
-        context_window=128_000,
-    )
-    trace = wire.Trace(
-        request_id="req-foreign",
-        agent="assistant_professional",
-        occurred_at=datetime.now(UTC) - timedelta(minutes=1),
-        strategy=STRATEGY,
-        documents={STRATEGY: 3},
-        **selection.trace_fields(),
-    )
     sg = Environment.objects.get(key="sg-test")
     answer = post_batch(
-        client, runtime_token(sg), body=b'{"traces":[' + encode_trace(trace) + b"]}"
+        client, runtime_token(sg), body=foreign_source_trace("req-foreign", v3.body)
     )
     assert answer.status_code == 200 and answer.json()["rejected"] == [], answer.json()
 
