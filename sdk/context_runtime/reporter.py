@@ -481,10 +481,11 @@ class TraceReporter:
     def _remember_agent(self, request_id: str, agent: str | None) -> None:
         if not agent:
             return
-        with self._agents_lock:
+        with self._agents_lock:  # OrderedDict: dropping the oldest stays O(1)
             agents = self._agents
+            if request_id in agents:
+                agents.move_to_end(request_id)
             agents[request_id] = agent
-            agents.move_to_end(request_id)
             if len(agents) > _AGENTS_REMEMBERED:
                 agents.popitem(last=False)
 
