@@ -475,6 +475,7 @@ class TraceReporter:
             data = msgspec.json.encode(outcome)
         except Exception:
             logger.exception("Outcome %s of %s could not be encoded", kind, request_id)
+            self._outcome_reporter()._count("rejected")  # counted like any other rejection
             return False
         return self._outcome_reporter().submit(request_id, data)
 

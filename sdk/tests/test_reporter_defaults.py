@@ -181,3 +181,12 @@ def test_heartbeat__no_runtime_name__the_manifest_reports_name_is_used(console):
         unnamed.stop(timeout=0.5)
         named.stop(timeout=0.5)
     assert [b.get("runtime") for b in console.heartbeats] == ["checkout-agent 1.4", "own"]
+
+
+def test_report_outcome__value_that_cannot_be_encoded__false_and_counted_rejected(
+    console, reporters
+):
+    reporter = TraceReporter(console.url, TOKEN, spool_dir=None, **FAST)
+    reporters.append(reporter)
+    assert reporter.report_outcome("req-1", "rating", object()) is False  # never raises
+    assert reporter.stats()["outcomes_rejected"] == 1
