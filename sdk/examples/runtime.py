@@ -4,7 +4,8 @@ Run it with a runtime token (config:read, traces:write, manifest:write, outcomes
 
     CONSOLE_URL=https://console.example.com CONSOLE_TOKEN=cc_rt_... python runtime.py
 
-Each line on stdin is a request ("<task id> <question>"); it prints "<request id>\t<answer>".
+Each line on stdin is a request ("<task id> <question>"); it prints the request id, a tab
+and the answer.
 In a real service the loop at the bottom is your web framework's request handler.
 """
 
