@@ -55,6 +55,7 @@ import hashlib
 import logging
 import os
 import queue
+import re
 import threading
 import time
 import weakref
@@ -106,6 +107,7 @@ _SPLIT_STATUSES = (400, 413, 422)
 _AGENTS_REMEMBERED = 50_000
 # A rejection's reason is logged once, then at most once per this many seconds with a count.
 _REJECTION_LOG_SECONDS = 60.0
+_POSITION = re.compile(r"\[\d+\]")
 
 
 class _DefaultSpool:
@@ -964,8 +966,6 @@ class TraceReporter:
             if not isinstance(entry, dict):
                 continue
             errors = entry.get("errors")
-            if _rejected_at_status(errors) and self._WHAT == "trace":
-                continue  # resent as an older status (_resend_refused_status), not lost
             reason = _reason_key(errors)
             seen = self._rejection_log.get(reason)
             if seen is None or now - seen[0] >= _REJECTION_LOG_SECONDS:
@@ -979,6 +979,8 @@ class TraceReporter:
                     _errors_text(errors),
                     more,
                 )
+                if len(self._rejection_log) >= 1_000:  # distinct reasons are few; bounded
+                    self._rejection_log.clear()
                 self._rejection_log[reason] = [now, 0]
             else:
                 seen[1] += 1
@@ -1202,11 +1204,14 @@ def _agent(trace) -> str | None:
 
 
 def _reason_key(errors) -> str:
-    """What makes two rejections the same mistake: their findings' paths and codes."""
+    """What makes two rejections the same mistake: their findings' paths (without positions:
+    ``candidates[3].size`` is ``candidates[].size``) and codes."""
     if not isinstance(errors, list):
         return "?"
     return ";".join(
-        f"{e.get('path', '')}:{e.get('code', '')}" for e in errors[:5] if isinstance(e, dict)
+        f"{_POSITION.sub('[]', str(e.get('path', '')))}:{e.get('code', '')}"
+        for e in errors[:5]
+        if isinstance(e, dict)
     )
 
 

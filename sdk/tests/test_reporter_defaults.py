@@ -9,6 +9,7 @@ import os
 import stat
 from pathlib import Path
 
+import msgspec
 from context_runtime.client import ConfigClient
 from context_runtime.manifest_report import Registry, report_manifest
 from context_runtime.reporter import TraceReporter, default_spool_dir
@@ -190,3 +191,21 @@ def test_report_outcome__value_that_cannot_be_encoded__false_and_counted_rejecte
     reporters.append(reporter)
     assert reporter.report_outcome("req-1", "rating", object()) is False  # never raises
     assert reporter.stats()["outcomes_rejected"] == 1
+
+
+def test_report__same_mistake_at_other_positions__one_log_line_every_one_counted(
+    console, reporters, caplog
+):
+    good = {"id": "task_state:T1", "source": "task_state", "decision": "selected", "reason": ""}
+    bad = {**good, "id": "x", "decision": "perhaps"}
+    reporter = TraceReporter(console.url, TOKEN, spool_dir=None, validate=False, **FAST)
+    reporters.append(reporter)
+    with caplog.at_level(logging.WARNING, logger="context_runtime.reporter"):
+        for i in range(6):  # the bad candidate at position 0, 1, 2, 0, 1, 2
+            wire = msgspec.json.decode(msgspec.json.encode(trace(i)))
+            wire["candidates"] = [good] * (i % 3) + [bad]
+            assert reporter.report(wire)
+        assert reporter.flush(timeout=5.0)
+    assert reporter.stats()["rejected"] == 6
+    lines = [r.getMessage() for r in caplog.records if "rejected trace" in r.getMessage()]
+    assert len(lines) == 1, lines
