@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -31,6 +32,9 @@ def main() -> int:
         return 1
     adk_version = getattr(google.adk, "__version__", "?")
     env = {k: v for k, v in os.environ.items() if k != "GOOGLE_API_KEY"}  # the offline model
+    # The example's reporter spools in the user's state directory by default: a fresh one here,
+    # never the machine's ~/.local/state.
+    env.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="wheel-check-state-"))
     console = None
     if "CONSOLE_URL" not in env:
         sys.path.insert(0, str(HERE))
