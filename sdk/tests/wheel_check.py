@@ -7,11 +7,17 @@ environment's interpreter.
 
 Checks that ``context_runtime`` comes from site-packages (not the source tree), that the
 example answers through the offline model with the assembled context, and (fake console)
-that the console got the manifest and one ``ready`` trace. Prints ``OK …`` and exits 0.
+that the console got the manifest and one ``ready`` trace. Then, in this process with
+OpenTelemetry's SDK (google-adk depends on it) and the fake console, runs the example once
+more and checks that the assembly span's parent is the one ``sdk/README.md`` § OpenTelemetry
+states for this google-adk (``otel_parentage.py``) and that the stored trace records the
+span's ids. Prints ``OK …`` and exits 0.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import os
 import subprocess
 import sys
@@ -60,11 +66,57 @@ def main() -> int:
     finally:
         if console is not None:
             console.close()
+    otel_problems, parent = otel_check(adk_version)
+    if otel_problems:
+        print("FAIL OpenTelemetry: " + "; ".join(otel_problems))
+        return 1
     print(
         f"OK context-console-runtime {context_runtime.__version__} from {where.parent}, "
         f"google-adk {adk_version}: {answer[:90]}"
     )
+    print(f"OK otel: the assembly span's parent is {parent!r}, as documented")
     return 0
+
+
+def otel_check(adk_version: str) -> tuple[list[str], str]:
+    """The example run in this process under an in-memory span exporter, against the fake
+    console: what differs from the documented parentage and ids (empty: none), and the
+    parent span's name."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    sys.path.insert(0, str(HERE))
+    from fake_console import AGENT, TOKEN, FakeConsole
+    from otel_parentage import parentage
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    spec = importlib.util.spec_from_file_location("adk_example", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    console = FakeConsole()
+    os.environ.pop("GOOGLE_API_KEY", None)  # the offline model
+    try:
+        asyncio.run(example.run(console.url, TOKEN, AGENT, "Can I still return order A1042?"))
+        stored = list(console.stored.values())
+    finally:
+        console.close()
+    found = parentage(exporter.get_finished_spans())
+    if len(found) != 1 or len(stored) != 1:
+        return [f"{len(found)} assembly spans and {len(stored)} traces, not one of each"], ""
+    (one,) = found
+    problems = one.problems(adk_version)
+    ids = {
+        "trace_id": trace.format_trace_id(one.assembly.context.trace_id),
+        "span_id": trace.format_span_id(one.assembly.context.span_id),
+    }
+    if stored[0].get("otel") != ids:
+        problems.append(f"the trace records {stored[0].get('otel')}, the span is {ids}")
+    return problems, one.parent.name
 
 
 if __name__ == "__main__":
