@@ -6,20 +6,16 @@ API, shown on the trace page, and used by TRACE_LINK_URL_TEMPLATE's `{trace_id}`
 from __future__ import annotations
 
 import html
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import orjson
 import pytest
 
 from tests.factories import post_batch, runtime_token, trace_payload, world
+from tests.integration.test_foundation import run_manage
 from traces.models import Trace
 
 pytestmark = pytest.mark.django_db
 
-ROOT = Path(__file__).resolve().parents[2]
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 SPAN_ID = "00f067aa0ba902b7"
 OTEL = {"trace_id": TRACE_ID, "span_id": SPAN_ID}
@@ -157,17 +153,8 @@ def test_trace_page__no_template__ids_shown_without_a_link_or_a_complaint(
 
 
 # --- the setting --------------------------------------------------------------------------------
-def check_with(template: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "DJANGO_ALLOW_ASYNC_UNSAFE"}
-    env["TRACE_LINK_URL_TEMPLATE"] = template
-    return subprocess.run(
-        [sys.executable, "manage.py", "check"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def check_with(template: str):
+    return run_manage("check", TRACE_LINK_URL_TEMPLATE=template)
 
 
 @pytest.mark.parametrize(
