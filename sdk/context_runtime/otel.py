@@ -4,16 +4,17 @@ metrics — only when ``opentelemetry-api`` is installed (the ``otel`` extra:
 nothing and costs nothing; nothing fails.
 
 **The span** (:func:`assembly_span`, opened by :class:`context_runtime.adk.ContextAssembly`
-around each model call's assembly): named ``assemble_context <agent>``, a child of the span
-that is current when ADK calls the ``before_model_callback``, and ended before the model is
-called. Which span that is depends on ADK (``sdk/README.md`` § OpenTelemetry, pinned by
-``sdk/tests/test_otel.py`` and the wheel check): ADK's ``call_llm`` span where ADK opens it
-before the callback (google-adk 1.29 to 2.12; 2.13 with ``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1``),
-else the agent's ``invoke_agent <agent>`` span (google-adk 1.19 to 1.28; 2.13 by default),
-where ADK's model-call span (``call_llm``, ``generate_content <model>``) follows it as a
-sibling. Either way it is in the same OpenTelemetry trace as ADK's spans, and the console
-trace records that trace's id and the span's own (:func:`recorded_ids`, the trace's
-``otel`` block) so the trace page can link to it.
+around each model call's assembly): named ``assemble_context <ADK agent name>``, a child of
+the span that is current when ADK calls the ``before_model_callback``, and ended before the
+model is called. Which span that is depends on ADK (``sdk/README.md`` § OpenTelemetry,
+pinned by ``sdk/tests/test_otel.py`` and the wheel check): ADK's ``call_llm`` span where ADK
+opens it before the callback (google-adk 1.29 to 2.12; 2.13 with
+``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1``), else the agent's ``invoke_agent <agent>`` span
+(google-adk 1.19 to 1.28; 2.13 by default), where ADK's model-call span (``call_llm``,
+``generate_content <model>``) follows it as a sibling. Either way it is in the same
+OpenTelemetry trace as ADK's spans, and the trace the runtime reports to the console records
+that trace's id and the span's own (:func:`recorded_ids`, the trace's ``otel`` block), so
+the console's trace page can link to it.
 
 Attributes follow the OpenTelemetry GenAI semantic conventions where one applies
 (``gen_ai.operation.name`` = ``assemble_context``; ``gen_ai.agent.name`` = the ADK agent's
