@@ -4,9 +4,10 @@ states, and the spans a real ADK run finished with, read the same way by ``test_
 environment with the lowest and the newest google-adk the ``adk`` extra allows).
 
 ADK runs ``before_model_callback`` — and so the assembly — in whatever span it has current
-at that moment; the assembly span is that span's child. Which span it is was measured per
-release (the ADK sources of 1.19.0, 1.24.0, 1.27.x, 1.28.x, 1.29.0, 1.39.1, 2.0.0, 2.6.0,
-2.12.0 and 2.13.0 read, the first, 1.39.1 and 2.13.0 also run):
+at that moment; the assembly span is that span's child. Which span it is was found per
+release (2026-12-06): the model-call code of 1.19.0, 1.24.0, 1.27.1, 1.27.5, 1.28.0, 1.28.1,
+1.29.0, 2.0.0, 2.6.0, 2.10.0, 2.12.0 and 2.13.0 read, and 1.19.0, 1.39.1 and 2.13.0 (both
+telemetry schemas) run:
 
 | google-adk | ADK's model-call span opened | the assembly span's parent |
 |---|---|---|
