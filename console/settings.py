@@ -13,6 +13,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from console.kernel.tracing_links import template_problem
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 CONSOLE_ENV = os.environ.get("CONSOLE_ENV", "development").strip().lower()
 if CONSOLE_ENV not in {"development", "production"}:
@@ -68,17 +70,15 @@ CSRF_TRUSTED_ORIGINS = [o for o in (env("CSRF_TRUSTED_ORIGINS", "") or "").split
 # Where people reach the console (e.g. https://console.bank.example): links in webhook
 # payloads (approval.requested) are absolute with it, paths without it.
 CONSOLE_PUBLIC_URL = (env("CONSOLE_PUBLIC_URL", "") or "").rstrip("/")
-# The trace page links a request_id to the users' tracing system (the SDK's assembly span
-# carries it: context_runtime.otel), e.g. https://grafana.example/explore?traceId={request_id}.
-# Empty: no link. `{request_id}` is replaced by the id, URL-encoded.
+# The trace page links a trace to the users' tracing system, e.g.
+# https://grafana.example/explore?traceId={trace_id}: `{trace_id}` and `{span_id}` are the
+# OpenTelemetry ids the runtime recorded (the SDK's assembly span), `{request_id}` the
+# console's id; each replaced URL-encoded (console/kernel/tracing_links.py). A trace without
+# the ids a template needs gets no link, and its page says why. Empty: no link.
 TRACE_LINK_URL_TEMPLATE = env("TRACE_LINK_URL_TEMPLATE", "") or ""
-if TRACE_LINK_URL_TEMPLATE and (
-    "{request_id}" not in TRACE_LINK_URL_TEMPLATE
-    or not TRACE_LINK_URL_TEMPLATE.startswith(("https://", "http://"))
-):
+if TRACE_LINK_URL_TEMPLATE and (problem := template_problem(TRACE_LINK_URL_TEMPLATE)):
     raise ImproperlyConfigured(
-        "TRACE_LINK_URL_TEMPLATE must be an http(s) URL with {request_id} in it, "
-        f"not {TRACE_LINK_URL_TEMPLATE!r}"
+        f"TRACE_LINK_URL_TEMPLATE {problem}, not {TRACE_LINK_URL_TEMPLATE!r}"
     )
 
 # Snapshot encryption keys: comma-separated Fernet keys, newest first (rotation: prepend).

@@ -186,6 +186,11 @@ class ShadowOut(serializers.Serializer):
     sources_not_fetched = serializers.ListField(child=serializers.CharField(), required=False)
 
 
+class OtelOut(serializers.Serializer):
+    trace_id = serializers.RegexField(wire.OTEL_TRACE_ID_PATTERN, help_text=wire.OTEL_TRACE_ID_RULE)
+    span_id = serializers.RegexField(wire.OTEL_SPAN_ID_PATTERN, help_text=wire.OTEL_SPAN_ID_RULE)
+
+
 class TraceOut(serializers.Serializer):
     """The trace as the runtime reported it (references and reasons only; no snapshot)."""
 
@@ -236,6 +241,11 @@ class TraceOut(serializers.Serializer):
         child=serializers.ListField(child=serializers.CharField()),
         allow_null=True,
         help_text="The contextSections rendered into the request: keys per block, never values.",
+    )
+    otel = OtelOut(
+        allow_null=True,
+        help_text="The OpenTelemetry span the runtime assembled the request in; null when it "
+        "recorded none.",
     )
     has_snapshot = serializers.BooleanField()
 

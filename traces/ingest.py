@@ -29,6 +29,8 @@ from context_runtime.text import NUL, unstorable
 from context_runtime.wire import (
     DECISIONS,
     MAX_TRACES_PER_BATCH,
+    OTEL_SPAN_ID_RULE,
+    OTEL_TRACE_ID_RULE,
     OUTCOMES,
     REASON_CODES,
     REQUEST_ID_RULE,
@@ -102,6 +104,14 @@ _AT = re.compile(r" - at (?:`key` in )?`\$\.?(?P<path>[^`]*)`$")
 _MISSING = re.compile(r"Object missing required field `(?P<field>[^`]+)`")
 
 
+# A format refused says the rule in words, not the regular expression.
+_FORMAT_RULES = {
+    "request_id": REQUEST_ID_RULE,
+    "otel.trace_id": OTEL_TRACE_ID_RULE,
+    "otel.span_id": OTEL_SPAN_ID_RULE,
+}
+
+
 def _msgspec_error(exc: msgspec.ValidationError) -> Finding:
     text = str(exc)
     match = _AT.search(text)
@@ -112,7 +122,7 @@ def _msgspec_error(exc: msgspec.ValidationError) -> Finding:
         name = missing.group("field")
         return error(f"{path}.{name}" if path else name, "required", "this field is required")
     if "matching regex" in message:
-        rule = REQUEST_ID_RULE if path == "request_id" else message.replace("`", "")
+        rule = _FORMAT_RULES.get(path) or message.replace("`", "")
         return error(path, "invalid_format", f"must be {rule}")
     if message == "Number out of range":
         return error(path, "out_of_range", "must be a number within a 64-bit float's range")

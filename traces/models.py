@@ -119,6 +119,12 @@ class Trace(models.Model):
     rollout_key = models.CharField(max_length=100, null=True, blank=True)
     rollout_arm = models.CharField(max_length=10, null=True, blank=True)
     rollout_step = models.IntegerField(null=True, blank=True)
+    # Issue 32: the OpenTelemetry span the runtime assembled the request in (the trace's
+    # `otel` block): W3C trace id and span id, lowercase hex, checked at ingest
+    # (context_runtime.wire.TraceOtel). Null when the runtime recorded no span. No CHECK
+    # constraint: adding one scans every day partition under an exclusive lock.
+    otel_trace_id = models.CharField(max_length=32, null=True, blank=True)
+    otel_span_id = models.CharField(max_length=16, null=True, blank=True)
 
     class Meta:
         ordering = ["-occurred_at", "-id"]

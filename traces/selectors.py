@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
-from urllib.parse import quote
 
 from context_runtime.wire import DECISIONS, STATUSES
 from django.conf import settings
@@ -16,6 +15,7 @@ from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.http import urlencode
 
+from console.kernel import tracing_links
 from console.kernel.errors import Conflict, Forbidden, NotFound
 from console.kernel.policy import Capability, agents_where, refuse, user_can, user_can_anywhere
 from console.kernel.wording import counted
@@ -436,6 +436,9 @@ def trace_export(trace: Trace) -> dict:
         "input_errors": trace.input_errors or [],
         "input_errors_total": trace.input_errors_total,
         "sections": trace.sections,
+        "otel": {"trace_id": trace.otel_trace_id, "span_id": trace.otel_span_id}
+        if trace.otel_trace_id
+        else None,
         "has_snapshot": trace.has_snapshot,
     }
 
@@ -589,7 +592,7 @@ def trace_page_context(*, user, trace: Trace) -> dict:
             0, (trace.input_errors_total or 0) - len(trace.input_errors or [])
         ),
         "sections": trace.sections,
-        "trace_link": trace_link(trace.request_id),
+        "trace_link": trace_link(trace),
         "shadow": shadow_card(trace, candidates),
     }
 
@@ -600,12 +603,32 @@ def _counts_in_order(counts: dict | None) -> list[tuple[str, int]]:
     return [(decision, counts[decision]) for decision in DECISIONS if counts.get(decision)]
 
 
-def trace_link(request_id: str) -> str | None:
-    """The request in the users' tracing system (TRACE_LINK_URL_TEMPLATE), or None."""
+@dataclass(frozen=True)
+class TraceLink:
+    """The trace in the users' tracing system (TRACE_LINK_URL_TEMPLATE): its URL, or why
+    there is none."""
+
+    url: str | None
+    why_none: str = ""
+
+
+def trace_link(trace: Trace) -> TraceLink | None:
+    """None without a template. A template needing an OpenTelemetry id the trace lacks gives
+    no URL and the reason in plain words: never a link that opens nothing."""
     template = settings.TRACE_LINK_URL_TEMPLATE
     if not template:
         return None
-    return template.replace("{request_id}", quote(request_id, safe=""))
+    url, missing = tracing_links.fill(
+        template,
+        {
+            "request_id": trace.request_id,
+            "trace_id": trace.otel_trace_id,
+            "span_id": trace.otel_span_id,
+        },
+    )
+    if missing:
+        return TraceLink(None, "its runtime recorded no trace id for this request")
+    return TraceLink(url)
 
 
 @dataclass

@@ -38,7 +38,7 @@ PURGE_BATCH = 5_000
 # still hold the previous shape), then moved with ON CONFLICT so a stored request_id is skipped.
 # Candidates are COPYed straight into their table, only for the traces actually inserted.
 _TEMP_TABLES = """
-CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v5 (
+CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v6 (
     request_id varchar(200), agent_id bigint, environment_id bigint, occurred_at timestamptz,
     received_at timestamptz, strategy varchar(100), strategy_version integer,
     profile_version integer, documents jsonb, config_fallback boolean,
@@ -53,7 +53,8 @@ CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v5 (
     selection_context_window integer, selection_max_input_tokens integer,
     candidates_truncated boolean, candidate_counts jsonb, input_errors jsonb,
     input_errors_total integer, sections jsonb, rollout_key varchar(100),
-    rollout_arm varchar(10), rollout_step integer
+    rollout_arm varchar(10), rollout_step integer, otel_trace_id varchar(32),
+    otel_span_id varchar(16)
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS ingest_snapshot_in (
     request_id varchar(200), ciphertext bytea, key_id varchar(16), created_at timestamptz,
@@ -69,7 +70,8 @@ TRACE_COLUMNS = (
     "input_estimate_unit, input_estimate_estimator, sources, shadow, snapshot_expires_at, "
     "engine, fixed_input_tokens, relevance_threshold, selection_context_window, "
     "selection_max_input_tokens, candidates_truncated, candidate_counts, input_errors, "
-    "input_errors_total, sections, rollout_key, rollout_arm, rollout_step"
+    "input_errors_total, sections, rollout_key, rollout_arm, rollout_step, otel_trace_id, "
+    "otel_span_id"
 )
 CANDIDATE_COLUMNS = (
     "trace_id, position, item_id, source, version, size, required, bundle, decision, reason, "
@@ -89,14 +91,14 @@ _MOVE_FROM_TEMP = f"""
 WITH keys AS (
     INSERT INTO traces_request_key (environment_id, request_id, trace_id, occurred_at)
     SELECT environment_id, request_id, nextval('traces_trace_id_seq'), occurred_at
-    FROM ingest_trace_in_v5
+    FROM ingest_trace_in_v6
     ORDER BY request_id
     ON CONFLICT (environment_id, request_id) DO NOTHING
     RETURNING trace_id, request_id, environment_id
 ), inserted AS (
     INSERT INTO traces_trace (id, {TRACE_COLUMNS})
     SELECT keys.trace_id, {", ".join("t." + c.strip() for c in TRACE_COLUMNS.split(","))}
-    FROM ingest_trace_in_v5 t
+    FROM ingest_trace_in_v6 t
     JOIN keys ON keys.request_id = t.request_id AND keys.environment_id = t.environment_id
     RETURNING id, request_id
 ), snapshots AS (
@@ -137,7 +139,7 @@ def trace_row(
     """The ingest_trace row of one trace, in TRACE_COLUMNS order. A trace without a
     `selection` block (a runtime older than the replay fields) stores blank/null there."""
     task, model, budget, estimate = trace.task, trace.model, trace.budget, trace.input_estimate
-    selection, rollout = trace.selection, trace.rollout
+    selection, rollout, otel = trace.selection, trace.rollout, trace.otel
     return (
         trace.request_id,
         agent_id,
@@ -182,6 +184,8 @@ def trace_row(
         rollout.id if rollout else None,
         rollout.arm if rollout else None,
         rollout.step if rollout else None,
+        otel.trace_id if otel else None,
+        otel.span_id if otel else None,
     )
 
 
@@ -406,7 +410,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         # longer retention, rarely, here).
         partitions.ensure_days(cursor, {row[3].date() for row in traces})
         raw = cursor.cursor  # the psycopg 3 cursor: COPY goes through it
-        _copy(raw, "ingest_trace_in_v5", TRACE_COLUMNS, traces)
+        _copy(raw, "ingest_trace_in_v6", TRACE_COLUMNS, traces)
         if snapshots:
             _copy(raw, "ingest_snapshot_in", "request_id, " + SNAPSHOT_COLUMNS, snapshots)
         cursor.execute(_MOVE_FROM_TEMP)

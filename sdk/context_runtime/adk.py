@@ -521,11 +521,13 @@ class ContextAssembly:
         """Everything :meth:`before_model_callback` does, returning what happened.
 
         With OpenTelemetry installed (the ``otel`` extra) the assembly is one span, a child of
-        ADK's model-call span (:mod:`context_runtime.otel`)."""
+        the span ADK has current for the callback, and the trace records its ids
+        (:mod:`context_runtime.otel`)."""
         request_id = self._request_id(callback_context)
         with otel.assembly_span(
             request_id=request_id,
             agent=getattr(self.client, "agent", None) or "",
+            agent_name=getattr(callback_context, "agent_name", None),
             model=getattr(llm_request, "model", None),
             conversation_id=_session_id(callback_context),
         ) as span:
@@ -933,6 +935,7 @@ class ContextAssembly:
         fields["status"] = status
         fields["degradation"] = degradation
         fields["rollout"] = serving.rollout
+        fields["otel"] = otel.recorded_ids()  # built inside the assembly's span
         resolution = getattr(snapshot, "resolution", None)
         if resolution is not None:
             fields.update(resolution.trace_fields())

@@ -4,16 +4,27 @@ metrics — only when ``opentelemetry-api`` is installed (the ``otel`` extra:
 nothing and costs nothing; nothing fails.
 
 **The span** (:func:`assembly_span`, opened by :class:`context_runtime.adk.ContextAssembly`
-around each model call's assembly): named ``assemble_context <agent>``, a child of whatever
-span is current — under ADK, its ``call_llm`` span, since ADK runs the
-``before_model_callback`` inside it. Attributes follow the OpenTelemetry GenAI semantic
-conventions where one applies (``gen_ai.operation.name`` = ``assemble_context``,
-``gen_ai.agent.name``, ``gen_ai.request.model``, ``gen_ai.conversation.id``, ``error.type``)
-and carry the rest under ``context_console.``: ``request_id`` (the trace's, to find it in the
-console), ``strategy``, ``strategy.version``, ``profile.version``, ``status``,
-``degradation``, ``candidates.selected`` / ``.excluded`` / ``.total`` / ``.truncated``,
-``input_tokens`` (the estimate), ``budget.max_input_tokens``, ``config.resolution``,
-``sections.user_context`` / ``sections.query_context`` (section keys), ``input_errors``.
+around each model call's assembly): named ``assemble_context <ADK agent name>``, a child of
+the span that is current when ADK calls the ``before_model_callback``, and ended before the
+model is called. Which span that is depends on ADK (``sdk/README.md`` § OpenTelemetry,
+pinned by ``sdk/tests/test_otel.py`` and the wheel check): ADK's ``call_llm`` span where ADK
+opens it before the callback (google-adk 1.29 to 2.12; 2.13 with
+``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1``), else the agent's ``invoke_agent <agent>`` span
+(google-adk 1.19 to 1.28; 2.13 by default), where ADK's model-call span (``call_llm``,
+``generate_content <model>``) follows it as a sibling. Either way it is in the same
+OpenTelemetry trace as ADK's spans, and the trace the runtime reports to the console records
+that trace's id and the span's own (:func:`recorded_ids`, the trace's ``otel`` block), so
+the console's trace page can link to it.
+
+Attributes follow the OpenTelemetry GenAI semantic conventions where one applies
+(``gen_ai.operation.name`` = ``assemble_context``; ``gen_ai.agent.name`` = the ADK agent's
+name, as ADK's own spans say it; ``gen_ai.request.model``, ``gen_ai.conversation.id``,
+``error.type``) and carry the rest under ``context_console.``: ``agent`` (the console's agent
+key), ``request_id`` (the trace's, to find it in the console), ``strategy``,
+``strategy.version``, ``profile.version``, ``status``, ``degradation``,
+``candidates.selected`` / ``.excluded`` / ``.total`` / ``.truncated``, ``input_tokens`` (the
+estimate), ``budget.max_input_tokens``, ``config.resolution``, ``sections.user_context`` /
+``sections.query_context`` (section keys), ``input_errors``.
 Never an item's contents, a section's value, the question or the principal. A status the
 model is not called for (``missing_required_data``, ``budget_exceeded``,
 ``source_conflict``, ``input_refused``) sets the span's status to ERROR with the reason.
@@ -39,6 +50,8 @@ import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from context_runtime import wire
+
 logger = logging.getLogger("context_runtime.otel")
 
 try:  # the optional extra
@@ -48,7 +61,14 @@ try:  # the optional extra
 except ImportError:  # pragma: no cover - exercised by the test without the extra
     _trace = _metrics = None  # type: ignore[assignment]
 
-__all__ = ["AVAILABLE", "OPERATION", "AssemblySpan", "assembly_span", "instrument"]
+__all__ = [
+    "AVAILABLE",
+    "OPERATION",
+    "AssemblySpan",
+    "assembly_span",
+    "instrument",
+    "recorded_ids",
+]
 
 AVAILABLE = _trace is not None
 OPERATION = "assemble_context"
@@ -131,6 +151,7 @@ def assembly_span(
     *,
     request_id: str,
     agent: str,
+    agent_name: str | None = None,
     strategy: str | None = None,
     model: str | None = None,
     conversation_id: str | None = None,
@@ -138,27 +159,51 @@ def assembly_span(
 ) -> Iterator[AssemblySpan]:
     """A span around one context assembly, current while it runs (so providers' own spans
     nest under it); a do-nothing :class:`AssemblySpan` without OpenTelemetry. An exception
-    is recorded on the span and raised again."""
+    is recorded on the span and raised again.
+
+    ``agent`` is the console's agent key (``context_console.agent``); ``agent_name`` the
+    application's name of the agent (ADK's ``LlmAgent.name``), which ``gen_ai.agent.name``
+    and the span's name carry as ADK's own spans do — the key when there is none."""
     if _trace is None:
         yield AssemblySpan()
         return
     tracer = _trace.get_tracer(_SCOPE, _version(), tracer_provider=tracer_provider)
+    name = agent_name or agent
     attributes = {
         "gen_ai.operation.name": OPERATION,
-        "gen_ai.agent.name": agent or "unknown",
+        "gen_ai.agent.name": name or "unknown",
         _PREFIX + "request_id": request_id,
     }
+    if agent:
+        attributes[_PREFIX + "agent"] = agent
     if strategy:
         attributes[_PREFIX + "strategy"] = strategy
     if model:
         attributes["gen_ai.request.model"] = model
     if conversation_id:
         attributes["gen_ai.conversation.id"] = conversation_id
-    name = f"{OPERATION} {agent}" if agent else OPERATION
+    # GenAI semconv: "{gen_ai.operation.name} {gen_ai.agent.name}".
     with tracer.start_as_current_span(
-        name, kind=_trace.SpanKind.INTERNAL, attributes=attributes
+        f"{OPERATION} {name}" if name else OPERATION,
+        kind=_trace.SpanKind.INTERNAL,
+        attributes=attributes,
     ) as span:
         yield AssemblySpan(span)
+
+
+def recorded_ids() -> wire.TraceOtel | None:
+    """The current span's trace id and span id as a trace's ``otel`` block — inside
+    :func:`assembly_span`, the assembly's — when that span is sampled (it reaches the tracing
+    system, so a link to it opens something); ``None`` otherwise and without OpenTelemetry."""
+    if _trace is None:
+        return None
+    context = _trace.get_current_span().get_span_context()
+    if not (context.is_valid and context.trace_flags.sampled):
+        return None
+    return wire.TraceOtel(
+        trace_id=_trace.format_trace_id(context.trace_id),
+        span_id=_trace.format_span_id(context.span_id),
+    )
 
 
 # ---------------------------------------------------------------- metrics

@@ -35,6 +35,10 @@ __all__ = [
     "MAX_REQUEST_ID_CHARS",
     "MAX_SHADOW_DIFFERENCES",
     "MAX_TRACES_PER_BATCH",
+    "OTEL_SPAN_ID_PATTERN",
+    "OTEL_SPAN_ID_RULE",
+    "OTEL_TRACE_ID_PATTERN",
+    "OTEL_TRACE_ID_RULE",
     "OUTCOMES",
     "REQUEST_ID_CHARS",
     "REQUEST_ID_PATTERN",
@@ -82,6 +86,7 @@ __all__ = [
     "StatusName",
     "Task",
     "Trace",
+    "TraceOtel",
     "TraceRollout",
     "candidate_counts",
     "input_errors",
@@ -119,6 +124,12 @@ REQUEST_ID_RULE = (
     f"1–{MAX_REQUEST_ID_CHARS} ASCII letters, digits and . _ : @ # - "
     "(no slash, space or control character; not '.' or '..')"
 )
+# The OpenTelemetry span of the assembly (W3C Trace Context): a trace id is 32 and a span id
+# 16 lowercase hex digits, and an id of all zeros is invalid (no span).
+OTEL_TRACE_ID_PATTERN = r"^(?!0{32}$)[0-9a-f]{32}$(?!\n)"
+OTEL_SPAN_ID_PATTERN = r"^(?!0{16}$)[0-9a-f]{16}$(?!\n)"
+OTEL_TRACE_ID_RULE = "32 lowercase hexadecimal digits, not all zero (a W3C trace id)"
+OTEL_SPAN_ID_RULE = "16 lowercase hexadecimal digits, not all zero (a W3C span id)"
 # occurred_at: at most this far ahead of the console's clock (clock skew), and not older than
 # the environment's trace retention (such a trace would be purged at once).
 MAX_CLOCK_SKEW_SECONDS = 300
@@ -367,6 +378,19 @@ class TraceRollout(_Wire):
     step: Count
 
 
+class TraceOtel(_Wire):
+    """The trace's ``otel`` block (new in 0.4.0; absent or null without a recorded span): the
+    OpenTelemetry trace and span id of the assembly's span, so the console can link the
+    request to the tracing system that holds the span (``TRACE_LINK_URL_TEMPLATE``)."""
+
+    trace_id: Annotated[
+        str, msgspec.Meta(pattern=OTEL_TRACE_ID_PATTERN, description=OTEL_TRACE_ID_RULE)
+    ]
+    span_id: Annotated[
+        str, msgspec.Meta(pattern=OTEL_SPAN_ID_PATTERN, description=OTEL_SPAN_ID_RULE)
+    ]
+
+
 class Rollout(_Wire):
     """One entry of the config payload's ``rollouts`` map (new in 0.4.0; older consoles send
     no map): the new version and its body, the share of units served it (0.0: everyone is
@@ -419,6 +443,8 @@ class Trace(_Wire):
     # The staged rollout this request was part of (new in 0.4.0): with it, ``documents`` names
     # the served arm's version and ``shadow`` the other arm's.
     rollout: TraceRollout | None = None
+    # The OpenTelemetry span the assembly ran in (new in 0.4.0), when one was recorded.
+    otel: TraceOtel | None = None
     selection: SelectionInfo | None = None
     # A trace with more candidates than MAX_CANDIDATES_PER_TRACE carries the ones that matter
     # most (`truncate_candidates`), this flag, and the counts of all of them by decision.

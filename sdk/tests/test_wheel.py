@@ -1,6 +1,7 @@
 """The wheel as a user gets it (issue 21.7): built from sdk/, installed into a clean virtual
 environment with the lowest and the newest google-adk the ``adk`` extra allows, the ADK
-example run against the fake console. Needs the package index and takes minutes, so it runs
+example run against the fake console, and the assembly span's place among ADK's spans checked
+against the documentation. Needs the package index and takes minutes, so it runs
 only when selected: ``pytest -m wheel`` (scripts/sdk_wheel_check.sh does the same by hand)."""
 
 from __future__ import annotations
@@ -44,3 +45,6 @@ def test_wheel__clean_venv_with_adk__example_runs_against_a_console(adk_version,
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert f"google-adk {adk_version}" in result.stdout
     assert "OK context-console-runtime 0.4.0" in result.stdout
+    # The assembly span's parent is the one sdk/README.md § OpenTelemetry states for this
+    # release, and the trace records the span's ids (wheel_check.otel_check).
+    assert "OK otel: the assembly span's parent is" in result.stdout

@@ -7,11 +7,18 @@ environment's interpreter.
 
 Checks that ``context_runtime`` comes from site-packages (not the source tree), that the
 example answers through the offline model with the assembled context, and (fake console)
-that the console got the manifest and one ``ready`` trace. Prints ``OK …`` and exits 0.
+that the console got the manifest and one ``ready`` trace. Then, in this process with
+OpenTelemetry's SDK (google-adk depends on it), runs the example once more against the same
+console and checks that the assembly span's parent is the one ``sdk/README.md`` §
+OpenTelemetry states for this google-adk (``otel_parentage.py``) and (fake console) that the
+trace it got records the span's ids; the line ``OK otel: …`` names the request, trace and
+span id, for a live console's test to find. Prints ``OK …`` and exits 0.
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import os
 import subprocess
 import sys
@@ -64,11 +71,70 @@ def main() -> int:
     finally:
         if console is not None:
             console.close()
+    otel_problems, otel_found = otel_check(adk_version)
+    if otel_problems:
+        print("FAIL OpenTelemetry: " + "; ".join(otel_problems))
+        return 1
     print(
         f"OK context-console-runtime {context_runtime.__version__} from {where.parent}, "
         f"google-adk {adk_version}: {answer[:90]}"
     )
+    print(f"OK otel: {otel_found}")
     return 0
+
+
+def otel_check(adk_version: str) -> tuple[list[str], str]:
+    """The example run once more in this process under an in-memory span exporter, against
+    CONSOLE_URL when set (the console's own test then reads the stored trace) or the fake
+    console: what differs from the documented parentage and ids (empty: none), and the line
+    that says what was found."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    sys.path.insert(0, str(HERE))
+    from otel_parentage import parentage
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    spec = importlib.util.spec_from_file_location("adk_example", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    os.environ.pop("GOOGLE_API_KEY", None)  # the offline model
+    console = None
+    if "CONSOLE_URL" in os.environ:
+        url, token = os.environ["CONSOLE_URL"], os.environ["CONSOLE_TOKEN"]
+        agent = os.environ.get("CONSOLE_AGENT", "assistant_professional")
+    else:
+        from fake_console import AGENT, TOKEN, FakeConsole
+
+        console = FakeConsole()
+        url, token, agent = console.url, TOKEN, AGENT
+    try:
+        asyncio.run(example.run(url, token, agent, "Can I still return order A1042?"))
+        stored = None if console is None else list(console.stored.values())
+    finally:
+        if console is not None:
+            console.close()
+    found = parentage(exporter.get_finished_spans())
+    if len(found) != 1:
+        return [f"{len(found)} assembly spans, not one"], ""
+    (one,) = found
+    problems = one.problems(adk_version)
+    ids = {
+        "trace_id": trace.format_trace_id(one.assembly.context.trace_id),
+        "span_id": trace.format_span_id(one.assembly.context.span_id),
+    }
+    if stored is not None and [t.get("otel") for t in stored] != [ids]:
+        problems.append(f"the console got {[t.get('otel') for t in stored]}, the span is {ids}")
+    request_id = one.assembly.attributes["context_console.request_id"]
+    return problems, (
+        f"the assembly span's parent is {one.parent.name!r}, as documented; request "
+        f"{request_id} trace {ids['trace_id']} span {ids['span_id']}"
+    )
 
 
 if __name__ == "__main__":

@@ -136,6 +136,7 @@ def test_contract_examples__all_files_found():
         "stream",
         "traces_batch",
         "traces_batch_refused",
+        "traces_otel",
         "traces_rejected_one_by_one",
         "traces_rollout",
     ]
