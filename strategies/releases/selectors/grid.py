@@ -221,11 +221,12 @@ def dashboard_context(*, user, agents) -> dict:
 
 
 # --- tokens and webhooks ------------------------------------------------------------------------------
-def live_findings(*, environment: Environment, agents=None) -> list[dict]:
-    """Live releases in `environment` that its latest manifest no longer supports, in the
-    shape of docs/runtime-contract.md §2's `warnings`: [{agent, document, version, errors}]. For the
-    runtime's manifest report and for health warnings."""
-    context = validation_context(environment=environment)
+def live_findings(*, environment: Environment, agents=None, candidate=None) -> list[dict]:
+    """Live releases in `environment` that its latest manifest no longer supports (or
+    `candidate`, a manifest reported but not stored yet, would not), in the shape of
+    docs/runtime-contract.md §2's `warnings`: [{agent, document, version, errors}]. For the
+    runtime's manifest report (which refuses a candidate with any) and for health warnings."""
+    context = validation_context(environment=environment, candidate=candidate)
     if context.manifest is None:
         return []
     releases = Release.objects.filter(environment=environment).select_related(
