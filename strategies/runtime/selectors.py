@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from console.kernel.errors import ValidationFailed
 from strategies.catalog.dependents import Reference, agent_has_traces
-from strategies.catalog.models import Agent, Environment
+from strategies.catalog.models import Agent, Environment, Manifest
 from strategies.catalog.selectors import environment_list, latest_manifests
 from strategies.delivery.models import ConfigPayload
 from strategies.documents.models import Document, Version
@@ -171,6 +171,7 @@ class EnvironmentRuntimes:
     rows: list[RuntimeRow] = field(default_factory=list)
     revoked_tokens: list[RuntimeToken] = field(default_factory=list)
     page: Page | None = None  # set when one environment is paged through
+    manifest: Manifest | None = None  # what its runtime last reported it implements, by whom
 
     @property
     def live_label(self) -> str:
@@ -294,6 +295,7 @@ def runtimes_of_agent(
         paged = Paginator(listed.select_related("token").order_by(*order), PAGE_ROWS).get_page(page)
         shown = list(paged.object_list)
     revoked = _revoked_tokens_in_use(agent)
+    manifests = latest_manifests()
 
     result = []
     for env in [environment] if environment is not None else environment_list():
@@ -311,6 +313,7 @@ def runtimes_of_agent(
             changed_long_ago=changed_long_ago,
             revoked_tokens=[t for t in revoked if t.environment_id == env.pk],
             page=paged,
+            manifest=manifests.get(env.pk),
         )
         for group in counts:
             if group["environment_id"] != env.pk:
@@ -340,7 +343,13 @@ def runtimes_of_agent(
                     token_revoked=item.token is not None and item.token.revoked_at is not None,
                 )
             )
-        if runtimes.rows or runtimes.listed or runtimes.revoked_tokens or payload is not None:
+        if (
+            runtimes.rows
+            or runtimes.listed
+            or runtimes.revoked_tokens
+            or payload is not None
+            or runtimes.manifest is not None
+        ):
             result.append(runtimes)
     return result
 

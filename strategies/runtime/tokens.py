@@ -31,11 +31,7 @@ def _identity_forget_after_commit(token: RuntimeToken, *, revoked: bool) -> None
     transaction.on_commit(lambda: identity_forget(hash_hex, revoked=revoked), robust=True)
 
 
-MANIFEST_NEEDS_ALL_AGENTS = (
-    "manifest:write needs a token for every agent: a manifest describes the whole "
-    "environment's runtime, so a token limited to some agents is refused (403) at its first "
-    "report. Give it every agent, or leave manifest:write out of this token."
-)
+MANIFEST_NEEDS_ALL_AGENTS = "manifest:write needs a token for every agent"
 
 
 def check_token_can_use_capabilities(*, capabilities, all_agents: bool) -> None:
@@ -44,14 +40,12 @@ def check_token_can_use_capabilities(*, capabilities, all_agents: bool) -> None:
     refuses every report it makes). The form, the API and the command all come through here."""
     if "manifest:write" in capabilities and not all_agents:
         raise ValidationFailed(
-            MANIFEST_NEEDS_ALL_AGENTS,
+            f"{MANIFEST_NEEDS_ALL_AGENTS}: a manifest describes the whole environment's "
+            "runtime, so a token limited to some agents could never report one. Give it every "
+            "agent, or leave manifest:write out of this token.",
             code="manifest_needs_all_agents",
             details=[
-                Finding(
-                    "capabilities",
-                    "manifest_needs_all_agents",
-                    "manifest:write only works on a token for every agent.",
-                )
+                Finding("capabilities", "manifest_needs_all_agents", MANIFEST_NEEDS_ALL_AGENTS)
             ],
         )
 
