@@ -35,8 +35,6 @@ and sends it again whenever the registry changes::
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -548,7 +546,7 @@ class ManifestReporter:
 
 
 def _instance_header(instance_id: str | None) -> dict[str, str]:
-    return {"X-Runtime-Instance": instance_id or f"{socket.gethostname()}:{os.getpid()}"}
+    return {"X-Runtime-Instance": instance_id or http.default_instance_id()}
 
 
 def _refusal_text(response: http.Response) -> str:
