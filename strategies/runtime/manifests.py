@@ -18,7 +18,7 @@ from context_runtime.findings import blocking
 from context_runtime.manifest import Manifest as RuntimeManifest
 from context_runtime.manifest import validate_manifest
 
-from console.kernel.audit import actor_label
+from console.kernel.audit import AccessAction, access_record, actor_label
 from console.kernel.errors import Conflict, Forbidden
 from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Environment, Manifest
@@ -100,13 +100,39 @@ def _reported_words(row: Manifest) -> str:
     return f"{who}, {row.created_at:%Y-%m-%d %H:%M} UTC"
 
 
-@service_transaction(durable=True)
 def manifest_report(*, environment: Environment, body, actor, instance: str = "") -> ManifestReport:
     """A runtime reports what it implements (docs/runtime-contract.md §2): refused (409) when
-    it would leave a live version unservable, else stored by the one manifest service (an
-    identical manifest keeps its version), then the live releases it no longer supports come
-    back as warnings (none, once the refusal passed: kept for older consoles' contract).
-    Only an all-agents token may report it; `instance` says which process did."""
+    it would leave a live version unservable — the refusal written to the access log once
+    the transaction rolled back, for the runtimes page —, else stored by the one manifest
+    service (an identical manifest keeps its version), then the live releases it no longer
+    supports come back as warnings (none once the refusal passed, unless `manifest_load` set
+    one that breaks live). Only an all-agents token may report it; `instance` says which
+    process did."""
+    try:
+        return _manifest_report(environment=environment, body=body, actor=actor, instance=instance)
+    except Conflict as refused:
+        if refused.code == BREAKS_LIVE:
+            access_record(
+                actor=actor,
+                action=AccessAction.MANIFEST_REFUSE,
+                target=environment,
+                outcome="denied",
+                detail={
+                    "runtime": str(body.get("runtime", ""))[:200],
+                    "instance": instance,
+                    "token": actor_label(actor),
+                    "live": [
+                        f"{w['agent']} {w['document']} v{w['version']}"
+                        for w in refused.extra["live"]
+                    ],
+                    "findings": len(refused.details),
+                },
+            )
+        raise
+
+
+@service_transaction(durable=True)
+def _manifest_report(*, environment: Environment, body, actor, instance: str) -> ManifestReport:
     manifest_writer_check(actor)
     refusal = manifest_report_refusal(environment=environment, body=body)
     if refusal is not None:

@@ -12,7 +12,9 @@ from django.db.models import Case, Count, F, Q, Value, When, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
+from console.kernel.audit import AccessAction
 from console.kernel.errors import ValidationFailed
+from console.kernel.models import AccessLogEntry
 from strategies.catalog.dependents import Reference, agent_has_traces
 from strategies.catalog.models import Agent, Environment, Manifest
 from strategies.catalog.selectors import environment_list, latest_manifests
@@ -172,6 +174,7 @@ class EnvironmentRuntimes:
     revoked_tokens: list[RuntimeToken] = field(default_factory=list)
     page: Page | None = None  # set when one environment is paged through
     manifest: Manifest | None = None  # what its runtime last reported it implements, by whom
+    refused: AccessLogEntry | None = None  # a later report refused: it would break live
 
     @property
     def live_label(self) -> str:
@@ -296,6 +299,7 @@ def runtimes_of_agent(
         shown = list(paged.object_list)
     revoked = _revoked_tokens_in_use(agent)
     manifests = latest_manifests()
+    refusals = manifest_refusals_since(manifests)
 
     result = []
     for env in [environment] if environment is not None else environment_list():
@@ -314,6 +318,7 @@ def runtimes_of_agent(
             revoked_tokens=[t for t in revoked if t.environment_id == env.pk],
             page=paged,
             manifest=manifests.get(env.pk),
+            refused=refusals.get(env.pk),
         )
         for group in counts:
             if group["environment_id"] != env.pk:
@@ -352,6 +357,25 @@ def runtimes_of_agent(
         ):
             result.append(runtimes)
     return result
+
+
+def manifest_refusals_since(manifests: dict[int, Manifest]) -> dict[int, AccessLogEntry]:
+    """{environment id: the latest manifest report refused there (strategies.runtime.manifests,
+    written to the access log), when it came after the manifest kept}: a stray runtime using
+    that environment's token, or a deploy that must wait for a publish. One query."""
+    rows = (
+        AccessLogEntry.objects.filter(
+            action=AccessAction.MANIFEST_REFUSE.value, target_type=Environment._meta.label_lower
+        )
+        .order_by("target_id", "-id")
+        .distinct("target_id")
+    )
+    latest = {}
+    for row in rows:
+        kept = manifests.get(int(row.target_id))
+        if kept is None or row.occurred_at > kept.created_at:
+            latest[int(row.target_id)] = row
+    return latest
 
 
 def runtime_instances_list(*, agents, environment: Environment | None = None):

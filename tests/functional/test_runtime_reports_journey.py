@@ -110,7 +110,7 @@ def test_manifest_pages__say_which_runtime_reported_what__example_refused(page, 
 
     # ops publishes v3 to sg-test: the check names the runtime, the process and the day.
     login("ops", "ops-pass-1")
-    page.goto(f"{live_server.url}/releases/{AGENT}/{STRATEGY}/sg-test/publish/?version=3")
+    page.goto(f"{live_server.url}/releases/{AGENT}/{STRATEGY}/sg-test/publish/?version=2")
     preview = page.locator("#change-preview")
     report = preview.locator("[data-runtime-report]")
     words = report.locator("p").first.inner_text()
@@ -130,5 +130,9 @@ def test_manifest_pages__say_which_runtime_reported_what__example_refused(page, 
     sg_report = page.locator("[data-manifest-of='sg-test']")
     assert "bank-assistant 2026.12.1 on pod-7:4242" in sg_report.inner_text()
     assert "What it implements, as its runtime reported on" in sg_report.inner_text()
+    refused_note = page.locator("[data-manifest-refused='sg-test']").inner_text()
+    assert "A later report was refused" in refused_note
+    assert "sdk example on laptop:99" in refused_note
+    assert "after_sales_consultation v3" in refused_note
     assert layout_faults(page) == {}
     shot(page, "runtimes")

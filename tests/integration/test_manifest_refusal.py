@@ -8,13 +8,15 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.test import Client
 
-from console.kernel.models import AuditRecord
+from console.kernel.models import AccessLogEntry, AuditRecord
 from strategies.catalog.models import Manifest
 from strategies.releases.services import release_publish
 from tests.factories import manifest_body, release_setup, runtime_token
 
 MANIFEST = "/api/v1/runtime/manifest"
+RUNTIMES = "/releases/assistant_professional/runtimes/"
 
 pytestmark = pytest.mark.django_db
 
@@ -114,3 +116,28 @@ def test_manifest_schema__409_documented(client, world):
     put = schema["paths"]["/api/v1/runtime/manifest"]["put"]
     assert "409" in put["responses"]
     assert "manifest_breaks_live" in put["responses"]["409"]["description"]
+
+
+def test_manifest_put__refused__access_logged_and_runtimes_page_says_who_tried(client, world):
+    example = {"runtime": "sdk example", **manifest_body(handlers=[])}
+    assert report(client, world.secret, example, instance="laptop:99").status_code == 409
+
+    [row] = AccessLogEntry.objects.filter(action="manifest.refuse")
+    assert (row.outcome, row.target_id) == ("denied", str(world.sg.pk))
+    assert row.detail == {
+        "runtime": "sdk example",
+        "instance": "laptop:99",
+        "token": "test sg-test",
+        "live": ["assistant_professional after_sales_consultation v3"],
+        "findings": 1,
+    }
+    page = Client()
+    page.force_login(world.ops)
+    text = page.get(RUNTIMES).content.decode()
+    assert 'data-manifest-refused="sg-test"' in text
+    assert '<strong>sdk example</strong> on <span class="mono">laptop:99</span>' in text
+    assert "after_sales_consultation v3" in text
+
+    # A later accepted report: the refusal is history, no longer on the page.
+    assert report(client, world.secret, more_than_before()).status_code == 200
+    assert 'data-manifest-refused="sg-test"' not in page.get(RUNTIMES).content.decode()
