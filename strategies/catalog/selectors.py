@@ -230,11 +230,14 @@ def runtime_feature_finding(
     )
 
 
+ARCHIVED = "environment_archived"
+
+
 def archived_finding(environment: Environment, path: str = "") -> Finding:
     """Why nothing new goes into an archived environment: a publish, a runtime token."""
     return Finding(
         path,
-        "environment_archived",
+        ARCHIVED,
         f"{environment.key} is archived: nothing new goes live there. An admin can unarchive "
         "it under Agents & environments.",
     )

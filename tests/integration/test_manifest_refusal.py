@@ -141,3 +141,15 @@ def test_manifest_put__refused__access_logged_and_runtimes_page_says_who_tried(c
     # A later accepted report: the refusal is history, no longer on the page.
     assert report(client, world.secret, more_than_before()).status_code == 200
     assert 'data-manifest-refused="sg-test"' not in page.get(RUNTIMES).content.decode()
+
+
+def test_manifest_put__archived_environment__report_that_breaks_nothing_accepted(client, world):
+    """Archiving stops new publishes, not what is live there nor its runtime's reports."""
+    from strategies.catalog.services import environment_archive
+
+    environment_archive(environment=world.sg, actor=world.admin)
+
+    response = report(client, world.secret, more_than_before())
+
+    assert response.status_code == 200, response.content
+    assert response.json()["warnings"] == []

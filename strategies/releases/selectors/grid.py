@@ -18,7 +18,12 @@ from console.kernel.policy import (
 )
 from strategies.catalog.dependents import Reference
 from strategies.catalog.models import Environment
-from strategies.catalog.selectors import body_findings, environment_list, validation_context
+from strategies.catalog.selectors import (
+    ARCHIVED,
+    body_findings,
+    environment_list,
+    validation_context,
+)
 from strategies.documents.models import Document, Version
 from strategies.releases.models import (
     ApprovalRequest,
@@ -236,9 +241,17 @@ def live_findings(*, environment: Environment, agents=None, candidate=None) -> l
         releases = releases.filter(document__agent__in=agents)
     warnings = []
     for release in releases.order_by("document__agent__key", "document__key"):
-        errors = blocking(
-            body_findings(kind=release.document.kind, body=release.version.body, context=context)
-        )
+        # What the runtime lacks only: an archived environment stops new publishes, not what
+        # is live there (nor its runtime's reports).
+        errors = [
+            finding
+            for finding in blocking(
+                body_findings(
+                    kind=release.document.kind, body=release.version.body, context=context
+                )
+            )
+            if finding.code != ARCHIVED
+        ]
         if errors:
             warnings.append(
                 {
