@@ -24,8 +24,10 @@ go live meanwhile).
 In a long-running runtime use :class:`ManifestReporter` (or
 :func:`report_manifest_in_background`, which starts one): a background thread that retries
 until the manifest lands (backoff with jitter, capped at ``backoff_max``; a refused token
-waits longer; a manifest the console refuses as invalid waits for the registry to change)
-and sends it again whenever the registry changes::
+waits longer; a manifest the console refuses — invalid, or 409 ``manifest_breaks_live``
+because this runtime could not serve what is live in the token's environment — is logged as
+an ERROR with each finding and waits for the registry to change) and sends it again
+whenever the registry changes::
 
     reporter = ManifestReporter(CONSOLE_URL, TOKEN, registry, "bank-assistant 2026.11.3")
     reporter.start()
