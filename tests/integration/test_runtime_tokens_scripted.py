@@ -172,6 +172,12 @@ def test_migration__roles_and_personal_tokens_with_manage_tokens__gain_manage_ru
     migration = importlib.import_module("console.migrations.0009_manage_runtime_tokens_capability")
     webhooks_only = RoleFactory(name="webhook keeper", capabilities=["manage_tokens"])
     untouched = RoleFactory(name="reader", capabilities=["view_config"])
+    hooks_token, _ = personal_token_create(
+        user=world, name="hooks-ci", capabilities=["manage_tokens"], all_agents=True
+    )
+    reader_token, _ = personal_token_create(
+        user=world, name="read-ci", capabilities=["view_config"], all_agents=True
+    )
 
     migration.add(django_apps, None)
 
@@ -179,4 +185,8 @@ def test_migration__roles_and_personal_tokens_with_manage_tokens__gain_manage_ru
     untouched.refresh_from_db()
     assert webhooks_only.capabilities == ["manage_tokens", "manage_runtime_tokens"]
     assert untouched.capabilities == ["view_config"]
+    hooks_token.refresh_from_db()
+    reader_token.refresh_from_db()
+    assert hooks_token.capabilities == ["manage_tokens", "manage_runtime_tokens"]
+    assert reader_token.capabilities == ["view_config"]
     assert "manage_runtime_tokens" in Role.objects.get(name="admin").capabilities
