@@ -163,6 +163,9 @@ class AccessAction(_LabelledAction):
     CONFIG_EXPORT = "config.export", "Configuration exported"
     AUTH_LOGIN = "auth.login", "Sign-in"
     ACCESS_DENIED = "access.denied", "Access refused"
+    # A runtime's manifest report refused because it breaks live (issue 32): nothing changed,
+    # so not an audit row; kept so the runtimes page can say which runtime tried what.
+    MANIFEST_REFUSE = "manifest.refuse", "Manifest report refused"
 
 
 def _member(actions: type[_LabelledAction], action) -> _LabelledAction:

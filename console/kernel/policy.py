@@ -38,7 +38,10 @@ class Capability(StrEnum):
     ENABLE_SENSITIVE = "enable_sensitive"
     MANAGE_GRANTS = "manage_grants"
     VIEW_AUDIT = "view_audit"
-    MANAGE_TOKENS = "manage_tokens"
+    MANAGE_TOKENS = "manage_tokens"  # webhooks (the name predates runtime tokens' own)
+    # Runtime tokens alone (issue 32): what a platform team's onboarding script needs, without
+    # the webhooks (which send every release to a URL of one's choosing).
+    MANAGE_RUNTIME_TOKENS = "manage_runtime_tokens"
     MANAGE_CATALOG = "manage_catalog"  # agents and environments: onboarding, archive, retention
 
 
@@ -56,7 +59,8 @@ CAPABILITY_LABELS = {
     Capability.ENABLE_SENSITIVE: "Enable sensitive context sections",
     Capability.MANAGE_GRANTS: "Manage roles and grants",
     Capability.VIEW_AUDIT: "View audit and access logs",
-    Capability.MANAGE_TOKENS: "Manage runtime tokens and webhooks",
+    Capability.MANAGE_TOKENS: "Manage webhooks",
+    Capability.MANAGE_RUNTIME_TOKENS: "Create and revoke runtime tokens",
     Capability.MANAGE_CATALOG: "Create and edit agents and environments",
 }
 

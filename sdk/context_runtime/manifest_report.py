@@ -24,8 +24,10 @@ go live meanwhile).
 In a long-running runtime use :class:`ManifestReporter` (or
 :func:`report_manifest_in_background`, which starts one): a background thread that retries
 until the manifest lands (backoff with jitter, capped at ``backoff_max``; a refused token
-waits longer; a manifest the console refuses as invalid waits for the registry to change)
-and sends it again whenever the registry changes::
+waits longer; a manifest the console refuses — invalid, or 409 ``manifest_breaks_live``
+because this runtime could not serve what is live in the token's environment — is logged as
+an ERROR with each finding and waits for the registry to change) and sends it again
+whenever the registry changes::
 
     reporter = ManifestReporter(CONSOLE_URL, TOKEN, registry, "bank-assistant 2026.11.3")
     reporter.start()
@@ -254,14 +256,18 @@ def report_manifest(
     backoff_initial: float = 0.5,
     backoff_max: float = 10.0,
     raise_on_failure: bool = False,
+    instance_id: str | None = None,
 ) -> ManifestResult | None:
     """``PUT /api/v1/runtime/manifest`` with what ``registry`` holds.
 
     Connection errors, timeouts, 408, 429 and 5xx are retried up to ``attempts`` tries in all
-    with backoff and jitter; a refused manifest (400) or token (401, 403) is not. Returns the
-    console's answer, or ``None`` after logging why it failed; with ``raise_on_failure``
-    raises :class:`ManifestReportError` (or ``ValueError`` for an invalid registry) instead.
-    Every warning the console returns is logged.
+    with backoff and jitter; a refused manifest (400, or 409 ``manifest_breaks_live``: this
+    runtime could not serve what is live in the token's environment) or token (401, 403) is
+    not. Returns the console's answer, or ``None`` after logging why it failed (a refusal at
+    ERROR with each finding); with ``raise_on_failure`` raises :class:`ManifestReportError`
+    (or ``ValueError`` for an invalid registry) instead. Every warning the console returns is
+    logged. ``instance_id`` (default ``<host>:<pid>``, as ``ConfigClient``'s) tells the console
+    which process reported, so its pages can say so.
     """
     try:
         if isinstance(registry, Registry):
@@ -279,17 +285,20 @@ def report_manifest(
     _names.remember(token, runtime_name)  # the heartbeat's name (ConfigClient.runtime_name)
     data = msgspec.json.encode(body)
     url = http.runtime_url(base_url, "manifest")
+    headers = _instance_header(instance_id)
     error: ManifestReportError | None = None
     for attempt in range(1, max(1, attempts) + 1):
         try:
-            response = http.request("PUT", url, token=token, timeout=timeout, body=data)
+            response = http.request(
+                "PUT", url, token=token, timeout=timeout, body=data, headers=headers
+            )
         except TransportError as failure:
             error = ManifestReportError(str(failure))
         else:
             if response.ok:
                 return _accepted(response, body)
             code, _ = http.error_of(response.body)
-            error = ManifestReportError(response.error_summary(), response.status, code)
+            error = ManifestReportError(_refusal_text(response), response.status, code)
             if not (response.status in (408, 429) or response.status >= 500):
                 break  # the console will not change its mind on a retry
         if attempt < attempts:
@@ -327,8 +336,9 @@ class ManifestReporter:
     and 5xx after ``backoff_initial`` doubling up to ``backoff_max`` seconds with jitter (or
     the console's ``Retry-After``); 401/403 likewise from ``auth_backoff_initial``, logged as
     an ERROR each time (the token may be fixed while the runtime runs); a manifest the console
-    refuses (400) is logged and waits for the registry to change. ``attempts`` bounds the tries
-    per change (``None``: no bound).
+    refuses (400, or 409 ``manifest_breaks_live``) is logged as an ERROR with each finding
+    and waits for the registry to change — never retried as it is. ``attempts`` bounds the
+    tries per change (``None``: no bound). ``instance_id``: as :func:`report_manifest`.
     """
 
     def __init__(
@@ -344,6 +354,7 @@ class ManifestReporter:
         auth_backoff_initial: float = 60.0,
         debounce: float = 0.5,
         attempts: int | None = None,
+        instance_id: str | None = None,
     ):
         if not isinstance(registry, Registry):
             raise TypeError("registry must be a context_runtime.manifest_report.Registry")
@@ -358,6 +369,7 @@ class ManifestReporter:
         self.auth_backoff_initial = auth_backoff_initial
         self.debounce = debounce
         self.attempts = attempts
+        self._headers = _instance_header(instance_id)
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._outcome = threading.Event()  # the current body landed or was given up on
@@ -467,7 +479,12 @@ class ManifestReporter:
         data = msgspec.json.encode(body)
         try:
             response = http.request(
-                "PUT", self._url, token=self._token, timeout=self.timeout, body=data
+                "PUT",
+                self._url,
+                token=self._token,
+                timeout=self.timeout,
+                body=data,
+                headers=self._headers,
             )
         except TransportError as failure:
             return self._failed(str(failure))
@@ -501,7 +518,10 @@ class ManifestReporter:
         if response.status in (408, 429) or response.status >= 500:
             return self._failed(summary, minimum=http.retry_after_seconds(response))
         self._refused = True
-        self._give_up(f"the console refused it ({summary}); sent again when the registry changes")
+        self._give_up(
+            f"the console refused it ({_refusal_text(response)}); not retried, sent again when "
+            "the registry changes"
+        )
         return None
 
     def _failed(self, message: str, minimum: float | None = None) -> float:
@@ -527,6 +547,28 @@ class ManifestReporter:
         self._last_error = why
         logger.error("Manifest of %s not reported: %s", self.runtime_name, why)
         self._outcome.set()
+
+
+def _instance_header(instance_id: str | None) -> dict[str, str]:
+    return {"X-Runtime-Instance": instance_id or http.default_instance_id()}
+
+
+def _refusal_text(response: http.Response) -> str:
+    """The console's refusal in one log line: its summary, then each finding it names (a
+    409 ``manifest_breaks_live`` names every live version this runtime could not serve)."""
+    summary = response.error_summary()
+    try:
+        answer = _json.decode(response.body)
+    except (msgspec.DecodeError, ValueError):
+        return summary
+    error = answer.get("error") if isinstance(answer, dict) else None
+    details = error.get("details") if isinstance(error, dict) else None
+    lines = [
+        f"{d.get('path') or '-'}: {d.get('message')}"
+        for d in details or []
+        if isinstance(d, dict) and d.get("message")
+    ]
+    return summary + "".join(f"\n  - {line}" for line in lines[:50])
 
 
 def _accepted(response: http.Response, body: dict) -> ManifestResult:

@@ -143,6 +143,10 @@ class FakeConsole:
         self.token_covers_several_agents = False
         self.manifests: list[dict] = []
         self.manifest_warnings: list[dict] = []
+        # Set to (status, code, message, details): every report is refused so (e.g. 409
+        # manifest_breaks_live); manifest_instances records each report's X-Runtime-Instance.
+        self.manifest_refusal: tuple | None = None
+        self.manifest_instances: list[str | None] = []
         self.heartbeats: list[dict] = []  # the bodies the console recorded
         # The stream (§1a): on or off, its heartbeat, the open streams' queues and every
         # connection taken (time.monotonic(), Last-Event-ID).
@@ -514,6 +518,10 @@ class FakeConsole:
         length = int(handler.headers.get("Content-Length") or 0)
         raw = handler.rfile.read(length)
         if self._gate("manifest", handler) is None:
+            return
+        self.manifest_instances.append(handler.headers.get("X-Runtime-Instance"))
+        if self.manifest_refusal is not None:
+            _send_error(handler, *self.manifest_refusal)
             return
         body = msgspec.json.decode(raw)
         problems = validate_manifest(body)

@@ -302,3 +302,69 @@ def test_manifest_reporter__token_refused__unauthorized_and_slow(console, manife
 
     assert wait_for(lambda: reporter.status()["reported"], timeout=5.0)
     assert reporter.status()["unauthorized"] is False
+
+
+# ---------------------------------------------------------------- refused: it breaks live (issue 32)
+
+BREAKS_LIVE = (
+    409,
+    "manifest_breaks_live",
+    "Manifest refused: the sg-test runtime that sent it could not serve what is live there "
+    "(assistant_professional after_sales_consultation v3).",
+    [
+        {
+            "path": "on_missing.order_delivery",
+            "code": "unknown_handler",
+            "message": "assistant_professional after_sales_consultation v3 (live): the runtime "
+            "does not implement the handler general_policy_only",
+        }
+    ],
+)
+
+
+def test_manifest_report__breaks_live_409__asked_once_logged_with_each_finding(console, caplog):
+    console.manifest_refusal = BREAKS_LIVE
+    caplog.set_level(logging.ERROR, logger="context_runtime.manifest")
+
+    with pytest.raises(ManifestReportError) as refused:
+        report_manifest(
+            console.url,
+            TOKEN,
+            bank_registry(),
+            RUNTIME,
+            backoff_initial=0.01,
+            raise_on_failure=True,
+            instance_id="pod-7:4242",
+        )
+
+    assert (refused.value.status, refused.value.code) == (409, "manifest_breaks_live")
+    assert console.manifest_instances == ["pod-7:4242"]  # asked once, naming the process
+    assert "manifest_breaks_live" in caplog.text
+    assert "on_missing.order_delivery: assistant_professional" in caplog.text
+    assert "general_policy_only" in caplog.text
+
+
+def test_manifest_reporter__breaks_live_409__refused_not_retried_loud(
+    console, manifest_reporters, caplog
+):
+    console.manifest_refusal = BREAKS_LIVE
+    caplog.set_level(logging.ERROR, logger="context_runtime.manifest")
+    reporter = fast(console.url, bank_registry(), manifest_reporters)
+
+    assert reporter.join(3.0)
+    time.sleep(0.3)  # several backoff_max periods: a retry would have come by now
+
+    status = reporter.status()
+    assert (status["refused"], status["reported"], status["unauthorized"]) == (True, False, False)
+    assert len(console.manifest_instances) == 1
+    assert "general_policy_only" in status["last_error"]
+    assert [r.levelname for r in caplog.records if "refused" in r.getMessage()] == ["ERROR"]
+
+
+def test_manifest_report__default_instance__host_and_pid(console):
+    import os
+    import socket
+
+    report_manifest(console.url, TOKEN, bank_registry(), RUNTIME)
+
+    assert console.manifest_instances == [f"{socket.gethostname()}:{os.getpid()}"]

@@ -120,6 +120,9 @@ class Manifest(models.Model):
     runtime = models.CharField(
         max_length=200, blank=True, help_text="Runtime build, e.g. bank-assistant 2026.11.3"
     )
+    # Which process reported it (the SDK's `X-Runtime-Instance`, as in its heartbeats): with
+    # `runtime`, `reported_by` (the token) and `created_at`, the pages say who reported what.
+    instance = models.CharField(max_length=200, blank=True, help_text="e.g. host:pid")
     body = models.JSONField(help_text="Wire form: providers, tools, handlers, sections, switches.")
     content_hash = models.CharField(max_length=64)
     reported_by = models.CharField(max_length=200, blank=True)

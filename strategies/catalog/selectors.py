@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from context_runtime import documents
+from context_runtime import canonical, documents
 from context_runtime.findings import Finding
 from context_runtime.manifest import Manifest as RuntimeManifest
 from django.db.models import Count, F
@@ -101,6 +101,13 @@ def runtime_manifest(*, environment: Environment, row: Manifest | None = None):
     return RuntimeManifest.from_dict(row.body, name=environment.key)
 
 
+def manifest_wire(*, environment: Environment, body: dict) -> tuple[dict, str]:
+    """A valid manifest body's normalised wire form and its content hash: the order of names
+    does not make a manifest different (what is stored, and what "unchanged" compares)."""
+    wire = RuntimeManifest.from_dict(body, name=environment.key).to_dict()
+    return wire, canonical.content_hash(wire)
+
+
 def no_manifest_finding(environment: Environment) -> Finding:
     return Finding(
         "",
@@ -160,12 +167,18 @@ class ValidationContext:
     sensitive: frozenset[str]
 
 
-def validation_context(*, environment: Environment | None = None) -> ValidationContext:
-    row = manifest_latest(environment=environment) if environment else None
+def validation_context(
+    *, environment: Environment | None = None, candidate: RuntimeManifest | None = None
+) -> ValidationContext:
+    """`candidate`: judge against a manifest not stored yet (a runtime's report, before it is
+    accepted) instead of the environment's latest."""
+    row = manifest_latest(environment=environment) if environment and candidate is None else None
+    if candidate is None and row is not None:
+        candidate = runtime_manifest(environment=environment, row=row)
     return ValidationContext(
         environment=environment,
         manifest_row=row,
-        manifest=runtime_manifest(environment=environment, row=row) if row else None,
+        manifest=candidate,
         agent_keys=agent_keys(),
         sensitive=sensitive_section_keys(),
     )
@@ -189,7 +202,7 @@ def body_findings(
         agent_keys=context.agent_keys,
         sensitive=context.sensitive,
     )
-    if context.environment is not None and context.manifest_row is None:
+    if context.environment is not None and context.manifest is None:
         findings.insert(0, no_manifest_finding(context.environment))
     if context.environment is not None and context.environment.archived_at is not None:
         findings.insert(0, archived_finding(context.environment))
@@ -206,21 +219,25 @@ def runtime_feature_finding(
     if context.manifest is None or context.manifest.supports(feature):
         return None
     declared = ", ".join(sorted(context.manifest.features)) or "none"
+    row = context.manifest_row
     return Finding(
         "features",
         f"{feature}_unsupported",
         f"The {environment.key} runtime does not declare {feature} support in its manifest "
-        f"(features it declares: {declared}; manifest v{context.manifest_row.version}). "
+        f"(features it declares: {declared}{f'; manifest v{row.version}' if row else ''}). "
         f'Upgrade it to an SDK that runs {feature} releases (its manifest lists "{feature}" '
         "in features) and let it report again.",
     )
+
+
+ARCHIVED = "environment_archived"
 
 
 def archived_finding(environment: Environment, path: str = "") -> Finding:
     """Why nothing new goes into an archived environment: a publish, a runtime token."""
     return Finding(
         path,
-        "environment_archived",
+        ARCHIVED,
         f"{environment.key} is archived: nothing new goes live there. An admin can unarchive "
         "it under Agents & environments.",
     )

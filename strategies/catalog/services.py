@@ -14,7 +14,6 @@ import re
 
 from context_runtime import canonical
 from context_runtime.findings import blocking
-from context_runtime.manifest import Manifest as RuntimeManifest
 from context_runtime.manifest import validate_manifest
 from django.db import IntegrityError, transaction
 from django.db.models import ProtectedError
@@ -42,6 +41,7 @@ from strategies.catalog.models import (
     Environment,
     Manifest,
 )
+from strategies.catalog.selectors import manifest_wire
 
 # Retention is counted in whole days; ten years is the longest any environment may keep.
 MAX_RETENTION_DAYS = 3650
@@ -673,7 +673,13 @@ def environment_delete(*, environment: Environment, actor, reason: str = "") -> 
 
 @service_transaction
 def manifest_record(
-    *, environment: Environment, body: dict, runtime: str = "", reported_by: str = "", actor=None
+    *,
+    environment: Environment,
+    body: dict,
+    runtime: str = "",
+    reported_by: str = "",
+    instance: str = "",
+    actor=None,
 ) -> tuple[Manifest, bool]:
     """Store what the runtime of `environment` implements. An identical body (same content
     hash as the latest version) creates nothing: returns (latest, False)."""
@@ -682,9 +688,7 @@ def manifest_record(
         raise ValidationFailed("The manifest is not valid.", details=problems)
     # Lock the environment row: concurrent reports get consecutive version numbers.
     Environment.objects.select_for_update().filter(pk=environment.pk).first()
-    # Normalised wire form: the order of names does not make a manifest different.
-    wire = RuntimeManifest.from_dict(body, name=environment.key).to_dict()
-    digest = canonical.content_hash(wire)
+    wire, digest = manifest_wire(environment=environment, body=body)
     latest = environment.manifests.order_by("-version").first()
     if latest is not None and latest.content_hash == digest:
         return latest, False
@@ -695,12 +699,18 @@ def manifest_record(
         body=wire,
         content_hash=digest,
         reported_by=reported_by[:200],
+        instance=instance[:200],
     )
     audit_record(
         actor=actor,
         action=AuditAction.MANIFEST_RECORD,
         target=manifest,
         before={"version": latest.version, "body": latest.body} if latest else None,
-        after={"version": manifest.version, "runtime": manifest.runtime, "body": wire},
+        after={
+            "version": manifest.version,
+            "runtime": manifest.runtime,
+            "instance": manifest.instance,
+            "body": wire,
+        },
     )
     return manifest, True

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from console.kernel.credentials import shows_secret
 from console.kernel.errors import ApplicationError, NotFound
-from console.kernel.policy import Capability, requires
+from console.kernel.policy import Capability, requires, user_can
 from strategies.catalog.selectors import environment_get, environment_list
 from strategies.delivery import selectors, webhooks
 from strategies.delivery.models import (
@@ -56,6 +56,7 @@ def webhook_list(request):
             "event_choices": EVENT_CHOICES,
             "events_checked": request.POST.getlist("events") if error else [WEBHOOK_EVENT],
             "legacy_headers_until": webhooks.legacy_headers_until(time.time()),
+            "can_manage_runtime_tokens": user_can(request.user, Capability.MANAGE_RUNTIME_TOKENS),
         },
         status=error.status if error else 200,
     )

@@ -11,7 +11,7 @@ from django.db.models import Prefetch
 from console.kernel.errors import NotFound
 from console.kernel.models import AuditRecord
 from strategies.catalog.dependents import Reference
-from strategies.catalog.models import Agent, Environment
+from strategies.catalog.models import Agent, Environment, Manifest
 from strategies.catalog.selectors import (
     agent_list,  # noqa: F401 - the agent list is the catalog's; the pages ask here
     body_findings,
@@ -130,6 +130,7 @@ class ValidationReport:
     manifest_errors: list[dict] = field(default_factory=list)  # only against the manifest
     environment: str = ""
     manifest_version: int | None = None
+    manifest: Manifest | None = None  # for the page's "which runtime reported it"; not in the API
 
     @property
     def ok(self) -> bool:
@@ -159,6 +160,7 @@ def document_validate(
         report.environment = environment.key
         row = manifest_latest(environment=environment)
         report.manifest_version = row.version if row else None
+        report.manifest = row
         structural = {(e["path"], e["code"]) for e in report.errors + report.flags}
         report.manifest_errors = [
             e.as_dict()

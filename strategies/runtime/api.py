@@ -30,7 +30,7 @@ from strategies.runtime.authentication import (
     etag_matches,
     runtime_view,
 )
-from strategies.runtime.instances import runtime_heartbeat
+from strategies.runtime.instances import instance_named, runtime_heartbeat
 from strategies.runtime.manifests import manifest_report, manifest_writer_check
 
 
@@ -226,7 +226,17 @@ config = login_not_required(ConfigView.as_view())
     operation_id="runtime_manifest_update",
     summary="Report what the runtime of the token's environment implements",
     description="A manifest describes the whole environment, so the token must hold "
-    "`manifest:write` and cover every agent (a token limited to some agents gets 403).",
+    "`manifest:write` and cover every agent (a token limited to some agents gets 403). A "
+    "manifest that would leave a live version unservable is refused (409) and the one stored "
+    "stays. `X-Runtime-Instance` (optional) names the reporting process, as in heartbeats.",
+    parameters=[
+        OpenApiParameter(
+            "X-Runtime-Instance",
+            str,
+            OpenApiParameter.HEADER,
+            description="The reporting process's own id (host:pid), shown with the manifest.",
+        )
+    ],
     request=ManifestSerializer,
     responses={
         200: ManifestResultSerializer,
@@ -236,6 +246,12 @@ config = login_not_required(ConfigView.as_view())
             ErrorSerializer,
             description="The token lacks the capability, or is limited to some agents.",
         ),
+        409: OpenApiResponse(
+            ErrorSerializer,
+            description="`manifest_breaks_live`: the runtime could not serve what is live in "
+            "its environment; `details` names each finding, `live` lists the versions as "
+            "`warnings` does. Not retried: nothing was stored.",
+        ),
     },
 )
 @runtime_view(["PUT"], capability="manifest:write")
@@ -243,7 +259,12 @@ def manifest(request):
     identity = request.user
     manifest_writer_check(identity)  # before the body is read: the answer does not depend on it
     environment = Environment.objects.get(pk=identity.environment_id)
-    report = manifest_report(environment=environment, body=request.data, actor=identity)
+    report = manifest_report(
+        environment=environment,
+        body=request.data,
+        actor=identity,
+        instance=instance_named(request.headers.get("X-Runtime-Instance")),
+    )
     return Response({"version": report.manifest.version, "warnings": report.warnings})
 
 

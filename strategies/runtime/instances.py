@@ -45,6 +45,12 @@ STOPPED = "stopped"
 _INSTANCE = re.compile(r"^[\x21-\x7e][\x20-\x7e]{0,199}$")
 
 
+def instance_named(value) -> str:
+    """A process id the runtime gave in a header (`X-Runtime-Instance` on a manifest report),
+    as the heartbeat would accept it; "" for none or one it would refuse (a label only)."""
+    return value if isinstance(value, str) and _INSTANCE.match(value) else ""
+
+
 def sdk_supported(version: str) -> bool | None:
     """Whether `version` is at least MINIMUM_SDK_VERSION (None: not a version we can read)."""
     parsed = _parse(version)

@@ -1,5 +1,6 @@
 """Operator API for runtime tokens (/api/v1/runtime-tokens/): list, create (the secret shown
-once), read, revoke. Console-wide: MANAGE_TOKENS on all agents, as on the token page.
+once), read, revoke. Console-wide: MANAGE_RUNTIME_TOKENS on all agents, as on the token page;
+a personal token with that capability in its scope can script onboarding.
 
 Not the runtime API (strategies.runtime.api, which runtimes call with their token). Thin:
 parse strictly, call strategies.runtime.tokens (which audits), serialize — never a hash.
@@ -28,11 +29,15 @@ from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
 
 # A token request is a name, an environment, a few capabilities and agent keys.
 REQUEST_BYTES = 16 * 1024
-MANAGERS = requires(Everywhere(Capability.MANAGE_TOKENS), agent_kwarg=None)
+MANAGERS = requires(Everywhere(Capability.MANAGE_RUNTIME_TOKENS), agent_kwarg=None)
 
 ERRORS = {
     400: OpenApiResponse(ErrorSerializer, description="Malformed or invalid input."),
-    403: OpenApiResponse(ErrorSerializer, description="Needs manage_tokens on all agents."),
+    403: OpenApiResponse(
+        ErrorSerializer,
+        description="Needs manage_runtime_tokens on all agents (for a personal token: in its "
+        "scope, for every agent).",
+    ),
 }
 NOT_FOUND = {404: OpenApiResponse(ErrorSerializer, description="No such runtime token.")}
 TOO_LARGE = {413: OpenApiResponse(ErrorSerializer, description="Request larger than 16 KiB.")}

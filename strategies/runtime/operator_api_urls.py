@@ -19,11 +19,12 @@ urlpatterns = [
     path("runtimes/", api.runtimes_list, name="api-runtimes-list"),
 ]
 
-# Console-wide, as the token pages: manage_tokens on all agents.
+# Console-wide, as the token pages: manage_runtime_tokens on all agents (a personal token
+# needs it in its scope, for every agent).
 REQUIRED = {
-    "api-runtimetoken-list": Everywhere(Capability.MANAGE_TOKENS),
-    "api-runtimetoken-detail": Everywhere(Capability.MANAGE_TOKENS),
-    "api-runtimetoken-revoke": Everywhere(Capability.MANAGE_TOKENS),
+    "api-runtimetoken-list": Everywhere(Capability.MANAGE_RUNTIME_TOKENS),
+    "api-runtimetoken-detail": Everywhere(Capability.MANAGE_RUNTIME_TOKENS),
+    "api-runtimetoken-revoke": Everywhere(Capability.MANAGE_RUNTIME_TOKENS),
     # the agents one may view the configuration of (filtered with agents_where)
     "api-runtimes-list": Capability.VIEW_CONFIG,
 }

@@ -12,9 +12,11 @@ from django.db.models import Case, Count, F, Q, Value, When, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
+from console.kernel.audit import AccessAction
 from console.kernel.errors import ValidationFailed
+from console.kernel.models import AccessLogEntry
 from strategies.catalog.dependents import Reference, agent_has_traces
-from strategies.catalog.models import Agent, Environment
+from strategies.catalog.models import Agent, Environment, Manifest
 from strategies.catalog.selectors import environment_list, latest_manifests
 from strategies.delivery.models import ConfigPayload
 from strategies.documents.models import Document, Version
@@ -171,6 +173,8 @@ class EnvironmentRuntimes:
     rows: list[RuntimeRow] = field(default_factory=list)
     revoked_tokens: list[RuntimeToken] = field(default_factory=list)
     page: Page | None = None  # set when one environment is paged through
+    manifest: Manifest | None = None  # what its runtime last reported it implements, by whom
+    refused: AccessLogEntry | None = None  # a later report refused: it would break live
 
     @property
     def live_label(self) -> str:
@@ -294,6 +298,8 @@ def runtimes_of_agent(
         paged = Paginator(listed.select_related("token").order_by(*order), PAGE_ROWS).get_page(page)
         shown = list(paged.object_list)
     revoked = _revoked_tokens_in_use(agent)
+    manifests = latest_manifests()
+    refusals = manifest_refusals_since(manifests)
 
     result = []
     for env in [environment] if environment is not None else environment_list():
@@ -311,6 +317,8 @@ def runtimes_of_agent(
             changed_long_ago=changed_long_ago,
             revoked_tokens=[t for t in revoked if t.environment_id == env.pk],
             page=paged,
+            manifest=manifests.get(env.pk),
+            refused=refusals.get(env.pk),
         )
         for group in counts:
             if group["environment_id"] != env.pk:
@@ -340,9 +348,34 @@ def runtimes_of_agent(
                     token_revoked=item.token is not None and item.token.revoked_at is not None,
                 )
             )
-        if runtimes.rows or runtimes.listed or runtimes.revoked_tokens or payload is not None:
+        if (
+            runtimes.rows
+            or runtimes.listed
+            or runtimes.revoked_tokens
+            or payload is not None
+            or runtimes.manifest is not None
+        ):
             result.append(runtimes)
     return result
+
+
+def manifest_refusals_since(manifests: dict[int, Manifest]) -> dict[int, AccessLogEntry]:
+    """{environment id: the latest manifest report refused there (strategies.runtime.manifests,
+    written to the access log), when it came after the manifest kept}: a stray runtime using
+    that environment's token, or a deploy that must wait for a publish. One query."""
+    rows = (
+        AccessLogEntry.objects.filter(
+            action=AccessAction.MANIFEST_REFUSE.value, target_type=Environment._meta.label_lower
+        )
+        .order_by("target_id", "-id")
+        .distinct("target_id")
+    )
+    latest = {}
+    for row in rows:
+        kept = manifests.get(int(row.target_id))
+        if kept is None or row.occurred_at > kept.created_at:
+            latest[int(row.target_id)] = row
+    return latest
 
 
 def runtime_instances_list(*, agents, environment: Environment | None = None):

@@ -31,6 +31,25 @@ def _identity_forget_after_commit(token: RuntimeToken, *, revoked: bool) -> None
     transaction.on_commit(lambda: identity_forget(hash_hex, revoked=revoked), robust=True)
 
 
+MANIFEST_NEEDS_ALL_AGENTS = "manifest:write needs a token for every agent"
+
+
+def check_token_can_use_capabilities(*, capabilities, all_agents: bool) -> None:
+    """A capability the token could never use is refused at creation (400), not at its first
+    call: manifest:write on a token limited to some agents (manifests.manifest_writer_check
+    refuses every report it makes). The form, the API and the command all come through here."""
+    if "manifest:write" in capabilities and not all_agents:
+        raise ValidationFailed(
+            f"{MANIFEST_NEEDS_ALL_AGENTS}: a manifest describes the whole environment's "
+            "runtime, so a token limited to some agents could never report one. Give it every "
+            "agent, or leave manifest:write out of this token.",
+            code="manifest_needs_all_agents",
+            details=[
+                Finding("capabilities", "manifest_needs_all_agents", MANIFEST_NEEDS_ALL_AGENTS)
+            ],
+        )
+
+
 @service_transaction
 def runtime_token_create(
     *, name: str, environment, capabilities, all_agents: bool, agents=(), actor=None
@@ -65,6 +84,7 @@ def runtime_token_create(
         )
     agents = list(agents)
     check_agent_scope_explicit(all_agents=all_agents, agents=agents)
+    check_token_can_use_capabilities(capabilities=capabilities, all_agents=all_agents)
     secret = new_secret()
     token = RuntimeToken.objects.create(
         name=name,

@@ -12,7 +12,7 @@ urlpatterns = [
 ]
 
 REQUIRED = {
-    "token-list": Capability.MANAGE_TOKENS,
-    "token-revoke": Capability.MANAGE_TOKENS,
+    "token-list": Capability.MANAGE_RUNTIME_TOKENS,
+    "token-revoke": Capability.MANAGE_RUNTIME_TOKENS,
     "runtime-instances": Capability.VIEW_CONFIG,
 }

@@ -11,7 +11,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from console.kernel.credentials import shows_secret
 from console.kernel.errors import ApplicationError, NotFound
-from console.kernel.policy import Capability, requires
+from console.kernel.policy import Capability, requires, user_can
 from strategies.catalog.models import Agent
 from strategies.catalog.selectors import environment_get, environment_list
 from strategies.runtime.instances import MINIMUM_SDK_VERSION
@@ -20,7 +20,7 @@ from strategies.runtime.selectors import agents_named, runtimes_of_agent, tokens
 from strategies.runtime.tokens import runtime_token_create, runtime_token_revoke
 
 
-@requires(Capability.MANAGE_TOKENS, agent_kwarg=None)
+@requires(Capability.MANAGE_RUNTIME_TOKENS, agent_kwarg=None)
 @shows_secret
 @require_http_methods(["GET", "POST"])
 def tokens(request):
@@ -50,14 +50,24 @@ def tokens(request):
             "error": error,
             "environments": environment_list(),
             "agents": Agent.objects.filter(archived_at__isnull=True).order_by("key"),
+            # A refused form comes back as it was typed (UX.md); a fresh one reads config.
+            "typed": {
+                "name": request.POST.get("name", ""),
+                "environment": request.POST.get("environment", ""),
+                "capabilities": request.POST.getlist("capabilities"),
+                "agents": request.POST.getlist("agents"),
+            }
+            if error
+            else {"capabilities": ["config:read"]},
             "chosen_environment": request.GET.get("environment", ""),
             "capabilities": RuntimeToken.CAPABILITIES,
+            "can_manage_webhooks": user_can(request.user, Capability.MANAGE_TOKENS),
         },
         status=error.status if error else 200,
     )
 
 
-@requires(Capability.MANAGE_TOKENS, agent_kwarg=None)
+@requires(Capability.MANAGE_RUNTIME_TOKENS, agent_kwarg=None)
 @require_POST
 def token_revoke(request, pk):
     token = RuntimeToken.objects.filter(pk=pk).first()

@@ -22,7 +22,7 @@ register = template.Library()
 
 def _tokens_url(user, environment=None) -> str:
     """The runtime tokens page (preset to the environment), for whoever may create one."""
-    if not user_can(user, Capability.MANAGE_TOKENS):
+    if not user_can(user, Capability.MANAGE_RUNTIME_TOKENS):
         return ""
     url = reverse("token-list")
     return f"{url}?{urlencode({'environment': environment.key})}" if environment else url

@@ -41,7 +41,7 @@ from tests.factories.releases import (
     release_setup_serving,
     shadow_history,
 )
-from tests.factories.tokens import bearer, runtime_instances, runtime_token
+from tests.factories.tokens import bearer, legacy_runtime_token, runtime_instances, runtime_token
 from tests.factories.traces import (
     INGEST_URL,
     TraceFactory,
@@ -102,6 +102,7 @@ __all__ = [
     "role_named",
     "runtime_instances",
     "runtime_token",
+    "legacy_runtime_token",
     "standard_roles",
     "strategy_bodies_v1_to_v3",
     "strategy_body",

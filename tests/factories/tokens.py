@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from django.utils import timezone
 
-from strategies.runtime.auth import token_hash
+from strategies.runtime.auth import new_secret, token_hash
 from strategies.runtime.models import RuntimeInstance, RuntimeToken
 from strategies.runtime.tokens import runtime_token_create
 
 
-def runtime_token(environment, capabilities=RuntimeToken.CAPABILITIES, agents=()) -> str:
-    """A token for `environment`'s runtime (every capability unless given, every agent unless
-    `agents`); returns the secret, shown once."""
+def runtime_token(environment, capabilities=None, agents=()) -> str:
+    """A token for `environment`'s runtime (every capability its scope can use unless given —
+    manifest:write only for every agent —, every agent unless `agents`); returns the secret,
+    shown once."""
+    if capabilities is None:
+        capabilities = [c for c in RuntimeToken.CAPABILITIES if not agents or c != "manifest:write"]
     _, secret = runtime_token_create(
         name=f"test {environment.key}",
         environment=environment,
@@ -19,6 +22,22 @@ def runtime_token(environment, capabilities=RuntimeToken.CAPABILITIES, agents=()
         all_agents=not agents,
         agents=list(agents),
     )
+    return secret
+
+
+def legacy_runtime_token(environment, *, capabilities, agents) -> str:
+    """A token made before the console refused scopes it could never use (an agent-scoped
+    token with manifest:write): written as a row, since the service no longer makes one."""
+    secret = new_secret()
+    token = RuntimeToken.objects.create(
+        name=f"legacy {environment.key}",
+        environment=environment,
+        capabilities=sorted(capabilities),
+        all_agents=False,
+        prefix=secret[:12],
+        token_hash=token_hash(secret),
+    )
+    token.agents.set(agents)
     return secret
 
 

@@ -589,7 +589,7 @@ def test_access_matrix__agent_delete__refused_while_tokens_name_it(matrix_world)
     runtime_token_create(
         name="sbx runner",
         environment=Environment.objects.get(key="sg-test"),
-        capabilities=["config:read", "manifest:write"],
+        capabilities=["config:read"],
         all_agents=False,
         agents=[agent],
     )
@@ -628,14 +628,11 @@ def test_access_matrix__runtime_token_of_a_deleted_agent__covers_no_agent(matrix
 
     from strategies.catalog.models import Agent, Environment, Manifest
     from strategies.runtime.auth import cached_identity
-    from strategies.runtime.tokens import runtime_token_create
-    from tests.factories import manifest_body, post_batch, trace_payload
+    from tests.factories import legacy_runtime_token, manifest_body, post_batch, trace_payload
 
-    _, secret = runtime_token_create(
-        name="sbx runner",
-        environment=Environment.objects.get(key="sg-test"),
+    secret = legacy_runtime_token(  # manifest:write: made before that scope was refused
+        Environment.objects.get(key="sg-test"),
         capabilities=["config:read", "manifest:write", "traces:write"],
-        all_agents=False,
         agents=[_doomed_agent(matrix_world["admin_all"])],
     )
     _agent_gone(DOOMED_AGENT)

@@ -15,6 +15,7 @@ from tests.factories import (
     AgentFactory,
     EnvironmentFactory,
     bearer,
+    legacy_runtime_token,
     manifest_body,
     runtime_token,
 )
@@ -43,7 +44,7 @@ def declassifying_manifest() -> str:
 
 def test_manifest_put__token_for_some_agents__403_nothing_written(client, sg_test):
     before = list(Manifest.objects.filter(environment=sg_test).values_list("pk", flat=True))
-    lite_only = runtime_token(
+    lite_only = legacy_runtime_token(  # made before such a token was refused (400)
         sg_test,
         capabilities=("config:read", "manifest:write"),
         agents=[AgentFactory(key=OTHER_AGENT)],

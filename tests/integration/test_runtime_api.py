@@ -18,6 +18,13 @@ MANIFEST = "/api/v1/runtime/manifest"
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+def one_tool_more() -> dict:
+    """A new manifest that breaks nothing live (one that did would be refused, 409)."""
+    body = manifest_body()
+    body["tools"] = [*body["tools"], "refund_order"]
+    return body
+
+
 @pytest.fixture
 def world():
     w = release_setup()
@@ -76,7 +83,7 @@ def test_config__release_changes__etag_changes_only_then(client, world):
     # Neither a manifest report nor a change in another environment touches sg-test's config.
     client.put(
         MANIFEST,
-        data=json.dumps(manifest_body(handlers=[])),
+        data=json.dumps(one_tool_more()),
         content_type="application/json",
         **bearer(secret),
     )
@@ -166,14 +173,18 @@ def test_config__cookie_session_without_token__401(client, world):
     assert client.get(CONFIG).status_code == 401
 
 
-def test_manifest_put__new_body__new_version_and_warnings_for_live_releases(client, world):
+def test_manifest_put__stored_by_the_override__same_version_and_warnings_for_live(client, world):
+    """A manifest that breaks live is refused from a runtime (test_manifest_refusal.py), but an
+    admin's `manage.py manifest_load` may store one: the runtime reporting it then hears which
+    live releases it cannot serve."""
+    from strategies.catalog.services import manifest_record
+
     secret = runtime_token(world.envs["sg-test"])
+    body = {"runtime": "bank-assistant 2026.12.1", **manifest_body(handlers=[])}
+    manifest_record(environment=world.envs["sg-test"], body=body, reported_by="admin")
 
     response = client.put(
-        MANIFEST,
-        data=json.dumps({"runtime": "bank-assistant 2026.12.1", **manifest_body(handlers=[])}),
-        content_type="application/json",
-        **bearer(secret),
+        MANIFEST, data=json.dumps(body), content_type="application/json", **bearer(secret)
     )
 
     assert response.status_code == 200
@@ -188,7 +199,7 @@ def test_manifest_put__identical_body__same_version_nothing_written(client, worl
     from strategies.catalog.models import Manifest
 
     secret = runtime_token(world.envs["sg-test"])
-    body = json.dumps(manifest_body(handlers=[]))
+    body = json.dumps(one_tool_more())
     first = client.put(MANIFEST, data=body, content_type="application/json", **bearer(secret))
     again = client.put(MANIFEST, data=body, content_type="application/json", **bearer(secret))
 
@@ -265,7 +276,7 @@ def test_manifest_put__csrf_enforced_client__token_suffices(world):
 
     response = Client(enforce_csrf_checks=True).put(
         MANIFEST,
-        data=json.dumps(manifest_body(handlers=[])),
+        data=json.dumps(one_tool_more()),
         content_type="application/json",
         **bearer(secret),
     )

@@ -34,13 +34,13 @@ def test_runtime_token_create__prints_secret_once_stores_only_hash(envs):
         "--capability",
         "config:read",
         "--capability",
-        "manifest:write",
+        "traces:write",
     ).strip()
 
     token = RuntimeToken.objects.get()
     assert secret.startswith("cc_rt_") and secret not in (token.token_hash, token.prefix)
     assert token.environment.key == "prod"
-    assert sorted(token.capabilities) == ["config:read", "manifest:write"]
+    assert sorted(token.capabilities) == ["config:read", "traces:write"]
     assert [a.key for a in token.agents.all()] == ["assistant_professional"]
     assert secret not in run("list")
 
@@ -54,6 +54,14 @@ def test_runtime_token_revoke__by_prefix__revoked(envs):
     token.refresh_from_db()
     assert token.revoked_at is not None
     assert "revoked" in run("list")
+
+
+def test_runtime_token_create__agent_scoped_manifest_write__refused_nothing_made(envs):
+    with pytest.raises(CommandError, match="manifest:write needs a token for every agent"):
+        run("create", "--environment", "prod", "--agent", "assistant_professional",
+            "--capability", "manifest:write")  # fmt: skip
+
+    assert not RuntimeToken.objects.exists()
 
 
 @pytest.mark.parametrize(

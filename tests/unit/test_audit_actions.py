@@ -61,6 +61,7 @@ def test_members__stored_strings_as_written_before_the_enum():
         "config.export",
         "auth.login",
         "access.denied",
+        "manifest.refuse",  # issue 32: a runtime's manifest that would break live
     }
     assert {m.value for m in AuditAction} == {
         *(f"agent.{a}" for a in ("create", "update", "archive", "unarchive", "delete")),

@@ -23,7 +23,6 @@ import hashlib
 import logging
 import os
 import random
-import socket
 import tempfile
 import threading
 import time
@@ -692,7 +691,7 @@ class ConfigClient:
 
         # The stream and the heartbeat.
         self._base_url = base_url
-        self.instance_id = instance_id or f"{socket.gethostname()}:{os.getpid()}"
+        self.instance_id = instance_id or http.default_instance_id()
         self.runtime_name = runtime_name
         self._explicit_stream = stream_url
         self._advertised_stream: str | None = None

@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import http.client
 import io
+import os
 import random
 import socket
 import time
@@ -78,6 +79,11 @@ def error_of(body: bytes) -> tuple[str, str]:
         return "", ""
     code, message = error.get("code", ""), error.get("message", "")
     return (code if isinstance(code, str) else ""), (message if isinstance(message, str) else "")
+
+
+def default_instance_id() -> str:
+    """What names this process to the console (heartbeats, manifest reports): ``<host>:<pid>``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def runtime_url(base_url: str, path: str) -> str:

@@ -18,7 +18,12 @@ from console.kernel.policy import (
 )
 from strategies.catalog.dependents import Reference
 from strategies.catalog.models import Environment
-from strategies.catalog.selectors import body_findings, environment_list, validation_context
+from strategies.catalog.selectors import (
+    ARCHIVED,
+    body_findings,
+    environment_list,
+    validation_context,
+)
 from strategies.documents.models import Document, Version
 from strategies.releases.models import (
     ApprovalRequest,
@@ -221,11 +226,12 @@ def dashboard_context(*, user, agents) -> dict:
 
 
 # --- tokens and webhooks ------------------------------------------------------------------------------
-def live_findings(*, environment: Environment, agents=None) -> list[dict]:
-    """Live releases in `environment` that its latest manifest no longer supports, in the
-    shape of docs/runtime-contract.md §2's `warnings`: [{agent, document, version, errors}]. For the
-    runtime's manifest report and for health warnings."""
-    context = validation_context(environment=environment)
+def live_findings(*, environment: Environment, agents=None, candidate=None) -> list[dict]:
+    """Live releases in `environment` that its latest manifest no longer supports (or
+    `candidate`, a manifest reported but not stored yet, would not), in the shape of
+    docs/runtime-contract.md §2's `warnings`: [{agent, document, version, errors}]. For the
+    runtime's manifest report (which refuses a candidate with any) and for health warnings."""
+    context = validation_context(environment=environment, candidate=candidate)
     if context.manifest is None:
         return []
     releases = Release.objects.filter(environment=environment).select_related(
@@ -235,9 +241,17 @@ def live_findings(*, environment: Environment, agents=None) -> list[dict]:
         releases = releases.filter(document__agent__in=agents)
     warnings = []
     for release in releases.order_by("document__agent__key", "document__key"):
-        errors = blocking(
-            body_findings(kind=release.document.kind, body=release.version.body, context=context)
-        )
+        # What the runtime lacks only: an archived environment stops new publishes, not what
+        # is live there (nor its runtime's reports).
+        errors = [
+            finding
+            for finding in blocking(
+                body_findings(
+                    kind=release.document.kind, body=release.version.body, context=context
+                )
+            )
+            if finding.code != ARCHIVED
+        ]
         if errors:
             warnings.append(
                 {

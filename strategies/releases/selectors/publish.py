@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from context_runtime.diff import diff_bodies
 from context_runtime.findings import Finding, blocking
 
-from strategies.catalog.models import Environment
+from strategies.catalog.models import Environment, Manifest
 from strategies.catalog.selectors import (
     ValidationContext,
     body_findings,
@@ -115,6 +115,7 @@ class ChangePreview:
     manifest_version: int | None
     live_in: list[str]  # environments where this version is live now
     skipped: list[str]  # earlier environments (promotion order) where it is not live
+    manifest: Manifest | None = None  # what the check ran against: who reported it, when
 
 
 def change_preview(*, version: Version, environment: Environment) -> ChangePreview:
@@ -139,6 +140,7 @@ def change_preview(*, version: Version, environment: Environment) -> ChangePrevi
         if version.document.kind == Document.Kind.PROFILE
         else [],
         manifest_version=manifest_row.version if manifest_row else None,
+        manifest=manifest_row,
         live_in=live_in,
         skipped=[
             e.key

@@ -11,7 +11,7 @@ from context_runtime.findings import Finding, blocking
 from context_runtime.manifest import SHADOW
 
 from console.kernel.policy import shadow_refusal
-from strategies.catalog.models import Environment
+from strategies.catalog.models import Environment, Manifest
 from strategies.catalog.selectors import (
     manifest_latest,
     runtime_feature_finding,
@@ -155,6 +155,7 @@ class ShadowPreview:
     refusals: list[Finding]
     manifest_version: int | None
     flags: list[Finding] = field(default_factory=list)  # e.g. goes live unreviewed
+    manifest: Manifest | None = None  # what the check ran against: who reported it, when
 
     @property
     def is_live(self) -> bool:
@@ -186,6 +187,7 @@ def judged_preview(*, version: Version, environment: Environment, refusals) -> S
         blocking=[f for f in refused if is_runtime_finding(f)],
         refusals=[f for f in refused if not is_runtime_finding(f)],
         manifest_version=manifest_row.version if manifest_row else None,
+        manifest=manifest_row,
         flags=[f for f in refusals if f not in refused and f.code == UNREVIEWED],
     )
 

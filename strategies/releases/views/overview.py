@@ -38,6 +38,7 @@ def overview(request):
             "chosen": chosen,
             "environments": environment_list(),
             "pending": selectors.pending_approvals(agents=agents),
-            "can_manage_tokens": user_can(request.user, Capability.MANAGE_TOKENS),
+            "can_manage_runtime_tokens": user_can(request.user, Capability.MANAGE_RUNTIME_TOKENS),
+            "can_manage_webhooks": user_can(request.user, Capability.MANAGE_TOKENS),
         },
     )
