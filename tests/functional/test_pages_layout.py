@@ -129,8 +129,9 @@ SHADOW_COLUMN = """(slot) => {
   const table = document.querySelector('#health-rates table');
   const wrap = table.closest('.table-wrap');
   const edge = wrap.getBoundingClientRect().right;
-  const cells = [...table.querySelectorAll(`[data-column="${slot}"]`)]
-    .filter(c => c.offsetParent !== null);
+  // A phone hides the column heads (the rows stack, each cell named): those do not count.
+  const shown = c => c.offsetParent !== null && c.closest('thead, tbody').getBoundingClientRect().height > 1;
+  const cells = [...table.querySelectorAll(`[data-column="${slot}"]`)].filter(shown);
   return {hidden_by_scroll: wrap.scrollWidth - wrap.clientWidth,
           cells: cells.length,
           past_the_card: cells.filter(c => c.getBoundingClientRect().right > edge + 0.5).length,
