@@ -551,6 +551,16 @@ def engine_label(engine: str) -> str:
     return f"{name} · rules {digest}" if rules and name else engine
 
 
+def engine_words(engine: str) -> str:
+    """An engine id in words: "the SDK's selection engine 0.4.0" for the SDK's engine (its
+    rules' digest matters to a replay, not to a reader: the page puts the id on hover)."""
+    name, _, _ = engine.rpartition(" rules ")
+    package, _, version = (name or engine).partition(" ")
+    if package == "context_runtime" and version:
+        return f"the SDK's selection engine {version}"
+    return engine_label(engine)
+
+
 def trace_page_context(*, user, trace: Trace) -> dict:
     candidates = list(trace_candidates(trace))
     groups = candidate_groups(candidates)
@@ -578,6 +588,7 @@ def trace_page_context(*, user, trace: Trace) -> dict:
         "hints": where_to_look(trace, candidates),
         "snapshot": snapshot_state(user=user, trace=trace),
         "engine": engine_label(trace.engine) if trace.engine else "",
+        "engine_words": engine_words(trace.engine) if trace.engine else "",
         "candidates_total": sum(trace.candidate_counts.values())
         if trace.candidates_truncated and trace.candidate_counts
         else len(candidates),

@@ -961,8 +961,8 @@ class RequestFilter:
         if self.degradation:
             parts.append(f"degraded via {self.degradation}")
         if self.source:
-            code = "no reason code" if self.reason_code == "-" else self.reason_code
-            parts.append(f"required {self.source} not selected" + (f" ({code})" if code else ""))
+            why = "no reason given" if self.reason_code == "-" else reason_words(self.reason_code)
+            parts.append(f"required {self.source} not selected" + (f" ({why})" if why else ""))
         if self.resolution:
             parts.append(f"configuration {self.resolution}")
         if self.disagree:
