@@ -773,6 +773,10 @@ class ShadowRow:
     required: bool
 
 
+# A rollout arm in words, as the trace's shadow card names the served and the shadow version.
+_ARM_WORDS = {"new": "the rollout's new version", "old": "the version it replaces"}
+
+
 @dataclass
 class ShadowCard:
     version: int
@@ -788,10 +792,30 @@ class ShadowCard:
     differences_total: int | None  # None: a runtime before SDK 0.3.0 sends no differences
     only_shadow: list[str]  # selected by the shadow only
     only_live: list[str]
+    # In a staged rollout the served version is this request's arm and the shadow the other
+    # arm (runtime-contract §3 `rollout`): neither is "live" then, so the card names the arms.
+    rollout_arm: str = ""
 
     @property
     def same_version(self) -> bool:
         return self.version == self.live_version
+
+    @property
+    def served_words(self) -> str:
+        """The version that served the request: "live v4", or during a rollout "v4 (this
+        request's arm: the version it replaces)"."""
+        version = f"v{self.live_version if self.live_version is not None else '?'}"
+        if not self.rollout_arm:
+            return f"live {version}"
+        return f"{version} (this request's arm: {_ARM_WORDS.get(self.rollout_arm, 'served')})"
+
+    @property
+    def shadow_words(self) -> str:
+        """The shadow version: "v5", or during a rollout "v5 (the rollout's new version)"."""
+        if not self.rollout_arm:
+            return f"v{self.version}"
+        other = {"new": "old", "old": "new"}.get(self.rollout_arm)
+        return f"v{self.version} ({_ARM_WORDS.get(other, 'the other arm')})"
 
     @property
     def detailed(self) -> bool:
@@ -869,4 +893,5 @@ def shadow_card(trace: Trace, candidates: list) -> ShadowCard | None:
         differences_total=shadow.get("differences_total"),
         only_shadow=[i for i in shadow_selected if i not in live_set],
         only_live=[i for i in live_selected if i not in shadow_set],
+        rollout_arm=(trace.rollout_arm or "") if trace.rollout_key else "",
     )
