@@ -69,12 +69,10 @@ def reason_words(code: str | None) -> str:
     return REASON_WORDS.get(code) or code.replace("_", " ")
 
 
-# Fetched, then left out by a rule of the strategy.
-def config_source(trace) -> tuple[str, bool]:
-    """Where the runtime's configuration came from, in words, and whether it was a fallback
-    (the SDK's resolution reason and age when the runtime sent them)."""
-    age = _age(trace.config_age_seconds)
-    words = {
+def _resolutions(age: str) -> dict[str, tuple[str, bool]]:
+    """The SDK's resolution reasons in words (`age`: ", 5 min old" or blank), and whether
+    each is a fallback."""
+    return {
         "fresh": ("live configuration, confirmed by the console", False),
         "cached": (
             f"the runtime's saved copy{age}: it had not reached the console since it started",
@@ -89,6 +87,19 @@ def config_source(trace) -> tuple[str, bool]:
             True,
         ),
     }
+
+
+def resolution_words(resolution: str) -> str:
+    """Where a runtime's configuration came from, in words (`stale` → "the runtime's last good
+    copy: the console did not answer"); an unknown reason as its words with spaces."""
+    found = _resolutions("").get(resolution)
+    return found[0] if found else resolution.replace("_", " ")
+
+
+def config_source(trace) -> tuple[str, bool]:
+    """Where the runtime's configuration came from, in words, and whether it was a fallback
+    (the SDK's resolution reason and age when the runtime sent them)."""
+    words = _resolutions(_age(trace.config_age_seconds))
     if trace.config_resolution in words:
         return words[trace.config_resolution]
     if trace.config_fallback:

@@ -107,6 +107,16 @@ def test_sdk_trace_page__sections_and_long_ids__wrap_no_sideways_scroll(
             assert key in rendered.replace("\n", "")
         assert _faults(page) == {"scroll": 0, "past the edge": []}, path
 
+    # Words first, codes one hover away (issue 32 item 10): the reason and the engine.
+    page.goto("/traces/req-92/")
+    reason = page.locator("#candidates tr:has(code:text-is('old-chat')) .candidate-reason")
+    assert reason.inner_text().startswith("relevance 0.05 is below the threshold")
+    assert "below_threshold" not in reason.inner_text()
+    assert reason.locator("[title]").get_attribute("title") == "reason code: below_threshold"
+    engine = page.locator("#trace-engine")
+    assert engine.inner_text().startswith("Decided by the SDK's selection engine ")
+    assert "rules" not in engine.inner_text() and "rules" in engine.inner_html()
+
 
 def _shadow_beside_live(client) -> tuple[int, list[wire.Trace]]:
     """v3 with a 4,000-token budget frozen and started as shadow beside live v3 in sg-test by

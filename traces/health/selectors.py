@@ -33,7 +33,7 @@ from strategies.catalog.models import Environment
 from strategies.documents.models import Document
 from strategies.releases.models import Release, ReleaseEvent
 from traces.charts import CHART_GROUP_OF
-from traces.diagnosis import reason_words
+from traces.diagnosis import reason_words, resolution_words
 from traces.health.counters import (
     COUNTER_MAPS,
     COUNTER_SCALARS,
@@ -286,7 +286,7 @@ class Metric:
     key: str
     cells: dict  # slot → Cell
     note: str = ""
-    code: str = ""  # a reason code the label words plainly (shown on hover, never in front)
+    hint: str = ""  # the code the label words plainly: on hover, never in front
 
     @property
     def anything(self) -> bool:
@@ -609,20 +609,20 @@ def version_health(
             lambda t, k=key: t.maps["required_missing"].get(k, 0),
             link={"source": source, "reason_code": code or "-"},
         )
-        metric.code = code
+        metric.hint = f"reason code: {code}" if code else ""
         health.metrics.append(metric)
     for resolution in _keys(health, "config_fallback"):
-        health.metrics.append(
-            _metric(
-                health,
-                "config",
-                f"Served from a fallback configuration ({resolution})",
-                f"config_fallback:{resolution}",
-                lambda t, r=resolution: t.maps["config_fallback"].get(r, 0),
-                link={"resolution": resolution},
-                live_only=True,
-            )
+        metric = _metric(
+            health,
+            "config",
+            f"Served from {resolution_words(resolution)}",
+            f"config_fallback:{resolution}",
+            lambda t, r=resolution: t.maps["config_fallback"].get(r, 0),
+            link={"resolution": resolution},
+            live_only=True,
         )
+        metric.hint = f"configuration resolution: {resolution}"
+        health.metrics.append(metric)
     health.metrics.extend(_outcome_metrics(health))
     health.metrics.extend(_agreement(health))
     health.tokens = [
@@ -964,7 +964,7 @@ class RequestFilter:
             why = "no reason given" if self.reason_code == "-" else reason_words(self.reason_code)
             parts.append(f"required {self.source} not selected" + (f" ({why})" if why else ""))
         if self.resolution:
-            parts.append(f"configuration {self.resolution}")
+            parts.append(f"served from {resolution_words(self.resolution)}")
         if self.disagree:
             parts.append("shadow disagrees with live")
         return ", ".join(parts)
