@@ -5,6 +5,8 @@
   (the demo's traffic does too, as the SDK's ContextAssembly does), and long unbroken tokens —
   section keys, request, task and item ids, versions — wrap instead of pushing the page
   sideways (483 px on a phone, 194 px at 1366 before).
+- The trace page of a request served during a staged rollout: its Shadow run card names the
+  two arms instead of calling the served one "live" (item 11).
 - The version-health page with a shadow: the shadow's column — the one a shadow review is
   about — is on the screen at 1366 without scrolling (the table was 1,405 px in a 1,230 px
   card), readable on a phone, and the page says how far the shadow agrees with live.
@@ -27,6 +29,7 @@ from strategies.catalog.models import Environment
 from strategies.delivery.config import cache_clear_all
 from strategies.documents.models import Version
 from strategies.documents.services import draft_create, version_freeze
+from strategies.releases.services.rollout import rollout_start
 from strategies.releases.services.shadow import shadow_start
 from tests.factories import post_batch, runtime_token
 from tests.factories.sdk_traffic import runtime_config, sdk_traffic
@@ -122,12 +125,9 @@ def _shadow_beside_live(client) -> tuple[int, list[wire.Trace]]:
     """v3 with a 4,000-token budget frozen and started as shadow beside live v3 in sg-test by
     ops; sg-test's SDK runtime sends 40 requests."""
     cache_clear_all()
-    v3 = Version.objects.get(document__key=STRATEGY, number=3)
-    body = copy.deepcopy(v3.body)
-    body["budget"]["max_input_tokens"] = 4000
-    ops = get_user_model().objects.get(username="ops")
-    v4 = version_freeze(draft=draft_create(document=v3.document, body=body, actor=ops), actor=ops)
+    v4 = _frozen_4k_version()
     sg_test = Environment.objects.get(key="sg-test")
+    ops = get_user_model().objects.get(username="ops")
     shadow_start(version=v4, environment=sg_test, actor=ops, reason="Does a 4k budget do?")
     secret = runtime_token(sg_test)
     return v4.number, sdk_traffic(secret, count=40, prefix="shadow-", client=client)
@@ -181,3 +181,51 @@ def test_version_health_with_a_shadow__shadow_column_on_screen__agreement_named(
     assert f"v{version} agrees with live v3 on the status of {same_status} of 40 requests" in words
     cell = agreement.locator(f'[data-metric="same_status"] [data-column="{slot}"]')
     assert f"{same_status}/40" in cell.inner_text()
+
+
+def _frozen_4k_version():
+    v3 = Version.objects.get(document__key=STRATEGY, number=3)
+    body = copy.deepcopy(v3.body)
+    body["budget"]["max_input_tokens"] = 4000
+    ops = get_user_model().objects.get(username="ops")
+    return version_freeze(draft=draft_create(document=v3.document, body=body, actor=ops), actor=ops)
+
+
+@pytest.mark.parametrize("viewport", [PHONE, LAPTOP], ids=["390", "1366"])
+def test_rollout_trace__shadow_card_names_both_arms__fits_the_screen(
+    demo_world, login, client, viewport
+):
+    cache_clear_all()
+    v4 = _frozen_4k_version()
+    sg_test = Environment.objects.get(key="sg-test")
+    plan = [{"share": 0.5, "bake_seconds": 3600}, {"share": 1.0, "bake_seconds": 3600}]
+    rollout_start(
+        version=v4,
+        environment=sg_test,
+        actor=get_user_model().objects.get(username="ops"),
+        plan=plan,
+        reason="Half of the tasks on a 4k budget",
+    )
+    sdk_traffic(runtime_token(sg_test), count=20, prefix="ro-", client=client)
+    arms = dict(
+        Trace.objects.filter(request_id__startswith="ro-", shadow__isnull=False)
+        .order_by("request_id")
+        .values_list("rollout_arm", "request_id")
+    )
+    assert set(arms) == {"new", "old"}  # both arms served, each with the other as shadow
+
+    page = login("support", "support-demo")
+    page.set_viewport_size(viewport)
+    expected = {
+        "new": "v3 (the version it replaces) beside v4 (this request's arm: the rollout's new "
+        "version)",
+        "old": "v4 (the rollout's new version) beside v3 (this request's arm: the version it "
+        "replaces)",
+    }
+    for arm, request_id in arms.items():
+        page.goto(f"/traces/{request_id}/")
+        card = page.locator("#shadow-run")
+        header = " ".join(card.locator("header").inner_text().split())
+        assert expected[arm] in header
+        assert "live v" not in card.inner_text()
+        assert _faults(page) == {"scroll": 0, "past the edge": []}, request_id
