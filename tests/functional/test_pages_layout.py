@@ -116,6 +116,9 @@ def test_sdk_trace_page__sections_and_long_ids__wrap_no_sideways_scroll(
     assert reason.inner_text().startswith("relevance 0.05 is below the threshold")
     assert "below_threshold" not in reason.inner_text()
     assert reason.locator("[title]").get_attribute("title") == "reason code: below_threshold"
+    # The phone's "required" tag beside the item: a laptop has the Required column instead.
+    tags = page.locator("#candidates .stack-only")
+    assert tags.count() and tags.first.is_visible() == (viewport is PHONE)
     engine = page.locator("#trace-engine")
     assert engine.inner_text().startswith("Decided by the SDK's selection engine ")
     assert "rules" not in engine.inner_text() and "rules" in engine.inner_html()
