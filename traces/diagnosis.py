@@ -37,12 +37,42 @@ STATUS_EXPLAINED = {
 }
 
 
-# Fetched, then left out by a rule of the strategy.
-def config_source(trace) -> tuple[str, bool]:
-    """Where the runtime's configuration came from, in words, and whether it was a fallback
-    (the SDK's resolution reason and age when the runtime sent them)."""
-    age = _age(trace.config_age_seconds)
-    words = {
+# A reason code (the wire's closed list, `context_runtime.wire.REASON_CODES`, and the shadow's
+# `source_not_read`) in an operator's words: where a page has only the code (a shadow's
+# decision, a count by reason), these words go in front and the code one hover away.
+REASON_WORDS = {
+    "required": "required",
+    "optional_fits": "optional, and it fitted",
+    "below_threshold": "not relevant enough",
+    "over_budget_required": "required, but too large for the budget",
+    "over_budget_optional": "optional, and the budget was full",
+    "over_budget_bundle": "its indivisible bundle did not fit the budget",
+    "bundle_incomplete": "a part of its bundle could not be used",
+    "dependency_unselected": "an item it needs was left out",
+    "dependency_absent": "an item it needs was not found",
+    "versions_conflict": "two versions of it both claim to apply",
+    "flagged_conflict": "its provider reports a contradiction",
+    "provider_not_fetched": "its provider did not deliver it",
+    "provider_no_access": "this user may not see it",
+    "provider_not_applicable": "its provider says it does not apply",
+    "source_not_read": "this version does not read its source",
+    # An item of a source the strategy does not declare (issue 32 item 3, from SDK 0.5).
+    "source_not_in_strategy": "its source is not one this strategy reads",
+}
+
+
+def reason_words(code: str | None) -> str:
+    """A reason code in words; a code this console does not know (a newer runtime's) reads
+    as its words with spaces."""
+    if not code:
+        return ""
+    return REASON_WORDS.get(code) or code.replace("_", " ")
+
+
+def _resolutions(age: str) -> dict[str, tuple[str, bool]]:
+    """The SDK's resolution reasons in words (`age`: ", 5 min old" or blank), and whether
+    each is a fallback."""
+    return {
         "fresh": ("live configuration, confirmed by the console", False),
         "cached": (
             f"the runtime's saved copy{age}: it had not reached the console since it started",
@@ -57,6 +87,19 @@ def config_source(trace) -> tuple[str, bool]:
             True,
         ),
     }
+
+
+def resolution_words(resolution: str) -> str:
+    """Where a runtime's configuration came from, in words (`stale` → "the runtime's last good
+    copy: the console did not answer"); an unknown reason as its words with spaces."""
+    found = _resolutions("").get(resolution)
+    return found[0] if found else resolution.replace("_", " ")
+
+
+def config_source(trace) -> tuple[str, bool]:
+    """Where the runtime's configuration came from, in words, and whether it was a fallback
+    (the SDK's resolution reason and age when the runtime sent them)."""
+    words = _resolutions(_age(trace.config_age_seconds))
     if trace.config_resolution in words:
         return words[trace.config_resolution]
     if trace.config_fallback:

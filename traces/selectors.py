@@ -554,6 +554,16 @@ def engine_label(engine: str) -> str:
     return f"{name} · rules {digest}" if rules and name else engine
 
 
+def engine_words(engine: str) -> str:
+    """An engine id in words: "the SDK's selection engine 0.4.0" for the SDK's engine (its
+    rules' digest matters to a replay, not to a reader: the page puts the id on hover)."""
+    name, _, _ = engine.rpartition(" rules ")
+    package, _, version = (name or engine).partition(" ")
+    if package == "context_runtime" and version:
+        return f"the SDK's selection engine {version}"
+    return engine_label(engine)
+
+
 def trace_page_context(*, user, trace: Trace) -> dict:
     candidates = list(trace_candidates(trace))
     groups = candidate_groups(candidates)
@@ -581,6 +591,7 @@ def trace_page_context(*, user, trace: Trace) -> dict:
         "hints": where_to_look(trace, candidates),
         "snapshot": snapshot_state(user=user, trace=trace),
         "engine": engine_label(trace.engine) if trace.engine else "",
+        "engine_words": engine_words(trace.engine) if trace.engine else "",
         "candidates_total": sum(trace.candidate_counts.values())
         if trace.candidates_truncated and trace.candidate_counts
         else len(candidates),
@@ -785,6 +796,10 @@ class ShadowRow:
     required: bool
 
 
+# A rollout arm in words, as the trace's shadow card names the served and the shadow version.
+_ARM_WORDS = {"new": "the rollout's new version", "old": "the version it replaces"}
+
+
 @dataclass
 class ShadowCard:
     version: int
@@ -800,10 +815,30 @@ class ShadowCard:
     differences_total: int | None  # None: a runtime before SDK 0.3.0 sends no differences
     only_shadow: list[str]  # selected by the shadow only
     only_live: list[str]
+    # In a staged rollout the served version is this request's arm and the shadow the other
+    # arm (runtime-contract §3 `rollout`): neither is "live" then, so the card names the arms.
+    rollout_arm: str = ""
 
     @property
     def same_version(self) -> bool:
         return self.version == self.live_version
+
+    @property
+    def served_words(self) -> str:
+        """The version that served the request: "live v4", or during a rollout "v4 (this
+        request's arm: the version it replaces)"."""
+        version = f"v{self.live_version if self.live_version is not None else '?'}"
+        if not self.rollout_arm:
+            return f"live {version}"
+        return f"{version} (this request's arm: {_ARM_WORDS.get(self.rollout_arm, 'served')})"
+
+    @property
+    def shadow_words(self) -> str:
+        """The shadow version: "v5", or during a rollout "v5 (the rollout's new version)"."""
+        if not self.rollout_arm:
+            return f"v{self.version}"
+        other = {"new": "old", "old": "new"}.get(self.rollout_arm)
+        return f"v{self.version} ({_ARM_WORDS.get(other, 'the other arm')})"
 
     @property
     def detailed(self) -> bool:
@@ -881,4 +916,5 @@ def shadow_card(trace: Trace, candidates: list) -> ShadowCard | None:
         differences_total=shadow.get("differences_total"),
         only_shadow=[i for i in shadow_selected if i not in live_set],
         only_live=[i for i in live_selected if i not in shadow_set],
+        rollout_arm=(trace.rollout_arm or "") if trace.rollout_key else "",
     )

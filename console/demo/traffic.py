@@ -25,9 +25,11 @@ import msgspec
 from context_runtime import rollouts, wire
 from context_runtime.client import FRESH, ConfigSnapshot, Resolution
 from context_runtime.engine import (
+    DEGRADED,
     FETCHED,
     NO_ACCESS,
     NOT_FETCHED,
+    READY,
     CandidateItem,
     Strategy,
     context_sections,
@@ -182,9 +184,8 @@ def run(
     strategy = Strategy.from_body(serving.document.body)
     profile = snapshot.profile
     fixed = PROMPT_TOKENS
-    if profile is not None:
-        sections = context_sections(profile.body)
-        fixed += SECTION_TOKENS * sum(len(keys) for keys in sections.values())
+    sections = context_sections(profile.body) if profile is not None else {}
+    fixed += SECTION_TOKENS * sum(len(keys) for keys in sections.values())
     candidates = tuple(
         _for(item, request) for item in scenario.candidates if item.source in strategy.sources
     )
@@ -214,8 +215,22 @@ def run(
         sources=[wire.SourceRef(id=item.id, version=item.version) for item in selection.selected],
         shadow=shadow,
         rollout=serving.rollout,
+        sections=_rendered(sections, selection.status),
         **resolution.trace_fields(),
         **fields,
+    )
+
+
+def _rendered(sections: Mapping[str, list[str]], status: str) -> wire.Sections | None:
+    """The contextSections that went into the model request, as the SDK's ContextAssembly
+    reports them (``context_runtime.adk``): only when the model was called (``ready`` or
+    ``degraded``), each block's switched-on keys — the demo application has a value for every
+    section. A refused request reports none."""
+    if status not in (READY, DEGRADED):
+        return None
+    return wire.Sections(
+        user_context=tuple(sections.get("user_context", ())[: wire.MAX_SECTIONS_PER_BLOCK]),
+        query_context=tuple(sections.get("query_context", ())[: wire.MAX_SECTIONS_PER_BLOCK]),
     )
 
 

@@ -80,7 +80,10 @@ def test_support__release_row_to_health_page_to_request_ids_to_trace(login, live
     )
     ids = page.locator("#health-request-ids tbody tr")
     assert ids.count() == 4
-    assert "provider_not_fetched" in ids.first.inner_text()
+    # In words; the code is one hover away.
+    assert "applicable_policy — its provider did not deliver it" in ids.first.inner_text()
+    reason = ids.first.locator("[data-reason-code]")
+    assert reason.get_attribute("title") == "reason code: provider_not_fetched"
     ids.first.locator("a.mono").click()
 
     page.wait_for_url(re.compile(r".*/traces/policy-miss-\d/.*"))

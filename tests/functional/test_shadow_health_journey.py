@@ -94,6 +94,7 @@ def test_ops__shadow_4k__health_disagreements__trace_card__promote__live(
     selected = page.locator('[data-metric="same_selected"] [data-column="shadow:4"]')
     assert f"{REQUESTS - len(differing)}/{REQUESTS}" in selected.inner_text()
     shot(page, "health")
+    assert layout_faults(page) == {}  # the shadow's column on a phone and at 1366 too
     selected.locator("[data-requests]").click()
 
     # The request ids behind it: exactly the requests where the shadow decided otherwise.

@@ -34,7 +34,10 @@ def test_support_opens_a_shadowed_request__sees_the_differences__jumps_to_the_ca
     assert "v4 beside live v3" in card.inner_text()
     assert "budget exceeded" in card.locator("#shadow-summary").inner_text()
     row = card.locator("#shadow-differences tr[data-position='2']")
-    assert "P7-v2" in row.inner_text() and "over_budget_required" in row.inner_text()
+    # The shadow's reason in words; its code one hover away.
+    assert "P7-v2" in row.inner_text() and "too large for the budget" in row.inner_text()
+    code = row.locator("[data-shadow=shadow] [data-reason-code]")
+    assert code.get_attribute("title") == "reason code: over_budget_required"
     row.locator("a").click()
     page.wait_for_url("**#candidate-2")
     target = page.locator("#candidate-2")

@@ -108,7 +108,10 @@ def test_support_replays_req_92_with_a_tighter_draft__sees_what_changes(demo_wor
     )
     page = login("support", "support-demo")
     page.goto(page.url + "traces/req-92/")
-    assert "Decided by context_runtime" in page.locator("#versions-used").inner_text()
+    # Plain words first; the engine's id (what a replay compares) on hover.
+    assert "Decided by the SDK's selection engine" in page.locator("#trace-engine").inner_text()
+    engine = page.locator("#trace-engine .help-term").get_attribute("title")
+    assert engine.startswith("engine context_runtime ") and " · rules " in engine
 
     page.click("#replay-run")  # the recorded version is chosen first
     page.locator("#replay-result").wait_for()

@@ -16,7 +16,7 @@ import sys
 from datetime import timedelta
 
 import pytest
-from context_runtime.engine import ENGINE, CandidateItem, Strategy, select
+from context_runtime.engine import ENGINE, CandidateItem, Strategy, context_sections, select
 from django.core.management import call_command
 from django.utils import timezone
 
@@ -92,6 +92,31 @@ def test_load_demo__support_traces__demo_statuses_from_engine__second_run_adds_n
     count = Trace.objects.count()
     assert "Demo traces: 0 new" in load_demo()
     assert Trace.objects.count() == count
+
+
+@pytest.mark.django_db
+def test_load_demo__traces_report_sections__as_the_sdk_does__only_when_the_model_was_called():
+    """Issue 32 item 8: the SDK's ContextAssembly reports the contextSections it rendered
+    (`wire.Sections`, keys per block) on every request it sent to the model; the demo's
+    traffic does too, so the demo's trace pages and their layout tests show what a real
+    runtime's do. A request refused before the model call reports none."""
+    load_demo()
+
+    traces = Trace.objects.filter(request_id__in=EXPECTED)
+    called = {t.request_id for t in traces if t.status in ("ready", "degraded")}
+    assert called == {"req-92", "req-93", "req-97"}
+    for trace in traces:
+        profile = Version.objects.get(
+            document__agent__key="assistant_professional",
+            document__key="profile",
+            number=trace.documents["profile"],
+        )
+        switched_on = context_sections(profile.body)  # what the profile renders, by block
+        assert switched_on["user_context"] and switched_on["query_context"]
+        expected = switched_on if trace.request_id in called else None
+        assert trace.sections == expected, trace.request_id
+    background = Trace.objects.filter(request_id__startswith="bg-", status="ready")
+    assert not background.filter(sections__isnull=True).exists()
 
 
 @pytest.mark.django_db

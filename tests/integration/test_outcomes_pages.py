@@ -127,7 +127,8 @@ def test_trace_page__outcomes_card__values_when_and_token__or_how_to_report(clie
     assert 'title="Counts towards the escalation rate"' in page
     assert 'data-outcome="rating"' in page and "test sg-test" in page
     # beside it, how often this version's requests here were escalated: 2 of 4
-    assert 'data-share="2/4"' in page and "50.0%" in page
+    assert 'data-share="2/4"' in page and "in <strong>2 of 4</strong>" in page
+    assert 'title="50.0% of the' in page  # the percentage one hover away
     assert 'data-share="1/1"' in page  # the one rating reported, a 1
     empty = client.get("/traces/req-92/").content.decode()
     assert 'id="outcomes-empty"' in empty

@@ -193,8 +193,8 @@ def test_trace_page__sections_rendered__named_by_block_next_to_the_versions(
     page = client.get("/traces/req-s/").content.decode()
     exported = orjson.loads(client.get("/api/v1/traces/req-s").content)
 
-    assert "user context</span> <code>high_level_profile</code>" in page
-    assert "query context</span> <code>time_summary</code>" in page
+    assert "user context:</span> <code>high_level_profile</code>" in page
+    assert "query context:</span> <code>time_summary</code>" in page
     assert exported["sections"] == sections
 
 

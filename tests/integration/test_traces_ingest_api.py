@@ -303,8 +303,13 @@ def test_ingest__selection_block_and_reason_codes__stored_shown_and_exported(
 
     client.force_login(make_user("sup", support="assistant_professional"))
     page = html.unescape(client.get("/traces/req-new/").content.decode())
-    assert 'Decided by <span class="mono">context_runtime 0.2.0 · rules 1a2b3c4d5e6f</span>' in page
-    assert '<code class="tag tag-code" title="reason code">below_threshold</code>' in page
+    assert (
+        'Decided by <span class="help-term" title="engine context_runtime 0.2.0 · rules '
+        '1a2b3c4d5e6f (a replay with the same rules decides alike)">'
+        "the SDK's selection engine 0.2.0</span>"
+    ) in page
+    # The reason in words, its code one hover away.
+    assert 'title="reason code: below_threshold" data-reason-code="below_threshold"' in page
     exported = client.get("/api/v1/traces/req-new").json()
     assert exported["selection"] == {
         "engine": ENGINE_ID,
@@ -336,7 +341,7 @@ def test_ingest__runtime_without_replay_fields__stored_blank_and_page_says_so(
     client.force_login(make_user("sup", support="assistant_professional"))
     page = client.get("/traces/req-old/").content.decode()
     assert "Recorded by a runtime that sends no replay fields" in page
-    assert "tag-code" not in page
+    assert "data-reason-code" not in page
     exported = client.get("/api/v1/traces/req-old").json()
     assert exported["selection"] is None
     assert {c["reason_code"] for c in exported["candidates"]} == {None}

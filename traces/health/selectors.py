@@ -33,6 +33,7 @@ from strategies.catalog.models import Environment
 from strategies.documents.models import Document
 from strategies.releases.models import Release, ReleaseEvent
 from traces.charts import CHART_GROUP_OF
+from traces.diagnosis import reason_words, resolution_words
 from traces.health.counters import (
     COUNTER_MAPS,
     COUNTER_SCALARS,
@@ -285,12 +286,32 @@ class Metric:
     key: str
     cells: dict  # slot → Cell
     note: str = ""
+    hint: str = ""  # the code the label words plainly: on hover, never in front
 
     @property
     def anything(self) -> bool:
         """Worth a row: a cell counts something, or has requests behind it (an agreement
         rate counts the requests that agree: at 0% every request is behind its link)."""
         return any(c.rate is not None and (c.rate.count or c.link) for c in self.cells.values())
+
+
+@dataclass
+class Agreement:
+    """How often a shadow decided as live did, on the requests it ran beside live."""
+
+    totals: Totals
+    compared: int
+    same_status: int
+    same_selected: int
+    aa: bool
+
+    @property
+    def status_rate(self) -> Rate:
+        return Rate(self.same_status, self.compared)
+
+    @property
+    def selected_rate(self) -> Rate:
+        return Rate(self.same_selected, self.compared)
 
 
 @dataclass
@@ -336,6 +357,38 @@ class VersionHealth:
     @property
     def empty(self) -> bool:
         return not any(c.traces for c in self.columns)
+
+    @property
+    def rates(self) -> list[Metric]:
+        """The rows of the rates table: every column's rates (the failed rate always)."""
+        return [
+            m for m in self.metrics if m.group != "agreement" and (m.anything or m.key == "failed")
+        ]
+
+    @property
+    def agreement(self) -> list[Metric]:
+        """The rows of the agreement table: how each shadow decided against live on the
+        same requests (a shadow column's only)."""
+        return [m for m in self.metrics if m.group == "agreement" and m.anything]
+
+    @property
+    def token_rows(self) -> list[tuple]:
+        """The input-size rows with their column: (column, p50, p95, mean, shadow − live)."""
+        return [(c, *row[1:]) for c, row in zip(self.columns, self.tokens, strict=True)]
+
+    @property
+    def agreements(self) -> list[Agreement]:
+        """Each shadow's agreement with live in one sentence's numbers."""
+        return [
+            Agreement(
+                totals=t,
+                compared=int(t.scalars["compared"]),
+                same_status=int(t.scalars["same_status"]),
+                same_selected=int(t.scalars["same_selected"]),
+                aa=self.is_aa(t),
+            )
+            for t in self.shadows
+        ]
 
     def is_aa(self, totals: Totals) -> bool:
         """The shadow runs the live version itself: the A/A self-test."""
@@ -460,7 +513,7 @@ def _agreement(health: VersionHealth) -> list[Metric]:
             metrics.append(
                 Metric(
                     "agreement",
-                    f"Required {source} items live selected, dropped by the shadow",
+                    f"Required {source} items the shadow drops (live selected them)",
                     f"required_lost:{source}",
                     {totals.slot: cell},
                 )
@@ -548,28 +601,28 @@ def version_health(
         )
     for key in _keys(health, "required_missing"):
         source, code = split_key(key)
-        health.metrics.append(
-            _metric(
-                health,
-                "required",
-                f"Required {source} not selected: {code or 'no reason code'}",
-                f"required_missing:{key}",
-                lambda t, k=key: t.maps["required_missing"].get(k, 0),
-                link={"source": source, "reason_code": code or "-"},
-            )
+        metric = _metric(
+            health,
+            "required",
+            f"Required {source} left out: {reason_words(code) if code else 'no reason given'}",
+            f"required_missing:{key}",
+            lambda t, k=key: t.maps["required_missing"].get(k, 0),
+            link={"source": source, "reason_code": code or "-"},
         )
+        metric.hint = f"reason code: {code}" if code else ""
+        health.metrics.append(metric)
     for resolution in _keys(health, "config_fallback"):
-        health.metrics.append(
-            _metric(
-                health,
-                "config",
-                f"Served from a fallback configuration ({resolution})",
-                f"config_fallback:{resolution}",
-                lambda t, r=resolution: t.maps["config_fallback"].get(r, 0),
-                link={"resolution": resolution},
-                live_only=True,
-            )
+        metric = _metric(
+            health,
+            "config",
+            f"Served from {resolution_words(resolution)}",
+            f"config_fallback:{resolution}",
+            lambda t, r=resolution: t.maps["config_fallback"].get(r, 0),
+            link={"resolution": resolution},
+            live_only=True,
         )
+        metric.hint = f"configuration resolution: {resolution}"
+        health.metrics.append(metric)
     health.metrics.extend(_outcome_metrics(health))
     health.metrics.extend(_agreement(health))
     health.tokens = [
@@ -601,7 +654,13 @@ def _outcome_metrics(health: VersionHealth) -> list[Metric]:
             change = verdict(live.rate, previous.rate)
             live.verdict = "changed" if change in ("worse", "better") else change
         metrics.append(
-            Metric("outcome", f"{kind}: {value}", f"outcome:{key}", cells, note="of reported")
+            Metric(
+                "outcome",
+                f"{kind}: {value}",
+                f"outcome:{key}",
+                cells,
+                note=f"share of the {kind} reports",
+            )
         )
     return metrics
 
@@ -902,10 +961,10 @@ class RequestFilter:
         if self.degradation:
             parts.append(f"degraded via {self.degradation}")
         if self.source:
-            code = "no reason code" if self.reason_code == "-" else self.reason_code
-            parts.append(f"required {self.source} not selected" + (f" ({code})" if code else ""))
+            why = "no reason given" if self.reason_code == "-" else reason_words(self.reason_code)
+            parts.append(f"required {self.source} not selected" + (f" ({why})" if why else ""))
         if self.resolution:
-            parts.append(f"configuration {self.resolution}")
+            parts.append(f"served from {resolution_words(self.resolution)}")
         if self.disagree:
             parts.append("shadow disagrees with live")
         return ", ".join(parts)
