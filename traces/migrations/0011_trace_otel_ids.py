@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("traces", "0009_trace_rollout"),
+        ("traces", "0010_candidate_decision_not_requested"),
     ]
 
     operations = [
