@@ -459,7 +459,7 @@ def test_guards__order_provider_failing_30pct_in_both_arms__pause_naming_it_no_r
     results = {r.name: r for r in guards.evaluate(evidence, guards.GuardSettings())}
     assert results["attribution"].state == "pause"
     assert results["attribution"].message.startswith(
-        "order_delivery not fetched in 30% of requests in both versions"
+        "The order_delivery provider returned nothing for both versions in 30% of requests"
     )
     failed = {f"r{i}" for i in range(1000) if (i // 10) % 10 < 3}
     named = results["attribution"].evidence["request_ids"]
