@@ -524,6 +524,17 @@ def _page(client, rollout) -> str:
     return response.content.decode()
 
 
+def _ended_page(world, client, end) -> str:
+    """The page, as ops sees it, of a rollout of v3 over live v2 ended at its first step by
+    `end` (rollout_finish or rollout_stop)."""
+    rollout = rollout_start(
+        version=world.strategy[3], environment=world.envs["sg-test"], actor=world.ops, plan=FAST
+    )
+    end(rollout=rollout, actor=world.ops, reason="decided")
+    client.force_login(world.ops)
+    return _page(client, rollout)
+
+
 def test_rollout_page__rolled_back_at_step_2__says_how_when_where_and_nothing_split(world, client):
     # Given a rollout of v3 over live v2, rolled back by a guard at its second step (50%)
     w, sg = world, world.envs["sg-test"]
@@ -548,22 +559,14 @@ def test_rollout_page__rolled_back_at_step_2__says_how_when_where_and_nothing_sp
 
 
 def test_rollout_page__finished_by_hand_at_step_1__live_for_everyone_rest_skipped(world, client):
-    w, sg = world, world.envs["sg-test"]
-    rollout = rollout_start(version=w.strategy[3], environment=sg, actor=w.ops, plan=FAST)
-    rollout_finish(rollout=rollout, actor=w.ops, reason="looks good")
-    client.force_login(w.ops)
-    page = _page(client, rollout)
+    page = _ended_page(world, client, rollout_finish)
     assert "<strong>Finished</strong>" in page
     assert "at step 1 of 3 (10% of tasks on v3; the remaining steps skipped)" in page
     assert "v3 went live for everyone when it finished; live in sg-test now: v3" in page
 
 
 def test_rollout_page__stopped__says_stopped_and_the_version_everyone_got_again(world, client):
-    w, sg = world, world.envs["sg-test"]
-    rollout = rollout_start(version=w.strategy[3], environment=sg, actor=w.ops, plan=FAST)
-    rollout_stop(rollout=rollout, actor=w.ops, reason="not this week")
-    client.force_login(w.ops)
-    page = _page(client, rollout)
+    page = _ended_page(world, client, rollout_stop)
     assert "<strong>Stopped</strong>" in page and "at step 1 of 3 (10% of tasks on v3)" in page
     assert "Everyone went back to v2 when it ended; live in sg-test now: v2" in page
 

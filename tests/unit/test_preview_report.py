@@ -116,6 +116,17 @@ def _world(count=300, seed=7):
     return v3, traces
 
 
+def _recorded_under_v2(count: int, *, seed: int):
+    """v2 and `count` traces recorded under it (v2 asks no recent_dialogue)."""
+    rng = random.Random(seed)
+    v2 = Strategy.from_body(V2)
+    traces = []
+    for n in range(count):
+        items = tuple(i for i in _candidates(rng, n) if i.source in v2.sources)
+        traces.append((*_recorded(n, 2, v2, items), items))
+    return v2, traces
+
+
 def _run(live, candidate, traces, recorded=None):
     versions = report.Versions(
         recorded=recorded or {3: live}, live_number=3, live=live, candidate=candidate
@@ -192,12 +203,7 @@ def test_report__truncated_or_refused_trace__counted_apart_each_for_its_reason()
 
 
 def test_report__source_the_recorded_version_never_asked__not_previewable_per_source():
-    rng = random.Random(3)
-    v2 = Strategy.from_body(V2)
-    traces = []
-    for n in range(30):
-        items = tuple(i for i in _candidates(rng, n) if i.source in v2.sources)
-        traces.append((*_recorded(n, 2, v2, items), items))
+    v2, traces = _recorded_under_v2(30, seed=3)
     needs_dialogue = Strategy.from_body({**V2, "required": [*V2["required"], "recent_dialogue"]})
     result = report.run(
         report.Versions(recorded={2: v2}, live_number=2, live=v2, candidate=needs_dialogue),
@@ -282,12 +288,7 @@ def test_report__identical_requests__worked_out_once_counted_every_time():
 def test_report__traces_lacking_two_sources__each_counted_apart_once():
     # Given traces recorded under v2, which asks neither recent_dialogue nor a fourth source,
     # and a candidate that needs both: each trace lacks two sources
-    rng = random.Random(5)
-    v2 = Strategy.from_body(V2)
-    traces = []
-    for n in range(12):
-        items = tuple(i for i in _candidates(rng, n) if i.source in v2.sources)
-        traces.append((*_recorded(n, 2, v2, items), items))
+    v2, traces = _recorded_under_v2(12, seed=5)
     both = Strategy.from_body(
         {**V2, "required": [*V2["required"], "recent_dialogue"], "optional": ["faq"]}
     )
