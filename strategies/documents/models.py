@@ -34,6 +34,9 @@ class Document(models.Model):
     )
     name = models.CharField(max_length=200, blank=True)
     description = models.TextField(blank=True)
+    # The highest version number ever given here, discarded drafts included: a number names
+    # one content for ever (the audit says "v4"), so it is never given twice.
+    last_version_number = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -42,6 +45,19 @@ class Document(models.Model):
             models.UniqueConstraint(fields=["agent", "key"], name="document_unique_key_per_agent"),
             models.CheckConstraint(
                 condition=Q(kind="strategy") | Q(key="profile"), name="document_profile_key"
+            ),
+        ]
+        triggers = [
+            Guard(
+                name="version_numbers_never_go_back",
+                operation=pgtrigger.Update,
+                condition=pgtrigger.Q(
+                    new__last_version_number__lt=pgtrigger.F("old__last_version_number")
+                ),
+                func=(
+                    "RAISE EXCEPTION 'document %: version numbers are never given twice', "
+                    "OLD.id USING ERRCODE = 'integrity_constraint_violation';"
+                ),
             ),
         ]
 

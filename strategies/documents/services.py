@@ -10,7 +10,8 @@ from __future__ import annotations
 import re
 
 from context_runtime import canonical, vocabulary
-from django.db.models import F, Max
+from django.db.models import F, Subquery, Value
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from console.kernel.audit import AuditAction, actor_label, audit_record
@@ -81,6 +82,25 @@ def _check_sensitive(*, document: Document, body, before_bodies: list, actor) ->
     check_user_can_enable_sensitive(actor, document.agent, paths)
 
 
+def _version_number_take(document: Document) -> int:
+    """The document's next version number, taken for good: a discarded draft's number is
+    never given again. The UPDATE locks the document's row, so two drafts opened at once get
+    two numbers (one then meets the open draft and rolls its number back with it); versions
+    written past the counter (older rows, fixtures) are stepped over."""
+    highest = Version.objects.filter(document=document).order_by("-number").values("number")[:1]
+    Document.objects.filter(pk=document.pk).update(
+        last_version_number=Greatest(
+            F("last_version_number"), Coalesce(Subquery(highest), Value(0))
+        )
+        + 1
+    )
+    number = Document.objects.filter(pk=document.pk).values_list("last_version_number", flat=True)[
+        0
+    ]
+    document.last_version_number = number
+    return number
+
+
 @service_transaction
 def draft_create(
     *,
@@ -99,7 +119,7 @@ def draft_create(
     _check_sensitive(
         document=document, body=body, before_bodies=[parent.body] if parent else [], actor=actor
     )
-    next_number = (document.versions.aggregate(n=Max("number"))["n"] or 0) + 1
+    next_number = _version_number_take(document)
 
     def draft_exists() -> Conflict:
         current = document.versions.filter(state=Version.State.DRAFT).first()

@@ -378,7 +378,9 @@ def _document_plan(
                 f"{file_doc.key} is a {document.kind} here, not a {file_doc.kind}.",
             )
         )
-    next_number = max((v.number for v in versions), default=0) + 1
+    # The number draft_create will give: past every version and every discarded draft.
+    given = document.last_version_number if document else 0
+    next_number = max([given, *(v.number for v in versions)]) + 1
     current_body = latest.body if latest else None  # what a new version is compared with
     mapping: dict[int, VersionStep] = {}
     for file_version in file_doc.versions:

@@ -59,7 +59,7 @@ def test_publish__most_traffic_becomes_budget_exceeded__warned_and_needs_the_con
     title = warning.locator(".banner-title").inner_text()
     worse, replayed = map(int, re.search(r"([\d,]+) of ([\d,]+) replayed", title).groups())
     assert worse * 2 > replayed  # most of the replayed traffic
-    assert "become budget_exceeded" in warning.inner_text()
+    assert "become budget exceeded" in warning.inner_text()
     assert "no status changes" not in page.content()
     confirm = page.locator("#danger-confirm")
     assert f"{worse:,} of {replayed:,} replayed traces get worse" in confirm.inner_text()

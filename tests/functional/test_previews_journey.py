@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from context_runtime import wire
 from django.contrib.auth.models import User
 
 from strategies.catalog.models import Environment
@@ -64,6 +65,17 @@ def test_ops_previews_budget_4000_on_sg_test__approver_sees_the_prod_preview(
     assert int(cell.get_attribute("data-count")) > 0
     assert "cell-bad" in cell.get_attribute("class")
     assert "reproduced" in page.locator("#fidelity").inner_text()
+    # Plain words first (issue 32 item 10): the replay's trust as a count, no "Fidelity 100 %"
+    # in front; why items changed in words, each reason code one hover away
+    fidelity = page.locator("#fidelity").inner_text()
+    assert fidelity.startswith("Can the replay be trusted?") and "Yes: replaying" in fidelity
+    assert "Fidelity" not in fidelity
+    assert "Fidelity 100 %" in page.locator("#fidelity .help-term").get_attribute("title")
+    per_source = page.locator("#per-source").inner_text()
+    assert not [code for code in wire.REASON_CODES if "_" in code and code in per_source]
+    why = page.locator("#per-source td[data-code] .help-term").first
+    assert why.get_attribute("title").startswith("reason code ")
+    assert "_" not in why.inner_text()
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(
         path=str(SHOTS / "preview-report-1280.png"), full_page=True, animations="disabled"

@@ -99,17 +99,33 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
     rollout_record_guards(
         rollout=rollout,
         guards=[
-            {"name": "minimum_data", "state": "insufficient", "message": "40 of 100 on new."},
+            {
+                "name": "minimum_data",
+                "label": "Enough traffic",
+                "state": "insufficient",
+                "message": "Not enough traffic yet: 40 of the 100 requests needed on the new "
+                "version (v2).",
+            },
             {
                 "name": "paired",
+                "label": "Same requests, both versions",
                 "state": "ok",
-                "message": "No regression on the same inputs over 412 requests.",
+                "message": "The new version (v2) did no worse than the current version (v3) on "
+                "the same 412 requests.",
+                "statistics": "0 of 412 worse; the 95% lower bound 0% is under 0.50%.",
                 "evidence": {"kinds": {"status": {"request_ids": ["req-92"]}}},
             },
         ],
     )
     page.wait_for_selector("[data-guard='paired'][data-guard-state='ok']", timeout=10_000)
-    assert "40 of 100 on new" in page.inner_text("#rollout-guards")
+    guards_text = page.inner_text("#rollout-guards")
+    assert "40 of the 100 requests needed on the new version (v2)" in guards_text
+    assert "too little data yet" in guards_text and "insufficient" not in guards_text
+    # the statistics wait one disclosure away
+    figures = page.locator("[data-guard='paired'] details")
+    assert not figures.locator("span").is_visible()
+    figures.locator("summary").click()
+    assert "95% lower bound" in figures.inner_text()
     link = page.locator("[data-guard='paired'] a", has_text="req-92")
     assert "/traces/req-92/" in link.get_attribute("href")
     shot(page, "running")
@@ -128,13 +144,22 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
     rollout_guard_pause(
         rollout=Rollout.objects.get(),
         guard="attribution",
-        evidence={"message": "order_delivery not fetched in 31% of requests in both versions"},
-        reason="order_delivery not fetched in 31% of requests in both versions.",
+        evidence={
+            "guard": "attribution",
+            "label": "Providers failing both versions",
+            "message": "The order_delivery provider returned nothing for both versions in 31% "
+            "of requests: that is the provider, not the version, so a person decides.",
+            "statistics": "In every version served, the 95% lower bound 27% exceeds 5%.",
+        },
+        reason="The order_delivery provider returned nothing for both versions in 31% of "
+        "requests: that is the provider, not the version, so a person decides.",
     )
     page.wait_for_selector("#rollout-changed", timeout=10_000)
     assert page.locator("#rollout-status").get_attribute("data-state") == "paused"
-    assert "order_delivery not fetched" in page.inner_text("#rollout-why")
-    assert "order_delivery not fetched" in page.inner_text("#rollout-evidence")
+    assert "order_delivery provider returned nothing" in page.inner_text("#rollout-why")
+    evidence_text = page.inner_text("#rollout-evidence")
+    assert evidence_text.startswith("Evidence: providers failing both versions")
+    assert "order_delivery provider returned nothing" in evidence_text
     shot(page, "guard-paused")
     page.click("#rollout-changed a")
     assert page.locator("#rollout-resume").count() == 1
@@ -145,7 +170,20 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
     assert page.locator("#rollout-status").get_attribute("data-state") == "stopped"
     assert "Not this week" in page.inner_text("#rollout-why")
     assert page.locator("#rollout-actions").count() == 0
+    # Ended, and the page says so: how, when, at which step and share — and that nothing is
+    # split now (no "Share on v2: 10%" as if it still held)
+    assert page.inner_text("#rollout-now-title") == "Ended"
+    ended = page.inner_text("#rollout-ended")
+    assert ended.startswith("Stopped") and "by ops, at step 1 of 3 (10% of tasks on v2)" in ended
+    now = page.inner_text("#rollout-now")
+    assert now.startswith("Nothing is split now.")
+    assert "Everyone went back to v3 when it ended; live in sg-test now: v3." in now
+    assert page.locator("#rollout-share").count() == 0
+    assert "last judged before it ended" in page.inner_text("#rollout-guards")
+    assert page.locator("[data-step-state='ended']").inner_text().endswith("ended here")
+    assert "stopped by ops · step 1 of 3 (10%)" in page.inner_text("#rollout-log")
     shot(page, "stopped")
+    assert layout_faults(page) == {}  # at 390 and 1366 px
     served = runtime_config(client, secret)
     assert served["rollouts"] == {} and served["strategies"][STRATEGY]["version"] == 3
 

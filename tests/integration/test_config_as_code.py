@@ -39,6 +39,9 @@ from tests.factories import (
 )
 
 API = f"/api/v1/agents/{SAMPLE_AGENT}/config"
+# The number a version the file adds gets here once the world's open draft (v4) is
+# discarded: a discarded draft's number is never given again.
+ADDED = 5
 
 
 def build_world():
@@ -220,12 +223,12 @@ def test_dry_run__changed_budget__plain_english_changes_and_findings_nothing_wri
     assert response.status_code == 200, response.content
     plan = response.json()["plan"]
     [step] = [s for s in document(plan, STRATEGY_KEY)["versions"] if s["action"] == "create"]
-    assert step["number"] == 4
+    assert step["number"] == ADDED
     changes = {c["path"]: c["summary"] for c in step["changes"]}
     assert "budget.max_input_tokens" in changes and "7000" in changes["budget.max_input_tokens"]
     releases = {(r["environment"], r["document"]): r for r in plan["releases"]}
     sg = releases[("sg-test", STRATEGY_KEY)]
-    assert (sg["live_number"], sg["number"], sg["action"]) == (3, 4, "publish")
+    assert (sg["live_number"], sg["number"], sg["action"]) == (3, ADDED, "publish")
     assert releases[("bank-uat", STRATEGY_KEY)]["findings"] == []
     assert releases[("prod", STRATEGY_KEY)]["action"] == "unchanged"
     assert counts() == before
@@ -347,8 +350,8 @@ def test_apply__new_version__created_published_and_requested_in_protected(db):
     response = post(client, data, dry_run=False)
     assert response.status_code == 200, response.content
     outcome = response.json()["outcome"]
-    assert outcome["versions_created"] == [{"document": STRATEGY_KEY, "number": 4}]
-    v4 = Version.objects.get(document__key=STRATEGY_KEY, number=4)
+    assert outcome["versions_created"] == [{"document": STRATEGY_KEY, "number": ADDED}]
+    v4 = Version.objects.get(document__key=STRATEGY_KEY, number=ADDED)
     assert v4.state == "frozen" and v4.note == "bigger budget"
     assert Release.objects.get(document=v4.document, environment__key="sg-test").version == v4
     [request] = outcome["approval_requests"]
@@ -389,7 +392,7 @@ def test_apply__user_may_not_publish_there__skipped_not_allowed(db, make_user):
     response = post(client, _file_with_new_budget(client_for(world.ops)), dry_run=False)
     assert response.status_code == 200, response.content
     outcome = response.json()["outcome"]
-    assert outcome["versions_created"] == [{"document": STRATEGY_KEY, "number": 4}]
+    assert outcome["versions_created"] == [{"document": STRATEGY_KEY, "number": ADDED}]
     assert {s["environment"] for s in outcome["skipped"]} == {"sg-test", "prod"}
     assert all("Not allowed" in s["reason"] for s in outcome["skipped"])
     assert not outcome["published"] and not outcome["approval_requests"]
@@ -439,12 +442,12 @@ def test_commands__export_import_dry_run_and_as_user__same_code_audited(db, tmp_
     before = counts()
     out = StringIO()
     call_command("import_agent", SAMPLE_AGENT, str(path), "--dry-run", "--as", "ops", stdout=out)
-    assert f"{STRATEGY_KEY}: would add v4" in out.getvalue()
+    assert f"{STRATEGY_KEY}: would add v{ADDED}" in out.getvalue()
     assert "max input tokens" in out.getvalue().lower()
     assert counts() == before
     out = StringIO()
     call_command("import_agent", SAMPLE_AGENT, str(path), "--as", "ops", stdout=out)
-    assert f"sg-test/{STRATEGY_KEY}: publish v4" in out.getvalue()
+    assert f"sg-test/{STRATEGY_KEY}: publish v{ADDED}" in out.getvalue()
     assert "approval request #" in out.getvalue()
     assert AuditRecord.objects.get(action="config.import").actor_label == "ops"
 
@@ -458,7 +461,7 @@ def test_commands__without_as__documents_only_publishes_skipped(db, tmp_path):
     out = StringIO()
     call_command("import_agent", SAMPLE_AGENT, str(path), stdout=out)
     assert "skipped — Publishing needs a person" in out.getvalue()
-    assert Version.objects.get(document__key=STRATEGY_KEY, number=4).author_label == "system"
+    assert Version.objects.get(document__key=STRATEGY_KEY, number=ADDED).author_label == "system"
     assert AuditRecord.objects.get(action="config.import").actor_label == "system"
 
 
@@ -514,7 +517,7 @@ def test_import_page__upload_dry_run_then_apply__the_planned_version_is_created(
     response = _upload(client, json.dumps(data))
     assert response.status_code == 200
     page = response.content.decode()
-    assert "Dry run" in page and "New version <strong>v4</strong>" in page
+    assert "Dry run" in page and f"New version <strong>v{ADDED}</strong>" in page
     assert "8500" in page and "approval request" in page
     assert counts() == before
     plan = response.context["plan_hash"]
@@ -528,7 +531,7 @@ def test_import_page__upload_dry_run_then_apply__the_planned_version_is_created(
     applied = client.post(url, {"apply": "1", "plan": plan, "content": content})
     assert applied.status_code == 200
     assert "Configuration applied" in applied.content.decode()
-    assert Version.objects.get(document__key=STRATEGY_KEY, number=4).body["budget"] == {
+    assert Version.objects.get(document__key=STRATEGY_KEY, number=ADDED).body["budget"] == {
         "max_input_tokens": 8500,
         "reserve_output_tokens": 1000,
     }

@@ -170,3 +170,60 @@ def test_validate__environment_without_manifest__says_runtime_not_reported(db):
         kind="strategy", body=version.body, environment=reported.environment
     )
     assert report.as_dict()["valid"] is True and report.manifest_version == 1
+
+
+# --- version numbers are never given twice (issue 32 item 11) --------------------------------------
+def test_draft_create__after_a_discarded_draft__gets_a_new_number(db):
+    # Given a strategy with v1 frozen, whose draft v2 was discarded
+    document = DocumentFactory()
+    frozen_version(document)
+    discarded = services.draft_create(document=document, body=strategy_body(), actor=None)
+    services.draft_discard(draft=discarded, actor=None)
+    # When the next draft is opened
+    draft = services.draft_create(
+        document=document, body=strategy_body(max_extra_reads=2), actor=None
+    )
+    # Then it is v3: "v2" in the audit names the discarded content only
+    assert (discarded.number, draft.number) == (2, 3)
+    labels = list(
+        AuditRecord.objects.filter(action__in=["draft.create", "draft.discard"])
+        .order_by("id")
+        .values_list("action", "target_label")
+    )
+    assert [label.split(" ")[1] for _, label in labels] == ["v1", "v2", "v2", "v3"]
+
+
+def test_document__version_counter__the_database_refuses_to_move_it_back(db):
+    document = DocumentFactory()
+    frozen_version(document)
+    with pytest.raises(DatabaseError), transaction.atomic():
+        Document.objects.filter(pk=document.pk).update(last_version_number=0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_draft_create__two_at_once__two_numbers_one_draft_and_no_number_reused():
+    document = DocumentFactory()
+    frozen_version(document)
+    barrier, outcomes = threading.Barrier(2), []
+
+    def open_draft():
+        try:
+            barrier.wait()
+            outcomes.append(
+                services.draft_create(document=document, body=strategy_body(), actor=None)
+            )
+        except Conflict as exc:
+            outcomes.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=open_draft) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    drafts = [o for o in outcomes if isinstance(o, Version)]
+    assert len(drafts) == 1 and drafts[0].number == 2
+    assert [o.code for o in outcomes if isinstance(o, Conflict)] == ["draft_exists"]
+    services.draft_discard(draft=drafts[0], actor=None)
+    assert services.draft_create(document=document, body=strategy_body(), actor=None).number == 3

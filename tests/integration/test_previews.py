@@ -220,6 +220,16 @@ def test_preview__draft_budget_7000__no_status_change_but_changed_decisions_list
     client.force_login(ops)
     page = client.get(reverse("preview-detail", args=[AGENT, preview.pk])).content.decode()
     assert f'Decisions change in <a href="#ids-changed">{report["changed"]["count"]}</a>' in page
+    # The per-source table says why in words; the reason code is one hover away
+    assert (
+        '<td data-code="over_budget_optional"><span class="help-term" title="reason code '
+        'over_budget_optional">optional, and no room left in the budget</span></td>' in page
+    )
+    assert '<td class="mono">over_budget_optional</td>' not in page
+    assert "recent_dialogue: Optional items dropped — optional, and no room left" in page
+    # and the replay's trust in words, the share ("fidelity") in a title
+    assert "Yes: replaying the versions the runtimes used reproduced what they decided" in page
+    assert "<h2>Fidelity</h2>" not in page
 
 
 @pytest.mark.django_db
@@ -740,3 +750,12 @@ def test_window_batches__binary_read__equals_the_orm_read_old_runtime_and_odd_ro
     )
     assert item.relevance == 0.12345678901234568
     assert report.rebuild(by_id[first[0].pk][1])[0].outcome == "fetched"
+
+
+def test_reason_words__every_reason_code_of_the_wire__has_plain_words():
+    from context_runtime import wire
+    from django.template.loader import render_to_string
+
+    for code in wire.SHADOW_REASON_CODES:
+        words = render_to_string("_components/reason_words.html", {"value": code}).strip()
+        assert words and "_" not in words, (code, words)

@@ -61,12 +61,16 @@ def test_publish_page__saved_preview__impact_sentence_fidelity_and_report_link(o
 
     assert (
         f"Impact on {report['previewed']:,} traces of sg-test, last 7 days: "
-        f"{becoming:,} become budget_exceeded" in page
+        f"{becoming:,} become budget exceeded" in page
     )
     # Checked on every trace with replay fields: v1's and v2's too, previewable or not.
     checked = report["fidelity"]["checked"]
     assert checked >= report["previewed"]
-    assert f"Fidelity 100 % ({checked:,} of {checked:,} traces" in page
+    assert (
+        f"The replay reproduced what the runtime decided on {checked:,} of {checked:,} traces"
+        in page
+    )
+    assert "Fidelity 100 %" not in page and "budget_exceeded" not in page.split("impact-summary")[1]
     assert (
         f'href="{reverse("preview-detail", args=[AGENT, preview.pk])}" id="impact-report"' in page
     )

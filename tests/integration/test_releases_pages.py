@@ -160,3 +160,20 @@ def test_overview__more_documents__same_number_of_queries(
         response = client.get("/releases/")
 
     assert "invoice_copy" in response.content.decode()
+
+
+def test_publish_page__unprotected__says_streams_take_it_within_a_second(client, world):
+    # Given ops on the publish page of an unprotected environment
+    client.force_login(world.ops)
+    url = PUBLISH.format(env="sg-test")
+    page = client.get(url, {"version": 1}).content.decode()
+    # Then it says how the change arrives as it does: the stream within a second, polling
+    # runtimes at their next poll (not "at its next poll" alone)
+    assert "config stream take it within a second" in page
+    assert "polling runtimes at their next poll" in page
+    assert "serves it at its next poll" not in page
+    # And publishing says it again in its confirmation
+    done = client.post(url, {"version": 1, "reason": "go", "revision": 0}, follow=True)
+    assert "is live in sg-test. Runtimes connected to the config stream take it within a " in (
+        done.content.decode()
+    )

@@ -154,7 +154,8 @@ def test_rollout__4000_token_version__paired_guard_rolls_back_in_first_step__v3_
     assert audit.after["evidence"]["request_ids"] == evidence["request_ids"]
     client.force_login(world.ops)
     page = client.get(f"/rollouts/{rollout.key}/", follow=True).content.decode()
-    assert "Evidence of the paired guard" in page
+    assert 'Evidence: <span title="the paired guard">same requests, both versions</span>' in page
+    assert "The new version (v" in page and "did worse than the current version (v" in page
     assert all(request_id in page for request_id in evidence["request_ids"])
 
     # … at most two evaluation periods after the breach was in the traffic (its 5th request)
@@ -236,8 +237,10 @@ def test_rollout__order_provider_failing_30_percent__paused_naming_it_never_roll
         rollout.log
     )
     assert rollout.evidence["guard"] == "attribution" and len(rollout.evidence["request_ids"]) == 5
-    assert rollout.end_reason.startswith("order_delivery not fetched in 3")
-    assert "in both versions" in rollout.end_reason
+    assert rollout.end_reason.startswith(
+        "The order_delivery provider returned nothing for both versions in 3"
+    )
+    assert "for both versions" in rollout.end_reason
     assert "rollback" not in [entry["action"] for entry in rollout.log]
     assert not AuditRecord.objects.filter(action="rollout.rollback").exists()
     print(f"\npaused: {rollout.end_reason}")

@@ -205,8 +205,10 @@ def test_provider_failing_both_versions__paused_naming_it_never_rolled_back(clie
 
     rollout.refresh_from_db()
     assert rollout.state == "paused"
-    assert rollout.end_reason.startswith("order_delivery not fetched in")
-    assert "in both versions" in rollout.end_reason
+    assert rollout.end_reason.startswith(
+        "The order_delivery provider returned nothing for both versions in"
+    )
+    assert "for both versions" in rollout.end_reason
     assert not AuditRecord.objects.filter(action="rollout.rollback").exists()
 
 

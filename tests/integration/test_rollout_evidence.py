@@ -403,13 +403,19 @@ def test_outcomes__counted_on_the_arm_of_evidence_traces_only(client, secret, en
 
 
 def test_trace_page__shows_the_rollout_arm_and_step(client, secret, make_user):
-    post_batch(client, secret, [served("n1", "new")])
+    # Given two requests of ro-7 (v4 over v3) at the wire's step index 1 of its 2 steps
+    post_batch(client, secret, [served("n1", "new"), served("o1", "old")])
     client.force_login(make_user("sup", support="assistant_professional"))
     page = client.get("/traces/n1/")
     assert page.status_code == 200
     html = page.content.decode()
-    assert 'id="trace-rollout"' in html
-    assert 'href="/rollouts/ro-7/"' in html and "served the new version" in html
+    assert 'id="trace-rollout"' in html and 'href="/rollouts/ro-7/"' in html
+    # Then it reads as the rollout page does: the version by number, the step from 1
+    assert "served <strong>the new version (v4)</strong> · step <strong>2</strong> of 2" in html
+    assert "arm</span>" not in html and "step</span> <strong>1</strong>" not in html
+    assert "arm new, step index 1 (the wire counts steps from 0)" in html  # one hover away
+    old = client.get("/traces/o1/").content.decode()
+    assert "served <strong>the current version (v3)</strong>" in old
 
 
 def test_step_evidence__a_step_of_days__whole_hours_from_the_hour_table_edges_from_minutes(env):
@@ -459,7 +465,7 @@ def test_guards__order_provider_failing_30pct_in_both_arms__pause_naming_it_no_r
     results = {r.name: r for r in guards.evaluate(evidence, guards.GuardSettings())}
     assert results["attribution"].state == "pause"
     assert results["attribution"].message.startswith(
-        "order_delivery not fetched in 30% of requests in both versions"
+        "The order_delivery provider returned nothing for both versions in 30% of requests"
     )
     failed = {f"r{i}" for i in range(1000) if (i // 10) % 10 < 3}
     named = results["attribution"].evidence["request_ids"]

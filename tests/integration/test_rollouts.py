@@ -515,3 +515,82 @@ def test_two_operators_at_once__one_wins_the_other_sees_the_current_state():
     assert errors[0].extra["current"]["state"] == "paused"
     assert errors[0].extra["current"]["revision"] == wins[0].revision
     assert AuditRecord.objects.filter(action="rollout.pause").count() == 1
+
+
+# --- the page of an ended rollout (issue 32 item 11) ----------------------------------------------
+def _page(client, rollout) -> str:
+    response = client.get(f"/rollouts/{rollout.key}/", follow=True)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def _ended_page(world, client, end) -> str:
+    """The page, as ops sees it, of a rollout of v3 over live v2 ended at its first step by
+    `end` (rollout_finish or rollout_stop)."""
+    rollout = rollout_start(
+        version=world.strategy[3], environment=world.envs["sg-test"], actor=world.ops, plan=FAST
+    )
+    end(rollout=rollout, actor=world.ops, reason="decided")
+    client.force_login(world.ops)
+    return _page(client, rollout)
+
+
+def test_rollout_page__rolled_back_at_step_2__says_how_when_where_and_nothing_split(world, client):
+    # Given a rollout of v3 over live v2, rolled back by a guard at its second step (50%)
+    w, sg = world, world.envs["sg-test"]
+    rollout = rollout_start(version=w.strategy[3], environment=sg, actor=w.ops, plan=FAST)
+    rollout = rollout_step_done(rollout=baked(rollout))
+    rollout_guard_rollback(rollout=rollout, guard="paired", evidence=EVIDENCE)
+    client.force_login(w.ops)
+    # When ops opens its page
+    page = _page(client, rollout)
+    # Then it says it ended, how, at which step and share, and that nothing is split now —
+    # no "Share on v3: 50%" as if it were current
+    assert '<h2 id="rollout-now-title">Ended</h2>' in page
+    assert "<strong>Rolled back</strong>" in page and "by <strong>guard:paired</strong>" in page
+    assert "at step 2 of 3 (50% of tasks on v3)" in page
+    assert "<strong>Nothing is split now.</strong> Everyone went back to v2 when it ended" in page
+    assert "live in sg-test now: v2" in page
+    assert 'id="rollout-share"' not in page and 'id="rollout-step"' not in page
+    # the plan marks where it ended and what it never reached
+    assert 'data-step-state="ended"' in page and 'data-step-state="skipped"' in page
+    # the timeline numbers steps as the page does, in words
+    assert "rolled back by a guard</strong> by guard:paired · step 2 of 3 (50%)" in page
+
+
+def test_rollout_page__finished_by_hand_at_step_1__live_for_everyone_rest_skipped(world, client):
+    page = _ended_page(world, client, rollout_finish)
+    assert "<strong>Finished</strong>" in page
+    assert "at step 1 of 3 (10% of tasks on v3; the remaining steps skipped)" in page
+    assert "v3 went live for everyone when it finished; live in sg-test now: v3" in page
+
+
+def test_rollout_page__stopped__says_stopped_and_the_version_everyone_got_again(world, client):
+    page = _ended_page(world, client, rollout_stop)
+    assert "<strong>Stopped</strong>" in page and "at step 1 of 3 (10% of tasks on v3)" in page
+    assert "Everyone went back to v2 when it ended; live in sg-test now: v2" in page
+
+
+def test_rollout_page__running__guards_in_words_statistics_one_disclosure_away(world, client):
+    w, sg = world, world.envs["sg-test"]
+    rollout = rollout_start(version=w.strategy[3], environment=sg, actor=w.ops, plan=FAST)
+    rollout_record_guards(
+        rollout=rollout,
+        guards=[
+            {
+                "name": "paired",
+                "label": "Same requests, both versions",
+                "state": "insufficient",
+                "message": "No request has run both versions yet.",
+                "statistics": "95% lower bound 0%",
+                "evidence": {},
+            }
+        ],
+    )
+    client.force_login(w.ops)
+    page = _page(client, rollout)
+    assert '<strong title="the paired guard">Same requests, both versions</strong>' in page
+    assert "too little data yet" in page
+    assert '<summary class="small muted">the figures</summary>' in page
+    assert "new v3 · control v2" not in page
+    assert "the new version v3, replacing v2" in page

@@ -17,6 +17,7 @@ from django.urls import reverse
 from strategies.documents.models import Version
 from tests.factories import SAMPLE_AGENT, STRATEGY_KEY, strategy_body
 from tests.integration.test_config_as_code import (
+    ADDED,
     _upload,
     build_world,
     client_for,
@@ -173,7 +174,7 @@ def test_config_import__longest_name_and_note_the_api_takes__applied(world):
     _new_version(data)["note"] = "x" * 2000
     _new_document(data, name="n" * 200)
     assert post(client, data, dry_run=False).status_code == 200
-    assert Version.objects.get(document__key=STRATEGY_KEY, number=4).note == "x" * 2000
+    assert Version.objects.get(document__key=STRATEGY_KEY, number=ADDED).note == "x" * 2000
 
 
 # --- the documents API ------------------------------------------------------------------------------

@@ -116,6 +116,17 @@ def _world(count=300, seed=7):
     return v3, traces
 
 
+def _recorded_under_v2(count: int, *, seed: int):
+    """v2 and `count` traces recorded under it (v2 asks no recent_dialogue)."""
+    rng = random.Random(seed)
+    v2 = Strategy.from_body(V2)
+    traces = []
+    for n in range(count):
+        items = tuple(i for i in _candidates(rng, n) if i.source in v2.sources)
+        traces.append((*_recorded(n, 2, v2, items), items))
+    return v2, traces
+
+
 def _run(live, candidate, traces, recorded=None):
     versions = report.Versions(
         recorded=recorded or {3: live}, live_number=3, live=live, candidate=candidate
@@ -192,12 +203,7 @@ def test_report__truncated_or_refused_trace__counted_apart_each_for_its_reason()
 
 
 def test_report__source_the_recorded_version_never_asked__not_previewable_per_source():
-    rng = random.Random(3)
-    v2 = Strategy.from_body(V2)
-    traces = []
-    for n in range(30):
-        items = tuple(i for i in _candidates(rng, n) if i.source in v2.sources)
-        traces.append((*_recorded(n, 2, v2, items), items))
+    v2, traces = _recorded_under_v2(30, seed=3)
     needs_dialogue = Strategy.from_body({**V2, "required": [*V2["required"], "recent_dialogue"]})
     result = report.run(
         report.Versions(recorded={2: v2}, live_number=2, live=v2, candidate=needs_dialogue),
@@ -277,3 +283,33 @@ def test_report__identical_requests__worked_out_once_counted_every_time():
         new for new, cell in result["status_matrix"][status].items() if "req-0" in cell["ids"]
     )
     assert {f"copy-{n}" for n in range(5)} <= set(result["status_matrix"][status][new]["ids"])
+
+
+def test_report__traces_lacking_two_sources__each_counted_apart_once():
+    # Given traces recorded under v2, which asks neither recent_dialogue nor a fourth source,
+    # and a candidate that needs both: each trace lacks two sources
+    v2, traces = _recorded_under_v2(12, seed=5)
+    both = Strategy.from_body(
+        {**V2, "required": [*V2["required"], "recent_dialogue"], "optional": ["faq"]}
+    )
+    # When the preview runs
+    result = report.run(
+        report.Versions(recorded={2: v2}, live_number=2, live=v2, candidate=both),
+        ((t, rows) for t, rows, _ in traces),
+    )
+    # Then each source names all 12 traces, and the page's "Not previewable (N traces)"
+    # counts 12 traces, not 24
+    sources = result["not_previewable"]["sources"]
+    assert {s: e["traces"] for s, e in sources.items()} == {"recent_dialogue": 12, "faq": 12}
+    assert report.not_previewable_count(result) == 12
+    assert result["not_previewable"]["unasked_sources"]["count"] == 12
+
+
+def test_not_previewable_count__report_stored_before_distinct_counts__never_adds_overlaps():
+    stored = {
+        "not_previewable": {
+            "truncated": {"count": 3, "ids": []},
+            "sources": {"a": {"traces": 221}, "b": {"traces": 24}},
+        }
+    }
+    assert report.not_previewable_count(stored) == 3 + 221

@@ -61,7 +61,7 @@ def test_evaluate__enough_traffic_and_nothing_wrong__every_guard_ok():
 def test_minimum_data__short_of_100_per_arm__insufficient_and_says_how_far():
     result = by_name(evaluate(evidence(arm(40), arm(400), share=0.1), SETTINGS))["minimum_data"]
     assert result.state == "insufficient"
-    assert "40 of 100 on new" in result.message
+    assert "40 of the 100 requests needed on the new version" in result.message
 
 
 def test_minimum_data__a_shadow_step_serves_only_old__needs_no_new_traces():
@@ -192,7 +192,7 @@ def test_attribution__a_provider_failing_30pct_in_both__pause_naming_it_no_breac
     named = by_name(results)
     assert named["attribution"].state == "pause"
     assert named["attribution"].message.startswith(
-        "order_delivery not fetched in 30% of requests in both versions"
+        "The order_delivery provider returned nothing for both versions in 30% of requests"
     )
     assert "breach" not in states(results).values()
 
@@ -208,7 +208,9 @@ def test_attribution__a_breach_while_the_provider_fails_both__held_as_a_pause():
     named = by_name(evaluate(worse, SETTINGS))
     assert named["paired"].state == "pause"
     assert named["paired"].evidence["held_by"] == "attribution"
-    assert "held, not rolled back: paired" in named["attribution"].message
+    assert "Held, not rolled back: what “Same requests, both versions” saw" in (
+        named["attribution"].message
+    )
 
 
 def test_attribution__a_rare_failure_in_both__no_pause():
@@ -226,7 +228,8 @@ def test_attribution__failing_far_more_often_than_before__pause_naming_the_basel
     named = by_name(evaluate(_provider_failing(0.3, seed=10, baseline=0.08), SETTINGS))
     assert named["attribution"].state == "pause"
     assert named["attribution"].message == (
-        "order_delivery not fetched in 30% of requests in both versions (8% before the rollout)."
+        "The order_delivery provider returned nothing for both versions in 30% of requests (8% "
+        "before the rollout): that is the provider, not the version, so a person decides."
     )
     facts = named["attribution"].evidence["sources"][0]
     assert facts["baseline"] == 0.08 and set(facts["arms"]) == {"new", "old"}
@@ -283,3 +286,53 @@ def test_aa__over_many_runs__false_alarms_stay_under_alpha():
 def test_evaluate__an_unknown_guard_name__refused():
     with pytest.raises(ValueError, match="unknown guards"):
         evaluate(evidence(arm(1), arm(1)), SETTINGS, active_guards=["nope"])
+
+
+# --- the statements (issue 32 item 10) --------------------------------------------------------------
+V5_OVER_V4 = guards.Versions.numbered(5, 4)
+
+
+def test_statements__versions_numbered__named_by_number_never_by_arm():
+    short = by_name(evaluate(evidence(arm(40), arm(60), share=0.5), SETTINGS, versions=V5_OVER_V4))[
+        "minimum_data"
+    ]
+    assert short.message == (
+        "Not enough traffic yet: 40 of the 100 requests needed on the new version (v5), "
+        "60 of the 100 requests needed on the current version (v4)."
+    )
+    assert " on new" not in short.message and "arm" not in short.message
+
+
+def test_statements__paired_breach__plain_words_first_statistics_apart():
+    ids = tuple(f"req-{i}" for i in range(5))
+    paired = by_name(
+        evaluate(
+            evidence(arm(52), arm(52), paired={"required_lost": PairedCount(12, ids)}),
+            SETTINGS,
+            versions=V5_OVER_V4,
+        )
+    )["paired"]
+    assert paired.state == "breach"
+    assert paired.message == (
+        "The new version (v5) did worse than the current version (v4) on the same requests: "
+        "in 12 of 104 (it lost a required item the current version (v4) selected) — clearly "
+        "more than the 0.50% this environment tolerates."
+    )
+    assert "lower bound" not in paired.message
+    assert "95% lower bound" in paired.statistics and "exceeds the threshold 0.50%" in (
+        paired.statistics
+    )
+    assert paired.as_dict()["statistics"] == paired.statistics
+    assert paired.as_dict()["label"] == "Same requests, both versions"
+
+
+def test_statements__a_provider_worse_on_the_new_version__named_with_its_rates():
+    new = arm(2000, not_fetched={"order_delivery": 200})
+    old = arm(2000, not_fetched={"order_delivery": 20})
+    result = by_name(evaluate(evidence(new, old), SETTINGS, versions=V5_OVER_V4))["unpaired"]
+    assert result.state == "breach"
+    assert result.message == (
+        "The order_delivery provider returned nothing in 10% of requests on the new version "
+        "(v5), against 1% on the current version (v4)."
+    )
+    assert result.statistics.startswith("Sequential test of not_fetched:order_delivery")

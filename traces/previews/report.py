@@ -104,15 +104,22 @@ NOT_PREVIEWABLE_KINDS = (
     "input_refused",  # the runtime refused its input: the engine decided nothing
     "unknown_version",
     "replay_errors",
+    # a version compared asks a source the recorded one never asked: each such trace once,
+    # however many sources it lacks (the per-source entries overlap and never add up)
+    "unasked_sources",
 )
 
 
 def not_previewable_count(report_data: Mapping) -> int:
-    """How many traces the report counted apart, whatever the reason."""
+    """How many distinct traces the report counted apart, whatever the reason (the kinds
+    exclude each other: a trace is counted apart for its first reason only)."""
     missing = report_data.get("not_previewable") or {}
-    return sum((missing.get(kind) or {}).get("count", 0) for kind in NOT_PREVIEWABLE_KINDS) + sum(
-        entry["traces"] for entry in (missing.get("sources") or {}).values()
-    )
+    apart = sum((missing.get(kind) or {}).get("count", 0) for kind in NOT_PREVIEWABLE_KINDS)
+    if "unasked_sources" not in missing:
+        # A report stored before the distinct count: its per-source counts overlap, so the
+        # largest is the most it can claim.
+        apart += max((e["traces"] for e in (missing.get("sources") or {}).values()), default=0)
+    return apart
 
 
 CANDIDATE_COLUMNS = (
@@ -410,6 +417,7 @@ class Replay:
         self.unknown_version = Cell()
         self.replay_errors = Cell()
         self.unasked: dict[str, dict] = {}  # source -> {traces, with_candidates, versions}
+        self.unasked_traces = Cell()  # each trace lacking any source, once
         self.checked = 0
         self.reproduced = 0
         self.mismatches: list[dict] = []
@@ -543,6 +551,7 @@ class Replay:
             return
         self.reproduced += 1
         if kind is _UNASKED:
+            self.unasked_traces.add(request_id, order)
             for source in outcome[1]:
                 entry = self.unasked.setdefault(
                     source, {"traces": 0, "with_candidates": 0, "versions": set(), "ids": Cell()}
@@ -580,6 +589,7 @@ class Replay:
         "refused",
         "unknown_version",
         "replay_errors",
+        "unasked_traces",
         "conflicts_new",
         "conflicts_missed",
         "changed",
@@ -616,7 +626,8 @@ class Replay:
         for name in self._COUNTS:
             setattr(self, name, getattr(self, name) + state[name])
         for name in self._CELLS:
-            getattr(self, name).merge(Cell.load(state[name]))
+            if name in state:  # a shard counted by the code before a deploy may lack a cell
+                getattr(self, name).merge(Cell.load(state[name]))
         for status, count in state["by_status"].items():
             self.by_status[status] = self.by_status.get(status, 0) + count
         for source, entry in state["unasked"].items():
@@ -672,6 +683,7 @@ class Replay:
                 "input_refused": self.refused.as_dict(),
                 "unknown_version": self.unknown_version.as_dict(),
                 "replay_errors": self.replay_errors.as_dict(),
+                "unasked_sources": self.unasked_traces.as_dict(),
                 "sources": {
                     source: {
                         "traces": entry["traces"],

@@ -13,6 +13,7 @@ from context_runtime.canonical import content_hash
 from context_runtime.engine import EngineInputError, Strategy
 from context_runtime.findings import FLAG, Finding
 from django.db import connection
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
@@ -384,6 +385,12 @@ SOURCE_KINDS = (
 )
 
 
+def _words(component: str, value: str) -> str:
+    """A status, decision or reason code in an operator's words, from the component that
+    words it for the pages (_components/term.html, reason_words.html): one place for both."""
+    return render_to_string(f"_components/{component}.html", {"value": value}).strip()
+
+
 def _tone(old: str, new: str) -> str:
     if old == new:
         return "same"
@@ -416,6 +423,7 @@ def report_view(report_data: dict | None) -> dict | None:
     view["fidelity_percent"] = (
         None if share is None else f"{share * 100:.1f}".rstrip("0").rstrip(".")
     )
+    view["fidelity_floor_percent"] = f"{report.FIDELITY_FLOOR * 100:g}"
     matrix = report_data.get("status_matrix") or {}
     seen = {old for old in matrix} | {new for row in matrix.values() for new in row}
     statuses = [s for s in STATUS_ORDER if s in seen] + sorted(seen - set(STATUS_ORDER))
@@ -426,7 +434,7 @@ def report_view(report_data: dict | None) -> dict | None:
             "cells": [
                 listed(
                     f"ids-{old}-{new}",
-                    f"{old} → {new}",
+                    f"{_words('term', old)} → {_words('term', new)}",
                     {
                         **matrix.get(old, {}).get(new, {"count": 0, "ids": []}),
                         "tone": _tone(old, new),
@@ -445,8 +453,14 @@ def report_view(report_data: dict | None) -> dict | None:
             "rows": [
                 listed(
                     f"ids-{source}-{kind}-{code}",
-                    f"{source}: {label} ({code})",
-                    {**cell, "kind": label, "tone": tone, "code": code},
+                    f"{source}: {label} — {_words('reason_words', code)}",
+                    {
+                        **cell,
+                        "kind": label,
+                        "tone": tone,
+                        "code": code,
+                        "why": _words("reason_words", code),
+                    },
                 )
                 for kind, label, tone in SOURCE_KINDS
                 for code, cell in sorted(kinds.get(kind, {}).items())
@@ -463,12 +477,27 @@ def report_view(report_data: dict | None) -> dict | None:
         for key, cell in conflicts.items()
     }
     over = report_data.get("over_budget") or {}
+    which = {"old": "with the live version", "new": "with the new version"}
     view["over_budget"] = {
-        key: listed(f"ids-over-{key}", f"Over-budget items ({key})", cell)
+        key: listed(f"ids-over-{key}", f"Over-budget items {which.get(key, key)}", cell)
         for key, cell in over.items()
     }
+    view["intervals"] = [
+        {"what": _interval_words(name), "name": name, **rate}
+        for name, rate in (report_data.get("intervals") or {}).items()
+    ]
     view["not_previewable_count"] = report.not_previewable_count(report_data)
     return view
+
+
+def _interval_words(name: str) -> str:
+    """A sampled rate's name ("ready->budget_exceeded", "changed") in words."""
+    if "->" in name:
+        old, new = name.split("->", 1)
+        return f"{_words('term', old)} → {_words('term', new)}"
+    return {"changed": "decisions change", "over_budget_new": "an item over budget, new"}.get(
+        name, name
+    )
 
 
 def impact_words(preview: Preview) -> str:
@@ -488,7 +517,9 @@ def impact_words(preview: Preview) -> str:
         for new, cell in row.items():
             if old != new:
                 becoming[new] = becoming.get(new, 0) + cell["count"]
-    parts = [f"{count:,} become {status}" for status, count in sorted(becoming.items())]
+    parts = [
+        f"{count:,} become {_words('term', status)}" for status, count in sorted(becoming.items())
+    ]
     apart = report.not_previewable_count(data)
     if not previewed:
         # Nothing replayed is no evidence that nothing changes: never "no status changes".
@@ -528,7 +559,9 @@ def impact_danger(preview: Preview) -> dict | None:
     count = sum(worse.values())
     if not count:
         return None
-    becoming = ", ".join(f"{n:,} become {status}" for status, n in sorted(worse.items()))
+    becoming = ", ".join(
+        f"{n:,} become {_words('term', status)}" for status, n in sorted(worse.items())
+    )
     return {
         "kind": "worse",
         "title": f"{count:,} of {previewed:,} replayed traces of {where} get worse",
@@ -539,14 +572,14 @@ def impact_danger(preview: Preview) -> dict | None:
 
 
 def _fidelity_words(data: dict) -> str:
+    """How far the replay can be trusted, in words: it reproduced what the runtimes decided
+    on so many traces (the share, "fidelity", is the report page's detail)."""
     fidelity = data.get("fidelity") or {}
     if not fidelity.get("checked"):
-        return "no trace with replay fields to check fidelity on"
-    share = fidelity["share"] * 100
-    shown = f"{share:.1f}".rstrip("0").rstrip(".")
+        return "no trace recorded what the replay needs to check itself against"
     return (
-        f"fidelity {shown} % ({fidelity['reproduced']:,} of {fidelity['checked']:,} traces "
-        "replayed as recorded)"
+        f"the replay reproduced what the runtime decided on {fidelity['reproduced']:,} of "
+        f"{fidelity['checked']:,} traces"
     )
 
 

@@ -70,8 +70,10 @@ def _evidence_of(result: guards.GuardResult, rollout: Rollout, *, step=None, sha
     step, its facts (counts, bound) and up to five request ids."""
     return {
         "guard": result.name,
+        "label": guards.LABELS.get(result.name, result.name),
         "state": result.state,
         "message": result.message,
+        "statistics": result.statistics,
         "step": rollout.step if step is None else step,
         "share": rollout.share if share is None else share,
         "request_ids": evidence_request_ids(result.evidence),
@@ -85,7 +87,8 @@ def rollout_evaluate(rollout: Rollout, *, now=None) -> str:
     evidence = step_evidence(
         rollout_key=rollout.key, step=rollout.step, since=rollout.step_started_at
     )
-    results = guards.evaluate(evidence, rollout.environment)
+    versions = guards.Versions.numbered(rollout.version.number, rollout.control_version.number)
+    results = guards.evaluate(evidence, rollout.environment, versions=versions)
     rollout_record_guards(rollout=rollout, guards=[result.as_dict() for result in results])
     by_state: dict[str, list] = {}
     for result in results:
@@ -157,7 +160,12 @@ def watch_evaluate(rollout: Rollout, *, now=None) -> str:
     evidence = step_evidence(
         rollout_key=rollout.key, step=rollout.watch_step, since=since, baseline=False
     )
-    results = guards.evaluate(evidence, rollout.environment, active_guards=WATCH_GUARDS)
+    results = guards.evaluate(
+        evidence,
+        rollout.environment,
+        active_guards=WATCH_GUARDS,
+        versions=guards.Versions.watched(rollout.version.number, rollout.control_version.number),
+    )
     rollout_record_watch_guards(rollout=rollout, guards=[r.as_dict() for r in results])
     breach = next((r for r in results if r.state == guards.BREACH), None)
     if breach is None:

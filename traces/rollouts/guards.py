@@ -1,9 +1,14 @@
 """The rollout guards: pure judgements of a step's evidence (no queries, no Django).
 
-`evaluate(evidence, settings, active_guards=…)` returns one GuardResult per active guard,
-state `ok`, `breach` (roll back), `insufficient` (not enough traffic to judge yet) or
-`pause` (stop and ask a person: the evidence is not about the version). What each guard
-decides, and why, is in docs/rollout-evidence.md.
+`evaluate(evidence, settings, active_guards=…, versions=…)` returns one GuardResult per
+active guard, state `ok`, `breach` (roll back), `insufficient` (not enough traffic to judge
+yet) or `pause` (stop and ask a person: the evidence is not about the version). What each
+guard decides, and why, is in docs/rollout-evidence.md.
+
+Each result says what it saw in an operator's words (`message`: the versions by number, "the
+new version (v5)" / "the current version (v4)", never an arm's name), and the statistics
+behind it apart (`statistics`: bounds, thresholds, tests), which the rollout page keeps one
+disclosure away.
 """
 
 from __future__ import annotations
@@ -63,20 +68,60 @@ class GuardSettings:
         )
 
 
+# What each guard judges, as the rollout page titles it (its name stays in the facts).
+LABELS = {
+    MINIMUM_DATA: "Enough traffic",
+    SAMPLE_RATIO: "Split as planned",
+    PAIRED: "Same requests, both versions",
+    UNPAIRED: "Providers and fallbacks",
+    OUTCOMES: "Outcomes",
+    ATTRIBUTION: "Providers failing both versions",
+}
+
+
+@dataclass(frozen=True)
+class Versions:
+    """How the statements name the two versions a rollout compares (the arms `new` and
+    `old` of the wire)."""
+
+    new: str = "the new version"
+    old: str = "the current version"
+
+    @classmethod
+    def numbered(cls, new: int, old: int) -> Versions:
+        """During a rollout: the version rolled out, and the one live when it started."""
+        return cls(f"the new version (v{new})", f"the current version (v{old})")
+
+    @classmethod
+    def watched(cls, new: int, old: int) -> Versions:
+        """During the paired watch after completion: the new version is live by then."""
+        return cls(f"the live version (v{new})", f"the previous version (v{old})")
+
+    def of(self, arm: str) -> str:
+        return self.new if arm == "new" else self.old
+
+
 @dataclass(frozen=True)
 class GuardResult:
     name: str
     state: str
     message: str
     evidence: dict = field(default_factory=dict)
+    statistics: str = ""  # the figures behind the message, for a reader who asks
 
     def as_dict(self) -> dict:
         return {
             "name": self.name,
+            "label": LABELS.get(self.name, self.name),
             "state": self.state,
             "message": self.message,
+            "statistics": self.statistics,
             "evidence": self.evidence,
         }
+
+
+def _upper_first(words: str) -> str:
+    return words[:1].upper() + words[1:]
 
 
 def _percent(value: float) -> str:
@@ -91,19 +136,23 @@ def _expected_arms(share: float | None) -> tuple[str, ...]:
 
 
 # --- minimum data ----------------------------------------------------------------------------------
-def _minimum_data(evidence: StepEvidence, settings: GuardSettings) -> GuardResult:
+def _minimum_data(evidence: StepEvidence, settings: GuardSettings, versions: Versions):
     needed = settings.guard_min_traces
     counts = {arm: evidence.arm(arm).traces for arm in _expected_arms(evidence.share)}
     short = {arm: count for arm, count in counts.items() if count < needed}
     facts = {"traces": counts, "needed": needed}
     if short:
-        words = ", ".join(f"{count} of {needed} on {arm}" for arm, count in short.items())
+        words = ", ".join(
+            f"{count} of the {needed} requests needed on {versions.of(arm)}"
+            for arm, count in short.items()
+        )
         return GuardResult(MINIMUM_DATA, INSUFFICIENT, f"Not enough traffic yet: {words}.", facts)
-    return GuardResult(MINIMUM_DATA, OK, f"At least {needed} traces on each arm.", facts)
+    served = " and ".join(versions.of(arm) for arm in counts)
+    return GuardResult(MINIMUM_DATA, OK, f"At least {needed} requests on {served}.", facts)
 
 
 # --- sample ratio ----------------------------------------------------------------------------------
-def _sample_ratio(evidence: StepEvidence) -> GuardResult:
+def _sample_ratio(evidence: StepEvidence, versions: Versions) -> GuardResult:
     new, old, share = evidence.new.traces, evidence.old.traces, evidence.share
     facts = {"new": new, "old": old, "share": share}
     if share is None:
@@ -115,15 +164,19 @@ def _sample_ratio(evidence: StepEvidence) -> GuardResult:
         return GuardResult(
             SAMPLE_RATIO,
             PAUSE,
-            f"The runtime is not applying the split: {_percent(observed)} of traces on the "
-            f"new version, {_percent(share)} expected (χ² p = {p:.1g}).",
+            f"The runtime is not applying the split: {_percent(observed)} of requests got "
+            f"{versions.new}, {_percent(share)} expected.",
             facts,
+            statistics=f"Sample ratio test: {new} requests on {versions.new}, {old} on "
+            f"{versions.old}; χ² p = {p:.1g}, below {SAMPLE_RATIO_P:g}.",
         )
-    return GuardResult(SAMPLE_RATIO, OK, "The arms match the step's share.", facts)
+    return GuardResult(
+        SAMPLE_RATIO, OK, "The requests split between the versions as planned.", facts
+    )
 
 
 # --- paired ----------------------------------------------------------------------------------------
-def _paired(evidence: StepEvidence, settings: GuardSettings) -> GuardResult:
+def _paired(evidence: StepEvidence, settings: GuardSettings, versions: Versions) -> GuardResult:
     compared = evidence.compared
     kinds, breaches = {}, []
     for kind in PAIRED_KINDS:
@@ -148,22 +201,30 @@ def _paired(evidence: StepEvidence, settings: GuardSettings) -> GuardResult:
     if breaches:
         worst = kinds[breaches[0]]
         words = {
-            "status": "its status was not usable while the old version's was",
-            "required_lost": "it lost a required item the old version selected",
-            "tokens": "it used more than 1.2 × the old version's tokens",
+            "status": f"its answer could not be used where {versions.old}'s could",
+            "required_lost": f"it lost a required item {versions.old} selected",
+            "tokens": f"it used more than 1.2 × the tokens of {versions.old}",
         }
+        threshold = _percent(settings.guard_paired_threshold)
         return GuardResult(
             PAIRED,
             BREACH,
-            f"The new version was worse on the same inputs in {worst['requests']} of "
-            f"{compared} requests ({words[breaches[0]]}); the 95% lower bound "
-            f"{_percent(worst['lower_bound'])} exceeds {_percent(settings.guard_paired_threshold)}.",
+            f"{_upper_first(versions.new)} did worse than {versions.old} on the same requests: "
+            f"in {worst['requests']} of {compared} ({words[breaches[0]]}) — clearly more than "
+            f"the {threshold} this environment tolerates.",
             facts,
+            statistics=f"{_percent(worst['requests'] / compared)} observed; the 95% lower "
+            f"bound {_percent(worst['lower_bound'])} exceeds the threshold {threshold} (at "
+            f"least {worst['minimum']} requests needed).",
         )
     if not compared:
-        return GuardResult(PAIRED, INSUFFICIENT, "No request compared yet.", facts)
+        return GuardResult(PAIRED, INSUFFICIENT, "No request has run both versions yet.", facts)
     return GuardResult(
-        PAIRED, OK, f"No regression on the same inputs over {compared} requests.", facts
+        PAIRED,
+        OK,
+        f"{_upper_first(versions.new)} did no worse than {versions.old} on the same "
+        f"{compared} requests.",
+        facts,
     )
 
 
@@ -197,9 +258,25 @@ def _rate_tests(evidence: StepEvidence) -> dict[str, list[tuple[str, int, int, i
     return {UNPAIRED: unpaired, OUTCOMES: outcomes}
 
 
-def _sequential(name: str, tests: list, alpha: float, evidence: StepEvidence) -> GuardResult:
-    if set(_expected_arms(evidence.share)) != set(ARMS):
-        return GuardResult(name, OK, "Nothing to compare: this step serves one version.", {})
+def _what_went_wrong(test: str, rate_new: str, rate_old: str, versions: Versions) -> str:
+    """A sequential test's breach in words: which rate, on which version."""
+    kind, _, subject = test.partition(":")
+    if kind == "not_fetched":
+        what = f"The {subject} provider returned nothing in {rate_new} of requests on"
+    elif kind == "config_fallback":
+        what = f"The runtime fell back to its saved configuration in {rate_new} of requests on"
+    else:
+        what = f"The outcome {subject} was bad in {rate_new} of the requests reported on"
+    return f"{what} {versions.new}, against {rate_old} on {versions.old}."
+
+
+def _sequential(
+    name: str, tests: list, alpha: float, evidence: StepEvidence, versions: Versions
+) -> GuardResult:
+    arms = _expected_arms(evidence.share)
+    if set(arms) != set(ARMS):
+        served = " and ".join(versions.of(arm) for arm in arms) or "no version"
+        return GuardResult(name, OK, f"Nothing to compare: this step serves {served} only.", {})
     rows, breaches = [], []
     for what, bad_new, n_new, bad_old, n_old in tests:
         ratio = stats.msprt_likelihood_ratio(bad_new, n_new, bad_old, n_old)
@@ -221,11 +298,12 @@ def _sequential(name: str, tests: list, alpha: float, evidence: StepEvidence) ->
         return GuardResult(
             name,
             BREACH,
-            f"{row['test']}: {_percent(rate_new)} on the new version against "
-            f"{_percent(rate_old)} on the old one (sequential test, α = {alpha:.3g}).",
+            _what_went_wrong(row["test"], _percent(rate_new), _percent(rate_old), versions),
             facts,
+            statistics=f"Sequential test of {row['test']}: likelihood ratio "
+            f"{row['likelihood_ratio']:.3g} reached {row['reject_at']:.3g} (α = {alpha:.3g}).",
         )
-    return GuardResult(name, OK, "No rate worse on the new version.", facts)
+    return GuardResult(name, OK, f"No rate worse on {versions.new}.", facts)
 
 
 # --- attribution -----------------------------------------------------------------------------------
@@ -267,22 +345,35 @@ def _attribution(failing: list[dict], held: list[GuardResult]) -> GuardResult:
     first = failing[0]
     facts["request_ids"] = first["request_ids"]  # requests neither version could serve it
     message = (
-        f"{first['source']} not fetched in {_percent(first['requests'] / first['compared'])} "
-        "of requests in both versions"
+        f"The {first['source']} provider returned nothing for both versions in "
+        f"{_percent(first['requests'] / first['compared'])} of requests"
     )
     if first["baseline"] is not None:
         message += f" ({_percent(first['baseline'])} before the rollout)"
+    message += ": that is the provider, not the version, so a person decides."
     if held:
-        message += f" (held, not rolled back: {', '.join(r.name for r in held)})"
-    return GuardResult(ATTRIBUTION, PAUSE, message + ".", facts)
+        seen = " and ".join(f"“{LABELS[r.name]}”" for r in held)
+        message += f" Held, not rolled back: what {seen} saw."
+    low = min((arm["lower_bound"] for arm in first["arms"].values()), default=None)
+    statistics = (
+        f"In every version served, the 95% lower bound {_percent(low)} exceeds "
+        f"{_percent(first['limit'])} (the share before the rollout plus "
+        f"{_percent(ATTRIBUTION_SHARE)})."
+        if low is not None
+        else ""
+    )
+    return GuardResult(ATTRIBUTION, PAUSE, message, facts, statistics=statistics)
 
 
 # --- all of them -----------------------------------------------------------------------------------
-def evaluate(evidence: StepEvidence, settings, *, active_guards=GUARDS) -> list[GuardResult]:
+def evaluate(
+    evidence: StepEvidence, settings, *, active_guards=GUARDS, versions: Versions = Versions()
+) -> list[GuardResult]:
     """Judge a step. `settings`: a GuardSettings or an object with its attributes (the
-    environment). A breach while a provider fails both versions (attribution) is held: the
-    breaching guard reports `pause` and the attribution guard names the provider, so a
-    provider's outage never rolls a version back."""
+    environment); `versions`: how the statements name the two versions. A breach while a
+    provider fails both versions (attribution) is held: the breaching guard reports `pause`
+    and the attribution guard names the provider, so a provider's outage never rolls a
+    version back."""
     active = [name for name in GUARDS if name in set(active_guards)]
     unknown = set(active_guards) - set(GUARDS)
     if unknown:
@@ -295,18 +386,20 @@ def evaluate(evidence: StepEvidence, settings, *, active_guards=GUARDS) -> list[
     results = []
     for name in active:
         if name == MINIMUM_DATA:
-            results.append(_minimum_data(evidence, settings))
+            results.append(_minimum_data(evidence, settings, versions))
         elif name == SAMPLE_RATIO:
-            results.append(_sample_ratio(evidence))
+            results.append(_sample_ratio(evidence, versions))
         elif name == PAIRED:
-            results.append(_paired(evidence, settings))
+            results.append(_paired(evidence, settings, versions))
         elif name in (UNPAIRED, OUTCOMES):
-            results.append(_sequential(name, tests[name], alpha, evidence))
+            results.append(_sequential(name, tests[name], alpha, evidence, versions))
     if ATTRIBUTION in active:
         failing = _shared_failures(evidence, settings)
         held = [result for result in results if result.state == BREACH] if failing else []
         results = [
-            GuardResult(r.name, PAUSE, r.message, {**r.evidence, "held_by": ATTRIBUTION})
+            GuardResult(
+                r.name, PAUSE, r.message, {**r.evidence, "held_by": ATTRIBUTION}, r.statistics
+            )
             if r in held
             else r
             for r in results

@@ -44,6 +44,15 @@ def rollout_get(*, agent, key: str) -> Rollout | None:
     )
 
 
+def rollout_of_trace(*, agent_id: int, key: str) -> Rollout | None:
+    """The rollout a trace names (its rollout block's id), of the trace's agent only."""
+    return (
+        Rollout.objects.select_related("version", "control_version")
+        .filter(document__agent_id=agent_id, key=key)
+        .first()
+    )
+
+
 def rollout_list(*, agent, state: str = "", document_key: str = "", environment_key: str = ""):
     """The rollouts of an agent, newest first, filtered (the API's list and the pages)."""
     rollouts = Rollout.objects.filter(document__agent=agent).select_related(

@@ -94,8 +94,17 @@ class PlanStepSerializer(serializers.Serializer):
 
 class GuardStateSerializer(serializers.Serializer):
     name = serializers.CharField()
+    label = serializers.CharField(
+        default="", help_text="What the guard judges, in words (empty for older evaluations)."
+    )
     state = serializers.ChoiceField(choices=["ok", "breach", "insufficient", "pause"])
-    message = serializers.CharField()
+    message = serializers.CharField(
+        help_text="What it saw, in words: the versions by number (the new version (v5), the "
+        "current version (v4))."
+    )
+    statistics = serializers.CharField(
+        default="", help_text="The figures behind the message: bounds, thresholds, tests."
+    )
     evidence = serializers.DictField()
 
 

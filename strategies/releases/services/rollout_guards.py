@@ -45,7 +45,8 @@ def _at_step(rollout: Rollout, seen: Rollout, *, action: str, words: str) -> Non
     if rollout.step != seen.step or rollout.step_started_at != seen.step_started_at:
         raise rollout_conflict(
             rollout,
-            f"{rollout.key} moved on since it was judged (step {rollout.step} now).",
+            f"{rollout.key} moved on since it was judged (at step {rollout.step + 1} of "
+            f"{len(rollout.plan)} now).",
             code=ROLLOUT_STATE_MOVED,
         )
 
@@ -124,7 +125,9 @@ def rollout_step_extend(*, rollout: Rollout) -> Rollout:
     _at_step(locked, rollout, action="extend", words="extend its step")
     if locked.step_extended:
         raise rollout_conflict(
-            locked, f"Step {locked.step} of {locked.key} was extended already.", code="extended"
+            locked,
+            f"Step {locked.step + 1} of {locked.key} was extended already.",
+            code="extended",
         )
     change = _rollout_change(
         locked,

@@ -15,6 +15,7 @@ from console.kernel.policy import (
     user_can_decide_approval,
     user_can_withdraw_approval,
 )
+from console.kernel.wording import RUNTIMES_TAKE_IT
 from strategies.releases import selectors
 from strategies.releases import services as releases
 from strategies.releases.models import ApprovalRequest
@@ -118,7 +119,8 @@ def approval_decide(request, agent, pk):
                     " again (rolled back)."
                     if approval.kind == ApprovalRequest.Kind.ROLLBACK
                     else "."
-                ),
+                )
+                + f" {RUNTIMES_TAKE_IT}",
             )
         elif decision == "reject":
             releases.approval_reject(approval=approval, actor=request.user, note=note)

@@ -11,6 +11,7 @@ from django.views.decorators.http import require_http_methods
 
 from console.kernel.errors import ApplicationError
 from console.kernel.policy import Capability, requires
+from console.kernel.wording import RUNTIMES_TAKE_IT
 from strategies.catalog.selectors import environment_list
 from strategies.releases import selectors
 from strategies.releases import services as releases
@@ -78,6 +79,7 @@ def promote(request, agent):
         "blocked": [row for row in changing if row.preview.blocking or row.pending],
         "error": error,
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",
+        "runtimes_take_it": RUNTIMES_TAKE_IT,
     }
     return TemplateResponse(
         request, "releases/promote.html", context, status=error.status if error else 200
@@ -101,4 +103,5 @@ def _promotion_message(outcome) -> str:
     unchanged = len(outcome.items) - len(outcome.published) - len(outcome.requested)
     if unchanged:
         parts.append(f"{unchanged} unchanged")
-    return f"Promoted {outcome.source.key} → {outcome.target.key}: " + "; ".join(parts) + "."
+    text = f"Promoted {outcome.source.key} → {outcome.target.key}: " + "; ".join(parts) + "."
+    return f"{text} {RUNTIMES_TAKE_IT}" if outcome.published else text

@@ -10,6 +10,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from console.kernel.errors import ApplicationError
 from console.kernel.policy import Capability, requires, user_can
+from console.kernel.wording import RUNTIMES_TAKE_IT
 from strategies.releases import selectors
 from strategies.releases import services as releases
 from strategies.releases.preview_hook import preview_summary
@@ -60,7 +61,9 @@ def publish(request, agent, document, environment):
                     f"someone else with the approve permission must approve it.{replaced}",
                 )
             else:
-                messages.success(request, f"{doc.key} v{version.number} is live in {env.key}.")
+                messages.success(
+                    request, f"{doc.key} v{version.number} is live in {env.key}. {RUNTIMES_TAKE_IT}"
+                )
             return redirect(_overview_url(request.agent))
     preview = selectors.change_preview(version=version, environment=env)
     waiting = selectors.pending_for(document=doc, environment=env) if env.protected else None
@@ -86,5 +89,6 @@ def publish(request, agent, document, environment):
         # A refused publish shows the form again with what the person typed.
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",
         "can_enable_sensitive": user_can(request.user, Capability.ENABLE_SENSITIVE, request.agent),
+        "runtimes_take_it": RUNTIMES_TAKE_IT,
     }
     return _page_or_preview(request, "releases/publish.html", context, error)

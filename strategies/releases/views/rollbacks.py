@@ -11,6 +11,7 @@ from django.views.decorators.vary import vary_on_headers
 
 from console.kernel.errors import ApplicationError, NotFound, ValidationFailed
 from console.kernel.policy import Capability, requires, rollback_needs_approval
+from console.kernel.wording import RUNTIMES_TAKE_IT
 from strategies.releases import selectors
 from strategies.releases import services as releases
 from strategies.releases.views.lookups import (
@@ -55,8 +56,7 @@ def rollback(request, agent, document, environment):
                 )
             messages.success(
                 request,
-                f"{env.key} is back on {doc.key} v{target.number}. Runtimes connected to the "
-                "config stream take it within a second, polling ones at their next poll: the "
+                f"{env.key} is back on {doc.key} v{target.number}. {RUNTIMES_TAKE_IT} The "
                 "Runtimes card below shows which serve it.",
             )
             return redirect(_overview_url(request.agent))
@@ -74,6 +74,7 @@ def rollback(request, agent, document, environment):
         "pending": selectors.pending_for(document=doc, environment=env),
         "preview": selectors.change_preview(version=target, environment=env) if target else None,
         "error": error,
+        "runtimes_take_it": RUNTIMES_TAKE_IT,
     }
     return _page_or_preview(request, "releases/rollback.html", context, error)
 

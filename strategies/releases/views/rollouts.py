@@ -48,6 +48,57 @@ ROLLOUT_DONE = {
 }
 
 
+# The timeline's words for the actions a rollout's log records (its audit rows say the same
+# with AuditAction's labels).
+TIMELINE_WORDS = {
+    "start": "started",
+    "approve": "plan approved",
+    "pause": "paused",
+    "resume": "resumed",
+    "step": "moved on",
+    "extend": "bake extended (too little data)",
+    "complete": "finished",
+    "stop": "stopped",
+    "rollback": "rolled back by a guard",
+    "watch_warn": "paired watch warned",
+    "watch_end": "paired watch ended",
+}
+# A guard's state in words (its label comes with its result: traces.rollouts.guards.LABELS).
+GUARD_STATE_WORDS = {
+    "ok": "fine",
+    "breach": "worse: rolls back",
+    "insufficient": "too little data yet",
+    "pause": "needs a person",
+}
+# How an ended rollout ended, in the words of its page.
+ENDED_HOW = {
+    Rollout.State.COMPLETED: "Finished",
+    Rollout.State.STOPPED: "Stopped",
+    Rollout.State.ROLLED_BACK: "Rolled back",
+}
+
+
+def _guard_label(result: dict) -> str:
+    """A guard's label as its evaluation recorded it; a name for one recorded before."""
+    return result.get("label") or result.get("name", "").replace("_", " ")
+
+
+def _ending(rollout) -> dict | None:
+    """For an ended rollout: how it ended and at which step and share (numbered from 1, as
+    everywhere people read), and what is live now — nothing is split any more; None while
+    it is active."""
+    if rollout.active or rollout.state not in ENDED_HOW:
+        return None
+    live = selectors.live_release(document=rollout.document, environment=rollout.environment)
+    return {
+        "how": ENDED_HOW[rollout.state],
+        "step": rollout.step + 1,
+        "steps": len(rollout.plan),
+        "percent": round(rollout.share * 100),
+        "live_number": live.version.number if live else None,
+    }
+
+
 def _rollout(request, pk: int):
     rollout = selectors.rollout_get(agent=request.agent, key=f"ro-{pk}")
     if rollout is None:
@@ -62,12 +113,12 @@ def _plan_chart(rollout) -> dict:
     total = sum(int(step["bake_seconds"]) for step in rollout.plan) or 1
     for index, step in enumerate(rollout.plan):
         bake = int(step["bake_seconds"])
-        if index < rollout.step or rollout.state == rollout.State.COMPLETED:
+        if index < rollout.step or (index == rollout.step and rollout.state == "completed"):
             state = "done"
-        elif index == rollout.step and rollout.active:
-            state = "now"
+        elif index == rollout.step:
+            state = "now" if rollout.active else "ended"
         else:
-            state = "next"
+            state = "next" if rollout.active else "skipped"
         bars.append(
             {
                 "index": index,
@@ -107,7 +158,8 @@ def _rollout_context(request, rollout, *, error=None) -> dict:
     guards = [
         {
             **guard,
-            "label": guard.get("name", "").replace("_", " "),
+            "label": _guard_label(guard),
+            "state_words": GUARD_STATE_WORDS.get(guard.get("state"), guard.get("state")),
             **_request_ids(guard.get("evidence"), show_ids),
         }
         for guard in rollout.guards or []
@@ -126,6 +178,10 @@ def _rollout_context(request, rollout, *, error=None) -> dict:
         else selectors.without_request_ids(rollout.evidence),
         "show_request_ids": show_ids,
         "chart": _plan_chart(rollout),
+        "plan_label": rollout.plan_name.replace("_", " "),
+        "evidence_label": _guard_label(
+            {"name": (rollout.evidence or {}).get("guard", ""), **(rollout.evidence or {})}
+        ),
         "actions": selectors.rollout_actions(user=request.user, rollout=rollout),
         # Advancing or finishing by hand rests on the step's guards: a breach, or nothing
         # judged yet, needs a confirmation that names it.
@@ -134,9 +190,14 @@ def _rollout_context(request, rollout, *, error=None) -> dict:
         # The revision the page was opened at: the polled status says when it moved on.
         "seen": _int(request.GET.get("seen"), "seen") or rollout.revision,
         "log": [
-            {**entry, "when": datetime.fromisoformat(entry["at"])}
+            {
+                **entry,
+                "when": datetime.fromisoformat(entry["at"]),
+                "words": TIMELINE_WORDS.get(entry["action"], entry["action"].replace("_", " ")),
+            }
             for entry in reversed(rollout.log or [])
         ],
+        "ending": _ending(rollout),
         "error": error,
         "can_watch_rollback": rollout_allows(rollout, "watch_rollback")
         and user_can(request.user, Capability.ROLLBACK, request.agent),

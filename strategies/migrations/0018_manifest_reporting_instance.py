@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("strategies", "0016_release_history_times"),
+        ("strategies", "0017_document_version_numbers_never_reused"),
     ]
 
     operations = [
