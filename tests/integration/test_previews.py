@@ -750,12 +750,3 @@ def test_window_batches__binary_read__equals_the_orm_read_old_runtime_and_odd_ro
     )
     assert item.relevance == 0.12345678901234568
     assert report.rebuild(by_id[first[0].pk][1])[0].outcome == "fetched"
-
-
-def test_reason_words__every_reason_code_of_the_wire__has_plain_words():
-    from context_runtime import wire
-    from django.template.loader import render_to_string
-
-    for code in wire.SHADOW_REASON_CODES:
-        words = render_to_string("_components/reason_words.html", {"value": code}).strip()
-        assert words and "_" not in words, (code, words)

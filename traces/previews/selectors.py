@@ -22,6 +22,7 @@ from console.kernel.policy import check_user_can_preview, user_can_preview
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document, Version
 from strategies.releases.selectors import live_release
+from traces import diagnosis
 from traces.previews import report
 from traces.previews.models import Preview
 
@@ -387,7 +388,7 @@ SOURCE_KINDS = (
 
 def _words(component: str, value: str) -> str:
     """A status, decision or reason code in an operator's words, from the component that
-    words it for the pages (_components/term.html, reason_words.html): one place for both."""
+    words it for the pages (_components/term.html); reason codes: traces.diagnosis.reason_words."""
     return render_to_string(f"_components/{component}.html", {"value": value}).strip()
 
 
@@ -453,13 +454,13 @@ def report_view(report_data: dict | None) -> dict | None:
             "rows": [
                 listed(
                     f"ids-{source}-{kind}-{code}",
-                    f"{source}: {label} — {_words('reason_words', code)}",
+                    f"{source}: {label} — {diagnosis.reason_words(code)}",
                     {
                         **cell,
                         "kind": label,
                         "tone": tone,
                         "code": code,
-                        "why": _words("reason_words", code),
+                        "why": diagnosis.reason_words(code),
                     },
                 )
                 for kind, label, tone in SOURCE_KINDS
