@@ -223,10 +223,10 @@ def test_preview__draft_budget_7000__no_status_change_but_changed_decisions_list
     # The per-source table says why in words; the reason code is one hover away
     assert (
         '<td data-code="over_budget_optional"><span class="help-term" title="reason code '
-        'over_budget_optional">optional, and no room left in the budget</span></td>' in page
+        'over_budget_optional">optional, and the budget was full</span></td>' in page
     )
     assert '<td class="mono">over_budget_optional</td>' not in page
-    assert "recent_dialogue: Optional items dropped — optional, and no room left" in page
+    assert "recent_dialogue: Optional items dropped — optional, and the budget was full" in page
     # and the replay's trust in words, the share ("fidelity") in a title
     assert "Yes: replaying the versions the runtimes used reproduced what they decided" in page
     assert "<h2>Fidelity</h2>" not in page
