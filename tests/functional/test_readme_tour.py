@@ -149,10 +149,11 @@ def _ops2_reviews_the_waiting_prod_request_and_approves(page):
     preview = Preview.objects.get(version=waiting.version, environment__key="prod")
     assert preview.state == Preview.State.COMPLETE and preview.report["traces_read"] > 0
     expect(page.locator("#impact-report")).to_be_visible()
-    # where the preview warns (here: nothing could be judged), the approval is confirmed by name
+    # it warns that nothing could be judged (prod's traces never held recent_dialogue, which v3
+    # reads), so the approval is confirmed by name
     danger = page.locator("#approve-form input[name=confirm_danger]")
-    if danger.count():
-        danger.check()
+    expect(danger).to_have_attribute("data-danger", "nothing_judged")
+    danger.check()
     page.click("#approve-form button[type=submit]")
     _wait_for(
         lambda: _live("prod") == 3,
@@ -294,8 +295,9 @@ def _admin_rolls_prod_back_then_access_and_audit(page):
 
     page.goto("/audit/")
     expect(page.locator("[data-testid=audit-table]")).to_contain_text("admin")
-    freeze = AuditRecord.objects.filter(actor_label="ops").order_by("-id").first()
-    page.goto(f"/audit/{freeze.pk}/")
-    expect(page.locator("h1")).to_be_visible()
+    # field by field: ops' edit of the draft (budget 4000) on its audit row
+    edit = AuditRecord.objects.filter(actor_label="ops", action="draft.update").last()
+    page.goto(f"/audit/{edit.pk}/")
+    expect(page.locator("[data-testid=audit-changes]")).to_contain_text("max_input_tokens")
     page.goto("/audit/access/?actor=support")
     expect(page.locator("[data-testid=access-table]")).to_contain_text("req-92")
