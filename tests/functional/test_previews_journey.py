@@ -100,6 +100,6 @@ def test_ops_previews_budget_4000_on_sg_test__approver_sees_the_prod_preview(
         assert "not previewable (counted apart)" in text
         second.click("#impact-report")
         second.wait_for_selector("#not-previewable")
-        assert "never requested it under v2" in second.locator("#not-previewable").inner_text()
+        assert "never requested it under v1, v2" in second.locator("#not-previewable").inner_text()
     finally:
         approver.close()
