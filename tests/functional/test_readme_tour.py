@@ -26,6 +26,7 @@ from playwright.sync_api import expect
 from console.kernel.models import AccessLogEntry, AuditRecord
 from strategies.releases.models import ApprovalRequest, Release
 from tests.engines import child_env
+from tests.functional.steps import run_impact_preview
 from tests.runtime_sim import ROOT
 from traces.previews.models import Preview
 
@@ -221,23 +222,22 @@ def _ops_drafts_previews_publishes(page):
     expect(page.locator(".changes")).to_contain_text("applicable_policy")
 
     # Preview impact on sg-test: the worker replays the last 7 days; ready → budget_exceeded
-    page.goto(f"/agents/{AGENT}/documents/{STRATEGY}/")
-    page.click("#preview-impact")
-    page.select_option("#preview-version", "4")
-    page.select_option("#preview-environment", "sg-test")
-    page.click("#preview-form button[type=submit]")
-    page.wait_for_url(re.compile(r".*/previews/\d+/$"))
-    page.wait_for_selector('#preview-body[data-state="complete"]', timeout=60_000)
+    run_impact_preview(page, agent=AGENT, document=STRATEGY, version=4, environment="sg-test")
     worse = page.locator('#status-matrix td[data-old="ready"][data-new="budget_exceeded"]')
     assert int(worse.get_attribute("data-count")) > 0
 
     # Releases: publish v4 to sg-test; the publish page shows the saved preview and its warning
     page.goto(f"/releases/?agent={AGENT}")
     _cell(page, "sg-test").get_by_role("link", name="Publish…").click()
-    page.select_option("#version-select", "4")
+    # choosing the version reloads the preview and the form's actions (htmx): wait for it
+    with page.expect_response(lambda response: "/publish/" in response.url):
+        page.select_option("#version-select", "4")
+    page.wait_for_load_state("networkidle")
     expect(page.locator("#impact-summary")).to_have_attribute("data-state", "complete")
     expect(page.locator("#impact-danger")).to_be_visible()  # traces get worse: confirm by name
-    page.locator("#publish-form input[name=confirm_danger]").check()
+    confirm = page.locator("#publish-form input[name=confirm_danger]")
+    confirm.check()
+    expect(confirm).to_be_checked()
     page.fill("#publish-reason", "Budget 4000, previewed")
     page.click("#publish-form button[type=submit]")
     _wait_for(
