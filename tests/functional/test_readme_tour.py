@@ -135,7 +135,7 @@ def _admin_sees_prod_can_be_rolled_back(page):
     expect(_cell(page, "prod").get_by_role("link", name="Roll back…")).to_be_visible()
 
 
-# --- ops2: Releases → Waiting for approval: the diff, the saved preview, approve -------------------
+# --- ops2: Releases → Waiting for approval: the diff, the saved preview, approve ------------------
 def _ops2_reviews_the_waiting_prod_request_and_approves(page):
     [waiting] = ApprovalRequest.objects.filter(status="pending", environment__key="prod")
     assert (waiting.requested_by.username, waiting.version.number) == ("ops", 3)
@@ -162,7 +162,7 @@ def _ops2_reviews_the_waiting_prod_request_and_approves(page):
     )
 
 
-# --- support: a request id, its trace, v3's health in sg-test, the Replay card ---------------------
+# --- support: a request id, its trace, v3's health in sg-test, the Replay card --------------------
 def _support_reads_req_92_and_v3s_health_against_v2(page):
     page.keyboard.press("/")  # focuses the search box
     page.keyboard.type("req-92")
@@ -275,7 +275,7 @@ def _ops_drafts_previews_publishes(page):
     expect(page.locator("#approve-form")).to_have_count(0)
 
 
-# --- admin: roll prod back in one step, with a reason; Access; Audit and the access log ------------
+# --- admin: roll prod back in one step, with a reason; Access; Audit and the access log -----------
 def _admin_rolls_prod_back_then_access_and_audit(page):
     page.goto(f"/releases/?agent={AGENT}")
     _cell(page, "prod").get_by_role("link", name="Roll back…").click()

@@ -11,8 +11,9 @@ heartbeating as its own instance, taking the requests in turn), as a deployment 
 pods does, so its Runtimes card counts them ("3 of 3 runtimes serve …"). Every ``--interval``
 seconds each environment runs a weighted-random seed scenario through the selection engine
 with the configuration it holds at that moment (``console.demo.traffic``), so publishing or
-rolling back a version changes the traces that follow within a poll interval. One line per minute per environment; SIGTERM or SIGINT stops
-it after flushing the reporters. ``scripts/run.py`` starts it once the web server answers.
+rolling back a version changes the traces that follow within a poll interval. One line per
+minute per environment; SIGTERM or SIGINT stops it after flushing the reporters.
+``scripts/run.py`` starts it once the web server answers.
 """
 
 from __future__ import annotations
