@@ -44,6 +44,18 @@ STOP_SECONDS = 10.0
 READY_SECONDS = float(os.environ.get("READY_TIMEOUT", "180"))
 
 
+# The start of the warning Celery's worker gives when it runs as root (celery.platforms).
+CELERY_ROOT_WARNING = "You're running the worker with superuser privileges"
+
+
+def web_threads() -> int:
+    """The web server's threads per worker unless WEB_THREADS says: 8 (measured best with 2
+    workers, docs/PERFORMANCE.md), but no more than granian's own bound for the cores there
+    are (2 × cores + 1; above it granian warns at every start that the threads outnumber what
+    the cores can run: on a 2-core machine, 5)."""
+    return min(8, 2 * (os.cpu_count() or 1) + 1)
+
+
 class Stop(Exception):  # noqa: N818 - a signal, not an error
     """Raised by the SIGINT/SIGTERM/SIGHUP handler to unwind into the stop sequence."""
 
@@ -127,6 +139,10 @@ class Launcher:
         env.setdefault("CONSOLE_DEMO_TOKEN_FILE", str(embedded.DATA_DIR / "demo-runtime-token"))
         if not self.verbose:
             env.setdefault("LOG_LEVEL", "WARNING")
+            # A local `make run` as root (a container, a VM's only user) is not the production
+            # deployment Celery's advice is for: its start-up SecurityWarning is left to VERBOSE.
+            quiet = f"ignore:{CELERY_ROOT_WARNING}"
+            env["PYTHONWARNINGS"] = ",".join(filter(None, (env.get("PYTHONWARNINGS"), quiet)))
             if self.demo:  # the anchors' lines are for production's log: two per quarter here
                 env.setdefault("AUDIT_CHECKPOINT_MINUTES", "15")
         return env
@@ -229,9 +245,10 @@ class Launcher:
             os.environ.get("WEB_WORKERS", "2"),
             # granian's default is backlog/workers/2 threads per worker (256 here): under
             # polling load they fight over the GIL and triple the config read's p99; 1
-            # serialises a slow page and the reads behind it (docs/PERFORMANCE.md)
+            # serialises a slow page and the reads behind it (docs/PERFORMANCE.md). See
+            # web_threads() for the default.
             "--blocking-threads",
-            os.environ.get("WEB_THREADS", "8"),
+            os.environ.get("WEB_THREADS", str(web_threads())),
             "--log-level",
             level.lower(),
             "console.wsgi:application",

@@ -38,15 +38,18 @@ def demo_versions() -> tuple[dict, dict]:
 
 
 # The release history of DEMO.md, oldest first: (hours ago, document, version, environment,
-# reason). Every environment runs the Bank profile; the strategy began in sg-test with v1, v2
-# went through sg-test, bank-uat and (approved by ops2) prod; v3 has been live in sg-test
-# since yesterday, so its version-health page compares it with v2 over the same hours before.
+# reason). Every environment runs the Bank profile; v1 and then v2 of the strategy each went
+# through sg-test, bank-uat and (approved by ops2) prod — so prod has a version to roll back
+# to, as the README's tour has admin do; v3 has been live in sg-test since the day before the
+# load, so its version-health page compares it with v2 over the same hours before.
 PROFILE = Document.PROFILE_KEY
 HISTORY = (
     (14 * 24, PROFILE, 1, "sg-test", "Bank profile for every environment."),
     (14 * 24, PROFILE, 1, "bank-uat", "Bank profile for every environment."),
     (14 * 24, PROFILE, 1, "prod", "Bank profile for every environment."),
     (13 * 24, STRATEGY, 1, "sg-test", "First consultation strategy."),
+    (12 * 24, STRATEGY, 1, "bank-uat", "Promote v1 after sg-test."),
+    (11 * 24, STRATEGY, 1, "prod", "Promote v1 after bank-uat."),
     (6 * 24, STRATEGY, 2, "sg-test", "Policy as optional context."),
     (5 * 24, STRATEGY, 2, "bank-uat", "Promote v2 after sg-test."),
     (4 * 24, STRATEGY, 2, "prod", "Promote v2 after bank-uat."),

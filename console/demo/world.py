@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from console.demo import documents, outcomes, releases, traces, users
+from django.db import transaction
+
+from console.demo import documents, outcomes, previews, releases, traces, users
 
 # Users need the agents, releases the versions and users, traces the releases, outcomes
 # the traces (and the admin who declares their kinds).
 LOADERS = (documents, users, releases, traces, outcomes)
+# Once those are committed: the saved impact preview of the pending prod request, requested
+# and run through the previews' services (each request a transaction of its own).
+COMMITTED_LOADERS = (previews,)
 
 
 def load_world(*, stdout) -> None:
-    for loader in LOADERS:
+    with transaction.atomic():
+        for loader in LOADERS:
+            loader.load(stdout=stdout)
+    for loader in COMMITTED_LOADERS:
         loader.load(stdout=stdout)

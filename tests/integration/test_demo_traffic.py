@@ -121,9 +121,10 @@ def test_load_demo__traces_report_sections__as_the_sdk_does__only_when_the_model
 
 @pytest.mark.django_db
 def test_load_demo__release_history_in_the_past__each_trace_ran_the_version_live_at_its_time():
-    """The demo's releases happened days and hours ago (DEMO.md's story: v2 through sg-test,
-    bank-uat and prod; v3 in sg-test since yesterday), and each trace carries the strategy
-    version that was live in its environment when it occurred — v2's before v3, v3's after."""
+    """The demo's releases happened days and hours ago (DEMO.md's story: v1 and then v2
+    through sg-test, bank-uat and prod; v3 in sg-test since the day before the load), and each
+    trace carries the strategy version that was live in its environment when it occurred —
+    v2's before v3, v3's after."""
     load_demo()
     moves = list(
         ReleaseEvent.objects.moves()
@@ -133,6 +134,8 @@ def test_load_demo__release_history_in_the_past__each_trace_ran_the_version_live
     )
     assert [(env, version) for env, version, _ in moves] == [
         ("sg-test", 1),
+        ("bank-uat", 1),
+        ("prod", 1),
         ("sg-test", 2),
         ("bank-uat", 2),
         ("prod", 2),

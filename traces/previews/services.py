@@ -77,13 +77,16 @@ def preview_request(
     environment: Environment,
     window_start: datetime | None = None,
     window_end: datetime | None = None,
+    queue: bool = True,
 ) -> tuple[Preview, bool]:
     """Ask for an impact preview of `version` in `environment` over the window (default: the
     last 7 days). Refused: someone who may not see the agent's traces and configuration
     (logged), a profile, an archived environment, nothing live there, a body the
     environment's runtime cannot serve (with its findings), a window beyond the retention,
     no traces in the window. The same inputs as a complete or running preview: that one is
-    returned (reused, True)."""
+    returned (reused, True). `queue=False`: no shard task is sent — the caller runs the
+    preview in its own process (`preview_execute`), where a worker must not race it for the
+    shards (the demo loader, which may run beside a running worker)."""
     document = version.document
     agent = document.agent
     check_user_can_preview(actor, agent, target=("document", document.key, document.key))
@@ -185,7 +188,8 @@ def preview_request(
         agent=agent,
         detail={"reused": False, "version": version.number, "environment": environment.key},
     )
-    transaction.on_commit(lambda: preview_queue(preview.pk, shards))
+    if queue:
+        transaction.on_commit(lambda: preview_queue(preview.pk, shards))
     return preview, False
 
 

@@ -1,4 +1,4 @@
-"""Live demo traffic: one simulated runtime per environment, talking to a running console.
+"""Live demo traffic: simulated runtimes in every environment, talking to a running console.
 
 Each runtime has its own runtime token (config:read, traces:write, created by the system as
 "demo traffic (<env>)"), kept across restarts: its secret is stored beside the demo token file
@@ -6,11 +6,14 @@ Each runtime has its own runtime token (config:read, traces:write, created by th
 without that file (a bare ``manage.py demo_traffic``) a new token replaces the older ones.
 Archived environments have no runtime: they are skipped, said once. It keeps the agent's live
 configuration with a ``ConfigClient`` and reports with a ``TraceReporter``, exactly as a real
-runtime does over HTTP. Every ``--interval`` seconds each one runs a weighted-random seed
-scenario through the selection engine with the configuration it holds at that moment
-(``console.demo.traffic``), so publishing or rolling back a version changes the traces that
-follow within a poll interval. One line per minute per environment; SIGTERM or SIGINT stops
-it after flushing the reporters. ``scripts/run.py`` starts it once the web server answers.
+runtime does over HTTP; sg-test runs ``REPLICAS`` runtime processes (one config client each,
+heartbeating as its own instance, taking the requests in turn), as a deployment with several
+pods does, so its Runtimes card counts them ("3 of 3 runtimes serve …"). Every ``--interval``
+seconds each environment runs a weighted-random seed scenario through the selection engine
+with the configuration it holds at that moment (``console.demo.traffic``), so publishing or
+rolling back a version changes the traces that follow within a poll interval. One line per
+minute per environment; SIGTERM or SIGINT stops it after flushing the reporters.
+``scripts/run.py`` starts it once the web server answers.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import logging
 import os
 import random
 import signal
+import socket
 import threading
 import time
 from collections import Counter
@@ -39,6 +43,9 @@ from strategies.catalog.models import Environment
 logger = logging.getLogger("console.demo_traffic")
 CAPABILITIES = ("config:read", "traces:write")
 REPORT_EVERY_SECONDS = 60.0
+# Runtime processes per environment (1 unless named): the README's tour publishes to sg-test
+# and reads "3 of 3 runtimes serve v4" on its Runtimes card.
+REPLICAS = {"sg-test": 3}
 
 
 def token_name(environment_key: str) -> str:
@@ -72,14 +79,33 @@ def simulate_request(
     )
 
 
-class DemoRuntime:
-    """One environment's simulated runtime: its config client, reporter and counters."""
+def instance_id(environment: str, replica: int, replicas: int) -> str | None:
+    """How replica `replica` of `environment` names itself to the console (None: the SDK's
+    default, host:pid, for an environment with one runtime)."""
+    if replicas == 1:
+        return None
+    return f"{socket.gethostname()}:{os.getpid()}/{environment}-{replica + 1}"
 
-    def __init__(self, environment: str, secret: str, console: str, *, poll: float, seed):
+
+class DemoRuntime:
+    """One environment's simulated runtime processes: a config client per replica (each its
+    own instance to the console, taking the requests in turn), a reporter and counters."""
+
+    def __init__(
+        self, environment: str, secret: str, console: str, *, poll: float, seed, replicas: int = 1
+    ):
         self.environment = environment
-        self.client = ConfigClient(
-            console, secret, traffic.AGENT, environment=environment, poll_interval=poll
-        )
+        self.clients = [
+            ConfigClient(
+                console,
+                secret,
+                traffic.AGENT,
+                environment=environment,
+                poll_interval=poll,
+                instance_id=instance_id(environment, replica, replicas),
+            )
+            for replica in range(replicas)
+        ]
         self.reporter = TraceReporter(console, secret, close_at_exit=False)
         self.rng = random.Random(None if seed is None else f"{seed}-{environment}")
         self.total = 0
@@ -87,7 +113,8 @@ class DemoRuntime:
         self.versions: set[int] = set()
 
     def request(self, n: int) -> None:
-        snapshot = self.client.snapshot()  # one consistent configuration for the request
+        client = self.clients[n % len(self.clients)]
+        snapshot = client.snapshot()  # one consistent configuration for the request
         try:
             trace = simulate_request(snapshot, environment=self.environment, n=n, rng=self.rng)
         except Exception:  # a runtime answers every request, whatever happens
@@ -122,7 +149,8 @@ class DemoRuntime:
     def stop(self, timeout: float) -> dict:
         self.reporter.flush(timeout=timeout)
         self.reporter.close(timeout=5.0)
-        self.client.stop()
+        for client in self.clients:
+            client.stop()
         return self.reporter.stats()
 
 
@@ -183,6 +211,7 @@ class Command(BaseCommand):
                 options["console"],
                 poll=options["poll"],
                 seed=options["seed"],
+                replicas=REPLICAS.get(env.key, 1),
             )
             for env in environments
             if env.archived_at is None
@@ -190,14 +219,16 @@ class Command(BaseCommand):
         connection.close()  # from here on only HTTP, as a runtime: hold no database connection
         if not runtimes:
             raise CommandError("No active environments: run load_demo first.")
-        for runtime in runtimes:
-            runtime.client.start()
+        clients = [client for runtime in runtimes for client in runtime.clients]
+        for client in clients:
+            client.start()
         deadline = time.monotonic() + options["wait_ready"]
-        for runtime in runtimes:
-            runtime.client.wait_ready(max(0.0, deadline - time.monotonic()))
+        for client in clients:
+            client.wait_ready(max(0.0, deadline - time.monotonic()))
         self._say(
-            f"Demo traffic: {len(runtimes)} simulated runtimes against {options['console']}, "
-            f"one request each every {options['interval']:g} s."
+            f"Demo traffic: {len(clients)} simulated runtimes in {len(runtimes)} environments "
+            f"against {options['console']}, one request per environment every "
+            f"{options['interval']:g} s."
         )
         try:
             self._loop(runtimes, stop, options["interval"], options["once"])

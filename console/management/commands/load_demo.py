@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
 
 from console.demo.users import DEMO_USERS
 from console.demo.world import load_world
@@ -21,8 +20,7 @@ class Command(BaseCommand):
             raise CommandError(
                 "load_demo refuses to run with production settings (CONSOLE_ENV=production)."
             )
-        with transaction.atomic():
-            load_world(stdout=self.stdout)
+        load_world(stdout=self.stdout)
         self.stdout.write(self.style.SUCCESS("Demo data loaded."))
         if not options["quiet_logins"]:
             self.stdout.write("Demo logins (username / password):")
