@@ -129,9 +129,9 @@ def test_approval_request__prod_publish_with_a_prod_preview__approver_sees_the_s
 
     assert 'id="impact-summary" data-state="complete"' in page
     assert "Impact on 0 traces of prod, last 7 days" in page
-    # prod ran v1 and v2, which never asked for recent_dialogue: its traces are counted apart
-    # (how many: the sum over sources counts a trace missing two sources twice, issue 32.11).
-    assert "not previewable (counted apart)" in page
+    # prod ran v1 and v2, which never asked for recent_dialogue: every trace is counted apart,
+    # once each however many sources it lacks (issue 32.11).
+    assert f"{preview.traces_done:,} not previewable (counted apart)" in page
     assert f'href="{reverse("preview-detail", args=[AGENT, preview.pk])}"' in page
     # Nothing could be compared: a warning that says so, never "no status changes".
     assert "nothing could be judged" in page and "no status changes" not in page
