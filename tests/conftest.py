@@ -6,11 +6,13 @@ pytest-django's live server; Playwright never downloads a browser.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -23,6 +25,11 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 # the processes the tests start read it from the environment (console/settings.py); this
 # process has loaded its settings already, so `fast_password_hasher` switches it here.
 os.environ["CONSOLE_FAST_PASSWORD_HASHER"] = "true"
+# The SDK's reporter spools by default in the user's state directory: this run's reporters, and
+# those of the runtimes and demo traffic it starts, spool in a directory of its own, never the
+# machine's ~/.local/state (where a later run could find them).
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="console-tests-state-")
+atexit.register(shutil.rmtree, os.environ["XDG_STATE_HOME"], ignore_errors=True)
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM_FLAGS = [

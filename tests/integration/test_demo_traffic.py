@@ -338,3 +338,20 @@ def test_two_starts__same_demo_tokens__no_revoked_rows_added(tmp_path, monkeypat
     assert len(first) == 4  # the sg-test demo runtime's and one per environment's traffic
     assert tokens.filter(revoked_at__isnull=False).count() == revoked
     assert (tmp_path / "demo-traffic-token-prod").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.django_db(transaction=True)
+def test_demo_traffic__spools_in_the_data_directory__never_the_users_state_directory(
+    tmp_path, monkeypatch
+):
+    # Durable as the SDK's default (issue 32.1), but where `make stop` and a new data directory
+    # reach it: beside the token file, one spool per environment.
+    monkeypatch.setenv("CONSOLE_DEMO_TOKEN_FILE", str(tmp_path / "demo-runtime-token"))
+    state = tmp_path / "state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(state))
+
+    _demo_start(tmp_path)
+
+    assert (tmp_path / "demo-traffic-spool-sg-test").is_dir()
+    assert (tmp_path / "demo-traffic-spool-prod").is_dir()
+    assert not state.exists() or not any(state.rglob("*"))

@@ -106,7 +106,13 @@ class DemoRuntime:
             )
             for replica in range(replicas)
         ]
-        self.reporter = TraceReporter(console, secret, close_at_exit=False)
+        # Durable, as the SDK's default, but in the console's data directory beside the token
+        # file (the token's restart-stable, so is its spool); memory only without one.
+        token_file = demo_traffic_token_file(environment)
+        spool_dir = (
+            token_file.with_name(f"demo-traffic-spool-{environment}") if token_file else None
+        )
+        self.reporter = TraceReporter(console, secret, close_at_exit=False, spool_dir=spool_dir)
         self.rng = random.Random(None if seed is None else f"{seed}-{environment}")
         self.total = 0
         self.minute: Counter = Counter()
