@@ -1,0 +1,454 @@
+"""OpenID Connect sign-in (issue 33, item 1; docs/sso.md says why mozilla-django-oidc).
+
+The library does the protocol's sharp parts: the token request, the JWKS lookup by `kid` (at
+each sign-in, so a rotated key is picked up at once), the signature with the algorithm pinned
+(`none` refused), the nonce, PKCE's challenge. This module adds what it leaves out, in one
+place: several providers (OIDC_PROVIDERS, each with its own callback URL so one provider's
+answer is never taken for another's), the ID token's audience, issuer and expiry with a
+bounded clock skew, the `sub` of userinfo matched to the ID token's, plain-words refusals —
+each failed sign-in in the access log with the provider and the reason — and RP-initiated
+logout. Accounts and groups are console.accounts.sso_accounts' job.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+import jwt
+import requests
+from django.conf import settings
+from django.contrib import auth
+from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.models import AnonymousUser
+from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation
+from django.http import Http404, HttpResponseRedirect
+from django.shortcuts import render, resolve_url
+from django.urls import reverse
+from django.utils.crypto import get_random_string
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+from mozilla_django_oidc.auth import OIDCAuthenticationBackend
+from mozilla_django_oidc.utils import (
+    add_state_and_verifier_and_nonce_to_session,
+    generate_code_challenge,
+)
+
+from console.access.forms import LoginForm
+from console.accounts.sso_accounts import ProviderPerson, sso_sign_in
+from console.kernel.audit import AccessAction, access_record
+
+# The session key of the provider a person signed in through, and its ID token (the hint of
+# RP-initiated logout).
+SESSION_KEY = "sso"
+# What Django's session remembers the user by: the console's own backend loads every user,
+# local or not (a provider account has no usable password, so it cannot sign in with one).
+SESSION_BACKEND = "django.contrib.auth.backends.ModelBackend"
+SIGN_ALGORITHM = "RS256"
+KEY_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,49}")
+
+
+@dataclass(frozen=True)
+class Provider:
+    key: str
+    name: str
+    issuer: str
+    client_id: str
+    client_secret: str
+    scopes: str = "openid email profile"
+    groups_claim: str = "groups"
+    timeout: float = 5.0
+
+
+def _provider(entry) -> Provider:
+    if not isinstance(entry, dict):
+        raise ImproperlyConfigured("Each OIDC_PROVIDERS entry is a JSON object.")
+    missing = [f for f in ("key", "issuer", "client_id", "client_secret") if not entry.get(f)]
+    if missing:
+        raise ImproperlyConfigured(f"OIDC_PROVIDERS entry {entry.get('key')!r} lacks {missing}")
+    if not KEY_PATTERN.fullmatch(str(entry["key"])):
+        raise ImproperlyConfigured(
+            f"OIDC_PROVIDERS key {entry['key']!r}: lower-case letters, digits and '-'"
+        )
+    known = set(Provider.__dataclass_fields__)
+    unknown = sorted(set(entry) - known)
+    if unknown:
+        raise ImproperlyConfigured(f"OIDC_PROVIDERS entry {entry['key']!r}: unknown {unknown}")
+    values = {**entry, "name": entry.get("name") or entry["key"]}
+    values["issuer"] = str(values["issuer"]).rstrip("/")
+    values["timeout"] = float(values.get("timeout", 5.0))
+    return Provider(**values)
+
+
+def providers() -> dict[str, Provider]:
+    """The configured providers by key, in the order configured (none: local accounts only)."""
+    found: dict[str, Provider] = {}
+    for entry in settings.OIDC_PROVIDERS:
+        provider = _provider(entry)
+        if provider.key in found:
+            raise ImproperlyConfigured(f"OIDC_PROVIDERS names {provider.key!r} twice")
+        found[provider.key] = provider
+    return found
+
+
+def sso_buttons() -> list[Provider]:
+    """What the sign-in page offers beside the password form."""
+    return list(providers().values())
+
+
+def provider_get(key: str) -> Provider:
+    provider = providers().get(key)
+    if provider is None:
+        raise Http404("No such identity provider.")
+    return provider
+
+
+# --- refusals: a code for the log, words for the person --------------------------------------------
+class SignInRefused(Exception):
+    def __init__(self, code: str, message: str, status: int = 400):
+        super().__init__(message)
+        self.code, self.message, self.status = code, message, status
+
+
+def _network_refusal(provider: Provider, error: requests.RequestException) -> SignInRefused:
+    name = provider.name
+    if isinstance(error, requests.Timeout):
+        return SignInRefused(
+            "provider_timeout",
+            f"{name} did not answer within {provider.timeout:g} seconds. Try again later; "
+            "local accounts still sign in with their password.",
+            504,
+        )
+    if isinstance(error, requests.HTTPError):
+        return SignInRefused(
+            "provider_refused",
+            f"{name} refused to complete the sign-in. Start again from this page.",
+            400,
+        )
+    return SignInRefused(
+        "provider_unreachable",
+        f"{name} cannot be reached. Try again later; local accounts still sign in with "
+        "their password.",
+        503,
+    )
+
+
+# --- the provider's metadata, kept a while per process ---------------------------------------------
+DISCOVERY_SECONDS = 3600.0
+_discovered: dict[str, tuple[float, dict]] = {}
+_discovered_lock = threading.Lock()
+
+
+def discovery(provider: Provider) -> dict:
+    """The provider's /.well-known/openid-configuration (kept DISCOVERY_SECONDS). Its
+    `issuer` must be the configured one (OpenID Connect Discovery §4.3)."""
+    with _discovered_lock:
+        kept = _discovered.get(provider.issuer)
+    if kept is not None and time.monotonic() - kept[0] < DISCOVERY_SECONDS:
+        return kept[1]
+    url = f"{provider.issuer}/.well-known/openid-configuration"
+    try:
+        response = requests.get(url, timeout=provider.timeout)
+        response.raise_for_status()
+        metadata = response.json()
+    except requests.RequestException as error:
+        raise _network_refusal(provider, error) from error
+    except ValueError as error:
+        raise SignInRefused(
+            "provider_bad_answer", f"{provider.name} answered with something unreadable.", 502
+        ) from error
+    if str(metadata.get("issuer", "")).rstrip("/") != provider.issuer:
+        raise SignInRefused(
+            "wrong_issuer",
+            f"{provider.name} says it is {metadata.get('issuer')!r}, not the configured "
+            f"{provider.issuer!r}.",
+            502,
+        )
+    with _discovered_lock:
+        _discovered[provider.issuer] = (time.monotonic(), metadata)
+    return metadata
+
+
+# --- the library's backend, for one provider ---------------------------------------------------------
+class ProviderBackend(OIDCAuthenticationBackend):
+    """mozilla-django-oidc's backend bound to one provider's settings (its own are global),
+    with the ID token's audience, issuer and expiry checked under a bounded clock skew."""
+
+    def __init__(self, provider: Provider, metadata: dict):
+        # Not super().__init__: it reads one provider's endpoints from global settings.
+        self.provider = provider
+        self.OIDC_OP_TOKEN_ENDPOINT = metadata["token_endpoint"]
+        self.OIDC_OP_USER_ENDPOINT = metadata.get("userinfo_endpoint")
+        self.OIDC_OP_JWKS_ENDPOINT = metadata["jwks_uri"]
+        self.OIDC_RP_CLIENT_ID = provider.client_id
+        self.OIDC_RP_CLIENT_SECRET = provider.client_secret
+        self.OIDC_RP_SIGN_ALGO = SIGN_ALGORITHM
+        self.OIDC_RP_IDP_SIGN_KEY = None
+
+    def get_settings(self, attr, *args):
+        own = {
+            "OIDC_TIMEOUT": self.provider.timeout,
+            "OIDC_RP_SCOPES": self.provider.scopes,
+            "OIDC_VERIFY_SSL": True,
+            "OIDC_PROXY": None,
+            "OIDC_TOKEN_USE_BASIC_AUTH": False,
+            "OIDC_ALLOW_UNSECURED_JWT": False,
+            "OIDC_USE_NONCE": True,
+        }
+        if attr in own:
+            return own[attr]
+        if args:
+            return args[0]
+        raise ImproperlyConfigured(f"{attr} is not set for provider {self.provider.key}")
+
+    def verify_token(self, token, **kwargs):
+        """The ID token's claims, or SignInRefused saying what is wrong with it."""
+        name = self.provider.name
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as error:
+            raise SignInRefused("malformed_token", f"{name} sent an unreadable ID token.") from error
+        if header.get("alg") != self.OIDC_RP_SIGN_ALGO:
+            code = "unsigned_token" if str(header.get("alg")).lower() == "none" else "wrong_alg"
+            raise SignInRefused(
+                code,
+                f"{name} sent an ID token that is not signed the expected way "
+                f"({header.get('alg')!r}, not {self.OIDC_RP_SIGN_ALGO}).",
+            )
+        try:
+            key = self.retrieve_matching_jwk(token)
+        except (SuspiciousOperation, KeyError) as error:
+            raise SignInRefused(
+                "unknown_key", f"{name} signed the ID token with a key it does not publish."
+            ) from error
+        payload = self._verify_jws(token, key)
+        if payload.get("nonce") != kwargs.get("nonce"):
+            raise SignInRefused(
+                "nonce_mismatch", f"The ID token from {name} was not issued for this sign-in."
+            )
+        return payload
+
+    def _verify_jws(self, payload, key):
+        name = self.provider.name
+        try:
+            return jwt.decode(
+                payload,
+                key,
+                algorithms=[self.OIDC_RP_SIGN_ALGO],
+                audience=self.provider.client_id,
+                issuer=self.provider.issuer,
+                leeway=settings.OIDC_CLOCK_SKEW_SECONDS,
+                options={"require": ["exp", "iat", "iss", "aud", "sub"]},
+            )
+        except jwt.ExpiredSignatureError as error:
+            raise SignInRefused(
+                "expired_token",
+                f"The ID token from {name} has expired (or the clocks differ by more than "
+                f"{settings.OIDC_CLOCK_SKEW_SECONDS} seconds).",
+            ) from error
+        except jwt.ImmatureSignatureError as error:
+            raise SignInRefused(
+                "token_not_yet_valid", f"The ID token from {name} is not valid yet."
+            ) from error
+        except jwt.InvalidAudienceError as error:
+            raise SignInRefused(
+                "wrong_audience", f"The ID token from {name} was issued for another application."
+            ) from error
+        except jwt.InvalidIssuerError as error:
+            raise SignInRefused(
+                "wrong_issuer", f"The ID token did not come from {name} ({self.provider.issuer})."
+            ) from error
+        except jwt.InvalidSignatureError as error:
+            raise SignInRefused(
+                "bad_signature", f"The ID token's signature does not match {name}'s keys."
+            ) from error
+        except jwt.PyJWTError as error:
+            raise SignInRefused(
+                "invalid_token", f"{name} sent an ID token that does not check out."
+            ) from error
+
+
+# --- the two views ------------------------------------------------------------------------------------
+def _refused(request, provider_key: str, refusal: SignInRefused, name: str = ""):
+    """The sign-in page again, saying why in plain words; the access log has the code."""
+    access_record(
+        actor=AnonymousUser(),
+        action=AccessAction.AUTH_LOGIN,
+        target=("sso.provider", provider_key, name or provider_key),
+        outcome="denied",
+        detail={"provider": provider_key, "why": refusal.code, "message": refusal.message},
+    )
+    context = {
+        "form": LoginForm(request),
+        "sso_error": refusal.message,
+        "sso_providers": sso_buttons(),
+        "next": "",
+    }
+    return render(request, "registration/login.html", context, status=refusal.status)
+
+
+def _safe_next(request) -> str | None:
+    next_url = request.GET.get("next")
+    if next_url and url_has_allowed_host_and_scheme(
+        next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return next_url
+    return None
+
+
+@login_not_required
+@never_cache
+@require_GET
+def sso_start(request, key: str):
+    """Send the browser to the provider with state, nonce and PKCE's challenge (S256)."""
+    provider = provider_get(key)
+    try:
+        metadata = discovery(provider)
+    except SignInRefused as refusal:
+        return _refused(request, key, refusal, provider.name)
+    state = get_random_string(32)
+    verifier = get_random_string(64)
+    params = {
+        "response_type": "code",
+        "scope": provider.scopes,
+        "client_id": provider.client_id,
+        "redirect_uri": request.build_absolute_uri(reverse("sso-callback", args=[key])),
+        "state": state,
+        "nonce": get_random_string(32),
+        "code_challenge": generate_code_challenge(verifier, "S256"),
+        "code_challenge_method": "S256",
+    }
+    add_state_and_verifier_and_nonce_to_session(request, state, params, verifier)
+    # The state is answered by this provider only (its own callback URL checks it).
+    request.session["oidc_states"][state]["provider"] = key
+    request.session["oidc_login_next"] = _safe_next(request)
+    request.session.modified = True
+    return HttpResponseRedirect(f"{metadata['authorization_endpoint']}?{urlencode(params)}")
+
+
+def _claims(provider: Provider, backend: ProviderBackend, token_info: dict, nonce) -> dict:
+    id_token = token_info.get("id_token")
+    if not id_token:
+        raise SignInRefused("no_id_token", f"{provider.name} sent no ID token.")
+    claims = backend.verify_token(id_token, nonce=nonce)
+    if backend.OIDC_OP_USER_ENDPOINT and token_info.get("access_token"):
+        userinfo = backend.get_userinfo(token_info["access_token"], id_token, claims)
+        if userinfo.get("sub") != claims["sub"]:
+            raise SignInRefused(
+                "userinfo_mismatch", f"{provider.name} described someone else than it signed in."
+            )
+        claims = {**userinfo, **claims}
+    return claims
+
+
+def _person(provider: Provider, claims: dict) -> ProviderPerson:
+    groups = claims.get(provider.groups_claim) or []
+    if isinstance(groups, str):
+        groups = [groups]
+    return ProviderPerson(
+        provider=provider.key,
+        subject=str(claims["sub"]),
+        email=str(claims.get("email") or ""),
+        username=str(claims.get("preferred_username") or ""),
+        name=str(claims.get("name") or ""),
+        groups=tuple(str(g) for g in groups if isinstance(g, str | int)),
+    )
+
+
+@login_not_required
+@never_cache
+@require_GET
+def sso_callback(request, key: str):
+    """The provider's answer: check the state, exchange the code (with PKCE's verifier),
+    check the ID token, then sign the person in — account made on first sign-in, mapped grants
+    in line with their groups. Any refusal: the sign-in page saying why, nobody signed in."""
+    provider = provider_get(key)
+    states = request.session.get("oidc_states") or {}
+    entry = states.pop(request.GET.get("state", ""), None)
+    request.session.modified = True  # a state is used once, whatever happens next
+    try:
+        if request.GET.get("error"):
+            raise SignInRefused(
+                "provider_error",
+                f"{provider.name} did not sign you in: "
+                f"{request.GET.get('error_description') or request.GET['error']}.",
+            )
+        if entry is None or entry.get("provider") != key or not request.GET.get("code"):
+            raise SignInRefused(
+                "state_mismatch",
+                "This sign-in was not started here (or was already used). Start again.",
+            )
+        metadata = discovery(provider)
+        backend = ProviderBackend(provider, metadata)
+        try:
+            token_info = backend.get_token(
+                {
+                    "client_id": provider.client_id,
+                    "client_secret": provider.client_secret,
+                    "grant_type": "authorization_code",
+                    "code": request.GET["code"],
+                    "redirect_uri": request.build_absolute_uri(
+                        reverse("sso-callback", args=[key])
+                    ),
+                    "code_verifier": entry["code_verifier"],
+                }
+            )
+            claims = _claims(provider, backend, token_info, entry["nonce"])
+        except requests.RequestException as error:
+            raise _network_refusal(provider, error) from error
+        except ValueError as error:
+            raise SignInRefused(
+                "provider_bad_answer", f"{provider.name} answered with something unreadable.", 502
+            ) from error
+        user, sync, created = sso_sign_in(person=_person(provider, claims))
+        if not user.is_active:
+            raise SignInRefused(
+                "account_disabled", "Your console account is deactivated. Ask an admin.", 403
+            )
+    except SignInRefused as refusal:
+        return _refused(request, key, refusal, provider.name)
+
+    next_url = request.session.get("oidc_login_next")
+    auth.login(request, user, backend=SESSION_BACKEND)
+    request.session[SESSION_KEY] = {"provider": key, "id_token": token_info["id_token"]}
+    access_record(
+        actor=user,
+        action=AccessAction.AUTH_LOGIN,
+        target=user,
+        outcome="allowed",
+        detail={
+            "provider": key,
+            "account_created": created,
+            "grants_added": len(sync.added),
+            "grants_removed": len(sync.removed),
+        },
+    )
+    return HttpResponseRedirect(next_url or resolve_url(settings.LOGIN_REDIRECT_URL))
+
+
+def logout_url(request) -> str | None:
+    """Where signing out sends a person who came through a provider: its end-session
+    endpoint (RP-initiated logout), back to the sign-in page. None for local accounts, or
+    when the provider cannot be reached (the console's own session still ends)."""
+    signed_in = request.session.get(SESSION_KEY)
+    if not signed_in:
+        return None
+    provider = providers().get(signed_in.get("provider", ""))
+    if provider is None:
+        return None
+    try:
+        end_session = discovery(provider).get("end_session_endpoint")
+    except SignInRefused:
+        return None
+    if not end_session:
+        return None
+    params = {
+        "id_token_hint": signed_in.get("id_token", ""),
+        "client_id": provider.client_id,
+        "post_logout_redirect_uri": request.build_absolute_uri(resolve_url(settings.LOGIN_URL)),
+    }
+    return f"{end_session}?{urlencode(params)}"
