@@ -16,11 +16,12 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from console.access.forms import LoginForm, lockout_message
-from console.accounts.oidc import logout_url, sso_buttons
+from console.accounts.oidc import logout_url
 from console.demo.users import DEMO_USERS
 from console.health import health_public, health_report
 from console.kernel.audit import AccessAction, access_record
 from console.kernel.policy import agents_visible_to
+from console.kernel.sso_providers import sso_buttons
 from strategies.catalog.selectors import environment_list
 from strategies.releases.selectors import dashboard_context as strategies_part
 from traces.selectors import dashboard_context as traces_part

@@ -12,10 +12,8 @@ logout. Accounts and groups are console.accounts.sso_accounts' job.
 
 from __future__ import annotations
 
-import re
 import threading
 import time
-from dataclasses import dataclass
 from urllib.parse import urlencode
 
 import jwt
@@ -25,7 +23,7 @@ from django.contrib import auth
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation
-from django.http import Http404, HttpResponseRedirect
+from django.http import HttpResponseRedirect
 from django.shortcuts import render, resolve_url
 from django.urls import reverse
 from django.utils.crypto import get_random_string
@@ -41,6 +39,7 @@ from mozilla_django_oidc.utils import (
 from console.access.forms import LoginForm
 from console.accounts.sso_accounts import ProviderPerson, sso_sign_in
 from console.kernel.audit import AccessAction, access_record
+from console.kernel.sso_providers import Provider, provider_get, providers, sso_buttons
 
 # The session key of the provider a person signed in through, and its ID token (the hint of
 # RP-initiated logout).
@@ -49,62 +48,6 @@ SESSION_KEY = "sso"
 # local or not (a provider account has no usable password, so it cannot sign in with one).
 SESSION_BACKEND = "django.contrib.auth.backends.ModelBackend"
 SIGN_ALGORITHM = "RS256"
-KEY_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,49}")
-
-
-@dataclass(frozen=True)
-class Provider:
-    key: str
-    name: str
-    issuer: str
-    client_id: str
-    client_secret: str
-    scopes: str = "openid email profile"
-    groups_claim: str = "groups"
-    timeout: float = 5.0
-
-
-def _provider(entry) -> Provider:
-    if not isinstance(entry, dict):
-        raise ImproperlyConfigured("Each OIDC_PROVIDERS entry is a JSON object.")
-    missing = [f for f in ("key", "issuer", "client_id", "client_secret") if not entry.get(f)]
-    if missing:
-        raise ImproperlyConfigured(f"OIDC_PROVIDERS entry {entry.get('key')!r} lacks {missing}")
-    if not KEY_PATTERN.fullmatch(str(entry["key"])):
-        raise ImproperlyConfigured(
-            f"OIDC_PROVIDERS key {entry['key']!r}: lower-case letters, digits and '-'"
-        )
-    known = set(Provider.__dataclass_fields__)
-    unknown = sorted(set(entry) - known)
-    if unknown:
-        raise ImproperlyConfigured(f"OIDC_PROVIDERS entry {entry['key']!r}: unknown {unknown}")
-    values = {**entry, "name": entry.get("name") or entry["key"]}
-    values["issuer"] = str(values["issuer"]).rstrip("/")
-    values["timeout"] = float(values.get("timeout", 5.0))
-    return Provider(**values)
-
-
-def providers() -> dict[str, Provider]:
-    """The configured providers by key, in the order configured (none: local accounts only)."""
-    found: dict[str, Provider] = {}
-    for entry in settings.OIDC_PROVIDERS:
-        provider = _provider(entry)
-        if provider.key in found:
-            raise ImproperlyConfigured(f"OIDC_PROVIDERS names {provider.key!r} twice")
-        found[provider.key] = provider
-    return found
-
-
-def sso_buttons() -> list[Provider]:
-    """What the sign-in page offers beside the password form."""
-    return list(providers().values())
-
-
-def provider_get(key: str) -> Provider:
-    provider = providers().get(key)
-    if provider is None:
-        raise Http404("No such identity provider.")
-    return provider
 
 
 # --- refusals: a code for the log, words for the person --------------------------------------------
