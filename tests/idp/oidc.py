@@ -10,7 +10,9 @@ endpoint, or has it tamper with the ID token it issues (to prove the console ref
 from __future__ import annotations
 
 import base64
+import html
 import json
+import re
 import secrets
 import shutil
 import socket
@@ -20,6 +22,9 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urljoin
+
+import requests
 
 from cryptography.hazmat.primitives.asymmetric import rsa
 
@@ -204,3 +209,26 @@ class LocalOIDCProvider:
             "groups_claim": "groups",
             **extra,
         }
+
+    def sign_in(self, authorize_url: str, login: str, *, redirect_uri: str) -> str:
+        """Play the person at the provider over HTTP: follow its redirects from
+        `authorize_url`, type `login` on its sign-in page, and return the URL it sends the
+        browser back to (starting with `redirect_uri`, not fetched)."""
+        browser = requests.Session()
+        url = authorize_url
+        for _ in range(12):
+            response = browser.get(url, allow_redirects=False, timeout=10)
+            if not response.is_redirect:
+                form = re.search(r'<form method="post" action="([^"]+)"', response.text)
+                assert form, f"no sign-in form at {url}: {response.status_code} {response.text[:300]}"
+                response = browser.post(
+                    urljoin(url, html.unescape(form.group(1))),
+                    data={"login": login},
+                    allow_redirects=False,
+                    timeout=10,
+                )
+                assert response.is_redirect, response.text[:300]
+            url = urljoin(url, response.headers["location"])
+            if url.startswith(redirect_uri):
+                return url
+        raise AssertionError(f"the provider never sent the browser back to {redirect_uri}")
