@@ -156,7 +156,9 @@ class GroupMappingForm(forms.Form):
     group = forms.CharField(
         max_length=200, help_text="The group's name exactly as the provider sends it."
     )
-    role = forms.ModelChoiceField(queryset=Role.objects.order_by("name"), empty_label="Choose a role…")
+    role = forms.ModelChoiceField(
+        queryset=Role.objects.order_by("name"), empty_label="Choose a role…"
+    )
     all_agents = forms.BooleanField(
         required=False, label="All agents (also agents added later)", initial=False
     )

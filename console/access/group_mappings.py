@@ -204,7 +204,7 @@ def groups_sync(*, user, provider: str, groups) -> SyncResult:
             after={"reason": f"no longer in group {grant.mapping.group} at {provider}"},
         )
     by_pk = {m.pk: m for m in mappings}
-    for mapping_pk, role_id, agent_id in sorted(set(wanted) - set(held), key=str):
+    for mapping_pk, _role_id, agent_id in sorted(set(wanted) - set(held), key=str):
         mapping = by_pk[mapping_pk]
         agent = next((a for a in mapping.agents.all() if a.pk == agent_id), None)
         grant = Grant.objects.create(

@@ -19,7 +19,6 @@ from console.access.forms import ALL_AGENTS, GrantForm, GroupMappingForm, RoleFo
 from console.access.selectors import login_lock_rule, login_locks_current
 from console.kernel.errors import ApplicationError, Forbidden, NotFound
 from console.kernel.models import Grant, GroupMapping, Role
-from console.kernel.sso_providers import sso_buttons
 from console.kernel.policy import (
     CAPABILITY_LABELS,
     Capability,
@@ -33,6 +32,7 @@ from console.kernel.policy import (
     user_can,
     user_can_revoke_grant,
 )
+from console.kernel.sso_providers import sso_buttons
 from strategies.catalog.models import Agent
 
 PAGE_SIZE = 50
@@ -434,7 +434,9 @@ def group_mapping_list(request):
                 _form_error(form, error)
                 status = error.status
             else:
-                messages.success(request, f"Mapped: {mapping}. It applies at each member's next sign-in.")
+                messages.success(
+                    request, f"Mapped: {mapping}. It applies at each member's next sign-in."
+                )
                 return redirect("group-mapping-list")
         else:
             status = 400
@@ -463,5 +465,7 @@ def group_mapping_delete(request, pk: int):
             raise
         messages.error(request, error.message)
     else:
-        messages.success(request, f"Removed: {label} ({removed} grant{'s' if removed != 1 else ''} ended).")
+        messages.success(
+            request, f"Removed: {label} ({removed} grant{'s' if removed != 1 else ''} ended)."
+        )
     return redirect("group-mapping-list")

@@ -154,7 +154,9 @@ class ProviderBackend(OIDCAuthenticationBackend):
         try:
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as error:
-            raise SignInRefused("malformed_token", f"{name} sent an unreadable ID token.") from error
+            raise SignInRefused(
+                "malformed_token", f"{name} sent an unreadable ID token."
+            ) from error
         if header.get("alg") != self.OIDC_RP_SIGN_ALGO:
             code = "unsigned_token" if str(header.get("alg")).lower() == "none" else "wrong_alg"
             raise SignInRefused(
@@ -334,9 +336,7 @@ def sso_callback(request, key: str):
                     "client_secret": provider.client_secret,
                     "grant_type": "authorization_code",
                     "code": request.GET["code"],
-                    "redirect_uri": request.build_absolute_uri(
-                        reverse("sso-callback", args=[key])
-                    ),
+                    "redirect_uri": request.build_absolute_uri(reverse("sso-callback", args=[key])),
                     "code_verifier": entry["code_verifier"],
                 }
             )

@@ -64,9 +64,7 @@ def test_sso__member_of_mapped_group__lands_with_the_mapped_role_and_signs_out_a
     assert "/login/" in page.url  # signed out of the console too
 
 
-def test_sso__provider_refuses__sign_in_page_says_why_at_phone_and_laptop(
-    bank, page, live_server
-):
+def test_sso__provider_refuses__sign_in_page_says_why_at_phone_and_laptop(bank, page, live_server):
     bank.set_tamper("wrong_key")
 
     page.goto(f"{live_server.url}/login/")

@@ -25,7 +25,6 @@ from pathlib import Path
 from urllib.parse import urljoin
 
 import requests
-
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 IDP_DIR = Path(__file__).resolve().parent
@@ -220,7 +219,9 @@ class LocalOIDCProvider:
             response = browser.get(url, allow_redirects=False, timeout=10)
             if not response.is_redirect:
                 form = re.search(r'<form method="post" action="([^"]+)"', response.text)
-                assert form, f"no sign-in form at {url}: {response.status_code} {response.text[:300]}"
+                assert form, (
+                    f"no sign-in form at {url}: {response.status_code} {response.text[:300]}"
+                )
                 response = browser.post(
                     urljoin(url, html.unescape(form.group(1))),
                     data={"login": login},

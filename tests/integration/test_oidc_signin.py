@@ -112,9 +112,7 @@ def test_sign_in__group_left_at_provider__grant_gone_at_next_sign_in(client, ban
     bank.set_groups("alice", ["ops"])
     _sign_in(client, bank)
 
-    assert list(Grant.objects.filter(user=alice).values_list("role__name", flat=True)) == [
-        "viewer"
-    ]
+    assert list(Grant.objects.filter(user=alice).values_list("role__name", flat=True)) == ["viewer"]
     revoked = AuditRecord.objects.get(action="grant.revoke")
     assert revoked.agent_key == "payments" and "payments-ops" in revoked.after["reason"]
 
