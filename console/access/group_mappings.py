@@ -192,13 +192,13 @@ def groups_sync(*, user, provider: str, groups) -> SyncResult:
     }
     for key in sorted(set(held) - wanted, key=str):
         grant = held[key]
-        state = _grant_state(grant, grant.mapping)
+        state, grant_pk = _grant_state(grant, grant.mapping), grant.pk
         grant.delete()
         result.removed.append(state)
         audit_record(
             actor=actor,
             action=AuditAction.GRANT_REVOKE,
-            target=("console.grant", key, f"{user.get_username()}: {state['role']}"),
+            target=("console.grant", grant_pk, f"{user.get_username()}: {state['role']}"),
             agent=grant.agent,
             before=state,
             after={"reason": f"no longer in group {grant.mapping.group} at {provider}"},

@@ -248,9 +248,9 @@ def _safe_next(request) -> str | None:
 @login_not_required
 @never_cache
 @require_GET
-def sso_start(request, key: str):
+def sso_start(request, provider: str):
     """Send the browser to the provider with state, nonce and PKCE's challenge (S256)."""
-    provider = provider_get(key)
+    key, provider = provider, provider_get(provider)
     try:
         metadata = discovery(provider)
     except SignInRefused as refusal:
@@ -307,11 +307,11 @@ def _person(provider: Provider, claims: dict) -> ProviderPerson:
 @login_not_required
 @never_cache
 @require_GET
-def sso_callback(request, key: str):
+def sso_callback(request, provider: str):
     """The provider's answer: check the state, exchange the code (with PKCE's verifier),
     check the ID token, then sign the person in — account made on first sign-in, mapped grants
     in line with their groups. Any refusal: the sign-in page saying why, nobody signed in."""
-    provider = provider_get(key)
+    key, provider = provider, provider_get(provider)
     states = request.session.get("oidc_states") or {}
     entry = states.pop(request.GET.get("state", ""), None)
     request.session.modified = True  # a state is used once, whatever happens next

@@ -9,8 +9,8 @@ from console.accounts import oidc, views
 from console.kernel.policy import AUTHENTICATED, PUBLIC, Capability, Everywhere
 
 urlpatterns = [
-    path("login/sso/<str:key>/", oidc.sso_start, name="sso-start"),
-    path("login/sso/<str:key>/callback/", oidc.sso_callback, name="sso-callback"),
+    path("login/sso/<str:provider>/", oidc.sso_start, name="sso-start"),
+    path("login/sso/<str:provider>/callback/", oidc.sso_callback, name="sso-callback"),
     path("account/", views.account, name="account"),
     path(
         "account/tokens/<int:pk>/revoke/",
