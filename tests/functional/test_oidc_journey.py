@@ -76,3 +76,38 @@ def test_sso__provider_refuses__sign_in_page_says_why_at_phone_and_laptop(bank, 
     assert "signature does not match" in error.inner_text()
     assert page.get_by_role("link", name="Sign in with Bank SSO").is_visible()
     assert layout_faults(page, PHONE, LAPTOP) == {}
+
+
+def test_group_mappings_page__admin_maps_a_group_then_removes_it(
+    login, page, live_server, settings
+):
+    settings.OIDC_PROVIDERS = [
+        {
+            "key": "bank",
+            "name": "Bank SSO",
+            "issuer": "http://127.0.0.1:9",
+            "client_id": "console",
+            "client_secret": "s3cret",
+        }
+    ]
+    AgentFactory(key="payments")
+    user_with_grants("root", admin=None)
+    login("root", "root-pass-1")
+
+    page.goto(f"{live_server.url}/access/")
+    page.get_by_role("link", name="Group mappings").click()
+    page.get_by_label("Group", exact=True).fill("pay-ops")
+    page.get_by_label("Role").select_option(label="operator")
+    page.get_by_role("checkbox", name="payments").check()
+    page.get_by_label("Reason (recorded in the audit log)").fill("payments operations team")
+    page.get_by_role("button", name="Map the group").click()
+
+    row = page.locator("[data-testid=group-mappings] tr", has_text="pay-ops")
+    assert "operator" in row.inner_text() and "payments" in row.inner_text()
+    assert layout_faults(page, PHONE, LAPTOP) == {}
+
+    row.locator("summary", has_text="Remove…").click()
+    row.get_by_label("Reason (recorded in the audit log)").fill("team disbanded")
+    row.get_by_role("button", name="Remove").click()
+    assert page.locator("[data-testid=group-mappings]").count() == 0
+    assert "Removed" in page.locator("#messages").inner_text()
