@@ -54,7 +54,7 @@ def test_sso__member_of_mapped_group__lands_with_the_mapped_role_and_signs_out_a
     page.get_by_role("button", name="Sign in").click()
     page.wait_for_url(f"{live_server.url}/")
 
-    assert page.locator(".nav-user-roles").inner_text() == "operator · payments"
+    assert page.locator(".nav-user-roles").inner_text() == "operator on payments"
     assert page.locator("[data-agent=payments]").is_visible()
     assert page.locator("[data-agent=lending]").count() == 0
 
