@@ -15,6 +15,7 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 from console.access import group_mappings
+from console.accounts import oidc
 from console.access.services import grant_revoke
 from console.accounts.models import ExternalIdentity
 from console.kernel.errors import Conflict, Forbidden
@@ -23,6 +24,12 @@ from tests.factories import AgentFactory, role_named, user_with_grants
 
 CALLBACK = "http://testserver/login/sso/bank/callback/"
 User = get_user_model()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_discovery():
+    """Each test's provider is new: forget what an earlier one on the same port said."""
+    oidc._discovered.clear()
 
 
 @pytest.fixture
@@ -167,6 +174,16 @@ def test_sign_in__provider_times_out__readable_refusal_logged(client, bank, admi
     assert "did not answer within 2 seconds" in response.content.decode()
     assert not User.objects.filter(email="alice@bank.test").exists()
     assert len(_denials("provider_timeout")) == 1
+
+
+def test_start__provider_down__readable_refusal_logged(client, bank):
+    bank.stop()
+
+    response = client.get(reverse("sso-start", args=["bank"]))
+
+    assert response.status_code == 503
+    assert "cannot be reached" in response.content.decode()
+    assert len(_denials("provider_unreachable")) == 1
 
 
 def test_sign_in__mapping_to_deleted_role__grants_nothing_and_audited(client, bank, admin):
