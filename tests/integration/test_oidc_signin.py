@@ -15,8 +15,8 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 from console.access import group_mappings
-from console.accounts import oidc
 from console.access.services import grant_revoke
+from console.accounts import oidc
 from console.accounts.models import ExternalIdentity
 from console.kernel.errors import Conflict, Forbidden
 from console.kernel.models import AccessLogEntry, AuditRecord, Grant, GroupMapping
