@@ -297,3 +297,19 @@ def test_login_page__no_provider__password_only(client, settings, db):
     page = client.get(reverse("login")).content.decode()
     assert "sso-providers" not in page
     assert client.get("/login/sso/bank/").status_code == 404
+
+
+def test_api__mapped_grant__listed_as_such_and_delete_refused_409(client, bank, admin):
+    _map(admin)
+    _sign_in(client, bank)
+    grant = Grant.objects.get(mapping__isnull=False)
+    client.force_login(admin)
+
+    listed = client.get(reverse("api-grant-detail", args=[grant.pk])).json()
+    refused = client.delete(
+        reverse("api-grant-detail", args=[grant.pk]) + "?reason=by+hand+via+the+API"
+    )
+
+    assert listed["from_mapping"] == "bank group ops → viewer"
+    assert refused.status_code == 409 and refused.json()["code"] == "grant_from_mapping"
+    assert Grant.objects.filter(pk=grant.pk).exists()
