@@ -311,5 +311,5 @@ def test_api__mapped_grant__listed_as_such_and_delete_refused_409(client, bank, 
     )
 
     assert listed["from_mapping"] == "bank group ops → viewer"
-    assert refused.status_code == 409 and refused.json()["code"] == "grant_from_mapping"
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "grant_from_mapping"
     assert Grant.objects.filter(pk=grant.pk).exists()
