@@ -98,12 +98,12 @@ def discovery(provider: Provider) -> dict:
         response = requests.get(url, timeout=provider.timeout)
         response.raise_for_status()
         metadata = response.json()
-    except requests.RequestException as error:
-        raise _network_refusal(provider, error) from error
-    except ValueError as error:
+    except ValueError as error:  # first: requests' JSONDecodeError is a RequestException too
         raise SignInRefused(
             "provider_bad_answer", f"{provider.name} answered with something unreadable.", 502
         ) from error
+    except requests.RequestException as error:
+        raise _network_refusal(provider, error) from error
     if str(metadata.get("issuer", "")).rstrip("/") != provider.issuer:
         raise SignInRefused(
             "wrong_issuer",
@@ -155,25 +155,24 @@ class ProviderBackend(OIDCAuthenticationBackend):
             header = jwt.get_unverified_header(token)
         except jwt.PyJWTError as error:
             raise SignInRefused(
-                "malformed_token", f"{name} sent an unreadable ID token."
+                "malformed_token", f"{name} sent an unreadable sign-in token."
             ) from error
         if header.get("alg") != self.OIDC_RP_SIGN_ALGO:
             code = "unsigned_token" if str(header.get("alg")).lower() == "none" else "wrong_alg"
             raise SignInRefused(
                 code,
-                f"{name} sent an ID token that is not signed the expected way "
-                f"({header.get('alg')!r}, not {self.OIDC_RP_SIGN_ALGO}).",
+                f"{name} sent a sign-in token that is not signed the way it must be.",
             )
         try:
             key = self.retrieve_matching_jwk(token)
         except (SuspiciousOperation, KeyError) as error:
             raise SignInRefused(
-                "unknown_key", f"{name} signed the ID token with a key it does not publish."
+                "unknown_key", f"{name} signed the sign-in token with a key it does not publish."
             ) from error
         payload = self._verify_jws(token, key)
         if payload.get("nonce") != kwargs.get("nonce"):
             raise SignInRefused(
-                "nonce_mismatch", f"The ID token from {name} was not issued for this sign-in."
+                "nonce_mismatch", f"The sign-in token from {name} was not issued for this sign-in."
             )
         return payload
 
@@ -192,28 +191,30 @@ class ProviderBackend(OIDCAuthenticationBackend):
         except jwt.ExpiredSignatureError as error:
             raise SignInRefused(
                 "expired_token",
-                f"The ID token from {name} has expired (or the clocks differ by more than "
+                f"The sign-in token from {name} has expired (or the clocks differ by more than "
                 f"{settings.OIDC_CLOCK_SKEW_SECONDS} seconds).",
             ) from error
         except jwt.ImmatureSignatureError as error:
             raise SignInRefused(
-                "token_not_yet_valid", f"The ID token from {name} is not valid yet."
+                "token_not_yet_valid", f"The sign-in token from {name} is not valid yet."
             ) from error
         except jwt.InvalidAudienceError as error:
             raise SignInRefused(
-                "wrong_audience", f"The ID token from {name} was issued for another application."
+                "wrong_audience",
+                f"The sign-in token from {name} was issued for another application.",
             ) from error
         except jwt.InvalidIssuerError as error:
             raise SignInRefused(
-                "wrong_issuer", f"The ID token did not come from {name} ({self.provider.issuer})."
+                "wrong_issuer",
+                f"The sign-in token did not come from {name} ({self.provider.issuer}).",
             ) from error
         except jwt.InvalidSignatureError as error:
             raise SignInRefused(
-                "bad_signature", f"The ID token's signature does not match {name}'s keys."
+                "bad_signature", f"The sign-in token's signature does not match {name}'s keys."
             ) from error
         except jwt.PyJWTError as error:
             raise SignInRefused(
-                "invalid_token", f"{name} sent an ID token that does not check out."
+                "invalid_token", f"{name} sent a sign-in token that does not check out."
             ) from error
 
 
@@ -278,7 +279,7 @@ def sso_start(request, provider: str):
 def _claims(provider: Provider, backend: ProviderBackend, token_info: dict, nonce) -> dict:
     id_token = token_info.get("id_token")
     if not id_token:
-        raise SignInRefused("no_id_token", f"{provider.name} sent no ID token.")
+        raise SignInRefused("no_id_token", f"{provider.name} sent no sign-in token.")
     claims = backend.verify_token(id_token, nonce=nonce)
     if backend.OIDC_OP_USER_ENDPOINT and token_info.get("access_token"):
         userinfo = backend.get_userinfo(token_info["access_token"], id_token, claims)
@@ -341,12 +342,12 @@ def sso_callback(request, provider: str):
                 }
             )
             claims = _claims(provider, backend, token_info, entry["nonce"])
-        except requests.RequestException as error:
-            raise _network_refusal(provider, error) from error
-        except ValueError as error:
+        except ValueError as error:  # first: requests' JSONDecodeError is a RequestException too
             raise SignInRefused(
                 "provider_bad_answer", f"{provider.name} answered with something unreadable.", 502
             ) from error
+        except requests.RequestException as error:
+            raise _network_refusal(provider, error) from error
         user, sync, created = sso_sign_in(person=_person(provider, claims))
         if not user.is_active:
             raise SignInRefused(
