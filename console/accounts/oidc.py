@@ -177,7 +177,6 @@ class ProviderBackend(OIDCAuthenticationBackend):
         return payload
 
     def _verify_jws(self, payload, key):
-        name = self.provider.name
         try:
             return jwt.decode(
                 payload,
@@ -188,34 +187,50 @@ class ProviderBackend(OIDCAuthenticationBackend):
                 leeway=settings.OIDC_CLOCK_SKEW_SECONDS,
                 options={"require": ["exp", "iat", "iss", "aud", "sub"]},
             )
-        except jwt.ExpiredSignatureError as error:
-            raise SignInRefused(
-                "expired_token",
-                f"The sign-in token from {name} has expired (or the clocks differ by more than "
-                f"{settings.OIDC_CLOCK_SKEW_SECONDS} seconds).",
-            ) from error
-        except jwt.ImmatureSignatureError as error:
-            raise SignInRefused(
-                "token_not_yet_valid", f"The sign-in token from {name} is not valid yet."
-            ) from error
-        except jwt.InvalidAudienceError as error:
-            raise SignInRefused(
-                "wrong_audience",
-                f"The sign-in token from {name} was issued for another application.",
-            ) from error
-        except jwt.InvalidIssuerError as error:
-            raise SignInRefused(
-                "wrong_issuer",
-                f"The sign-in token did not come from {name} ({self.provider.issuer}).",
-            ) from error
-        except jwt.InvalidSignatureError as error:
-            raise SignInRefused(
-                "bad_signature", f"The sign-in token's signature does not match {name}'s keys."
-            ) from error
         except jwt.PyJWTError as error:
+            code, words = next(
+                (code, words) for kind, code, words in TOKEN_FAULTS if isinstance(error, kind)
+            )
             raise SignInRefused(
-                "invalid_token", f"{name} sent a sign-in token that does not check out."
+                code,
+                words.format(
+                    name=self.provider.name,
+                    issuer=self.provider.issuer,
+                    skew=settings.OIDC_CLOCK_SKEW_SECONDS,
+                ),
             ) from error
+
+
+# What is wrong with a sign-in token, most specific first: (PyJWT's error, code, words).
+TOKEN_FAULTS = (
+    (
+        jwt.ExpiredSignatureError,
+        "expired_token",
+        "The sign-in token from {name} has expired (or the clocks differ by more than {skew} "
+        "seconds).",
+    ),
+    (
+        jwt.ImmatureSignatureError,
+        "token_not_yet_valid",
+        "The sign-in token from {name} is not valid yet.",
+    ),
+    (
+        jwt.InvalidAudienceError,
+        "wrong_audience",
+        "The sign-in token from {name} was issued for another application.",
+    ),
+    (
+        jwt.InvalidIssuerError,
+        "wrong_issuer",
+        "The sign-in token did not come from {name} ({issuer}).",
+    ),
+    (
+        jwt.InvalidSignatureError,
+        "bad_signature",
+        "The sign-in token's signature does not match {name}'s keys.",
+    ),
+    (jwt.PyJWTError, "invalid_token", "{name} sent a sign-in token that does not check out."),
+)
 
 
 # --- the two views ------------------------------------------------------------------------------------
