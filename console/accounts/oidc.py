@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from contextlib import contextmanager
 from urllib.parse import urlencode
 
 import jwt
@@ -80,6 +81,19 @@ def _network_refusal(provider: Provider, error: requests.RequestException) -> Si
     )
 
 
+@contextmanager
+def talking_to(provider: Provider):
+    """What can go wrong asking a provider, as a refusal in words."""
+    try:
+        yield
+    except ValueError as error:  # first: requests' JSONDecodeError is a RequestException too
+        raise SignInRefused(
+            "provider_bad_answer", f"{provider.name} answered with something unreadable.", 502
+        ) from error
+    except requests.RequestException as error:
+        raise _network_refusal(provider, error) from error
+
+
 # --- the provider's metadata, kept a while per process ---------------------------------------------
 DISCOVERY_SECONDS = 3600.0
 _discovered: dict[str, tuple[float, dict]] = {}
@@ -94,16 +108,10 @@ def discovery(provider: Provider) -> dict:
     if kept is not None and time.monotonic() - kept[0] < DISCOVERY_SECONDS:
         return kept[1]
     url = f"{provider.issuer}/.well-known/openid-configuration"
-    try:
+    with talking_to(provider):
         response = requests.get(url, timeout=provider.timeout)
         response.raise_for_status()
         metadata = response.json()
-    except ValueError as error:  # first: requests' JSONDecodeError is a RequestException too
-        raise SignInRefused(
-            "provider_bad_answer", f"{provider.name} answered with something unreadable.", 502
-        ) from error
-    except requests.RequestException as error:
-        raise _network_refusal(provider, error) from error
     if str(metadata.get("issuer", "")).rstrip("/") != provider.issuer:
         raise SignInRefused(
             "wrong_issuer",
@@ -345,7 +353,7 @@ def sso_callback(request, provider: str):
             )
         metadata = discovery(provider)
         backend = ProviderBackend(provider, metadata)
-        try:
+        with talking_to(provider):
             token_info = backend.get_token(
                 {
                     "client_id": provider.client_id,
@@ -357,12 +365,6 @@ def sso_callback(request, provider: str):
                 }
             )
             claims = _claims(provider, backend, token_info, entry["nonce"])
-        except ValueError as error:  # first: requests' JSONDecodeError is a RequestException too
-            raise SignInRefused(
-                "provider_bad_answer", f"{provider.name} answered with something unreadable.", 502
-            ) from error
-        except requests.RequestException as error:
-            raise _network_refusal(provider, error) from error
         user, sync, created = sso_sign_in(person=_person(provider, claims))
         if not user.is_active:
             raise SignInRefused(
