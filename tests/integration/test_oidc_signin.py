@@ -313,3 +313,19 @@ def test_api__mapped_grant__listed_as_such_and_delete_refused_409(client, bank, 
     assert listed["from_mapping"] == "bank group ops → viewer"
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "grant_from_mapping"
     assert Grant.objects.filter(pk=grant.pk).exists()
+
+
+def test_sign_in__account_deactivated__refused_and_grants_untouched(client, bank, admin):
+    _map(admin)
+    _sign_in(client, bank)
+    client.logout()
+    alice = User.objects.get(username="alice")
+    User.objects.filter(pk=alice.pk).update(is_active=False)
+    bank.set_groups("alice", [])  # would remove her grant, were she let in
+
+    response = _sign_in(client, bank)
+
+    assert response.status_code == 403 and "deactivated" in response.content.decode()
+    assert "_auth_user_id" not in client.session
+    assert Grant.objects.filter(user=alice, mapping__isnull=False).count() == 1
+    assert len(_denials("account_disabled")) == 1
