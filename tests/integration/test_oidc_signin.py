@@ -329,3 +329,16 @@ def test_sign_in__account_deactivated__refused_and_grants_untouched(client, bank
     assert "_auth_user_id" not in client.session
     assert Grant.objects.filter(user=alice, mapping__isnull=False).count() == 1
     assert len(_denials("account_disabled")) == 1
+
+
+@pytest.mark.parametrize(
+    "next_url, lands",
+    [("/audit/", "/audit/"), ("https://evil.example/phish", "/"), ("//evil.example/", "/")],
+)
+def test_sign_in__next__own_pages_only(client, bank, next_url, lands):
+    start = client.get(reverse("sso-start", args=["bank"]), {"next": next_url})
+    back = urlsplit(bank.sign_in(start["Location"], "alice", redirect_uri=CALLBACK))
+
+    response = client.get(f"{back.path}?{back.query}")
+
+    assert response.status_code == 302 and response["Location"] == lands
