@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.utils import timezone
 
 from console.access.group_mappings import SyncResult, groups_sync
@@ -16,6 +17,8 @@ from console.kernel.audit import AuditAction, SystemActor, audit_record
 from console.kernel.transactions import service_transaction
 
 USERNAME_MAX = 150
+# pg_advisory_xact_lock: accounts made at a first sign-in, one at a time.
+_ACCOUNT_LOCK = 0x53_53_4F  # "SSO"
 
 
 @dataclass(frozen=True)
@@ -47,12 +50,16 @@ def sso_sign_in(*, person: ProviderPerson) -> tuple[object, SyncResult | None, b
     """The account `person` signs in as: (user, what the group sync changed, created). A new
     (provider, subject) gets a new account without a password (audited); a deactivated
     account is returned unchanged and its grants are not synced (the caller refuses it)."""
-    identity = (
-        ExternalIdentity.objects.select_for_update()
-        .select_related("user")
-        .filter(provider=person.provider, subject=person.subject)
-        .first()
-    )
+    known = ExternalIdentity.objects.select_for_update().select_related("user")
+    known = known.filter(provider=person.provider, subject=person.subject)
+    identity = known.first()
+    if identity is None:
+        # Accounts are made one at a time (first sign-ins are rare): a second tab's sign-in
+        # of the same new person waits, then finds the account the first one made, and two
+        # new people never pick the same free username.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_ACCOUNT_LOCK])
+        identity = known.first()
     created = identity is None
     if created:
         hint = person.username or person.email.partition("@")[0] or person.subject
