@@ -103,9 +103,10 @@ class RoleAdmin(AuditedAdminMixin, admin.ModelAdmin):
 
 @admin.register(Grant)
 class GrantAdmin(AuditedAdminMixin, admin.ModelAdmin):
-    list_display = ["__str__", "role", "agent", "created_by", "created_at"]
+    list_display = ["__str__", "role", "agent", "mapping", "created_by", "created_at"]
     list_filter = ["role", "agent"]
-    readonly_fields = ["created_by", "created_at"]
+    # Which mapping made a grant is the mapping's to say (console.access.group_mappings).
+    readonly_fields = ["created_by", "created_at", "mapping"]
 
 
 class ReadOnlyLogAdmin(admin.ModelAdmin):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from console.accounts.models import PersonalToken, PersonalTokenQuerySet
+from console.accounts.models import ExternalIdentity, PersonalToken, PersonalTokenQuerySet
 from console.kernel.models import (
     AccessLogEntry,
     AuditRecord,
@@ -15,6 +15,7 @@ from console.kernel.models import (
     ChainedRecord,
     Grant,
     GrantQuerySet,
+    GroupMapping,
     Role,
 )
 
@@ -23,8 +24,10 @@ __all__ = [
     "AuditRecord",
     "ChainCheckpoint",
     "ChainedRecord",
+    "ExternalIdentity",
     "Grant",
     "GrantQuerySet",
+    "GroupMapping",
     "PersonalToken",
     "PersonalTokenQuerySet",
     "Role",

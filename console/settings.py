@@ -6,6 +6,7 @@ defaults and embedded engines; production refuses to start without the values it
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -328,6 +329,16 @@ AXES_HTTP_RESPONSE_CODE = 429
 AXES_ENABLE_ADMIN = False
 AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False  # no start-up banner on stderr (commands print one-line errors)
+
+# Single sign-on through OpenID Connect providers (docs/sso.md): a JSON list, one object per
+# provider (key, name, issuer, client_id, client_secret, scopes, groups_claim, timeout). Empty:
+# local accounts only, as before. console.accounts.oidc checks each entry.
+try:
+    OIDC_PROVIDERS = json.loads(env("OIDC_PROVIDERS", "[]") or "[]")
+except ValueError as exc:
+    raise ImproperlyConfigured(f"OIDC_PROVIDERS is not valid JSON: {exc}") from exc
+# How far a provider's clock may be off (seconds) when its ID token's times are checked.
+OIDC_CLOCK_SKEW_SECONDS = env_count("OIDC_CLOCK_SKEW_SECONDS", 60)
 
 if PRODUCTION:
     SESSION_COOKIE_SECURE = True

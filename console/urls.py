@@ -6,7 +6,6 @@ PAGES, OPERATOR_API (under /api/v1/) and RUNTIME_API (under /api/v1/runtime/).
 from __future__ import annotations
 
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_required
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
@@ -17,7 +16,7 @@ from console.kernel.policy import AUTHENTICATED, PUBLIC
 urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("login/", views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("logout/", views.LogoutView.as_view(), name="logout"),
     path("healthz", views.healthz, name="healthz"),
     path("django-admin/", admin.site.urls),
     path("api/v1/", views.api_root, name="api-root"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
-from django.http import JsonResponse
+from django.http import HttpResponseRedirect, JsonResponse
 from django.shortcuts import render
 from django.template.response import TemplateResponse
 from django.views.decorators.cache import never_cache
@@ -16,10 +16,12 @@ from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
 from console.access.forms import LoginForm, lockout_message
+from console.accounts.oidc import logout_url
 from console.demo.users import DEMO_USERS
 from console.health import health_public, health_report
 from console.kernel.audit import AccessAction, access_record
 from console.kernel.policy import agents_visible_to
+from console.kernel.sso_providers import sso_buttons
 from strategies.catalog.selectors import environment_list
 from strategies.releases.selectors import dashboard_context as strategies_part
 from traces.selectors import dashboard_context as traces_part
@@ -48,7 +50,18 @@ class LoginView(auth_views.LoginView):
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         context["demo_logins"] = demo_logins()
+        context["sso_providers"] = sso_buttons()
         return context
+
+
+class LogoutView(auth_views.LogoutView):
+    """Sign-out. A person who came through an identity provider is then sent to the
+    provider's end-session endpoint (RP-initiated logout), which returns them to sign-in."""
+
+    def post(self, request, *args, **kwargs):
+        at_provider = logout_url(request)  # read before the session is flushed
+        response = super().post(request, *args, **kwargs)
+        return HttpResponseRedirect(at_provider) if at_provider else response
 
 
 def login_lockout_response(request, original_response=None, credentials=None):
@@ -60,6 +73,7 @@ def login_lockout_response(request, original_response=None, credentials=None):
         "lockout_message": lockout_message(),
         "next": request.POST.get("next") or request.GET.get("next", ""),
         "demo_logins": demo_logins(),
+        "sso_providers": sso_buttons(),
     }
     return render(
         request, LoginView.template_name, context, status=settings.AXES_HTTP_RESPONSE_CODE

@@ -23,3 +23,15 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ./sdk
   rm -f .venv/.installed-*; touch "$stamp"
 fi
+# The suite's local identity providers (tests/idp): npm packages pinned by its package-lock.json,
+# installed here so that nothing is downloaded while the tests run.
+if [ "$extras" = "dev" ]; then
+  if ! command -v npm >/dev/null 2>&1; then
+    echo "Node.js and npm are needed for the tests' identity providers (apt-get install nodejs npm)" >&2; exit 1
+  fi
+  idp_stamp=tests/idp/node_modules/.installed-$(sha256sum tests/idp/package-lock.json | cut -c1-16)
+  if [ ! -f "$idp_stamp" ]; then
+    npm ci --prefix tests/idp --no-audit --no-fund --loglevel=error
+    touch "$idp_stamp"
+  fi
+fi

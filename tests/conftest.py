@@ -332,3 +332,14 @@ def login(page, live_server):
         return page
 
     return _login
+
+
+@pytest.fixture
+def oidc_provider():
+    """A real OpenID Connect provider (npm oidc-provider under Node.js) on a free loopback
+    port, not yet started: the test adds its clients and users, then calls start()."""
+    from tests.idp.oidc import LocalOIDCProvider
+
+    provider = LocalOIDCProvider()
+    yield provider
+    provider.close()

@@ -162,7 +162,7 @@ def _grants_visible_to(user):
     agents = agents_where(user, Capability.MANAGE_GRANTS)
     return (
         Grant.objects.filter(Q(agent__in=agents) | Q(agent__isnull=True))
-        .select_related("user", "group", "role", "agent", "created_by")
+        .select_related("user", "group", "role", "agent", "created_by", "mapping")
         .order_by("-created_at", "-id")
     )
 
@@ -224,7 +224,11 @@ def grant_list(request):
 @api_view(["GET", "DELETE"])
 @MANAGERS
 def grant_detail(request, pk: int):
-    grant = Grant.objects.select_related("user", "group", "role", "agent").filter(pk=pk).first()
+    grant = (
+        Grant.objects.select_related("user", "group", "role", "agent", "mapping")
+        .filter(pk=pk)
+        .first()
+    )
     if grant is None:
         raise NotFound("Not found.")
     if request.method == "DELETE":

@@ -148,6 +148,35 @@ class GrantForm(forms.Form):
         return cleaned
 
 
+class GroupMappingForm(forms.Form):
+    """A provider's group → a role, on all agents or on the agents ticked. The service judges
+    the escalation rule (the mapper holds every capability of the role where it applies)."""
+
+    provider = forms.ChoiceField(label="Identity provider")
+    group = forms.CharField(
+        max_length=200, help_text="The group's name exactly as the provider sends it."
+    )
+    role = forms.ModelChoiceField(
+        queryset=Role.objects.order_by("name"), empty_label="Choose a role…"
+    )
+    all_agents = forms.BooleanField(
+        required=False, label="All agents (also agents added later)", initial=False
+    )
+    agents = forms.ModelMultipleChoiceField(
+        queryset=Agent.objects.filter(archived_at__isnull=True).order_by("key"),
+        required=False,
+        to_field_name="key",
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Or tick the agents it applies to.",
+    )
+    reason = forms.CharField(widget=forms.Textarea(attrs={"rows": 2}), min_length=3)
+
+    def __init__(self, *args, providers: list[tuple[str, str]], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["provider"].choices = providers
+        self.fields["agents"].label_from_instance = lambda a: a.key
+
+
 # --- log filters --------------------------------------------------------------------------------
 class LogFilterForm(forms.Form):
     """Filters of the audit log and the access log; they live in the URL (GET). `actions` is

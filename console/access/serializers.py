@@ -61,10 +61,27 @@ class GrantSerializer(serializers.ModelSerializer):
     created_by = serializers.CharField(
         source="created_by.username", default=None, read_only=True, allow_null=True
     )
+    from_mapping = serializers.CharField(
+        source="mapping.__str__",
+        default=None,
+        read_only=True,
+        allow_null=True,
+        help_text="Set when a group mapping made it: it follows the group and cannot be "
+        "revoked by hand (409 grant_from_mapping).",
+    )
 
     class Meta:
         model = Grant
-        fields = ["id", "user", "group", "role", "agent", "created_by", "created_at"]
+        fields = [
+            "id",
+            "user",
+            "group",
+            "role",
+            "agent",
+            "created_by",
+            "created_at",
+            "from_mapping",
+        ]
 
 
 class GrantCreateSerializer(serializers.Serializer):

@@ -155,7 +155,8 @@ def grant_create(*, actor, role: Role, agent=None, user=None, group=None, reason
         )
     check_user_can_grant_role(actor, role, agent, to_user=user, to_group=group)
     reason = reason_clean(reason, ask="Give a reason (it is recorded in the audit log).")
-    if Grant.objects.filter(user=user, group=group, role=role, agent=agent).exists():
+    by_hand = Grant.objects.filter(mapping__isnull=True)
+    if by_hand.filter(user=user, group=group, role=role, agent=agent).exists():
         raise Conflict("That grant already exists.", code="grant_exists")
     grant = Grant.objects.create(user=user, group=group, role=role, agent=agent, created_by=actor)
     audit_record(
@@ -177,6 +178,14 @@ def grant_revoke(*, actor, grant: Grant, reason: str) -> None:
 
     check_user_can(actor, Capability.MANAGE_GRANTS, grant.agent, target=grant)
     check_user_can_revoke_grant(actor, grant)
+    if grant.mapping_id is not None:
+        # It follows the group (console.access.group_mappings): revoked by hand, the next
+        # sign-in would bring it back.
+        raise Conflict(
+            f"This grant comes from the mapping “{grant.mapping}”: it follows the group. "
+            "Remove the person from the group at the provider, or remove the mapping.",
+            code="grant_from_mapping",
+        )
     reason = reason_clean(reason, ask="Give a reason (it is recorded in the audit log).")
     _keep_one_console_admin(without=grant)
     state = _grant_state(grant)

@@ -9,16 +9,16 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from console.access import services
-from console.access.forms import ALL_AGENTS, GrantForm, RoleForm
+from console.access import group_mappings, services
+from console.access.forms import ALL_AGENTS, GrantForm, GroupMappingForm, RoleForm
 from console.access.selectors import login_lock_rule, login_locks_current
 from console.kernel.errors import ApplicationError, Forbidden, NotFound
-from console.kernel.models import Grant, Role
+from console.kernel.models import Grant, GroupMapping, Role
 from console.kernel.policy import (
     CAPABILITY_LABELS,
     Capability,
@@ -32,6 +32,7 @@ from console.kernel.policy import (
     user_can,
     user_can_revoke_grant,
 )
+from console.kernel.sso_providers import sso_buttons
 from strategies.catalog.models import Agent
 
 PAGE_SIZE = 50
@@ -42,7 +43,7 @@ def _grants_managed_by(user, agents):
     """Grants on the agents the user manages, plus all-agent grants (which affect them too)."""
     return (
         Grant.objects.filter(Q(agent__in=agents) | Q(agent__isnull=True))
-        .select_related("user", "group", "role", "agent", "created_by")
+        .select_related("user", "group", "role", "agent", "created_by", "mapping")
         .order_by("user__username", "group__name", "agent__key", "role__name")
     )
 
@@ -94,7 +95,8 @@ def access_overview(request):
     roles = list(Role.objects.all())
     manages_all = user_can(request.user, Capability.MANAGE_GRANTS)
     for grant in grants:
-        grant.revocable = user_can_revoke_grant(request.user, grant)
+        # A grant from a group mapping follows the group: not revoked here (see group_mappings).
+        grant.revocable = grant.mapping_id is None and user_can_revoke_grant(request.user, grant)
         grant.dialog_id = f"revoke-grant-{grant.pk}"
         who = grant.user.username if grant.user_id else f"group {grant.group.name}"
         where = grant.agent.key if grant.agent_id else "all agents"
@@ -384,3 +386,86 @@ def login_lock_clear(request):
         where = ip_address or "an unknown address"
         messages.success(request, f"Unlocked: {username} can sign in from {where} again.")
     return redirect("login-lock-list")
+
+
+# --- groups at an identity provider → roles ---------------------------------------------------------
+def _provider_choices() -> list[tuple[str, str]]:
+    return [(p.key, p.name) for p in sso_buttons()]
+
+
+def _mapping_rows(mappings) -> list[GroupMapping]:
+    names = dict(_provider_choices())
+    rows = list(mappings)
+    for mapping in rows:
+        mapping.provider_name = names.get(mapping.provider, mapping.provider)
+        mapping.agent_keys = sorted(a.key for a in mapping.agents.all())
+        mapping.dialog_id = f"remove-mapping-{mapping.pk}"
+        where = "all agents" if mapping.all_agents else ", ".join(mapping.agent_keys)
+        mapping.remove_lines = [
+            f"The {mapping.grant_count} grant{'s' if mapping.grant_count != 1 else ''} it made "
+            f"(“{mapping.role_name}” on {where}) end at once.",
+            f"Members of {mapping.group} no longer get this role at sign-in.",
+        ]
+    return rows
+
+
+@require_http_methods(["GET", "POST"])
+@requires(Everywhere(Capability.MANAGE_GRANTS), agent_kwarg=None)
+def group_mapping_list(request):
+    """The mappings of providers' groups to roles, and a form to add one."""
+    form = GroupMappingForm(request.POST or None, providers=_provider_choices())
+    status = 200
+    if request.method == "POST":
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                mapping = group_mappings.group_mapping_create(
+                    actor=request.user,
+                    provider=data["provider"],
+                    group=data["group"],
+                    role=data["role"],
+                    agents=list(data["agents"]),
+                    all_agents=data["all_agents"],
+                    reason=data["reason"],
+                )
+            except ApplicationError as error:
+                if error.status in (403, 404) and not _form_refusal(error):
+                    raise
+                _form_error(form, error)
+                status = error.status
+            else:
+                messages.success(
+                    request, f"Mapped: {mapping}. It applies at each member's next sign-in."
+                )
+                return redirect("group-mapping-list")
+        else:
+            status = 400
+    mappings = (
+        GroupMapping.objects.select_related("role")
+        .prefetch_related("agents")
+        .annotate(grant_count=Count("grants"))
+    )
+    context = {"form": form, "mappings": _mapping_rows(mappings), "providers": _provider_choices()}
+    return TemplateResponse(request, "access/group_mapping_list.html", context, status=status)
+
+
+@require_POST
+@requires(Everywhere(Capability.MANAGE_GRANTS), agent_kwarg=None)
+def group_mapping_delete(request, pk: int):
+    mapping = GroupMapping.objects.filter(pk=pk).first()
+    if mapping is None:
+        raise NotFound("No such mapping.")
+    label = str(mapping)
+    try:
+        removed = group_mappings.group_mapping_delete(
+            actor=request.user, mapping=mapping, reason=request.POST.get("reason", "")
+        )
+    except ApplicationError as error:
+        if error.status in (403, 404) and not _form_refusal(error):
+            raise
+        messages.error(request, error.message)
+    else:
+        messages.success(
+            request, f"Removed: {label} ({removed} grant{'s' if removed != 1 else ''} ended)."
+        )
+    return redirect("group-mapping-list")

@@ -1,4 +1,5 @@
-"""Personal API tokens (console.accounts.personal_tokens writes them)."""
+"""Personal API tokens (console.accounts.personal_tokens writes them) and the identities
+people sign in with at an identity provider (console.accounts.sso_accounts writes them)."""
 
 from __future__ import annotations
 
@@ -74,3 +75,30 @@ class PersonalToken(models.Model):
         if self.revoked_at is not None:
             return "revoked"
         return "active" if self.expires_at > timezone.now() else "expired"
+
+
+class ExternalIdentity(models.Model):
+    """A person as an identity provider knows them: (provider, subject) — OpenID Connect's
+    `sub`, never the e-mail, which a provider may let people change — linked to one console
+    account, created at their first sign-in (just-in-time)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities"
+    )
+    provider = models.CharField(max_length=50)
+    subject = models.CharField(max_length=255)
+    email = models.CharField(max_length=254, blank=True)
+    groups = models.JSONField(default=list, blank=True, help_text="As of the last sign-in.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["provider", "subject"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "subject"], name="external_identity_unique_subject"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.subject}"

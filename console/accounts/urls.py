@@ -1,13 +1,16 @@
-"""Pages: the signed-in person's account (personal API tokens)."""
+"""Pages: the signed-in person's account (personal API tokens), and single sign-on's two
+steps (console.accounts.oidc)."""
 
 from __future__ import annotations
 
 from django.urls import path
 
-from console.accounts import views
-from console.kernel.policy import AUTHENTICATED, Capability, Everywhere
+from console.accounts import oidc, views
+from console.kernel.policy import AUTHENTICATED, PUBLIC, Capability, Everywhere
 
 urlpatterns = [
+    path("login/sso/<str:provider>/", oidc.sso_start, name="sso-start"),
+    path("login/sso/<str:provider>/callback/", oidc.sso_callback, name="sso-callback"),
     path("account/", views.account, name="account"),
     path(
         "account/tokens/<int:pk>/revoke/",
@@ -24,6 +27,9 @@ urlpatterns = [
 
 # Everyone manages their own tokens; another person's token is 404.
 REQUIRED = {
+    # Signing in: nobody is signed in yet (the provider's answer is checked, not the visitor).
+    "sso-start": PUBLIC,
+    "sso-callback": PUBLIC,
     "account": AUTHENTICATED,
     "account-personaltoken-revoke": AUTHENTICATED,
     "personal-token-admin-list": Everywhere(Capability.MANAGE_GRANTS),

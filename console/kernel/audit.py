@@ -132,6 +132,15 @@ class AuditAction(_LabelledAction):
     GRANT_CREATE = "grant.create", "Role granted"
     GRANT_REVOKE = "grant.revoke", "Grant revoked"
     AUTH_UNLOCK = "auth.unlock", "Sign-in unlocked"
+    # single sign-on (issue 33): accounts made at a first sign-in, group → role mappings
+    SSO_ACCOUNT_CREATE = "sso_account.create", "Account created at first single sign-on"
+    GROUP_MAPPING_CREATE = "group_mapping.create", "Group mapped to a role"
+    GROUP_MAPPING_DELETE = "group_mapping.delete", "Group mapping removed"
+    # A sign-in met a mapping whose role is gone: nothing granted, and said so here.
+    GROUP_MAPPING_ROLE_MISSING = (
+        "group_mapping.role_missing",
+        "Group mapping skipped: its role no longer exists",
+    )
     PERSONAL_TOKEN_CREATE = "personal_token.create", "Personal token created"
     PERSONAL_TOKEN_REVOKE = "personal_token.revoke", "Personal token revoked"
     # the Django admin (break glass)

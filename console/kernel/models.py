@@ -37,6 +37,41 @@ class Role(models.Model):
         return self.name
 
 
+class GroupMapping(models.Model):
+    """A group at an identity provider → a role, on all agents or on named agents (issue 33).
+    The grants it makes (Grant.mapping) follow the person's groups: added and removed at each
+    sign-in through that provider (console.access.group_mappings.groups_sync), never by hand."""
+
+    provider = models.CharField(
+        max_length=50, help_text="The provider's key (OIDC_PROVIDERS), as its groups come from."
+    )
+    group = models.CharField(max_length=200, help_text="The group's name as the provider sends it.")
+    # A role deleted later (break-glass admin) leaves the mapping pointing at nothing: it then
+    # grants nothing, and each sign-in that meets it says so in the audit log.
+    role = models.ForeignKey(
+        Role, null=True, blank=True, on_delete=models.SET_NULL, related_name="group_mappings"
+    )
+    role_name = models.CharField(max_length=100, help_text="The role's name when mapped.")
+    # "Every agent" is this flag, never an empty set (as for personal tokens).
+    all_agents = models.BooleanField(default=False)
+    agents = models.ManyToManyField("strategies.Agent", blank=True, related_name="group_mappings")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["provider", "group", "role_name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "group", "role"], name="group_mapping_unique_role"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider} group {self.group} → {self.role_name}"
+
+
 class GrantQuerySet(models.QuerySet):
     def of(self, user):
         """The grants a user holds, directly or through one of their groups."""
@@ -75,6 +110,10 @@ class Grant(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set: the grant comes from a group mapping and follows the group (not editable by hand).
+    mapping = models.ForeignKey(
+        GroupMapping, null=True, blank=True, on_delete=models.CASCADE, related_name="grants"
+    )
 
     objects = GrantQuerySet.as_manager()
 
@@ -85,8 +124,10 @@ class Grant(models.Model):
                 | (Q(user__isnull=True) & Q(group__isnull=False)),
                 name="grant_user_xor_group",
             ),
+            # One grant by hand per user × role × agent, and one per mapping: a person keeps a
+            # role given by hand when the group that also gave it is gone.
             models.UniqueConstraint(
-                fields=["user", "role", "agent"],
+                fields=["user", "role", "agent", "mapping"],
                 name="grant_unique_user",
                 nulls_distinct=False,
                 condition=Q(user__isnull=False),
@@ -102,6 +143,10 @@ class Grant(models.Model):
     def __str__(self) -> str:
         who = self.user or f"group {self.group}"
         return f"{who}: {self.role} on {self.agent or 'all agents'}"
+
+    @property
+    def is_mapped(self) -> bool:
+        return self.mapping_id is not None
 
 
 class ChainedRecord(models.Model):

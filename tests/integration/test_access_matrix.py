@@ -79,6 +79,7 @@ SIMPLE_SAMPLES = {
     "environment": "sg-test",
     "request_id": "req-92",
     "kind": "escalated",  # an outcome kind every demo environment declares
+    "provider": "bank",  # an identity provider's key (none is configured: 404 for everyone)
 }
 GENERIC_WORDS = {"api", "list", "detail", "create", "new", "edit", "update", "delete", "revoke"}
 
@@ -218,12 +219,25 @@ def _sample_rollout(model):
     return rollout
 
 
+def _sample_group_mapping(model):
+    from console.kernel.models import Role
+
+    return model.objects.create(
+        provider="bank",
+        group="matrix",
+        role=Role.objects.get(name="viewer"),
+        role_name="viewer",
+        all_agents=True,
+    )
+
+
 # Objects the demo world does not have, created on demand for pk urls (by model label).
 SAMPLE_FACTORIES = {
     "strategies.rollout": _sample_rollout,
     "strategies.webhook": _sample_webhook,
     "console.personaltoken": _sample_personal_token,
     "previews.preview": _sample_preview,
+    "console.groupmapping": _sample_group_mapping,
 }
 
 

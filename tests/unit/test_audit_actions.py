@@ -89,6 +89,8 @@ def test_members__stored_strings_as_written_before_the_enum():
         *(f"role.{a}" for a in ("create", "update")),
         *(f"grant.{a}" for a in ("create", "revoke")),
         "auth.unlock",
+        "sso_account.create",  # issue 33: single sign-on
+        *(f"group_mapping.{a}" for a in ("create", "delete", "role_missing")),
         *(f"personal_token.{a}" for a in ("create", "revoke")),
         *(f"admin.{a}" for a in ("add", "change", "change_related", "delete", "password_change")),
     }

@@ -1,0 +1,88 @@
+"""Accounts of people who sign in through an identity provider (issue 33): found by the
+provider's subject, created just in time at the first sign-in, their mapped grants brought in
+line with their groups at every sign-in (console.access.group_mappings.groups_sync)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.utils import timezone
+
+from console.access.group_mappings import SyncResult, groups_sync
+from console.accounts.models import ExternalIdentity
+from console.kernel.audit import AuditAction, SystemActor, audit_record
+from console.kernel.transactions import service_transaction
+
+USERNAME_MAX = 150
+# pg_advisory_xact_lock: accounts made at a first sign-in, one at a time.
+_ACCOUNT_LOCK = 0x53_53_4F  # "SSO"
+
+
+@dataclass(frozen=True)
+class ProviderPerson:
+    """Who the provider says signed in: its claims, read by console.accounts.oidc."""
+
+    provider: str
+    subject: str
+    email: str = ""
+    username: str = ""
+    name: str = ""
+    groups: tuple[str, ...] = ()
+
+
+def _free_username(hint: str) -> str:
+    """A username nobody has: the provider's preferred name (or the e-mail's local part),
+    with -2, -3… when taken — a local account of the same name is never taken over."""
+    base = re.sub(r"[^\w.@+-]", "-", hint).strip("-")[: USERNAME_MAX - 6] or "user"
+    users = get_user_model().objects
+    candidate, n = base, 1
+    while users.filter(username__iexact=candidate).exists():
+        n += 1
+        candidate = f"{base}-{n}"
+    return candidate
+
+
+@service_transaction(durable=True)
+def sso_sign_in(*, person: ProviderPerson) -> tuple[object, SyncResult | None, bool]:
+    """The account `person` signs in as: (user, what the group sync changed, created). A new
+    (provider, subject) gets a new account without a password (audited); a deactivated
+    account is returned unchanged and its grants are not synced (the caller refuses it)."""
+    known = ExternalIdentity.objects.select_for_update().select_related("user")
+    known = known.filter(provider=person.provider, subject=person.subject)
+    identity = known.first()
+    if identity is None:
+        # Accounts are made one at a time (first sign-ins are rare): a second tab's sign-in
+        # of the same new person waits, then finds the account the first one made, and two
+        # new people never pick the same free username.
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_ACCOUNT_LOCK])
+        identity = known.first()
+    created = identity is None
+    if created:
+        hint = person.username or person.email.partition("@")[0] or person.subject
+        user = get_user_model().objects.create_user(
+            username=_free_username(hint), email=person.email, first_name=person.name[:150]
+        )  # no password: this person signs in at their provider
+        identity = ExternalIdentity(user=user, provider=person.provider, subject=person.subject)
+        audit_record(
+            actor=SystemActor(f"sso:{person.provider}"),
+            action=AuditAction.SSO_ACCOUNT_CREATE,
+            target=user,
+            after={
+                "username": user.get_username(),
+                "email": person.email,
+                "provider": person.provider,
+                "subject": person.subject,
+            },
+        )
+    user = identity.user
+    identity.email = person.email
+    identity.groups = sorted(person.groups)
+    identity.last_sign_in_at = timezone.now()
+    identity.save()
+    if not user.is_active:
+        return user, None, created
+    return user, groups_sync(user=user, provider=person.provider, groups=person.groups), created
