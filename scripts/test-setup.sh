@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# What the suite needs installed: .venv with the pinned dependencies (scripts/install.sh dev) and
-# Debian's chromium for the browser tests. Both steps are no-ops when already done.
+# What the suite needs installed: Debian's chromium for the browser tests and Node.js with npm
+# for the tests' local identity providers (tests/idp), then .venv with the pinned dependencies and
+# the identity providers' npm packages (scripts/install.sh dev). Each step is a no-op when done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install.sh dev
-if ! command -v chromium >/dev/null 2>&1; then
-  echo "Installing Debian's chromium for the browser tests…"
+missing=()
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "Installing Debian's ${missing[*]} for the tests…"
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
-  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+scripts/install.sh dev
