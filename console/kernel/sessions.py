@@ -129,8 +129,8 @@ def require_recent_authentication(actor, *, action: str) -> None:
 
     Held to it: a request through a session. Not: a personal API token (its own rules), and
     no request at all (commands, tasks: the operator's shell access)."""
-    if acting_token(actor) is not None:
-        return
+    if not getattr(actor, "is_authenticated", False) or acting_token(actor) is not None:
+        return  # the system, a runtime token, a personal token: no session to ask
     session = current_session.get()
     if session is None or recently_authenticated(session):
         return
