@@ -130,7 +130,7 @@ class SessionLifetimeMiddleware:
             ended = self._ended(request, expiry)
             if ended is not None:
                 return ended
-            return self.get_response(request)  # a token request: the token's rules
+            return self.get_response(request)
         session_touch(request.session, polled=POLL_HEADER in request.headers)
         token = current_session.set(request.session)
         try:
@@ -141,8 +141,8 @@ class SessionLifetimeMiddleware:
     def _ended(self, request, expiry: Expiry):
         session_expiry_record(request.user, expiry)
         logout(request)
-        if "Authorization" in request.headers:
-            return None
+        if _is_api(request) and request.headers.get("Authorization", "").startswith("Bearer "):
+            return None  # answered on its token, whose own rules apply
         words = session_ended_words(expiry.why)
         if _is_api(request):
             return JsonResponse(
