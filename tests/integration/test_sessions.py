@@ -391,3 +391,31 @@ def test_snapshot__htmx_stale_session__whole_page_asks_then_reveals(
     assert shown.status_code == 200
     assert "SECRET-BODY-42" in shown.content.decode()
     assert rows("snapshot.view")[0].reason == "ticket 4711"
+
+
+def test_sensitive_section__json_editor_stale_session__json_kept_then_confirmed_saved(
+    client, pending
+):
+    from strategies.documents import services as documents
+    from strategies.documents.models import Document
+
+    profile = Document.objects.get(agent__key="assistant_professional", key="profile")
+    draft = documents.draft_create(document=profile, body=profile_body(), actor=None)
+    client.force_login(pending.admin)
+    rewind(client, 11 * MINUTE, AUTHENTICATED_AT)
+    url = "/agents/assistant_professional/documents/profile/draft/"
+    edited = {"json": json.dumps(profile_body(personal_particulars=True)), "revision": "1"}
+
+    asked = client.post(url, edited)
+
+    assert asked.status_code == 401
+    assert "To switch on a sensitive context section, confirm your password" in (
+        asked.content.decode()
+    )
+    assert "personal_particulars&quot;: true" in asked.content.decode()  # the JSON, kept
+    draft.refresh_from_db()
+    assert draft.body["sections"]["user_context"]["personal_particulars"] is False
+    saved = client.post(url, {**edited, "reauth_password": "admin-pass-1"})
+    assert saved.status_code == 302
+    draft.refresh_from_db()
+    assert draft.body["sections"]["user_context"]["personal_particulars"] is True
