@@ -6,12 +6,12 @@ class ConsoleConfig(AppConfig):
     verbose_name = "Console: access, audit, runtime tokens"
 
     def ready(self):
-        from django.contrib.auth.signals import user_logged_in
+        from django.contrib.auth.signals import user_logged_in  # the sign-in signal, below
 
         # Registers `manage.py check --deploy`'s check of the database role (console.E101).
         from console.kernel import database_role  # noqa: F401
-        from console.kernel.sessions import signed_in
+        from console.kernel.sessions import signed_in  # importable once the apps are ready
 
         # Every sign-in (the console's page, the break-glass admin's, a single sign-on's
-        # login() later) starts the session's clocks: console.kernel.sessions.
+        # login() later) starts the session's clocks (console.kernel.sessions).
         user_logged_in.connect(signed_in, dispatch_uid="console-session-clocks")
