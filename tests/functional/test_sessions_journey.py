@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.contrib.sessions.backends.db import SessionStore
 
 from console.kernel.models import AccessLogEntry
 from console.kernel.sessions import AUTHENTICATED_AT, SEEN_AT
+from strategies.catalog.models import Environment
+from strategies.documents.models import Document
+from strategies.documents.services import draft_create, version_freeze
 from strategies.releases.models import ApprovalRequest, Release
 from strategies.releases.services import release_publish
-from tests.factories import release_setup
+from tests.factories import post_batch, release_setup, runtime_token, trace_payload
 from tests.functional.layout import LAPTOP, PHONE, layout_faults, sideways_scroll
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -85,3 +89,39 @@ def test_idle__session_left_alone__signed_out_page_says_why_and_sign_in_returns(
     assert AccessLogEntry.objects.filter(
         action="auth.session_expire", actor_label="ops", detail__why="idle"
     ).exists()
+
+
+def test_snapshot__htmx_button_with_a_stale_session__whole_page_asks_then_shows_it(
+    demo_world, login, client
+):
+    document = Document.objects.get(key="after_sales_consultation")
+    admin = get_user_model().objects.get(username="admin")
+    body = {**document.versions.get(number=3).body, "snapshot": {"allowed": True}}
+    allowing = version_freeze(
+        draft=draft_create(document=document, body=body, actor=admin), actor=admin
+    )
+    documents = {"profile": 1, "after_sales_consultation": allowing.number}
+    snapshot = {"messages": ["order A1042 r12: delivered 2026-11-02"]}
+    post_batch(
+        client,
+        runtime_token(Environment.objects.get(key="sg-test")),
+        [trace_payload("req-snap", snapshot=snapshot, documents=documents)],
+    )
+    page = login("admin", "admin-demo")
+    rewind(page, 11 * 60, AUTHENTICATED_AT)
+    page.goto(page.url + "traces/req-snap/")
+    page.click("#snapshot-view summary")
+    page.fill("#snapshot-view-reason", "ticket 4711: wrong policy quoted")
+    page.click("#snapshot-view button[type=submit]")
+
+    # htmx swapped the whole page for the question; the reason typed is kept.
+    page.wait_for_selector("[data-testid=reauthenticate]")
+    assert "To view a snapshot, confirm your password" in page.inner_text("#reauth-message")
+    assert not AccessLogEntry.objects.filter(action="snapshot.view").exists()
+    page.fill("input[name=reauth_password]", "admin-demo")
+    page.click("#reauth-form button[type=submit]")
+
+    page.locator("#snapshot-body").wait_for()
+    assert "A1042" in page.inner_text("#snapshot-body")
+    entry = AccessLogEntry.objects.get(action="snapshot.view")
+    assert (entry.actor_label, entry.reason) == ("admin", "ticket 4711: wrong policy quoted")
