@@ -147,6 +147,16 @@ def test_idle__personal_token_beside_an_ended_session__token_rules_apply(client,
     assert len(rows("auth.session_expire")) == 1
 
 
+def test_activity__written_at_most_once_a_minute(client, person):
+    rewind(client, 30, SEEN_AT)
+    seen = client.session[SEEN_AT]
+    client.get("/")
+    assert client.session[SEEN_AT] == seen  # 30 s ago: not written again
+    rewind(client, 31, SEEN_AT)
+    client.get("/")
+    assert client.session[SEEN_AT] > seen
+
+
 def test_idle__a_page_polling_by_itself__is_no_activity(client, person):
     rewind(client, 20 * MINUTE, SEEN_AT)
     assert client.get("/", headers={"X-Console-Poll": "true"}).status_code == 200
