@@ -18,7 +18,8 @@ from console.accounts.personal_tokens import personal_token_create
 from console.kernel.models import AccessLogEntry, AuditRecord
 from console.kernel.sessions import AUTHENTICATED_AT, SEEN_AT, SIGNED_IN_AT
 from strategies.catalog.models import Environment
-from strategies.documents.models import Version
+from strategies.documents import services as documents
+from strategies.documents.models import Document, Version
 from strategies.releases.models import ApprovalRequest, Release
 from strategies.releases.services import release_publish
 from tests.factories import (
@@ -31,6 +32,7 @@ from tests.factories import (
     world,
 )
 from tests.factories.traces import snapshots_allowed
+from tests.integration.test_security_hardening import run_manage
 
 pytestmark = pytest.mark.django_db
 
@@ -408,9 +410,6 @@ def test_snapshot__htmx_stale_session__whole_page_asks_then_reveals(
 def test_sensitive_section__json_editor_stale_session__json_kept_then_confirmed_saved(
     client, pending
 ):
-    from strategies.documents import services as documents
-    from strategies.documents.models import Document
-
     profile = Document.objects.get(agent__key="assistant_professional", key="profile")
     draft = documents.draft_create(document=profile, body=profile_body(), actor=None)
     client.force_login(pending.admin)
@@ -431,3 +430,20 @@ def test_sensitive_section__json_editor_stale_session__json_kept_then_confirmed_
     assert saved.status_code == 302
     draft.refresh_from_db()
     assert draft.body["sections"]["user_context"]["personal_particulars"] is True
+
+
+# --- settings ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"SESSION_COOKIE_AGE": "28800"}, "SESSION_ABSOLUTE_HOURS"),  # the old setting
+        ({"SESSION_IDLE_MINUTES": "half an hour"}, "SESSION_IDLE_MINUTES"),
+        ({"REAUTHENTICATION_MINUTES": "0"}, "REAUTHENTICATION_MINUTES"),
+    ],
+)
+def test_settings__old_or_bad_session_values__start_refused_naming_them(env, named):
+    result = run_manage("check", **env)
+
+    assert result.returncode != 0
+    assert named in result.stderr
+    assert "Traceback" not in result.stderr
