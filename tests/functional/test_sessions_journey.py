@@ -72,10 +72,11 @@ def test_idle__session_left_alone__signed_out_page_says_why_and_sign_in_returns(
     release_setup()
     login("ops", "ops-pass-1")
     page.goto(f"{live_server.url}/releases/")
+    page.wait_for_selector(".runtimes-card")  # polls every 3 s: no activity, but it asks
     rewind(page, 31 * 60, SEEN_AT)
 
-    page.reload()
-
+    # Nobody touches the page: its own next poll is answered HX-Redirect to the signed-out page.
+    page.wait_for_url("**/signed-out/?why=idle&next=%2Freleases%2F")
     page.wait_for_selector("[data-testid=signed-out]")
     assert "You were signed out after 30 minutes without activity." in page.inner_text(
         "#signed-out-why"
