@@ -1,7 +1,8 @@
 """Request middleware: a request id on every request and response, refusals written to the
 access log when the request ends, addresses no stored value can match refused up front,
-application errors raised by page views turned into readable pages, and every error under
-/api/ in the API's JSON shape, whatever DEBUG says."""
+sessions held to their idle and absolute limits (and a password asked before dangerous
+actions), application errors raised by page views turned into readable pages, and every
+error under /api/ in the API's JSON shape, whatever DEBUG says."""
 
 from __future__ import annotations
 
@@ -9,15 +10,35 @@ import json
 import sys
 import uuid
 from http import HTTPStatus
+from urllib.parse import urlencode, urlsplit
 
+from django.contrib.auth import logout
 from django.core.signals import got_request_exception
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
+from django.shortcuts import redirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
 
+from console.access.forms import REAUTH_FIELD, ReauthenticationForm
 from console.kernel.api_errors import unexpected_error
-from console.kernel.errors import ApplicationError, ValidationFailed, error_headers
+from console.kernel.errors import (
+    ApplicationError,
+    ReauthenticationRequired,
+    ValidationFailed,
+    error_headers,
+)
 from console.kernel.policy import denials_logged
 from console.kernel.request_context import RequestContext, client_ip, current_request
+from console.kernel.sessions import (
+    POLL_HEADER,
+    Expiry,
+    authentication_recorded,
+    current_session,
+    session_expiry,
+    session_expiry_record,
+    session_touch,
+)
+from console.views import reauthentication_page, session_ended_words
 
 
 class RequestIdMiddleware:
@@ -83,6 +104,94 @@ class UnstorableInputMiddleware:
                 details=[{"path": where, "code": "invalid_character", "message": "NUL (%00)."}],
             ),
         )
+
+
+def _is_api(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+class SessionLifetimeMiddleware:
+    """Every request of a signed-in session (console.kernel.sessions): past its idle timeout
+    or its absolute lifetime the session ends (`auth.session_expire` in the access log) and
+    the answer says so — a page goes to the signed-out page, htmx gets HX-Redirect there, the
+    API a 401 `session_expired`; else the activity is noted and the session is what
+    `require_recent_authentication` reads. A form posted from the confirm-your-password page
+    has its password checked before its view runs; a dangerous action refused for want of a
+    recent sign-in (ReauthenticationRequired) answers that page (pages, htmx)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        if not request.user.is_authenticated:
+            return self.get_response(request)
+        expiry = session_expiry(request.session)
+        if expiry is not None:
+            ended = self._ended(request, expiry)
+            if ended is not None:
+                return ended
+            return self.get_response(request)
+        session_touch(request.session, polled=POLL_HEADER in request.headers)
+        token = current_session.set(request.session)
+        try:
+            return self.get_response(request)
+        finally:
+            current_session.reset(token)
+
+    def _ended(self, request, expiry: Expiry):
+        session_expiry_record(request.user, expiry)
+        logout(request)
+        if _is_api(request) and request.headers.get("Authorization", "").startswith("Bearer "):
+            return None  # answered on its token, whose own rules apply
+        words = session_ended_words(expiry.why)
+        if _is_api(request):
+            return JsonResponse(
+                {
+                    "error": {
+                        "code": "session_expired",
+                        "message": f"{words} Sign in again.",
+                        "details": [],
+                        "why": expiry.why,
+                        "sign_in_url": reverse("login"),
+                    }
+                },
+                status=401,
+            )
+        where = ""
+        if getattr(request, "htmx", False):
+            current = urlsplit(request.htmx.current_url or "")
+            where = current.path + (f"?{current.query}" if current.query else "")
+        elif request.method == "GET":
+            where = request.get_full_path()
+        query = {"why": expiry.why, **({"next": where} if where else {})}
+        url = f"{reverse('signed-out')}?{urlencode(query)}"
+        if getattr(request, "htmx", False):
+            return HttpResponse(status=401, headers={"HX-Redirect": url})
+        return redirect(url)
+
+    def process_view(self, request, view_func, view_args, view_kwargs):
+        """A form posted with the confirm page's password (after CSRF, which runs first): a
+        right password is recorded and the view runs; a wrong one answers the page again,
+        the view not run."""
+        if (
+            request.method != "POST"
+            or _is_api(request)
+            or not request.user.is_authenticated
+            or REAUTH_FIELD not in request.POST
+        ):
+            return None
+        form = ReauthenticationForm(request, data=request.POST)
+        if form.is_valid():
+            authentication_recorded(request.session)
+            return None
+        return reauthentication_page(
+            request, message="Confirm your password to carry on with what you asked.", form=form
+        )
+
+    def process_exception(self, request, exception):
+        if isinstance(exception, ReauthenticationRequired) and not _is_api(request):
+            return reauthentication_page(request, message=exception.message)
+        return None
 
 
 class ApplicationErrorMiddleware:

@@ -135,6 +135,9 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "console.middleware.RequestIdMiddleware",
     "console.middleware.UnstorableInputMiddleware",
+    # After the request id (its audit rows carry it), htmx (its answers differ) and CSRF (a
+    # confirmed password is only read from a form that passed it).
+    "console.middleware.SessionLifetimeMiddleware",
     "console.middleware.ApplicationErrorMiddleware",
     # Last, as django-axes asks: it turns a sign-in that axes locked into the lockout page.
     "axes.middleware.AxesMiddleware",
@@ -292,7 +295,23 @@ FAST_PASSWORD_HASHERS = [
 ]
 if env_bool("CONSOLE_FAST_PASSWORD_HASHER", False) and not PRODUCTION:
     PASSWORD_HASHERS = FAST_PASSWORD_HASHERS
-SESSION_COOKIE_AGE = int(env("SESSION_COOKIE_AGE", "28800") or 28800)  # a working day
+# Sessions a bank accepts (console.kernel.sessions, enforced per request by
+# console.middleware.SessionLifetimeMiddleware): signed out after SESSION_IDLE_MINUTES without
+# activity, and SESSION_ABSOLUTE_HOURS after signing in however active; the dangerous actions
+# (approve, break-glass, switch a sensitive section on, view a snapshot) need a sign-in or a
+# password confirmed within REAUTHENTICATION_MINUTES. Personal API tokens are no sessions:
+# their own expiry and revocation rules apply, none of these.
+SESSION_IDLE_MINUTES = env_count("SESSION_IDLE_MINUTES", 30, minimum=1)
+SESSION_ABSOLUTE_HOURS = env_count("SESSION_ABSOLUTE_HOURS", 12, minimum=1)
+REAUTHENTICATION_MINUTES = env_count("REAUTHENTICATION_MINUTES", 10, minimum=1)
+if os.environ.get("SESSION_COOKIE_AGE", "").strip():
+    # It used to be the lifetime; one setting now says it (the stored session and its cookie
+    # last as long as the absolute lifetime), so an old value is not silently ignored.
+    raise ImproperlyConfigured(
+        "SESSION_COOKIE_AGE is no longer read: set SESSION_ABSOLUTE_HOURS (default 12) and "
+        "SESSION_IDLE_MINUTES (default 30) instead"
+    )
+SESSION_COOKIE_AGE = SESSION_ABSOLUTE_HOURS * 3600
 SESSION_EXPIRE_AT_BROWSER_CLOSE = True
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"

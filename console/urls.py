@@ -17,6 +17,9 @@ urlpatterns = [
     path("", views.dashboard, name="dashboard"),
     path("login/", views.LoginView.as_view(), name="login"),
     path("logout/", views.LogoutView.as_view(), name="logout"),
+    # Sessions (console.kernel.sessions): where an ended one lands, and confirming a password.
+    path("signed-out/", views.signed_out, name="signed-out"),
+    path("reauthenticate/", views.reauthenticate, name="reauthenticate"),
     path("healthz", views.healthz, name="healthz"),
     path("django-admin/", admin.site.urls),
     path("api/v1/", views.api_root, name="api-root"),
@@ -73,6 +76,8 @@ REQUIRED = {
     "dashboard": AUTHENTICATED,
     "login": PUBLIC,
     "logout": AUTHENTICATED,
+    "signed-out": PUBLIC,
+    "reauthenticate": AUTHENTICATED,
     "healthz": PUBLIC,
     "api-root": AUTHENTICATED,
     "schema": AUTHENTICATED,

@@ -6,22 +6,25 @@ from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponseRedirect, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.template.response import TemplateResponse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_http_methods
 from drf_spectacular.utils import extend_schema
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from console.access.forms import LoginForm, lockout_message
+from console.access.forms import REAUTH_FIELD, LoginForm, ReauthenticationForm, lockout_message
 from console.accounts.oidc import logout_url
 from console.demo.users import DEMO_USERS
 from console.health import health_public, health_report
 from console.kernel.audit import AccessAction, access_record
 from console.kernel.policy import agents_visible_to
+from console.kernel.sessions import authentication_recorded
 from console.kernel.sso_providers import sso_buttons
+from console.kernel.wording import counted
 from strategies.catalog.selectors import environment_list
 from strategies.releases.selectors import dashboard_context as strategies_part
 from traces.selectors import dashboard_context as traces_part
@@ -66,7 +69,11 @@ class LogoutView(auth_views.LogoutView):
 
 def login_lockout_response(request, original_response=None, credentials=None):
     """AXES_LOCKOUT_CALLABLE: the sign-in page again, saying why and for how long, with the
-    username as typed (status 429). The console's and the break-glass admin's sign-ins alike."""
+    username as typed (status 429). The console's and the break-glass admin's sign-ins alike.
+    A signed-in person confirming their password keeps the page that asked for it (which says
+    the same): they are not signing in."""
+    if original_response is not None and request.user.is_authenticated:
+        return original_response
     username = request.POST.get("username", "")
     context = {
         "form": LoginForm(request, initial={"username": username}),
@@ -78,6 +85,104 @@ def login_lockout_response(request, original_response=None, credentials=None):
     return render(
         request, LoginView.template_name, context, status=settings.AXES_HTTP_RESPONSE_CODE
     )
+
+
+# --- sessions (console.kernel.sessions) ----------------------------------------------------------
+def session_ended_words(why: str) -> str:
+    """Why the console signed someone out, in the words of the signed-out page and the API."""
+    if why == "idle":
+        minutes = counted(settings.SESSION_IDLE_MINUTES, "minute")
+        return f"You were signed out after {minutes} without activity."
+    if why == "absolute":
+        hours = counted(settings.SESSION_ABSOLUTE_HOURS, "hour")
+        return (
+            f"You were signed out because a session lasts at most {hours}, however active you are."
+        )
+    return "You are signed out."
+
+
+def _safe_next(request, value: str) -> str:
+    """`value` when it is an address on this console, else ""."""
+    allowed = url_has_allowed_host_and_scheme(
+        value, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    )
+    return value if value and allowed else ""
+
+
+@login_not_required
+@never_cache
+@require_GET
+def signed_out(request):
+    """Where an ended session lands: why it ended, and a way back in (to where they were)."""
+    return TemplateResponse(
+        request,
+        "registration/signed_out.html",
+        {
+            "why_words": session_ended_words(request.GET.get("why", "")),
+            "next": _safe_next(request, request.GET.get("next", "")),
+        },
+    )
+
+
+def reauthentication_page(request, *, message: str, form=None, next_url: str | None = None):
+    """The confirm-your-password page, asked before a dangerous action (status 401: it was
+    not done). Asked by a form (`next_url` None), it posts to the same address again with
+    everything typed kept as hidden fields, plus the password:
+    console.middleware.SessionLifetimeMiddleware checks the password before the view runs,
+    and the action goes through. The standalone page (`next_url` given) posts to
+    /reauthenticate/, which returns there. htmx requests get the whole page (HX-Retarget:
+    body), so the action's form is a plain one again. Accounts without a password (single
+    sign-on, later) are told to sign in again instead."""
+    inline = next_url is None and request.method == "POST"
+    kept = [
+        (name, value)
+        for name, values in (request.POST.lists() if inline else [])
+        if name not in ("csrfmiddlewaretoken", REAUTH_FIELD)
+        for value in values
+    ]
+    response = TemplateResponse(
+        request,
+        "registration/reauthenticate.html",
+        {
+            "message": message,
+            "form": form or ReauthenticationForm(request),
+            "action": request.get_full_path() if inline else "",
+            "kept": kept,
+            "next": next_url or "",
+            "files_lost": inline and bool(request.FILES),
+            "has_password": request.user.has_usable_password(),
+            "window_words": counted(settings.REAUTHENTICATION_MINUTES, "minute"),
+        },
+        status=401,
+    )
+    if getattr(request, "htmx", False):
+        response["HX-Retarget"] = "body"
+        response["HX-Reswap"] = "innerHTML"
+    return response
+
+
+@never_cache
+@require_http_methods(["GET", "POST"])
+def reauthenticate(request):
+    """Confirm your password now (e.g. before an API call made with the session, answered 401
+    `reauthentication_required`); then back to `next`, the dashboard by default."""
+    next_url = _safe_next(request, request.POST.get("next") or request.GET.get("next", ""))
+    if request.method == "POST":
+        form = ReauthenticationForm(request, data=request.POST)
+        if form.is_valid():
+            authentication_recorded(request.session)
+            return redirect(next_url or "dashboard")
+    else:
+        form = ReauthenticationForm(request)
+    message = (
+        "Approving, break-glass, switching on sensitive sections and viewing snapshots ask "
+        "for your password when you signed in more than "
+        f"{counted(settings.REAUTHENTICATION_MINUTES, 'minute')} ago."
+    )
+    response = reauthentication_page(request, message=message, form=form, next_url=next_url)
+    if request.method == "GET":
+        response.status_code = 200
+    return response
 
 
 def dashboard(request):

@@ -21,6 +21,7 @@ from console.kernel.audit import AccessAction, access_record
 from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.policy import Capability, check_user_can
 from console.kernel.reasons import reason_clean
+from console.kernel.sessions import require_recent_authentication
 from console.kernel.transactions import service_transaction
 from strategies.catalog.models import TRACE_RETENTION_DAYS_DEFAULT, Agent, Environment
 from strategies.documents.models import Document, Version
@@ -494,6 +495,7 @@ def snapshot_reveal(*, user, trace: Trace, reason: str) -> RevealedSnapshot:
         target=target,
         message="Viewing snapshots needs the 'view snapshots' permission.",
     )
+    require_recent_authentication(user, action="view a snapshot")
 
     def refuse(exc, why: str):
         access_record(

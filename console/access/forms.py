@@ -16,6 +16,7 @@ from console.access.selectors import login_lock_rule
 from console.kernel.audit import AccessAction, AuditAction, access_record, action_filter_choices
 from console.kernel.models import Role
 from console.kernel.policy import CAPABILITY_LABELS, Capability
+from console.kernel.sessions import reauthentication_record
 from strategies.catalog.models import Agent
 
 
@@ -70,6 +71,52 @@ class SignInMixin:
 
 class LoginForm(SignInMixin, AuthenticationForm):
     pass
+
+
+# The password field of the confirm-your-password page (console.views.reauthentication_page):
+# a form posted with it runs the action it was for once the password is right.
+REAUTH_FIELD = "reauth_password"
+
+
+class ReauthenticationForm(forms.Form):
+    """The signed-in person's password, before a dangerous action (console.kernel.sessions).
+    Checked as a sign-in is: django-axes refuses a locked username and address and counts a
+    wrong password towards the lock, so a stolen session cannot guess at leisure. Each
+    attempt is in the access log (`auth.reauthenticate`)."""
+
+    reauth_password = forms.CharField(
+        label="Your password",
+        strip=False,
+        widget=forms.PasswordInput(attrs={"autocomplete": "current-password", "autofocus": True}),
+    )
+
+    def __init__(self, request, *args, **kwargs):
+        self.request = request
+        super().__init__(*args, **kwargs)
+
+    def clean(self):
+        password = self.cleaned_data.get(REAUTH_FIELD)
+        if not password:
+            return self.cleaned_data
+        user = self.request.user
+        refusal: dict = {}
+        proved = authenticate(
+            self.request,
+            username=user.get_username(),
+            password=password,
+            response_context=refusal,
+        )
+        path = self.request.path
+        if proved is None or proved.pk != user.pk:
+            why = "locked" if refusal else "invalid_credentials"
+            reauthentication_record(user, path=path, why=why)
+            if refusal:
+                raise forms.ValidationError(lockout_message(), code="locked")
+            raise forms.ValidationError(
+                "That is not your password. Nothing was done.", code="invalid_credentials"
+            )
+        reauthentication_record(user, path=path)
+        return self.cleaned_data
 
 
 class AdminLoginForm(SignInMixin, AdminAuthenticationForm):

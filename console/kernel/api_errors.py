@@ -14,6 +14,7 @@ from rest_framework.views import exception_handler, set_rollback
 from console.kernel.errors import (
     ApplicationError,
     InternalError,
+    ReauthenticationRequired,
     Unavailable,
     drf_details,
     error_response,
@@ -43,6 +44,8 @@ def api_exception_handler(exc, context):
     """DRF exception handler: every error in one shape; refusals go to the access log."""
     if isinstance(exc, RequestDataTooBig):
         exc = too_large("The request body", settings.DATA_UPLOAD_MAX_MEMORY_SIZE)
+    if isinstance(exc, ReauthenticationRequired):  # a session's dangerous action: 401
+        exc = exc.as_error()
     if isinstance(exc, ApplicationError):
         return error_response(exc)
     if isinstance(exc, Http404):

@@ -55,7 +55,11 @@ def _error(description: str) -> dict:
 
 UNAUTHENTICATED = _error(
     "Not signed in, or the bearer token is unknown, expired or revoked "
-    "(`WWW-Authenticate: Bearer`)."
+    "(`WWW-Authenticate: Bearer`); a session past its idle timeout or absolute lifetime "
+    "(`session_expired`, ended; `why` idle or absolute); a dangerous action (approve, "
+    "break-glass, a sensitive section switched on) through a session whose password was last "
+    "given too long ago (`reauthentication_required`: confirm it at `reauthenticate_url`; "
+    "personal tokens are never asked)."
 )
 # What every operation can answer whatever it does, because something in front of every view
 # answers it: the authentication, the NUL check (console.middleware.UnstorableInputMiddleware)

@@ -171,6 +171,10 @@ class AccessAction(_LabelledAction):
     AUDIT_EXPORT = "audit.export", "Audit log exported"
     CONFIG_EXPORT = "config.export", "Configuration exported"
     AUTH_LOGIN = "auth.login", "Sign-in"
+    # A session ended by the console (console.kernel.sessions): `why` idle or absolute.
+    AUTH_SESSION_EXPIRE = "auth.session_expire", "Signed out: session expired"
+    # A password confirmed (or not) before a dangerous action: `why`, the action's words.
+    AUTH_REAUTHENTICATE = "auth.reauthenticate", "Password confirmed for a sensitive action"
     ACCESS_DENIED = "access.denied", "Access refused"
     # A runtime's manifest report refused because it breaks live (issue 32): nothing changed,
     # so not an audit row; kept so the runtimes page can say which runtime tried what.

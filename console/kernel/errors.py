@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from context_runtime.findings import Finding
+from django.urls import reverse
 from rest_framework.response import Response
 
 
@@ -46,6 +47,29 @@ class NotAuthenticated(ApplicationError):
 
     status = 401
     code = "not_authenticated"
+
+
+class ReauthenticationRequired(Exception):
+    """A dangerous action asked of a session whose person last proved who they are too long
+    ago (console.kernel.sessions.require_recent_authentication). Deliberately no
+    ApplicationError: views turn those into a message on their own page, while this one must
+    reach console.middleware.SessionLifetimeMiddleware, which asks for the password and runs
+    the same action again. The API answers it as `as_error()` (401)."""
+
+    code = "reauthentication_required"
+
+    def __init__(self, message: str, *, action: str, window_minutes: int):
+        super().__init__(message)
+        self.message = message
+        self.action = action
+        self.window_minutes = window_minutes
+
+    def as_error(self) -> ApplicationError:
+        return NotAuthenticated(
+            self.message,
+            code=self.code,
+            extra={"reauthenticate_url": reverse("reauthenticate"), "action": self.action},
+        )
 
 
 class NotFound(ApplicationError):

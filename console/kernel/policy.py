@@ -24,6 +24,7 @@ from console.kernel.audit import AccessAction, access_record, acting_token
 from console.kernel.errors import Forbidden, NotFound
 from console.kernel.models import Grant, agent_model
 from console.kernel.request_context import current_request
+from console.kernel.sessions import require_recent_authentication
 
 
 class Capability(StrEnum):
@@ -513,8 +514,11 @@ def refuse_sensitive(refusals: list[Finding], *, user, agent) -> None:
 
 
 def check_user_can_enable_sensitive(user, agent, paths: list[str]) -> None:
-    """Switching sensitive sections on (their paths in the body) needs ENABLE_SENSITIVE."""
+    """Switching sensitive sections on (their paths in the body) needs ENABLE_SENSITIVE, and
+    in a session a recent sign-in (console.kernel.sessions)."""
     refuse_sensitive(sensitive_refusals(user, agent, paths), user=user, agent=agent)
+    if paths:
+        require_recent_authentication(user, action="switch on a sensitive context section")
 
 
 # --- impact previews: a look at an agent's traces through its configuration ------------------

@@ -25,6 +25,7 @@ from console.kernel.limits import MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS
 from console.kernel.models import Grant
 from console.kernel.policy import Capability, check_user_can
 from console.kernel.reasons import MAX_REASON_CHARS, reason_clean
+from console.kernel.sessions import require_recent_authentication
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse
 from strategies.catalog.dependents import (
@@ -513,6 +514,7 @@ def _approvals_relaxed(
     if relaxed:
         if not (isinstance(reason, str) and reason.strip()):
             raise break_glass_required(environment, relaxed)
+        require_recent_authentication(actor, action="switch approvals off (break-glass)")
         environment.break_glass_reason = reason_clean(
             reason,
             ask="Say why approvals must be off (recorded in the audit log and on the banner).",

@@ -60,6 +60,8 @@ def test_members__stored_strings_as_written_before_the_enum():
         "audit.export",
         "config.export",
         "auth.login",
+        "auth.session_expire",  # issue 33: a session ended idle or past its lifetime
+        "auth.reauthenticate",  # issue 33: a password confirmed before a dangerous action
         "access.denied",
         "manifest.refuse",  # issue 32: a runtime's manifest that would break live
     }

@@ -12,6 +12,7 @@ from console.kernel.audit import AuditAction, actor_label, audit_record
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.policy import check_user_can_decide_approval, check_user_can_withdraw_approval
 from console.kernel.reasons import reason_clean
+from console.kernel.sessions import require_recent_authentication
 from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
@@ -102,6 +103,14 @@ def _decide(
     return approval
 
 
+# What approving is, in the words of the password prompt (console.kernel.sessions).
+APPROVE_WORDS = {
+    ApprovalRequest.Kind.PUBLISH: "approve this release",
+    ApprovalRequest.Kind.ROLLBACK: "approve this rollback",
+    ApprovalRequest.Kind.ROLLOUT: "approve this staged rollout",
+}
+
+
 @service_transaction
 def approval_approve(
     *, approval: ApprovalRequest, actor, note: str = "", at: datetime | None = None
@@ -117,6 +126,7 @@ def approval_approve(
     approval = _decide(
         approval, actor=actor, status=ApprovalRequest.Status.APPROVED, note=note, at=at
     )
+    require_recent_authentication(actor, action=APPROVE_WORDS[approval.kind])
     version = approval.version
     if version.content_hash != approval.content_hash:
         raise Conflict(
