@@ -77,6 +77,9 @@ MIDDLEWARE_ACCOUNTED_FOR = {
     "console.middleware.ApplicationErrorMiddleware",
     # acts on locked sign-ins only
     "axes.middleware.AxesMiddleware",
+    # acts on a signed-in session only: a runtime's request carries no cookie (one that does
+    # goes to Django, above), so its user is anonymous and nothing happens
+    "console.middleware.SessionLifetimeMiddleware",
 }
 _REASONS = {200: "200 OK", 304: "304 Not Modified", 403: "403 Forbidden", 404: "404 Not Found"}
 _HOSTS_REMEMBERED = 256
