@@ -11,6 +11,11 @@ from console.kernel.policy import AUTHENTICATED, PUBLIC, Capability, Everywhere
 urlpatterns = [
     path("login/sso/<str:provider>/", oidc.sso_start, name="sso-start"),
     path("login/sso/<str:provider>/callback/", oidc.sso_callback, name="sso-callback"),
+    path(
+        "login/sso/<str:provider>/reauthenticate/",
+        oidc.sso_reauthenticate,
+        name="sso-reauthenticate",
+    ),
     path("account/", views.account, name="account"),
     path(
         "account/tokens/<int:pk>/revoke/",
@@ -30,6 +35,8 @@ REQUIRED = {
     # Signing in: nobody is signed in yet (the provider's answer is checked, not the visitor).
     "sso-start": PUBLIC,
     "sso-callback": PUBLIC,
+    # Confirm it's you at your provider: your own session only.
+    "sso-reauthenticate": AUTHENTICATED,
     "account": AUTHENTICATED,
     "account-personaltoken-revoke": AUTHENTICATED,
     "personal-token-admin-list": Everywhere(Capability.MANAGE_GRANTS),
