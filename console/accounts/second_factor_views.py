@@ -33,6 +33,7 @@ from django_otp_webauthn import views as webauthn_views
 from django_otp_webauthn.exceptions import OTPWebAuthnApiError
 
 from console.accounts import second_factors
+from console.accounts.models import BreakGlassAccount
 from console.kernel.audit import AccessAction, access_record
 from console.kernel.credentials import shows_secret
 from console.kernel.errors import ApplicationError, NotFound
@@ -139,6 +140,24 @@ def second_factor(request):
     return TemplateResponse(request, "registration/second_factor.html", context, status=status)
 
 
+class SignInFirst(OTPWebAuthnApiError):
+    status_code = 401
+    default_detail = "Sign in with your password first."
+    default_code = "sign_in_first"
+
+
+class KeyNotYours(OTPWebAuthnApiError):
+    status_code = 403
+    default_detail = "That key belongs to another account."
+    default_code = "key_not_yours"
+
+
+class ProviderAccount(OTPWebAuthnApiError):
+    status_code = 403
+    default_detail = "Accounts that sign in through an identity provider use its factors."
+    default_code = "provider_account"
+
+
 class _PendingUserMixin:
     """django-otp-webauthn's ceremony for the pending account (not yet signed in)."""
 
@@ -150,7 +169,7 @@ class _PendingUserMixin:
 class KeyAuthenticationBegin(_PendingUserMixin, webauthn_views.BeginCredentialAuthenticationView):
     def check_can_authenticate(self):
         if self.get_user() is None:
-            raise OTPWebAuthnApiError(detail="Sign in with your password first.")
+            raise SignInFirst()
 
 
 @method_decorator(login_not_required, name="dispatch")
@@ -161,7 +180,7 @@ class KeyAuthenticationComplete(
 
     def check_can_authenticate(self):
         if self.get_user() is None:
-            raise OTPWebAuthnApiError(detail="Sign in with your password first.")
+            raise SignInFirst()
 
     def handle_exception(self, exc):
         user = self.get_user() if hasattr(self, "request") else None
@@ -174,7 +193,7 @@ class KeyAuthenticationComplete(
     def check_device_usable(self, device):
         super().check_device_usable(device)
         if device.user_id != self.get_user().pk:
-            raise OTPWebAuthnApiError(detail="That key belongs to another account.")
+            raise KeyNotYours()
 
     def complete_auth(self, device):
         user = self.get_user()
@@ -295,9 +314,7 @@ class KeyRegistrationBegin(webauthn_views.BeginCredentialRegistrationView):
     def check_can_register(self):
         user = self.get_user()
         if not user.has_usable_password() or user.external_identities.exists():
-            raise OTPWebAuthnApiError(
-                detail="Accounts that sign in through an identity provider use its factors."
-            )
+            raise ProviderAccount()
 
 
 class KeyRegistrationComplete(webauthn_views.CompleteCredentialRegistrationView):
@@ -364,9 +381,10 @@ def break_glass_mark(request):
 @require_POST
 @requires(Everywhere(Capability.MANAGE_GRANTS), agent_kwarg=None)
 def break_glass_unmark(request, pk: int):
-    user = get_user_model().objects.filter(pk=pk).first()
-    if user is None:
-        raise NotFound("No such account.")
+    account = BreakGlassAccount.objects.select_related("user").filter(pk=pk).first()
+    if account is None:
+        raise NotFound("No such break-glass account.")
+    user = account.user
     try:
         second_factors.break_glass_unmark(
             actor=request.user, user=user, reason=request.POST.get("reason", "")

@@ -315,8 +315,8 @@ def test_break_glass__mark_unmark__audited_and_listed(admin, client):
     assert response.status_code == 302
     page = client.get(reverse("break-glass-list")).content.decode()
     assert "rescue" in page and "none" in page  # no second factor yet, said so
-    rescue = get_user_model().objects.get(username="rescue")
-    response = client.post(reverse("break-glass-unmark", args=[rescue.pk]), {"reason": "done"})
+    account = BreakGlassAccount.objects.get(user__username="rescue")
+    response = client.post(reverse("break-glass-unmark", args=[account.pk]), {"reason": "done"})
     assert response.status_code == 302
     assert not BreakGlassAccount.objects.exists()
     actions = list(AuditRecord.objects.values_list("action", flat=True))
