@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import io
+import json
 import time
 
 import segno
@@ -31,6 +32,7 @@ from django_otp import login as otp_login
 from django_otp.plugins.otp_totp.models import TOTPDevice
 from django_otp_webauthn import views as webauthn_views
 from django_otp_webauthn.exceptions import OTPWebAuthnApiError
+from django_otp_webauthn.models import WebAuthnCredential
 
 from console.accounts import second_factors
 from console.accounts.models import BreakGlassAccount
@@ -323,9 +325,9 @@ class KeyRegistrationComplete(webauthn_views.CompleteCredentialRegistrationView)
     def post(self, *args, **kwargs):
         response = super().post(*args, **kwargs)
         if isinstance(response, JsonResponse) and response.status_code == 200:
-            from django_otp_webauthn.models import WebAuthnCredential
-
-            device = WebAuthnCredential.objects.filter(user=self.request.user).latest("pk")
+            device = WebAuthnCredential.objects.get(
+                user=self.request.user, pk=json.loads(response.content)["id"]
+            )
             second_factors.webauthn_enrolled(user=self.request.user, device=device)
         return response
 

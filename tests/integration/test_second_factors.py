@@ -222,6 +222,28 @@ def test_recovery_code__signs_in_once_only(accounts, client):
     assert RecoveryCode.objects.count() == 9
 
 
+def test_security_key__answer_without_a_ceremony__refused_and_audited(accounts, client):
+    with_totp(accounts["local"])
+    sign_in(client, "lou")
+    response = client.post(
+        reverse("second-factor-key-authentication-complete"), {}, content_type="application/json"
+    )
+    assert response.status_code == 400 and not signed_in(client)
+    denied = AccessLogEntry.objects.get(action="auth.second_factor", outcome="denied")
+    assert denied.detail == {
+        "kind": "webauthn",
+        "path": denied.detail["path"],
+        "why": "invalid_state",
+    }
+
+
+def test_security_key__ceremony_without_a_password_first__401(client):
+    response = client.post(
+        reverse("second-factor-key-authentication-begin"), {}, content_type="application/json"
+    )
+    assert response.status_code == 401 and not signed_in(client)
+
+
 def test_second_step__without_a_password_first__back_to_sign_in(client):
     response = client.get(reverse("second-factor"))
     assert response.status_code == 302 and response["Location"] == reverse("login")
