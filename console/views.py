@@ -24,7 +24,7 @@ from console.accounts.forms import (
     ReauthenticationForm,
 )
 from console.accounts.oidc import logout_url
-from console.accounts.second_factor_views import sign_in_pending_start
+from console.accounts.second_factor_views import reauth_key_context, sign_in_pending_start
 from console.accounts.second_factors import second_factor_required, sso_enforced
 from console.demo.users import DEMO_USERS
 from console.health import health_public, health_report
@@ -165,6 +165,7 @@ def reauthentication_page(request, *, message: str, form=None, next_url: str | N
             "files_lost": inline and bool(request.FILES),
             "has_password": request.user.has_usable_password(),
             "window_words": counted(settings.REAUTHENTICATION_MINUTES, "minute"),
+            **reauth_key_context(request),
         },
         status=401,
     )

@@ -14,6 +14,7 @@ from console.accounts.personal_tokens import (
     NAME_MAX,
     capabilities_offered,
 )
+from console.accounts.second_factor_views import reauth_key_proved
 from console.accounts.second_factors import (
     has_second_factor,
     password_refusal,
@@ -119,7 +120,7 @@ class AdminLoginForm(EnforcedSignInMixin, access_forms.AdminLoginForm):
 
 class ReauthenticationForm(access_forms.ReauthenticationForm):
     """Confirm your password — and, with a second factor, a code (`auth.second_factor`,
-    throttled as at sign-in; a security key alone: a recovery code here)."""
+    throttled as at sign-in) or a security key used on the page just before."""
 
     reauth_code = forms.CharField(
         label="Code from your authenticator app, or a recovery code",
@@ -139,6 +140,8 @@ class ReauthenticationForm(access_forms.ReauthenticationForm):
         if not self.asks_code:
             return
         code = self.cleaned_data.get(REAUTH_CODE_FIELD) or ""
+        if not code.strip() and reauth_key_proved(self.request):
+            return  # a security key, used on this page just now (in the access log already)
         if not code.strip():
             reauthentication_record(user, path=path, why="second_factor_missing")
             raise forms.ValidationError(

@@ -208,6 +208,73 @@ class KeyAuthenticationComplete(
         return self._next
 
 
+# --- re-authentication with a security key ------------------------------------------------------
+# A key used on the confirm-your-password page: the password then posted within this many
+# seconds needs no code (console.accounts.forms.ReauthenticationForm).
+REAUTH_KEY_AT = "console_reauth_key_at"
+REAUTH_KEY_SECONDS = 120
+
+
+def reauth_key_proved(request) -> bool:
+    """A key was used on the confirm page just now. It counts for one request (taken from the
+    session; the middleware and /reauthenticate/ may both check the same POST)."""
+    if not hasattr(request, "_console_reauth_key"):
+        at = request.session.pop(REAUTH_KEY_AT, None)
+        request._console_reauth_key = at is not None and time.time() - at < REAUTH_KEY_SECONDS
+    return request._console_reauth_key
+
+
+class ReauthKeyBegin(webauthn_views.BeginCredentialAuthenticationView):
+    """The signed-in person's key, before confirming their password."""
+
+
+class ReauthKeyComplete(webauthn_views.CompleteCredentialAuthenticationView):
+    def handle_exception(self, exc):
+        user = getattr(getattr(self, "request", None), "user", None)
+        if user is not None and user.is_authenticated and isinstance(exc, OTPWebAuthnApiError):
+            second_factors.second_factor_record(
+                user, kind=second_factors.KIND_WEBAUTHN, path=self.request.path, why=exc.code
+            )
+        return super().handle_exception(exc)
+
+    def check_device_usable(self, device):
+        super().check_device_usable(device)
+        if device.user_id != self.request.user.pk:
+            raise KeyNotYours()
+
+    def complete_auth(self, device):
+        second_factors.second_factor_record(
+            self.request.user, kind=second_factors.KIND_WEBAUTHN, path=self.request.path
+        )
+        self.request.session[REAUTH_KEY_AT] = time.time()
+
+    def get_success_url(self):
+        # Back to the same page with its fragment only: nothing reloads, what was typed stays.
+        return self.get_redirect_url() or reverse("reauthenticate") + "#key-confirmed"
+
+
+def reauth_key_context(request) -> dict:
+    """The confirm page's key button (only for someone with a key)."""
+    user = request.user
+    has_key = user.is_authenticated and any(
+        second_factors.device_kind(d) == second_factors.KIND_WEBAUTHN
+        for d in second_factors.second_factors_of(user)
+    )
+    if not has_key:
+        return {"reauth_has_key": False}
+    config = _key_config(
+        request,
+        begin="reauth-key-authentication-begin",
+        complete="reauth-key-authentication-complete",
+    )
+    config["nextFieldSelector"] = "#reauth-key-next"
+    return {
+        "reauth_has_key": True,
+        "reauth_key_config": config,
+        "reauth_key_next": request.get_full_path().split("#")[0] + "#key-confirmed",
+    }
+
+
 # --- the account page's second factors ---------------------------------------------------------
 def qr_svg(uri: str) -> str:
     """The QR code of an otpauth:// address as inline SVG (made here: nothing leaves)."""

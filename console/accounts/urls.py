@@ -61,6 +61,16 @@ urlpatterns = [
         login_not_required(JavaScriptCatalog.as_view(packages=["django_otp_webauthn"])),
         name="second-factor-jsi18n",
     ),
+    path(
+        "reauthenticate/key/begin/",
+        second_factor_views.ReauthKeyBegin.as_view(),
+        name="reauth-key-authentication-begin",
+    ),
+    path(
+        "reauthenticate/key/complete/",
+        second_factor_views.ReauthKeyComplete.as_view(),
+        name="reauth-key-authentication-complete",
+    ),
     path("access/break-glass/", second_factor_views.break_glass_list, name="break-glass-list"),
     path("access/break-glass/mark/", second_factor_views.break_glass_mark, name="break-glass-mark"),
     path(
@@ -92,6 +102,8 @@ REQUIRED = {
     "second-factor-key-authentication-begin": PUBLIC,
     "second-factor-key-authentication-complete": PUBLIC,
     "second-factor-jsi18n": PUBLIC,
+    "reauth-key-authentication-begin": AUTHENTICATED,
+    "reauth-key-authentication-complete": AUTHENTICATED,
     "account-totp-start": AUTHENTICATED,
     "account-totp-confirm": AUTHENTICATED,
     "account-key-registration-begin": AUTHENTICATED,

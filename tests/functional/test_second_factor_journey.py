@@ -1,7 +1,8 @@
 """Browser (issue 33 item 4): a local account adds a second factor on its account page and
 then signs in with it — (1) an authenticator app: the key read from the page, the code
 computed as the app would; (2) a security key: Chromium's virtual authenticator (CDP
-`WebAuthn`), registered and then used at the sign-in's second step."""
+`WebAuthn`), registered, used at the sign-in's second step, then to confirm a sensitive
+action with the password."""
 
 from __future__ import annotations
 
@@ -111,3 +112,14 @@ def test_security_key__registered_with_virtual_authenticator__then_signs_in_with
     signed = AccessLogEntry.objects.filter(action="auth.login", outcome="allowed")
     assert signed.filter(detail__second_factor="webauthn").count() == 1
     assert AuditRecord.objects.filter(action="second_factor.enrol").count() == 1
+
+    # Confirming before a sensitive action: the key, then the password.
+    page.goto(f"{live_server.url}/reauthenticate/?next=/account/")
+    page.click("#passkey-verification-button")
+    page.wait_for_selector("#key-confirmed", state="visible")
+    page.fill("input[name=reauth_password]", PASSWORD)
+    page.click("#reauth-form button[type=submit]")
+    page.wait_for_url(f"{live_server.url}/account/")
+    assert AccessLogEntry.objects.filter(
+        action="auth.reauthenticate", outcome="allowed", actor_label="lou"
+    ).exists()

@@ -391,3 +391,20 @@ def test_enrol_command__prints_secret_uri_and_codes_once(accounts, capsys):
     assert "otpauth://totp/" in out and "Recovery codes" in out
     assert TOTPDevice.objects.filter(user=accounts["break_glass"], confirmed=True).count() == 1
     assert AuditRecord.objects.filter(action="second_factor.enrol").count() == 1
+
+
+def test_reauthenticate__security_key_used_on_the_page__counts_once(accounts, client):
+    import time
+
+    from console.accounts.second_factor_views import REAUTH_KEY_AT
+
+    device = with_totp(accounts["local"])
+    sign_in(client, "lou")
+    second_step(client, code_of(device))
+    session = client.session
+    session[REAUTH_KEY_AT] = time.time()
+    session.save()
+    first = client.post(reverse("reauthenticate"), {"reauth_password": PASSWORD})
+    assert first.status_code == 302
+    again = client.post(reverse("reauthenticate"), {"reauth_password": PASSWORD})
+    assert again.status_code == 401
