@@ -21,6 +21,7 @@ from django.contrib import messages
 from django.contrib.auth import get_user_model, login
 from django.contrib.auth.decorators import login_not_required
 from django.http import JsonResponse
+from django.middleware import csrf
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
@@ -91,8 +92,6 @@ def sign_in_finish(request, user, device) -> str:
 
 def _key_config(request, *, begin: str, complete: str) -> dict:
     """What django-otp-webauthn's script reads (json_script, no inline code)."""
-    from django.middleware import csrf
-
     return {
         "autocompleteLoginFieldSelector": None,
         "nextFieldSelector": "input[name='next']",

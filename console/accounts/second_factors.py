@@ -25,6 +25,7 @@ Wrong codes are throttled per device by django-otp (1, 2, 4, … seconds) and au
 from __future__ import annotations
 
 import secrets
+from base64 import b32encode
 from dataclasses import dataclass
 
 from django.conf import settings
@@ -241,8 +242,6 @@ def totp_uri(device: TOTPDevice) -> str:
 
 def totp_secret(device: TOTPDevice) -> str:
     """The key in base32 (what an app asks for when typed in by hand)."""
-    from base64 import b32encode
-
     return b32encode(device.bin_key).decode()
 
 

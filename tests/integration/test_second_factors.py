@@ -5,6 +5,7 @@ break-glass count limit, and the audit and access-log rows of each."""
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from console.accounts import second_factors
 from console.accounts.models import BreakGlassAccount, ExternalIdentity, RecoveryCode
+from console.accounts.second_factor_views import REAUTH_KEY_AT
 from console.kernel.models import AccessLogEntry, AuditRecord
 from console.kernel.sessions import AUTHENTICATED_AT
 from tests.factories import standard_roles, user_with_grants
@@ -394,10 +396,6 @@ def test_enrol_command__prints_secret_uri_and_codes_once(accounts, capsys):
 
 
 def test_reauthenticate__security_key_used_on_the_page__counts_once(accounts, client):
-    import time
-
-    from console.accounts.second_factor_views import REAUTH_KEY_AT
-
     device = with_totp(accounts["local"])
     sign_in(client, "lou")
     second_step(client, code_of(device))
