@@ -48,6 +48,7 @@ from console.kernel.policy import Capability, check_user_can
 from console.kernel.reasons import reason_clean
 from console.kernel.sessions import require_recent_authentication
 from console.kernel.transactions import service_transaction
+from console.kernel.wording import counted
 
 RECOVERY_CODES = 10
 # Advisory lock key of "marking break-glass accounts" (the count limit is judged under it).
@@ -202,7 +203,7 @@ def second_factor_verify(*, user, code: str, path: str):
             wait = _throttle_wait_seconds(device)
             second_factor_record(user, kind=kind, path=path, why="throttled")
             raise TooManyRequests(
-                f"Too many wrong codes. Wait {wait} seconds before the next try.",
+                f"Too many wrong codes. Wait {counted(wait, 'second')} before the next try.",
                 code="second_factor_throttled",
             )
     for device in devices:
