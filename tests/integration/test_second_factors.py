@@ -406,3 +406,11 @@ def test_reauthenticate__security_key_used_on_the_page__counts_once(accounts, cl
     assert first.status_code == 302
     again = client.post(reverse("reauthenticate"), {"reauth_password": PASSWORD})
     assert again.status_code == 401
+
+
+def test_account__provider_account__no_second_factor_here(accounts, client):
+    client.force_login(accounts["provider"])
+    page = client.get(reverse("account")).content.decode()
+    assert "its own second factor applies" in page
+    assert client.post(reverse("account-totp-start")).status_code == 404
+    assert not TOTPDevice.objects.exists()
