@@ -173,18 +173,15 @@ class KeyAuthenticationBegin(_PendingUserMixin, webauthn_views.BeginCredentialAu
             raise SignInFirst()
 
 
-@method_decorator(login_not_required, name="dispatch")
-class KeyAuthenticationComplete(
-    _PendingUserMixin, webauthn_views.CompleteCredentialAuthenticationView
-):
-    """A key's answer for the pending account: signed in, or refused and audited."""
+class _KeyAnswerAudited:
+    """A key's answer, in the access log either way (`auth.second_factor`, kind webauthn),
+    and only for the account it is asked of (`key_owner`)."""
 
-    def check_can_authenticate(self):
-        if self.get_user() is None:
-            raise SignInFirst()
+    def key_owner(self):
+        return self.get_user()
 
     def handle_exception(self, exc):
-        user = self.get_user() if hasattr(self, "request") else None
+        user = self.key_owner() if hasattr(self, "request") else None
         if user is not None and isinstance(exc, OTPWebAuthnApiError):
             second_factors.second_factor_record(
                 user, kind=second_factors.KIND_WEBAUTHN, path=self.request.path, why=exc.code
@@ -193,15 +190,28 @@ class KeyAuthenticationComplete(
 
     def check_device_usable(self, device):
         super().check_device_usable(device)
-        if device.user_id != self.get_user().pk:
+        if device.user_id != self.key_owner().pk:
             raise KeyNotYours()
 
     def complete_auth(self, device):
-        user = self.get_user()
         second_factors.second_factor_record(
-            user, kind=second_factors.KIND_WEBAUTHN, path=self.request.path
+            self.key_owner(), kind=second_factors.KIND_WEBAUTHN, path=self.request.path
         )
-        self._next = sign_in_finish(self.request, user, device)
+        self.key_proved(device)
+
+
+@method_decorator(login_not_required, name="dispatch")
+class KeyAuthenticationComplete(
+    _KeyAnswerAudited, _PendingUserMixin, webauthn_views.CompleteCredentialAuthenticationView
+):
+    """A key's answer for the pending account: signed in, or refused and audited."""
+
+    def check_can_authenticate(self):
+        if self.get_user() is None:
+            raise SignInFirst()
+
+    def key_proved(self, device):
+        self._next = sign_in_finish(self.request, self.get_user(), device)
 
     def get_success_url(self):
         return self._next
@@ -227,24 +237,14 @@ class ReauthKeyBegin(webauthn_views.BeginCredentialAuthenticationView):
     """The signed-in person's key, before confirming their password."""
 
 
-class ReauthKeyComplete(webauthn_views.CompleteCredentialAuthenticationView):
-    def handle_exception(self, exc):
-        user = getattr(getattr(self, "request", None), "user", None)
-        if user is not None and user.is_authenticated and isinstance(exc, OTPWebAuthnApiError):
-            second_factors.second_factor_record(
-                user, kind=second_factors.KIND_WEBAUTHN, path=self.request.path, why=exc.code
-            )
-        return super().handle_exception(exc)
+class ReauthKeyComplete(_KeyAnswerAudited, webauthn_views.CompleteCredentialAuthenticationView):
+    """The signed-in person's key on the confirm page: the password posted next needs no code."""
 
-    def check_device_usable(self, device):
-        super().check_device_usable(device)
-        if device.user_id != self.request.user.pk:
-            raise KeyNotYours()
+    def key_owner(self):
+        user = self.request.user
+        return user if user.is_authenticated else None
 
-    def complete_auth(self, device):
-        second_factors.second_factor_record(
-            self.request.user, kind=second_factors.KIND_WEBAUTHN, path=self.request.path
-        )
+    def key_proved(self, device):
         self.request.session[REAUTH_KEY_AT] = time.time()
 
     def get_success_url(self):
