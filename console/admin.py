@@ -13,7 +13,7 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group
 from django.forms.models import model_to_dict
 
-from console.access.forms import AdminLoginForm
+from console.accounts.forms import AdminLoginForm
 from console.kernel.audit import AuditAction, audit_record
 from console.kernel.models import AccessLogEntry, AuditRecord, Grant, Role
 

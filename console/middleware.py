@@ -19,7 +19,7 @@ from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from console.access.forms import REAUTH_FIELD, ReauthenticationForm
+from console.accounts.forms import REAUTH_FIELD, ReauthenticationForm
 from console.kernel.api_errors import unexpected_error
 from console.kernel.errors import (
     ApplicationError,

@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from django.db import models
 
-from console.accounts.models import ExternalIdentity, PersonalToken, PersonalTokenQuerySet
+from console.accounts.models import (
+    BreakGlassAccount,
+    ExternalIdentity,
+    PersonalToken,
+    PersonalTokenQuerySet,
+    RecoveryCode,
+    RecoveryCodeDevice,
+)
 from console.kernel.models import (
     AccessLogEntry,
     AuditRecord,
@@ -22,6 +29,7 @@ from console.kernel.models import (
 __all__ = [
     "AccessLogEntry",
     "AuditRecord",
+    "BreakGlassAccount",
     "ChainCheckpoint",
     "ChainedRecord",
     "ExternalIdentity",
@@ -30,6 +38,8 @@ __all__ = [
     "GroupMapping",
     "PersonalToken",
     "PersonalTokenQuerySet",
+    "RecoveryCode",
+    "RecoveryCodeDevice",
     "Role",
     "WorkerHeartbeat",
 ]

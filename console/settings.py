@@ -111,6 +111,9 @@ INSTALLED_APPS = [
     "template_partials",
     "pgtrigger",
     "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "django_otp_webauthn",
     "console",
     "strategies",
     "traces",
@@ -130,6 +133,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django_otp.middleware.OTPMiddleware",  # request.user.is_verified(): a second factor used
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -358,6 +362,35 @@ except ValueError as exc:
     raise ImproperlyConfigured(f"OIDC_PROVIDERS is not valid JSON: {exc}") from exc
 # How far a provider's clock may be off (seconds) when its ID token's times are checked.
 OIDC_CLOCK_SKEW_SECONDS = env_count("OIDC_CLOCK_SKEW_SECONDS", 60)
+
+# Enforced single sign-on, break-glass accounts and second factors (docs/sso.md,
+# console.accounts.second_factors). SSO_ENFORCED "all": password sign-in only for break-glass
+# accounts (with their second factor); SSO_ENFORCED_DOMAINS: the same for accounts whose
+# e-mail is in one of these domains. An account linked to a provider never signs in with a
+# password while either is set. Neither set (the default): as before.
+SSO_ENFORCED = (env("SSO_ENFORCED", "") or "").strip().lower()
+if SSO_ENFORCED not in ("", "off", "all"):
+    raise ImproperlyConfigured(f'SSO_ENFORCED must be "all" or empty, not {SSO_ENFORCED!r}')
+SSO_ENFORCED_DOMAINS = [
+    d.strip().lower().lstrip("@")
+    for d in (env("SSO_ENFORCED_DOMAINS", "") or "").split(",")
+    if d.strip()
+]
+BREAK_GLASS_ACCOUNTS_MAX = env_count("BREAK_GLASS_ACCOUNTS_MAX", 3, minimum=1)
+# Wrong second-factor codes wait 1, 2, 4, … seconds (django-otp's throttling, per device).
+OTP_TOTP_THROTTLE_FACTOR = 1
+OTP_TOTP_ISSUER = env("OTP_TOTP_ISSUER", "Context Console") or "Context Console"
+# Security keys and passkeys are a second factor here, never a way round the password.
+OTP_WEBAUTHN_ALLOW_PASSWORDLESS_LOGIN = False
+OTP_WEBAUTHN_RP_NAME = OTP_TOTP_ISSUER
+# A security key is bound to this domain and only answers pages from these origins (the
+# console's own address, as people's browsers see it). Set both in production.
+OTP_WEBAUTHN_RP_ID = env("WEBAUTHN_RP_ID", "localhost") or "localhost"
+OTP_WEBAUTHN_ALLOWED_ORIGINS = [
+    o.strip()
+    for o in (env("WEBAUTHN_ORIGINS", "http://localhost:8000") or "").split(",")
+    if o.strip()
+]
 
 if PRODUCTION:
     SESSION_COOKIE_SECURE = True

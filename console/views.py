@@ -18,8 +18,16 @@ from rest_framework.decorators import api_view
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from console.access.forms import REAUTH_FIELD, LoginForm, ReauthenticationForm, lockout_message
+from console.access.forms import lockout_message
+from console.accounts.forms import (
+    REAUTH_CODE_FIELD,
+    REAUTH_FIELD,
+    LoginForm,
+    ReauthenticationForm,
+)
 from console.accounts.oidc import logout_url
+from console.accounts.second_factor_views import reauth_key_context, sign_in_pending_start
+from console.accounts.second_factors import second_factor_required, sso_enforced
 from console.demo.users import DEMO_USERS
 from console.health import health_public, health_report
 from console.kernel.audit import AccessAction, access_record
@@ -40,7 +48,7 @@ def demo_logins() -> list[tuple[str, str]]:
 
 
 class LoginView(auth_views.LoginView):
-    """Sign-in (console.access.forms.LoginForm), locked out per username and address by django-axes;
+    """Sign-in (console.accounts.forms.LoginForm: enforced single sign-on, second factors), locked out per username and address by django-axes;
     each failed and each successful sign-in is written to the access log."""
 
     template_name = "registration/login.html"
@@ -49,6 +57,9 @@ class LoginView(auth_views.LoginView):
 
     def form_valid(self, form):
         user = form.get_user()
+        if second_factor_required(user):
+            # No session on the password alone: the second step signs them in.
+            return sign_in_pending_start(self.request, user, next_url=self.get_success_url())
         access_record(actor=user, action=AccessAction.AUTH_LOGIN, target=user, outcome="allowed")
         return super().form_valid(form)
 
@@ -56,6 +67,7 @@ class LoginView(auth_views.LoginView):
         context = super().get_context_data(**kwargs)
         context["demo_logins"] = demo_logins()
         context["sso_providers"] = sso_buttons()
+        context["sso_enforced"] = sso_enforced()
         return context
 
 
@@ -83,6 +95,7 @@ def login_lockout_response(request, original_response=None, credentials=None):
         "next": request.POST.get("next") or request.GET.get("next", ""),
         "demo_logins": demo_logins(),
         "sso_providers": sso_buttons(),
+        "sso_enforced": sso_enforced(),
     }
     return render(
         request, LoginView.template_name, context, status=settings.AXES_HTTP_RESPONSE_CODE
@@ -159,7 +172,7 @@ def reauthentication_page(request, *, message: str, form=None, next_url: str | N
     kept = [
         (name, value)
         for name, values in (request.POST.lists() if inline else [])
-        if name not in ("csrfmiddlewaretoken", REAUTH_FIELD)
+        if name not in ("csrfmiddlewaretoken", REAUTH_FIELD, REAUTH_CODE_FIELD)
         for value in values
     ]
     response = TemplateResponse(
@@ -177,6 +190,7 @@ def reauthentication_page(request, *, message: str, form=None, next_url: str | N
                 request, next_url if next_url is not None else _return_address(request)
             ),
             "window_words": counted(settings.REAUTHENTICATION_MINUTES, "minute"),
+            **reauth_key_context(request),
         },
         status=401,
     )

@@ -63,6 +63,9 @@ MIDDLEWARE_ACCOUNTED_FOR = {
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     # the view is login_not_required (the user is still looked at: see sessions)
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    # wraps the (lazy) user to say whether a second factor was used; reads the session's
+    # device only for a signed-in user — a runtime's request is anonymous, nothing happens
+    "django_otp.middleware.OTPMiddleware",
     # stores only messages that were added
     "django.contrib.messages.middleware.MessageMiddleware",
     # X-Frame-Options (below)

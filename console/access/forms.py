@@ -115,8 +115,13 @@ class ReauthenticationForm(forms.Form):
             raise forms.ValidationError(
                 "That is not your password. Nothing was done.", code="invalid_credentials"
             )
+        self.confirm_more(user, path)
         reauthentication_record(user, path=path)
         return self.cleaned_data
+
+    def confirm_more(self, user, path: str) -> None:
+        """After the right password, what else proves it is them (a second factor:
+        console.accounts.forms); raise ValidationError, with its access-log row, to refuse."""
 
 
 class AdminLoginForm(SignInMixin, AdminAuthenticationForm):

@@ -1,13 +1,17 @@
-"""Personal API tokens (console.accounts.personal_tokens writes them) and the identities
-people sign in with at an identity provider (console.accounts.sso_accounts writes them)."""
+"""Personal API tokens (console.accounts.personal_tokens writes them), the identities
+people sign in with at an identity provider (console.accounts.sso_accounts writes them), and
+break-glass accounts and recovery codes (console.accounts.second_factors writes them)."""
 
 from __future__ import annotations
+
+import hashlib
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django_otp.models import Device, ThrottlingMixin
 
 
 class PersonalTokenQuerySet(models.QuerySet):
@@ -102,3 +106,68 @@ class ExternalIdentity(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}:{self.subject}"
+
+
+class BreakGlassAccount(models.Model):
+    """A local account an admin marked as break-glass: with single sign-on enforced it still
+    signs in with its password, and always with a second factor (never the password alone).
+    At most settings.BREAK_GLASS_ACCOUNTS_MAX (console.accounts.second_factors)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="break_glass"
+    )
+    marked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    marked_at = models.DateTimeField(auto_now_add=True)
+    reason = models.TextField()
+
+    class Meta:
+        ordering = ["user__username"]
+
+    def __str__(self) -> str:
+        return f"break-glass: {self.user}"
+
+
+class RecoveryCodeDevice(ThrottlingMixin, Device):
+    """A person's ten single-use recovery codes, as one django-otp device. Only each code's
+    SHA-256 is stored (django-otp's own static device keeps them readable): a code is ~50
+    random bits, so a plain hash is as good as a slow one, and a database copy gives nobody
+    a way in."""
+
+    class Meta:
+        verbose_name = "recovery codes"
+
+    def get_throttle_factor(self) -> int:
+        return getattr(settings, "OTP_TOTP_THROTTLE_FACTOR", 1)
+
+    def verify_token(self, token) -> bool:
+        allowed, _ = self.verify_is_allowed()
+        if not allowed:
+            return False
+        # The row is deleted in the statement that finds it: used once, even by two at once.
+        deleted, _ = self.codes.filter(code_hash=recovery_code_hash(str(token))).delete()
+        if deleted:
+            self.throttle_reset(commit=True)
+        else:
+            self.throttle_increment(commit=True)
+        return bool(deleted)
+
+
+class RecoveryCode(models.Model):
+    device = models.ForeignKey(RecoveryCodeDevice, on_delete=models.CASCADE, related_name="codes")
+    code_hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["device", "code_hash"], name="recovery_code_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"recovery code of {self.device.user_id}"
+
+
+def recovery_code_hash(code: str) -> str:
+    """Codes are compared as typed but without spaces, dashes or case."""
+    normal = "".join(ch for ch in code.lower() if ch.isalnum())
+    return hashlib.sha256(normal.encode()).hexdigest()

@@ -17,6 +17,7 @@ from console.accounts.personal_tokens import (
     personal_tokens_all,
     personal_tokens_of,
 )
+from console.accounts.second_factor_views import account_second_factor_context
 from console.kernel.credentials import shows_secret
 from console.kernel.errors import ApplicationError, NotFound
 from console.kernel.policy import CAPABILITY_LABELS, Capability, Everywhere, requires
@@ -64,6 +65,7 @@ def account(request):
         "created": created,
         "tokens": token_rows(personal_tokens_of(request.user)),
         "max_days": MAX_DAYS,
+        **account_second_factor_context(request),
     }
     return TemplateResponse(
         request, "accounts/account.html", context, status=400 if form.errors else 200

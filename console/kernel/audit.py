@@ -141,6 +141,12 @@ class AuditAction(_LabelledAction):
         "group_mapping.role_missing",
         "Group mapping skipped: its role no longer exists",
     )
+    # enforced single sign-on (issue 33 item 4): break-glass accounts, second factors
+    BREAK_GLASS_MARK = "break_glass_account.mark", "Account marked break-glass"
+    BREAK_GLASS_UNMARK = "break_glass_account.unmark", "Account no longer break-glass"
+    SECOND_FACTOR_ENROL = "second_factor.enrol", "Second factor enrolled"
+    SECOND_FACTOR_REMOVE = "second_factor.remove", "Second factor removed"
+    RECOVERY_CODES_REGENERATE = "second_factor.recovery_codes", "New recovery codes made"
     PERSONAL_TOKEN_CREATE = "personal_token.create", "Personal token created"
     PERSONAL_TOKEN_REVOKE = "personal_token.revoke", "Personal token revoked"
     # the Django admin (break glass)
@@ -175,6 +181,8 @@ class AccessAction(_LabelledAction):
     AUTH_SESSION_EXPIRE = "auth.session_expire", "Signed out: session expired"
     # A password confirmed (or not) before a dangerous action: `why`, the action's words.
     AUTH_REAUTHENTICATE = "auth.reauthenticate", "Password confirmed for a sensitive action"
+    # A second factor at sign-in or re-authentication: `kind`, and `why` when refused.
+    AUTH_SECOND_FACTOR = "auth.second_factor", "Second factor checked"
     ACCESS_DENIED = "access.denied", "Access refused"
     # A runtime's manifest report refused because it breaks live (issue 32): nothing changed,
     # so not an audit row; kept so the runtimes page can say which runtime tried what.

@@ -232,7 +232,15 @@ def _sample_group_mapping(model):
 
 
 # Objects the demo world does not have, created on demand for pk urls (by model label).
+def _sample_break_glass_account(model):
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user("matrix-break-glass", password="matrix-pass-1")
+    return model.objects.create(user=user, reason="matrix sample")
+
+
 SAMPLE_FACTORIES = {
+    "console.breakglassaccount": _sample_break_glass_account,
     "strategies.rollout": _sample_rollout,
     "strategies.webhook": _sample_webhook,
     "console.personaltoken": _sample_personal_token,

@@ -62,6 +62,7 @@ def test_members__stored_strings_as_written_before_the_enum():
         "auth.login",
         "auth.session_expire",  # issue 33: a session ended idle or past its lifetime
         "auth.reauthenticate",  # issue 33: a password confirmed before a dangerous action
+        "auth.second_factor",  # issue 33 item 4: a code or key at sign-in or re-authentication
         "access.denied",
         "manifest.refuse",  # issue 32: a runtime's manifest that would break live
     }
@@ -93,6 +94,9 @@ def test_members__stored_strings_as_written_before_the_enum():
         "auth.unlock",
         "sso_account.create",  # issue 33: single sign-on
         *(f"group_mapping.{a}" for a in ("create", "delete", "role_missing")),
+        # issue 33 item 4: break-glass accounts, second factors
+        *(f"break_glass_account.{a}" for a in ("mark", "unmark")),
+        *(f"second_factor.{a}" for a in ("enrol", "remove", "recovery_codes")),
         *(f"personal_token.{a}" for a in ("create", "revoke")),
         *(f"admin.{a}" for a in ("add", "change", "change_related", "delete", "password_change")),
     }
