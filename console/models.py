@@ -17,6 +17,8 @@ from console.kernel.models import (
     GrantQuerySet,
     GroupMapping,
     Role,
+    SiemCursor,
+    SiemDestination,
 )
 
 __all__ = [
@@ -31,6 +33,8 @@ __all__ = [
     "PersonalToken",
     "PersonalTokenQuerySet",
     "Role",
+    "SiemCursor",
+    "SiemDestination",
     "WorkerHeartbeat",
 ]
 
