@@ -14,6 +14,7 @@ import socket
 import socketserver
 import ssl
 import threading
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -81,6 +82,7 @@ class SyslogReceiver:
 
     def __init__(self, *, certfile: Path | None = None, keyfile: Path | None = None):
         self.received = Received()
+        self.delay = 0.0  # seconds each connection waits before it is read (a slow receiver)
         self.port = _free_port()
         self.tls = certfile is not None
         self._context = None
@@ -94,7 +96,7 @@ class SyslogReceiver:
         return f"tcp+tls://localhost:{self.port}" if self.tls else f"tcp://127.0.0.1:{self.port}"
 
     def start(self) -> SyslogReceiver:
-        received, context = self.received, self._context
+        received, context, receiver = self.received, self._context, self
 
         class Handler(socketserver.StreamRequestHandler):
             def setup(self):
@@ -109,6 +111,7 @@ class SyslogReceiver:
             def handle(self):
                 if self.request is None:
                     return
+                time.sleep(receiver.delay)
                 try:
                     _read_frames(self.rfile, received)
                 except (ssl.SSLError, OSError) as exc:
