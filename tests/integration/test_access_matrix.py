@@ -232,12 +232,18 @@ def _sample_group_mapping(model):
 
 
 # Objects the demo world does not have, created on demand for pk urls (by model label).
+def _sample_siem_destination(model):
+    """A destination row alone (no cursors, so "siem" urls resolve to it, not to a cursor)."""
+    return model.objects.create(name="matrix sample", protocol="syslog", url="tcp://192.0.2.1:6514")
+
+
 SAMPLE_FACTORIES = {
     "strategies.rollout": _sample_rollout,
     "strategies.webhook": _sample_webhook,
     "console.personaltoken": _sample_personal_token,
     "previews.preview": _sample_preview,
     "console.groupmapping": _sample_group_mapping,
+    "console.siemdestination": _sample_siem_destination,
 }
 
 

@@ -93,6 +93,7 @@ def test_members__stored_strings_as_written_before_the_enum():
         "auth.unlock",
         "sso_account.create",  # issue 33: single sign-on
         *(f"group_mapping.{a}" for a in ("create", "delete", "role_missing")),
+        *(f"siem_destination.{a}" for a in ("create", "update", "pause", "resume", "delete")),
         *(f"personal_token.{a}" for a in ("create", "revoke")),
         *(f"admin.{a}" for a in ("add", "change", "change_related", "delete", "password_change")),
     }
