@@ -40,6 +40,22 @@ class Received:
             return [e["id"] for e in self.events]
 
 
+class _Receiver:
+    """A receiver's server thread: started by `start`, stopped (the port closed) by `stop`."""
+
+    _server = None
+
+    def _serve(self, server) -> None:
+        self._server = server
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+
 # --- syslog --------------------------------------------------------------------------------------
 def _read_frames(stream, received: Received) -> None:
     """Octet-counted frames until EOF: `LEN SP MSG`."""
@@ -77,7 +93,7 @@ def _read_frames(stream, received: Received) -> None:
             received.events.append(event)
 
 
-class SyslogReceiver:
+class SyslogReceiver(_Receiver):
     """`tcp://127.0.0.1:<port>` (or `tcp+tls://localhost:<port>` with `certfile`/`keyfile`)."""
 
     def __init__(self, *, certfile: Path | None = None, keyfile: Path | None = None):
@@ -89,7 +105,6 @@ class SyslogReceiver:
         if self.tls:
             self._context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             self._context.load_cert_chain(certfile, keyfile)
-        self._server = None
 
     @property
     def url(self) -> str:
@@ -125,19 +140,12 @@ class SyslogReceiver:
             allow_reuse_address = True
             daemon_threads = True
 
-        self._server = Server(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._serve(Server(("127.0.0.1", self.port), Handler))
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
 
 # --- HTTP receivers --------------------------------------------------------------------------------
-class _HttpReceiver:
+class _HttpReceiver(_Receiver):
     path = "/"
 
     def __init__(self, *, token: str = ""):
@@ -146,7 +154,6 @@ class _HttpReceiver:
         self.answer = 200  # what the receiver says (403: it refuses the credential)
         self.port = _free_port()
         self.headers: list[dict] = []
-        self._server = None
 
     @property
     def url(self) -> str:
@@ -188,16 +195,10 @@ class _HttpReceiver:
                 self.end_headers()
                 self.wfile.write(b'{"text":"Success","code":0}' if status == 200 else b"{}")
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        server.daemon_threads = True
+        self._serve(server)
         return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
 
 
 def _json_objects(body: bytes) -> list[dict]:

@@ -126,7 +126,7 @@ def _url_clean(protocol: str, url) -> str:
             raise _refused(
                 "url", "invalid", f"Enter the syslog receiver as tcp+tls://host:port: {exc}."
             ) from exc
-        _address_check(lambda: siem_sinks.syslog_resolve(host, port), host)
+        _address_check(lambda: transport.host_resolve(host, port), host)
         return url
     try:
         URLValidator(schemes=["http", "https"])(url)

@@ -174,23 +174,6 @@ def syslog_address(url: str) -> tuple[str, int, bool]:
     return parts.hostname, port, SYSLOG_SCHEMES[scheme]
 
 
-def syslog_resolve(host: str, port: int) -> tuple[str, ...]:
-    """The host's addresses, each checked by the webhooks' rules (transport.address_refusal):
-    transport.TargetRefused or TargetUnresolved."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise transport.TargetUnresolved(f"{host} does not resolve ({exc})") from exc
-    addresses = tuple(dict.fromkeys(info[4][0] for info in infos))
-    if not addresses:
-        raise transport.TargetUnresolved(f"{host} does not resolve")
-    for address in addresses:
-        if reason := transport.address_refusal(address):
-            where = address if address == host else f"{host} resolves to {address}"
-            raise transport.TargetRefused(f"{where}, {reason}")
-    return addresses
-
-
 def tls_context(ca_certificate: str) -> ssl.SSLContext:
     """The destination's CA (PEM) if given, else the system's; the host name checked.
     ssl.SSLError for a CA that is not PEM."""
@@ -209,7 +192,7 @@ def _remaining(deadline: float) -> float:
 def _syslog_send(sink: Sink, body: bytes, deadline: float) -> None:
     try:
         host, port, tls = syslog_address(sink.url)
-        addresses = syslog_resolve(host, port)
+        addresses = transport.host_resolve(host, port)
     except (ValueError, transport.TargetRefused) as exc:
         raise Refused(f"target refused: {exc}") from exc
     except transport.TargetUnresolved as exc:
