@@ -113,6 +113,41 @@ def _act(request, pk: int, act, done: str):
     return redirect("siem-destination-list")
 
 
+class SiemDestinationChangeForm(forms.Form):
+    """A destination's address, token and CA: a blank token keeps the one stored."""
+
+    url = forms.CharField(label="Address", max_length=500)
+    token = forms.CharField(
+        label="New token",
+        required=False,
+        widget=forms.PasswordInput(render_value=False),
+        help_text="Leave blank to keep the stored one.",
+    )
+    ca_certificate = forms.CharField(
+        label="CA certificate (PEM)", required=False, widget=forms.Textarea(attrs={"rows": 3})
+    )
+
+
+@require_POST
+@SIEM_ADMINS
+def siem_destination_change(request, pk: int):
+    """Change the address, the token (blank: kept) or the CA; the cursors stay."""
+    destination = _destination(pk)
+    form = SiemDestinationChangeForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Give the destination's address.")
+        return redirect("siem-destination-list")
+    data = dict(form.cleaned_data)
+    if not data["token"]:
+        del data["token"]
+    return _act(
+        request,
+        pk,
+        lambda d: siem.destination_update(actor=request.user, destination=d, **data),
+        f"Changed {destination.name}. A paused destination stays paused until you resume it.",
+    )
+
+
 @require_POST
 @SIEM_ADMINS
 def siem_destination_pause(request, pk: int):

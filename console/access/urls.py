@@ -25,6 +25,11 @@ urlpatterns = [
     # the audit and access logs streamed to a SIEM (docs/siem.md)
     path("access/siem/", siem_views.siem_destination_list, name="siem-destination-list"),
     path(
+        "access/siem/<int:pk>/change/",
+        siem_views.siem_destination_change,
+        name="siem-destination-change",
+    ),
+    path(
         "access/siem/<int:pk>/pause/",
         siem_views.siem_destination_pause,
         name="siem-destination-pause",
@@ -57,6 +62,7 @@ REQUIRED = {
     "group-mapping-delete": Everywhere(Capability.MANAGE_GRANTS),
     # and VIEW_AUDIT on all agents, checked by the service (console.access.siem)
     "siem-destination-list": Everywhere(Capability.MANAGE_GRANTS),
+    "siem-destination-change": Everywhere(Capability.MANAGE_GRANTS),
     "siem-destination-pause": Everywhere(Capability.MANAGE_GRANTS),
     "siem-destination-resume": Everywhere(Capability.MANAGE_GRANTS),
     "siem-destination-delete": Everywhere(Capability.MANAGE_GRANTS),

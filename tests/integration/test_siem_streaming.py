@@ -312,3 +312,39 @@ def test_changes_are_audited(client, admin, loopback):
         assert not SiemCursor.objects.exists()
     finally:
         receiver.stop()
+
+
+def test_page__paused_by_a_refused_token__admin_changes_it_and_resumes(
+    client, admin, loopback, settings
+):
+    receiver = HecReceiver(token=TOKEN).start()
+    try:
+        destination = siem.destination_create(
+            actor=admin, name="splunk", protocol="splunk_hec", url=receiver.url, token="old"
+        )
+        assert siem.destination_drain(destination.pk).paused
+        client.force_login(admin)
+
+        changed = client.post(
+            reverse("siem-destination-change", args=[destination.pk]),
+            {"url": receiver.url, "token": TOKEN, "ca_certificate": ""},
+            follow=True,
+        )
+        assert "stays paused until you resume it" in changed.content.decode()
+        destination.refresh_from_db()
+        assert destination.status == "paused"
+        client.post(reverse("siem-destination-resume", args=[destination.pk]))
+        siem.destination_drain(destination.pk)
+
+        assert received_in_order(receiver.received, "audit") == expected_ids("audit")
+        settings.WEBHOOK_ALLOW_PRIVATE_TARGETS = False
+        kept = client.post(
+            reverse("siem-destination-change", args=[destination.pk]),
+            {"url": "http://10.0.0.9/services/collector/event", "token": ""},
+            follow=True,
+        )
+        assert kept.status_code == 200
+        destination.refresh_from_db()
+        assert destination.url == receiver.url  # private address: refused, nothing changed
+    finally:
+        receiver.stop()
