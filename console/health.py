@@ -23,6 +23,8 @@ import redis
 from django.conf import settings
 from django.db import connection
 
+from console.access.siem import health_summary
+
 # The beat's session-level advisory lock: (the console's lock class "CCSB", 1 = beat).
 BEAT_LOCK = (0x43435342, 1)
 # A worker notes itself every WORKER_HEARTBEAT_SECONDS in a Redis hash per queue it consumes
@@ -109,6 +111,14 @@ def work_waits_because() -> str | None:
     )
 
 
+def siem_health() -> dict:
+    """The SIEM destinations' summary (console.access.siem), or unknown without a database."""
+    try:
+        return health_summary()
+    except Exception as exc:  # noqa: BLE001 — the database check above says why
+        return {"ok": None, "detail": f"{type(exc).__name__}"}
+
+
 def health_report() -> tuple[bool, dict]:
     """`ok` is readiness (database and broker). The worker and the beat are reported too;
     without them the status is `degraded` and `missing` names them."""
@@ -127,6 +137,8 @@ def health_report() -> tuple[bool, dict]:
         "checks": {name: {"ok": good, "detail": detail} for name, (good, detail) in checks.items()},
         "failed": failed,
         "missing": missing,
+        # The SIEM destinations (docs/siem.md): a paused one is loud here, not a failure.
+        "siem": siem_health(),
         "duration_ms": round((time.perf_counter() - started) * 1000, 1),
     }
 

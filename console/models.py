@@ -24,6 +24,8 @@ from console.kernel.models import (
     GrantQuerySet,
     GroupMapping,
     Role,
+    SiemCursor,
+    SiemDestination,
 )
 
 __all__ = [
@@ -41,6 +43,8 @@ __all__ = [
     "RecoveryCode",
     "RecoveryCodeDevice",
     "Role",
+    "SiemCursor",
+    "SiemDestination",
     "WorkerHeartbeat",
 ]
 

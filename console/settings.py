@@ -235,6 +235,12 @@ ROLLOUTS_EVALUATE_SECONDS = float(env_count("ROLLOUTS_EVALUATE_SECONDS", 30, min
 # Days a completed rollout stays in its paired watch (issue 23 item 4: the previous version as
 # shadow on the environment's `watch_share` of units; a breach warns). 0 turns the watch off.
 ROLLOUTS_WATCH_DAYS = float(env_count("ROLLOUTS_WATCH_DAYS", 7, minimum=0))
+# The SIEM streaming (docs/siem.md, console.access.siem): seconds between two drains, events
+# per batch, seconds one drain may go on, the HOSTNAME the events carry (default: the host's).
+SIEM_DRAIN_SECONDS = float(env_count("SIEM_DRAIN_SECONDS", 10, minimum=1))
+SIEM_BATCH_SIZE = env_count("SIEM_BATCH_SIZE", 500, minimum=1)
+SIEM_DRAIN_BUDGET_SECONDS = float(env_count("SIEM_DRAIN_BUDGET_SECONDS", 50, minimum=1))
+SIEM_HOSTNAME = env("SIEM_HOSTNAME", "") or ""
 # Every periodic task, in one place; `celery -A console beat` runs them.
 CELERY_BEAT_SCHEDULE: dict = {
     "traces-purge-expired": {
@@ -274,6 +280,8 @@ CELERY_BEAT_SCHEDULE: dict = {
         "task": "console.chain_checkpoint",
         "schedule": AUDIT_CHECKPOINT_MINUTES * 60.0,
     },
+    # The audit and access logs streamed to the SIEM destinations (docs/siem.md).
+    "console-siem-drain": {"task": "console.siem_drain", "schedule": SIEM_DRAIN_SECONDS},
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(BASE_DIR / ".data" / "celerybeat-schedule")
 

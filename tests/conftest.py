@@ -197,6 +197,10 @@ def demo_world(db):
 
 
 # --- a real Celery worker process --------------------------------------------------------------
+# The running workers' processes by queue, for a test that kills one (tests/integration/test_siem_*).
+WORKER_PROCESSES: dict[str, subprocess.Popen] = {}
+
+
 @contextlib.contextmanager
 def celery_worker(
     *,
@@ -228,9 +232,11 @@ def celery_worker(
             stdout=log,
             stderr=subprocess.STDOUT,
         )  # fmt: skip
+        WORKER_PROCESSES[queue] = proc
         try:
             yield queue
         finally:
+            WORKER_PROCESSES.pop(queue, None)
             proc.terminate()
             try:
                 proc.wait(timeout=15)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.access import api
+from console.access import api, siem_api
 from console.kernel.policy import Capability, Everywhere
 
 urlpatterns = [
@@ -14,6 +14,12 @@ urlpatterns = [
     path("grants/<int:pk>/", api.grant_detail, name="api-grant-detail"),
     path("group-mappings/", api.group_mapping_list, name="api-group-mapping-list"),
     path("group-mappings/<int:pk>/", api.group_mapping_detail, name="api-group-mapping-detail"),
+    path("siem-destinations/", siem_api.siem_destination_list, name="api-siem-destination-list"),
+    path(
+        "siem-destinations/<int:pk>/",
+        siem_api.siem_destination_detail,
+        name="api-siem-destination-detail",
+    ),
     path("audit/", api.AuditList.as_view(), name="api-audit-list"),
     path("audit/export", api.audit_export, name="api-audit-export"),
     path("access-log/", api.AccessLogList.as_view(), name="api-access-log-list"),
@@ -35,6 +41,9 @@ REQUIRED = {
     # Mappings are console-wide configuration, as on the page.
     "api-group-mapping-list": Everywhere(Capability.MANAGE_GRANTS),
     "api-group-mapping-detail": Everywhere(Capability.MANAGE_GRANTS),
+    # SIEM destinations (docs/siem.md): and VIEW_AUDIT on all agents, checked by the service.
+    "api-siem-destination-list": Everywhere(Capability.MANAGE_GRANTS),
+    "api-siem-destination-detail": Everywhere(Capability.MANAGE_GRANTS),
     "api-audit-list": Capability.VIEW_AUDIT,
     "api-audit-export": Capability.VIEW_AUDIT,
     "api-access-log-list": Capability.VIEW_AUDIT,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.access import log_views, views
+from console.access import log_views, siem_views, views
 from console.kernel.policy import Capability, Everywhere
 
 urlpatterns = [
@@ -21,6 +21,28 @@ urlpatterns = [
         "access/group-mappings/<int:pk>/remove/",
         views.group_mapping_delete,
         name="group-mapping-delete",
+    ),
+    # the audit and access logs streamed to a SIEM (docs/siem.md)
+    path("access/siem/", siem_views.siem_destination_list, name="siem-destination-list"),
+    path(
+        "access/siem/<int:pk>/change/",
+        siem_views.siem_destination_change,
+        name="siem-destination-change",
+    ),
+    path(
+        "access/siem/<int:pk>/pause/",
+        siem_views.siem_destination_pause,
+        name="siem-destination-pause",
+    ),
+    path(
+        "access/siem/<int:pk>/resume/",
+        siem_views.siem_destination_resume,
+        name="siem-destination-resume",
+    ),
+    path(
+        "access/siem/<int:pk>/remove/",
+        siem_views.siem_destination_delete,
+        name="siem-destination-delete",
     ),
     path("audit/", log_views.audit_list, name="audit-list"),
     path("audit/<int:pk>/", log_views.audit_detail, name="audit-detail"),
@@ -38,6 +60,12 @@ REQUIRED = {
     "login-lock-clear": Everywhere(Capability.MANAGE_GRANTS),
     "group-mapping-list": Everywhere(Capability.MANAGE_GRANTS),
     "group-mapping-delete": Everywhere(Capability.MANAGE_GRANTS),
+    # and VIEW_AUDIT on all agents, checked by the service (console.access.siem)
+    "siem-destination-list": Everywhere(Capability.MANAGE_GRANTS),
+    "siem-destination-change": Everywhere(Capability.MANAGE_GRANTS),
+    "siem-destination-pause": Everywhere(Capability.MANAGE_GRANTS),
+    "siem-destination-resume": Everywhere(Capability.MANAGE_GRANTS),
+    "siem-destination-delete": Everywhere(Capability.MANAGE_GRANTS),
     "audit-list": Capability.VIEW_AUDIT,
     "audit-detail": Capability.VIEW_AUDIT,
     "audit-export-csv": Capability.VIEW_AUDIT,

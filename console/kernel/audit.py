@@ -147,6 +147,12 @@ class AuditAction(_LabelledAction):
     SECOND_FACTOR_ENROL = "second_factor.enrol", "Second factor enrolled"
     SECOND_FACTOR_REMOVE = "second_factor.remove", "Second factor removed"
     RECOVERY_CODES_REGENERATE = "second_factor.recovery_codes", "New recovery codes made"
+    # the audit and access logs streamed to a SIEM (issue 34): its destinations
+    SIEM_DESTINATION_CREATE = "siem_destination.create", "SIEM destination added"
+    SIEM_DESTINATION_UPDATE = "siem_destination.update", "SIEM destination changed"
+    SIEM_DESTINATION_PAUSE = "siem_destination.pause", "SIEM destination paused"
+    SIEM_DESTINATION_RESUME = "siem_destination.resume", "SIEM destination resumed"
+    SIEM_DESTINATION_DELETE = "siem_destination.delete", "SIEM destination removed"
     PERSONAL_TOKEN_CREATE = "personal_token.create", "Personal token created"
     PERSONAL_TOKEN_REVOKE = "personal_token.revoke", "Personal token revoked"
     # the Django admin (break glass)

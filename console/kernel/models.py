@@ -248,6 +248,77 @@ class ChainCheckpoint(models.Model):
         return f"{self.get_log_display()} @ #{self.last_id} ({counted(self.row_count, 'row')})"
 
 
+# --- the audit and access logs streamed to a SIEM (issue 34 item 3, console.access.siem) --------
+class SiemDestination(models.Model):
+    """Where the console streams its audit and access logs (docs/siem.md): a syslog receiver
+    (RFC 5424 over TCP, TLS when `tcp+tls://`), a Splunk HTTP Event Collector or an
+    OpenTelemetry logs endpoint (OTLP/HTTP JSON). Its credential is stored encrypted
+    (traces.crypto, the snapshot keys) and never shown again; each chain has its own cursor
+    (SiemCursor)."""
+
+    class Protocol(models.TextChoices):
+        SYSLOG = "syslog", "Syslog (RFC 5424 over TCP)"
+        SPLUNK_HEC = "splunk_hec", "Splunk HTTP Event Collector"
+        OTLP_HTTP = "otlp_http", "OpenTelemetry logs (OTLP/HTTP JSON)"
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "streaming"
+        PAUSED = "paused", "paused"
+
+    name = models.CharField(max_length=100, unique=True)
+    protocol = models.CharField(max_length=20, choices=Protocol.choices)
+    url = models.CharField(
+        max_length=500,
+        help_text="syslog: tcp://host:port or tcp+tls://host:port; the others: an http(s) URL.",
+    )
+    ca_certificate = models.TextField(
+        blank=True,
+        default="",
+        help_text="PEM: the CA a TLS syslog receiver's certificate is checked against.",
+    )
+    credential_encrypted = models.BinaryField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.ACTIVE)
+    paused_reason = models.TextField(blank=True, default="")
+    paused_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    last_error_at = models.DateTimeField(null=True, blank=True)
+    last_success_at = models.DateTimeField(null=True, blank=True)
+    failures = models.PositiveIntegerField(default=0, help_text="Tries failed in a row.")
+    created_by = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.get_protocol_display()})"
+
+
+class SiemCursor(models.Model):
+    """How far one destination has been sent one chain: the last row (and chain checkpoint)
+    the sink accepted. Advanced only after the sink accepted a batch, in a transaction of its
+    own (console.access.siem.cursor_advance)."""
+
+    destination = models.ForeignKey(
+        SiemDestination, on_delete=models.CASCADE, related_name="cursors"
+    )
+    chain = models.CharField(max_length=10, choices=ChainCheckpoint.Log.choices)
+    last_id = models.BigIntegerField(default=0)
+    last_checkpoint_id = models.BigIntegerField(default=0)
+    sent = models.BigIntegerField(default=0, help_text="Events accepted by the sink so far.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["destination", "chain"], name="siem_cursor_one_per_chain"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.destination_id}/{self.chain} @ #{self.last_id}"
+
+
 def agent_model():
     """The agent model, as the grants name it ("strategies.Agent"): the kernel is the ground
     floor and imports no job's models; it reaches the agents through its own grants' relation

@@ -106,6 +106,14 @@ def target_resolve(url: str) -> Target:
     except ValueError as exc:
         raise TargetRefused("the port is not a number from 1 to 65535") from exc
     host = parts.hostname
+    addresses = host_resolve(host, port)
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return Target(scheme=scheme, host=host, port=port, path=path, addresses=addresses)
+
+
+def host_resolve(host: str, port: int) -> tuple[str, ...]:
+    """The host's addresses, resolved once, each checked (TargetRefused, TargetUnresolved):
+    for URLs (`target_resolve`) and for the SIEM's syslog addresses (host:port)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     except (socket.gaierror, UnicodeError) as exc:
@@ -118,8 +126,7 @@ def target_resolve(url: str) -> Target:
         if reason:
             where = address if address == host else f"{host} resolves to {address}"
             raise TargetRefused(f"{where}, {reason}")
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    return Target(scheme=scheme, host=host, port=port, path=path, addresses=addresses)
+    return addresses
 
 
 # --- one POST within one deadline ----------------------------------------------------------------

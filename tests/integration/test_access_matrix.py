@@ -239,6 +239,11 @@ def _sample_break_glass_account(model):
     return model.objects.create(user=user, reason="matrix sample")
 
 
+def _sample_siem_destination(model):
+    """A destination row alone (no cursors, so "siem" urls resolve to it, not to a cursor)."""
+    return model.objects.create(name="matrix sample", protocol="syslog", url="tcp://192.0.2.1:6514")
+
+
 SAMPLE_FACTORIES = {
     "console.breakglassaccount": _sample_break_glass_account,
     "strategies.rollout": _sample_rollout,
@@ -246,6 +251,7 @@ SAMPLE_FACTORIES = {
     "console.personaltoken": _sample_personal_token,
     "previews.preview": _sample_preview,
     "console.groupmapping": _sample_group_mapping,
+    "console.siemdestination": _sample_siem_destination,
 }
 
 

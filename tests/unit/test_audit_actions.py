@@ -97,6 +97,7 @@ def test_members__stored_strings_as_written_before_the_enum():
         # issue 33 item 4: break-glass accounts, second factors
         *(f"break_glass_account.{a}" for a in ("mark", "unmark")),
         *(f"second_factor.{a}" for a in ("enrol", "remove", "recovery_codes")),
+        *(f"siem_destination.{a}" for a in ("create", "update", "pause", "resume", "delete")),
         *(f"personal_token.{a}" for a in ("create", "revoke")),
         *(f"admin.{a}" for a in ("add", "change", "change_related", "delete", "password_change")),
     }
