@@ -7,7 +7,12 @@ from __future__ import annotations
 
 from django.db import models
 
-from console.accounts.models import ExternalIdentity, PersonalToken, PersonalTokenQuerySet
+from console.accounts.models import (
+    ExternalIdentity,
+    PersonalToken,
+    PersonalTokenQuerySet,
+    SamlAssertion,
+)
 from console.kernel.models import (
     AccessLogEntry,
     AuditRecord,
@@ -31,6 +36,7 @@ __all__ = [
     "PersonalToken",
     "PersonalTokenQuerySet",
     "Role",
+    "SamlAssertion",
     "WorkerHeartbeat",
 ]
 

@@ -359,6 +359,19 @@ except ValueError as exc:
 # How far a provider's clock may be off (seconds) when its ID token's times are checked.
 OIDC_CLOCK_SKEW_SECONDS = env_count("OIDC_CLOCK_SKEW_SECONDS", 60)
 
+# Single sign-on through SAML 2.0 identity providers (docs/sso.md, console.accounts.saml): a
+# JSON list (key, name, metadata_url or metadata_file, groups_attribute, email_attribute,
+# username_attribute, name_attribute, sp_entity_id, timeout). Keys are unique across both
+# lists. The clock skew allowed on an assertion's times is OIDC_CLOCK_SKEW_SECONDS. The
+# pending sign-in rides in its own cookie (djangosaml2's), SameSite=None over HTTPS: the
+# provider's answer is a cross-site POST, which a Lax cookie does not come with.
+try:
+    SAML_PROVIDERS = json.loads(env("SAML_PROVIDERS", "[]") or "[]")
+except ValueError as exc:
+    raise ImproperlyConfigured(f"SAML_PROVIDERS is not valid JSON: {exc}") from exc
+SAML_SESSION_COOKIE_NAME = "console_saml"
+SAML_SESSION_COOKIE_SAMESITE = "None" if PRODUCTION else "Lax"
+
 if PRODUCTION:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True

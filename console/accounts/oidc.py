@@ -399,8 +399,8 @@ def logout_url(request) -> str | None:
     if not signed_in:
         return None
     provider = providers().get(signed_in.get("provider", ""))
-    if provider is None:
-        return None
+    if provider is None or provider.protocol != "oidc":
+        return None  # SAML: the console's own session ends (console.accounts.saml)
     try:
         end_session = discovery(provider).get("end_session_endpoint")
     except SignInRefused:

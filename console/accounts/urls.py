@@ -5,12 +5,20 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.accounts import oidc, views
+from console.accounts import oidc, saml, views
 from console.kernel.policy import AUTHENTICATED, PUBLIC, Capability, Everywhere
 
 urlpatterns = [
     path("login/sso/<str:provider>/", oidc.sso_start, name="sso-start"),
     path("login/sso/<str:provider>/callback/", oidc.sso_callback, name="sso-callback"),
+    path("login/saml/<str:provider>/", saml.saml_start, name="saml-start"),
+    path("login/saml/<str:provider>/metadata/", saml.saml_metadata, name="saml-metadata"),
+    path("login/saml/<str:provider>/acs/", saml.saml_acs, name="saml-acs"),
+    path(
+        "login/saml/<str:provider>/reauthenticate/",
+        saml.saml_reauthenticate,
+        name="saml-reauthenticate",
+    ),
     path("account/", views.account, name="account"),
     path(
         "account/tokens/<int:pk>/revoke/",
@@ -30,6 +38,10 @@ REQUIRED = {
     # Signing in: nobody is signed in yet (the provider's answer is checked, not the visitor).
     "sso-start": PUBLIC,
     "sso-callback": PUBLIC,
+    "saml-start": PUBLIC,
+    "saml-metadata": PUBLIC,
+    "saml-acs": PUBLIC,
+    "saml-reauthenticate": AUTHENTICATED,
     "account": AUTHENTICATED,
     "account-personaltoken-revoke": AUTHENTICATED,
     "personal-token-admin-list": Everywhere(Capability.MANAGE_GRANTS),
