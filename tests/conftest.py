@@ -352,6 +352,6 @@ def saml_idp():
     started: the test adds its users, then calls start()."""
     from tests.idp.saml_idp import LocalSamlIdP
 
-    idp = LocalSamlIdP()
+    idp = LocalSamlIdP(host="localhost")  # the live server's site (see LocalSamlIdP)
     yield idp
     idp.close()

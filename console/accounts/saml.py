@@ -27,7 +27,7 @@ from pathlib import Path
 
 import requests
 from django.conf import settings
-from django.contrib import auth, messages
+from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import resolve_url
@@ -49,9 +49,8 @@ from saml2.sigver import MissingKey, SignatureError
 from saml2.validate import ResponseLifetimeExceed, ToEarly
 
 from console.accounts.models import ExternalIdentity
-from console.accounts.oidc import SESSION_BACKEND, SESSION_KEY, SignInRefused, _refused, _safe_next
+from console.accounts.oidc import SignInRefused, _refused, _safe_next, signed_in
 from console.accounts.sso_accounts import ProviderPerson, saml_assertion_use, sso_sign_in
-from console.kernel.audit import AccessAction, access_record
 from console.kernel.sessions import authentication_recorded, reauthentication_record
 from console.kernel.sso_providers import SamlProvider, provider_get
 
@@ -153,6 +152,8 @@ def _client(request, provider: SamlProvider) -> tuple[Saml2Client, str]:
         [idp] = client.metadata.identity_providers()
     except Exception as error:  # noqa: BLE001 - any unreadable metadata is one refusal
         logger.warning("SAML metadata of %s unreadable: %s", provider.key, error)
+        with _metadata_lock:  # not kept: the next sign-in reads it again
+            _metadata.pop(provider.metadata_url or provider.metadata_file, None)
         raise SignInRefused(
             "provider_bad_metadata",
             f"{provider.name} publishes metadata the console cannot read (one identity "
@@ -397,26 +398,8 @@ def saml_acs(request, provider: str):
     except SignInRefused as refusal:
         return _refused(request, key, refusal, provider.name)
 
-    auth.login(request, user, backend=SESSION_BACKEND)
-    request.session[SESSION_KEY] = {
-        "provider": key,
-        "protocol": "saml",
-        "subject": person.subject,
-        "assertion": assertion_id,
-    }
-    access_record(
-        actor=user,
-        action=AccessAction.AUTH_LOGIN,
-        target=user,
-        outcome="allowed",
-        detail={
-            "provider": key,
-            "protocol": "saml",
-            "account_created": created,
-            "grants_added": len(sync.added),
-            "grants_removed": len(sync.removed),
-        },
-    )
+    remembered = {"protocol": "saml", "subject": person.subject, "assertion": assertion_id}
+    signed_in(request, user, key, (created, sync), **remembered)
     return HttpResponseRedirect(pending.get("next") or resolve_url(settings.LOGIN_REDIRECT_URL))
 
 

@@ -1,6 +1,6 @@
 """The local SAML 2.0 identity provider the suite signs in through: pysaml2's own IdP
 (saml2.server.Server) under wsgiref, run as its own process on a free loopback port
-(`python tests/idp/saml_idp.py CONFIG.json`). Python, not npm `saml-idp`: pysaml2 is already
+(`python -m tests.idp.saml_idp CONFIG.json`). Python, not npm `saml-idp`: pysaml2 is already
 installed for the console, so nothing more is fetched, and its Server signs assertions with
 the same xmlsec1 the console checks them with — while being a different code path (the IdP
 side) from the one under test.
@@ -18,10 +18,7 @@ import html
 import json
 import re
 import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -35,13 +32,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
+from tests.idp.process import LoopbackProcess
+
 TAMPERS = ("unsigned", "wrong_key", "wrong_audience", "wrong_recipient", "expired")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def key_and_certificate(directory: Path, stem: str) -> tuple[str, str]:
@@ -71,21 +64,24 @@ def key_and_certificate(directory: Path, stem: str) -> tuple[str, str]:
     return str(key_path), str(cert_path)
 
 
-class LocalSamlIdP:
-    """One IdP process. `base` is http://127.0.0.1:<port>; its metadata is at `metadata_url`."""
+class LocalSamlIdP(LoopbackProcess):
+    """One IdP process, listening on 127.0.0.1. `base` is http://<host>:<port> (host
+    "localhost" for a browser test: the same site as the live server, so that its answer, a
+    POST, comes with the console's SameSite=Lax cookies as over plain HTTP it must); its
+    metadata is at `metadata_url`."""
 
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.base = f"http://127.0.0.1:{self.port}"
+    label = "the SAML IdP"
+
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        super().__init__("test-saml-idp-")
+        self.base = f"http://{host}:{self.port}"
         self.metadata_url = f"{self.base}/metadata"
-        self._dir = Path(tempfile.mkdtemp(prefix="test-saml-idp-"))
         self.key, self.cert = key_and_certificate(self._dir, "signing")
         self.rogue_key, self.rogue_cert = key_and_certificate(self._dir, "rogue")
         self.users: dict[str, dict] = {}
         self.tamper: str | None = None
         self.metadata_delay = 0.0
         self._config = self._dir / "config.json"
-        self._process: subprocess.Popen | None = None
 
     # --- configuration -------------------------------------------------------------------------------
     def add_user(self, login: str, *, subject: str, email: str, groups=(), name: str = "") -> None:
@@ -130,39 +126,12 @@ class LocalSamlIdP:
     # --- process -------------------------------------------------------------------------------------
     def start(self, *, ready_within: float = 20.0) -> None:
         self._write()
-        self._process = subprocess.Popen(
-            [sys.executable, __file__, str(self._config)],
-            stdout=subprocess.DEVNULL,
-            stderr=(self._dir / "stderr.log").open("ab"),
+        self._spawn(
+            [sys.executable, "-m", "tests.idp.saml_idp", str(self._config)],
+            cwd=Path(__file__).resolve().parents[2],
+            ready=lambda: urllib.request.urlopen(self.metadata_url, timeout=2).close(),  # noqa: S310
+            ready_within=ready_within,
         )
-        deadline = time.monotonic() + ready_within
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"the SAML IdP exited: {self.stderr()}")
-            try:
-                with urllib.request.urlopen(self.metadata_url, timeout=2):  # noqa: S310
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"the SAML IdP did not answer within {ready_within}s: {self.stderr()}")
-
-    def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        self._process = None
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def stderr(self) -> str:
-        path = self._dir / "stderr.log"
-        return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
     # --- using it ------------------------------------------------------------------------------------
     def provider_setting(self, *, key: str, **extra) -> dict:

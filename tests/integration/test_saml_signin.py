@@ -17,13 +17,14 @@ import pytest
 import requests
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from django.urls import reverse
 
 from console.access import group_mappings
 from console.accounts import saml
 from console.accounts.models import ExternalIdentity, SamlAssertion
-from console.kernel import sessions
+from console.kernel import sessions, sso_providers
 from console.kernel.models import AccessLogEntry, AuditRecord, Grant
 from tests.factories import AgentFactory, role_named, user_with_grants
 
@@ -356,3 +357,60 @@ def test_reauthenticate__another_persons_answer__refused_and_audited(client, cor
     [refused] = AccessLogEntry.objects.filter(action="auth.reauthenticate")
     assert refused.outcome == "denied" and refused.detail["why"] == "another_person"
     assert not User.objects.filter(username="bob").exists()
+
+
+# --- one registry of providers ---------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "oidc, saml_entry, words",
+    [
+        (
+            [{"key": "corp", "issuer": "http://x", "client_id": "c", "client_secret": "s"}],
+            {"key": "corp", "metadata_url": "http://x/md"},
+            "already a provider",
+        ),
+        ([], {"key": "corp"}, "metadata_url or metadata_file"),
+        ([], {"key": "corp", "metadata_url": "u", "metadata_file": "f"}, "(one)"),
+        ([], {"key": "corp", "metadata_url": "u", "groups_claim": "g"}, "unknown ['groups_claim']"),
+        ([], {"key": "Corp!", "metadata_url": "u"}, "lower-case letters"),
+    ],
+)
+def test_providers__bad_saml_setting__start_refused_with_its_reason(
+    settings, oidc, saml_entry, words
+):
+    settings.OIDC_PROVIDERS, settings.SAML_PROVIDERS = oidc, [saml_entry]
+
+    with pytest.raises(ImproperlyConfigured) as refused:
+        sso_providers.providers()
+
+    assert words in str(refused.value)
+
+
+def test_group_mappings_page__offers_the_saml_provider(client, corp, admin):
+    client.force_login(admin)
+
+    page = client.get(reverse("group-mapping-list")).content.decode()
+
+    assert '<option value="corp">Corp SAML</option>' in page
+
+
+def test_logout__after_saml_sign_in__console_session_ends(client, corp, admin):
+    _sign_in(client, corp)
+
+    response = client.post(reverse("logout"))
+
+    assert response.status_code == 302 and response["Location"] == reverse("login")
+    assert "_auth_user_id" not in client.session
+
+
+def test_start__metadata_unreadable__readable_refusal_logged(client, corp, settings, tmp_path):
+    junk = tmp_path / "metadata.xml"
+    junk.write_text("<EntityDescriptor>not metadata")
+    settings.SAML_PROVIDERS = [
+        {**settings.SAML_PROVIDERS[0], "metadata_url": "", "metadata_file": str(junk)}
+    ]
+
+    response = client.get(reverse("saml-start", args=["corp"]))
+
+    assert response.status_code == 502
+    assert "cannot read" in response.content.decode()
+    assert len(_denials("provider_bad_metadata")) == 1

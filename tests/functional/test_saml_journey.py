@@ -1,0 +1,52 @@
+"""Browser (issue 33, item 2): a person signs in through the bank's SAML identity provider — a
+real pysaml2 IdP on loopback (tests/idp/saml_idp.py) — and lands on the dashboard with
+exactly the role their group maps to."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.access import group_mappings
+from console.accounts import saml
+from tests.factories import AgentFactory, role_named, user_with_grants
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def corp(saml_idp, settings):
+    saml._metadata.clear()
+    saml_idp.add_user("alice", subject="alice-pid", email="alice@bank.test", groups=["pay-ops"])
+    saml_idp.start()
+    settings.SAML_PROVIDERS = [saml_idp.provider_setting(key="corp", name="Corp SAML")]
+    return saml_idp
+
+
+def test_saml__member_of_mapped_group__lands_with_the_mapped_role(corp, page, live_server):
+    payments = AgentFactory(key="payments")
+    AgentFactory(key="lending")
+    admin = user_with_grants("root", admin=None)
+    group_mappings.group_mapping_create(
+        actor=admin,
+        provider="corp",
+        group="pay-ops",
+        role=role_named("operator"),
+        agents=[payments],
+        all_agents=False,
+        reason="payments operations team",
+    )
+
+    page.goto(f"{live_server.url}/login/")
+    page.get_by_role("link", name="Sign in with Corp SAML").click()
+    page.get_by_label("Login").fill("alice")
+    page.get_by_role("button", name="Sign in").click()  # the IdP's page posts the answer back
+    page.wait_for_url(f"{live_server.url}/")
+
+    assert page.locator(".nav-user-roles").inner_text() == "operator on payments"
+    assert page.locator("[data-agent=payments]").is_visible()
+    assert page.locator("[data-agent=lending]").count() == 0
+
+    page.get_by_role("button", name="Log out").click()
+    page.wait_for_url(f"{live_server.url}/login/")
+    page.goto(f"{live_server.url}/")
+    assert "/login/" in page.url  # the console's session ended
