@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlencode
+
 from django.conf import settings
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.decorators import login_not_required
@@ -23,7 +25,7 @@ from console.health import health_public, health_report
 from console.kernel.audit import AccessAction, access_record
 from console.kernel.policy import agents_visible_to
 from console.kernel.sessions import authentication_recorded
-from console.kernel.sso_providers import sso_buttons
+from console.kernel.sso_providers import SSO_SESSION_KEY, signed_in_through, sso_buttons
 from console.kernel.wording import counted
 from strategies.catalog.selectors import environment_list
 from strategies.releases.selectors import dashboard_context as strategies_part
@@ -124,6 +126,26 @@ def signed_out(request):
     )
 
 
+def _return_address(request) -> str:
+    """Where to come back to after confirming at a provider, when the action was a form: the
+    page it was posted from (a provider's round trip cannot post it again)."""
+    if request.method == "GET":
+        return request.get_full_path()
+    return _safe_next(request, request.META.get("HTTP_REFERER", "")) or reverse("dashboard")
+
+
+def _provider_confirmation(request, next_url: str) -> dict | None:
+    """For a person who signed in through an identity provider: its name and the address that
+    asks it to confirm it is them, then returns to `next_url`. None after a password sign-in."""
+    provider = signed_in_through(request.session)
+    if provider is None:
+        return None
+    saml = (request.session.get(SSO_SESSION_KEY) or {}).get("protocol") == "saml"
+    view = "saml-reauthenticate" if saml else "sso-reauthenticate"
+    query = urlencode({"next": next_url or reverse("dashboard")})
+    return {"name": provider.name, "url": f"{reverse(view, args=[provider.key])}?{query}"}
+
+
 def reauthentication_page(request, *, message: str, form=None, next_url: str | None = None):
     """The confirm-your-password page, asked before a dangerous action (status 401: it was
     not done). Asked by a form (`next_url` None), it posts to the same address again with
@@ -151,6 +173,9 @@ def reauthentication_page(request, *, message: str, form=None, next_url: str | N
             "next": next_url or "",
             "files_lost": inline and bool(request.FILES),
             "has_password": request.user.has_usable_password(),
+            "provider_confirmation": _provider_confirmation(
+                request, next_url if next_url is not None else _return_address(request)
+            ),
             "window_words": counted(settings.REAUTHENTICATION_MINUTES, "minute"),
         },
         status=401,

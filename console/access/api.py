@@ -24,7 +24,7 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.response import Response
 
-from console.access import services
+from console.access import group_mappings, services
 from console.access.selectors import logs_filter, logs_visible_to
 from console.access.serializers import (
     AccessLogEntrySerializer,
@@ -34,6 +34,8 @@ from console.access.serializers import (
     GrantCreateSerializer,
     GrantRevokeSerializer,
     GrantSerializer,
+    GroupMappingCreateSerializer,
+    GroupMappingSerializer,
     LogFilterSerializer,
     RoleCreateSerializer,
     RoleSerializer,
@@ -43,8 +45,8 @@ from console.kernel.api_schema import ErrorSerializer
 from console.kernel.audit import AccessAction, access_record
 from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.limits import check_request_size
-from console.kernel.models import AccessLogEntry, AuditRecord, Grant, Role
-from console.kernel.policy import Capability, agents_where, refuse, requires
+from console.kernel.models import AccessLogEntry, AuditRecord, Grant, GroupMapping, Role
+from console.kernel.policy import Capability, Everywhere, agents_where, refuse, requires
 from strategies.catalog.models import Agent
 
 ERRORS = {
@@ -246,6 +248,92 @@ def grant_detail(request, pk: int):
             target=grant,
         )
     return Response(GrantSerializer(grant).data)
+
+
+# --- group mappings (issue 33: an identity provider's group → a role) ------------------------------
+MAPPERS = requires(Everywhere(Capability.MANAGE_GRANTS), agent_kwarg=None)
+
+
+def _mapping_agents(value) -> tuple[list, bool]:
+    """("all" | [agent keys]) → (agents, all_agents); an unknown key is a 400."""
+    if value == "all":
+        return [], True
+    if not isinstance(value, list) or not all(isinstance(k, str) for k in value):
+        raise ValidationFailed(
+            'agents: "all" or a list of agent keys.',
+            details=[{"path": "agents", "code": "invalid", "message": 'Give "all" or keys.'}],
+        )
+    found = {a.key: a for a in Agent.objects.filter(key__in=value)}
+    missing = [k for k in value if k not in found]
+    if missing:
+        raise ValidationFailed(
+            f"Unknown agent {missing[0]!r}.",
+            details=[{"path": "agents", "code": "does_not_exist", "message": f"{missing}"}],
+        )
+    return [found[k] for k in dict.fromkeys(value)], False
+
+
+def _mappings():
+    return GroupMapping.objects.select_related("created_by").prefetch_related("agents")
+
+
+@extend_schema(
+    methods=["GET"],
+    summary="List the mappings of identity-provider groups to roles",
+    responses=GroupMappingSerializer(many=True),
+)
+@extend_schema(
+    methods=["POST"],
+    summary="Map an identity provider's group to a role on all agents or named agents",
+    description="Takes effect at each member's next sign-in (and at once through SCIM). The "
+    "mapper must hold every capability of the role wherever it applies.",
+    request=GroupMappingCreateSerializer,
+    responses={201: GroupMappingSerializer, **ERRORS},
+)
+@api_view(["GET", "POST"])
+@MAPPERS
+def group_mapping_list(request):
+    if request.method == "POST":
+        data = _valid(request, GroupMappingCreateSerializer)
+        agents, all_agents = _mapping_agents(data.get("agents", "all"))
+        mapping = group_mappings.group_mapping_create(
+            actor=request.user,
+            provider=data["provider"],
+            group=data["group"],
+            role=_lookup(Role, "name", data["role"], "role"),
+            agents=agents,
+            all_agents=all_agents,
+            reason=data["reason"],
+        )
+        return Response(GroupMappingSerializer(mapping).data, status=status.HTTP_201_CREATED)
+    return Response(GroupMappingSerializer(_mappings(), many=True).data)
+
+
+@extend_schema(
+    methods=["GET"],
+    summary="A group mapping",
+    responses={200: GroupMappingSerializer, 404: ERRORS[404]},
+)
+@extend_schema(
+    methods=["DELETE"],
+    summary="Remove a group mapping and, at once, every grant it made (reason required: in "
+    "the body, or as ?reason=)",
+    request=GrantRevokeSerializer,
+    responses={204: None, **ERRORS},
+)
+@api_view(["GET", "DELETE"])
+@MAPPERS
+def group_mapping_detail(request, pk: int):
+    mapping = _mappings().filter(pk=pk).first()
+    if mapping is None:
+        raise NotFound("Not found.")
+    if request.method == "DELETE":
+        data = _valid(request, GrantRevokeSerializer, request.data or request.query_params)
+        group_mappings.group_mapping_delete(
+            actor=request.user, mapping=mapping, reason=data["reason"]
+        )
+        return Response(status=status.HTTP_204_NO_CONTENT)
+    return Response(GroupMappingSerializer(mapping).data)
 
 
 # --- logs -------------------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ urlpatterns = [
     path("roles/<int:pk>/", api.role_detail, name="api-role-detail"),
     path("grants/", api.grant_list, name="api-grant-list"),
     path("grants/<int:pk>/", api.grant_detail, name="api-grant-detail"),
+    path("group-mappings/", api.group_mapping_list, name="api-group-mapping-list"),
+    path("group-mappings/<int:pk>/", api.group_mapping_detail, name="api-group-mapping-detail"),
     path("audit/", api.AuditList.as_view(), name="api-audit-list"),
     path("audit/export", api.audit_export, name="api-audit-export"),
     path("access-log/", api.AccessLogList.as_view(), name="api-access-log-list"),
@@ -30,6 +32,9 @@ REQUIRED = {
     },
     "api-grant-list": Capability.MANAGE_GRANTS,
     "api-grant-detail": Capability.MANAGE_GRANTS,
+    # Mappings are console-wide configuration, as on the page.
+    "api-group-mapping-list": Everywhere(Capability.MANAGE_GRANTS),
+    "api-group-mapping-detail": Everywhere(Capability.MANAGE_GRANTS),
     "api-audit-list": Capability.VIEW_AUDIT,
     "api-audit-export": Capability.VIEW_AUDIT,
     "api-access-log-list": Capability.VIEW_AUDIT,

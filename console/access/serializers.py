@@ -11,7 +11,7 @@ from console.kernel.audit import (
     AuditAction,
     action_filter_choices,
 )
-from console.kernel.models import AccessLogEntry, AuditRecord, Grant, Role
+from console.kernel.models import AccessLogEntry, AuditRecord, Grant, GroupMapping, Role
 from console.kernel.policy import CAPABILITY_VALUES
 
 
@@ -95,6 +95,53 @@ class GrantCreateSerializer(serializers.Serializer):
 
 
 class GrantRevokeSerializer(serializers.Serializer):
+    reason = serializers.CharField(min_length=3)
+
+
+class GroupMappingSerializer(serializers.ModelSerializer):
+    role = serializers.CharField(
+        source="role_name",
+        read_only=True,
+        help_text="The role's name when mapped (role_exists false: it was deleted since).",
+    )
+    role_exists = serializers.SerializerMethodField()
+    agents = serializers.SerializerMethodField(help_text='"all", or the agents\' keys')
+    created_by = serializers.CharField(
+        source="created_by.username", default=None, read_only=True, allow_null=True
+    )
+    grant_count = serializers.SerializerMethodField(help_text="Grants it has made, held now.")
+
+    class Meta:
+        model = GroupMapping
+        fields = [
+            "id",
+            "provider",
+            "group",
+            "role",
+            "role_exists",
+            "agents",
+            "created_by",
+            "created_at",
+            "grant_count",
+        ]
+
+    def get_role_exists(self, mapping) -> bool:
+        return mapping.role_id is not None
+
+    def get_agents(self, mapping) -> str | list[str]:
+        return "all" if mapping.all_agents else sorted(a.key for a in mapping.agents.all())
+
+    def get_grant_count(self, mapping) -> int:
+        return mapping.grants.count()
+
+
+class GroupMappingCreateSerializer(serializers.Serializer):
+    provider = serializers.CharField(help_text="The identity provider's key (OIDC_PROVIDERS …)")
+    group = serializers.CharField(help_text="The group as the provider sends it")
+    role = serializers.CharField(help_text="role name")
+    agents = serializers.JSONField(
+        help_text='"all", or a list of agent keys', default="all", required=False
+    )
     reason = serializers.CharField(min_length=3)
 
 

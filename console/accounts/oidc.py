@@ -20,7 +20,7 @@ from urllib.parse import urlencode
 import jwt
 import requests
 from django.conf import settings
-from django.contrib import auth
+from django.contrib import auth, messages
 from django.contrib.auth.decorators import login_not_required
 from django.contrib.auth.models import AnonymousUser
 from django.core.exceptions import ImproperlyConfigured, SuspiciousOperation
@@ -38,13 +38,21 @@ from mozilla_django_oidc.utils import (
 )
 
 from console.access.forms import LoginForm
+from console.accounts.models import ExternalIdentity
 from console.accounts.sso_accounts import ProviderPerson, sso_sign_in
 from console.kernel.audit import AccessAction, access_record
-from console.kernel.sso_providers import Provider, provider_get, providers, sso_buttons
+from console.kernel.sessions import authentication_recorded, reauthentication_record
+from console.kernel.sso_providers import (
+    SSO_SESSION_KEY,
+    Provider,
+    provider_get,
+    providers,
+    sso_buttons,
+)
 
-# The session key of the provider a person signed in through, and its ID token (the hint of
-# RP-initiated logout).
-SESSION_KEY = "sso"
+# Where the session keeps the provider a person signed in through, and its ID token (the hint
+# of RP-initiated logout).
+SESSION_KEY = SSO_SESSION_KEY
 # What Django's session remembers the user by: the console's own backend loads every user,
 # local or not (a provider account has no usable password, so it cannot sign in with one).
 SESSION_BACKEND = "django.contrib.auth.backends.ModelBackend"
@@ -269,12 +277,10 @@ def _safe_next(request) -> str | None:
     return None
 
 
-@login_not_required
-@never_cache
-@require_GET
-def sso_start(request, provider: str):
-    """Send the browser to the provider with state, nonce and PKCE's challenge (S256)."""
-    key, provider = provider, provider_get(provider)
+def _authorization_redirect(request, key: str, provider: Provider, **extra):
+    """Send the browser to the provider with state, nonce and PKCE's challenge (S256); what
+    the callback must know of this request (`extra`: a re-authentication's person and start)
+    is kept with its state."""
     try:
         metadata = discovery(provider)
     except SignInRefused as refusal:
@@ -291,12 +297,43 @@ def sso_start(request, provider: str):
         "code_challenge": generate_code_challenge(verifier, "S256"),
         "code_challenge_method": "S256",
     }
+    if extra.get("reauthenticate"):
+        # The provider must ask the person again now, and say when it did (OIDC Core §3.1.2.1).
+        params.update(prompt="login", max_age="0")
     add_state_and_verifier_and_nonce_to_session(request, state, params, verifier)
     # The state is answered by this provider only (its own callback URL checks it).
-    request.session["oidc_states"][state]["provider"] = key
+    request.session["oidc_states"][state].update(provider=key, **extra)
     request.session["oidc_login_next"] = _safe_next(request)
     request.session.modified = True
     return HttpResponseRedirect(f"{metadata['authorization_endpoint']}?{urlencode(params)}")
+
+
+@login_not_required
+@never_cache
+@require_GET
+def sso_start(request, provider: str):
+    """Sign in through `provider`."""
+    return _authorization_redirect(request, provider, provider_get(provider))
+
+
+@never_cache
+@require_GET
+def sso_reauthenticate(request, provider: str):
+    """Confirm it is you at your provider before a dangerous action (the password's place for
+    accounts that sign in through one): the provider is asked to sign the person in again
+    (`prompt=login`, `max_age=0`); the callback accepts the answer only for the same person
+    and only with a fresh `auth_time`."""
+    key, provider = provider, provider_get(provider)
+    signed_in = request.session.get(SESSION_KEY) or {}
+    if signed_in.get("provider") != key:
+        refusal = SignInRefused(
+            "not_signed_in_here",
+            f"You did not sign in through {provider.name}; confirm the way you signed in.",
+        )
+        return _reauthentication_refused(request, refusal, _safe_next(request) or "")
+    return _authorization_redirect(
+        request, key, provider, reauthenticate=request.user.pk, started=int(time.time())
+    )
 
 
 def _claims(provider: Provider, backend: ProviderBackend, token_info: dict, nonce) -> dict:
@@ -328,6 +365,72 @@ def _person(provider: Provider, claims: dict) -> ProviderPerson:
     )
 
 
+def _exchange(request, key: str, provider: Provider, entry: dict) -> tuple[dict, dict]:
+    """The provider's tokens for the callback's code (with PKCE's verifier), and the ID
+    token's checked claims."""
+    backend = ProviderBackend(provider, discovery(provider))
+    with talking_to(provider):
+        token_info = backend.get_token(
+            {
+                "client_id": provider.client_id,
+                "client_secret": provider.client_secret,
+                "grant_type": "authorization_code",
+                "code": request.GET["code"],
+                "redirect_uri": request.build_absolute_uri(reverse("sso-callback", args=[key])),
+                "code_verifier": entry["code_verifier"],
+            }
+        )
+        return token_info, _claims(provider, backend, token_info, entry["nonce"])
+
+
+def _reauthentication_refused(request, refusal: SignInRefused, next_url: str):
+    """Back to the confirm-it's-you page, saying why; `auth.reauthenticate` denied."""
+    if request.user.is_authenticated:
+        reauthentication_record(request.user, path=next_url, why=refusal.code)
+    messages.error(request, refusal.message)
+    return HttpResponseRedirect(f"{reverse('reauthenticate')}?{urlencode({'next': next_url})}")
+
+
+def _reauthentication_answer(request, key: str, provider: Provider, entry: dict):
+    """The provider's answer to sso_reauthenticate: accepted only for the person of this
+    session, signed in at the provider after the request was sent (`auth_time`)."""
+    next_url = request.session.get("oidc_login_next") or ""
+    try:
+        if request.GET.get("error"):
+            raise SignInRefused(
+                "provider_error",
+                f"{provider.name} did not confirm it is you: "
+                f"{request.GET.get('error_description') or request.GET['error']}.",
+            )
+        if request.user.pk != entry["reauthenticate"] or not request.GET.get("code"):
+            raise SignInRefused(
+                "state_mismatch", "This confirmation was not started in this session. Start again."
+            )
+        token_info, claims = _exchange(request, key, provider, entry)
+        if not ExternalIdentity.objects.filter(
+            user=request.user, provider=key, subject=str(claims["sub"])
+        ).exists():
+            raise SignInRefused(
+                "another_person",
+                f"{provider.name} confirmed someone else than {request.user.get_username()}. "
+                "Sign in there as yourself.",
+            )
+        auth_time = claims.get("auth_time")
+        skew = settings.OIDC_CLOCK_SKEW_SECONDS
+        if not isinstance(auth_time, int | float) or auth_time < entry["started"] - skew:
+            raise SignInRefused(
+                "not_asked_again",
+                f"{provider.name} did not ask you to sign in again. Try again; if it keeps "
+                "happening, its administrator must honour prompt=login.",
+            )
+    except SignInRefused as refusal:
+        return _reauthentication_refused(request, refusal, next_url)
+    authentication_recorded(request.session)
+    request.session[SESSION_KEY] = {"provider": key, "id_token": token_info["id_token"]}
+    reauthentication_record(request.user, path=next_url)
+    return HttpResponseRedirect(next_url or resolve_url(settings.LOGIN_REDIRECT_URL))
+
+
 @login_not_required
 @never_cache
 @require_GET
@@ -339,6 +442,8 @@ def sso_callback(request, provider: str):
     states = request.session.get("oidc_states") or {}
     entry = states.pop(request.GET.get("state", ""), None)
     request.session.modified = True  # a state is used once, whatever happens next
+    if entry is not None and entry.get("reauthenticate"):
+        return _reauthentication_answer(request, key, provider, entry)
     try:
         if request.GET.get("error"):
             raise SignInRefused(
@@ -351,20 +456,7 @@ def sso_callback(request, provider: str):
                 "state_mismatch",
                 "This sign-in was not started here (or was already used). Start again.",
             )
-        metadata = discovery(provider)
-        backend = ProviderBackend(provider, metadata)
-        with talking_to(provider):
-            token_info = backend.get_token(
-                {
-                    "client_id": provider.client_id,
-                    "client_secret": provider.client_secret,
-                    "grant_type": "authorization_code",
-                    "code": request.GET["code"],
-                    "redirect_uri": request.build_absolute_uri(reverse("sso-callback", args=[key])),
-                    "code_verifier": entry["code_verifier"],
-                }
-            )
-            claims = _claims(provider, backend, token_info, entry["nonce"])
+        token_info, claims = _exchange(request, key, provider, entry)
         user, sync, created = sso_sign_in(person=_person(provider, claims))
         if not user.is_active:
             raise SignInRefused(
@@ -374,11 +466,11 @@ def sso_callback(request, provider: str):
         return _refused(request, key, refusal, provider.name)
 
     next_url = request.session.get("oidc_login_next")
-    signed_in(request, user, key, (created, sync), id_token=token_info["id_token"])
+    provider_login(request, user, key, (created, sync), id_token=token_info["id_token"])
     return HttpResponseRedirect(next_url or resolve_url(settings.LOGIN_REDIRECT_URL))
 
 
-def signed_in(request, user, key: str, outcome: tuple, **remembered) -> None:
+def provider_login(request, user, key: str, outcome: tuple, **remembered) -> None:
     """Sign `user` in through provider `key` (OpenID Connect's or SAML's): the session
     remembers the provider and `remembered` (SESSION_KEY), the access log the sign-in with
     what it changed. `outcome` is sso_sign_in's (created, sync)."""

@@ -24,10 +24,10 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlencode
 
 import requests
 from django.conf import settings
-from django.contrib import messages
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpResponse, HttpResponseRedirect
 from django.shortcuts import resolve_url
@@ -49,10 +49,16 @@ from saml2.sigver import MissingKey, SignatureError
 from saml2.validate import ResponseLifetimeExceed, ToEarly
 
 from console.accounts.models import ExternalIdentity
-from console.accounts.oidc import SignInRefused, _refused, _safe_next, signed_in
+from console.accounts.oidc import (
+    SignInRefused,
+    _reauthentication_refused,
+    _refused,
+    _safe_next,
+    provider_login,
+)
 from console.accounts.sso_accounts import ProviderPerson, saml_assertion_use, sso_sign_in
 from console.kernel.sessions import authentication_recorded, reauthentication_record
-from console.kernel.sso_providers import SamlProvider, provider_get
+from console.kernel.sso_providers import SSO_SESSION_KEY, SamlProvider, provider_get
 
 logger = logging.getLogger(__name__)
 
@@ -389,7 +395,7 @@ def saml_acs(request, provider: str):
                 f"This sign-in answer from {provider.name} was already used. Start again.",
             )
         if pending.get("reauthenticate"):
-            return _reauthenticated(request, provider, person, pending)
+            return _reauthenticated(request, provider, response, person, pending)
         user, sync, created = sso_sign_in(person=person)
         if not user.is_active:
             raise SignInRefused(
@@ -399,21 +405,54 @@ def saml_acs(request, provider: str):
         return _refused(request, key, refusal, provider.name)
 
     remembered = {"protocol": "saml", "subject": person.subject, "assertion": assertion_id}
-    signed_in(request, user, key, (created, sync), **remembered)
+    provider_login(request, user, key, (created, sync), **remembered)
     return HttpResponseRedirect(pending.get("next") or resolve_url(settings.LOGIN_REDIRECT_URL))
 
 
 # --- re-authentication (GitHub's sudo mode) ----------------------------------------------------------------
-def _reauthenticated(request, provider: SamlProvider, person: ProviderPerson, pending: dict):
-    """A verified forced sign-in: kept in the SAML cookie for the GET that finishes it."""
+def _reauthenticated(request, provider: SamlProvider, response, person, pending: dict):
+    """A verified forced sign-in: kept in the SAML cookie for the same-site GET that finishes
+    it (the provider's cross-site POST does not carry the console's session cookie)."""
+    statements = response.assertion.authn_statement or []
+    instants = [_instant(s.authn_instant) for s in statements]
     request.saml_session[REAUTHENTICATED] = {
         "provider": provider.key,
         "subject": person.subject,
         "request": pending["reauthenticate"],
+        "started": pending["started"],
+        "authn_instant": max((i.timestamp() for i in instants if i), default=0),
         "next": pending.get("next") or "",
     }
     finish = reverse("saml-reauthenticate", args=[provider.key])
-    return HttpResponseRedirect(f"{finish}?finish={pending['reauthenticate']}")
+    return HttpResponseRedirect(f"{finish}?{urlencode({'finish': pending['reauthenticate']})}")
+
+
+def _proof_refusal(request, provider: SamlProvider, proof: dict) -> SignInRefused | None:
+    """Why a forced sign-in does not confirm this session's person (None: it does)."""
+    user = request.user
+    if (
+        proof.get("provider") != provider.key
+        or proof.get("request") != request.GET.get("finish")
+        or not str(proof.get("request", "")).startswith(f"{user.pk}:")
+    ):
+        return SignInRefused(
+            "state_mismatch", "This confirmation was not started in this session. Start again."
+        )
+    if not ExternalIdentity.objects.filter(
+        user=user, provider=provider.key, subject=proof.get("subject", "")
+    ).exists():
+        return SignInRefused(
+            "another_person",
+            f"{provider.name} confirmed someone else than {user.get_username()}. "
+            "Sign in there as yourself.",
+        )
+    if proof.get("authn_instant", 0) < proof.get("started", 0) - settings.OIDC_CLOCK_SKEW_SECONDS:
+        return SignInRefused(
+            "not_asked_again",
+            f"{provider.name} did not ask you to sign in again. Try again; if it keeps "
+            'happening, its administrator must honour ForceAuthn="true".',
+        )
+    return None
 
 
 @never_cache
@@ -422,31 +461,28 @@ def _reauthenticated(request, provider: SamlProvider, person: ProviderPerson, pe
 def saml_reauthenticate(request, provider: str):
     """`?next=…`: send the signed-in person to the provider with ForceAuthn="true". Back
     (`?finish=…`, after the ACS checked the answer): the same person — same provider, same
-    subject as this account's — opens the dangerous actions for REAUTHENTICATION_MINUTES and
-    goes to `next`; anyone else is refused and audited."""
+    NameID as this account's, signed in at the provider after the request was sent — opens
+    the dangerous actions for REAUTHENTICATION_MINUTES and goes to `next`; anything else is
+    refused (`auth.reauthenticate` denied, with the reason) and changes nothing."""
     key, provider = provider, provider_get(provider, "saml")
-    user = request.user
     if "finish" not in request.GET:
-        token = f"{user.pk}:{time.time_ns()}"
-        pending = {"next": _safe_next(request), "reauthenticate": token}
+        if (request.session.get(SSO_SESSION_KEY) or {}).get("provider") != key:
+            refusal = SignInRefused(
+                "not_signed_in_here",
+                f"You did not sign in through {provider.name}; confirm the way you signed in.",
+            )
+            return _reauthentication_refused(request, refusal, _safe_next(request) or "")
+        pending = {
+            "next": _safe_next(request),
+            "reauthenticate": f"{request.user.pk}:{time.time_ns()}",
+            "started": int(time.time()),
+        }
         return _start(request, provider, pending, force=True)
     proof = request.saml_session.pop(REAUTHENTICATED, None) or {}
-    next_url = proof.get("next") or resolve_url(settings.LOGIN_REDIRECT_URL)
-    mine = ExternalIdentity.objects.filter(
-        user=user, provider=key, subject=proof.get("subject", "")
-    ).exists()
-    if (
-        proof.get("provider") != key
-        or proof.get("request") != request.GET["finish"]
-        or not str(proof.get("request", "")).startswith(f"{user.pk}:")
-        or not mine
-    ):
-        reauthentication_record(user, path=next_url, why="another_person")
-        messages.error(
-            request,
-            f"{provider.name} confirmed someone else than you: the action stays closed.",
-        )
-        return HttpResponseRedirect(resolve_url(settings.LOGIN_REDIRECT_URL))
+    next_url = proof.get("next") or ""
+    refusal = _proof_refusal(request, provider, proof)
+    if refusal is not None:
+        return _reauthentication_refused(request, refusal, next_url)
     authentication_recorded(request.session)
-    reauthentication_record(user, path=next_url)
-    return HttpResponseRedirect(next_url)
+    reauthentication_record(request.user, path=next_url)
+    return HttpResponseRedirect(next_url or resolve_url(settings.LOGIN_REDIRECT_URL))

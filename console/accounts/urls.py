@@ -11,6 +11,11 @@ from console.kernel.policy import AUTHENTICATED, PUBLIC, Capability, Everywhere
 urlpatterns = [
     path("login/sso/<str:provider>/", oidc.sso_start, name="sso-start"),
     path("login/sso/<str:provider>/callback/", oidc.sso_callback, name="sso-callback"),
+    path(
+        "login/sso/<str:provider>/reauthenticate/",
+        oidc.sso_reauthenticate,
+        name="sso-reauthenticate",
+    ),
     path("login/saml/<str:provider>/", saml.saml_start, name="saml-start"),
     path("login/saml/<str:provider>/metadata/", saml.saml_metadata, name="saml-metadata"),
     path("login/saml/<str:provider>/acs/", saml.saml_acs, name="saml-acs"),
@@ -38,6 +43,8 @@ REQUIRED = {
     # Signing in: nobody is signed in yet (the provider's answer is checked, not the visitor).
     "sso-start": PUBLIC,
     "sso-callback": PUBLIC,
+    # Confirm it's you at your provider: your own session only.
+    "sso-reauthenticate": AUTHENTICATED,
     "saml-start": PUBLIC,
     "saml-metadata": PUBLIC,
     "saml-acs": PUBLIC,

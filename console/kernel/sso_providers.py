@@ -14,6 +14,9 @@ from django.core.exceptions import ImproperlyConfigured
 from console.kernel.errors import NotFound
 
 KEY_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,49}")
+# The session key of the provider a person signed in through: {"provider": key, "protocol":
+# "saml" for SAML (absent: OpenID Connect), and what signing out needs (an ID token, …)}.
+SSO_SESSION_KEY = "sso"
 
 
 @dataclass(frozen=True)
@@ -108,3 +111,9 @@ def provider_get(key: str, protocol: str = "oidc"):
     if provider is None or provider.protocol != protocol:
         raise NotFound("No such identity provider.")
     return provider
+
+
+def signed_in_through(session) -> Provider | None:
+    """The configured provider this session's person signed in through; None for a password."""
+    signed_in = session.get(SSO_SESSION_KEY) or {}
+    return providers().get(signed_in.get("provider", ""))

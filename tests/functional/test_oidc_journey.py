@@ -1,14 +1,18 @@
 """Browser (issue 33): a person signs in through the bank's identity provider — a real
 oidc-provider on loopback — lands on the dashboard with exactly the role their group maps
-to, and signs out at the provider too (RP-initiated logout)."""
+to, confirms it is them at the provider before a dangerous action, and signs out at the
+provider too (RP-initiated logout)."""
 
 from __future__ import annotations
 
 import pytest
 
 from console.access import group_mappings
+from console.kernel.models import AccessLogEntry
+from console.kernel.sessions import AUTHENTICATED_AT
 from tests.factories import AgentFactory, role_named, user_with_grants
 from tests.functional.layout import LAPTOP, PHONE, layout_faults
+from tests.functional.test_sessions_journey import rewind
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -57,6 +61,15 @@ def test_sso__member_of_mapped_group__lands_with_the_mapped_role_and_signs_out_a
     assert page.locator(".nav-user-roles").inner_text() == "operator on payments"
     assert page.locator("[data-agent=payments]").is_visible()
     assert page.locator("[data-agent=lending]").count() == 0
+
+    # A dangerous action later: the provider is asked to confirm it is her (not a password).
+    rewind(page, 11 * 60, AUTHENTICATED_AT)
+    page.goto(f"{live_server.url}/reauthenticate/?next=/agents/")
+    page.get_by_role("link", name="Confirm with Bank SSO").click()
+    page.get_by_label("Login").fill("alice")  # prompt=login: the provider asks again
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{live_server.url}/agents/")
+    assert AccessLogEntry.objects.get(action="auth.reauthenticate").outcome == "allowed"
 
     page.get_by_role("button", name="Log out").click()
     page.wait_for_url(f"{live_server.url}/login/")

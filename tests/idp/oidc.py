@@ -107,7 +107,8 @@ class LocalOIDCProvider(LoopbackProcess):
         self._write()
 
     def set_tamper(self, mode: str | None) -> None:
-        """None, "expired", "wrong_key", "unsigned", "wrong_aud" or "wrong_iss"."""
+        """None, "expired", "wrong_key", "unsigned", "wrong_aud", "wrong_iss" or
+        "stale_auth_time"."""
         self.tamper = mode
         self._write()
 

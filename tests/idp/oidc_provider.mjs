@@ -11,7 +11,8 @@
 // Keys and clients are read at start (rotating keys is a restart); users, the token delay and
 // the tamper mode are read again at each request, so a test changes them by rewriting the file.
 // `tamper` alters the ID token the real token endpoint issued, to prove the console refuses it:
-// "expired", "wrong_key" (same kid, another key), "unsigned" (alg none), "wrong_aud", "wrong_iss".
+// "expired", "wrong_key" (same kid, another key), "unsigned" (alg none), "wrong_aud", "wrong_iss",
+// "stale_auth_time" (well signed, but says the person signed in an hour ago).
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
 
@@ -96,6 +97,7 @@ async function tampered(idToken, mode) {
   if (mode === 'expired') Object.assign(claims, { iat: now - 3600, exp: now - 1800 });
   if (mode === 'wrong_aud') claims.aud = 'another-client';
   if (mode === 'wrong_iss') claims.iss = 'http://127.0.0.1:9/not-the-issuer';
+  if (mode === 'stale_auth_time') claims.auth_time = now - 3600;
   const key = mode === 'wrong_key'
     ? (await generateKeyPair('RS256')).privateKey
     : await importJWK(signing, 'RS256');

@@ -8,7 +8,8 @@ side) from the one under test.
 Its signing key and certificate are made at fixture time in a temporary directory (nothing
 committed), with a second "rogue" pair to sign with a key it does not publish. A test
 configures its users (subject, e-mail, groups) and a tamper mode, read at each request: None,
-"unsigned", "wrong_key", "wrong_audience", "wrong_recipient", "expired".
+"unsigned", "wrong_key", "wrong_audience", "wrong_recipient", "expired", or "stale_login" (a
+good assertion saying the person last signed in an hour ago: ForceAuthn not honoured).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from cryptography.x509.oid import NameOID
 
 from tests.idp.process import LoopbackProcess
 
-TAMPERS = ("unsigned", "wrong_key", "wrong_audience", "wrong_recipient", "expired")
+TAMPERS = ("unsigned", "wrong_key", "wrong_audience", "wrong_recipient", "expired", "stale_login")
 
 
 def key_and_certificate(directory: Path, stem: str) -> tuple[str, str]:
@@ -268,7 +269,10 @@ def _answer(config: dict, form: dict) -> tuple[int, str]:
             destination="https://elsewhere.example/acs/" if tamper == "wrong_recipient" else acs,
             sp_entity_id=audience,
             name_id=NameID(format=NAMEID_FORMAT_PERSISTENT, text=user["subject"]),
-            authn={"class_ref": "urn:oasis:names:tc:SAML:2.0:ac:classes:Password"},
+            authn={
+                "class_ref": "urn:oasis:names:tc:SAML:2.0:ac:classes:Password",
+                **({"authn_instant": int(time.time()) - 3600} if tamper == "stale_login" else {}),
+            },
             sign_assertion=tamper != "unsigned",
             sign_response=False,
         )

@@ -20,6 +20,7 @@ from console.accounts import oidc
 from console.accounts.models import ExternalIdentity
 from console.kernel.errors import Conflict, Forbidden
 from console.kernel.models import AccessLogEntry, AuditRecord, Grant, GroupMapping
+from console.kernel.sessions import AUTHENTICATED_AT, recently_authenticated
 from tests.factories import AgentFactory, role_named, user_with_grants
 
 CALLBACK = "http://testserver/login/sso/bank/callback/"
@@ -342,3 +343,81 @@ def test_sign_in__next__own_pages_only(client, bank, next_url, lands):
     response = client.get(f"{back.path}?{back.query}")
 
     assert response.status_code == 302 and response["Location"] == lands
+
+
+# --- re-authentication at the provider (item 6: the password's place for provider accounts) -------
+def _stale(client):
+    """Signed in more than REAUTHENTICATION_MINUTES ago: the dangerous actions ask again."""
+    session = client.session
+    session[AUTHENTICATED_AT] -= 11 * 60
+    session.save()
+
+
+def _confirm_at_provider(client, provider, login, next_url="/access/"):
+    page = client.get(reverse("reauthenticate"), {"next": next_url})
+    assert page.status_code == 200
+    assert page.context["provider_confirmation"]["name"] == "Bank SSO"
+    start = client.get(page.context["provider_confirmation"]["url"])
+    assert start.status_code == 302, start.content
+    asked = parse_qs(urlsplit(start["Location"]).query)
+    back = provider.sign_in(start["Location"], login, redirect_uri=CALLBACK)
+    parts = urlsplit(back)
+    return asked, client.get(f"{parts.path}?{parts.query}")
+
+
+def test_reauthenticate__provider_account__provider_asks_again_then_back_to_the_action(
+    client, bank, admin
+):
+    _sign_in(client, bank)
+    _stale(client)
+    assert not recently_authenticated(client.session)
+
+    asked, back = _confirm_at_provider(client, bank, "alice")
+
+    assert asked["prompt"] == ["login"] and asked["max_age"] == ["0"]
+    assert back.status_code == 302 and back["Location"] == "/access/"
+    assert recently_authenticated(client.session)
+    [row] = AccessLogEntry.objects.filter(action="auth.reauthenticate")
+    assert row.outcome == "allowed" and row.detail["path"] == "/access/"
+
+
+def test_reauthenticate__another_person_at_the_provider__refused_and_logged(client, bank, admin):
+    bank.add_user("bob", sub="bob-sub", email="bob@bank.test", groups=["ops"])
+    _sign_in(client, bank)
+    _stale(client)
+
+    _asked, back = _confirm_at_provider(client, bank, "bob")
+
+    assert back.status_code == 302 and back["Location"].startswith(reverse("reauthenticate"))
+    page = client.get(back["Location"])
+    assert "confirmed someone else than alice" in page.content.decode()
+    assert page.wsgi_request.user.username == "alice"  # still alice, not bob
+    assert not recently_authenticated(client.session)
+    [row] = AccessLogEntry.objects.filter(action="auth.reauthenticate")
+    assert row.outcome == "denied" and row.detail["why"] == "another_person"
+
+
+def test_reauthenticate__password_account__provider_confirmation_refused(client, bank, db):
+    local = user_with_grants("carol", admin=None)
+    client.force_login(local)
+
+    page = client.get(reverse("reauthenticate"))
+    refused = client.get(reverse("sso-reauthenticate", args=["bank"]), {"next": "/access/"})
+
+    assert page.context["provider_confirmation"] is None
+    assert refused.status_code == 302 and refused["Location"].startswith(reverse("reauthenticate"))
+    [row] = AccessLogEntry.objects.filter(action="auth.reauthenticate")
+    assert row.outcome == "denied" and row.detail["why"] == "not_signed_in_here"
+
+
+def test_reauthenticate__provider_did_not_ask_again__refused_and_logged(client, bank, admin):
+    _sign_in(client, bank)
+    _stale(client)
+    bank.set_tamper("stale_auth_time")  # signed correctly; auth_time an hour ago
+
+    _asked, back = _confirm_at_provider(client, bank, "alice")
+
+    assert back["Location"].startswith(reverse("reauthenticate"))
+    assert not recently_authenticated(client.session)
+    [row] = AccessLogEntry.objects.filter(action="auth.reauthenticate")
+    assert row.outcome == "denied" and row.detail["why"] == "not_asked_again"

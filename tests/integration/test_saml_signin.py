@@ -327,10 +327,7 @@ def _reauthenticate(client, idp, login, next_path="/access/"):
 
 def test_reauthenticate__same_person_with_force_authn__opens_dangerous_actions(client, corp, admin):
     _map(admin)
-    _sign_in(client, corp)
-    session = client.session
-    session[sessions.AUTHENTICATED_AT] -= 3600  # signed in an hour ago
-    session.save()
+    _signed_in_an_hour_ago(client, corp)
     assert not sessions.recently_authenticated(client.session)
 
     finished = _reauthenticate(client, corp, "alice")
@@ -341,22 +338,50 @@ def test_reauthenticate__same_person_with_force_authn__opens_dangerous_actions(c
     assert proof.outcome == "allowed" and proof.detail["path"] == "/access/"
 
 
-def test_reauthenticate__another_persons_answer__refused_and_audited(client, corp, admin):
-    corp.add_user("bob", subject="bob-pid", email="bob@bank.test", groups=["ops"])
-    _map(admin)
-    _sign_in(client, corp)
+def _signed_in_an_hour_ago(client, idp):
+    _sign_in(client, idp)
     session = client.session
     session[sessions.AUTHENTICATED_AT] -= 3600
     session.save()
 
+
+def test_reauthenticate__another_persons_answer__refused_and_audited(client, corp, admin):
+    corp.add_user("bob", subject="bob-pid", email="bob@bank.test", groups=["ops"])
+    _map(admin)
+    _signed_in_an_hour_ago(client, corp)
+
     finished = _reauthenticate(client, corp, "bob")
 
-    assert finished.status_code == 302 and finished["Location"] == reverse("dashboard")
+    assert finished.status_code == 302
+    assert finished["Location"] == f"{reverse('reauthenticate')}?next=%2Faccess%2F"
+    assert "confirmed someone else than alice" in client.get(finished["Location"]).content.decode()
     assert not sessions.recently_authenticated(client.session)
     assert client.session["_auth_user_id"] == str(User.objects.get(username="alice").pk)
     [refused] = AccessLogEntry.objects.filter(action="auth.reauthenticate")
     assert refused.outcome == "denied" and refused.detail["why"] == "another_person"
     assert not User.objects.filter(username="bob").exists()
+
+
+def test_reauthenticate__idp_did_not_ask_again__refused_and_audited(client, corp, admin):
+    _signed_in_an_hour_ago(client, corp)
+    corp.set_tamper("stale_login")  # a good assertion, but her sign-in there is an hour old
+
+    finished = _reauthenticate(client, corp, "alice")
+
+    assert finished["Location"].startswith(reverse("reauthenticate"))
+    assert not sessions.recently_authenticated(client.session)
+    [refused] = AccessLogEntry.objects.filter(action="auth.reauthenticate")
+    assert refused.detail["why"] == "not_asked_again"
+
+
+def test_reauthenticate__signed_in_with_a_password__refused(client, corp):
+    client.force_login(user_with_grants("carol"))
+
+    response = client.get(f"{reverse('saml-reauthenticate', args=['corp'])}?next=/access/")
+
+    assert response["Location"].startswith(reverse("reauthenticate"))
+    [refused] = AccessLogEntry.objects.filter(action="auth.reauthenticate")
+    assert refused.detail["why"] == "not_signed_in_here"
 
 
 # --- one registry of providers ---------------------------------------------------------------------
