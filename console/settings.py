@@ -456,6 +456,10 @@ LOGGING = {
         # root's. The records still reach the root's console handler, once.
         "django": {"handlers": [], "level": "INFO", "propagate": True},
         "django.db.backends": {"level": "WARNING"},
+        # SAML (console.accounts.saml): pysaml2's schema loader chatters at INFO on import, and
+        # pysaml2 logs each refused answer at ERROR — the console's own line says why, once.
+        "xmlschema": {"level": "WARNING"},
+        "saml2": {"level": "CRITICAL"},
         # The audit chains' anchors are for the off-host log: written whatever level the
         # process runs at (`make run` and production run worker and beat at WARNING).
         "console.kernel.audit.anchor": {
