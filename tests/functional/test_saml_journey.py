@@ -1,6 +1,7 @@
 """Browser (issue 33, item 2): a person signs in through the bank's SAML identity provider — a
-real pysaml2 IdP on loopback (tests/idp/saml_idp.py) — and lands on the dashboard with
-exactly the role their group maps to."""
+real pysaml2 IdP on loopback (tests/idp/saml_idp.py) — lands on the dashboard with exactly
+the role their group maps to, and later confirms it is them at the IdP (ForceAuthn) before a
+dangerous action."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import pytest
 
 from console.access import group_mappings
 from console.accounts import saml
+from console.kernel.models import AccessLogEntry
+from console.kernel.sessions import AUTHENTICATED_AT
 from tests.factories import AgentFactory, role_named, user_with_grants
+from tests.functional.test_sessions_journey import rewind
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -22,7 +26,9 @@ def corp(saml_idp, settings):
     return saml_idp
 
 
-def test_saml__member_of_mapped_group__lands_with_the_mapped_role(corp, page, live_server):
+def test_saml__member_of_mapped_group__lands_with_the_mapped_role_and_confirms_at_idp(
+    corp, page, live_server
+):
     payments = AgentFactory(key="payments")
     AgentFactory(key="lending")
     admin = user_with_grants("root", admin=None)
@@ -45,6 +51,16 @@ def test_saml__member_of_mapped_group__lands_with_the_mapped_role(corp, page, li
     assert page.locator(".nav-user-roles").inner_text() == "operator on payments"
     assert page.locator("[data-agent=payments]").is_visible()
     assert page.locator("[data-agent=lending]").count() == 0
+
+    # A dangerous action later: the IdP is asked to confirm it is her (ForceAuthn="true").
+    rewind(page, 11 * 60, AUTHENTICATED_AT)
+    page.goto(f"{live_server.url}/reauthenticate/?next=/agents/")
+    page.get_by_role("link", name="Confirm with Corp SAML").click()
+    assert page.get_by_text("forced re-authentication").is_visible()
+    page.get_by_label("Login").fill("alice")
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{live_server.url}/agents/")
+    assert AccessLogEntry.objects.get(action="auth.reauthenticate").outcome == "allowed"
 
     page.get_by_role("button", name="Log out").click()
     page.wait_for_url(f"{live_server.url}/login/")
