@@ -20,6 +20,7 @@ from rest_framework.reverse import reverse
 
 from console.access.forms import REAUTH_FIELD, LoginForm, ReauthenticationForm, lockout_message
 from console.accounts.oidc import logout_url
+from console.accounts.saml import logout_url as saml_logout_url
 from console.demo.users import DEMO_USERS
 from console.health import health_public, health_report
 from console.kernel.audit import AccessAction, access_record
@@ -61,10 +62,12 @@ class LoginView(auth_views.LoginView):
 
 class LogoutView(auth_views.LogoutView):
     """Sign-out. A person who came through an identity provider is then sent to the
-    provider's end-session endpoint (RP-initiated logout), which returns them to sign-in."""
+    provider's end-session endpoint (RP-initiated logout) or, for SAML, its single logout
+    service, which returns them to sign-in."""
 
     def post(self, request, *args, **kwargs):
-        at_provider = logout_url(request)  # read before the session is flushed
+        # Read before the session is flushed: OpenID Connect's end-session, SAML's single logout.
+        at_provider = logout_url(request) or saml_logout_url(request)
         response = super().post(request, *args, **kwargs)
         return HttpResponseRedirect(at_provider) if at_provider else response
 

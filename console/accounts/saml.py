@@ -43,7 +43,7 @@ from saml2.client import Saml2Client
 from saml2.config import SPConfig
 from saml2.metadata import entity_descriptor
 from saml2.response import StatusError, UnsolicitedResponse
-from saml2.saml import NAMEID_FORMAT_PERSISTENT, NAMEID_FORMAT_TRANSIENT
+from saml2.saml import NAMEID_FORMAT_PERSISTENT, NAMEID_FORMAT_TRANSIENT, NameID
 from saml2.samlp import response_from_string
 from saml2.sigver import MissingKey, SignatureError
 from saml2.validate import ResponseLifetimeExceed, ToEarly
@@ -115,6 +115,10 @@ def acs_url(request, provider: SamlProvider) -> str:
     return request.build_absolute_uri(reverse("saml-acs", args=[provider.key]))
 
 
+def sls_url(request, provider: SamlProvider) -> str:
+    return request.build_absolute_uri(reverse("saml-sls", args=[provider.key]))
+
+
 def sp_entity_id(request, provider: SamlProvider) -> str:
     metadata = reverse("saml-metadata", args=[provider.key])
     return provider.sp_entity_id or request.build_absolute_uri(metadata)
@@ -132,7 +136,8 @@ def sp_config(request, provider: SamlProvider, metadata_xml: str | None) -> SPCo
             "sp": {
                 "name": "Context Console",
                 "endpoints": {
-                    "assertion_consumer_service": [(acs_url(request, provider), BINDING_HTTP_POST)]
+                    "assertion_consumer_service": [(acs_url(request, provider), BINDING_HTTP_POST)],
+                    "single_logout_service": [(sls_url(request, provider), BINDING_HTTP_REDIRECT)],
                 },
                 "allow_unsolicited": False,
                 "authn_requests_signed": False,
@@ -404,7 +409,15 @@ def saml_acs(request, provider: str):
     except SignInRefused as refusal:
         return _refused(request, key, refusal, provider.name)
 
-    remembered = {"protocol": "saml", "subject": person.subject, "assertion": assertion_id}
+    remembered = {
+        "protocol": "saml",
+        "subject": person.subject,
+        "name_id_format": response.assertion.subject.name_id.format or "",
+        "session_index": next(
+            (a.session_index for a in response.assertion.authn_statement if a.session_index), ""
+        ),
+        "assertion": assertion_id,
+    }
     provider_login(request, user, key, (created, sync), **remembered)
     return HttpResponseRedirect(pending.get("next") or resolve_url(settings.LOGIN_REDIRECT_URL))
 
@@ -486,3 +499,45 @@ def saml_reauthenticate(request, provider: str):
     authentication_recorded(request.session)
     reauthentication_record(request.user, path=next_url)
     return HttpResponseRedirect(next_url or resolve_url(settings.LOGIN_REDIRECT_URL))
+
+
+# --- single logout (SP-initiated) -------------------------------------------------------------------------
+def logout_url(request) -> str | None:
+    """Where signing out sends a person who came through a SAML IdP that publishes a
+    SingleLogoutService (HTTP-Redirect): a LogoutRequest for their NameID and session, the
+    IdP answering to `saml-sls`. None otherwise — or when anything about the IdP fails: the
+    console's own session ends whatever happens."""
+    signed_in = request.session.get(SSO_SESSION_KEY) or {}
+    if signed_in.get("protocol") != "saml" or not signed_in.get("subject"):
+        return None
+    try:
+        provider = provider_get(signed_in.get("provider", ""), "saml")
+        client, idp = _client(request, provider)
+        services = client.metadata.single_logout_service(idp, BINDING_HTTP_REDIRECT, "idpsso")
+        if not services:
+            return None
+        destination = services[0]["location"]
+        name_id = NameID(format=signed_in.get("name_id_format") or None, text=signed_in["subject"])
+        index = signed_in.get("session_index")
+        _request_id, message = client.create_logout_request(
+            destination,
+            idp,
+            name_id=name_id,
+            session_indexes=[index] if index else None,
+            sign=False,
+        )
+        info = client.apply_binding(BINDING_HTTP_REDIRECT, str(message), destination)
+        return dict(info["headers"])["Location"]
+    except Exception as error:  # noqa: BLE001 - signing out never fails on the IdP's account
+        logger.info("SAML single logout not started: %r", error)
+        return None
+
+
+@login_not_required
+@never_cache
+@require_GET
+def saml_sls(request, provider: str):
+    """The IdP's LogoutResponse after single logout: the console's session already ended
+    (console.views.LogoutView), so whatever it says, the person lands on the sign-in page."""
+    provider_get(provider, "saml")
+    return HttpResponseRedirect(resolve_url(settings.LOGIN_URL))

@@ -19,6 +19,7 @@ urlpatterns = [
     path("login/saml/<str:provider>/", saml.saml_start, name="saml-start"),
     path("login/saml/<str:provider>/metadata/", saml.saml_metadata, name="saml-metadata"),
     path("login/saml/<str:provider>/acs/", saml.saml_acs, name="saml-acs"),
+    path("login/saml/<str:provider>/sls/", saml.saml_sls, name="saml-sls"),
     path(
         "login/saml/<str:provider>/reauthenticate/",
         saml.saml_reauthenticate,
@@ -48,6 +49,7 @@ REQUIRED = {
     "saml-start": PUBLIC,
     "saml-metadata": PUBLIC,
     "saml-acs": PUBLIC,
+    "saml-sls": PUBLIC,
     "saml-reauthenticate": AUTHENTICATED,
     "account": AUTHENTICATED,
     "account-personaltoken-revoke": AUTHENTICATED,

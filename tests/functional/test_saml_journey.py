@@ -1,7 +1,7 @@
 """Browser (issue 33, item 2): a person signs in through the bank's SAML identity provider — a
 real pysaml2 IdP on loopback (tests/idp/saml_idp.py) — lands on the dashboard with exactly
-the role their group maps to, and later confirms it is them at the IdP (ForceAuthn) before a
-dangerous action."""
+the role their group maps to, later confirms it is them at the IdP (ForceAuthn) before a
+dangerous action, and signs out of both (SP-initiated single logout)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 
 @pytest.fixture
-def corp(saml_idp, settings):
+def corp(saml_idp, settings, live_server):
     saml._metadata.clear()
+    console = f"{live_server.url}/login/saml/corp"
+    saml_idp.register_sp(
+        entity_id=f"{console}/metadata/", acs=f"{console}/acs/", sls=f"{console}/sls/"
+    )
     saml_idp.add_user("alice", subject="alice-pid", email="alice@bank.test", groups=["pay-ops"])
     saml_idp.start()
     settings.SAML_PROVIDERS = [saml_idp.provider_setting(key="corp", name="Corp SAML")]
@@ -62,7 +66,8 @@ def test_saml__member_of_mapped_group__lands_with_the_mapped_role_and_confirms_a
     page.wait_for_url(f"{live_server.url}/agents/")
     assert AccessLogEntry.objects.get(action="auth.reauthenticate").outcome == "allowed"
 
-    page.get_by_role("button", name="Log out").click()
+    page.get_by_role("button", name="Log out").click()  # and at the IdP: single logout
     page.wait_for_url(f"{live_server.url}/login/")
+    assert corp.logouts() == ["alice-pid"]
     page.goto(f"{live_server.url}/")
     assert "/login/" in page.url  # the console's session ended

@@ -82,6 +82,7 @@ class LocalSamlIdP(LoopbackProcess):
         self.users: dict[str, dict] = {}
         self.tamper: str | None = None
         self.metadata_delay = 0.0
+        self.sps: list[list[str]] = []
         self._config = self._dir / "config.json"
 
     # --- configuration -------------------------------------------------------------------------------
@@ -104,6 +105,20 @@ class LocalSamlIdP(LoopbackProcess):
         self.tamper = mode
         self._write()
 
+    def register_sp(self, *, entity_id: str, acs: str, sls: str) -> None:
+        """What the IdP's administrator enters for the console (its single logout address is
+        only known this way)."""
+        self.sps.append([entity_id, acs, sls])
+        self._write()
+
+    def logouts_forget(self) -> None:
+        (self._dir / "logouts.txt").unlink(missing_ok=True)
+
+    def logouts(self) -> list[str]:
+        """The NameIDs single logout was asked for, in order."""
+        path = self._dir / "logouts.txt"
+        return path.read_text().split() if path.exists() else []
+
     def set_metadata_delay(self, seconds: float) -> None:
         self.metadata_delay = seconds
         self._write()
@@ -119,6 +134,8 @@ class LocalSamlIdP(LoopbackProcess):
             "users": self.users,
             "tamper": self.tamper,
             "metadata_delay": self.metadata_delay,
+            "sps": self.sps,
+            "logouts": str(self._dir / "logouts.txt"),
         }
         tmp = self._config.with_suffix(".tmp")
         tmp.write_text(json.dumps(config))
@@ -169,10 +186,10 @@ class LocalSamlIdP(LoopbackProcess):
 
 
 # --- the IdP process ---------------------------------------------------------------------------------
-def _sp_metadata(entity_id: str, acs: str) -> str:
+def _sp_metadata(entity_id: str, acs: str, sls: str = "") -> str:
     """What an IdP is told about a service provider when it is registered: its entity id and
     ACS URL (pysaml2's IdP looks its SPs up in metadata)."""
-    from saml2 import BINDING_HTTP_POST
+    from saml2 import BINDING_HTTP_POST, BINDING_HTTP_REDIRECT
     from saml2.config import SPConfig
     from saml2.metadata import entity_descriptor
 
@@ -181,7 +198,14 @@ def _sp_metadata(entity_id: str, acs: str) -> str:
         {
             "entityid": entity_id,
             "service": {
-                "sp": {"endpoints": {"assertion_consumer_service": [(acs, BINDING_HTTP_POST)]}}
+                "sp": {
+                    "endpoints": {
+                        "assertion_consumer_service": [(acs, BINDING_HTTP_POST)],
+                        **(
+                            {"single_logout_service": [(sls, BINDING_HTTP_REDIRECT)]} if sls else {}
+                        ),
+                    }
+                }
             },
         }
     )
@@ -205,7 +229,10 @@ def _server(config: dict, *, rogue: bool = False, sps=()):
                 "idp": {
                     "name": "Test SAML IdP",
                     "endpoints": {
-                        "single_sign_on_service": [(f"{config['base']}/sso", BINDING_HTTP_REDIRECT)]
+                        "single_sign_on_service": [
+                            (f"{config['base']}/sso", BINDING_HTTP_REDIRECT)
+                        ],
+                        "single_logout_service": [(f"{config['base']}/slo", BINDING_HTTP_REDIRECT)],
                     },
                     "name_id_format": [NAMEID_FORMAT_PERSISTENT],
                     "policy": {
@@ -283,6 +310,27 @@ def _answer(config: dict, form: dict) -> tuple[int, str]:
     return 200, page
 
 
+def _logout(config: dict, query: dict) -> list[tuple[str, str]]:
+    """Single logout asked by a registered SP: the NameID noted, a LogoutResponse sent back
+    to the SP's single logout service (HTTP-Redirect)."""
+    from saml2 import BINDING_HTTP_REDIRECT
+
+    server = _server(config, sps=config.get("sps") or ())
+    request = server.parse_logout_request(query["SAMLRequest"], BINDING_HTTP_REDIRECT).message
+    with open(config["logouts"], "a") as logouts:
+        logouts.write(f"{request.name_id.text}\n")
+    response = server.create_logout_response(request, [BINDING_HTTP_REDIRECT])
+    destination = server.response_args(request, [BINDING_HTTP_REDIRECT])["destination"]
+    info = server.apply_binding(
+        BINDING_HTTP_REDIRECT,
+        str(response),
+        destination,
+        query.get("RelayState", ""),
+        response=True,
+    )
+    return [("Location", dict(info["headers"])["Location"])]
+
+
 @contextmanager
 def _assertion_clock(*, hours_back: int):
     """The assertion's times (IssueInstant, NotBefore, NotOnOrAfter) as if it had been issued
@@ -313,7 +361,7 @@ def _app(config_path: str):
     def app(environ, start_response):
         config = json.loads(Path(config_path).read_text())
         path = environ.get("PATH_INFO", "")
-        status, body, kind = 404, "not found", "text/plain"
+        status, body, kind, headers = 404, "not found", "text/plain", []
         try:
             if path == "/metadata":
                 from saml2.metadata import entity_descriptor
@@ -330,6 +378,9 @@ def _app(config_path: str):
                     relay=html.escape(query.get("RelayState", [""])[0]),
                     authn="Confirm who you are (forced re-authentication)." if force else "",
                 )
+            elif path == "/slo":
+                query = {k: v[0] for k, v in parse_qs(environ.get("QUERY_STRING", "")).items()}
+                status, kind, body, headers = 303, "text/plain", "", _logout(config, query)
             elif path == "/login" and environ["REQUEST_METHOD"] == "POST":
                 size = int(environ.get("CONTENT_LENGTH") or 0)
                 raw = environ["wsgi.input"].read(size).decode()
@@ -341,8 +392,9 @@ def _app(config_path: str):
 
             traceback.print_exc()
             status, body = 500, f"IdP error: {error!r}"
-        reason = {200: "OK", 403: "Forbidden", 404: "Not Found", 500: "Internal Server Error"}
-        start_response(f"{status} {reason[status]}", [("Content-Type", kind)])
+        reason = {200: "OK", 303: "See Other", 403: "Forbidden", 404: "Not Found"}
+        reason[500] = "Internal Server Error"
+        start_response(f"{status} {reason[status]}", [("Content-Type", kind), *headers])
         return [body.encode()]
 
     return app

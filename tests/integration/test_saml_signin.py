@@ -10,6 +10,7 @@ in the audit chain (access log or audit log)."""
 from __future__ import annotations
 
 import base64
+import re
 from importlib import import_module
 from urllib.parse import urlsplit
 
@@ -53,6 +54,8 @@ def _idp():
 def corp(_idp, settings, db):
     """The bank's SAML IdP, configured in the console as `corp`, with alice (group ops)."""
     _idp.users.clear()
+    _idp.sps.clear()
+    _idp.logouts_forget()
     _idp.set_tamper(None)
     _idp.set_metadata_delay(0)
     _idp.add_user(
@@ -418,13 +421,42 @@ def test_group_mappings_page__offers_the_saml_provider(client, corp, admin):
     assert '<option value="corp">Corp SAML</option>' in page
 
 
-def test_logout__after_saml_sign_in__console_session_ends(client, corp, admin):
+def test_logout__idp_without_single_logout__console_session_ends(client, corp, settings, tmp_path):
+    """An IdP whose metadata publishes no SingleLogoutService: the console's session ends,
+    the browser stays with the console."""
     _sign_in(client, corp)
+    saml._metadata.clear()
+    no_slo = tmp_path / "metadata.xml"
+    xml = requests.get(corp.metadata_url, timeout=5).text
+    no_slo.write_text(re.sub(r"<ns0:SingleLogoutService [^>]*/>", "", xml))
+    settings.SAML_PROVIDERS = [
+        {**settings.SAML_PROVIDERS[0], "metadata_url": "", "metadata_file": str(no_slo)}
+    ]
 
     response = client.post(reverse("logout"))
 
     assert response.status_code == 302 and response["Location"] == reverse("login")
     assert "_auth_user_id" not in client.session
+
+
+def test_logout__idp_with_single_logout__signed_out_there_too_and_back_to_sign_in(client, corp):
+    corp.register_sp(
+        entity_id="http://testserver/login/saml/corp/metadata/",
+        acs=ACS,
+        sls="http://testserver/login/saml/corp/sls/",
+    )
+    _sign_in(client, corp)
+
+    response = client.post(reverse("logout"))
+
+    assert "_auth_user_id" not in client.session  # the console's session ended first
+    assert response["Location"].startswith(f"{corp.base}/slo?SAMLRequest=")
+    at_idp = requests.get(response["Location"], allow_redirects=False, timeout=5)
+    assert at_idp.status_code == 303 and corp.logouts() == ["alice-pid"]
+    back = urlsplit(at_idp.headers["Location"])
+    assert back.path == reverse("saml-sls", args=["corp"]) and "SAMLResponse=" in back.query
+    landed = client.get(f"{back.path}?{back.query}")
+    assert landed.status_code == 302 and landed["Location"] == reverse("login")
 
 
 def test_start__metadata_unreadable__readable_refusal_logged(client, corp, settings, tmp_path):
