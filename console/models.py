@@ -14,6 +14,7 @@ from console.accounts.models import (
     PersonalTokenQuerySet,
     RecoveryCode,
     RecoveryCodeDevice,
+    SamlAssertion,
 )
 from console.kernel.models import (
     AccessLogEntry,
@@ -43,6 +44,7 @@ __all__ = [
     "RecoveryCode",
     "RecoveryCodeDevice",
     "Role",
+    "SamlAssertion",
     "SiemCursor",
     "SiemDestination",
     "WorkerHeartbeat",

@@ -399,6 +399,18 @@ OTP_WEBAUTHN_ALLOWED_ORIGINS = [
     for o in (env("WEBAUTHN_ORIGINS", "http://localhost:8000") or "").split(",")
     if o.strip()
 ]
+# Single sign-on through SAML 2.0 identity providers (docs/sso.md, console.accounts.saml): a
+# JSON list (key, name, metadata_url or metadata_file, groups_attribute, email_attribute,
+# username_attribute, name_attribute, sp_entity_id, timeout). Keys are unique across both
+# lists. The clock skew allowed on an assertion's times is OIDC_CLOCK_SKEW_SECONDS. The
+# pending sign-in rides in its own cookie (djangosaml2's), SameSite=None over HTTPS: the
+# provider's answer is a cross-site POST, which a Lax cookie does not come with.
+try:
+    SAML_PROVIDERS = json.loads(env("SAML_PROVIDERS", "[]") or "[]")
+except ValueError as exc:
+    raise ImproperlyConfigured(f"SAML_PROVIDERS is not valid JSON: {exc}") from exc
+SAML_SESSION_COOKIE_NAME = "console_saml"
+SAML_SESSION_COOKIE_SAMESITE = "None" if PRODUCTION else "Lax"
 
 if PRODUCTION:
     SESSION_COOKIE_SECURE = True
@@ -484,6 +496,10 @@ LOGGING = {
         # root's. The records still reach the root's console handler, once.
         "django": {"handlers": [], "level": "INFO", "propagate": True},
         "django.db.backends": {"level": "WARNING"},
+        # SAML (console.accounts.saml): pysaml2's schema loader chatters at INFO on import, and
+        # pysaml2 logs each refused answer at ERROR — the console's own line says why, once.
+        "xmlschema": {"level": "WARNING"},
+        "saml2": {"level": "CRITICAL"},
         # The audit chains' anchors are for the off-host log: written whatever level the
         # process runs at (`make run` and production run worker and beat at WARNING).
         "console.kernel.audit.anchor": {

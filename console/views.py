@@ -26,6 +26,7 @@ from console.accounts.forms import (
     ReauthenticationForm,
 )
 from console.accounts.oidc import logout_url
+from console.accounts.saml import logout_url as saml_logout_url
 from console.accounts.second_factor_views import reauth_key_context, sign_in_pending_start
 from console.accounts.second_factors import second_factor_required, sso_enforced
 from console.demo.users import DEMO_USERS
@@ -73,10 +74,12 @@ class LoginView(auth_views.LoginView):
 
 class LogoutView(auth_views.LogoutView):
     """Sign-out. A person who came through an identity provider is then sent to the
-    provider's end-session endpoint (RP-initiated logout), which returns them to sign-in."""
+    provider's end-session endpoint (RP-initiated logout) or, for SAML, its single logout
+    service, which returns them to sign-in."""
 
     def post(self, request, *args, **kwargs):
-        at_provider = logout_url(request)  # read before the session is flushed
+        # Read before the session is flushed: OpenID Connect's end-session, SAML's single logout.
+        at_provider = logout_url(request) or saml_logout_url(request)
         response = super().post(request, *args, **kwargs)
         return HttpResponseRedirect(at_provider) if at_provider else response
 

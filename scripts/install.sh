@@ -6,6 +6,12 @@ PYTHON=${PYTHON:-python3}
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "Python 3.11 or newer is required (found: $("$PYTHON" --version 2>&1))" >&2; exit 1
 fi
+# Debian's xmlsec1: pysaml2 checks SAML sign-in signatures with it (console.accounts.saml).
+if ! command -v xmlsec1 >/dev/null 2>&1; then
+  echo "Installing Debian's xmlsec1 (SAML sign-in)…"
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq xmlsec1 >/dev/null
+fi
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 extras="${1:-}"
 .venv/bin/python - "$extras" > .venv/requirements.txt <<'PY'

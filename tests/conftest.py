@@ -349,3 +349,15 @@ def oidc_provider():
     provider = LocalOIDCProvider()
     yield provider
     provider.close()
+
+
+@pytest.fixture
+def saml_idp():
+    """A real SAML 2.0 identity provider (pysaml2's IdP under wsgiref, tests/idp/saml_idp.py)
+    on a free loopback port, its signing key made now in a temporary directory; not yet
+    started: the test adds its users, then calls start()."""
+    from tests.idp.saml_idp import LocalSamlIdP
+
+    idp = LocalSamlIdP(host="localhost")  # the live server's site (see LocalSamlIdP)
+    yield idp
+    idp.close()

@@ -171,3 +171,20 @@ def recovery_code_hash(code: str) -> str:
     """Codes are compared as typed but without spaces, dashes or case."""
     normal = "".join(ch for ch in code.lower() if ch.isalnum())
     return hashlib.sha256(normal.encode()).hexdigest()
+
+
+class SamlAssertion(models.Model):
+    """A SAML assertion the console has accepted, kept until its NotOnOrAfter: the same
+    assertion offered again — by anyone, to any process — is a replay and is refused
+    (console.accounts.saml). The unique `assertion_id` is the check."""
+
+    provider = models.CharField(max_length=50)
+    assertion_id = models.CharField(max_length=255, unique=True)
+    not_on_or_after = models.DateTimeField(db_index=True)
+    used_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["used_at"]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.assertion_id}"

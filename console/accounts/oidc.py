@@ -466,8 +466,17 @@ def sso_callback(request, provider: str):
         return _refused(request, key, refusal, provider.name)
 
     next_url = request.session.get("oidc_login_next")
+    provider_login(request, user, key, (created, sync), id_token=token_info["id_token"])
+    return HttpResponseRedirect(next_url or resolve_url(settings.LOGIN_REDIRECT_URL))
+
+
+def provider_login(request, user, key: str, outcome: tuple, **remembered) -> None:
+    """Sign `user` in through provider `key` (OpenID Connect's or SAML's): the session
+    remembers the provider and `remembered` (SESSION_KEY), the access log the sign-in with
+    what it changed. `outcome` is sso_sign_in's (created, sync)."""
+    created, sync = outcome
     auth.login(request, user, backend=SESSION_BACKEND)
-    request.session[SESSION_KEY] = {"provider": key, "id_token": token_info["id_token"]}
+    request.session[SESSION_KEY] = {"provider": key, **remembered}
     access_record(
         actor=user,
         action=AccessAction.AUTH_LOGIN,
@@ -475,12 +484,12 @@ def sso_callback(request, provider: str):
         outcome="allowed",
         detail={
             "provider": key,
+            **({"protocol": remembered["protocol"]} if "protocol" in remembered else {}),
             "account_created": created,
             "grants_added": len(sync.added),
             "grants_removed": len(sync.removed),
         },
     )
-    return HttpResponseRedirect(next_url or resolve_url(settings.LOGIN_REDIRECT_URL))
 
 
 def logout_url(request) -> str | None:
@@ -491,8 +500,8 @@ def logout_url(request) -> str | None:
     if not signed_in:
         return None
     provider = providers().get(signed_in.get("provider", ""))
-    if provider is None:
-        return None
+    if provider is None or provider.protocol != "oidc":
+        return None  # SAML: the console's own session ends (console.accounts.saml)
     try:
         end_session = discovery(provider).get("end_session_endpoint")
     except SignInRefused:

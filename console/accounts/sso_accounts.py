@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import connection
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from console.access.group_mappings import SyncResult, groups_sync
-from console.accounts.models import ExternalIdentity
+from console.accounts.models import ExternalIdentity, SamlAssertion
 from console.kernel.audit import AuditAction, SystemActor, audit_record
 from console.kernel.transactions import service_transaction
 
@@ -86,3 +88,20 @@ def sso_sign_in(*, person: ProviderPerson) -> tuple[object, SyncResult | None, b
     if not user.is_active:
         return user, None, created
     return user, groups_sync(user=user, provider=person.provider, groups=person.groups), created
+
+
+@service_transaction(durable=True)
+def saml_assertion_use(*, provider: str, assertion_id: str, not_on_or_after: datetime) -> bool:
+    """Record a SAML assertion as used: False when it already was (a replay, whichever
+    process saw it first: the unique assertion id decides). Kept until its NotOnOrAfter plus
+    the clock skew allowed — past that it is refused as expired anyway — then forgotten."""
+    skew = timedelta(seconds=settings.OIDC_CLOCK_SKEW_SECONDS)
+    SamlAssertion.objects.filter(not_on_or_after__lt=timezone.now() - skew).delete()
+    try:
+        with transaction.atomic():
+            SamlAssertion.objects.create(
+                provider=provider, assertion_id=assertion_id, not_on_or_after=not_on_or_after
+            )
+    except IntegrityError:
+        return False
+    return True

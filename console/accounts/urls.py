@@ -7,7 +7,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.urls import path
 from django.views.i18n import JavaScriptCatalog
 
-from console.accounts import oidc, second_factor_views, views
+from console.accounts import oidc, saml, second_factor_views, views
 from console.kernel.policy import AUTHENTICATED, PUBLIC, Capability, Everywhere
 
 urlpatterns = [
@@ -17,6 +17,15 @@ urlpatterns = [
         "login/sso/<str:provider>/reauthenticate/",
         oidc.sso_reauthenticate,
         name="sso-reauthenticate",
+    ),
+    path("login/saml/<str:provider>/", saml.saml_start, name="saml-start"),
+    path("login/saml/<str:provider>/metadata/", saml.saml_metadata, name="saml-metadata"),
+    path("login/saml/<str:provider>/acs/", saml.saml_acs, name="saml-acs"),
+    path("login/saml/<str:provider>/sls/", saml.saml_sls, name="saml-sls"),
+    path(
+        "login/saml/<str:provider>/reauthenticate/",
+        saml.saml_reauthenticate,
+        name="saml-reauthenticate",
     ),
     path("account/", views.account, name="account"),
     # second factors and break-glass accounts (console.accounts.second_factor_views)
@@ -103,6 +112,11 @@ REQUIRED = {
     "sso-callback": PUBLIC,
     # Confirm it's you at your provider: your own session only.
     "sso-reauthenticate": AUTHENTICATED,
+    "saml-start": PUBLIC,
+    "saml-metadata": PUBLIC,
+    "saml-acs": PUBLIC,
+    "saml-sls": PUBLIC,
+    "saml-reauthenticate": AUTHENTICATED,
     "account": AUTHENTICATED,
     # The second step of a sign-in: the pending account is judged, not the visitor.
     "second-factor": PUBLIC,

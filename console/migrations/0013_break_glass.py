@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("console", "0010_single_sign_on"),
+        ("console", "0011_saml_assertions"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -15,10 +15,6 @@ import json
 import re
 import secrets
 import shutil
-import socket
-import subprocess
-import tempfile
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +22,8 @@ from urllib.parse import urljoin
 
 import requests
 from cryptography.hazmat.primitives.asymmetric import rsa
+
+from tests.idp.process import LoopbackProcess
 
 IDP_DIR = Path(__file__).resolve().parent
 SCRIPT = IDP_DIR / "oidc_provider.mjs"
@@ -56,12 +54,6 @@ def rsa_private_jwk(kid: str | None = None) -> dict:
     }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @dataclass
 class User:
     sub: str
@@ -70,20 +62,20 @@ class User:
     name: str = ""
 
 
-class LocalOIDCProvider:
+class LocalOIDCProvider(LoopbackProcess):
     """One oidc-provider process. `issuer` is http://127.0.0.1:<port>."""
 
+    label = "oidc-provider"
+
     def __init__(self) -> None:
-        self.port = free_port()
+        super().__init__("test-oidc-")
         self.issuer = f"http://127.0.0.1:{self.port}"
         self.keys = [rsa_private_jwk()]
         self.clients: list[dict] = []
         self.users: dict[str, User] = {}
         self.token_delay_ms = 0
         self.tamper: str | None = None
-        self._dir = Path(tempfile.mkdtemp(prefix="test-oidc-"))
         self._config = self._dir / "config.json"
-        self._process: subprocess.Popen | None = None
 
     # --- configuration ---------------------------------------------------------------------------
     def add_client(
@@ -147,44 +139,12 @@ class LocalOIDCProvider:
         if not (IDP_DIR / "node_modules" / "oidc-provider").is_dir():
             raise RuntimeError("tests/idp/node_modules is missing: run scripts/install.sh dev")
         self._write()
-        self._process = subprocess.Popen(
+        self._spawn(
             [node, str(SCRIPT), str(self._config)],
             cwd=IDP_DIR,
-            stdout=subprocess.DEVNULL,
-            stderr=(self._dir / "stderr.log").open("ab"),
+            ready=self.discovery,
+            ready_within=ready_within,
         )
-        deadline = time.monotonic() + ready_within
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"oidc-provider exited: {self.stderr()}")
-            try:
-                self.discovery()
-                return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"oidc-provider did not answer within {ready_within}s: {self.stderr()}")
-
-    def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-        self._process = None
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
-
-    def close(self) -> None:
-        self.stop()
-        shutil.rmtree(self._dir, ignore_errors=True)
-
-    def stderr(self) -> str:
-        path = self._dir / "stderr.log"
-        return path.read_text(errors="replace")[-2000:] if path.exists() else ""
 
     # --- reading it ------------------------------------------------------------------------------
     def get_json(self, url: str) -> dict:
