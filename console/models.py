@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from django.db import models
 
-from console.accounts.models import ExternalIdentity, PersonalToken, PersonalTokenQuerySet
+from console.accounts.models import (
+    ExternalIdentity,
+    PersonalToken,
+    PersonalTokenQuerySet,
+    ScimGroup,
+    ScimToken,
+    ScimUser,
+)
 from console.kernel.models import (
     AccessLogEntry,
     AuditRecord,
@@ -31,6 +38,9 @@ __all__ = [
     "PersonalToken",
     "PersonalTokenQuerySet",
     "Role",
+    "ScimGroup",
+    "ScimToken",
+    "ScimUser",
     "WorkerHeartbeat",
 ]
 
