@@ -765,8 +765,8 @@ def scim_groups_filtered(actor: ScimActor, text: str | None):
 def scim_overview() -> dict:
     """What Access → Provisioning (SCIM) shows: tokens, people, groups, by provider."""
     return {
-        "tokens": ScimToken.objects.select_related("created_by", "revoked_by"),
-        "people": ScimUser.objects.select_related("user").prefetch_related("groups"),
-        "groups": ScimGroup.objects.prefetch_related("members"),
+        "tokens": list(ScimToken.objects.select_related("created_by", "revoked_by")),
+        "people": list(ScimUser.objects.select_related("user").prefetch_related("groups")),
+        "groups": list(ScimGroup.objects.prefetch_related("members")),
         "configured": set(providers()),
     }

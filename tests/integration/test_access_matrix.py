@@ -231,6 +231,12 @@ def _sample_group_mapping(model):
     )
 
 
+def _sample_scim_token(model):
+    return model.objects.create(
+        provider="bank", name="matrix", prefix="scim_x", token_hash="m" * 64
+    )
+
+
 # Objects the demo world does not have, created on demand for pk urls (by model label).
 SAMPLE_FACTORIES = {
     "strategies.rollout": _sample_rollout,
@@ -238,6 +244,7 @@ SAMPLE_FACTORIES = {
     "console.personaltoken": _sample_personal_token,
     "previews.preview": _sample_preview,
     "console.groupmapping": _sample_group_mapping,
+    "console.scimtoken": _sample_scim_token,
 }
 
 
