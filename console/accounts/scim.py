@@ -26,7 +26,7 @@ from importlib import import_module
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.db.models.functions import Lower
 from django.utils import timezone
@@ -405,8 +405,6 @@ def _check_unique_user_name(provider: str, user_name: str, exclude_pk=None) -> N
 
 def _save_unique(row) -> None:
     """Save in a savepoint: a concurrent writer's equal name is 409 uniqueness, not a 500."""
-    from django.db import IntegrityError
-
     try:
         with transaction.atomic():
             row.save()
@@ -488,11 +486,16 @@ def _user_write(link: ScimUser, fields: UserFields, actor: ScimActor, *, created
         _sync(link, actor)
 
 
+def _locked(rows, pk, kind: str):
+    """The provider's resource `pk`, locked; 404 for another provider's or an unknown id."""
+    row = rows.select_for_update().filter(pk=_pk(pk)).first()
+    if row is None:
+        raise ScimError(404, f"No {kind} {pk}.")
+    return row
+
+
 def _locked_user(actor: ScimActor, pk) -> ScimUser:
-    link = scim_users(actor).select_for_update().filter(pk=_pk(pk)).first()
-    if link is None:
-        raise ScimError(404, f"No User {pk}.")
-    return link
+    return _locked(scim_users(actor), pk, "User")
 
 
 def _pk(value) -> int:
@@ -667,10 +670,7 @@ def _resync(actor: ScimActor, link_pks) -> None:
 
 
 def _locked_group(actor: ScimActor, pk) -> ScimGroup:
-    group = scim_groups(actor).select_for_update().filter(pk=_pk(pk)).first()
-    if group is None:
-        raise ScimError(404, f"No Group {pk}.")
-    return group
+    return _locked(scim_groups(actor), pk, "Group")
 
 
 @service_transaction(durable=True)

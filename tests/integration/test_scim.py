@@ -561,3 +561,39 @@ def test_first_sign_in__links_the_scim_account_by_user_name(client, oidc_provide
     assert refused.status_code == 403 and "deactivated" in refused.content.decode()
     assert AccessLogEntry.objects.filter(action="auth.login", outcome="denied").exists()
     assert not client.get(reverse("dashboard")).wsgi_request.user.is_authenticated
+
+
+# --- the page -----------------------------------------------------------------------------------
+def test_page__token_made_secret_shown_once_bad_key_refused_and_revoked(admin, client):
+    client.force_login(admin)
+    page = reverse("scim-provisioning")
+
+    bad = client.post(page, {"provider": "Not A Key!", "name": "x"})
+    assert bad.status_code == 400 and not scim.ScimToken.objects.exists()
+    made = client.post(page, {"provider": "entra", "name": "Entra production"})
+    token = scim.ScimToken.objects.get()
+    assert made.status_code == 200 and token.prefix in made.content.decode()
+    secret = made.context["created"][1]
+    assert secret in made.content.decode() and "not a configured provider" in made.content.decode()
+    assert secret not in client.get(page).content.decode()  # shown once
+
+    revoked = client.post(reverse("scim-token-revoke", args=[token.pk]))
+    assert revoked.status_code == 302
+    token.refresh_from_db()
+    assert token.revoked_at is not None
+    _scim_error(Scim(secret).call("GET", "Users"), 401)
+    actions = list(
+        AuditRecord.objects.filter(action__startswith="scim_token")
+        .order_by("id")
+        .values_list("action", flat=True)
+    )
+    assert actions == ["scim_token.create", "scim_token.revoke"]
+
+
+def test_page__an_admin_of_one_agent_is_refused(client, db):
+    client.force_login(user_with_grants("agent-admin", admin=AgentFactory(key="payments")))
+    assert client.get(reverse("scim-provisioning")).status_code == 403
+    assert (
+        client.post(reverse("scim-provisioning"), {"provider": "x", "name": "y"}).status_code == 403
+    )
+    assert not scim.ScimToken.objects.exists()

@@ -93,6 +93,10 @@ def test_members__stored_strings_as_written_before_the_enum():
         "auth.unlock",
         "sso_account.create",  # issue 33: single sign-on
         *(f"group_mapping.{a}" for a in ("create", "delete", "role_missing")),
+        *(f"scim_token.{a}" for a in ("create", "revoke")),  # issue 33: SCIM provisioning
+        *(f"scim_user.{a}" for a in ("create", "update", "deactivate", "reactivate", "delete")),
+        "scim_user.link",
+        *(f"scim_group.{a}" for a in ("create", "update", "delete")),
         *(f"personal_token.{a}" for a in ("create", "revoke")),
         *(f"admin.{a}" for a in ("add", "change", "change_related", "delete", "password_change")),
     }
