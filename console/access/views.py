@@ -15,10 +15,8 @@ from django.template.response import TemplateResponse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console.access import group_mappings, services
-from console.access.forms import ALL_AGENTS, GrantForm, GroupMappingForm, RoleForm, ScimTokenForm
+from console.access.forms import ALL_AGENTS, GrantForm, GroupMappingForm, RoleForm
 from console.access.selectors import login_lock_rule, login_locks_current
-from console.accounts import scim
-from console.accounts.models import ScimToken
 from console.kernel.errors import ApplicationError, Forbidden, NotFound
 from console.kernel.models import Grant, GroupMapping, Role
 from console.kernel.policy import (
@@ -471,58 +469,3 @@ def group_mapping_delete(request, pk: int):
             request, f"Removed: {label} ({removed} grant{'s' if removed != 1 else ''} ended)."
         )
     return redirect("group-mapping-list")
-
-
-# --- SCIM provisioning: its tokens, and who and what it provisioned ---------------------------------
-@require_http_methods(["GET", "POST"])
-@requires(Everywhere(Capability.MANAGE_GRANTS), agent_kwarg=None)
-def scim_provisioning(request):
-    """Access → Provisioning (SCIM): tokens (a new one's secret shown once, on this answer
-    only), the people and groups each provider's SCIM client provisioned."""
-    form = ScimTokenForm(request.POST or None)
-    created, status = None, 200
-    if request.method == "POST":
-        if form.is_valid():
-            try:
-                created = scim.scim_token_create(actor=request.user, **form.cleaned_data)
-            except ApplicationError as error:
-                if error.status in (403, 404) and not _form_refusal(error):
-                    raise
-                _form_error(form, error)
-                status = error.status
-            else:
-                form = ScimTokenForm()
-        else:
-            status = 400
-    overview = scim.scim_overview()
-    for token in overview["tokens"]:
-        token.dialog_id = f"revoke-scim-token-{token.pk}"
-        token.revoke_lines = [
-            f"{token.provider}'s SCIM client using “{token.name}” gets 401 from its next call.",
-            "People and groups it provisioned stay as they are.",
-        ]
-    context = {
-        **overview,
-        "form": form,
-        "created": created,
-        "base_url": request.build_absolute_uri("/scim/v2/"),
-        "provider_names": dict(_provider_choices()),
-    }
-    return TemplateResponse(request, "access/scim_provisioning.html", context, status=status)
-
-
-@require_POST
-@requires(Everywhere(Capability.MANAGE_GRANTS), agent_kwarg=None)
-def scim_token_revoke(request, pk: int):
-    token = ScimToken.objects.filter(pk=pk).first()
-    if token is None:
-        raise NotFound("No such SCIM token.")
-    try:
-        scim.scim_token_revoke(actor=request.user, token=token)
-    except ApplicationError as error:
-        if error.status in (403, 404) and not _form_refusal(error):
-            raise
-        messages.error(request, error.message)
-    else:
-        messages.success(request, f"Revoked: {token.name} ({token.provider}).")
-    return redirect("scim-provisioning")

@@ -48,3 +48,16 @@ class PersonalTokenForm(forms.Form):
             (key, key)
             for key in agents_visible_to(user).order_by("key").values_list("key", flat=True)
         ]
+
+
+class ScimTokenForm(forms.Form):
+    """A SCIM token for one identity provider (console.accounts.scim judges who may)."""
+
+    provider = forms.CharField(
+        max_length=50,
+        label="Identity provider",
+        help_text="Its key, as in OIDC_PROVIDERS (or the SAML provider's key).",
+    )
+    name = forms.CharField(
+        max_length=100, help_text="Which SCIM client uses it, e.g. “Okta production”."
+    )
