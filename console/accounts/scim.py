@@ -231,7 +231,10 @@ def _merge(attributes: dict, op: str, value) -> None:
             if name.lower() in (USER_SCHEMA.lower(), GROUP_SCHEMA.lower()):
                 _merge(attributes, op, item)
             else:
-                _merge(attributes.setdefault(_key(attributes, name), {}), op, item)
+                inner = attributes.setdefault(_key(attributes, name), {})
+                if not isinstance(inner, dict):
+                    raise _invalid(f"{name} is not an object.", "invalidPath")
+                _merge(inner, op, item)
             continue
         key = _key(attributes, name)
         if op == "add" and isinstance(item, list) and isinstance(attributes.get(key), list):
@@ -318,6 +321,20 @@ def _operations(body) -> list[tuple[str, Path | None, object]]:
 
 
 # --- users --------------------------------------------------------------------------------------
+def _check_storable(value, path: str = "") -> None:
+    """invalidValue for a NUL character anywhere (PostgreSQL cannot store it), naming where."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise _invalid(f"{path or 'A value'} holds a NUL character (\\u0000).")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _check_storable(key, path)
+            _check_storable(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            _check_storable(item, f"{path}[{n}]")
+
+
 def _text(attributes: dict, name: str, *, required: bool = False) -> str:
     value = attributes.get(_key(attributes, name))
     if value is None or value == "":
@@ -357,6 +374,7 @@ def _user_fields(data) -> UserFields:
     if not isinstance(data, dict):
         raise _invalid("A User is a JSON object.", "invalidSyntax")
     attributes = {k: v for k, v in data.items() if k.lower() not in NOT_KEPT}
+    _check_storable(attributes)
     user_name = _text(attributes, "userName", required=True)
     external_id = _text(attributes, "externalId")
     _text(attributes, "displayName")

@@ -39,6 +39,7 @@ LIST_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:ListResponse"
 SCIM_MEDIA = "application/scim+json"
 COUNT_DEFAULT = 100
 COUNT_MAX = 200
+INDEX_MAX = 2**31  # a startIndex past it answers an empty page, as any past the end does
 
 
 # --- the wire: parser, renderer, errors, authentication -------------------------------------------
@@ -242,7 +243,7 @@ def _index(request, name: str, default: int) -> int:
 
 
 def _list(request, rows, resource) -> Response:
-    start = max(_index(request, "startIndex", 1), 1)
+    start = min(max(_index(request, "startIndex", 1), 1), INDEX_MAX)
     count = min(max(_index(request, "count", COUNT_DEFAULT), 0), COUNT_MAX)
     total = rows.count()
     page = list(rows[start - 1 : start - 1 + count]) if count else []

@@ -597,3 +597,113 @@ def test_page__an_admin_of_one_agent_is_refused(client, db):
         client.post(reverse("scim-provisioning"), {"provider": "x", "name": "y"}).status_code == 403
     )
     assert not scim.ScimToken.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "method, path, body",
+    [
+        ("POST", "Users", {"userName": "nul", "title": "a\u0000b"}),
+        ("POST", "Users", {"userName": "deep", "x": [[[[[[[[[[{}]]]]]]]]]]}),
+        ("POST", "Users", {"userName": "e", "emails": [{"value": 5}, "x", None]}),
+        ("POST", "Groups", {"displayName": "g", "members": [{"value": True}, {"value": 10**40}]}),
+        ("PATCH", "Users/{user}", {"Operations": [{"op": "add", "value": {"locale": "a\u0000"}}]}),
+        ("PATCH", "Users/{user}", {"Operations": [{"op": "add", "value": {"urn:x:y": {"a": 1}}}]}),
+        (
+            "PATCH",
+            "Users/{user}",
+            {
+                "Operations": [
+                    {"op": "add", "path": "locale", "value": "x"},
+                    {"op": "add", "value": {"locale": {"a": 1}}},
+                    {"op": "add", "value": {"urn:x:y": "s"}},
+                    {"op": "add", "value": {"urn:x:y": {"a": 1}}},
+                ]
+            },
+        ),
+        (
+            "PATCH",
+            "Users/{user}",
+            {"Operations": [{"op": "add", "path": "name.givenName", "value": [1]}]},
+        ),
+        (
+            "PATCH",
+            "Users/{user}",
+            {"Operations": [{"op": "add", "path": "userName.x", "value": "y"}]},
+        ),
+        (
+            "PATCH",
+            "Users/{user}",
+            {"Operations": [{"op": "add", "path": 'userName[a eq "b"]', "value": "y"}]},
+        ),
+        (
+            "PATCH",
+            "Users/{user}",
+            {"Operations": [{"op": "add", "path": 'emails[type eq "w"]', "value": 3}]},
+        ),
+        (
+            "PATCH",
+            "Users/{user}",
+            {"Operations": [{"op": "replace", "path": "urn:a:b:c", "value": 1}]},
+        ),
+        (
+            "PATCH",
+            "Users/{user}",
+            {"Operations": [{"op": "replace", "path": "x" * 600, "value": 1}]},
+        ),
+        ("PATCH", "Users/{user}", {"Operations": [{"op": "replace", "path": 7, "value": 1}]}),
+        (
+            "PATCH",
+            "Users/{user}",
+            {"Operations": [{"op": "replace", "path": "active", "value": None}]},
+        ),
+        ("PATCH", "Users/{user}", {"Operations": [{"op": "add", "path": "emails", "value": "x"}]}),
+        (
+            "PATCH",
+            "Groups/{group}",
+            {"Operations": [{"op": "remove", "path": "members", "value": {"value": "1"}}]},
+        ),
+        (
+            "PATCH",
+            "Groups/{group}",
+            {"Operations": [{"op": "add", "path": "members", "value": "x"}]},
+        ),
+        (
+            "PATCH",
+            "Groups/{group}",
+            {"Operations": [{"op": "add", "path": 'members[value eq "1"]', "value": 1}]},
+        ),
+        ("PATCH", "Groups/{group}", {"Operations": [{"op": "replace", "value": {"members": 1}}]}),
+        (
+            "PATCH",
+            "Groups/{group}",
+            {"Operations": [{"op": "replace", "value": {"displayName": None}}]},
+        ),
+        (
+            "PATCH",
+            "Groups/{group}",
+            {"Operations": [{"op": "replace", "path": "displayName", "value": ["x"]}]},
+        ),
+        ("PUT", "Groups/{group}", {"displayName": "x", "members": [{}]}),
+        ("GET", "Users?startIndex=99999999999999999999999", None),
+        ("GET", "Users?count=-5", None),
+        ("GET", "Users?filter=displayName%20gt%20%22a%22", None),
+        ("GET", "Users?filter=name.givenName%20lt%20%22a%22%20or%20displayName%20pr", None),
+        ("GET", "Users?filter=emails%20eq%20%22a%22%20and%20not%20(active%20eq%20true)", None),
+        ("GET", "Users?filter=id%20eq%20%2299999999999999999999%22", None),
+        ("GET", "Groups?filter=members%20eq%20%22abc%22", None),
+        ("GET", "Groups?filter=externalId%20sw%20%22a%22", None),
+    ],
+)
+def test_hostile_input__never_a_500_always_scim_shaped(okta, method, path, body):
+    user_id = okta.call("POST", "Users", fx.OKTA_USER).json()["id"]
+    group_id = okta.call("POST", "Groups", fx.OKTA_GROUP).json()["id"]
+    path = path.replace("{user}", user_id).replace("{group}", group_id)
+    params = {}
+    if "?" in path:
+        path, query = path.split("?")
+        params = dict(part.split("=", 1) for part in query.split("&"))
+    response = okta.call(method, path, body, **params)
+
+    assert response.status_code < 500, response.content
+    if response.status_code >= 400:
+        assert response.json()["schemas"] == [ERROR]
