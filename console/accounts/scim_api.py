@@ -12,6 +12,7 @@ its scimType; nothing here answers 500 for bad input.
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_not_required
+from django.contrib.auth.models import AnonymousUser
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
@@ -97,7 +98,7 @@ class ScimTokenAuthentication(BaseAuthentication):
         if token is None:
             reason = "no SCIM bearer token" if secret is None else "unknown or revoked SCIM token"
             access_record(
-                actor=None,
+                actor=AnonymousUser(),
                 action=AccessAction.ACCESS_DENIED,
                 target=("scim", request.path[:200], request.path[:200]),
                 outcome="denied",

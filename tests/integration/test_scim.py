@@ -318,6 +318,7 @@ def test_wrong_credential__401_in_scim_shape_and_in_the_access_log(db, header):
     assert response["WWW-Authenticate"].startswith("Bearer")
     [denied] = AccessLogEntry.objects.filter(action="access.denied", outcome="denied")
     assert denied.reason.startswith("SCIM:") and denied.detail["api"] == "scim"
+    assert denied.actor_type == "anonymous" and denied.target_id == "/scim/v2/Users"
 
 
 def test_revoked_token__401_at_once(okta, admin):
