@@ -14,6 +14,9 @@ from console.accounts.models import (
     PersonalTokenQuerySet,
     RecoveryCode,
     RecoveryCodeDevice,
+    ScimGroup,
+    ScimToken,
+    ScimUser,
 )
 from console.kernel.models import (
     AccessLogEntry,
@@ -45,6 +48,9 @@ __all__ = [
     "Role",
     "SiemCursor",
     "SiemDestination",
+    "ScimGroup",
+    "ScimToken",
+    "ScimUser",
     "WorkerHeartbeat",
 ]
 
