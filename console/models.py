@@ -15,6 +15,9 @@ from console.accounts.models import (
     RecoveryCode,
     RecoveryCodeDevice,
     SamlAssertion,
+    ScimGroup,
+    ScimToken,
+    ScimUser,
 )
 from console.kernel.models import (
     AccessLogEntry,
@@ -47,6 +50,9 @@ __all__ = [
     "SamlAssertion",
     "SiemCursor",
     "SiemDestination",
+    "ScimGroup",
+    "ScimToken",
+    "ScimUser",
     "WorkerHeartbeat",
 ]
 

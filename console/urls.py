@@ -69,6 +69,8 @@ RUNTIME_API = (
 urlpatterns += [path("", include(module)) for module in PAGES]
 urlpatterns += [path("api/v1/", include(module)) for module in OPERATOR_API]
 urlpatterns += [path("api/v1/runtime/", include(module)) for module in RUNTIME_API]
+# SCIM 2.0 provisioning (issue 33): an identity provider's client, with its own token.
+urlpatterns += [path("scim/v2/", include("console.accounts.scim_urls"))]
 
 # Access rules of this module's pages (see console.kernel.policy.requires and the access matrix).
 

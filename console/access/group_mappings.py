@@ -152,13 +152,14 @@ class SyncResult:
 
 
 @service_transaction
-def groups_sync(*, user, provider: str, groups) -> SyncResult:
+def groups_sync(*, user, provider: str, groups, actor=None) -> SyncResult:
     """Bring `user`'s grants from `provider`'s mappings in line with `groups` (the groups the
     provider says they are in now): a grant of a mapping whose group they are in is added if
     missing, one whose group they left is removed. Grants by hand, and grants from other
     providers' mappings, are left as they are. Each change is audited (actor
-    `sso:<provider>`); a mapping whose role no longer exists grants nothing and is audited."""
-    actor = SystemActor(f"sso:{provider}")
+    `sso:<provider>`, or `actor` — SCIM names its token); a mapping whose role no longer
+    exists grants nothing and is audited."""
+    actor = actor or SystemActor(f"sso:{provider}")
     groups = {str(g) for g in groups or ()}
     mappings = list(
         GroupMapping.objects.filter(provider=provider, group__in=groups)

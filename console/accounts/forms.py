@@ -156,3 +156,16 @@ class ReauthenticationForm(access_forms.ReauthenticationForm):
             raise forms.ValidationError(
                 f"{error.message} Nothing was done.", code=error.code
             ) from None
+
+
+class ScimTokenForm(forms.Form):
+    """A SCIM token for one identity provider (console.accounts.scim judges who may)."""
+
+    provider = forms.CharField(
+        max_length=50,
+        label="Identity provider",
+        help_text="Its key, as in OIDC_PROVIDERS (or the SAML provider's key).",
+    )
+    name = forms.CharField(
+        max_length=100, help_text="Which SCIM client uses it, e.g. “Okta production”."
+    )

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 from django_otp.models import Device, ThrottlingMixin
 
@@ -188,3 +189,98 @@ class SamlAssertion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.provider}:{self.assertion_id}"
+
+
+# --- SCIM 2.0 provisioning (issue 33, item 5; console.accounts.scim writes these) -------------
+class ScimToken(models.Model):
+    """The bearer credential an identity provider's SCIM client sends (`Bearer scim_…`). It
+    belongs to ONE provider key: the users and groups it provisions are that provider's, and
+    the grants they get are that provider's mappings'. Only the SHA-256 of the secret is kept."""
+
+    provider = models.CharField(max_length=50)
+    name = models.CharField(max_length=100)
+    prefix = models.CharField(max_length=16)
+    token_hash = models.CharField(max_length=64, unique=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["provider", "-created_at", "-id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["provider", "name"],
+                condition=Q(revoked_at__isnull=True),
+                name="scim_token_unique_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.provider}, {self.prefix}…)"
+
+
+class ScimUser(models.Model):
+    """A person as a provider's SCIM client provisioned them, linked to one console account
+    without a password. `attributes` is the SCIM resource as last written (name, emails,
+    the enterprise extension…); the columns are what the console searches and decides on.
+    Separate from ExternalIdentity: SCIM's id for a person (Okta's user id, Entra's object
+    id) is not the `sub` of their ID token, so the two are linked by userName at the first
+    sign-in (console.accounts.sso_accounts)."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="scim_links"
+    )
+    provider = models.CharField(max_length=50)
+    user_name = models.CharField(max_length=255)
+    external_id = models.CharField(max_length=255, blank=True)
+    active = models.BooleanField(default=True)
+    attributes = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["provider", "user_name"]
+        constraints = [
+            models.UniqueConstraint(
+                Lower("user_name"),
+                "provider",
+                name="scim_user_unique_user_name",
+            ),
+            models.UniqueConstraint(
+                fields=["provider", "user"], name="scim_user_one_link_per_provider"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.user_name}"
+
+
+class ScimGroup(models.Model):
+    """A group a provider's SCIM client pushed, with its members. Its displayName and its
+    externalId are the names a group mapping may use (console.access.group_mappings)."""
+
+    provider = models.CharField(max_length=50)
+    display_name = models.CharField(max_length=255)
+    external_id = models.CharField(max_length=255, blank=True)
+    members = models.ManyToManyField(ScimUser, blank=True, related_name="groups")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["provider", "display_name"]
+        constraints = [
+            models.UniqueConstraint(
+                Lower("display_name"),
+                "provider",
+                name="scim_group_unique_display_name",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.display_name}"

@@ -221,6 +221,30 @@ def personal_token_revoke(*, token: PersonalToken, actor, reason: str = "") -> P
     return token
 
 
+@service_transaction
+def personal_tokens_revoke_all(*, user, actor, reason: str) -> int:
+    """Revoke every one of `user`'s active tokens at once, one audit row each — for a person
+    deactivated by their identity provider (console.accounts.scim; `actor` names its SCIM
+    token). The next request with any of them gets 401. Returns how many."""
+    now = timezone.now()
+    tokens = list(
+        PersonalToken.objects.select_for_update()
+        .filter(user=user, revoked_at__isnull=True)
+        .select_related("user")
+        .prefetch_related("agents")
+    )
+    PersonalToken.objects.filter(pk__in=[t.pk for t in tokens]).update(revoked_at=now)
+    for token in tokens:
+        audit_record(
+            actor=actor,
+            action=AuditAction.PERSONAL_TOKEN_REVOKE,
+            target=token,
+            before={**_state(token), "revoked_at": None},
+            after={"revoked_at": now.isoformat(), "reason": reason},
+        )
+    return len(tokens)
+
+
 def personal_token_for_secret(secret: str) -> PersonalToken | None:
     """The token with this secret (whatever its state), with its user; None if unknown."""
     if not secret.startswith(TOKEN_PREFIX):

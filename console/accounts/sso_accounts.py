@@ -11,10 +11,11 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, connection, transaction
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from console.access.group_mappings import SyncResult, groups_sync
-from console.accounts.models import ExternalIdentity, SamlAssertion
+from console.accounts.models import ExternalIdentity, SamlAssertion, ScimUser
 from console.kernel.audit import AuditAction, SystemActor, audit_record
 from console.kernel.transactions import service_transaction
 
@@ -35,7 +36,7 @@ class ProviderPerson:
     groups: tuple[str, ...] = ()
 
 
-def _free_username(hint: str) -> str:
+def free_username(hint: str) -> str:
     """A username nobody has: the provider's preferred name (or the e-mail's local part),
     with -2, -3… when taken — a local account of the same name is never taken over."""
     base = re.sub(r"[^\w.@+-]", "-", hint).strip("-")[: USERNAME_MAX - 6] or "user"
@@ -61,12 +62,13 @@ def sso_sign_in(*, person: ProviderPerson) -> tuple[object, SyncResult | None, b
         # new people never pick the same free username.
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_ACCOUNT_LOCK])
-        identity = known.first()
+        # Someone this provider's SCIM client provisioned is linked, not made again.
+        identity = known.first() or _scim_link(person)
     created = identity is None
     if created:
         hint = person.username or person.email.partition("@")[0] or person.subject
         user = get_user_model().objects.create_user(
-            username=_free_username(hint), email=person.email, first_name=person.name[:150]
+            username=free_username(hint), email=person.email, first_name=person.name[:150]
         )  # no password: this person signs in at their provider
         identity = ExternalIdentity(user=user, provider=person.provider, subject=person.subject)
         audit_record(
@@ -87,7 +89,53 @@ def sso_sign_in(*, person: ProviderPerson) -> tuple[object, SyncResult | None, b
     identity.save()
     if not user.is_active:
         return user, None, created
-    return user, groups_sync(user=user, provider=person.provider, groups=person.groups), created
+    groups = set(person.groups) | scim_groups_of(user, person.provider)
+    return user, groups_sync(user=user, provider=person.provider, groups=groups), created
+
+
+def scim_groups_of(user, provider: str) -> set[str]:
+    """The names `provider`'s SCIM client gave the groups `user` is in: each group's
+    displayName and its externalId (Entra's ID tokens carry group object ids, SCIM carries
+    both; either may be what a mapping names)."""
+    names: set[str] = set()
+    for link in ScimUser.objects.filter(user=user, provider=provider).prefetch_related("groups"):
+        for group in link.groups.all():
+            names.update(n for n in (group.display_name, group.external_id) if n)
+    return names
+
+
+def _scim_link(person: ProviderPerson) -> ExternalIdentity | None:
+    """A first sign-in through P of someone P's SCIM client provisioned: the account whose
+    SCIM userName is the sign-in's e-mail or preferred username (case-insensitive) is linked
+    to the subject — never a local account, never one already linked to another subject."""
+    names = {n.strip().lower() for n in (person.email, person.username) if n and n.strip()}
+    if not names:
+        return None
+    link = (
+        ScimUser.objects.select_related("user")
+        .annotate(lower_name=Lower("user_name"))
+        .filter(provider=person.provider, lower_name__in=names)
+        .exclude(user__external_identities__provider=person.provider)
+        .order_by("pk")
+        .first()
+    )
+    if link is None:
+        return None
+    audit_record(
+        actor=SystemActor(f"sso:{person.provider}"),
+        action=AuditAction.SCIM_USER_LINK,
+        target=link.user,
+        after={
+            "username": link.user.get_username(),
+            "provider": person.provider,
+            "subject": person.subject,
+            "scim_user_name": link.user_name,
+            "matched": "e-mail"
+            if (person.email or "").strip().lower() == link.user_name.lower()
+            else "preferred username",
+        },
+    )
+    return ExternalIdentity(user=link.user, provider=person.provider, subject=person.subject)
 
 
 @service_transaction(durable=True)

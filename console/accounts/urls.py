@@ -7,7 +7,7 @@ from django.contrib.auth.decorators import login_not_required
 from django.urls import path
 from django.views.i18n import JavaScriptCatalog
 
-from console.accounts import oidc, saml, second_factor_views, views
+from console.accounts import oidc, saml, scim_views, second_factor_views, views
 from console.kernel.policy import AUTHENTICATED, PUBLIC, Capability, Everywhere
 
 urlpatterns = [
@@ -103,6 +103,13 @@ urlpatterns = [
         views.personal_token_admin_revoke,
         name="access-personaltoken-revoke",
     ),
+    # SCIM provisioning (issue 33): its tokens, and who and what it provisioned.
+    path("access/provisioning/", scim_views.scim_provisioning, name="scim-provisioning"),
+    path(
+        "access/provisioning/tokens/<int:pk>/revoke/",
+        scim_views.scim_token_revoke,
+        name="scim-token-revoke",
+    ),
 ]
 
 # Everyone manages their own tokens; another person's token is 404.
@@ -137,4 +144,6 @@ REQUIRED = {
     "account-personaltoken-revoke": AUTHENTICATED,
     "personal-token-admin-list": Everywhere(Capability.MANAGE_GRANTS),
     "access-personaltoken-revoke": Everywhere(Capability.MANAGE_GRANTS),
+    "scim-provisioning": Everywhere(Capability.MANAGE_GRANTS),
+    "scim-token-revoke": Everywhere(Capability.MANAGE_GRANTS),
 }

@@ -153,6 +153,19 @@ class AuditAction(_LabelledAction):
     SIEM_DESTINATION_PAUSE = "siem_destination.pause", "SIEM destination paused"
     SIEM_DESTINATION_RESUME = "siem_destination.resume", "SIEM destination resumed"
     SIEM_DESTINATION_DELETE = "siem_destination.delete", "SIEM destination removed"
+    # SCIM provisioning (issue 33): its tokens, and what a provider's SCIM client changed
+    # (actor: the system, named "scim:<provider>:<token name>").
+    SCIM_TOKEN_CREATE = "scim_token.create", "SCIM token created"
+    SCIM_TOKEN_REVOKE = "scim_token.revoke", "SCIM token revoked"
+    SCIM_USER_CREATE = "scim_user.create", "SCIM: person provisioned"
+    SCIM_USER_UPDATE = "scim_user.update", "SCIM: person changed"
+    SCIM_USER_DEACTIVATE = "scim_user.deactivate", "SCIM: person deactivated"
+    SCIM_USER_REACTIVATE = "scim_user.reactivate", "SCIM: person reactivated"
+    SCIM_USER_DELETE = "scim_user.delete", "SCIM: person deleted (account kept, deactivated)"
+    SCIM_USER_LINK = "scim_user.link", "SCIM: person linked at their first single sign-on"
+    SCIM_GROUP_CREATE = "scim_group.create", "SCIM: group created"
+    SCIM_GROUP_UPDATE = "scim_group.update", "SCIM: group or its members changed"
+    SCIM_GROUP_DELETE = "scim_group.delete", "SCIM: group deleted"
     PERSONAL_TOKEN_CREATE = "personal_token.create", "Personal token created"
     PERSONAL_TOKEN_REVOKE = "personal_token.revoke", "Personal token revoked"
     # the Django admin (break glass)

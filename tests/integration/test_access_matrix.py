@@ -231,6 +231,12 @@ def _sample_group_mapping(model):
     )
 
 
+def _sample_scim_token(model):
+    return model.objects.create(
+        provider="bank", name="matrix", prefix="scim_x", token_hash="m" * 64
+    )
+
+
 # Objects the demo world does not have, created on demand for pk urls (by model label).
 def _sample_break_glass_account(model):
     from django.contrib.auth import get_user_model
@@ -252,6 +258,7 @@ SAMPLE_FACTORIES = {
     "previews.preview": _sample_preview,
     "console.groupmapping": _sample_group_mapping,
     "console.siemdestination": _sample_siem_destination,
+    "console.scimtoken": _sample_scim_token,
 }
 
 

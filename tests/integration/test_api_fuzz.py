@@ -1,7 +1,7 @@
 """An independent fuzzer against the published contract: Schemathesis generates requests for
 every operation of /api/schema/ on a live console — the operator operations as an admin of
 all agents (session cookie and CSRF token), the runtime operations (/api/v1/runtime/) with
-an sg-test token holding every capability — and checks each response: never a server error,
+an sg-test token holding every capability, SCIM's (/scim/v2/) with a SCIM token — and checks each response: never a server error,
 a status code the schema documents, a body that matches the schema documented for it."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from console.accounts.scim import scim_token_create
 from tests.integration.test_bad_input import callers  # noqa: F401  (the world, as a fixture)
 
 pytestmark = [pytest.mark.fuzz, pytest.mark.django_db(transaction=True)]
@@ -32,6 +33,7 @@ EXAMPLES_PER_OPERATION = int(
 )  # × 26 operations: ≥ 1,000 generated cases
 MIN_CASES = 1_000
 RUNTIME_PREFIX = "/api/v1/runtime/"
+SCIM_PREFIX = "/scim/v2/"
 CHECKS = [not_a_server_error, response_schema_conformance, status_code_conformance]
 
 
@@ -59,6 +61,10 @@ def test_schemathesis_finds_nothing(live_server, callers):  # noqa: F811
     operator = _operator_session(admin, base_url)
     runtime = requests.Session()
     runtime.headers["Authorization"] = f"Bearer {token}"
+    scim = requests.Session()  # SCIM (issue 33) with its own token, one provider's
+    scim.headers["Authorization"] = (
+        f"Bearer {scim_token_create(actor=admin, provider='bank', name='fuzz')[1]}"
+    )
 
     schema = schemathesis.openapi.from_url(
         f"{base_url}/api/schema/?format=json", headers={"Cookie": operator.headers["Cookie"]}
@@ -73,6 +79,7 @@ def test_schemathesis_finds_nothing(live_server, callers):  # noqa: F811
     assert len(operations) >= 20, [op.label for op in operations]
     for operation in operations:
         session = runtime if operation.path.startswith(RUNTIME_PREFIX) else operator
+        session = scim if operation.path.startswith(SCIM_PREFIX) else session
         _fuzz(operation, base_url, session, cases, failures)
 
     total = sum(cases.values())

@@ -98,6 +98,10 @@ def test_members__stored_strings_as_written_before_the_enum():
         *(f"break_glass_account.{a}" for a in ("mark", "unmark")),
         *(f"second_factor.{a}" for a in ("enrol", "remove", "recovery_codes")),
         *(f"siem_destination.{a}" for a in ("create", "update", "pause", "resume", "delete")),
+        *(f"scim_token.{a}" for a in ("create", "revoke")),  # issue 33: SCIM provisioning
+        *(f"scim_user.{a}" for a in ("create", "update", "deactivate", "reactivate", "delete")),
+        "scim_user.link",
+        *(f"scim_group.{a}" for a in ("create", "update", "delete")),
         *(f"personal_token.{a}" for a in ("create", "revoke")),
         *(f"admin.{a}" for a in ("add", "change", "change_related", "delete", "password_change")),
     }
