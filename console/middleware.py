@@ -20,7 +20,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from console.accounts.forms import REAUTH_FIELD, ReauthenticationForm
-from console.kernel.api_errors import unexpected_error
+from console.kernel.api_errors import machine_error, unexpected_error
 from console.kernel.errors import (
     ApplicationError,
     ReauthenticationRequired,
@@ -62,9 +62,12 @@ class RequestIdMiddleware:
 
 
 def error_response(request, exception: ApplicationError):
-    """The API's error shape under /api/, else the error page (or its htmx fragment)."""
-    if request.path.startswith("/api/"):
-        return JsonResponse(exception.as_payload(), status=exception.status)
+    """The machine error shape of the path (the API's, SCIM's), else the error page (or its
+    htmx fragment)."""
+    machine = machine_error(request.path, exception)
+    if machine is not None:
+        body, content_type = machine
+        return JsonResponse(body, status=exception.status, content_type=content_type)
     template = (
         "_components/error_fragment.html" if getattr(request, "htmx", False) else "error.html"
     )
@@ -250,7 +253,7 @@ class ApiErrorMiddleware:
     def __call__(self, request):
         response = self.get_response(request)
         if (
-            not request.path.startswith("/api/")
+            not request.path.startswith(("/api/", "/scim/"))
             or response.status_code < 400
             or response.streaming
             or _is_json(response.get("Content-Type", ""))
@@ -261,9 +264,10 @@ class ApiErrorMiddleware:
             error = unexpected_error(exception)
         else:
             error = _status_error(response.status_code)
+        body, content_type = machine_error(request.path, error)
         response.status_code = error.status
-        response.content = json.dumps(error.as_payload()).encode()
-        response["Content-Type"] = "application/json"
+        response.content = json.dumps(body).encode()
+        response["Content-Type"] = content_type
         if response.has_header("Content-Length"):
             response["Content-Length"] = str(len(response.content))
         for name, value in error_headers(error).items():

@@ -30,14 +30,13 @@ from console.accounts.scim import (
     USER_SCHEMA,
     ScimError,
 )
+from console.kernel.api_errors import SCIM_MEDIA, scim_error_body
 from console.kernel.audit import AccessAction, access_record
 from console.kernel.credentials import bearer_value
 from console.kernel.errors import ApplicationError
 from console.kernel.parsers import StrictJSONParser
 
-ERROR_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:Error"
 LIST_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:ListResponse"
-SCIM_MEDIA = "application/scim+json"
 COUNT_DEFAULT = 100
 COUNT_MAX = 200
 INDEX_MAX = 2**31  # a startIndex past it answers an empty page, as any past the end does
@@ -51,13 +50,6 @@ class ScimJSONParser(StrictJSONParser):
 class ScimJSONRenderer(JSONRenderer):
     media_type = SCIM_MEDIA
     format = "scim"
-
-
-def _error_body(status: int, detail: str, scim_type: str | None = None) -> dict:
-    body = {"schemas": [ERROR_SCHEMA], "status": str(status), "detail": detail}
-    if scim_type:
-        body["scimType"] = scim_type
-    return body
 
 
 def scim_exception_handler(exc, context):
@@ -81,7 +73,7 @@ def scim_exception_handler(exc, context):
     else:
         return None  # not a refusal: a real fault, which the error middleware answers
     return Response(
-        _error_body(status, detail, scim_type),
+        scim_error_body(status, detail, scim_type),
         status=status,
         headers=headers,
         content_type=SCIM_MEDIA,

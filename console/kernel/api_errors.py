@@ -23,6 +23,30 @@ from console.kernel.limits import too_large
 
 log = logging.getLogger(__name__)
 
+# SCIM 2.0 (RFC 7644 §3.12) has its own error shape and media type: its clients (Okta, Entra
+# ID) parse only that, so every refusal under /scim/ is in it — the SCIM views' own and those
+# made before any view (a NUL in the address, an unknown ?format=, a fault).
+SCIM_ERROR_SCHEMA = "urn:ietf:params:scim:api:messages:2.0:Error"
+SCIM_MEDIA = "application/scim+json"
+
+
+def scim_error_body(status: int, detail: str, scim_type: str | None = None) -> dict:
+    body = {"schemas": [SCIM_ERROR_SCHEMA], "status": str(status), "detail": detail}
+    if scim_type:
+        body["scimType"] = scim_type
+    return body
+
+
+def machine_error(path: str, error: ApplicationError) -> tuple[dict, str] | None:
+    """The error body and content type a client of `path` parses: SCIM's under /scim/, the
+    console's one shape under /api/; None for a page (it gets the error page)."""
+    if path.startswith("/scim/"):
+        scim_type = "invalidValue" if error.status == 400 else None
+        return scim_error_body(error.status, error.message, scim_type), SCIM_MEDIA
+    if path.startswith("/api/"):
+        return error.as_payload(), "application/json"
+    return None
+
 
 def unexpected_error(exc: BaseException) -> ApplicationError:
     """What an API client is told of an exception nothing handled: a database that does not

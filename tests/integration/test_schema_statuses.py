@@ -1,7 +1,8 @@
 """The schema documents every status an operation can answer (issue 19, item 16). Some are
 answered before any view, so every operation can answer them: 400 for a NUL (%00) in the
 address (console.middleware), 404 for a `?format=` the operation has no renderer for (DRF's
-format negotiation). The schema left them out where the view itself never answers them (the
+format negotiation). Under /scim/ they come in SCIM's error shape (its clients parse only
+that). The schema left them out where the view itself never answers them (the
 audit export's 404, `traces/{request_id}`'s 400), so a client generated from it, or the
 Schemathesis run, met statuses it was told could not happen."""
 
@@ -11,6 +12,7 @@ import re
 
 import pytest
 
+from console.kernel.api_errors import SCIM_ERROR_SCHEMA
 from tests.factories import release_setup
 
 METHODS = ("get", "post", "put", "patch", "delete")
@@ -55,8 +57,13 @@ def test_every_operation__refused_before_its_view__that_status_is_documented(
         if response.status_code == status and str(status) in documented:
             answered.append(f"{method.upper()} {path}")
             assert "$ref" in str(documented[str(status)]["content"]), (path, documented)
-            error = response.json()["error"]  # the one error shape, as documented
-            assert code is None or error["code"] == code
+            if path.startswith("/scim/"):  # SCIM's own error shape, which its clients parse
+                error = response.json()
+                assert error["schemas"] == [SCIM_ERROR_SCHEMA], (path, error)
+                assert error["status"] == str(status), (path, error)
+            else:
+                error = response.json()["error"]  # the one error shape, as documented
+                assert code is None or error["code"] == code
     assert undocumented == []
     # every operation answers it (the audit export's 404 and traces/{request_id}'s 400 too)
     # The runtime's config read skips DRF's negotiation (its hot path, docs/PERFORMANCE.md): it
