@@ -125,6 +125,9 @@ class Trace(models.Model):
     # constraint: adding one scans every day partition under an exclusive lock.
     otel_trace_id = models.CharField(max_length=32, null=True, blank=True)
     otel_span_id = models.CharField(max_length=16, null=True, blank=True)
+    # Issue 34.4: what the environment's redaction rules replaced at ingest, per rule
+    # (`{"card": 2, "email": 1}`); null when nothing was (docs/data-protection.md).
+    redactions = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ["-occurred_at", "-id"]
@@ -317,3 +320,8 @@ class HourlyRollup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hour:%Y-%m-%d %H}h {self.status}/{self.decision}: {self.count}"
+
+
+# Issue 34.4, personal data kept out of traces: an environment's redaction rules and the
+# receipts of erasures (traces.protection; docs/data-protection.md).
+from traces.protection.models import Erasure, RedactionRule  # noqa: E402, F401
