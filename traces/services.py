@@ -29,8 +29,8 @@ from traces import crypto, partitions
 from traces.health.counters import counters_record_batch
 from traces.ingest import ParsedBatch, Rejection, request_id_taken
 from traces.models import Snapshot, Trace
-from traces.protection import engine as redaction
-from traces.protection import services as protection
+from traces.redaction import engine as redaction
+from traces.redaction import rules as protection
 from traces.rollouts.counters import rollout_claims_judge, rollout_writes
 from traces.selectors import traces_keyed
 

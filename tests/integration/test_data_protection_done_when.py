@@ -2,7 +2,7 @@
 every free-text field stores none of them in any table, and erasure of a principal leaves no
 row naming them (docs/data-protection.md).
 
-Which fields: every TEXT field of `traces.protection.fields.TRACE_FIELDS` (the registry a
+Which fields: every TEXT field of `traces.redaction.fields.TRACE_FIELDS` (the registry a
 unit test holds equal to the wire structs) gets the value; each IDENTIFIER field gets it in a
 trace of its own, which is refused. Which tables: every table of the database, read back whole
 (`SELECT t::text`, introspected, none listed by hand), and each snapshot decrypted.
@@ -18,10 +18,10 @@ from console.kernel.models import AuditRecord
 from tests.factories import post_batch, runtime_token, snapshots_allowed, trace_payload, world
 from tests.factories.outcomes import outcome_kinds, post_outcomes
 from traces import crypto
-from traces.models import Snapshot, Trace
+from traces.models import Erasure, RedactionRule, Snapshot, Trace
 from traces.outcomes.models import Outcome
-from traces.protection import fields, services
-from traces.protection.models import Erasure, RedactionRule
+from traces.protection import services
+from traces.redaction import fields
 
 pytestmark = pytest.mark.django_db
 

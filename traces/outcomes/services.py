@@ -32,8 +32,8 @@ from traces.outcomes import rules
 from traces.outcomes.ingest import ItemRejection, ParsedOutcomes
 from traces.outcomes.models import Outcome, OutcomeKind
 from traces.partitions import retention_cutoff
-from traces.protection import engine as redaction
-from traces.protection import services as protection
+from traces.redaction import engine as redaction
+from traces.redaction import rules as protection
 from traces.rollouts.counters import rollout_outcome_writes
 from traces.selectors import traces_keyed
 

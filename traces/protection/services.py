@@ -1,7 +1,5 @@
-"""Writes for data protection (docs/data-protection.md): an environment's redaction rules
-(audited, for its admins), the ruleset ingest applies (fail-closed), and erasure by principal
-(audited, with a receipt).
-"""
+"""Erasure by principal (docs/data-protection.md): a data-protection request deletes every
+trace, snapshot and outcome of one principal, audited, with a receipt."""
 
 from __future__ import annotations
 
@@ -11,150 +9,12 @@ from context_runtime.findings import Finding
 from django.db import connection
 
 from console.kernel.audit import AuditAction, audit_record
-from console.kernel.errors import Conflict, NotFound, Unavailable, ValidationFailed
+from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.policy import check_user_can_manage_data_protection
 from console.kernel.sessions import require_recent_authentication
 from console.kernel.transactions import service_transaction
-from strategies.catalog.models import Environment
-from traces.models import RequestKey, Snapshot, Trace
+from traces.models import Erasure, RequestKey, Snapshot, Trace
 from traces.outcomes.models import Outcome
-from traces.protection import detectors, engine
-from traces.protection.models import Erasure, RedactionRule
-
-MAX_RULES_PER_ENVIRONMENT = 30
-
-
-class RedactionUnavailable(Unavailable):
-    """The environment's rules could not be loaded or applied: the batch is refused, nothing
-    stored; the runtime retries (its spool keeps the batch)."""
-
-    code = "redaction_unavailable"
-
-
-# --- rules -------------------------------------------------------------------------------------
-def rule_state(rule: RedactionRule) -> dict:
-    return {
-        "key": rule.key,
-        "detector": rule.detector,
-        "pattern": rule.pattern,
-        "action": rule.action,
-    }
-
-
-def rule_target(rule: RedactionRule) -> tuple:
-    return ("redaction_rule", rule.pk, f"{rule.environment.key}: {rule.key}")
-
-
-def rule_findings(*, key: str, detector: str, pattern: str, action: str) -> list[Finding]:
-    """Why a rule cannot be saved, per field; [] when it can."""
-    found = []
-    if detector not in RedactionRule.Detector.values:
-        found.append(Finding("detector", "invalid_choice", "Choose a detector."))
-    if action not in RedactionRule.Action.values:
-        found.append(Finding("action", "invalid_choice", "Choose redact or refuse."))
-    if detector == detectors.CUSTOM:
-        if not key or not _slug(key):
-            found.append(Finding("key", "invalid", "Name it with 1–50 letters, digits, - or _."))
-        problem = detectors.custom_pattern_problem(pattern)
-        if problem:
-            found.append(Finding("pattern", "invalid_pattern", problem))
-    elif pattern:
-        found.append(Finding("pattern", "not_allowed", "Only a custom rule takes a pattern."))
-    return found
-
-
-def _slug(key: str) -> bool:
-    return len(key) <= 50 and all(ch.isascii() and (ch.isalnum() or ch in "-_") for ch in key)
-
-
-@service_transaction
-def redaction_rule_add(
-    *, environment: Environment, detector: str, action: str, actor, key: str = "", pattern: str = ""
-) -> RedactionRule:
-    """Add a rule to `environment`: a built-in detector (named after it) or a custom pattern
-    (named by `key`). A pattern that does not compile, is too slow or would match everything
-    is refused, and nothing is saved."""
-    check_user_can_manage_data_protection(
-        actor, target=("environment", environment.pk, environment.key)
-    )
-    key = (key or "").strip() if detector == detectors.CUSTOM else detector
-    pattern = pattern or ""
-    found = rule_findings(key=key, detector=detector, pattern=pattern, action=action)
-    if found:
-        raise ValidationFailed("That redaction rule cannot be saved.", details=found)
-    environment = Environment.objects.select_for_update().get(pk=environment.pk)
-    rules = RedactionRule.objects.filter(environment=environment)
-    if rules.filter(key=key).exists():
-        raise Conflict(
-            f"{environment.key} already has a rule named {key}.",
-            code="rule_exists",
-            details=[Finding("key", "taken", "Already a rule here; remove it first.")],
-        )
-    if rules.count() >= MAX_RULES_PER_ENVIRONMENT:
-        raise ValidationFailed(
-            f"An environment has at most {MAX_RULES_PER_ENVIRONMENT} redaction rules.",
-            details=[Finding("key", "too_many", "Remove a rule first.")],
-        )
-    rule = RedactionRule.objects.create(
-        environment=environment, key=key, detector=detector, pattern=pattern, action=action
-    )
-    audit_record(
-        actor=actor,
-        action=AuditAction.REDACTION_RULE_CREATE,
-        target=rule_target(rule),
-        after=rule_state(rule),
-    )
-    return rule
-
-
-@service_transaction
-def redaction_rule_remove(*, rule: RedactionRule, actor) -> None:
-    check_user_can_manage_data_protection(actor, target=rule_target(rule))
-    before = rule_state(rule)
-    target = rule_target(rule)
-    rule.delete()
-    audit_record(
-        actor=actor, action=AuditAction.REDACTION_RULE_DELETE, target=target, before=before
-    )
-
-
-def ruleset_compile(rows) -> engine.Ruleset:
-    """The rules as ingest applies them. Raises on a rule that cannot be used."""
-    rules = []
-    for key, detector, pattern, action in rows:
-        if detector not in RedactionRule.Detector.values or action not in (
-            engine.REDACT,
-            engine.REFUSE,
-        ):
-            raise ValueError(f"rule {key!r}: unknown detector or action")
-        name = key if detector == detectors.CUSTOM else detector
-        rules.append(engine.Rule(key, detectors.Detector(name, detector, pattern), action))
-    return engine.Ruleset(tuple(rules))
-
-
-def ruleset_load(environment_id: int) -> engine.Ruleset:
-    """The environment's ruleset, fail-closed: a rule that cannot be read or compiled (a
-    pattern saved before a check existed, a database error) raises RedactionUnavailable, so
-    the batch is refused with 503 and retried — never stored unredacted."""
-    try:
-        rows = RedactionRule.objects.filter(environment_id=environment_id).values_list(
-            "key", "detector", "pattern", "action"
-        )
-        return ruleset_compile(list(rows))
-    except Exception as exc:  # fail closed: whatever went wrong, nothing is stored raw
-        raise RedactionUnavailable(
-            "The environment's redaction rules could not be loaded; nothing was stored. "
-            "Retry later (an admin must fix the rules)."
-        ) from exc
-
-
-def rules_preview(environment: Environment, text: str) -> tuple[str, dict, str | None]:
-    """The environment's rules on `text`, as a free-text field would be stored."""
-    try:
-        ruleset = ruleset_load(environment.pk)
-    except RedactionUnavailable as exc:
-        return "", {}, exc.message
-    return engine.preview(text, ruleset)
 
 
 # --- erasure by principal ----------------------------------------------------------------------

@@ -142,6 +142,16 @@ def _cards(text: str):
             yield m.span()
 
 
+def _printed_length(printed: str, characters: int) -> int:
+    """How much of `printed` holds its first `characters` non-space characters."""
+    count = 0
+    for end, ch in enumerate(printed, 1):
+        count += ch != " "
+        if count == characters:
+            return end
+    return len(printed)
+
+
 def _ibans(text: str):
     for m in _IBAN.finditer(text):
         found = m.group()
@@ -150,11 +160,7 @@ def _ibans(text: str):
         if length is not None and len(compact) > length:
             # The pattern ran on into the words after it ("… 3000 AND"): cut at the
             # country's length, where a group of the printed form ends.
-            kept, count = 0, 0
-            for kept, ch in enumerate(found, 1):
-                count += ch != " "
-                if count == length:
-                    break
+            kept = _printed_length(found, length)
             if kept < len(found) and found[kept] != " ":
                 continue
             found, compact = found[:kept], compact[:length]

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 import orjson
 from context_runtime.findings import Finding
 
-from traces.protection import fields
-from traces.protection.detectors import CUSTOM, Detector, RedactionTimeout, marker
+from traces.redaction import fields
+from traces.redaction.detectors import CUSTOM, Detector, RedactionTimeout, marker
 
 REDACT, REFUSE = "redact", "refuse"
 PERSONAL_DATA = "personal_data"  # the reason code a refused item carries
