@@ -129,11 +129,11 @@ def redaction_rules(request, environment: str):
     tags=["data protection"],
 )
 @api_view(["DELETE"])
-def redaction_rule_detail(request, environment: str, key: str):
+def redaction_rule_detail(request, environment: str, rule: str):
     env = environment_get(key=environment)
     check_user_can_manage_data_protection(request.user, target=("environment", env.pk, env.key))
-    rule = selectors.redaction_rule_get(environment=env, key=key)
-    rules.redaction_rule_remove(rule=rule, actor=request.user)
+    found = selectors.redaction_rule_get(environment=env, key=rule)
+    rules.redaction_rule_remove(rule=found, actor=request.user)
     return Response(status=204)
 
 

@@ -10,7 +10,7 @@ ENVIRONMENT = "environments/<slug:environment>/redaction-rules"
 urlpatterns = [
     path(ENVIRONMENT, api.redaction_rules, name="api-redaction-rules"),
     path(ENVIRONMENT + "/preview", api.redaction_preview, name="api-redaction-preview"),
-    path(ENVIRONMENT + "/<slug:key>", api.redaction_rule_detail, name="api-redaction-rule"),
+    path(ENVIRONMENT + "/<slug:rule>", api.redaction_rule_detail, name="api-redaction-rule"),
     path("erasures", api.erasures, name="api-erasures"),
     path("erasures/<int:pk>", api.erasure_detail, name="api-erasure"),
 ]

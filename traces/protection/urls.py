@@ -10,7 +10,7 @@ ENVIRONMENT = "catalog/environments/<slug:environment>/data-protection/"
 urlpatterns = [
     path(ENVIRONMENT, views.rules_page, name="data-protection-rules"),
     path(ENVIRONMENT + "preview", views.rules_preview, name="data-protection-preview"),
-    path(ENVIRONMENT + "<slug:key>/remove", views.rule_remove, name="data-protection-rule-remove"),
+    path(ENVIRONMENT + "<slug:rule>/remove", views.rule_remove, name="data-protection-rule-remove"),
     path("data-protection/erasures/", views.erasures_page, name="data-protection-erasures"),
     path("data-protection/erasures/<int:pk>/", views.erasure_page, name="data-protection-erasure"),
     path(

@@ -55,8 +55,9 @@ def rules_page(request, environment):
 
 @require_POST
 @ADMINS
-def rule_remove(request, environment, key):
+def rule_remove(request, environment, rule):
     environment = environment_get(key=environment)
+    key = rule
     rule = selectors.redaction_rule_get(environment=environment, key=key)
     rules.redaction_rule_remove(rule=rule, actor=request.user)
     messages.success(request, f"{environment.key}: rule {key} removed; it no longer applies.")
