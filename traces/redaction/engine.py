@@ -24,6 +24,7 @@ from traces.redaction.detectors import CUSTOM, Detector, RedactionTimeout, marke
 REDACT, REFUSE = "redact", "refuse"
 PERSONAL_DATA = "personal_data"  # the reason code a refused item carries
 REDACTION_FAILED = "redaction_failed"
+MEMO_LIMIT = 200_000  # distinct strings remembered per ruleset (one batch)
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,7 @@ class Refused(Exception):
 class Ruleset:
     rules: tuple[Rule, ...] = ()
     _compiled: list = field(default_factory=list, repr=False)
+    _memo: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self):
         # Refusals first: a string a REFUSE rule matches is refused before anything is rewritten.
@@ -54,19 +56,36 @@ class Ruleset:
 
     def text(self, value: str, path: str, kind: str, counts: Counter) -> str:
         """`value` with every REDACT match replaced; raises Refused for a REFUSE match, or any
-        match where `kind` is an identifier."""
+        match where `kind` is an identifier. A batch repeats most of its strings (reasons,
+        sources, versions): each distinct one is scanned once per ruleset."""
+        memo_key = (value, kind)
+        found = self._memo.get(memo_key)
+        if found is None:
+            found = self._scan(value, kind)
+            if len(self._memo) < MEMO_LIMIT:
+                self._memo[memo_key] = found
+        new, matched, refusal = found
+        if refusal is not None:
+            raise Refused(Finding(path, *refusal))
+        for key, n in matched:
+            counts[key] += n
+        return new
+
+    def _scan(self, value: str, kind: str) -> tuple[str, tuple, tuple | None]:
+        matched = []
         for rule, compiled in self._compiled:
             try:
                 spans = rule.detector.spans(value, compiled)
             except RedactionTimeout:
-                raise Refused(
-                    Finding(
-                        path,
+                return (
+                    value,
+                    (),
+                    (
                         REDACTION_FAILED,
                         f"rule '{rule.key}' could not check this value in time; the item is "
                         "refused rather than stored unchecked",
-                    )
-                ) from None
+                    ),
+                )
             if not spans:
                 continue
             if rule.action == REFUSE or kind == fields.IDENTIFIER:
@@ -75,17 +94,18 @@ class Ruleset:
                     if rule.action == REFUSE
                     else "an identifier cannot be redacted: send an internal reference"
                 )
-                raise Refused(
-                    Finding(
-                        path,
+                return (
+                    value,
+                    (),
+                    (
                         PERSONAL_DATA,
                         f"holds personal data matching rule '{rule.key}' "
                         f"({rule.detector.kind}); {why}",
-                    )
+                    ),
                 )
-            counts[rule.key] += len(spans)
+            matched.append((rule.key, len(spans)))
             value = _replaced(value, spans, marker(rule.detector.name))
-        return value
+        return value, tuple(matched), None
 
 
 def _replaced(value: str, spans: list[tuple[int, int]], mark: str) -> str:
