@@ -129,7 +129,7 @@ class AuditAction(_LabelledAction):
     # data protection (issue 34.4): an environment's redaction rules, erasures by principal
     REDACTION_RULE_CREATE = "redaction_rule.create", "Redaction rule added"
     REDACTION_RULE_DELETE = "redaction_rule.delete", "Redaction rule removed"
-    PRINCIPAL_ERASE = "principal.erase", "Principal's traces erased"
+    PRINCIPAL_ERASE = "principal.erase", "Principal erased from traces"
     # access and accounts
     ROLE_CREATE = "role.create", "Role created"
     ROLE_UPDATE = "role.update", "Role changed"

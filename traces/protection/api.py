@@ -44,11 +44,11 @@ class RuleCreateRequest(StrictSerializer):
     )
 
 
-class PreviewRequest(StrictSerializer):
+class RedactionPreviewRequest(StrictSerializer):
     text = serializers.CharField(max_length=2000, trim_whitespace=False)
 
 
-class PreviewOut(serializers.Serializer):
+class RedactionPreviewOut(serializers.Serializer):
     text = serializers.CharField(help_text="As a free-text field would be stored.")
     counts = serializers.DictField(child=serializers.IntegerField(), help_text="Rule → matches.")
     refused = serializers.CharField(allow_null=True, help_text="Why the item would be refused.")
@@ -140,8 +140,8 @@ def redaction_rule_detail(request, environment: str, rule: str):
 @extend_schema(
     operation_id="redaction_rules_preview",
     summary="What the environment's rules make of a text (admins)",
-    request=PreviewRequest,
-    responses={200: PreviewOut, **_ERRORS},
+    request=RedactionPreviewRequest,
+    responses={200: RedactionPreviewOut, **_ERRORS},
     tags=["data protection"],
 )
 @api_view(["POST"])
@@ -149,7 +149,7 @@ def redaction_preview(request, environment: str):
     env = environment_get(key=environment)
     check_user_can_manage_data_protection(request.user, target=("environment", env.pk, env.key))
     check_request_size(request, REQUEST_BYTES, what="A preview")
-    serializer = PreviewRequest(data=request.data)
+    serializer = RedactionPreviewRequest(data=request.data)
     serializer.is_valid(raise_exception=True)
     text, counts, refused = rules.rules_preview(env, serializer.validated_data["text"])
     return Response({"text": text, "counts": counts, "refused": refused})

@@ -15,16 +15,11 @@ from django.views.decorators.http import require_http_methods, require_POST
 from console.kernel.errors import ApplicationError
 from console.kernel.policy import Capability, Everywhere, requires
 from strategies.catalog.selectors import environment_get
+from traces.outcomes.views import _error_details  # the same refusal → field errors
 from traces.protection import selectors, services
 from traces.redaction import detectors, rules
 
 ADMINS = requires(Everywhere(Capability.MANAGE_CATALOG), agent_kwarg=None)
-
-
-def _error_details(error: ApplicationError) -> list[dict]:
-    return [d if isinstance(d, dict) else d.as_dict() for d in (error.details or [])] or [
-        {"path": "", "code": error.code, "message": error.message}
-    ]
 
 
 @require_http_methods(["GET", "POST"])

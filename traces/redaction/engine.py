@@ -22,6 +22,7 @@ from traces.redaction import fields
 from traces.redaction.detectors import CUSTOM, Detector, RedactionTimeout, marker
 
 REDACT, REFUSE = "redact", "refuse"
+ACTIONS = (REDACT, REFUSE)
 PERSONAL_DATA = "personal_data"  # the reason code a refused item carries
 REDACTION_FAILED = "redaction_failed"
 MEMO_LIMIT = 200_000  # distinct strings remembered per ruleset (one batch)
