@@ -115,11 +115,11 @@ def run(args) -> None:
     )
 
     rules(True)
-    ruleset = ruleset_load(sg.pk)
     step = []
     for body in bodies["on"][1:]:
         parsed = parse_batch(body)
         began = time.perf_counter()
+        ruleset = ruleset_load(sg.pk)  # one per batch, as at ingest (its memo starts empty)
         for index, trace in parsed.valid:
             counts = Counter()
             engine.trace_apply(trace, ruleset)

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_PATTERN_CHARS",
     "Detector",
     "RedactionTimeout",
+    "builtin_could_match",
     "custom_pattern_problem",
     "iban_valid",
     "luhn_valid",
@@ -133,6 +134,14 @@ _PHONE = re.compile(
 )
 _NRIC = re.compile(r"(?<!\w)[STFGMstfgm]\d{7}[A-Za-z](?!\w)")
 _HAS_DIGIT = re.compile(r"\d")
+# What any built-in detector needs: an "@", or seven digits (an NRIC's run, a phone number's
+# least, a card's or an IBAN's far more). Most strings of a trace have neither.
+_SEVEN_DIGITS = re.compile(r"(?:\d\D*){7}")
+
+
+def builtin_could_match(text: str) -> bool:
+    """False when no built-in detector can find anything in `text` (one cheap test)."""
+    return "@" in text or _SEVEN_DIGITS.search(text) is not None
 
 
 def _cards(text: str):

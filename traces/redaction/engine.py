@@ -19,7 +19,13 @@ import orjson
 from context_runtime.findings import Finding
 
 from traces.redaction import fields
-from traces.redaction.detectors import CUSTOM, Detector, RedactionTimeout, marker
+from traces.redaction.detectors import (
+    CUSTOM,
+    Detector,
+    RedactionTimeout,
+    builtin_could_match,
+    marker,
+)
 
 REDACT, REFUSE = "redact", "refuse"
 ACTIONS = (REDACT, REFUSE)
@@ -40,17 +46,27 @@ class Refused(Exception):
         super().__init__(finding.message)
         self.finding = finding
 
+    def at(self, prefix: str) -> Refused:
+        """The same refusal with its path under `prefix` (`reason` under `[3]` under
+        `candidates`: `candidates[3].reason`)."""
+        path = self.finding.path
+        if path and not path.startswith(("[", "{")):
+            path = "." + path
+        return Refused(Finding(prefix + path, self.finding.code, self.finding.message))
+
 
 @dataclass
 class Ruleset:
     rules: tuple[Rule, ...] = ()
     _compiled: list = field(default_factory=list, repr=False)
     _memo: dict = field(default_factory=dict, repr=False)
+    _builtin_only: bool = field(default=True, repr=False)
 
     def __post_init__(self):
         # Refusals first: a string a REFUSE rule matches is refused before anything is rewritten.
         self.rules = tuple(sorted(self.rules, key=lambda r: r.action != REFUSE))
         self._compiled = [(r, r.detector.compiled()) for r in self.rules]
+        self._builtin_only = all(r.detector.kind != CUSTOM for r in self.rules)
 
     def __bool__(self) -> bool:
         return bool(self.rules)
@@ -59,12 +75,12 @@ class Ruleset:
         """`value` with every REDACT match replaced; raises Refused for a REFUSE match, or any
         match where `kind` is an identifier. A batch repeats most of its strings (reasons,
         sources, versions): each distinct one is scanned once per ruleset."""
-        memo_key = (value, kind)
-        found = self._memo.get(memo_key)
+        memo = self._memo.setdefault(kind, {})
+        found = memo.get(value)
         if found is None:
             found = self._scan(value, kind)
-            if len(self._memo) < MEMO_LIMIT:
-                self._memo[memo_key] = found
+            if len(memo) < MEMO_LIMIT:
+                memo[value] = found
         new, matched, refusal = found
         if refusal is not None:
             raise Refused(Finding(path, *refusal))
@@ -73,6 +89,8 @@ class Ruleset:
         return new
 
     def _scan(self, value: str, kind: str) -> tuple[str, tuple, tuple | None]:
+        if self._builtin_only and not builtin_could_match(value):
+            return value, (), None
         matched = []
         for rule, compiled in self._compiled:
             try:
@@ -122,46 +140,53 @@ def _replaced(value: str, spans: list[tuple[int, int]], mark: str) -> str:
 
 
 # --- a decoded trace (or outcome), along the walk plan -----------------------------------------
-def _walk(obj, plan: dict, path: str, ruleset: Ruleset, counts: Counter) -> None:
+# Paths are built only for a refusal (`Refused.at`, on the way out): a batch visits half a
+# million fields, almost all of them clean.
+def _walk(obj, plan: dict, ruleset: Ruleset, counts: Counter) -> None:
     for name, node in plan.items():
         value = getattr(obj, name, None)
         if value is None:
             continue
-        here = f"{path}.{name}" if path else name
-        if isinstance(node, str):
-            if node == fields.SNAPSHOT:
-                continue  # bytes, apart: `snapshot_apply`
-            if isinstance(value, str) and value:
-                new = ruleset.text(value, here, node, counts)
-                if new is not value:
-                    setattr(obj, name, new)
-        elif "[]" in node:
-            item = node["[]"]
-            for i, element in enumerate(value):
-                if isinstance(item, str):
-                    if isinstance(element, str):
-                        ruleset.text(element, f"{here}[{i}]", fields.IDENTIFIER, counts)
-                else:
-                    _walk(element, item, f"{here}[{i}]", ruleset, counts)
-        elif "{}" in node:
-            for key in value:
-                ruleset.text(key, here + "{}", fields.IDENTIFIER, counts)
-        else:
-            _walk(value, node, here, ruleset, counts)
+        try:
+            if isinstance(node, str):
+                if node == fields.SNAPSHOT:
+                    continue  # bytes, apart: `snapshot_apply`
+                if isinstance(value, str) and value:
+                    new = ruleset.text(value, "", node, counts)
+                    if new is not value:
+                        setattr(obj, name, new)
+            elif "[]" in node:
+                item = node["[]"]
+                for i, element in enumerate(value):
+                    try:
+                        if isinstance(item, str):
+                            if isinstance(element, str):
+                                ruleset.text(element, "", fields.IDENTIFIER, counts)
+                        else:
+                            _walk(element, item, ruleset, counts)
+                    except Refused as exc:
+                        raise exc.at(f"[{i}]") from None
+            elif "{}" in node:
+                for key in value:
+                    ruleset.text(key, "{}", fields.IDENTIFIER, counts)
+            else:
+                _walk(value, node, ruleset, counts)
+        except Refused as exc:
+            raise exc.at(name) from None
 
 
 def trace_apply(trace, ruleset: Ruleset) -> Counter:
     """Redact a decoded wire trace in place; the matches per rule. Raises Refused."""
     counts: Counter = Counter()
     if ruleset:
-        _walk(trace, fields.TRACE_TREE, "", ruleset, counts)
+        _walk(trace, fields.TRACE_TREE, ruleset, counts)
     return counts
 
 
 def outcome_apply(outcome, ruleset: Ruleset) -> None:
     """An outcome holds identifiers and a declared label only: any match refuses it."""
     if ruleset:
-        _walk(outcome, fields.OUTCOME_TREE, "", ruleset, Counter())
+        _walk(outcome, fields.OUTCOME_TREE, ruleset, Counter())
 
 
 def snapshot_apply(raw: bytes, ruleset: Ruleset, counts: Counter) -> bytes:
