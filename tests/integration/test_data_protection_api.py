@@ -169,3 +169,65 @@ def test_erasure__api_receipt_download__command(client, sg, admin, tmp_path):
     assert json.loads(out.read_text())["counts"]["traces_trace"] == 2
     assert not Trace.objects.exists()
     assert AuditRecord.objects.filter(action="principal.erase").count() == 2
+
+
+def test_runtime_reports__name_redacted__instance_refused__fail_closed(client, sg):
+    """What a runtime says about itself (heartbeat, manifest) passes the same rules: its name
+    is free text (redacted), its instance an identifier (refused), and unreadable rules
+    refuse the report (503)."""
+    from strategies.catalog.models import Manifest
+    from strategies.runtime.models import RuntimeInstance
+    from tests.factories import manifest_body
+
+    RedactionRule.objects.create(environment=sg, key="email", detector="email")
+    secret = runtime_token(sg)
+    auth = {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+
+    def beat(instance="host-7:4242", runtime="bank-assistant by ops@example.com"):
+        body = {
+            "instance": instance,
+            "sdk_version": "0.2.0",
+            "runtime": runtime,
+            "transport": "poll",
+            "agents": {
+                "assistant_professional": {"etag": '"r1"', "documents": {}, "resolution": "fresh"}
+            },
+        }
+        return client.post(
+            "/api/v1/runtime/heartbeat",
+            data=json.dumps(body),
+            content_type="application/json",
+            **auth,
+        )
+
+    assert beat().status_code == 200
+    assert RuntimeInstance.objects.get().runtime == "bank-assistant by [redacted:email]"
+    refused = beat(instance="ops@example.com")
+    assert refused.status_code == 400
+    assert refused.json()["error"]["details"][0]["path"] == "instance"
+    assert refused.json()["error"]["code"] == "personal_data"
+
+    manifest = {**manifest_body(), "runtime": "bank-assistant, ask ops@example.com"}
+    response = client.put(
+        "/api/v1/runtime/manifest",
+        data=json.dumps(manifest),
+        content_type="application/json",
+        HTTP_X_RUNTIME_INSTANCE="host-7:1",
+        **auth,
+    )
+    assert response.status_code == 200, response.content
+    assert Manifest.objects.filter(environment=sg).latest("version").runtime == (
+        "bank-assistant, ask [redacted:email]"
+    )
+    named = client.put(
+        "/api/v1/runtime/manifest",
+        data=json.dumps(manifest),
+        content_type="application/json",
+        HTTP_X_RUNTIME_INSTANCE="ops@example.com",
+        **auth,
+    )
+    assert named.status_code == 400
+
+    RedactionRule.objects.create(environment=sg, key="bad", detector="custom", pattern="(")
+    assert beat().status_code == 503
+    assert RuntimeInstance.objects.count() == 1

@@ -3,6 +3,8 @@ fail-closed (docs/data-protection.md)."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from context_runtime.findings import Finding
 
 from console.kernel.audit import AuditAction, audit_record
@@ -11,7 +13,7 @@ from console.kernel.policy import check_user_can_manage_data_protection
 from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Environment
 from traces.models import RedactionRule
-from traces.redaction import detectors, engine
+from traces.redaction import detectors, engine, fields
 
 MAX_RULES_PER_ENVIRONMENT = 30
 
@@ -149,3 +151,47 @@ def rules_preview(environment: Environment, text: str) -> tuple[str, dict, str |
     except RedactionUnavailable as exc:
         return "", {}, exc.message
     return engine.preview(text, ruleset)
+
+
+def runtime_report_redact(environment_id: int, body, text: tuple[str, ...]):
+    """A heartbeat's or manifest's body (decoded JSON) under the environment's rules: the
+    top-level `text` fields (the runtime's name) redacted, personal data in any other string
+    or key refused (400 personal_data). Fail-closed (503). Registered with
+    strategies.catalog.dependents at app start; strategies never imports traces."""
+    ruleset = ruleset_load(environment_id)
+    if not ruleset or not isinstance(body, dict):
+        return body
+    counts: Counter = Counter()
+
+    def identifiers(value, path: str) -> None:
+        if isinstance(value, str):
+            if value:
+                ruleset.text(value, path, fields.IDENTIFIER, counts)
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(key, str) and key:
+                    ruleset.text(key, path + "{}", fields.IDENTIFIER, counts)
+                identifiers(item, f"{path}.{key}" if path else str(key))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                identifiers(item, f"{path}[{i}]")
+
+    try:
+        out = dict(body)
+        for name, value in body.items():
+            if name in text and isinstance(value, str):
+                out[name] = ruleset.text(value, name, fields.TEXT, counts)
+            else:
+                identifiers(value, name)
+    except engine.Refused as exc:
+        raise ValidationFailed(
+            "The report holds personal data; nothing was recorded.",
+            code=engine.PERSONAL_DATA,
+            details=[exc.finding],
+        ) from None
+    except Exception as exc:
+        raise RedactionUnavailable(
+            "The environment's redaction rules could not be applied; nothing was recorded. "
+            "Retry later."
+        ) from exc
+    return out
