@@ -69,6 +69,8 @@ def test_rules__admin_adds_and_removes__audited__ingest_redacts(client, sg, admi
     }
     stored = Trace.objects.get(request_id="req-1")
     assert (stored.model_name, stored.redactions) == ("[redacted:card]", {"card": 1})
+    assert client.get("/api/v1/traces/req-1").json()["redactions"] == {"card": 1}
+    assert "trace-redactions" in client.get("/traces/req-1/").content.decode()
 
     assert client.delete(RULES + "/cust").status_code == 204
     assert AuditRecord.objects.filter(action="redaction_rule.delete").count() == 1
