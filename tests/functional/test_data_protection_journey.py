@@ -10,6 +10,7 @@ import pytest
 
 from strategies.catalog.models import Environment
 from tests.factories import post_batch, runtime_token, trace_payload, user_with_grants, world
+from tests.functional.layout import layout_faults
 from traces.models import RedactionRule, Trace
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -43,6 +44,7 @@ def test_admin_adds_rule__preview_redacts__erasure_receipt(login, client):
     page.fill("#r-pattern", "")
     page.click("#rule-form button[type=submit]")
     page.locator("[data-rule=card]").wait_for()
+    assert layout_faults(page) == {}  # a phone and a laptop
 
     page.fill("#p-text", "Customer CUST-123456 paid with 4111 1111 1111 1111")
     page.click("#preview-form button[type=submit]")
@@ -58,6 +60,7 @@ def test_admin_adds_rule__preview_redacts__erasure_receipt(login, client):
     receipt = page.locator("#erasure-receipt")
     receipt.wait_for()
     assert receipt.locator("[data-table=traces_trace] td").inner_text() == "1"
+    assert layout_faults(page) == {}  # the principal's digest wraps on a phone
     with page.expect_download() as download:
         page.click("#receipt-download")
     body = json.loads(open(download.value.path(), encoding="utf-8").read())  # noqa: SIM115
