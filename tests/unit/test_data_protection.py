@@ -151,8 +151,18 @@ def test_snapshot__strings_and_keys_redacted__unchanged_bytes_when_clean():
     out = msgspec.json.decode(engine.snapshot_apply(raw, rs, counts))
     assert out == {"[redacted:nric]": ["card [redacted:card]", 3], "q": "hello"}
     assert counts == Counter({"card": 1, "nric": 1})
+    big = engine.snapshot_apply(
+        b'{"n": 123456789012345678901234567890, "c": "S1234567D"}', rs, Counter()
+    )
+    assert big == b'{"n":123456789012345678901234567890,"c":"[redacted:nric]"}'
     clean = b'{"q":  "hello"}'
     assert engine.snapshot_apply(clean, rs, Counter()) is clean
+
+
+def test_snapshot_redaction_cannot_read__item_refused_not_the_batch():
+    with pytest.raises(engine.Refused) as refused:
+        engine.snapshot_apply(b'{"n": 1e999}', ruleset(card="redact"), Counter())
+    assert refused.value.finding.code == "redaction_failed"
 
 
 def test_slow_custom_pattern_at_ingest__item_refused_not_stored_unchecked():

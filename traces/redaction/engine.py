@@ -12,6 +12,7 @@ could not be checked is never stored.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -195,10 +196,24 @@ def snapshot_apply(raw: bytes, ruleset: Ruleset, counts: Counter) -> bytes:
     if not ruleset:
         return raw
     before = sum(counts.values())
-    value = _snapshot_value(orjson.loads(raw), "snapshot", ruleset, counts)
+    try:
+        decoded = orjson.loads(raw)
+    except orjson.JSONDecodeError:  # valid JSON orjson cannot hold (a number past a double)
+        raise Refused(
+            Finding(
+                "snapshot",
+                REDACTION_FAILED,
+                "the snapshot holds a value the redaction cannot read (a number beyond a "
+                "double, e.g. 1e999); the trace is refused rather than stored unchecked",
+            )
+        ) from None
+    _snapshot_value(decoded, "snapshot", ruleset, counts)  # the counts, or the refusal
     if sum(counts.values()) == before:
         return raw
-    return orjson.dumps(value)
+    # Something was redacted: written again from Python's own reading, which keeps integers
+    # beyond 64 bits exact (orjson reads them as floats); the same strings, so the same result.
+    exact = _snapshot_value(json.loads(raw), "snapshot", ruleset, Counter())
+    return json.dumps(exact, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _snapshot_value(value, path: str, ruleset: Ruleset, counts: Counter):

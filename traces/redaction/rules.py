@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from context_runtime.findings import Finding
+from django.db import DatabaseError
 
 from console.kernel.audit import AuditAction, audit_record
 from console.kernel.errors import Conflict, Unavailable, ValidationFailed
@@ -137,6 +138,8 @@ def ruleset_load(environment_id: int) -> engine.Ruleset:
             "key", "detector", "pattern", "action"
         )
         return ruleset_compile(list(rows))
+    except DatabaseError:
+        raise  # the database itself: the API's 503 database_unavailable says so
     except Exception as exc:  # fail closed: whatever went wrong, nothing is stored raw
         raise RedactionUnavailable(
             "The environment's redaction rules could not be loaded; nothing was stored. "
