@@ -473,10 +473,7 @@ def _redacted(trace: WireTrace, index: int, ruleset, snapshots: dict, redactions
     except redaction.Refused as exc:
         return [exc.finding]
     except Exception as exc:
-        raise protection.RedactionUnavailable(
-            "The environment's redaction rules could not be applied; nothing was stored. "
-            "Retry later."
-        ) from exc
+        raise protection.not_applied() from exc
     if counts:
         redactions[index] = dict(counts)
     return []

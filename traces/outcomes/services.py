@@ -315,10 +315,7 @@ def outcome_batch_store(*, identity, batch: ParsedOutcomes) -> OutcomeIngestResu
             reject(index, outcome, exc.finding)
             continue
         except Exception as exc:
-            raise protection.RedactionUnavailable(
-                "The environment's redaction rules could not be applied; nothing was stored. "
-                "Retry later."
-            ) from exc
+            raise protection.not_applied() from exc
         kind = kinds.get(outcome.kind)
         if kind is None or not kind.is_active:
             words = "is retired in" if kind is not None else "is not an outcome kind of"

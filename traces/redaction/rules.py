@@ -26,6 +26,14 @@ class RedactionUnavailable(Unavailable):
     code = "redaction_unavailable"
 
 
+def not_applied() -> RedactionUnavailable:
+    """The refusal of a batch whose rules failed while being applied (raise it `from` the
+    fault, which the log keeps)."""
+    return RedactionUnavailable(
+        "The environment's redaction rules could not be applied; nothing was stored. Retry later."
+    )
+
+
 # --- rules -------------------------------------------------------------------------------------
 def rule_state(rule: RedactionRule) -> dict:
     return {
@@ -193,8 +201,5 @@ def runtime_report_redact(environment_id: int, body, text: tuple[str, ...]):
             details=[exc.finding],
         ) from None
     except Exception as exc:
-        raise RedactionUnavailable(
-            "The environment's redaction rules could not be applied; nothing was recorded. "
-            "Retry later."
-        ) from exc
+        raise not_applied() from exc
     return out
