@@ -472,6 +472,7 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TraceStatusEnum": "context_runtime.wire.STATUSES",
         "ReasonCodeEnum": "context_runtime.wire.REASON_CODES",
+        "RedactionActionEnum": "traces.redaction.engine.ACTIONS",  # issue 34.4
     },
     # The schema and its docs page are for signed-in operators only (found by the access matrix).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],

@@ -248,6 +248,12 @@ class TraceOut(serializers.Serializer):
         "recorded none.",
     )
     has_snapshot = serializers.BooleanField()
+    redactions = serializers.DictField(
+        child=serializers.IntegerField(),
+        allow_null=True,
+        help_text="Values the environment's redaction rules replaced at ingest, per rule "
+        "(docs/data-protection.md); null when none.",
+    )
 
 
 class TraceListPagination(OperatorPagination):

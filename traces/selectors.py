@@ -440,6 +440,7 @@ def trace_export(trace: Trace) -> dict:
         if trace.otel_trace_id
         else None,
         "has_snapshot": trace.has_snapshot,
+        "redactions": trace.redactions,
     }
 
 

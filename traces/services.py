@@ -29,6 +29,8 @@ from traces import crypto, partitions
 from traces.health.counters import counters_record_batch
 from traces.ingest import ParsedBatch, Rejection, request_id_taken
 from traces.models import Snapshot, Trace
+from traces.redaction import engine as redaction
+from traces.redaction import rules as protection
 from traces.rollouts.counters import rollout_claims_judge, rollout_writes
 from traces.selectors import traces_keyed
 
@@ -39,7 +41,7 @@ PURGE_BATCH = 5_000
 # still hold the previous shape), then moved with ON CONFLICT so a stored request_id is skipped.
 # Candidates are COPYed straight into their table, only for the traces actually inserted.
 _TEMP_TABLES = """
-CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v6 (
+CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v7 (
     request_id varchar(200), agent_id bigint, environment_id bigint, occurred_at timestamptz,
     received_at timestamptz, strategy varchar(100), strategy_version integer,
     profile_version integer, documents jsonb, config_fallback boolean,
@@ -55,7 +57,7 @@ CREATE TEMP TABLE IF NOT EXISTS ingest_trace_in_v6 (
     candidates_truncated boolean, candidate_counts jsonb, input_errors jsonb,
     input_errors_total integer, sections jsonb, rollout_key varchar(100),
     rollout_arm varchar(10), rollout_step integer, otel_trace_id varchar(32),
-    otel_span_id varchar(16)
+    otel_span_id varchar(16), redactions jsonb
 ) ON COMMIT DELETE ROWS;
 CREATE TEMP TABLE IF NOT EXISTS ingest_snapshot_in (
     request_id varchar(200), ciphertext bytea, key_id varchar(16), created_at timestamptz,
@@ -72,7 +74,7 @@ TRACE_COLUMNS = (
     "engine, fixed_input_tokens, relevance_threshold, selection_context_window, "
     "selection_max_input_tokens, candidates_truncated, candidate_counts, input_errors, "
     "input_errors_total, sections, rollout_key, rollout_arm, rollout_step, otel_trace_id, "
-    "otel_span_id"
+    "otel_span_id, redactions"
 )
 CANDIDATE_COLUMNS = (
     "trace_id, position, item_id, source, version, size, required, bundle, decision, reason, "
@@ -92,14 +94,14 @@ _MOVE_FROM_TEMP = f"""
 WITH keys AS (
     INSERT INTO traces_request_key (environment_id, request_id, trace_id, occurred_at)
     SELECT environment_id, request_id, nextval('traces_trace_id_seq'), occurred_at
-    FROM ingest_trace_in_v6
+    FROM ingest_trace_in_v7
     ORDER BY request_id
     ON CONFLICT (environment_id, request_id) DO NOTHING
     RETURNING trace_id, request_id, environment_id
 ), inserted AS (
     INSERT INTO traces_trace (id, {TRACE_COLUMNS})
     SELECT keys.trace_id, {", ".join("t." + c.strip() for c in TRACE_COLUMNS.split(","))}
-    FROM ingest_trace_in_v6 t
+    FROM ingest_trace_in_v7 t
     JOIN keys ON keys.request_id = t.request_id AND keys.environment_id = t.environment_id
     RETURNING id, request_id
 ), snapshots AS (
@@ -135,7 +137,13 @@ def _json(value) -> str:
 
 
 def trace_row(
-    trace: WireTrace, *, agent_id: int, environment_id: int, received_at, snapshot_expires_at
+    trace: WireTrace,
+    *,
+    agent_id: int,
+    environment_id: int,
+    received_at,
+    snapshot_expires_at,
+    redactions: dict | None = None,
 ) -> tuple:
     """The ingest_trace row of one trace, in TRACE_COLUMNS order. A trace without a
     `selection` block (a runtime older than the replay fields) stores blank/null there."""
@@ -187,6 +195,7 @@ def trace_row(
         rollout.step if rollout else None,
         otel.trace_id if otel else None,
         otel.span_id if otel else None,
+        _json(redactions) if redactions else None,
     )
 
 
@@ -349,10 +358,18 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     accepted: dict[str, WireTrace] = {}
     indexes: dict[str, int] = {}
     in_scope = []
+    # The environment's redaction rules, before anything is judged further or stored: a
+    # trace refused for personal data is never counted, claimed or kept (fail-closed: rules
+    # that cannot be loaded or applied refuse the batch, 503, nothing stored).
+    ruleset = protection.ruleset_load(environment.pk)
+    redactions: dict[int, dict] = {}
+    snapshots_in = dict(batch.snapshots)
     for index, trace in batch.valid:
         problems = _scope_errors(trace, identity, agent_ids) or _occurred_at_errors(
             trace, now=now, retention_days=environment.trace_retention_days
         )
+        if not problems and ruleset:
+            problems = _redacted(trace, index, ruleset, snapshots_in, redactions)
         if problems:
             result.rejected.append(Rejection(index, trace.request_id, problems))
         else:
@@ -366,7 +383,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
             result.rejected.append(Rejection(index, trace.request_id, [claims.refused[index][0]]))
     in_scope = [(index, trace) for index, trace in in_scope if index not in claims.refused]
     allowed = _snapshots_allowed(
-        [trace for index, trace in in_scope if index in batch.snapshots], agent_ids
+        [trace for index, trace in in_scope if index in snapshots_in], agent_ids
     )
     dropped: list[str] = []
     traces, snapshots = [], []
@@ -382,7 +399,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         seen[trace.request_id] = trace.agent
         accepted[trace.request_id] = trace
         indexes[trace.request_id] = index
-        snapshot = batch.snapshots.get(index)
+        snapshot = snapshots_in.get(index)
         if snapshot and (trace.agent, trace.strategy, _strategy_version(trace)) not in allowed:
             dropped.append(trace.request_id)
             snapshot = None
@@ -393,6 +410,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
                 environment_id=environment.pk,
                 received_at=now,
                 snapshot_expires_at=snapshot_expiry if snapshot else None,
+                redactions=redactions.get(index),
             )
         )
         if snapshot:
@@ -411,7 +429,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         # longer retention, rarely, here).
         partitions.ensure_days(cursor, {row[3].date() for row in traces})
         raw = cursor.cursor  # the psycopg 3 cursor: COPY goes through it
-        _copy(raw, "ingest_trace_in_v6", TRACE_COLUMNS, traces)
+        _copy(raw, "ingest_trace_in_v7", TRACE_COLUMNS, traces)
         if snapshots:
             _copy(raw, "ingest_snapshot_in", "request_id, " + SNAPSHOT_COLUMNS, snapshots)
         cursor.execute(_MOVE_FROM_TEMP)
@@ -442,6 +460,23 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
         environment, agent_ids, [accepted[request_id] for _, request_id in inserted], claims
     )
     return result
+
+
+def _redacted(trace: WireTrace, index: int, ruleset, snapshots: dict, redactions: dict):
+    """Apply the rules to one trace (in place) and its snapshot; the refusal's findings, or
+    [] once redacted (the counts per rule kept in `redactions`). An unexpected fault refuses
+    the whole batch (fail-closed)."""
+    try:
+        counts = redaction.trace_apply(trace, ruleset)
+        if index in snapshots:
+            snapshots[index] = redaction.snapshot_apply(snapshots[index], ruleset, counts)
+    except redaction.Refused as exc:
+        return [exc.finding]
+    except Exception as exc:
+        raise protection.not_applied() from exc
+    if counts:
+        redactions[index] = dict(counts)
+    return []
 
 
 def _counters_record(environment, agent_ids, stored_traces, claims) -> None:

@@ -126,6 +126,10 @@ class AuditAction(_LabelledAction):
     OUTCOME_KIND_UPDATE = "outcome_kind.update", "Outcome kind changed"
     OUTCOME_KIND_RETIRE = "outcome_kind.retire", "Outcome kind retired"
     OUTCOME_KIND_RESTORE = "outcome_kind.restore", "Outcome kind restored"
+    # data protection (issue 34.4): an environment's redaction rules, erasures by principal
+    REDACTION_RULE_CREATE = "redaction_rule.create", "Redaction rule added"
+    REDACTION_RULE_DELETE = "redaction_rule.delete", "Redaction rule removed"
+    PRINCIPAL_ERASE = "principal.erase", "Principal erased from traces"
     # access and accounts
     ROLE_CREATE = "role.create", "Role created"
     ROLE_UPDATE = "role.update", "Role changed"

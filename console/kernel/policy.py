@@ -717,6 +717,23 @@ def check_user_can_manage_outcome_kinds(user, *, target=None) -> None:
     )
 
 
+# --- data protection (issue 34.4): redaction rules and erasure by principal (traces.protection)
+# An environment's redaction rules are part of what the environment is, so its admins set them
+# (manage_catalog on all agents, as outcome kinds). An erasure deletes traces of every agent
+# and environment: the same capability, everywhere, and a recent sign-in (a dangerous action).
+DATA_PROTECTION_CAPABILITY = Capability.MANAGE_CATALOG
+
+
+def check_user_can_manage_data_protection(user, *, target=None) -> None:
+    check_user_can(
+        user,
+        DATA_PROTECTION_CAPABILITY,
+        target=target,
+        message="Redaction rules and erasures need “Create and edit agents and environments” "
+        "on all agents.",
+    )
+
+
 # --- enforcement at the edges -------------------------------------------------------------------
 # Every url module exports REQUIRED = {url name: capability | PUBLIC | AUTHENTICATED}; the
 # access-matrix test reads them all, so an endpoint without a declared rule fails the suite.

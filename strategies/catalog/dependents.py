@@ -136,3 +136,24 @@ def agent_has_traces(agent: Agent) -> bool:
     """Whether the agent's runtime sent a trace yet; False without traces installed."""
     asker = _trace_askers.get("traces")
     return bool(asker is not None and asker(agent))
+
+
+# --- data protection (issue 34.4, docs/data-protection.md) -----------------------------------------
+# What a runtime says about itself (a heartbeat, a manifest, the process that sent it) goes
+# through its environment's redaction rules like its traces do: traces registers the guard at
+# app start. `text` names the top-level fields that are free text (the runtime's name, which is
+# redacted); every other string and key is an identifier, where personal data refuses the
+# report (400 personal_data). The guard fails closed (503 redaction_unavailable).
+_runtime_report_guard: Callable | None = None
+
+
+def register_runtime_report_guard(guard) -> None:
+    global _runtime_report_guard
+    _runtime_report_guard = guard
+
+
+def runtime_report_guarded(environment_id: int, body, *, text: tuple[str, ...] = ("runtime",)):
+    """`body` (decoded JSON) as the environment's redaction rules leave it."""
+    if _runtime_report_guard is None:
+        return body
+    return _runtime_report_guard(environment_id, body, text)

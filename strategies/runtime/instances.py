@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from console.kernel.errors import Conflict, NotFound, TooManyRequests, ValidationFailed
 from console.kernel.transactions import service_transaction
+from strategies.catalog.dependents import runtime_report_guarded
 from strategies.catalog.models import Agent
 from strategies.runtime.auth import RuntimeIdentity, check_agent_scope
 from strategies.runtime.models import RuntimeInstance
@@ -217,7 +218,9 @@ def _reported(row: dict) -> bool:
 def runtime_heartbeat(*, identity: RuntimeIdentity, body) -> dict:
     """Record what a runtime process serves, per agent (404 for an agent outside the
     token's scope or unknown, 400 for a malformed body, 409 for an instance another token
-    reports, 429 past the token's live instances; nothing written then)."""
+    reports, 429 past the token's live instances; nothing written then). The environment's
+    redaction rules run first (docs/data-protection.md)."""
+    body = runtime_report_guarded(identity.environment_id, body)
     fields, served = _parsed(body)
     for key in served:
         check_agent_scope(identity, key)

@@ -21,6 +21,7 @@ from context_runtime.manifest import validate_manifest
 from console.kernel.audit import AccessAction, access_record, actor_label
 from console.kernel.errors import Conflict, Forbidden
 from console.kernel.transactions import service_transaction
+from strategies.catalog.dependents import runtime_report_guarded
 from strategies.catalog.models import Environment, Manifest
 from strategies.catalog.selectors import manifest_latest, manifest_wire
 from strategies.catalog.services import manifest_record
@@ -107,7 +108,11 @@ def manifest_report(*, environment: Environment, body, actor, instance: str = ""
     service (an identical manifest keeps its version), then the live releases it no longer
     supports come back as warnings (none once the refusal passed, unless `manifest_load` set
     one that breaks live). Only an all-agents token may report it; `instance` says which
-    process did."""
+    process did. The environment's redaction rules run first (docs/data-protection.md): on
+    the body, and on the process's name, an identifier."""
+    body = runtime_report_guarded(environment.pk, body)
+    if instance:
+        instance = runtime_report_guarded(environment.pk, {"instance": instance})["instance"]
     try:
         return _manifest_report(environment=environment, body=body, actor=actor, instance=instance)
     except Conflict as refused:

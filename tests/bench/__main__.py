@@ -18,6 +18,7 @@ python -m tests.bench stream        # config stream: 50 runtimes, 1,000 held str
 python -m tests.bench stream_outage # runtimes back on the stream after a 90 s stream-server outage
 python -m tests.bench runtimes      # the releases page's Runtimes card: 10, 2,000, 10,000 runtimes
 python -m tests.bench retention     # the purge of 100,000 expired traces: days dropped vs rows deleted
+python -m tests.bench redaction     # ingest with the five built-in redaction rules on vs off
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ BENCHES = {
     "config": "tests.bench.bench_config",
     "dispatcher": "tests.bench.bench_dispatcher",
     "traces": "tests.bench.bench_traces",
+    "redaction": "tests.bench.bench_redaction",
     "trace_keys": "tests.bench.bench_trace_keys",
     "replay": "tests.bench.bench_replay",
     "engine": "sdk/bench/bench_engine.py",

@@ -80,6 +80,7 @@ SIMPLE_SAMPLES = {
     "request_id": "req-92",
     "kind": "escalated",  # an outcome kind every demo environment declares
     "provider": "bank",  # an identity provider's key (none is configured: 404 for everyone)
+    "rule": "card",  # a redaction rule (the demo has none: 404 for everyone allowed in)
 }
 GENERIC_WORDS = {"api", "list", "detail", "create", "new", "edit", "update", "delete", "revoke"}
 
@@ -259,6 +260,7 @@ SAMPLE_FACTORIES = {
     "console.groupmapping": _sample_group_mapping,
     "console.siemdestination": _sample_siem_destination,
     "console.scimtoken": _sample_scim_token,
+    "traces.erasure": lambda model: model.objects.create(principal_digest="0" * 64, reference="m"),
 }
 
 

@@ -89,6 +89,9 @@ def test_members__stored_strings_as_written_before_the_enum():
         *(f"webhook.{a}" for a in ("create", "delete")),
         *(f"runtime_token.{a}" for a in ("create", "revoke")),
         *(f"outcome_kind.{a}" for a in ("declare", "update", "retire", "restore")),
+        "redaction_rule.create",  # issue 34.4: data protection
+        "redaction_rule.delete",
+        "principal.erase",
         *(f"role.{a}" for a in ("create", "update")),
         *(f"grant.{a}" for a in ("create", "revoke")),
         "auth.unlock",

@@ -32,6 +32,8 @@ from traces.outcomes import rules
 from traces.outcomes.ingest import ItemRejection, ParsedOutcomes
 from traces.outcomes.models import Outcome, OutcomeKind
 from traces.partitions import retention_cutoff
+from traces.redaction import engine as redaction
+from traces.redaction import rules as protection
 from traces.rollouts.counters import rollout_outcome_writes
 from traces.selectors import traces_keyed
 
@@ -301,8 +303,19 @@ def outcome_batch_store(*, identity, batch: ParsedOutcomes) -> OutcomeIngestResu
     def reject(index, outcome, finding):
         result.rejected.append(ItemRejection(index, outcome.request_id, outcome.kind, [finding]))
 
+    # The environment's redaction rules (docs/data-protection.md): an outcome holds
+    # identifiers and a declared label only, so personal data in any of them refuses the item;
+    # rules that cannot be loaded or applied refuse the batch (503, nothing stored).
+    ruleset = protection.ruleset_load(environment.pk)
     pending: dict[tuple[str, int], tuple[int, object, int, datetime]] = {}
     for index, outcome in batch.valid:
+        try:
+            redaction.outcome_apply(outcome, ruleset)
+        except redaction.Refused as exc:
+            reject(index, outcome, exc.finding)
+            continue
+        except Exception as exc:
+            raise protection.not_applied() from exc
         kind = kinds.get(outcome.kind)
         if kind is None or not kind.is_active:
             words = "is retired in" if kind is not None else "is not an outcome kind of"
