@@ -250,7 +250,7 @@ TOKEN_FAULTS = (
 
 
 # --- the two views ------------------------------------------------------------------------------------
-def _refused(request, provider_key: str, refusal: SignInRefused, name: str = ""):
+def sign_in_refused_page(request, provider_key: str, refusal: SignInRefused, name: str = ""):
     """The sign-in page again, saying why in plain words; the access log has the code."""
     access_record(
         actor=AnonymousUser(),
@@ -268,7 +268,7 @@ def _refused(request, provider_key: str, refusal: SignInRefused, name: str = "")
     return render(request, "registration/login.html", context, status=refusal.status)
 
 
-def _safe_next(request) -> str | None:
+def safe_next(request) -> str | None:
     next_url = request.GET.get("next")
     if next_url and url_has_allowed_host_and_scheme(
         next_url, allowed_hosts={request.get_host()}, require_https=request.is_secure()
@@ -284,7 +284,7 @@ def _authorization_redirect(request, key: str, provider: Provider, **extra):
     try:
         metadata = discovery(provider)
     except SignInRefused as refusal:
-        return _refused(request, key, refusal, provider.name)
+        return sign_in_refused_page(request, key, refusal, provider.name)
     state = get_random_string(32)
     verifier = get_random_string(64)
     params = {
@@ -303,7 +303,7 @@ def _authorization_redirect(request, key: str, provider: Provider, **extra):
     add_state_and_verifier_and_nonce_to_session(request, state, params, verifier)
     # The state is answered by this provider only (its own callback URL checks it).
     request.session["oidc_states"][state].update(provider=key, **extra)
-    request.session["oidc_login_next"] = _safe_next(request)
+    request.session["oidc_login_next"] = safe_next(request)
     request.session.modified = True
     return HttpResponseRedirect(f"{metadata['authorization_endpoint']}?{urlencode(params)}")
 
@@ -330,7 +330,7 @@ def sso_reauthenticate(request, provider: str):
             "not_signed_in_here",
             f"You did not sign in through {provider.name}; confirm the way you signed in.",
         )
-        return _reauthentication_refused(request, refusal, _safe_next(request) or "")
+        return reauthentication_refused(request, refusal, safe_next(request) or "")
     return _authorization_redirect(
         request, key, provider, reauthenticate=request.user.pk, started=int(time.time())
     )
@@ -383,7 +383,7 @@ def _exchange(request, key: str, provider: Provider, entry: dict) -> tuple[dict,
         return token_info, _claims(provider, backend, token_info, entry["nonce"])
 
 
-def _reauthentication_refused(request, refusal: SignInRefused, next_url: str):
+def reauthentication_refused(request, refusal: SignInRefused, next_url: str):
     """Back to the confirm-it's-you page, saying why; `auth.reauthenticate` denied."""
     if request.user.is_authenticated:
         reauthentication_record(request.user, path=next_url, why=refusal.code)
@@ -424,7 +424,7 @@ def _reauthentication_answer(request, key: str, provider: Provider, entry: dict)
                 "happening, its administrator must honour prompt=login.",
             )
     except SignInRefused as refusal:
-        return _reauthentication_refused(request, refusal, next_url)
+        return reauthentication_refused(request, refusal, next_url)
     authentication_recorded(request.session)
     request.session[SESSION_KEY] = {"provider": key, "id_token": token_info["id_token"]}
     reauthentication_record(request.user, path=next_url)
@@ -463,7 +463,7 @@ def sso_callback(request, provider: str):
                 "account_disabled", "Your console account is deactivated. Ask an admin.", 403
             )
     except SignInRefused as refusal:
-        return _refused(request, key, refusal, provider.name)
+        return sign_in_refused_page(request, key, refusal, provider.name)
 
     next_url = request.session.get("oidc_login_next")
     provider_login(request, user, key, (created, sync), id_token=token_info["id_token"])

@@ -51,10 +51,10 @@ from saml2.validate import ResponseLifetimeExceed, ToEarly
 from console.accounts.models import ExternalIdentity
 from console.accounts.oidc import (
     SignInRefused,
-    _reauthentication_refused,
-    _refused,
-    _safe_next,
     provider_login,
+    reauthentication_refused,
+    safe_next,
+    sign_in_refused_page,
 )
 from console.accounts.sso_accounts import ProviderPerson, saml_assertion_use, sso_sign_in
 from console.kernel.sessions import authentication_recorded, reauthentication_record
@@ -333,7 +333,7 @@ def _start(request, provider: SamlProvider, pending: dict, *, force: bool):
             entityid=idp, binding=BINDING_HTTP_REDIRECT, force_authn=force
         )
     except SignInRefused as refusal:
-        return _refused(request, provider.key, refusal, provider.name)
+        return sign_in_refused_page(request, provider.key, refusal, provider.name)
     OutstandingQueriesCache(request.saml_session).set(request_id, pending)
     location = dict(info["headers"])["Location"]
     return HttpResponseRedirect(location)
@@ -346,7 +346,7 @@ def _start(request, provider: SamlProvider, pending: dict, *, force: bool):
 def saml_start(request, provider: str):
     """Send the browser to the provider with an AuthnRequest this browser will be answered to."""
     provider = provider_get(provider, "saml")
-    return _start(request, provider, {"next": _safe_next(request)}, force=False)
+    return _start(request, provider, {"next": safe_next(request)}, force=False)
 
 
 @login_not_required
@@ -407,7 +407,7 @@ def saml_acs(request, provider: str):
                 "account_disabled", "Your console account is deactivated. Ask an admin.", 403
             )
     except SignInRefused as refusal:
-        return _refused(request, key, refusal, provider.name)
+        return sign_in_refused_page(request, key, refusal, provider.name)
 
     remembered = {
         "protocol": "saml",
@@ -484,9 +484,9 @@ def saml_reauthenticate(request, provider: str):
                 "not_signed_in_here",
                 f"You did not sign in through {provider.name}; confirm the way you signed in.",
             )
-            return _reauthentication_refused(request, refusal, _safe_next(request) or "")
+            return reauthentication_refused(request, refusal, safe_next(request) or "")
         pending = {
-            "next": _safe_next(request),
+            "next": safe_next(request),
             "reauthenticate": f"{request.user.pk}:{time.time_ns()}",
             "started": int(time.time()),
         }
@@ -495,7 +495,7 @@ def saml_reauthenticate(request, provider: str):
     next_url = proof.get("next") or ""
     refusal = _proof_refusal(request, provider, proof)
     if refusal is not None:
-        return _reauthentication_refused(request, refusal, next_url)
+        return reauthentication_refused(request, refusal, next_url)
     authentication_recorded(request.session)
     reauthentication_record(request.user, path=next_url)
     return HttpResponseRedirect(next_url or resolve_url(settings.LOGIN_REDIRECT_URL))
