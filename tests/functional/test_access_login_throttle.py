@@ -5,6 +5,7 @@ sign-in from the Access area."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -38,7 +39,7 @@ def test_login__five_wrong_passwords__locked_message_username_kept_and_attempts_
     login("admin", "admin-demo")  # same machine, other username: not locked
     page.goto(f"{live_server.url}/audit/access/?action=auth.login&outcome=denied")
     rows = page.locator("[data-testid=access-table] tbody tr")
-    assert rows.count() == 6
+    expect(rows).to_have_count(6)
     assert "support" in rows.first.inner_text()
 
 

@@ -4,6 +4,7 @@ in the matrix, and revokes it after confirming."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from console.kernel.models import AuditRecord, Grant, Role
 
@@ -24,7 +25,7 @@ def test_access__admin_creates_role_grants_and_revokes__matrix_and_audit_follow(
     )
 
     page.get_by_role("link", name="New role").click()
-    assert page.locator("input[name=capabilities]:checked").count() == 0  # starts empty
+    expect(page.locator("input[name=capabilities]:checked")).to_have_count(0)  # starts empty
     page.fill("input[name=name]", "auditor")
     page.get_by_label("View audit and access logs").check()
     page.screenshot(path=f"{SHOTS}/role-form.png", full_page=True)

@@ -7,6 +7,7 @@ import time
 
 import pytest
 from django.contrib.auth import get_user_model
+from playwright.sync_api import expect
 
 from tests.factories import profile_edit
 
@@ -39,7 +40,7 @@ def test_audit_log__admin_asks_who_changed_bank_profile__finds_ops_and_the_field
     assert "ops2" not in page.locator("[data-testid=audit-table]").inner_text()
     update_row = rows.filter(has_text="draft.update").first
     assert "ops" in update_row.inner_text()
-    assert update_row.locator("time").count() == 1
+    expect(update_row.locator("time")).to_have_count(1)
     update_row.locator("summary").click()
     changes = update_row.locator("[data-testid=audit-changes]")
     changes.wait_for()

@@ -5,6 +5,7 @@ unreviewed; the rollback page does not offer it."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from strategies.catalog.models import Environment
 from strategies.releases.services import release_publish
@@ -51,7 +52,7 @@ def test_break_glass_journey__relax_publish_history_marks_it_rollback_does_not_o
     # The history marks it; the version's page too.
     page.goto(f"{live_server.url}/releases/assistant_professional/history/?environment=prod")
     marked = page.locator("li[data-unreviewed='true']")
-    assert marked.count() == 1
+    expect(marked).to_have_count(1)
     assert "v1 → v2" in marked.inner_text()
     assert "unreviewed (break-glass)" in marked.inner_text().lower()
 

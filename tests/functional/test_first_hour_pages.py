@@ -136,7 +136,7 @@ def test_profile_grid_at_1366__fills_its_cards__prod_column_fully_visible(demo_w
     page.set_viewport_size(LAPTOP)
     page.goto(f"{AP}/")
     tables = page.locator("#profile-grid table.matrix")
-    assert tables.count() == 3  # user_context, query_context, pipeline switches
+    expect(tables).to_have_count(3)  # user_context, query_context, pipeline switches
     for i in range(tables.count()):
         geometry = tables.nth(i).evaluate(
             """t => { const wrap = t.closest('.table-wrap');
@@ -194,7 +194,7 @@ def test_refused_publish__keeps_reason__button_disabled_with_why__refusal_said_o
     )
     expect(button).to_be_disabled()
     assert page.locator("body").inner_text().count(NOT_A_HANDLER) == 1  # said once, at the check
-    assert page.locator("[role=alert]").count() == 1
+    expect(page.locator("[role=alert]")).to_have_count(1)
 
 
 # 9 ----------------------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ def test_grant_form__one_agent_by_default__user_picked_from_filtered_list__requi
 
     # The user comes from the list; typing narrows it (server side, htmx).
     users = page.locator("select[name=username] option")
-    assert users.count() == 5
+    expect(users).to_have_count(5)
     page.fill("#user-filter", "supp")
     expect(users).to_have_count(1)
     expect(page.locator("select[name=username]")).to_have_value("support")

@@ -11,6 +11,7 @@ import re
 
 import pytest
 from django.contrib.auth.models import User
+from playwright.sync_api import expect
 
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document
@@ -68,7 +69,7 @@ def test_publish__most_traffic_becomes_budget_exceeded__warned_and_needs_the_con
     page.fill("#publish-reason", "budget 4000 on purpose: tighter cost limit")
     page.click("#publish-actions button[type=submit]")
     # Not ticked: the browser keeps the form (the server would refuse it too, 400).
-    assert page.locator("#danger-confirm input:invalid").count() == 1
+    expect(page.locator("#danger-confirm input:invalid")).to_have_count(1)
     assert (
         Release.objects.get(document__key=STRATEGY, environment__key="sg-test").version.number == 3
     )

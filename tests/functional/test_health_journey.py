@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.test import Client
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from tests.factories import candidate, post_batch, runtime_token, trace_payload
 from tests.factories.releases import publish, release_setup
@@ -79,7 +80,7 @@ def test_support__release_row_to_health_page_to_request_ids_to_trace(login, live
         "required applicable_policy not selected" in page.locator("#requests-filter").inner_text()
     )
     ids = page.locator("#health-request-ids tbody tr")
-    assert ids.count() == 4
+    expect(ids).to_have_count(4)
     # In words; the code is one hover away.
     assert "applicable_policy — its provider did not deliver it" in ids.first.inner_text()
     reason = ids.first.locator("[data-reason-code]")

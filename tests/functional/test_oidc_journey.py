@@ -6,6 +6,7 @@ provider too (RP-initiated logout)."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from console.access import group_mappings
 from console.kernel.models import AccessLogEntry
@@ -60,7 +61,7 @@ def test_sso__member_of_mapped_group__lands_with_the_mapped_role_and_signs_out_a
 
     assert page.locator(".nav-user-roles").inner_text() == "operator on payments"
     assert page.locator("[data-agent=payments]").is_visible()
-    assert page.locator("[data-agent=lending]").count() == 0
+    expect(page.locator("[data-agent=lending]")).to_have_count(0)
 
     # A dangerous action later: the provider is asked to confirm it is her (not a password).
     rewind(page, 11 * 60, AUTHENTICATED_AT)
@@ -122,5 +123,5 @@ def test_group_mappings_page__admin_maps_a_group_then_removes_it(
     row.locator("summary", has_text="Remove…").click()
     row.get_by_label("Reason (recorded in the audit log)").fill("team disbanded")
     row.get_by_role("button", name="Remove").click()
-    assert page.locator("[data-testid=group-mappings]").count() == 0
+    expect(page.locator("[data-testid=group-mappings]")).to_have_count(0)
     assert "Removed" in page.locator("#messages").inner_text()

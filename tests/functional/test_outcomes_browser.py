@@ -4,6 +4,7 @@ kind through the runtime API; support sees it on the trace page."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from strategies.catalog.models import Environment
 from tests.factories import runtime_token
@@ -18,7 +19,7 @@ def test_admin_declares_a_kind__reported_outcome_shows_on_the_trace_page(demo_wo
     page.goto(page.url + "catalog/")
     page.locator("[data-environment=sg-test]").get_by_role("link", name="Outcomes").click()
     page.wait_for_url("**/catalog/environments/sg-test/outcomes/")
-    assert page.locator("[data-kind=escalated]").count() == 1  # the demo's kinds
+    expect(page.locator("[data-kind=escalated]")).to_have_count(1)  # the demo's kinds
 
     # A mistake first: the page says why and keeps what was typed.
     page.fill("#k-key", "first_contact")
@@ -55,4 +56,4 @@ def test_admin_declares_a_kind__reported_outcome_shows_on_the_trace_page(demo_wo
     assert "no" in reported.locator("[data-label=Value]").inner_text()
     assert "test sg-test" in reported.inner_text()
     # The demo's own outcomes of req-93 are there too.
-    assert card.locator("[data-outcome=escalated]").count() == 1
+    expect(card.locator("[data-outcome=escalated]")).to_have_count(1)

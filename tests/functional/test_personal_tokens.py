@@ -8,6 +8,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+from playwright.sync_api import expect
 
 from console.accounts.models import PersonalToken
 from console.kernel.models import AuditRecord
@@ -39,7 +40,7 @@ def test_personal_token__create_once_use_revoke__401_after(login, page, live_ser
     page.wait_for_url(f"{live_server.url}/account/")
     page.fill("input[name=name]", "ci-deploy")
     assert page.get_by_label("View configuration").is_checked()  # the one capability ann holds
-    assert page.locator("input[name=capabilities]").count() == 1
+    expect(page.locator("input[name=capabilities]")).to_have_count(1)
     page.get_by_role("button", name="Create token").click()
     banner = page.locator("#new-token")
     assert "it is not shown again" in banner.inner_text()

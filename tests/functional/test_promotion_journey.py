@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from strategies.releases.models import ApprovalRequest, Release
 from tests.factories import bank_uat_ahead_of_prod, publish, release_setup
@@ -37,8 +38,8 @@ def test_promotion_journey__preview_confirm__one_request_per_changed_document(
     page.click(f"{AGENT} a[data-promote='bank-uat-prod']")
     page.wait_for_selector("#promotion-plan")
     plan = page.locator("#promotion-plan")
-    assert plan.locator("[data-document='profile'][data-outcome='unchanged']").count() == 1
-    assert plan.locator("[data-outcome='requested']").count() == 2
+    expect(plan.locator("[data-document='profile'][data-outcome='unchanged']")).to_have_count(1)
+    expect(plan.locator("[data-outcome='requested']")).to_have_count(2)
     preview = page.inner_text("[data-preview='after_sales_consultation']")
     assert "applicable_policy added to optional sources" in preview
     assert "The runtime implements everything" in preview
@@ -53,14 +54,14 @@ def test_promotion_journey__preview_confirm__one_request_per_changed_document(
         "returns_consultation",
     ]
     for approval in pending:
-        assert page.locator(f"[data-approval='{approval.pk}']").count() == 1
+        expect(page.locator(f"[data-approval='{approval.pk}']")).to_have_count(1)
     shot(page, "requested")
 
     # The approver sees both requests waiting.
     switch_user(page, login, "ops2")
     page.goto(f"{live_server.url}/releases/")
     for approval in pending:
-        assert page.locator(f"[data-approval='{approval.pk}']").count() == 1
+        expect(page.locator(f"[data-approval='{approval.pk}']")).to_have_count(1)
 
 
 def test_rollback_with_revert_policy__request_then_second_person_approves(page, login, live_server):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from strategies.releases.models import Rollout
 from strategies.releases.services import rollout_guard_pause, rollout_record_guards
@@ -87,8 +88,8 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
     rollout = Rollout.objects.get()
     assert page.inner_text("#rollout-step").startswith("1 of 3")
     assert "10%" in page.inner_text("#rollout-share")
-    assert page.locator("#rollout-bake progress").count() == 1
-    assert page.locator(".rollout-bar").count() == 3
+    expect(page.locator("#rollout-bake progress")).to_have_count(1)
+    expect(page.locator(".rollout-bar")).to_have_count(3)
     assert page.locator("#rollout-status").get_attribute("data-state") == "running"
     served = runtime_config(client, secret)
     assert served["rollouts"][STRATEGY]["id"] == rollout.key
@@ -162,14 +163,14 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
     assert "order_delivery provider returned nothing" in evidence_text
     shot(page, "guard-paused")
     page.click("#rollout-changed a")
-    assert page.locator("#rollout-resume").count() == 1
+    expect(page.locator("#rollout-resume")).to_have_count(1)
 
     # Stop: runtimes serve v3 alone again; the page says who and why.
     confirm(page, "rollout-stop", "Not this week")
     page.wait_for_selector("text=is stopped")
     assert page.locator("#rollout-status").get_attribute("data-state") == "stopped"
     assert "Not this week" in page.inner_text("#rollout-why")
-    assert page.locator("#rollout-actions").count() == 0
+    expect(page.locator("#rollout-actions")).to_have_count(0)
     # Ended, and the page says so: how, when, at which step and share — and that nothing is
     # split now (no "Share on v2: 10%" as if it still held)
     assert page.inner_text("#rollout-now-title") == "Ended"
@@ -178,7 +179,7 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
     now = page.inner_text("#rollout-now")
     assert now.startswith("Nothing is split now.")
     assert "Everyone went back to v3 when it ended; live in sg-test now: v3." in now
-    assert page.locator("#rollout-share").count() == 0
+    expect(page.locator("#rollout-share")).to_have_count(0)
     assert "last judged before it ended" in page.inner_text("#rollout-guards")
     assert page.locator("[data-step-state='ended']").inner_text().endswith("ended here")
     assert "stopped by ops · step 1 of 3 (10%)" in page.inner_text("#rollout-log")
@@ -189,5 +190,5 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
 
     # The releases grid offers a new rollout again.
     page.goto(f"{live_server.url}/releases/?agent=assistant_professional")
-    assert page.locator(f"{CELL} [data-rollout]").count() == 0
+    expect(page.locator(f"{CELL} [data-rollout]")).to_have_count(0)
     assert page.locator(f"{CELL} a[data-rollout-start]").is_visible()

@@ -6,6 +6,7 @@ runtime's configuration following, the rollback's audit row carrying the warning
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from console.kernel.models import AuditRecord
 from strategies.releases.models import Rollout
@@ -65,11 +66,11 @@ def test_watch_journey__warning_on_dashboard__one_click_rollback__previous_versi
 
     warning.locator(f"[data-watch-rollback='{rollout.key}']").click()
     page.wait_for_selector("text=Rolled back: after_sales_consultation v3 is live in sg-test")
-    assert page.locator(f"[data-watch-warning='{rollout.key}']").count() == 0
+    expect(page.locator(f"[data-watch-warning='{rollout.key}']")).to_have_count(0)
 
     page.goto(f"{live_server.url}/releases/?agent=assistant_professional")
     assert page.locator(f"{CELL} [data-status='live']").inner_text().endswith("v3")
-    assert page.locator(f"{CELL} [data-watch-warning]").count() == 0
+    expect(page.locator(f"{CELL} [data-watch-warning]")).to_have_count(0)
     shot(page, "watch-rolled-back")
     served = runtime_config(client, secret)
     assert served["strategies"][STRATEGY]["version"] == 3
@@ -100,6 +101,6 @@ def test_watch_journey__operator_without_rollback__button_disabled_with_why(
 
     warning = page.locator(f"{CELL} [data-watch-warning='{rollout.key}']")
     warning.wait_for()
-    assert warning.locator("button[disabled]", has_text="Roll back to v3").count() == 1
+    expect(warning.locator("button[disabled]", has_text="Roll back to v3")).to_have_count(1)
     assert "You may not roll back releases here." in warning.inner_text()
     shot(page, "watch-warning-release-row")

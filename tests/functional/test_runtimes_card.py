@@ -14,6 +14,7 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from strategies.catalog.models import Agent, Environment
 from strategies.runtime.selectors import CARD_ROWS
@@ -105,9 +106,9 @@ def test_ops_opens_releases__a_fleet__counted_stopped_ones_apart_all_listed_a_cl
     more.get_by_role("link").click()
     page.wait_for_url("**/runtimes/?environment=sg-test")
     rows = page.locator("[data-environment=sg-test] [data-instance]")
-    assert rows.count() == 61
+    expect(rows).to_have_count(61)
     assert "1–61 of 61 runtimes" in page.locator(".pagination").inner_text()
     stopped = page.locator("[data-instance='pod-z:999']").inner_text().lower()
     assert "(stopped)" in stopped and "✓ live" not in stopped
     assert rows.last.get_attribute("data-instance") == "pod-z:999"
-    assert page.locator("[data-instance^='old-']").count() == 0
+    expect(page.locator("[data-instance^='old-']")).to_have_count(0)

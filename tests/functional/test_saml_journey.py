@@ -6,6 +6,7 @@ dangerous action, and signs out of both (SP-initiated single logout)."""
 from __future__ import annotations
 
 import pytest
+from playwright.sync_api import expect
 
 from console.access import group_mappings
 from console.accounts import saml
@@ -54,7 +55,7 @@ def test_saml__member_of_mapped_group__lands_with_the_mapped_role_and_confirms_a
 
     assert page.locator(".nav-user-roles").inner_text() == "operator on payments"
     assert page.locator("[data-agent=payments]").is_visible()
-    assert page.locator("[data-agent=lending]").count() == 0
+    expect(page.locator("[data-agent=lending]")).to_have_count(0)
 
     # A dangerous action later: the IdP is asked to confirm it is her (ForceAuthn="true").
     rewind(page, 11 * 60, AUTHENTICATED_AT)

@@ -9,6 +9,7 @@ import json
 import urllib.request
 
 import pytest
+from playwright.sync_api import expect
 
 from console.access import group_mappings
 from tests.factories import AgentFactory, role_named, user_with_grants
@@ -56,7 +57,7 @@ def test_scim__token_made_on_the_page_provisions_a_mapped_person_then_deactivate
     assert page.get_by_test_id("scim-provider-unconfigured").is_visible()
     assert layout_faults(page, PHONE, LAPTOP) == {}
     page.reload()
-    assert page.get_by_test_id("scim-secret").count() == 0  # shown once
+    expect(page.get_by_test_id("scim-secret")).to_have_count(0)  # shown once
     assert secret not in page.content()
 
     user = _scim(live_server, secret, "POST", "Users", fx.OKTA_USER)
@@ -81,4 +82,4 @@ def test_scim__token_made_on_the_page_provisions_a_mapped_person_then_deactivate
     tokens = page.locator("[data-testid=scim-tokens] tr", has_text="Okta production")
     assert "never" not in tokens.inner_text()  # its last use is shown
     page.goto(f"{live_server.url}/access/")
-    assert page.locator("tr[data-grant]", has_text="test.user@okta.local").count() == 0
+    expect(page.locator("tr[data-grant]", has_text="test.user@okta.local")).to_have_count(0)

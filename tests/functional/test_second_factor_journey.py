@@ -12,6 +12,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django_otp.oath import totp
 from django_otp_webauthn.models import WebAuthnCredential
+from playwright.sync_api import expect
 
 from console.kernel.models import AccessLogEntry, AuditRecord
 from tests.functional.layout import LAPTOP, PHONE, layout_faults
@@ -55,7 +56,7 @@ def test_authenticator_app__enrolled_on_account_page__then_asked_at_sign_in(page
     page.get_by_role("button", name="Confirm").click()
 
     page.wait_for_selector("[data-testid=recovery-codes]")
-    assert page.locator("[data-testid=recovery-codes] li").count() == 10
+    expect(page.locator("[data-testid=recovery-codes] li")).to_have_count(10)
     page.get_by_role("link", name="I have saved them").click()
     assert page.locator("[data-testid=factor-totp]").is_visible()
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
+from playwright.sync_api import expect
 
 from strategies.catalog.models import Environment
 from strategies.delivery.config import cache_clear_all
@@ -136,6 +137,6 @@ def test_ops__shadow_4k__health_disagreements__trace_card__promote__live(
     )
     cell = page.locator(CELL)
     assert "v4" in cell.locator(".badge[data-status='live']").inner_text()
-    assert cell.locator("[data-shadow]").count() == 0
+    expect(cell.locator("[data-shadow]")).to_have_count(0)
     served = runtime_config(client, secret)
     assert served["strategies"][STRATEGY]["version"] == 4 and served["shadow"] == {}

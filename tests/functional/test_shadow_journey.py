@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from strategies.releases.models import Release, ShadowRelease
 from tests.factories import bearer, runtime_token
@@ -75,7 +76,7 @@ def test_shadow_journey__start_v2_beside_v3_then_promote__live_and_shadow_gone(
         "text=after_sales_consultation v2 is live in sg-test; its shadow is stopped"
     )
     cell = page.locator(CELL)
-    assert cell.locator("[data-shadow]").count() == 0
+    expect(cell.locator("[data-shadow]")).to_have_count(0)
     assert cell.locator("[data-shadow-start]").is_visible()  # a new one can start
     assert "v2" in cell.locator(".badge[data-status='live']").inner_text()
     shot(page, "promoted")

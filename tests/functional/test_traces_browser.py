@@ -7,6 +7,7 @@ from datetime import timedelta
 import pytest
 from django.contrib.auth.models import User
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from console.kernel.models import AccessLogEntry
 from strategies.catalog.models import Environment
@@ -30,7 +31,7 @@ def test_support_pastes_req_92__one_page_explains_it__look_in_access_log(demo_wo
     assert "Look first at: model and prompt" in page.locator("#trace-summary").inner_text()
     candidates = page.locator("#candidates")
     assert "older product introduction" in candidates.inner_text()
-    assert candidates.locator("[data-decision-group=irrelevant]").count() == 1
+    expect(candidates.locator("[data-decision-group=irrelevant]")).to_have_count(1)
     assert "model-x" in page.locator("#where-to-look").inner_text()
     # The demo's strategy versions do not allow snapshots (snapshot.allowed), so none was sent.
     assert "sent no snapshot" in page.locator("#snapshot").inner_text()
@@ -84,7 +85,7 @@ def test_support_narrows_the_list_by_the_last_day_and_by_date(demo_world, login)
     page.locator("#last-day a[data-status=ready]").click()
     page.wait_for_url("**/traces/?status=ready&since=*")
     assert page.locator("#trace-table tbody tr").count() > 0
-    assert page.locator(".chip[data-filter=since]").count() == 1
+    expect(page.locator(".chip[data-filter=since]")).to_have_count(1)
 
     page.goto(page.url.split("?")[0])
     yesterday = (timezone.now() - timedelta(days=1)).date().isoformat()
@@ -122,8 +123,8 @@ def test_support_replays_req_92_with_a_tighter_draft__sees_what_changes(demo_wor
     page.locator(f"#replay-result[data-version='{draft.number}']").wait_for()
     assert page.url.endswith("/traces/req-92/")  # swapped in place (htmx), not a new page
     summary = page.locator("#replay-summary")
-    assert summary.locator("[data-status=ready]").count() == 1
-    assert summary.locator("[data-status=budget_exceeded]").count() == 1
+    expect(summary.locator("[data-status=ready]")).to_have_count(1)
+    expect(summary.locator("[data-status=budget_exceeded]")).to_have_count(1)
     changed = page.locator("#replay-result tr[data-changed=true]")
     assert changed.count() >= 1
     assert "over budget" in changed.first.locator("[data-replay=replayed]").inner_text().lower()

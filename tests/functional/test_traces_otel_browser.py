@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 import pytest
 from context_runtime import wire
 from context_runtime.reporter import encode_trace
+from playwright.sync_api import expect
 
 from tests.factories import post_batch, runtime_token, world
 from tests.functional.layout import LAPTOP, PHONE, layout_faults
@@ -62,7 +63,7 @@ def test_support_follows_a_request_into_the_tracing_system__link_carries_the_tra
     assert link.get_attribute("href") == f"https://grafana.example/explore?traceId={TRACE_ID}"
     tracing = page.locator("#trace-tracing")
     assert TRACE_ID in tracing.inner_text() and SPAN_ID in tracing.inner_text()
-    assert page.locator("#trace-link-none").count() == 0
+    expect(page.locator("#trace-link-none")).to_have_count(0)
     assert layout_faults(page, size) == {}
 
 
@@ -75,8 +76,8 @@ def test_support_opens_a_request_without_a_span__no_link_and_the_reason_in_words
 
     page.goto(page.url + "traces/e-9b1c/")
 
-    assert page.locator("#trace-link").count() == 0
-    assert page.locator("a[href*='grafana.example']").count() == 0
+    expect(page.locator("#trace-link")).to_have_count(0)
+    expect(page.locator("a[href*='grafana.example']")).to_have_count(0)
     none = page.locator("#trace-link-none")
     assert none.inner_text().startswith(
         "no link to your tracing system: its runtime recorded no trace id for this request"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from strategies.delivery.webhooks import Webhook
 from strategies.releases.services import release_publish
@@ -41,5 +42,5 @@ def test_webhooks_page__register_then_release__delivery_listed(page, login, live
     page.click("text=http://127.0.0.1:9/hooks/console")
 
     row = page.locator("tr[data-delivery]")
-    assert row.count() == 1
+    expect(row).to_have_count(1)
     page.screenshot(path=str(SCREENS / "releases-webhook-deliveries.png"), full_page=True)
