@@ -93,4 +93,5 @@ def test_change_approval_journey__require_publish_waits_callback_approves_histor
     page.goto(f"{live_server.url}/releases/assistant_professional/history/?environment=sg-test")
     event = page.locator("li[data-event]").first
     assert "v2" in event.inner_text()
-    assert "change record CHG0031337" in event.inner_text()
+    assert "change record chg0031337" in event.inner_text().lower()
+    assert event.locator("[data-change-number='CHG0031337']").count() == 1

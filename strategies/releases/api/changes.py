@@ -125,9 +125,7 @@ def change_system(request, environment: str):
 @api_view(["GET"])
 @VIEWERS
 def change_record_list(request):
-    records = change_records_for(agent=None).filter(
-        document__agent__in=agents_where(request.user, Capability.VIEW_CONFIG)
-    )
+    records = change_records_for(agents=agents_where(request.user, Capability.VIEW_CONFIG))
     return Response({"results": [change_record_state(r) for r in records]})
 
 

@@ -64,13 +64,14 @@ def change_record_latest(*, environment, document, content_hash: str) -> ChangeR
     )
 
 
-def change_records_for(*, agent=None, environment=None, limit: int = 50):
-    """Recent records, newest first (the environment's change-system page, the API list)."""
+def change_records_for(*, agents=None, environment=None, limit: int = 50):
+    """Recent records, newest first, of `agents` (all when None): the environment's
+    change-system page, the API list."""
     records = ChangeRecord.objects.select_related(
         "environment", "document__agent", "version", "release_event"
     )
-    if agent is not None:
-        records = records.filter(document__agent=agent)
+    if agents is not None:
+        records = records.filter(document__agent__in=agents)
     if environment is not None:
         records = records.filter(environment=environment)
     return records.order_by("-created_at", "-pk")[:limit]

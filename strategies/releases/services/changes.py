@@ -57,6 +57,7 @@ from strategies.releases.services.state import _current
 log = logging.getLogger(__name__)
 
 CALLBACK_STATUSES = ("approved", "rejected")
+SIGNATURE_HEADERS = ("webhook-id", "webhook-timestamp", "webhook-signature")
 # The system acting on an answer (the audit's actor): named for how the answer came.
 _VIA = {
     "callback": SystemActor("change-system:callback"),
@@ -353,14 +354,22 @@ def change_callback_receive(*, record_id: int, headers, body: bytes) -> ChangeRe
         .filter(pk=record_id)
         .first()
     )
-    if record is None:
-        raise NotFound("No such change record.", code="not_found")
     try:
+        # Unsigned callers learn nothing, not even whether the record exists.
+        if not all(headers.get(h) for h in SIGNATURE_HEADERS):
+            raise NotAuthenticated(
+                "The callback is not signed: webhook-id, webhook-timestamp and "
+                "webhook-signature are required.",
+                code="signature_missing",
+            )
+        if record is None:
+            raise NotFound("No such change record.", code="not_found")
         _signature_check(record.environment.change_system.secret, headers, body)
         answer = _answer_parse(body)
         decided = _change_record_decide(record_id=record.pk, answer=answer, via="callback")
     except ApplicationError as exc:
-        _answer_refused(record, via="callback", error=exc)
+        if record is not None:
+            _answer_refused(record, via="callback", error=exc)
         raise
     change_record_go_live(record_id=decided.pk, via="callback")
     decided.refresh_from_db()

@@ -12,7 +12,6 @@ from django.views.decorators.http import require_http_methods
 
 from console.kernel.errors import ApplicationError
 from console.kernel.policy import Capability, Everywhere, requires
-from strategies.catalog.forms import show_refusal
 from strategies.catalog.selectors import environment_get
 from strategies.releases.selectors.changes import change_records_for, change_system_of
 from strategies.releases.services.change_records import change_record_words
@@ -48,6 +47,16 @@ class ChangeSystemForm(forms.Form):
     )
 
 
+def _refusal_at_fields(form: forms.Form, error: ApplicationError) -> None:
+    """The service's whole sentence (what to do, not just what failed) at each field it
+    names, or above the form."""
+    fields = {d.get("path") for d in error.details} & set(form.fields)
+    for field in sorted(fields):
+        form.add_error(field, error.message)
+    if not fields:
+        form.add_error(None, error.message)
+
+
 @requires(Everywhere(Capability.MANAGE_CATALOG), agent_kwarg=None)
 @require_http_methods(["GET", "POST"])
 def change_system(request, environment):
@@ -75,7 +84,7 @@ def change_system(request, environment):
             except ApplicationError as error:
                 if error.status in (403, 404):
                     raise
-                show_refusal(form, error)
+                _refusal_at_fields(form, error)
                 status = error.status
             else:
                 if secret is None:
