@@ -314,3 +314,42 @@ def test_change_system__internal_url_refused_without_setting(world, settings):
             requires_change_record=True,
         )
     assert refused.value.details[0]["code"] == "internal_address"
+
+
+def test_rollout_start__waits_for_its_record__starts_once_approved(db, settings, system, client):
+    from strategies.releases.models import Rollout
+    from strategies.releases.services.changes import rollout_start_or_ask
+    from tests.factories.releases import rollout_setup
+
+    settings.WEBHOOK_ALLOW_PRIVATE_TARGETS = True
+    w = rollout_setup()
+    env = require_records(w, system)
+    # v3 rolls out in sg-test: the start waits for the change system, nothing runs yet
+    waiting = rollout_start_or_ask(
+        version=w.strategy[3], environment=env, actor=w.ops, reason="staged v3"
+    )
+    assert isinstance(waiting, ChangeRecord) and waiting.path == "rollout_start"
+    assert not Rollout.objects.filter(environment=env).exists()
+    change_record_send_try(record_id=waiting.pk)
+    # Approved: the rollout starts by itself, asked again (as ops, with the saved plan)
+    assert answer(client, system, waiting, status="approved").status_code == 200
+    rollout = Rollout.objects.get(environment=env)
+    assert rollout.state == Rollout.State.RUNNING and rollout.version == w.strategy[3]
+
+
+def test_promotion__to_an_environment_requiring_records__requested_not_live(world, system):
+    from strategies.releases.services import release_promote
+
+    release_publish(version=world.strategy[2], environment=world.envs["sg-test"], actor=world.ops)
+    uat = require_records(world, system, "bank-uat")
+    outcome = release_promote(
+        agent=world.agent,
+        source=world.envs["sg-test"],
+        target=uat,
+        documents=[world.strategy[1].document],
+        actor=world.admin,
+        reason="promote the escalation wording",
+    )
+    item = outcome.items[0]
+    assert item.outcome == "requested" and item.change_record.path == "promotion"
+    assert live_number(world, uat) is None
