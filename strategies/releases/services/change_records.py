@@ -183,6 +183,8 @@ def _change_record_request(
         else {},
         # A waiting record's window is the time the system has to answer.
         valid_until=now + timedelta(hours=system.validity_hours),
+        # Sent after commit at once; if that message is lost, the beat's relay sends it then.
+        next_try_at=now + timedelta(minutes=2),
         created_at=now,
     )
     audit_record(
