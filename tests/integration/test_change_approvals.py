@@ -353,3 +353,29 @@ def test_promotion__to_an_environment_requiring_records__requested_not_live(worl
     item = outcome.items[0]
     assert item.outcome == "requested" and item.change_record.path == "promotion"
     assert live_number(world, uat) is None
+
+
+def test_change_system_api__secret_once__bad_input_400_nothing_saved(world, system, client):
+    from strategies.releases.models import ChangeSystem
+
+    client.force_login(world.admin)
+    url = "/api/v1/environments/sg-test/change-system/"
+    bad = client.put(
+        url,
+        data=json.dumps({"requires_change_record": True, "url": "ftp://x", "validity_hours": 0}),
+        content_type="application/json",
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["details"][0]["path"] == "url"
+    assert not ChangeSystem.objects.exists() and "change_system.update" not in audit_actions("")
+    saved = client.put(
+        url,
+        data=json.dumps({"requires_change_record": True, "url": system.url}),
+        content_type="application/json",
+    )
+    assert saved.status_code == 200 and saved.json()["secret"].startswith("whsec_")
+    shown = client.get(url)
+    assert shown.status_code == 200 and "secret" not in shown.json()
+    assert shown.json()["requires_change_record"] is True
+    # Another person without manage_catalog on all agents may not read or set it
+    client.force_login(world.ops)
+    assert client.get(url).status_code == 403
