@@ -241,6 +241,15 @@ SIEM_DRAIN_SECONDS = float(env_count("SIEM_DRAIN_SECONDS", 10, minimum=1))
 SIEM_BATCH_SIZE = env_count("SIEM_BATCH_SIZE", 500, minimum=1)
 SIEM_DRAIN_BUDGET_SECONDS = float(env_count("SIEM_DRAIN_BUDGET_SECONDS", 50, minimum=1))
 SIEM_HOSTNAME = env("SIEM_HOSTNAME", "") or ""
+# External change approvals (docs/change-approvals.md): how often the beat polls waiting
+# records' status URLs (and relays unsent requests, expires ended windows), how far a signed
+# callback's timestamp may be from now, and the send retries (first delay, doubling; tries).
+CHANGE_RECORD_POLL_SECONDS = float(env_count("CHANGE_RECORD_POLL_SECONDS", 60, minimum=1))
+CHANGE_CALLBACK_TOLERANCE_SECONDS = env_count("CHANGE_CALLBACK_TOLERANCE_SECONDS", 300, minimum=1)
+CHANGE_RECORD_RETRY_BASE_SECONDS = float(
+    env_count("CHANGE_RECORD_RETRY_BASE_SECONDS", 10, minimum=1)
+)
+CHANGE_RECORD_MAX_TRIES = env_count("CHANGE_RECORD_MAX_TRIES", 8, minimum=1)
 # Every periodic task, in one place; `celery -A console beat` runs them.
 CELERY_BEAT_SCHEDULE: dict = {
     "traces-purge-expired": {
@@ -279,6 +288,11 @@ CELERY_BEAT_SCHEDULE: dict = {
     "console-chain-checkpoint": {
         "task": "console.chain_checkpoint",
         "schedule": AUDIT_CHECKPOINT_MINUTES * 60.0,
+    },
+    # External change records: poll waiting ones, relay unsent requests, expire windows.
+    "strategies.change_records_tick": {
+        "task": "strategies.change_records_tick",
+        "schedule": CHANGE_RECORD_POLL_SECONDS,
     },
     # The audit and access logs streamed to the SIEM destinations (docs/siem.md).
     "console-siem-drain": {"task": "console.siem_drain", "schedule": SIEM_DRAIN_SECONDS},

@@ -8,6 +8,7 @@ from celery import shared_task
 
 from strategies.delivery import webhooks
 from strategies.delivery.config import cache_reconcile
+from strategies.releases.services import change_records, changes
 from strategies.runtime.auth import last_used_flush, refused_flush, revocations_reconcile
 from strategies.runtime.instances import instances_purge
 
@@ -45,3 +46,23 @@ def reconcile_runtime_cache() -> int:
 def relay_webhook_deliveries() -> int:
     """Queue again the webhook deliveries left pending by a lost message."""
     return webhooks.deliveries_relay()
+
+
+@shared_task(name=change_records.SEND_TASK, bind=True, autoretry_for=(), max_retries=None)
+def send_change_request(self, record_id: int) -> str:
+    """One try of a change request (docs/change-approvals.md); the next after a backoff."""
+    outcome = changes.change_record_send_try(record_id=record_id)
+    if outcome == "retry":
+        record_tries = changes.change_record_tries(record_id)
+        raise self.retry(countdown=changes.retry_delay(record_tries))
+    return outcome
+
+
+@shared_task(name="strategies.change_records_tick", autoretry_for=())
+def change_records_tick() -> dict:
+    """Poll the waiting change records' systems, relay unsent requests, expire windows."""
+    return {
+        "decided": changes.change_records_poll(),
+        "relayed": changes.change_records_relay(),
+        "expired": changes.change_records_expire(),
+    }

@@ -100,6 +100,23 @@ class AuditAction(_LabelledAction):
     APPROVAL_REQUEST = "approval.request", "Approval requested"
     APPROVAL_REJECT = "approval.reject", "Approval rejected"
     APPROVAL_WITHDRAW = "approval.withdraw", "Approval request withdrawn"
+    APPROVAL_APPROVE_HELD = (
+        "approval.approve_held",
+        "Approved; waits for the external change record",
+    )
+    # external change records (issue 34 item 1, docs/change-approvals.md)
+    CHANGE_SYSTEM_UPDATE = "change_system.update", "Change system configured"
+    CHANGE_RECORD_REQUEST = "change_record.request", "Change record requested"
+    CHANGE_RECORD_DELIVERY_FAIL = "change_record.delivery_fail", "Change request not delivered"
+    CHANGE_RECORD_APPROVE = "change_record.approve", "Change record approved"
+    CHANGE_RECORD_REJECT = "change_record.reject", "Change record rejected"
+    CHANGE_RECORD_EXPIRE = "change_record.expire", "Change record expired"
+    CHANGE_RECORD_REFUSE = "change_record.refuse", "Change system answer refused"
+    CHANGE_RECORD_USE = "change_record.use", "Change record used by a release"
+    CHANGE_RECORD_GO_LIVE_REFUSED = (
+        "change_record.go_live_refused",
+        "Waiting go-live refused at the change approval",
+    )
     SHADOW_START = "shadow.start", "Shadow release started"
     SHADOW_STOP = "shadow.stop", "Shadow release stopped"
     # staged rollouts (issue 23): an operator's action, or a guard's (actor system, guard:<name>)

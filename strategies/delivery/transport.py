@@ -140,9 +140,17 @@ class _DeadlineReader(io.RawIOBase):
 
     def __init__(self, sock, deadline: float):
         self._sock, self._deadline = sock, deadline
+        # Counted as socket.makefile counts its readers: the connection closes its socket once
+        # the answer's head is read (`will_close`), and the body (`get`) is read after that.
+        sock._io_refs += 1
 
     def readable(self) -> bool:
         return True
+
+    def close(self) -> None:
+        if not self.closed:
+            self._sock._decref_socketios()
+        super().close()
 
     def readinto(self, buffer) -> int:
         remaining = self._deadline - time.monotonic()
@@ -203,8 +211,11 @@ def _connection(target: Target, address: str, deadline: float) -> http.client.HT
     return conn
 
 
-def _post(target: Target, body: bytes, headers: dict, deadline: float) -> tuple[int, str]:
-    """POST to the first checked address that accepts a connection: (status, Location)."""
+def _post(
+    target: Target, body: bytes | None, headers: dict, deadline: float, *, method="POST", read=0
+) -> tuple[int, str, bytes]:
+    """POST (or `method`) to the first checked address that accepts a connection: (status,
+    Location, the first `read` bytes of the answer's body)."""
     connect_error: OSError | None = None
     for address in target.addresses:
         conn = _connection(target, address, deadline)
@@ -217,9 +228,10 @@ def _post(target: Target, body: bytes, headers: dict, deadline: float) -> tuple[
                 connect_error = exc
                 continue
             conn.sock.settimeout(_remaining(deadline))  # sendall: a total, not per chunk
-            conn.request("POST", target.path, body=body, headers=headers)
+            conn.request(method, target.path, body=body, headers=headers)
             response = conn.getresponse()
-            return response.status, response.getheader("Location") or ""
+            content = response.read(read) if read else b""
+            return response.status, response.getheader("Location") or "", content
         finally:
             conn.close()
     raise connect_error or OSError("no address to connect to")
@@ -233,19 +245,37 @@ class PostFailed(Exception):
 class Answer:
     status: int
     location: str  # the Location header ("" if none): a redirect is reported, not followed
+    body: bytes = b""  # read only by `get`, at most its `limit` bytes
 
 
 def post(url: str, body: bytes, headers: dict) -> Answer:
     """POST `body` to `url` within `TRY_DEADLINE_SECONDS`, the Host header set from the URL.
     Raises TargetRefused (never worth another try), TargetUnresolved or PostFailed."""
+    return _call(url, body, headers, method="POST", read=0)
+
+
+def get(url: str, headers: dict, *, limit: int = 65536) -> Answer:
+    """GET `url` under the same rules and deadline as `post`, reading at most `limit` bytes
+    of the answer (a change system's status, strategies.releases.services.changes)."""
+    return _call(url, None, headers, method="GET", read=limit)
+
+
+def _call(url: str, body: bytes | None, headers: dict, *, method: str, read: int) -> Answer:
     deadline = time.monotonic() + TRY_DEADLINE_SECONDS
     target = target_resolve(url)
     try:
-        status, location = _post(target, body, {"Host": target.host_header, **headers}, deadline)
+        status, location, content = _post(
+            target,
+            body,
+            {"Host": target.host_header, **headers},
+            deadline,
+            method=method,
+            read=read,
+        )
     except TimeoutError as exc:
         if time.monotonic() >= deadline - 0.05:
             raise PostFailed(f"deadline: no answer within {TRY_DEADLINE_SECONDS:g} s") from exc
         raise PostFailed(f"TimeoutError: {exc}") from exc
     except (OSError, http.client.HTTPException) as exc:
         raise PostFailed(f"{type(exc).__name__}: {exc}") from exc
-    return Answer(status, location)
+    return Answer(status, location, content)

@@ -29,6 +29,7 @@ from strategies.documents.models import Document, Version
 from strategies.exchange.format import FORMAT, FORMAT_VERSION, ConfigFile, FileDocument
 from strategies.releases.selectors import (
     APPROVAL_REQUIRED,
+    CHANGE_RECORD_REQUIRED,
     NOT_ALLOWED,
     NOT_FOUND,
     SENSITIVE_SECTION,
@@ -568,14 +569,20 @@ def _release_action(refusals: list[Finding], *, person: bool) -> tuple[str, str]
     `publish` (the target runtime's findings, if any, then stop the import)."""
     if not person:
         return "skip", "Publishing needs a person: run the command with --as USERNAME."
-    refused = [f for f in blocking(refusals) if not is_runtime_finding(f)]
+    refused = [
+        f
+        for f in blocking(refusals)
+        if not is_runtime_finding(f) and f.code != CHANGE_RECORD_REQUIRED
+    ]
     if refused:
         first = refused[0]
         prefix = "Not allowed: " if first.code in _NOT_ALLOWED else ""
         messages = " ".join(f.message for f in refused if f.code == first.code)
         return "skip", f"{prefix}{messages} Skipped."
-    approval = next((f for f in refusals if f.code == APPROVAL_REQUIRED), None)
-    if approval is not None:
-        return "request", approval.message
+    # A second person, or the external change system (the publish sends its request): both
+    # leave the version waiting, not live.
+    waits = [f for f in refusals if f.code in (APPROVAL_REQUIRED, CHANGE_RECORD_REQUIRED)]
+    if waits:
+        return "request", " ".join(f.message for f in waits)
     unreviewed = next((f for f in refusals if f.code == UNREVIEWED), None)
     return "publish", unreviewed.message if unreviewed is not None else ""

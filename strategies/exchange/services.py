@@ -133,11 +133,24 @@ def config_apply(
             continue
         version = created[step.document][step.number]
         result = release_publish(
-            version=version, environment=environments[step.environment], actor=actor, reason=reason
+            version=version,
+            environment=environments[step.environment],
+            actor=actor,
+            reason=reason,
+            change_path="import",
         )
-        if result.approval is not None:
+        if result.approval is not None or result.change_record is not None:
             outcome.requested.append(
-                {**where, "number": step.number, "approval": result.approval.pk}
+                {
+                    **where,
+                    "number": step.number,
+                    "approval": result.approval.pk if result.approval else None,
+                    **(
+                        {"change_record": result.change_record.public_id}
+                        if result.change_record
+                        else {}
+                    ),
+                }
             )
         else:
             outcome.published.append({**where, "number": step.number})

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.kernel.policy import Capability
+from console.kernel.policy import PUBLIC, Capability, Everywhere
 from strategies.releases import api
+from strategies.releases.api import changes as change_api
 
 AGENT = "agents/<slug:agent>/"
 RELEASE = AGENT + "documents/<slug:document>/releases/<slug:environment>/"
@@ -42,6 +43,21 @@ urlpatterns = [
     path("approvals/<int:pk>/approve/", api.approval_approve, name="api-approval-approve"),
     path("approvals/<int:pk>/reject/", api.approval_reject, name="api-approval-reject"),
     path("approvals/<int:pk>/withdraw/", api.approval_withdraw, name="api-approval-withdraw"),
+    # External change approvals (docs/change-approvals.md)
+    path(
+        "environments/<slug:environment>/change-system/",
+        change_api.change_system,
+        name="api-change-system",
+    ),
+    path("change-records/", change_api.change_record_list, name="api-change-record-list"),
+    path(
+        "change-records/<int:pk>/", change_api.change_record_detail, name="api-change-record-detail"
+    ),
+    path(
+        "change-records/<int:pk>/callback",
+        change_api.change_record_callback,
+        name="api-change-record-callback",
+    ),
 ]
 
 # Publish, promote and shadows: the service checks the right to publish to the environment
@@ -67,4 +83,10 @@ REQUIRED = {
     "api-approval-approve": Capability.APPROVE,
     "api-approval-reject": Capability.APPROVE,
     "api-approval-withdraw": Capability.VIEW_CONFIG,
+    # An environment's change system is its settings; records are read where the agent is seen.
+    "api-change-system": Everywhere(Capability.MANAGE_CATALOG),
+    "api-change-record-list": Capability.VIEW_CONFIG,
+    "api-change-record-detail": Capability.VIEW_CONFIG,
+    # The change system's answer: no session, its signature is its authentication.
+    "api-change-record-callback": PUBLIC,
 }

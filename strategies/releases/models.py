@@ -353,3 +353,130 @@ class ApprovalRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.document} v{self.version.number} → {self.environment.key} ({self.status})"
+
+
+class ChangeSystem(models.Model):
+    """The external change-management system an environment asks before a go-live (issue 34
+    item 1, docs/change-approvals.md): where the console POSTs its change requests, where it
+    polls their status, the secret that signs both ways, and how long an approval stays usable.
+    While `requires_change_record` is on, a publish, an approval's decision and a rollout's
+    start there need an approved, unexpired ChangeRecord of the same content (the go-live
+    judgement asks it)."""
+
+    environment = models.OneToOneField(
+        Environment, on_delete=models.PROTECT, related_name="change_system"
+    )
+    requires_change_record = models.BooleanField(
+        default=False, help_text="A go-live here needs an approved external change record."
+    )
+    url = models.URLField(max_length=500, help_text="Where change requests are POSTed.")
+    # `{id}` and `{change_number}` are filled in; empty: the system only calls back.
+    status_url_template = models.CharField(max_length=500, blank=True)
+    # Signs the requests and polls, and verifies the callbacks; shown once, never again.
+    secret = models.CharField(max_length=100)
+    validity_hours = models.PositiveIntegerField(
+        default=72, help_text="Hours an approval stays usable after it is given."
+    )
+    updated_by = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(validity_hours__gte=1), name="change_system_validity_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.environment.key} change system → {self.url}"
+
+
+class ChangeRecord(models.Model):
+    """One change request sent to an environment's change system for one content going live
+    there, and its answer. Bound to the content hash and, once approved, to a validity window:
+    only an approved, unexpired record of the same content lets the go-live judgement pass.
+    A system that never answers leaves it waiting (with its delivery tries), never approved."""
+
+    class State(models.TextChoices):
+        WAITING = "waiting", "Waiting for the change system"
+        APPROVED = "approved", "Approved"
+        REJECTED = "rejected", "Rejected"
+        EXPIRED = "expired", "Expired"
+        FAILED = "failed", "Could not be sent"
+
+    class Path(models.TextChoices):
+        PUBLISH = "publish", "Publish"
+        ROLLOUT_START = "rollout_start", "Staged rollout start"
+        PROMOTION = "promotion", "Promotion"
+        IMPORT = "import", "Import"
+
+    DECIDED_STATES = (State.APPROVED, State.REJECTED, State.EXPIRED, State.FAILED)
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.PROTECT, related_name="change_records"
+    )
+    document = models.ForeignKey(Document, on_delete=models.PROTECT, related_name="change_records")
+    version = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="change_records")
+    content_hash = models.CharField(max_length=64)
+    path = models.CharField(max_length=20, choices=Path.choices, default=Path.PUBLISH)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    requested_by_label = models.CharField(max_length=200, blank=True)
+    reason = models.TextField(blank=True)
+    # The protected environment's approval request of the same go-live: both must hold.
+    approval = models.ForeignKey(
+        ApprovalRequest,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="change_records",
+    )
+    # What the go-live waiting on this record does once approved (e.g. a rollout's plan).
+    go_live = models.JSONField(default=dict, blank=True)
+    diff_summary = models.JSONField(default=dict, blank=True)
+    preview_summary = models.JSONField(default=dict, blank=True)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.WAITING)
+    change_number = models.CharField(max_length=100, blank=True)
+    comment = models.TextField(blank=True)
+    decided_by = models.CharField(max_length=20, blank=True, help_text="callback or poll")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    valid_until = models.DateTimeField(null=True, blank=True)
+    # The outbox: the request is sent after commit and retried with backoff.
+    tries = models.PositiveSmallIntegerField(default=0)
+    last_error = models.CharField(max_length=500, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+    next_try_at = models.DateTimeField(null=True, blank=True)
+    polled_at = models.DateTimeField(null=True, blank=True)
+    # The waiting go-live, asked again at the approval: what it said when it could not happen.
+    go_live_refused = models.TextField(blank=True)
+    # The release event that went live on this record (its change number in the history).
+    release_event = models.ForeignKey(
+        ReleaseEvent, null=True, blank=True, on_delete=models.PROTECT, related_name="change_records"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            # One request waits per content × environment: asking again shows the same one.
+            models.UniqueConstraint(
+                fields=["environment", "document", "content_hash"],
+                condition=Q(state="waiting"),
+                name="change_record_one_waiting_per_content",
+            ),
+            models.CheckConstraint(
+                condition=~Q(state="approved") | Q(valid_until__isnull=False),
+                name="change_record_approved_has_window",
+            ),
+        ]
+        indexes = [models.Index(fields=["environment", "content_hash", "state"])]
+
+    def __str__(self) -> str:
+        number = f" {self.change_number}" if self.change_number else ""
+        return f"change record #{self.pk}{number} ({self.state})"
+
+    @property
+    def public_id(self) -> str:
+        return f"cr-{self.pk}"

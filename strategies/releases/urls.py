@@ -2,14 +2,21 @@
 
 from django.urls import path
 
-from console.kernel.policy import AUTHENTICATED, Capability
+from console.kernel.policy import AUTHENTICATED, Capability, Everywhere
 from strategies.releases import views
+from strategies.releases.views import changes as change_views
 
 _DOC_ENV = "releases/<slug:agent>/<slug:document>/<slug:environment>"
 _ROLLOUT = "releases/<slug:agent>/rollouts/ro-<int:pk>/"
 
 urlpatterns = [
     path("releases/", views.overview, name="release-overview"),
+    # An environment's external change system (its settings, beside the environment's own)
+    path(
+        "catalog/environments/<slug:environment>/change-system/",
+        change_views.change_system,
+        name="change-system",
+    ),
     path(f"{_DOC_ENV}/publish/", views.publish, name="release-publish"),
     path(f"{_DOC_ENV}/rollback/", views.rollback, name="release-rollback"),
     path(f"{_DOC_ENV}/shadow/", views.shadow, name="release-shadow"),
@@ -45,6 +52,7 @@ urlpatterns = [
 
 REQUIRED = {
     "release-overview": AUTHENTICATED,  # shows only the agents the user can see
+    "change-system": Everywhere(Capability.MANAGE_CATALOG),  # environment settings
     "release-publish": Capability.VIEW_CONFIG,  # the service checks publish / request rights
     "release-rollback": Capability.ROLLBACK,
     # Shadows: the service checks the right to publish there (a protected one: to request).

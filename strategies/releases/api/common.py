@@ -11,6 +11,7 @@ from console.access.api import OperatorPagination
 from console.kernel.api_schema import ErrorSerializer
 from console.kernel.limits import check_request_size
 from strategies.releases.services import approval_state, release_state
+from strategies.releases.services.change_records import change_record_state
 
 # A release request is a few small fields; anything near this is not one.
 BODY_LIMIT = 16 * 1024
@@ -66,7 +67,16 @@ def _page_of(request, items, serialize_page) -> Response:
 
 
 def _outcome(outcome) -> Response:
-    """200 {release} when it went live, 202 {approval} when it waits for a second person."""
+    """200 {release} when it went live, 202 {approval} when it waits for a second person, 202
+    {change_record} (and the approval, if any) when it waits for the external change system."""
+    if getattr(outcome, "change_record", None) is not None:
+        return Response(
+            {
+                "change_record": change_record_state(outcome.change_record),
+                "approval": approval_state(outcome.approval) if outcome.approval else None,
+            },
+            status=202,
+        )
     if outcome.approval is not None:
         return Response({"approval": approval_state(outcome.approval)}, status=202)
     return Response({"release": release_state(outcome.release)})

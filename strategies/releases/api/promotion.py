@@ -13,6 +13,7 @@ from strategies.releases import services as releases
 from strategies.releases.api.common import TAGS, WRITE_ERRORS, _parse
 from strategies.releases.serializers import PromoteRequest, PromotionSerializer
 from strategies.releases.services import approval_state, release_state
+from strategies.releases.services.change_records import change_record_state
 
 
 # --- promotion ---------------------------------------------------------------------------------------
@@ -57,6 +58,9 @@ def release_promote(request, agent):
                 "note": item.note,
                 "release": release_state(item.release),
                 "approval": approval_state(item.approval) if item.approval else None,
+                "change_record": change_record_state(item.change_record)
+                if item.change_record
+                else None,
             }
             for item in outcome.items
         ],

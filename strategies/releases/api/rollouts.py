@@ -24,6 +24,7 @@ from strategies.releases.api.common import (
     _parse,
     _query,
 )
+from strategies.releases.models import ChangeRecord
 from strategies.releases.serializers import (
     ReleaseOutcomeSerializer,
     RolloutActionRequest,
@@ -33,6 +34,8 @@ from strategies.releases.serializers import (
     RolloutStartRequest,
 )
 from strategies.releases.services import rollout_state
+from strategies.releases.services.change_records import change_record_state
+from strategies.releases.services.changes import rollout_start_or_ask
 
 # --- staged rollouts (issue 23) ---------------------------------------------------------------------
 ROLLOUT_ERRORS = {
@@ -103,8 +106,9 @@ def rollout_detail(request, agent, pk: int):
 @extend_schema(
     summary="Roll a version out in steps (a staged rollout)",
     description="201 with the rollout, running at its first step; 202 with it waiting for "
-    "approval where the environment is protected (the whole plan is approved once). The "
-    "runtime must declare split in its manifest.",
+    "approval where the environment is protected (the whole plan is approved once); 202 with "
+    "`change_record` where the environment requires an external change record not approved "
+    "yet (the rollout starts once it is). The runtime must declare split in its manifest.",
     request=RolloutStartRequest,
     responses={201: RolloutOutcomeSerializer, 202: RolloutOutcomeSerializer, **ROLLOUT_ERRORS},
     tags=TAGS,
@@ -115,7 +119,7 @@ def rollout_start(request, agent, document, environment):
     data = _parse(request, RolloutStartRequest)
     doc = documents.document_get(agent=request.agent, key=document)
     env = environment_get(key=environment)
-    rollout = releases.rollout_start(
+    rollout = rollout_start_or_ask(
         version=documents.version_get(document=doc, number=data["version"]),
         environment=env,
         actor=request.user,
@@ -123,6 +127,8 @@ def rollout_start(request, agent, document, environment):
         unit=data["unit"],
         reason=data["reason"],
     )
+    if isinstance(rollout, ChangeRecord):  # it waits for the external change system
+        return Response({"change_record": change_record_state(rollout)}, status=202)
     waiting = rollout.state == rollout.State.AWAITING_APPROVAL
     return Response({"rollout": _shown(request, rollout)[0]}, status=202 if waiting else 201)
 

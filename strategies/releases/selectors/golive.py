@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
+from context_runtime import canonical
 from context_runtime.findings import FLAG, Finding, blocking
 from context_runtime.manifest import SPLIT
 
@@ -30,9 +31,11 @@ from console.kernel.policy import publish_refusal, rollback_needs_approval
 from strategies.catalog.selectors import runtime_feature_finding, validation_context
 from strategies.documents.models import Document
 from strategies.releases.preview_hook import preview_finding
+from strategies.releases.selectors.changes import change_record_usable, requires_change_record
 from strategies.releases.selectors.refusals import (
     ALREADY_LIVE,
     APPROVAL_REQUIRED,
+    CHANGE_RECORD_REQUIRED,
     REPLACES_REQUEST,
     STALE_REVISION,
     UNREVIEWED,
@@ -74,7 +77,9 @@ class Rules:
     the system has none to ask). `serves`: the environment's runtime must serve the version
     now (an archived environment serves nothing new). `preview`: `require_preview` applies.
     `split`: the runtime must declare `split`. `new_version`: the version must not be live
-    there already. `why`: where it differs from a plain publish, and why."""
+    there already. `change_record`: where the environment requires an external change record,
+    an approved, unexpired one of this content. `why`: where it differs from a plain publish,
+    and why."""
 
     rights: bool
     serves: bool
@@ -82,6 +87,7 @@ class Rules:
     protection: Protection
     split: bool = False
     new_version: bool = False
+    change_record: bool = False
     why: str = ""
 
 
@@ -92,6 +98,7 @@ RULES: dict[Path, Rules] = {
         preview=True,
         protection=Protection.REQUEST,
         new_version=True,
+        change_record=True,
         why="The plain publish: every other path is judged as this one at its moment.",
     ),
     Path.APPROVAL: Rules(
@@ -99,6 +106,7 @@ RULES: dict[Path, Rules] = {
         serves=True,
         preview=True,
         protection=Protection.GIVEN,
+        change_record=True,
         why="The approver's right is the policy's (`check_user_can_decide_approval`); the "
         "runtime is asked again with the requester's sensitive-section rights, and the "
         "preview is one finished within a day before the request or later.",
@@ -110,8 +118,9 @@ RULES: dict[Path, Rules] = {
         protection=Protection.REQUEST,
         split=True,
         new_version=True,
+        change_record=True,
         why="A publish in steps: the runtime must also declare `split`, and the whole plan "
-        "is approved once.",
+        "is approved once; its change record is asked at the start, its later moves carry it.",
     ),
     Path.ROLLOUT_STEP: Rules(
         rights=False,
@@ -140,7 +149,8 @@ RULES: dict[Path, Rules] = {
         protection=Protection.REVERT,
         why="The emergency move back to a version that was live and reviewed there: the "
         "runtime served it, no preview is asked, and an archived environment can still be "
-        "rolled back. The rollback right and the target are asked by the rollback itself.",
+        "rolled back. The rollback right and the target are asked by the rollback itself. "
+        "No external change record either: an emergency move does not wait for a change board.",
     ),
     Path.GUARD_ROLLBACK: Rules(
         rights=False,
@@ -149,7 +159,7 @@ RULES: dict[Path, Rules] = {
         protection=Protection.GUARD,
         why="The system ends a rollout on evidence: the version live before stays live, so "
         "nothing new is served; where the environment asks a person for guard rollbacks, "
-        "the rollout pauses instead.",
+        "the rollout pauses instead. No external change record: an emergency move.",
     ),
 }
 
@@ -256,7 +266,28 @@ def go_live_refusals(
     refusals += _protection_findings(
         path, candidate, environment=environment, actor=actor, pending=pending, approved=approved
     )
+    change_record = _change_record_finding(rules, candidate, environment=environment)
+    if change_record is not None:
+        refusals.append(change_record)
     return refusals
+
+
+def _change_record_finding(rules: Rules, candidate: Candidate, *, environment) -> Finding | None:
+    """Where the environment requires an external change record (docs/change-approvals.md),
+    the path needs an approved one of this very content whose window is still open; beside,
+    never instead of, the second person's approval."""
+    if not rules.change_record or not requires_change_record(environment):
+        return None
+    content_hash = canonical.content_hash(candidate.body)
+    if change_record_usable(environment=environment, content_hash=content_hash) is not None:
+        return None
+    return Finding(
+        "environment",
+        CHANGE_RECORD_REQUIRED,
+        f"{environment.key} requires an approved external change record for this content: "
+        "asking to go live sends the change request to the change system, and the go-live "
+        "waits for its approval.",
+    )
 
 
 def _served_refusals(

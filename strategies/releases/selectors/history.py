@@ -11,8 +11,10 @@ HISTORY_PAGE_SIZE = 25
 
 def history_events(*, agent, document_key: str = "", environment_key: str = ""):
     """Release events of an agent, newest first, filtered (the history page and the API)."""
-    events = ReleaseEvent.objects.filter(release__document__agent=agent).select_related(
-        "release__document", "release__environment", "from_version", "to_version"
+    events = (
+        ReleaseEvent.objects.filter(release__document__agent=agent)
+        .select_related("release__document", "release__environment", "from_version", "to_version")
+        .prefetch_related("change_records")  # the external change record it went live on
     )
     if document_key:
         events = events.filter(release__document__key=document_key)

@@ -28,6 +28,9 @@ REPLACES_REQUEST = "replaces_request"  # the actor's own waiting publish request
 UNREVIEWED = "unreviewed"  # break-glass: goes live without the usual approval (a flag)
 PREVIEW_REQUIRED = "preview_required"  # the environment requires a recent impact preview
 PREVIEW_FEW_TRACES = "preview_few_traces"  # the preview covered few traces (a flag: give a reason)
+# The environment requires an external change record and none approved, unexpired, of this
+# content exists (issue 34 item 1): the service asks the change system and the go-live waits.
+CHANGE_RECORD_REQUIRED = "change_record_required"
 # A shadow's own (`shadow_refusals`); the runtime's refusals are the publish's, plus the
 # runtime's declaration of shadow support (`shadow_unsupported`).
 NOT_A_STRATEGY = "not_a_strategy"
@@ -58,6 +61,7 @@ JUDGEMENT_CODES = frozenset(
         APPROVAL_REQUIRED,
         REPLACES_REQUEST,
         UNREVIEWED,
+        CHANGE_RECORD_REQUIRED,
     }
 )
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from strategies.releases.models import ApprovalRequest
+from strategies.releases.serializers.changes import ChangeRecordSerializer
 
 REASON_MAX = 2000
 
@@ -47,4 +48,9 @@ class ApprovalSerializer(serializers.Serializer):
 
 class ReleaseOutcomeSerializer(serializers.Serializer):
     release = ReleaseSerializer(required=False, help_text="200: what is live now.")
-    approval = ApprovalSerializer(required=False, help_text="202: the request that waits.")
+    approval = ApprovalSerializer(
+        required=False, allow_null=True, help_text="202: the request that waits."
+    )
+    change_record = ChangeRecordSerializer(
+        required=False, help_text="202: the external change record the go-live waits for."
+    )

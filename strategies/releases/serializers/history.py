@@ -36,6 +36,13 @@ class ReleaseEventSerializer(serializers.Serializer):
         "(published, or rolled back to, during a break-glass); never a rollback target."
     )
     occurred_at = serializers.DateTimeField()
+    change_number = serializers.SerializerMethodField(
+        help_text="The external change record it went live on (docs/change-approvals.md)."
+    )
+
+    def get_change_number(self, obj) -> str | None:
+        records = list(obj.change_records.all())
+        return records[0].change_number if records else None
 
     def get_from_version(self, obj) -> int | None:
         return obj.from_version.number if obj.from_version_id else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from console.kernel.api_schema import StrictSerializer
+from strategies.releases.serializers.changes import ChangeRecordSerializer
 from strategies.releases.serializers.common import REASON_MAX, ApprovalSerializer, ReleaseSerializer
 
 
@@ -29,6 +30,9 @@ class PromotionItemSerializer(serializers.Serializer):
     note = serializers.CharField()
     release = ReleaseSerializer(allow_null=True)
     approval = ApprovalSerializer(allow_null=True)
+    change_record = ChangeRecordSerializer(
+        allow_null=True, required=False, help_text="Requested: the external change record."
+    )
 
 
 class PromotionSerializer(serializers.Serializer):

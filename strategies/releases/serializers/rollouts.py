@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from console.kernel.api_schema import StrictSerializer
 from strategies.releases.models import Rollout
+from strategies.releases.serializers.changes import ChangeRecordSerializer
 from strategies.releases.serializers.common import REASON_MAX
 from strategies.releases.transitions import ROLLOUT_OPERATOR_ACTIONS
 
@@ -161,4 +162,7 @@ class RolloutSerializer(serializers.Serializer):
 
 
 class RolloutOutcomeSerializer(serializers.Serializer):
-    rollout = RolloutSerializer()
+    rollout = RolloutSerializer(required=False)
+    change_record = ChangeRecordSerializer(
+        required=False, help_text="202: the start waits for the external change system."
+    )

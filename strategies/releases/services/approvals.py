@@ -17,6 +17,8 @@ from console.kernel.transactions import service_transaction
 from console.kernel.writes import create_or_refuse, update_or_refuse
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
 from strategies.releases.selectors import pending_for, waiting_finding
+from strategies.releases.selectors.refusals import CHANGE_RECORD_REQUIRED
+from strategies.releases.services.change_records import _change_record_request
 from strategies.releases.services.checks import check_approved_go_live, check_rollback_target
 from strategies.releases.services.move import _release_move, history_time
 from strategies.releases.services.notifications import _notify_requested
@@ -149,7 +151,26 @@ def approval_approve(
         check_rollback_target(release=live, to_version=version)
         action = ReleaseEvent.Action.ROLLBACK
     else:
-        check_approved_go_live(approval=approval, live=live)
+        refused = check_approved_go_live(approval=approval, live=live)
+        if any(finding.code == CHANGE_RECORD_REQUIRED for finding in refused):
+            # Four-eyes given; the change system has not approved yet: the decision stands
+            # and the go-live happens when it does (strategies.releases.services.changes).
+            _change_record_request(
+                version=version,
+                environment=approval.environment,
+                actor=approval.requested_by,
+                path="publish",
+                reason=approval.reason,
+                approval=approval,
+            )
+            audit_record(
+                actor=actor,
+                action=AuditAction.APPROVAL_APPROVE_HELD,
+                target=approval,
+                agent=approval.document.agent,
+                after=approval_state(approval),
+            )
+            return live
         action = ReleaseEvent.Action.APPROVE
     return _release_move(
         document=approval.document,

@@ -134,13 +134,14 @@ def _refuse_target(
     )
 
 
-def check_approved_go_live(*, approval, live: Release | None) -> None:
+def check_approved_go_live(*, approval, live: Release | None) -> list[Finding]:
     """The go-live judgement of an approved publish, asked at the moment of the decision
     (`golive.Path.APPROVAL`): refuse (400) a version the target runtime cannot serve now —
     an archived environment serves nothing new — with every reason; (403) sensitive sections
     the requester may not switch on; (409 `preview_required`) where the environment requires
     a preview (since the request, perhaps) and none finished within a day before the request
-    or later."""
+    or later. Returns the blocking findings it does not raise (`change_record_required`: the
+    caller waits for the change system)."""
     version = approval.version
     refused = blocking(
         go_live_refusals(
@@ -163,6 +164,7 @@ def check_approved_go_live(*, approval, live: Release | None) -> None:
             details=[preview.as_dict()],
             extra={"current": approval_state(approval)},
         )
+    return refused
 
 
 def check_rollback_target(*, release: Release, to_version: Version) -> None:

@@ -22,6 +22,7 @@ from strategies.delivery import config as runtime_config
 from strategies.documents.models import Document, Version
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent, Rollout
 from strategies.releases.selectors.golive import Path, goes_live_unreviewed
+from strategies.releases.services.change_records import _change_record_use
 from strategies.releases.services.notifications import _notify
 from strategies.releases.services.rollout_move import _rollout_notify, _rollout_stopped_by_move
 from strategies.releases.services.shadow_move import ShadowChange, _shadow_move, _shadow_notify
@@ -139,7 +140,7 @@ def _release_move(
             unreviewed=unreviewed,
         )
         release = _current(document, environment)
-    ReleaseEvent.objects.create(
+    event = ReleaseEvent.objects.create(
         release=release,
         revision=release.revision,
         action=action,
@@ -151,6 +152,7 @@ def _release_move(
         unreviewed=unreviewed,
         occurred_at=now,
     )
+    _change_record_use(event=event, environment=environment, actor=actor)
     # A pending request was reviewed against what was live; once that moves it is void.
     ApprovalRequest.objects.filter(
         document=document, environment=environment, status=ApprovalRequest.Status.PENDING

@@ -14,7 +14,7 @@ from console.kernel.transactions import service_transaction
 from console.kernel.wording import counted
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document
-from strategies.releases.models import ApprovalRequest, Release
+from strategies.releases.models import ApprovalRequest, ChangeRecord, Release
 from strategies.releases.selectors import publish_refusals
 from strategies.releases.services.checks import publish_refuse
 from strategies.releases.services.publish import release_publish
@@ -36,6 +36,7 @@ class PromotionItem:
     note: str = ""
     release: Release | None = None
     approval: ApprovalRequest | None = None
+    change_record: ChangeRecord | None = None  # waits for the external change system
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,16 @@ def _promote_one(document, have, want, source, target, actor, reason) -> Promoti
         actor=actor,
         reason=reason,
         expected_revision=have.revision if have else 0,
+        change_path="promotion",
     )
+    if published.change_record is not None:
+        return PromotionItem(
+            outcome=PromotionItem.REQUESTED,
+            approval=published.approval,
+            change_record=published.change_record,
+            note=f"Waits for change record {published.change_record.public_id}.",
+            **base,
+        )
     if published.approval is not None:
         return PromotionItem(outcome=PromotionItem.REQUESTED, approval=published.approval, **base)
     return PromotionItem(outcome=PromotionItem.PUBLISHED, release=published.release, **base)

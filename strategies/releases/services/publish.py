@@ -1,5 +1,7 @@
 """Publishing a version to an environment: live at once, or — where the environment is
-protected — an approval request for a second person. What it refuses is the publish
+protected — an approval request for a second person; where the environment requires an
+external change record and none is approved for this content, the change request is sent and
+the go-live waits for it (both, where both are asked). What it refuses is the publish
 judgement's (`selectors.publish_refusals`), raised by `checks.publish_refuse`."""
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Environment
 from strategies.documents.models import Version
 from strategies.documents.services import version_freeze
-from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent
+from strategies.releases.models import ApprovalRequest, ChangeRecord, Release, ReleaseEvent
 from strategies.releases.selectors import (
     APPROVAL_REQUIRED,
+    CHANGE_RECORD_REQUIRED,
     PREVIEW_FEW_TRACES,
     REPLACES_REQUEST,
     pending_for,
@@ -23,6 +26,7 @@ from strategies.releases.selectors import (
     replaced_by_new_request,
 )
 from strategies.releases.services.approvals import _approval_create, _approval_withdraw
+from strategies.releases.services.change_records import _change_record_request
 from strategies.releases.services.checks import publish_refuse
 from strategies.releases.services.move import _release_move
 from strategies.releases.services.state import _current
@@ -35,6 +39,7 @@ class PublishOutcome:
     release: Release | None = None  # set when the version went live
     approval: ApprovalRequest | None = None  # set when it waits for a second person
     replaced: ApprovalRequest | None = None  # the person's own older request it withdrew
+    change_record: ChangeRecord | None = None  # set when it waits for the change system
 
 
 @service_transaction
@@ -46,12 +51,14 @@ def release_publish(
     reason: str = "",
     expected_revision: int | None = None,
     at: datetime | None = None,
+    change_path: str = ChangeRecord.Path.PUBLISH,
 ) -> PublishOutcome:
     """Put `version` live in `environment` — or, in a protected environment, ask for approval.
 
     A draft is frozen first. The version is validated against the environment's latest
     manifest; anything the runtime cannot serve blocks the publish with the reasons. `at`:
     when it happened, for loading a recorded history (the demo's); now unless given.
+    `change_path`: what the change request says this go-live is (a promotion, an import).
     """
 
     document = version.document
@@ -80,18 +87,30 @@ def release_publish(
             replaced = _approval_withdraw(
                 waiting, actor=actor, reason=f"Replaced by a request for v{version.number}."
             )
+    needs_change_record = any(finding.code == CHANGE_RECORD_REQUIRED for finding in refusals)
+    approval = None
     if any(finding.code == APPROVAL_REQUIRED for finding in refusals):
-        return PublishOutcome(
-            replaced=replaced,
-            approval=_approval_create(
-                version=version,
-                environment=environment,
-                live=_current(document, environment),
-                actor=actor,
-                reason=reason,
-                at=at,
-            ),
+        approval = _approval_create(
+            version=version,
+            environment=environment,
+            live=_current(document, environment),
+            actor=actor,
+            reason=reason,
+            at=at,
         )
+    if needs_change_record:
+        # Asked beside the second person, never instead: both must hold, in either order.
+        record = _change_record_request(
+            version=version,
+            environment=environment,
+            actor=actor,
+            path=change_path,
+            reason=reason,
+            approval=approval,
+        )
+        return PublishOutcome(replaced=replaced, approval=approval, change_record=record)
+    if approval is not None:
+        return PublishOutcome(replaced=replaced, approval=approval)
     release = _release_move(
         document=document,
         environment=environment,

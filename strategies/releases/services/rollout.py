@@ -32,6 +32,7 @@ from strategies.releases.selectors import (
     ALREADY_LIVE,
     APPROVAL_PENDING,
     APPROVAL_REQUIRED,
+    CHANGE_RECORD_REQUIRED,
     INVALID_PLAN,
     INVALID_UNIT,
     NOT_A_STRATEGY,
@@ -121,6 +122,9 @@ def rollout_refuse(refusals, *, version: Version, environment: Environment, acto
             details=runtime,
         )
     _refuse_target(refused, version=version, environment=environment, actor=actor, verb="roll out")
+    if CHANGE_RECORD_REQUIRED in codes:
+        # Raised last: everything else allows the start; the caller asks the change system.
+        raise Conflict(codes[CHANGE_RECORD_REQUIRED].message, code=CHANGE_RECORD_REQUIRED)
 
 
 @service_transaction(durable=True)

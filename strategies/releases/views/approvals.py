@@ -20,6 +20,8 @@ from strategies.releases import selectors
 from strategies.releases import services as releases
 from strategies.releases.models import ApprovalRequest
 from strategies.releases.preview_hook import preview_summary
+from strategies.releases.selectors.changes import change_record_latest, requires_change_record
+from strategies.releases.services.change_records import change_record_words
 from strategies.releases.views.lookups import (
     _overview_url,
     _rollout_url,
@@ -91,6 +93,23 @@ def _approval_context(request, approval, error):
             f"What is live in {approval.environment.key} does not change.",
         ],
         "error": error,
+        **_change_record_context(approval),
+    }
+
+
+def _change_record_context(approval) -> dict:
+    """The external change record this request also waits for, where the environment asks."""
+    env = approval.environment
+    if not requires_change_record(env):
+        return {"requires_change_record": False}
+    record = change_record_latest(
+        environment=env, document=approval.document, content_hash=approval.content_hash
+    )
+    return {
+        "requires_change_record": True,
+        "environment": env,
+        "change_record": record,
+        "change_record_words": record and change_record_words(record),
     }
 
 
@@ -104,6 +123,15 @@ def approval_decide(request, agent, pk):
         if decision == "approve":
             check_danger_confirmed(request, impact_danger(_approval_impact(request, approval)))
             releases.approval_approve(approval=approval, actor=request.user, note=note)
+            held = approval.change_records.filter(state="waiting").first()
+            if held is not None:
+                messages.success(
+                    request,
+                    f"Approved: {approval.document.key} v{approval.version.number} goes live in "
+                    f"{approval.environment.key} once change record {held.public_id} is "
+                    "approved by the change system.",
+                )
+                return redirect(_overview_url(request.agent))
             if approval.kind == ApprovalRequest.Kind.ROLLOUT:
                 messages.success(
                     request,

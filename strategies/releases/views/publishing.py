@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.shortcuts import redirect
+from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 from django.views.decorators.vary import vary_on_headers
 
@@ -14,6 +15,8 @@ from console.kernel.wording import RUNTIMES_TAKE_IT
 from strategies.releases import selectors
 from strategies.releases import services as releases
 from strategies.releases.preview_hook import preview_summary
+from strategies.releases.selectors.changes import change_record_latest, requires_change_record
+from strategies.releases.services.change_records import change_record_words
 from strategies.releases.views.lookups import (
     _asked_version,
     _confirmed,
@@ -49,6 +52,18 @@ def publish(request, agent, document, environment):
         except ApplicationError as exc:
             error = exc
         else:
+            if outcome.change_record is not None:
+                record = outcome.change_record
+                also = " and a second person's approval" if outcome.approval else ""
+                messages.success(
+                    request,
+                    f"{doc.key} v{version.number} waits for change record {record.public_id} "
+                    f"from {env.key}'s change system{also}; it goes live once approved.",
+                )
+                return redirect(
+                    reverse("release-publish", args=[request.agent.key, doc.key, env.key])
+                    + f"?version={version.number}"
+                )
             if outcome.approval:
                 replaced = (
                     f" It replaces your request for v{outcome.replaced.version.number}."
@@ -66,6 +81,11 @@ def publish(request, agent, document, environment):
                 )
             return redirect(_overview_url(request.agent))
     preview = selectors.change_preview(version=version, environment=env)
+    change_record = (
+        change_record_latest(environment=env, document=doc, content_hash=version.content_hash)
+        if requires_change_record(env)
+        else None
+    )
     waiting = selectors.pending_for(document=doc, environment=env) if env.protected else None
     replaces = selectors.replaced_by_new_request(waiting, request.user, version.number)
     context = {
@@ -86,6 +106,9 @@ def publish(request, agent, document, environment):
         "impact": impact,
         "danger": impact_danger(impact),
         "error": error,
+        "requires_change_record": requires_change_record(env),
+        "change_record": change_record,
+        "change_record_words": change_record and change_record_words(change_record),
         # A refused publish shows the form again with what the person typed.
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",
         "can_enable_sensitive": user_can(request.user, Capability.ENABLE_SENSITIVE, request.agent),

@@ -19,14 +19,16 @@ from console.kernel.errors import ApplicationError, NotFound, ValidationFailed
 from console.kernel.policy import Capability, agents_where, requires, user_can
 from strategies.releases import selectors
 from strategies.releases import services as releases
-from strategies.releases.models import Rollout
+from strategies.releases.models import ChangeRecord, Rollout
 from strategies.releases.plans import ALL_AT_ONCE, CUSTOM, STAGED, TEMPLATE_LABELS, TEMPLATES
 from strategies.releases.preview_hook import preview_summary
+from strategies.releases.services.changes import rollout_start_or_ask
 from strategies.releases.transitions import rollout_allows
 from strategies.releases.views.lookups import (
     _document,
     _environment,
     _int,
+    _overview_url,
     _page_or_preview,
     _rollout_url,
     check_danger_confirmed,
@@ -316,7 +318,7 @@ def rollout_start(request, agent, document, environment):
                 request,
                 impact_danger(preview_summary(user=request.user, version=version, environment=env)),
             )
-            rollout = releases.rollout_start(
+            rollout = rollout_start_or_ask(
                 version=version,
                 environment=env,
                 actor=request.user,
@@ -324,6 +326,13 @@ def rollout_start(request, agent, document, environment):
                 unit=unit,
                 reason=request.POST.get("reason", ""),
             )
+            if isinstance(rollout, ChangeRecord):  # waits for the external change system
+                messages.success(
+                    request,
+                    f"The rollout of {doc.key} v{version.number} waits for change record "
+                    f"{rollout.public_id} from {env.key}'s change system; it starts once approved.",
+                )
+                return redirect(_overview_url(request.agent))
             if rollout.state == rollout.State.AWAITING_APPROVAL:
                 messages.success(
                     request,
