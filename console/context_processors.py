@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.urls import reverse
 
 from console.kernel.policy import role_names, user_can_anywhere
+from console.kernel.standby import lag_read
 
 # (label, url name, the URL prefix that marks it active, the capability — on at least one
 # agent — that shows it).
@@ -47,4 +49,11 @@ def layout(request):
         if user_can_anywhere(user, "view_traces")
         else None,
         "user_roles_summary": summary,
+        "standby_lag": standby_lag_shown(),
     }
+
+
+def standby_lag_shown() -> float | None:
+    """How far behind the standby this page read from is, when enough to matter."""
+    lag = lag_read()
+    return lag if lag is not None and lag > settings.STANDBY_SHOW_LAG_SECONDS else None

@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db import connection
 
 from console.access.siem import health_summary
+from console.kernel.standby import health_section as standby_health
 
 # The beat's session-level advisory lock: (the console's lock class "CCSB", 1 = beat).
 BEAT_LOCK = (0x43435342, 1)
@@ -139,6 +140,9 @@ def health_report() -> tuple[bool, dict]:
         "missing": missing,
         # The SIEM destinations (docs/siem.md): a paused one is loud here, not a failure.
         "siem": siem_health(),
+        # The streaming standby (docs/scale-out.md): down or behind, its reads go to the
+        # primary — reported, never a failure.
+        "standby": standby_health(),
         "duration_ms": round((time.perf_counter() - started) * 1000, 1),
     }
 
@@ -246,4 +250,6 @@ def health_public(report: dict) -> dict:
             name: {key: value for key, value in check.items() if key != "detail"}
             for name, check in report["checks"].items()
         },
+        # why the standby is not used may name its host: signed-in users only
+        "standby": {key: value for key, value in report["standby"].items() if key != "reason"},
     }

@@ -186,6 +186,27 @@ DATABASES = {
     "default": dj_database_url.parse(_database_url, conn_max_age=60, conn_health_checks=True)
 }
 DATABASES["default"].setdefault("OPTIONS", {})["connect_timeout"] = 5
+# A streaming standby of the primary for the reads that can wait for replication (trace search
+# and pages, health pages, previews' replays, exports): console.kernel.standby, docs/scale-out.md.
+# Used while it answers and is at most STANDBY_MAX_LAG_SECONDS behind (checked every
+# STANDBY_CHECK_SECONDS per process); otherwise those reads go to the primary, logged.
+_standby_url = env("STANDBY_DATABASE_URL", "")
+if _standby_url:
+    if not _standby_url.startswith(("postgres://", "postgresql://")):
+        raise ImproperlyConfigured(
+            "STANDBY_DATABASE_URL must be a PostgreSQL URL (postgresql://...)"
+        )
+    DATABASES["standby"] = dj_database_url.parse(
+        _standby_url, conn_max_age=60, conn_health_checks=True
+    )
+    # A standby that stopped answering must not hold a page for long: the primary takes over.
+    DATABASES["standby"].setdefault("OPTIONS", {})["connect_timeout"] = 2
+    DATABASES["standby"]["TEST"] = {"MIRROR": "default"}
+    DATABASE_ROUTERS = ["console.kernel.standby.StandbyRouter"]
+STANDBY_MAX_LAG_SECONDS = float(env("STANDBY_MAX_LAG_SECONDS", "30") or 30)
+STANDBY_CHECK_SECONDS = float(env("STANDBY_CHECK_SECONDS", "5") or 5)
+# A page read from the standby says so when the standby is more than this many seconds behind.
+STANDBY_SHOW_LAG_SECONDS = float(env("STANDBY_SHOW_LAG_SECONDS", "2") or 2)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- broker and cache: Redis (embedded in development when REDIS_URL is unset) -----------

@@ -14,6 +14,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
@@ -183,3 +184,64 @@ def own_postgres(data_dir: Path, *, copy_of: dict | None = None):
         yield server, url
     finally:
         server.cleanup()
+
+
+@contextlib.contextmanager
+def own_standby(primary):
+    """A hot standby of `primary` (a server of `own_postgres`): a base backup streamed from it
+    (`pg_basebackup -R`, so the copy starts in recovery and follows the primary's WAL), started
+    on a socket of its own. Yields (its DATABASE_URL, `sql(statement)` on it, `stop()`).
+
+    Its data and socket sit in a short directory of their own under /tmp, not under pytest's
+    tmp_path: pytest sets its base directory back to 0700 when another session starts (CI runs
+    two), and the server's account (pgserver's, when we are root) must still reach them. The
+    backup is taken and the server stopped by this process (root reaches any socket and may
+    signal any process), the server runs as that account."""
+    import signal
+    import tempfile
+
+    import pgserver
+    import psycopg
+
+    binaries = Path(pgserver.__file__).parent / "pginstall" / "bin"
+    info = primary.get_postmaster_info()
+    owner = primary.system_user  # None when we are not root: then we run it ourselves
+    home = Path(tempfile.mkdtemp(prefix="sb-"))  # short: a socket path has ~100 bytes
+    data_dir = home / "data"
+    subprocess.run(
+        [binaries / "pg_basebackup", "-D", str(data_dir), "-R", "-X", "stream", "-c", "fast",
+         "-h", str(info.socket_dir), "-p", str(info.port), "-U", "postgres"],
+        check=True, capture_output=True, timeout=120,
+    )  # fmt: skip
+    data_dir.chmod(0o700)
+    home.chmod(0o755)
+    if owner is not None:
+        for path in [home, *home.rglob("*")]:
+            shutil.chown(path, owner, owner)
+    subprocess.run(
+        [binaries / "pg_ctl", "-D", str(data_dir), "-w", "-l", str(home / "standby.log"),
+         "-o", f"-h '' -k {home} -p {info.port}", "start"],
+        check=True, capture_output=True, timeout=60,
+        **({"user": owner} if owner is not None else {}),
+    )  # fmt: skip
+    pid = int((data_dir / "postmaster.pid").read_text().split()[0])
+    url = f"postgresql://postgres@/console?host={home}&port={info.port}"
+
+    def sql(statement: str):
+        with psycopg.connect(host=str(home), port=info.port, user="postgres",
+                             dbname="console", autocommit=True) as conn:  # fmt: skip
+            return conn.execute(statement).fetchall()
+
+    def stop():
+        """Stop it at once (SIGQUIT: PostgreSQL's immediate shutdown) and wait until it is gone."""
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGQUIT)
+            for _ in range(200):
+                os.kill(pid, 0)
+                time.sleep(0.05)
+
+    try:
+        yield url, sql, stop
+    finally:
+        stop()
+        shutil.rmtree(home, ignore_errors=True)

@@ -20,6 +20,7 @@ from console.kernel.api_schema import ErrorDetailSerializer, ErrorSerializer
 from console.kernel.audit import AccessAction
 from console.kernel.errors import ValidationFailed
 from console.kernel.limits import read_limited_body
+from console.kernel.standby import lag_tolerant
 from strategies.runtime.authentication import runtime_view
 from traces import ingest, replay, selectors, services
 from traces.filters import TraceFilters
@@ -337,6 +338,7 @@ FILTER_PARAMETERS = [
     },
     tags=["traces"],
 )
+@lag_tolerant
 @api_view(["GET"])
 def trace_list(request):
     selectors.trace_access_check(request.user)
@@ -380,6 +382,7 @@ def trace_list(request):
     },
     tags=["traces"],
 )
+@lag_tolerant
 @api_view(["GET"])
 def trace_detail(request, request_id: str):
     trace = selectors.trace_get_visible(
@@ -504,6 +507,7 @@ class ReplayOut(serializers.Serializer):
     },
     tags=["traces"],
 )
+@lag_tolerant
 @api_view(["GET"])
 def trace_replay(request, request_id: str):
     trace = selectors.trace_get_visible(

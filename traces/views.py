@@ -22,11 +22,13 @@ from django.views.decorators.vary import vary_on_headers
 from console.kernel.audit import AccessAction
 from console.kernel.errors import ApplicationError
 from console.kernel.policy import Capability, agents_where
+from console.kernel.standby import lag_tolerant
 from strategies.catalog.models import Environment
 from traces import replay, selectors, services
 from traces.filters import TraceFilters
 
 
+@lag_tolerant
 @require_GET
 def trace_search(request):
     """A pasted request_id, trimmed and matched exactly: straight to the trace, or a choice
@@ -89,6 +91,7 @@ def _visible(request, request_id: str):
     )
 
 
+@lag_tolerant
 @require_GET
 @vary_on_headers("HX-Request")
 def trace_list(request):
@@ -118,6 +121,7 @@ def trace_list(request):
     return TemplateResponse(request, "traces/list.html", context)
 
 
+@lag_tolerant
 @require_GET
 def trace_detail(request, request_id: str):
     try:
@@ -130,6 +134,7 @@ def trace_detail(request, request_id: str):
     return TemplateResponse(request, "traces/detail.html", context)
 
 
+@lag_tolerant
 @require_GET
 @vary_on_headers("HX-Request")
 def trace_replay(request, request_id: str):
@@ -163,6 +168,7 @@ def trace_replay(request, request_id: str):
     return TemplateResponse(request, template, context, status=status)
 
 
+@lag_tolerant
 @require_GET
 def trace_export(request, request_id: str):
     """The trace as JSON (references and reasons; the snapshot is never exported)."""

@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from console.kernel.api_schema import ErrorSerializer
 from console.kernel.policy import Capability, requires
+from console.kernel.standby import lag_tolerant
 from traces.health import selectors
 from traces.health.views import HOURS_CHOICES, health_requests_looked, hours_asked
 
@@ -169,6 +170,7 @@ def version_health_out(health) -> dict:
     responses={200: VersionHealthOut, **ERRORS},
     tags=TAGS,
 )
+@lag_tolerant
 @api_view(["GET"])
 @requires(Capability.VIEW_TRACES)
 def version_health(request, agent, environment, document):
@@ -229,6 +231,7 @@ _FILTERS = [
     },
     tags=TAGS,
 )
+@lag_tolerant
 @api_view(["GET"])
 @requires(Capability.VIEW_TRACES)
 def health_requests(request, agent, environment, document):

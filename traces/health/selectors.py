@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 
 from context_runtime.findings import Finding
 from context_runtime.wire import MAX_CLOCK_SKEW_SECONDS
-from django.db import connection, transaction
+from django.db import connections, transaction
 from django.db.models import Exists, OuterRef
 from django.urls import reverse
 from django.utils import timezone
@@ -29,6 +29,7 @@ from django.utils.http import urlencode
 
 from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.policy import Capability, agents_where, check_user_can, user_can
+from console.kernel.standby import read_alias
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document
 from strategies.releases.models import Release, ReleaseEvent
@@ -144,7 +145,8 @@ def _reading():
     """A cursor for the counter reads, JIT off: the planner's guess of 100 keys per jsonb map
     makes these small queries look costly enough to compile, and compiling took 110 ms of a
     120 ms read (tests/bench/bench_health.py)."""
-    with transaction.atomic(), connection.cursor() as cursor:
+    alias = read_alias()  # counters may lag a few seconds: the standby when there is one
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute("SET LOCAL jit = off")
         yield cursor
 
@@ -902,7 +904,9 @@ def outcome_shares(*, user, trace, now=None) -> dict[tuple[str, str], OutcomeSha
         return None
     since = _hour((now or timezone.now()) - MAX_WINDOW)
     totals: dict[str, int] = defaultdict(int)
-    with connection.cursor() as cursor:  # at most 168 rows of one key prefix: no JIT to fear
+    with connections[
+        read_alias()
+    ].cursor() as cursor:  # at most 168 rows of one key prefix: no JIT to fear
         cursor.execute(
             _OUTCOMES_OF_VERSION,
             [trace.agent_id, trace.environment_id, trace.strategy, trace.strategy_version, since],

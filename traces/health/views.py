@@ -9,6 +9,7 @@ from django.views.decorators.http import require_GET
 
 from console.kernel.audit import AccessAction, access_record
 from console.kernel.policy import Capability, requires
+from console.kernel.standby import lag_tolerant
 from traces.health import selectors
 
 HOURS_CHOICES = (1, 6, 24, 72, 168)
@@ -19,6 +20,7 @@ def hours_asked(request) -> int | None:
     return int(value) if value.isdigit() and int(value) in HOURS_CHOICES else None
 
 
+@lag_tolerant
 @require_GET
 @requires(Capability.VIEW_TRACES)
 def version_health_page(request, agent, environment, document):
@@ -60,6 +62,7 @@ def health_requests_looked(*, request, environment, document, filters) -> list:
     return rows
 
 
+@lag_tolerant
 @require_GET
 @requires(Capability.VIEW_TRACES)
 def health_requests_page(request, agent, environment, document):

@@ -12,13 +12,14 @@ import psycopg
 from context_runtime.canonical import content_hash
 from context_runtime.engine import EngineInputError, Strategy
 from context_runtime.findings import FLAG, Finding
-from django.db import connection
+from django.db import connections
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 
 from console.kernel.errors import NotFound
 from console.kernel.policy import check_user_can_preview, user_can_preview
+from console.kernel.standby import read_alias
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document, Version
 from strategies.releases.selectors import live_release
@@ -159,7 +160,7 @@ def window_counts(
 ) -> dict[str, int]:
     """{status: traces} of the strategy in the environment over the window, stored by
     `stored_by` (a preview's request: what it replays, however late more traces arrive)."""
-    with connection.cursor() as cursor:
+    with connections[read_alias(as_of=stored_by)].cursor() as cursor:
         cursor.execute(
             "SELECT status, count(*) FROM traces_trace WHERE agent_id = %s AND environment_id = %s"
             " AND strategy = %s AND occurred_at >= %s AND occurred_at < %s AND received_at <= %s"
@@ -218,6 +219,8 @@ def window_batches(
         sample_args += [shard[1], shard[0]]
     after_time, after_id = start, 0
     first = True
+    # One server for the whole scan: the standby once it has replayed what `stored_by` holds.
+    connection = connections[read_alias(as_of=stored_by)]
     while True:
         # psycopg's own cursor, binary rows: the server sends 500,000 candidate rows a
         # 10,000-trace preview without printing their numbers as text, and psycopg's C
@@ -286,7 +289,7 @@ def preview_side_by_side(*, preview: Preview, request_id: str) -> SideBySide:
     """One trace of the preview's window replayed with the live version and the previewed
     one, decision by decision (404 for a trace that is not in the window, or was stored
     after the preview was asked for: not one it replayed)."""
-    with connection.cursor() as cursor:
+    with connections[read_alias(as_of=preview.requested_at)].cursor() as cursor:
         cursor.execute(
             f"SELECT {_TRACE_SELECT}, t.occurred_at FROM traces_request_key k"
             " JOIN traces_trace t ON t.id = k.trace_id AND t.occurred_at = k.occurred_at"

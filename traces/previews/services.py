@@ -16,6 +16,7 @@ from django.utils import timezone
 from console.kernel.audit import AccessAction, access_record, actor_label
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.policy import check_user_can_preview
+from console.kernel.standby import reads_from_standby
 from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Environment
 from strategies.documents.models import Document, Version
@@ -444,9 +445,8 @@ def preview_shard_execute(preview_id: int, index: int) -> str:
         run = report.Replay(versions, weights=weights)
         shard = (index, preview.shard_count) if preview.shard_count > 1 else None
         done = 0
-        for batch in selectors.window_batches(
-            **_window(preview), thresholds=thresholds, shard=shard
-        ):
+        batches = selectors.window_batches(**_window(preview), thresholds=thresholds, shard=shard)
+        for batch in _from_standby(batches):
             for trace, candidates, at in batch:
                 run.add(trace, candidates, at)
             done += len(batch)
@@ -456,6 +456,18 @@ def preview_shard_execute(preview_id: int, index: int) -> str:
         _shard_failed(preview_id, index, f"{type(exc).__name__}: {exc}")
         raise
     return _shard_finish(preview_id, index, run)
+
+
+def _from_standby(batches):
+    """The window's batches read from the standby when there is one that has replayed the
+    preview's window (the progress written between batches goes to the primary)."""
+    iterator = iter(batches)
+    while True:
+        with reads_from_standby():
+            batch = next(iterator, None)
+        if batch is None:
+            return
+        yield batch
 
 
 def preview_execute(preview_id: int) -> str:
