@@ -105,6 +105,22 @@ def test_members__stored_strings_as_written_before_the_enum():
         *(f"scim_user.{a}" for a in ("create", "update", "deactivate", "reactivate", "delete")),
         "scim_user.link",
         *(f"scim_group.{a}" for a in ("create", "update", "delete")),
+        # issue 34 item 1: external change approvals
+        "approval.approve_held",  # approved, held until the change record is approved too
+        "change_system.update",
+        *(
+            f"change_record.{a}"
+            for a in (
+                "request",
+                "delivery_fail",
+                "approve",
+                "reject",
+                "expire",
+                "refuse",
+                "use",
+                "go_live_refused",
+            )
+        ),
         *(f"personal_token.{a}" for a in ("create", "revoke")),
         *(f"admin.{a}" for a in ("add", "change", "change_related", "delete", "password_change")),
     }
