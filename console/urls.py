@@ -60,6 +60,7 @@ OPERATOR_API = (
     "traces.previews.api_urls",
     "traces.outcomes.api_urls",
     "traces.health.api_urls",
+    "traces.alerts.api_urls",
     "traces.protection.api_urls",
     "console.access.api_urls",
     "console.accounts.api_urls",
