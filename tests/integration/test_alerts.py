@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from datetime import timedelta
 
 import msgspec
@@ -259,3 +260,38 @@ def test_rule_update__switched_off__open_alert_resolved(demo):
     services.rule_update(rule=rule, values={"enabled": False}, actor=demo.world.admin)
     alert = Alert.objects.get(rule=rule)
     assert alert.resolved_at is not None and "switched off" in alert.resolved_because
+
+
+@pytest.mark.django_db(transaction=True)
+def test_alert__real_worker_and_beat__fires_and_delivers_signed(client, settings, tmp_path):
+    # Given a receiver hearing alert.fired in sg-test, and a rule on missing required data
+    from tests.conftest import celery_worker
+
+    demo = Demo(client)
+    settings.WEBHOOK_ALLOW_PRIVATE_TARGETS = True
+    receiver = Receiver([200])
+    try:
+        _, secret = webhooks.webhook_create(
+            environment=demo.sg, url=receiver.url, events=["alert.fired"], actor=demo.world.admin
+        )
+        demo.rule(warning_threshold=None, window_minutes=2)
+        # When the order provider fails now, with the beat judging every 2 s
+        demo.minute(50, order_fails=True)
+        with celery_worker(
+            beat_schedule=tmp_path / "beat",
+            ALERT_EVALUATION_SECONDS="2",
+            WEBHOOK_ALLOW_PRIVATE_TARGETS="true",
+            CACHE_PREFIX=settings.CACHES["default"]["KEY_PREFIX"],
+        ) as queue:
+            settings.CELERY_TASK_DEFAULT_QUEUE = queue
+            deadline = time.monotonic() + 90
+            while not receiver.calls and time.monotonic() < deadline:
+                time.sleep(0.5)
+    finally:
+        receiver.close()
+    # Then the alert is recorded and its signed webhook delivered by the worker
+    assert receiver.calls, "no alert.fired delivered within 90 s"
+    headers, body = receiver.calls[0]
+    assert standard_webhooks_valid(secret, headers, body)
+    assert json.loads(body)["event"] == "alert.fired"
+    assert Alert.objects.filter(resolved_at=None, level="alert").count() == 1

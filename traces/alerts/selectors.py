@@ -39,26 +39,58 @@ COLUMN_SQL = {
 _SUMS = ", ".join(f"coalesce(sum({COLUMN_SQL[c]}), 0)" for c in rules.COLUMNS)
 
 # A trace counts on the live arm once per document it names: the profile and its strategy.
-# Reading the rows of every document but the profile counts each trace once (its strategy's).
+# Reading the rows of the agent's strategies only counts each trace once (its strategy's). One
+# (agent, environment, strategy) at a time, LATERAL: each is a range of the counters' primary
+# key (agent, environment, document, minute, …) — never a walk over every minute of 30 days.
 _MINUTES = f"""
-SELECT c.agent_id, c.environment_id, c.minute, {_SUMS}
-FROM health_counter c
-JOIN unnest(%(agents)s::bigint[], %(environments)s::bigint[], %(since)s::timestamptz[])
-     AS p(agent_id, environment_id, since)
-  ON c.agent_id = p.agent_id AND c.environment_id = p.environment_id
-WHERE c.arm = 'live' AND c.document <> %(profile)s
-  AND c.minute >= p.since AND c.minute <= %(until)s
-GROUP BY c.agent_id, c.environment_id, c.minute
+SELECT p.agent_id, p.environment_id, c.minute, {_SUMS}
+FROM unnest(%(agents)s::bigint[], %(environments)s::bigint[], %(documents)s::text[],
+            %(since)s::timestamptz[]) AS p(agent_id, environment_id, document, since)
+CROSS JOIN LATERAL (
+    SELECT * FROM health_counter c
+    WHERE c.agent_id = p.agent_id AND c.environment_id = p.environment_id
+      AND c.document = p.document COLLATE "C" AND c.minute >= p.since AND c.minute <= %(until)s
+      AND c.arm = 'live'
+    OFFSET 0  -- kept a subquery: one index range per strategy, not a join over every row
+) AS c
+GROUP BY p.agent_id, p.environment_id, c.minute
 """  # noqa: S608 (constants)
 
 _BASELINE = f"""
-SELECT c.agent_id, c.environment_id, {_SUMS}
-FROM health_counter_hour c
-JOIN unnest(%(agents)s::bigint[], %(environments)s::bigint[]) AS p(agent_id, environment_id)
-  ON c.agent_id = p.agent_id AND c.environment_id = p.environment_id
-WHERE c.arm = 'live' AND c.document <> %(profile)s AND c.hour >= %(since)s AND c.hour < %(until)s
-GROUP BY c.agent_id, c.environment_id
+SELECT p.agent_id, p.environment_id, {_SUMS}
+FROM unnest(%(agents)s::bigint[], %(environments)s::bigint[], %(documents)s::text[])
+     AS p(agent_id, environment_id, document)
+CROSS JOIN LATERAL (
+    SELECT * FROM health_counter_hour c
+    WHERE c.agent_id = p.agent_id AND c.environment_id = p.environment_id
+      AND c.document = p.document COLLATE "C" AND c.hour >= %(since)s AND c.hour < %(until)s
+      AND c.arm = 'live'
+    OFFSET 0
+) AS c
+GROUP BY p.agent_id, p.environment_id
 """  # noqa: S608 (constants)
+
+
+def strategies_of(agent_ids) -> dict[int, list[str]]:
+    """{agent id: its strategies' keys}: the documents whose counter rows count each trace."""
+    out: dict[int, list[str]] = defaultdict(list)
+    rows = Document.objects.filter(agent_id__in=set(agent_ids), kind=Document.Kind.STRATEGY)
+    for agent_id, key in rows.values_list("agent_id", "key"):
+        out[agent_id].append(key)
+    return out
+
+
+def _triples(keys, strategies) -> tuple[list, list, list, list]:
+    """The (agent, environment, strategy) of each pair, as arrays: (agents, environments,
+    documents, the pair's index for each)."""
+    agents, environments, documents, index = [], [], [], []
+    for i, (agent_id, environment_id) in enumerate(keys):
+        for document in strategies.get(agent_id, ()):
+            agents.append(agent_id)
+            environments.append(environment_id)
+            documents.append(document)
+            index.append(i)
+    return agents, environments, documents, index
 
 
 def minute_of(when: datetime) -> datetime:
@@ -90,7 +122,9 @@ class Minutes:
         ]
 
 
-def counter_minutes(pairs: dict[tuple[int, int], int], *, now: datetime) -> dict:
+def counter_minutes(
+    pairs: dict[tuple[int, int], int], *, now: datetime, strategies: dict | None = None
+) -> dict:
     """{(agent id, environment id): Minutes} of the last `pairs[(agent, env)]` minutes up to
     `now`'s minute, for every pair at once: one query (the counters' key leads with agent,
     environment, document, minute)."""
@@ -99,12 +133,15 @@ def counter_minutes(pairs: dict[tuple[int, int], int], *, now: datetime) -> dict
         return out
     until = minute_of(now)
     keys = list(pairs)
+    agents, environments, documents, index = _triples(
+        keys, strategies if strategies is not None else strategies_of(a for a, _ in keys)
+    )
     params = {
-        "agents": [a for a, _ in keys],
-        "environments": [e for _, e in keys],
-        "since": [until - timedelta(minutes=pairs[k] - 1) for k in keys],
+        "agents": agents,
+        "environments": environments,
+        "documents": documents,
+        "since": [until - timedelta(minutes=pairs[keys[i]] - 1) for i in index],
         "until": until,
-        "profile": Document.PROFILE_KEY,
     }
     with transaction.atomic(), connection.cursor() as cursor:
         cursor.execute("SET LOCAL jit = off")
@@ -116,19 +153,24 @@ def counter_minutes(pairs: dict[tuple[int, int], int], *, now: datetime) -> dict
     return out
 
 
-def baselines(pairs: set[tuple[int, int]], *, before: datetime) -> dict:
+def baselines(
+    pairs: set[tuple[int, int]], *, before: datetime, strategies: dict | None = None
+) -> dict:
     """{(agent id, environment id): sums} over the whole hours of the 7 days before
     `before` (the hour table: 168 rows a pair, not 10,080)."""
     if not pairs:
         return {}
     until = before.replace(minute=0, second=0, microsecond=0)
     keys = list(pairs)
+    agents, environments, documents, _ = _triples(
+        keys, strategies if strategies is not None else strategies_of(a for a, _ in keys)
+    )
     params = {
-        "agents": [a for a, _ in keys],
-        "environments": [e for _, e in keys],
+        "agents": agents,
+        "environments": environments,
+        "documents": documents,
         "since": until - timedelta(days=rules.BASELINE_DAYS),
         "until": until,
-        "profile": Document.PROFILE_KEY,
     }
     out = {}
     with transaction.atomic(), connection.cursor() as cursor:

@@ -24,7 +24,6 @@ from console.kernel.policy import check_user_can_manage_alerts
 from console.kernel.transactions import service_transaction
 from strategies.catalog.models import Environment
 from strategies.delivery import webhooks
-from strategies.documents.models import Document
 from traces.alerts import rules, selectors
 from traces.alerts.models import Alert, AlertRule, Level, Silence
 
@@ -126,7 +125,9 @@ def rule_update(
     current = {name: getattr(rule, name) for name in rules.FIELDS}
     if percent:
         for name in ("warning_threshold", "alert_threshold"):
-            if current[name] is not None and rules.METRICS[rule.metric].kind == rules.RATE:
+            if current[name] is not None and (
+                rules.METRICS[rule.metric].kind == rules.RATE or rule.baseline
+            ):
                 current[name] *= 100
     clean, found = rules.rule_check({**current, **values}, percent=percent)
     if (
@@ -297,9 +298,12 @@ def alerts_evaluate(*, now: datetime | None = None) -> Tick:
         for rule in found:
             key = (rule.agent_id, rule.environment_id)
             spans[key] = max(spans.get(key, 1), rule.window_minutes, rule.no_data_minutes or 1)
-        minutes = selectors.counter_minutes(spans, now=now)
+        strategies = selectors.strategies_of(r.agent_id for r in found)
+        minutes = selectors.counter_minutes(spans, now=now, strategies=strategies)
         need_baseline = {(r.agent_id, r.environment_id) for r in found if r.baseline}
-        base = selectors.baselines(need_baseline, before=now - timedelta(hours=1))
+        base = selectors.baselines(
+            need_baseline, before=now - timedelta(hours=1), strategies=strategies
+        )
         until = selectors.minute_of(now)
         for rule in found:
             counts = minutes[(rule.agent_id, rule.environment_id)]
@@ -312,11 +316,21 @@ def alerts_evaluate(*, now: datetime | None = None) -> Tick:
                 recent_traces=recent,
                 baseline=base.get((rule.agent_id, rule.environment_id)),
             )
-            _move(rule, judged, opens.get(rule.pk), now=now, silences=silences, tick=tick)
+            _move(
+                rule,
+                judged,
+                opens.get(rule.pk),
+                now=now,
+                silences=silences,
+                tick=tick,
+                strategies=strategies,
+            )
     return tick
 
 
-def _move(rule, judged: rules.Judgement, alert: Alert | None, *, now, silences, tick: Tick):
+def _move(
+    rule, judged: rules.Judgement, alert: Alert | None, *, now, silences, tick: Tick, strategies
+):
     if judged.level != rules.UNKNOWN and judged.level != rule.level:
         rule.level, rule.level_since = judged.level, now
         AlertRule.objects.filter(pk=rule.pk).update(level=judged.level, level_since=now)
@@ -325,7 +339,13 @@ def _move(rule, judged: rules.Judgement, alert: Alert | None, *, now, silences, 
         return
     silence = selectors.silence_covering(rule, silences)
     if action == rules.FIRE:
-        alert = _fire(rule, judged, now=now, silenced=silence is not None)
+        alert = _fire(
+            rule,
+            judged,
+            now=now,
+            silenced=silence is not None,
+            strategies=strategies.get(rule.agent_id, ()),
+        )
         tick.fired.append(alert.pk)
     elif action == rules.RESOLVE:
         alert.resolved_at = now
@@ -349,21 +369,15 @@ def _change(now: datetime, level: str, value) -> dict:
     return {"at": now.isoformat(), "level": level, "value": value}
 
 
-def _fire(rule: AlertRule, judged: rules.Judgement, *, now, silenced: bool) -> Alert:
+def _fire(rule: AlertRule, judged: rules.Judgement, *, now, silenced: bool, strategies=()) -> Alert:
     start = selectors.minute_of(now) - timedelta(minutes=rule.window_minutes - 1)
     request_ids, document = [], ""
     if judged.level != rules.NO_DATA:
         request_ids, document = selectors.sample_requests(
             rule, start=start, end=now + timedelta(minutes=1)
         )
-    if not document:
-        document = (
-            Document.objects.filter(agent_id=rule.agent_id, kind=Document.Kind.STRATEGY)
-            .order_by("key")
-            .values_list("key", flat=True)
-            .first()
-            or ""
-        )
+    if not document and strategies:  # the health page of the agent's first strategy
+        document = sorted(strategies)[0]
     return Alert.objects.create(
         rule=rule,
         agent=rule.agent,
