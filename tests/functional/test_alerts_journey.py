@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import re
 from datetime import timedelta
+from pathlib import Path
 
 import msgspec
 import pytest
@@ -26,6 +27,7 @@ from traces.alerts import services
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
 AGENT = "assistant_professional"
+SHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 
 
 def order_service_fails(secret: str, count: int = 40) -> None:
@@ -113,3 +115,5 @@ def test_oncall__creates_rule__order_service_fails__alert_in_history__silences_i
     silences = page.locator("#alert-silences tbody tr")
     assert "order service maintenance" in silences.first.inner_text()
     assert "active" in silences.first.inner_text()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "alerts-1280.png"), full_page=True)

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from console.kernel.errors import NotFound
 from strategies.documents.models import Document
 from traces.alerts import rules
 from traces.alerts.models import Alert, AlertRule, Silence
@@ -228,8 +229,6 @@ def rules_of(*, agent, environment=None) -> list[AlertRule]:
 
 
 def rule_get(*, agent, pk: int) -> AlertRule:
-    from console.kernel.errors import NotFound
-
     rule = AlertRule.objects.filter(agent=agent, pk=pk).select_related("environment").first()
     if rule is None:
         raise NotFound("No such alert rule.")
@@ -265,8 +264,6 @@ def silences_of(*, agent, limit: int = 20) -> list[Silence]:
 
 
 def silence_get(*, agent, pk: int) -> Silence:
-    from console.kernel.errors import NotFound
-
     silence = Silence.objects.filter(agent=agent, pk=pk).first()
     if silence is None:
         raise NotFound("No such silence.")
