@@ -57,7 +57,10 @@ def test_oncall__creates_rule__order_service_fails__alert_in_history__silences_i
     secret = runtime_token(w.sg)
 
     page = login("oncall", "oncall-pass-1")
-    page.goto(f"{live_server.url}/agents/{AGENT}/alerts/")
+    page.goto(f"{live_server.url}/agents/{AGENT}/")
+    page.locator("nav.tabs a", has_text="Alerts").click()
+    page.wait_for_url(re.compile(rf".*/agents/{AGENT}/alerts/$"))
+    assert page.locator('nav.tabs a[aria-current="page"]').inner_text() == "Alerts"
     assert "No rule yet" in page.locator("#alert-rules").inner_text()
 
     # A threshold out of range: refused at its field, what was typed kept, nothing saved

@@ -375,7 +375,12 @@ def step(open_level: str | None, judged: str) -> str | None:
         return RESOLVE
     if judged == open_level:
         return None
-    return RAISE if _RANK[judged] > _RANK[open_level] else LOWER
+    return RAISE if higher(judged, open_level) else LOWER
+
+
+def higher(level: str, than: str) -> bool:
+    """Is `level` worse than `than` (ok < warning < alert < no data)?"""
+    return _RANK[level] > _RANK[than]
 
 
 def delivered(action: str | None) -> str | None:

@@ -355,7 +355,7 @@ def _move(
         tick.resolved.append(alert.pk)
     else:  # RAISE / LOWER
         alert.current_level = judged.level
-        if rules._RANK[judged.level] > rules._RANK[alert.level]:
+        if rules.higher(judged.level, alert.level):
             alert.level = judged.level
         alert.changes = [*alert.changes, _change(now, judged.level, judged.value)]
         alert.save(update_fields=["current_level", "level", "changes"])

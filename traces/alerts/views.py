@@ -16,6 +16,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from console.kernel.errors import ApplicationError
 from console.kernel.policy import Capability, requires, user_can_manage_alerts
 from strategies.catalog.models import Environment
+from strategies.documents.views import agent_tabs
 from traces.alerts import rules, selectors, services
 from traces.health.stats import sparkline
 from traces.outcomes.views import _error_details  # the same refusal → field errors
@@ -126,6 +127,7 @@ def _page(
         or {"ends_at": (now + timedelta(hours=2)).strftime("%Y-%m-%dT%H:%M")},
         "silence_errors": list(silence_errors),
         "can_edit": can_edit,
+        "tabs": agent_tabs(agent, "alerts-page", request.user),
     }
     return TemplateResponse(request, "alerts/page.html", context, status=status)
 
