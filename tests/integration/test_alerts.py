@@ -295,3 +295,16 @@ def test_alert__real_worker_and_beat__fires_and_delivers_signed(client, settings
     assert standard_webhooks_valid(secret, headers, body)
     assert json.loads(body)["event"] == "alert.fired"
     assert Alert.objects.filter(resolved_at=None, level="alert").count() == 1
+
+
+def test_demo_traffic__order_service_down__every_request_misses_required_data(demo):
+    from console.management.commands.demo_traffic import simulate_request
+
+    rng = random.Random(1)
+    statuses = {
+        simulate_request(
+            demo.config, environment="sg-test", n=n, rng=rng, order_service_down=True
+        ).status
+        for n in range(20)
+    }
+    assert statuses == {"missing_required_data"}
