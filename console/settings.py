@@ -120,6 +120,7 @@ INSTALLED_APPS = [
     "traces.previews",
     "traces.outcomes",
     "traces.health",
+    "traces.alerts",
     "traces.rollouts",
 ]
 
@@ -271,6 +272,9 @@ CHANGE_RECORD_RETRY_BASE_SECONDS = float(
     env_count("CHANGE_RECORD_RETRY_BASE_SECONDS", 10, minimum=1)
 )
 CHANGE_RECORD_MAX_TRIES = env_count("CHANGE_RECORD_MAX_TRIES", 8, minimum=1)
+# Seconds between two evaluations of the standing alert rules (traces.alerts, docs/alerts.md):
+# a rule fires within two of them of its window's value crossing its threshold.
+ALERT_EVALUATION_SECONDS = float(env_count("ALERT_EVALUATION_SECONDS", 60, minimum=1))
 # Every periodic task, in one place; `celery -A console beat` runs them.
 CELERY_BEAT_SCHEDULE: dict = {
     "traces-purge-expired": {
@@ -288,6 +292,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     "rollouts-evaluate": {"task": "rollouts.evaluate", "schedule": ROLLOUTS_EVALUATE_SECONDS},
     # Version-health and rollout counters are kept 30 days (traces.health, traces.rollouts).
     "health-purge-expired": {"task": "health.purge_expired", "schedule": 6 * 3600.0},
+    # Standing alerts on context health (issue 35.4): every rule judged on the counters.
+    "alerts-evaluate": {"task": "alerts.evaluate", "schedule": ALERT_EVALUATION_SECONDS},
     "rollouts-purge-expired": {"task": "rollouts.purge_expired", "schedule": 6 * 3600.0},
     "strategies.flush_token_last_used": {
         "task": "strategies.flush_token_last_used",

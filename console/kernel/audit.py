@@ -147,6 +147,11 @@ class AuditAction(_LabelledAction):
     REDACTION_RULE_CREATE = "redaction_rule.create", "Redaction rule added"
     REDACTION_RULE_DELETE = "redaction_rule.delete", "Redaction rule removed"
     PRINCIPAL_ERASE = "principal.erase", "Principal erased from traces"
+    # standing alerts on context health (issue 35.4): rules and silences (traces.alerts)
+    ALERT_RULE_CREATE = "alert_rule.create", "Alert rule created"
+    ALERT_RULE_UPDATE = "alert_rule.update", "Alert rule changed"
+    ALERT_SILENCE_CREATE = "alert_silence.create", "Alerts silenced"
+    ALERT_SILENCE_LIFT = "alert_silence.lift", "Alert silence lifted"
     # access and accounts
     ROLE_CREATE = "role.create", "Role created"
     ROLE_UPDATE = "role.update", "Role changed"

@@ -734,6 +734,27 @@ def check_user_can_manage_data_protection(user, *, target=None) -> None:
     )
 
 
+# --- standing alerts on context health (issue 35.4, traces.alerts) ------------------------------
+# Reading an agent's alert rules, alerts and silences is reading its health (view_traces);
+# setting rules and silencing them is the on-call operator's, who may also roll back: the
+# rollback capability on that agent.
+ALERTS_CAPABILITY = Capability.ROLLBACK
+
+
+def user_can_manage_alerts(user, agent) -> bool:
+    return user_can(user, ALERTS_CAPABILITY, agent)
+
+
+def check_user_can_manage_alerts(user, agent, *, target=None) -> None:
+    check_user_can(
+        user,
+        ALERTS_CAPABILITY,
+        agent,
+        target=target,
+        message="Alert rules and silences need “Roll back” on this agent.",
+    )
+
+
 # --- enforcement at the edges -------------------------------------------------------------------
 # Every url module exports REQUIRED = {url name: capability | PUBLIC | AUTHENTICATED}; the
 # access-matrix test reads them all, so an endpoint without a declared rule fails the suite.

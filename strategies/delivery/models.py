@@ -13,7 +13,16 @@ WEBHOOK_EVENT = "release.changed"
 APPROVAL_REQUESTED_EVENT = "approval.requested"
 # A shadow started or stopped: the payload's `shadow` changed, nothing users see did.
 SHADOW_CHANGED_EVENT = "shadow.changed"
-WEBHOOK_EVENTS = (WEBHOOK_EVENT, APPROVAL_REQUESTED_EVENT, SHADOW_CHANGED_EVENT)
+# A standing alert on context health fired (or rose a level) / resolved (traces.alerts).
+ALERT_FIRED_EVENT = "alert.fired"
+ALERT_RESOLVED_EVENT = "alert.resolved"
+WEBHOOK_EVENTS = (
+    WEBHOOK_EVENT,
+    APPROVAL_REQUESTED_EVENT,
+    SHADOW_CHANGED_EVENT,
+    ALERT_FIRED_EVENT,
+    ALERT_RESOLVED_EVENT,
+)
 
 
 def default_webhook_events() -> list[str]:
@@ -115,6 +124,9 @@ class WebhookDelivery(models.Model):
                 f"{event['agent']} / {event['document']} v{event['version']} → "
                 f"{event['environment']} waits for approval ({event['kind']})"
             )
+        if event.get("event") in (ALERT_FIRED_EVENT, ALERT_RESOLVED_EVENT):
+            state = "resolved" if event["event"] == ALERT_RESOLVED_EVENT else event["level"]
+            return f"{event['agent']} / {event['environment']} {event['rule']['name']}: {state}"
         if event.get("event") == SHADOW_CHANGED_EVENT:
             return (
                 f"{event['agent']} / {event['document']} shadow v{event['version']} "

@@ -15,6 +15,8 @@ from console.kernel.policy import Capability, requires, user_can
 from strategies.catalog.selectors import environment_get, environment_list
 from strategies.delivery import selectors, webhooks
 from strategies.delivery.models import (
+    ALERT_FIRED_EVENT,
+    ALERT_RESOLVED_EVENT,
     APPROVAL_REQUESTED_EVENT,
     SHADOW_CHANGED_EVENT,
     WEBHOOK_EVENT,
@@ -26,6 +28,8 @@ EVENT_CHOICES = [
     (WEBHOOK_EVENT, "Release changed (runtimes)"),
     (APPROVAL_REQUESTED_EVENT, "Approval requested (chat, review routing)"),
     (SHADOW_CHANGED_EVENT, "Shadow started or stopped (runtimes that run shadows)"),
+    (ALERT_FIRED_EVENT, "Alert fired on context health (on-call)"),
+    (ALERT_RESOLVED_EVENT, "Alert resolved (on-call)"),
 ]
 
 

@@ -39,6 +39,7 @@ AGENT_TABS = [
     ("Strategies", "agent-strategies", "kwarg", Capability.VIEW_CONFIG),
     ("Releases", "release-overview", "query", Capability.VIEW_CONFIG),
     ("Traces", "trace-list", "query", Capability.VIEW_TRACES),
+    ("Alerts", "alerts-page", "kwarg", Capability.VIEW_TRACES),
     ("Access", "access-overview", "query", Capability.MANAGE_GRANTS),
 ]
 

@@ -251,6 +251,33 @@ def _sample_siem_destination(model):
     return model.objects.create(name="matrix sample", protocol="syslog", url="tcp://192.0.2.1:6514")
 
 
+def _sample_alert_rule(model):
+    from strategies.catalog.models import Agent, Environment
+
+    return model.objects.create(
+        agent=Agent.objects.get(key=SAMPLE_AGENT),
+        environment=Environment.objects.get(key="sg-test"),
+        name="matrix sample",
+        metric="missing_required_data",
+        comparison="above",
+        alert_threshold=0.02,
+    )
+
+
+def _sample_alert_silence(model):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from strategies.catalog.models import Agent
+
+    return model.objects.create(
+        agent=Agent.objects.get(key=SAMPLE_AGENT),
+        reason="matrix sample",
+        ends_at=timezone.now() + timedelta(days=1),
+    )
+
+
 SAMPLE_FACTORIES = {
     "console.breakglassaccount": _sample_break_glass_account,
     "strategies.rollout": _sample_rollout,
@@ -261,6 +288,8 @@ SAMPLE_FACTORIES = {
     "console.siemdestination": _sample_siem_destination,
     "console.scimtoken": _sample_scim_token,
     "traces.erasure": lambda model: model.objects.create(principal_digest="0" * 64, reference="m"),
+    "alerts.alertrule": _sample_alert_rule,
+    "alerts.silence": _sample_alert_silence,
 }
 
 

@@ -92,6 +92,10 @@ def test_members__stored_strings_as_written_before_the_enum():
         "redaction_rule.create",  # issue 34.4: data protection
         "redaction_rule.delete",
         "principal.erase",
+        "alert_rule.create",
+        "alert_rule.update",
+        "alert_silence.create",
+        "alert_silence.lift",
         *(f"role.{a}" for a in ("create", "update")),
         *(f"grant.{a}" for a in ("create", "revoke")),
         "auth.unlock",

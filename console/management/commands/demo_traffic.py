@@ -60,15 +60,24 @@ def default_console() -> str:
 
 
 def simulate_request(
-    snapshot: ConfigSnapshot, *, environment: str, n: int, rng: random.Random, now=None
+    snapshot: ConfigSnapshot,
+    *,
+    environment: str,
+    n: int,
+    rng: random.Random,
+    now=None,
+    order_service_down: bool = False,
 ) -> wire.Trace | None:
     """Request ``n`` of the demo runtime in ``environment``: a weighted-random seed scenario
-    through the engine with the configuration the runtime holds now (``snapshot``). ``None``
-    while it holds no configuration of the strategy."""
+    through the engine with the configuration the runtime holds now (``snapshot``) — the
+    order service's timeout every time with ``order_service_down`` (to see an alert fire).
+    ``None`` while it holds no configuration of the strategy."""
     if snapshot.strategy(traffic.STRATEGY) is None:
         return None
     now = now or datetime.now(UTC)
     scenario, request = traffic.pick(rng, n)
+    if order_service_down:
+        scenario = traffic.ORDER_TIMEOUT
     return traffic.run(
         scenario,
         config=snapshot,
@@ -92,9 +101,18 @@ class DemoRuntime:
     own instance to the console, taking the requests in turn), a reporter and counters."""
 
     def __init__(
-        self, environment: str, secret: str, console: str, *, poll: float, seed, replicas: int = 1
+        self,
+        environment: str,
+        secret: str,
+        console: str,
+        *,
+        poll: float,
+        seed,
+        replicas: int = 1,
+        order_service_down: bool = False,
     ):
         self.environment = environment
+        self.order_service_down = order_service_down
         self.clients = [
             ConfigClient(
                 console,
@@ -122,7 +140,13 @@ class DemoRuntime:
         client = self.clients[n % len(self.clients)]
         snapshot = client.snapshot()  # one consistent configuration for the request
         try:
-            trace = simulate_request(snapshot, environment=self.environment, n=n, rng=self.rng)
+            trace = simulate_request(
+                snapshot,
+                environment=self.environment,
+                n=n,
+                rng=self.rng,
+                order_service_down=self.order_service_down,
+            )
         except Exception:  # a runtime answers every request, whatever happens
             logger.exception("demo request %s in %s failed", n, self.environment)
             self.minute["error"] += 1
@@ -184,6 +208,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("--seed", type=int, help="seed the scenario choice (repeatable runs)")
         parser.add_argument(
+            "--order-service-down",
+            action="store_true",
+            help="every request meets the order service's timeout (see an alert fire: docs/alerts.md)",
+        )
+        parser.add_argument(
             "--wait-ready", type=float, default=30.0, help="seconds to wait for a first config"
         )
 
@@ -218,6 +247,7 @@ class Command(BaseCommand):
                 poll=options["poll"],
                 seed=options["seed"],
                 replicas=REPLICAS.get(env.key, 1),
+                order_service_down=options.get("order_service_down", False),
             )
             for env in environments
             if env.archived_at is None

@@ -1,0 +1,284 @@
+"""Reads of standing alerts: the per-minute counter sums every rule of a tick needs (one
+query), the 7-day baselines (one query, only when a rule has one), a few request ids behind a
+fired alert (one indexed query, at fire time only), and what the pages and the API list."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from console.kernel.errors import NotFound
+from strategies.documents.models import Document
+from traces.alerts import rules
+from traces.alerts.models import Alert, AlertRule, Silence
+from traces.models import Trace
+from traces.outcomes.models import Outcome
+
+SAMPLE_REQUESTS = 5
+HISTORY_PAGE = 50
+SPARK_MINUTES = 60
+
+# How each of rules.COLUMNS is read off one health_counter row (live arm).
+COLUMN_SQL = {
+    "traces": "traces",
+    "failures": "failures",
+    "missing_required_data": "(statuses->>'missing_required_data')::bigint",
+    "budget_exceeded": "(statuses->>'budget_exceeded')::bigint",
+    "source_conflict": "(statuses->>'source_conflict')::bigint",
+    "degraded": "(statuses->>'degraded')::bigint",
+    "fallback": "(SELECT sum(v::bigint) FROM jsonb_each_text(config_fallback) AS f(k, v))",
+    "task_completed_true": "(outcomes->>'task_completed:true')::bigint",
+    "task_completed_false": "(outcomes->>'task_completed:false')::bigint",
+    "escalated_true": "(outcomes->>'escalated:true')::bigint",
+    "escalated_false": "(outcomes->>'escalated:false')::bigint",
+}
+_SUMS = ", ".join(f"coalesce(sum({COLUMN_SQL[c]}), 0)" for c in rules.COLUMNS)
+
+# A trace counts on the live arm once per document it names: the profile and its strategy.
+# Reading the rows of the agent's strategies only counts each trace once (its strategy's). One
+# (agent, environment, strategy) at a time, LATERAL: each is a range of the counters' primary
+# key (agent, environment, document, minute, …) — never a walk over every minute of 30 days.
+_MINUTES = f"""
+SELECT p.agent_id, p.environment_id, c.minute, {_SUMS}
+FROM unnest(%(agents)s::bigint[], %(environments)s::bigint[], %(documents)s::text[],
+            %(since)s::timestamptz[]) AS p(agent_id, environment_id, document, since)
+CROSS JOIN LATERAL (
+    SELECT * FROM health_counter c
+    WHERE c.agent_id = p.agent_id AND c.environment_id = p.environment_id
+      AND c.document = p.document COLLATE "C" AND c.minute >= p.since AND c.minute <= %(until)s
+      AND c.arm = 'live'
+    OFFSET 0  -- kept a subquery: one index range per strategy, not a join over every row
+) AS c
+GROUP BY p.agent_id, p.environment_id, c.minute
+"""  # noqa: S608 (constants)
+
+_BASELINE = f"""
+SELECT p.agent_id, p.environment_id, {_SUMS}
+FROM unnest(%(agents)s::bigint[], %(environments)s::bigint[], %(documents)s::text[])
+     AS p(agent_id, environment_id, document)
+CROSS JOIN LATERAL (
+    SELECT * FROM health_counter_hour c
+    WHERE c.agent_id = p.agent_id AND c.environment_id = p.environment_id
+      AND c.document = p.document COLLATE "C" AND c.hour >= %(since)s AND c.hour < %(until)s
+      AND c.arm = 'live'
+    OFFSET 0
+) AS c
+GROUP BY p.agent_id, p.environment_id
+"""  # noqa: S608 (constants)
+
+
+def strategies_of(agent_ids) -> dict[int, list[str]]:
+    """{agent id: its strategies' keys}: the documents whose counter rows count each trace."""
+    out: dict[int, list[str]] = defaultdict(list)
+    rows = Document.objects.filter(agent_id__in=set(agent_ids), kind=Document.Kind.STRATEGY)
+    for agent_id, key in rows.values_list("agent_id", "key"):
+        out[agent_id].append(key)
+    return out
+
+
+def _triples(keys, strategies) -> tuple[list, list, list, list]:
+    """The (agent, environment, strategy) of each pair, as arrays: (agents, environments,
+    documents, the pair's index for each)."""
+    agents, environments, documents, index = [], [], [], []
+    for i, (agent_id, environment_id) in enumerate(keys):
+        for document in strategies.get(agent_id, ()):
+            agents.append(agent_id)
+            environments.append(environment_id)
+            documents.append(document)
+            index.append(i)
+    return agents, environments, documents, index
+
+
+def minute_of(when: datetime) -> datetime:
+    return when.replace(second=0, microsecond=0)
+
+
+@dataclass
+class Minutes:
+    """The per-minute sums of one (agent, environment): {minute: {column: n}}."""
+
+    by_minute: dict = field(default_factory=dict)
+
+    def window(self, until: datetime, minutes: int) -> dict[str, int]:
+        """The sums of the `minutes` minutes ending with `until`'s minute (included: an
+        alert should not wait for a minute to close)."""
+        start = until - timedelta(minutes=minutes - 1)
+        sums = dict.fromkeys(rules.COLUMNS, 0)
+        for minute, row in self.by_minute.items():
+            if start <= minute <= until:
+                for name, n in row.items():
+                    sums[name] += n
+        return sums
+
+    def series(self, until: datetime, minutes: int) -> list[dict]:
+        zero = dict.fromkeys(rules.COLUMNS, 0)
+        return [
+            self.by_minute.get(until - timedelta(minutes=minutes - 1 - i), zero)
+            for i in range(minutes)
+        ]
+
+
+def counter_minutes(
+    pairs: dict[tuple[int, int], int], *, now: datetime, strategies: dict | None = None
+) -> dict:
+    """{(agent id, environment id): Minutes} of the last `pairs[(agent, env)]` minutes up to
+    `now`'s minute, for every pair at once: one query (the counters' key leads with agent,
+    environment, document, minute)."""
+    out: dict = defaultdict(Minutes)
+    if not pairs:
+        return out
+    until = minute_of(now)
+    keys = list(pairs)
+    agents, environments, documents, index = _triples(
+        keys, strategies if strategies is not None else strategies_of(a for a, _ in keys)
+    )
+    params = {
+        "agents": agents,
+        "environments": environments,
+        "documents": documents,
+        "since": [until - timedelta(minutes=pairs[keys[i]] - 1) for i in index],
+        "until": until,
+    }
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
+        cursor.execute(_MINUTES, params)
+        for agent_id, environment_id, minute, *sums in cursor.fetchall():
+            out[(agent_id, environment_id)].by_minute[minute] = dict(
+                zip(rules.COLUMNS, (int(n) for n in sums), strict=True)
+            )
+    return out
+
+
+def baselines(
+    pairs: set[tuple[int, int]], *, before: datetime, strategies: dict | None = None
+) -> dict:
+    """{(agent id, environment id): sums} over the whole hours of the 7 days before
+    `before` (the hour table: 168 rows a pair, not 10,080)."""
+    if not pairs:
+        return {}
+    until = before.replace(minute=0, second=0, microsecond=0)
+    keys = list(pairs)
+    agents, environments, documents, _ = _triples(
+        keys, strategies if strategies is not None else strategies_of(a for a, _ in keys)
+    )
+    params = {
+        "agents": agents,
+        "environments": environments,
+        "documents": documents,
+        "since": until - timedelta(days=rules.BASELINE_DAYS),
+        "until": until,
+    }
+    out = {}
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL jit = off")
+        cursor.execute(_BASELINE, params)
+        for agent_id, environment_id, *sums in cursor.fetchall():
+            out[(agent_id, environment_id)] = dict(
+                zip(rules.COLUMNS, (int(n) for n in sums), strict=True)
+            )
+    return out
+
+
+def sample_requests(rule: AlertRule, *, start: datetime, end: datetime) -> tuple[list[str], str]:
+    """(a few request ids behind the value, newest first; the strategy they used): one
+    indexed query (traces by agent, environment, time; outcomes by environment, kind)."""
+    metric = rules.METRICS[rule.metric]
+    if metric.numerator.endswith(("_true", "_false")):
+        kind = metric.numerator.rsplit("_", 1)[0]
+        ids = list(
+            Outcome.objects.filter(
+                environment_id=rule.environment_id,
+                agent_id=rule.agent_id,
+                kind__key=kind,
+                occurred_at__gte=start,
+                occurred_at__lt=end,
+            )
+            .order_by("-occurred_at")
+            .values_list("request_id", flat=True)[:SAMPLE_REQUESTS]
+        )
+        return ids, ""
+    traces = Trace.objects.filter(
+        agent_id=rule.agent_id,
+        environment_id=rule.environment_id,
+        occurred_at__gte=start,
+        occurred_at__lt=end,
+    )
+    if metric.status:
+        traces = traces.filter(status=metric.status)
+    elif metric.key == "failed":
+        traces = traces.exclude(status__in=("ready", "degraded"))
+    elif metric.key == "fallback_resolution":
+        traces = traces.filter(Q(config_fallback=True) | ~Q(config_resolution__in=("", "fresh")))
+    rows = list(
+        traces.order_by("-occurred_at").values_list("request_id", "strategy")[:SAMPLE_REQUESTS]
+    )
+    return [r for r, _ in rows], (rows[0][1] if rows else "")
+
+
+# --- what the pages and the API read --------------------------------------------------------------
+def rules_of(*, agent, environment=None) -> list[AlertRule]:
+    found = AlertRule.objects.filter(agent=agent).select_related("environment")
+    if environment is not None:
+        found = found.filter(environment=environment)
+    return list(found)
+
+
+def rule_get(*, agent, pk: int) -> AlertRule:
+    rule = AlertRule.objects.filter(agent=agent, pk=pk).select_related("environment").first()
+    if rule is None:
+        raise NotFound("No such alert rule.")
+    return rule
+
+
+def open_alerts(rule_ids) -> dict[int, Alert]:
+    return {a.rule_id: a for a in Alert.objects.filter(rule_id__in=rule_ids, resolved_at=None)}
+
+
+def history(*, agent, environment=None, rule=None, limit: int = HISTORY_PAGE, before_id=None):
+    """Alerts fired and resolved, newest first."""
+    found = Alert.objects.filter(agent=agent).select_related("rule", "environment")
+    if environment is not None:
+        found = found.filter(environment=environment)
+    if rule is not None:
+        found = found.filter(rule=rule)
+    if before_id:
+        found = found.filter(pk__lt=before_id)
+    return list(found[:limit])
+
+
+def silences_active(*, now: datetime | None = None, agent=None) -> list[Silence]:
+    now = now or timezone.now()
+    found = Silence.objects.filter(ends_at__gt=now, lifted_at=None)
+    if agent is not None:
+        found = found.filter(agent=agent)
+    return list(found.select_related("environment", "rule"))
+
+
+def silences_of(*, agent, limit: int = 20) -> list[Silence]:
+    return list(Silence.objects.filter(agent=agent).select_related("environment", "rule")[:limit])
+
+
+def silence_get(*, agent, pk: int) -> Silence:
+    silence = Silence.objects.filter(agent=agent, pk=pk).first()
+    if silence is None:
+        raise NotFound("No such silence.")
+    return silence
+
+
+def silence_covering(rule: AlertRule, silences: list[Silence]) -> Silence | None:
+    """The silence that covers the rule (the rule itself, or its agent in its environment
+    or in all), if any."""
+    for silence in silences:
+        if silence.agent_id != rule.agent_id:
+            continue
+        if silence.rule_id is not None and silence.rule_id != rule.pk:
+            continue
+        if silence.environment_id is not None and silence.environment_id != rule.environment_id:
+            continue
+        return silence
+    return None
