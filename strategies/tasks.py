@@ -8,6 +8,7 @@ from celery import shared_task
 
 from strategies.delivery import webhooks
 from strategies.delivery.config import cache_reconcile
+from strategies.releases.services.schedules import schedules_run_due
 from strategies.runtime.auth import last_used_flush, refused_flush, revocations_reconcile
 from strategies.runtime.instances import instances_purge
 
@@ -45,3 +46,9 @@ def reconcile_runtime_cache() -> int:
 def relay_webhook_deliveries() -> int:
     """Queue again the webhook deliveries left pending by a lost message."""
     return webhooks.deliveries_relay()
+
+
+@shared_task(name="strategies.schedules_run_due", autoretry_for=())
+def run_due_schedules() -> int:
+    """The go-lives scheduled for now: each claimed once, judged again, fired or refused."""
+    return schedules_run_due()

@@ -13,7 +13,14 @@ WEBHOOK_EVENT = "release.changed"
 APPROVAL_REQUESTED_EVENT = "approval.requested"
 # A shadow started or stopped: the payload's `shadow` changed, nothing users see did.
 SHADOW_CHANGED_EVENT = "shadow.changed"
-WEBHOOK_EVENTS = (WEBHOOK_EVENT, APPROVAL_REQUESTED_EVENT, SHADOW_CHANGED_EVENT)
+# A go-live scheduled for a time ran: went live (or asked for approval), or was refused.
+SCHEDULE_ENDED_EVENT = "schedule.ended"
+WEBHOOK_EVENTS = (
+    WEBHOOK_EVENT,
+    APPROVAL_REQUESTED_EVENT,
+    SHADOW_CHANGED_EVENT,
+    SCHEDULE_ENDED_EVENT,
+)
 
 
 def default_webhook_events() -> list[str]:
@@ -114,6 +121,11 @@ class WebhookDelivery(models.Model):
             return (
                 f"{event['agent']} / {event['document']} v{event['version']} → "
                 f"{event['environment']} waits for approval ({event['kind']})"
+            )
+        if event.get("event") == SCHEDULE_ENDED_EVENT:
+            return (
+                f"{event['agent']} / {event['document']} v{event['version']} → "
+                f"{event['environment']} scheduled {event['kind']}: {event['state']}"
             )
         if event.get("event") == SHADOW_CHANGED_EVENT:
             return (
