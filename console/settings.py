@@ -485,6 +485,8 @@ SPECTACULAR_SETTINGS = {
         "TraceStatusEnum": "context_runtime.wire.STATUSES",
         "ReasonCodeEnum": "context_runtime.wire.REASON_CODES",
         "RedactionActionEnum": "traces.redaction.engine.ACTIONS",  # issue 34.4
+        "ScheduleKindEnum": "strategies.releases.serializers.schedules.SCHEDULE_KINDS",  # issue 34.2
+        "ScheduleStateEnum": "strategies.releases.serializers.schedules.SCHEDULE_STATES",
     },
     # The schema and its docs page are for signed-in operators only (found by the access matrix).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
