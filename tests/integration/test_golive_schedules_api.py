@@ -115,3 +115,24 @@ def test_api_change_hours__set_then_shown_bad_zone_400(client, world):
     assert good.status_code == 200
     shown = client.get(CALENDAR).json()
     assert shown["change_hours"]["words"] == "Mon–Fri 09:00–17:00 Europe/London"
+
+
+def test_releases_page__shows_what_is_scheduled_and_the_next_freeze(client, world):
+    client.force_login(world.admin)
+    post(
+        client,
+        CALENDAR + "freezes/",
+        {
+            "starts_at": (NOON + timedelta(days=1)).isoformat(),
+            "ends_at": (NOON + timedelta(days=2)).isoformat(),
+            "reason": "Year-end freeze",
+        },
+    )
+    client.force_login(world.ops)
+    post(client, SCHEDULE, {"version": 3, "run_at": (NOON + timedelta(hours=2)).isoformat()})
+
+    page = client.get("/releases/").content.decode()
+
+    assert "Scheduled go-lives and change windows" in page
+    assert "after_sales_consultation v3" in page and "data-schedule=" in page
+    assert "Next freeze" in page and "Year-end freeze" in page

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 from context_runtime.findings import FLAG, Finding
 
 from console.kernel import clock
-from strategies.releases.models import ChangeHours, FreezeBreakGlass, FreezeWindow
+from strategies.releases.models import ChangeHours, FreezeBreakGlass, FreezeWindow, ScheduledGoLive
 from strategies.releases.selectors.refusals import FREEZE_BREAK_GLASS, FROZEN, OUTSIDE_CHANGE_HOURS
 
 DAY_NAMES = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
@@ -219,4 +219,15 @@ def calendar_summary(environment, *, at: datetime | None = None) -> CalendarSumm
         hours_next_open=hours_next_open(hours, at),
         time_zone=getattr(hours, "time_zone", "UTC"),
         break_glass=freeze_break_glass_at(environment, at),
+    )
+
+
+def schedules_open(*, agents) -> list[ScheduledGoLive]:
+    """The go-lives still scheduled (or running) on these agents, soonest first."""
+    return list(
+        ScheduledGoLive.objects.filter(
+            document__agent__in=agents, state__in=ScheduledGoLive.OPEN_STATES
+        )
+        .select_related("document__agent", "environment", "version", "requested_by")
+        .order_by("run_at", "id")
     )

@@ -9,6 +9,7 @@ from django.views.decorators.http import require_http_methods
 from console.kernel.policy import Capability, agents_where, user_can
 from strategies.catalog.selectors import environment_list
 from strategies.releases import selectors
+from strategies.releases.selectors.calendar import calendar_summary, schedules_open
 
 
 # --- overview ------------------------------------------------------------------------------------------
@@ -29,14 +30,18 @@ def overview(request):
         )
         for agent in agents
     ]
+    environments = environment_list()
     return TemplateResponse(
         request,
         "releases/overview.html",
         {
+            # What is scheduled, and each environment's freeze / change-hours window now.
+            "scheduled": schedules_open(agents=agents),
+            "calendars": [(env, calendar_summary(env)) for env in environments],
             "grids": grids,
             "visible_agents": listed,
             "chosen": chosen,
-            "environments": environment_list(),
+            "environments": environments,
             "pending": selectors.pending_approvals(agents=agents),
             "can_manage_runtime_tokens": user_can(request.user, Capability.MANAGE_RUNTIME_TOKENS),
             "can_manage_webhooks": user_can(request.user, Capability.MANAGE_TOKENS),
