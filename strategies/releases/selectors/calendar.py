@@ -191,6 +191,28 @@ def goes_live_through_freeze(environment) -> bool:
     return any(f.code == FREEZE_BREAK_GLASS for f in calendar_findings(environment))
 
 
+def calendar_next_allowed(environment, *, at: datetime | None = None) -> datetime | None:
+    """The first moment from `at` (default: now) when the calendar lets a go-live through
+    without a break-glass: `at` itself when it does now; past every freeze and into the
+    change hours otherwise. None when none comes within a year (a freeze without end)."""
+    at = clock.now() if at is None else at
+    windows = freeze_windows_of(environment, since=at)
+    hours = change_hours_of(environment)
+    moment = at
+    for _ in range(400):  # each turn leaves a freeze or closed hours: bounded, never a loop
+        frozen = freeze_until(windows, moment)
+        if frozen is not None:
+            moment = frozen[1]
+            continue
+        if not hours_open_at(hours, moment):
+            moment = hours_next_open(hours, moment)
+            if moment is None:
+                return None
+            continue
+        return moment if moment - at < timedelta(days=366) else None
+    return None
+
+
 @dataclass(frozen=True)
 class CalendarSummary:
     """What the releases page says of an environment's calendar now."""
@@ -203,6 +225,7 @@ class CalendarSummary:
     hours_next_open: datetime | None
     time_zone: str
     break_glass: FreezeBreakGlass | None
+    next_allowed: datetime | None  # now, or when a go-live is next let through
 
 
 def calendar_summary(environment, *, at: datetime | None = None) -> CalendarSummary:
@@ -219,6 +242,7 @@ def calendar_summary(environment, *, at: datetime | None = None) -> CalendarSumm
         hours_next_open=hours_next_open(hours, at),
         time_zone=getattr(hours, "time_zone", "UTC"),
         break_glass=freeze_break_glass_at(environment, at),
+        next_allowed=calendar_next_allowed(environment, at=at),
     )
 
 
