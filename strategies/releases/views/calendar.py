@@ -60,7 +60,7 @@ def _page(request, environment, *, form: str = "", error=None, values=None) -> T
     hours = change_hours_of(environment)
     zone = summary.time_zone
     hours_values = {
-        "days": list(hours.days) if hours else [0, 1, 2, 3, 4],
+        "days": list(hours.days) if hours else [],  # none ticked: any time, as now
         "opens_at": f"{hours.opens_at:%H:%M}" if hours else "09:00",
         "closes_at": f"{hours.closes_at:%H:%M}" if hours else "17:00",
         "time_zone": zone,
