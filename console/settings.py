@@ -254,6 +254,13 @@ TRACES_PURGE_MINUTES = 15
 # Seconds between two judgements of the running rollouts' guards (30: a breach in traffic is
 # rolled back within a minute). Shorter only where traffic is dense enough to judge sooner.
 ROLLOUTS_EVALUATE_SECONDS = float(env_count("ROLLOUTS_EVALUATE_SECONDS", 30, minimum=1))
+# Scheduled go-lives (docs/schedules-and-freezes.md): the beat claims the due ones every this
+# many seconds (20: a schedule fires within 60 s of its time with room to spare); a claim whose
+# worker died is taken over after SCHEDULES_CLAIM_TIMEOUT_SECONDS (above a run's time limit).
+SCHEDULES_POLL_SECONDS = float(env_count("SCHEDULES_POLL_SECONDS", 20, minimum=1))
+SCHEDULES_CLAIM_TIMEOUT_SECONDS = env_count("SCHEDULES_CLAIM_TIMEOUT_SECONDS", 600, minimum=10)
+# The longest a freeze break-glass lets go-lives through a freeze or outside change hours.
+FREEZE_BREAK_GLASS_MAX_MINUTES = env_count("FREEZE_BREAK_GLASS_MAX_MINUTES", 240, minimum=1)
 # Days a completed rollout stays in its paired watch (issue 23 item 4: the previous version as
 # shadow on the environment's `watch_share` of units; a breach warns). 0 turns the watch off.
 ROLLOUTS_WATCH_DAYS = float(env_count("ROLLOUTS_WATCH_DAYS", 7, minimum=0))
@@ -290,6 +297,11 @@ CELERY_BEAT_SCHEDULE: dict = {
     "traces-count-pending-outcomes": {"task": "traces.count_pending_outcomes", "schedule": 30.0},
     # Staged rollouts' guards (issue 23): a breach is rolled back within two periods (60 s).
     "rollouts-evaluate": {"task": "rollouts.evaluate", "schedule": ROLLOUTS_EVALUATE_SECONDS},
+    # Go-lives scheduled for a time: claimed when due, judged again, fired or refused.
+    "schedules-run-due": {
+        "task": "strategies.schedules_run_due",
+        "schedule": SCHEDULES_POLL_SECONDS,
+    },
     # Version-health and rollout counters are kept 30 days (traces.health, traces.rollouts).
     "health-purge-expired": {"task": "health.purge_expired", "schedule": 6 * 3600.0},
     # Standing alerts on context health (issue 35.4): every rule judged on the counters.
@@ -514,6 +526,8 @@ SPECTACULAR_SETTINGS = {
         "TraceStatusEnum": "context_runtime.wire.STATUSES",
         "ReasonCodeEnum": "context_runtime.wire.REASON_CODES",
         "RedactionActionEnum": "traces.redaction.engine.ACTIONS",  # issue 34.4
+        "ScheduleKindEnum": "strategies.releases.serializers.schedules.SCHEDULE_KINDS",  # issue 34.2
+        "ScheduleStateEnum": "strategies.releases.serializers.schedules.SCHEDULE_STATES",
     },
     # The schema and its docs page are for signed-in operators only (found by the access matrix).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],

@@ -6,9 +6,13 @@ from strategies.delivery.models import ConfigPayload, Webhook, WebhookAttempt, W
 from strategies.documents.models import Document, Version
 from strategies.releases.models import (
     ApprovalRequest,
+    ChangeHours,
+    FreezeBreakGlass,
+    FreezeWindow,
     Release,
     ReleaseEvent,
     Rollout,
+    ScheduledGoLive,
     ShadowRelease,
 )
 from strategies.runtime.models import RuntimeToken
@@ -16,14 +20,18 @@ from strategies.runtime.models import RuntimeToken
 __all__ = [
     "Agent",
     "ApprovalRequest",
+    "ChangeHours",
     "ConfigPayload",
     "Document",
     "Environment",
+    "FreezeBreakGlass",
+    "FreezeWindow",
     "Manifest",
     "Release",
     "ReleaseEvent",
     "Rollout",
     "RuntimeToken",
+    "ScheduledGoLive",
     "ShadowRelease",
     "Version",
     "Webhook",

@@ -9,6 +9,7 @@ from celery import shared_task
 from strategies.delivery import webhooks
 from strategies.delivery.config import cache_reconcile
 from strategies.releases.services import change_records, changes
+from strategies.releases.services.schedules import schedules_run_due
 from strategies.runtime.auth import last_used_flush, refused_flush, revocations_reconcile
 from strategies.runtime.instances import instances_purge
 
@@ -66,3 +67,9 @@ def change_records_tick() -> dict:
         "relayed": changes.change_records_relay(),
         "expired": changes.change_records_expire(),
     }
+
+
+@shared_task(name="strategies.schedules_run_due", autoretry_for=())
+def run_due_schedules() -> int:
+    """The go-lives scheduled for now: each claimed once, judged again, fired or refused."""
+    return schedules_run_due()

@@ -174,6 +174,21 @@ def login_role(transactional_db):
             cursor.execute(f'DROP ROLE "{name}"')
 
 
+# --- the clock of the clock-driven rules (console.kernel.clock) --------------------------------
+@pytest.fixture
+def clock():
+    """The time freeze windows, change hours and schedules see, set by the test:
+    `clock.set(at)`, `clock.advance(timedelta)`, `clock.now()`; real time again afterwards."""
+    from types import SimpleNamespace
+
+    from console.kernel import clock as kernel_clock
+
+    yield SimpleNamespace(
+        set=kernel_clock.clock_set, advance=kernel_clock.clock_advance, now=kernel_clock.now
+    )
+    kernel_clock.clock_set(None)
+
+
 # --- users and grants ------------------------------------------------------------------------
 @pytest.fixture
 def make_user(db):

@@ -131,6 +131,20 @@ class AuditAction(_LabelledAction):
     ROLLOUT_ROLLBACK = "rollout.rollback", "Staged rollout rolled back by a guard"
     ROLLOUT_WATCH_WARN = "rollout.watch_warn", "Paired watch warned of a regression"
     ROLLOUT_WATCH_END = "rollout.watch_end", "Paired watch ended"
+    # when changes may go live (issue 34 item 2): freeze windows, change hours, the freeze
+    # break-glass, and go-lives scheduled for a time (the fire and the refusal by the system)
+    FREEZE_WINDOW_CREATE = "freeze_window.create", "Freeze window added"
+    FREEZE_WINDOW_DELETE = "freeze_window.delete", "Freeze window removed"
+    CHANGE_HOURS_SET = "change_hours.set", "Change hours set"
+    FREEZE_BREAK_GLASS_START = (
+        "freeze_break_glass.start",
+        "Freeze break-glass: go-lives let through",
+    )
+    FREEZE_BREAK_GLASS_END = "freeze_break_glass.end", "Freeze break-glass ended"
+    SCHEDULE_CREATE = "schedule.create", "Go-live scheduled"
+    SCHEDULE_CANCEL = "schedule.cancel", "Scheduled go-live cancelled"
+    SCHEDULE_FIRE = "schedule.fire", "Scheduled go-live ran"
+    SCHEDULE_REFUSE = "schedule.refuse", "Scheduled go-live refused at its time"
     # configuration as code
     CONFIG_IMPORT = "config.import", "Configuration imported"
     # delivery and runtime

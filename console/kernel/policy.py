@@ -428,6 +428,33 @@ def check_user_can_withdraw_approval(user, approval) -> None:
         )
 
 
+def user_can_cancel_schedule(user, schedule) -> bool:
+    """A scheduled go-live is cancelled by the person who asked for it, or an admin (who
+    manages environments on all agents)."""
+    agent = schedule.document.agent
+    if not user_sees_agent(user, agent):
+        return False
+    return schedule.requested_by_id == getattr(user, "pk", None) or user_can(
+        user, Capability.MANAGE_CATALOG
+    )
+
+
+def check_user_can_cancel_schedule(user, schedule) -> None:
+    agent = schedule.document.agent
+    check_user_can(user, Capability.VIEW_CONFIG, agent, target=schedule)
+    if not user_can_cancel_schedule(user, schedule):
+        refuse(
+            Forbidden(
+                "Only the person who scheduled this go-live, or an admin, can cancel it.",
+                code="not_requester",
+            ),
+            user=user,
+            capability=Capability.MANAGE_CATALOG,
+            agent=agent,
+            target=schedule,
+        )
+
+
 def user_can_replay_trace(user, agent) -> bool:
     """Replaying a trace re-runs the engine on its candidates with a version of the agent's
     strategy, a draft's body included: viewing the agent's traces AND its configuration."""

@@ -16,12 +16,15 @@ SHADOW_CHANGED_EVENT = "shadow.changed"
 # A standing alert on context health fired (or rose a level) / resolved (traces.alerts).
 ALERT_FIRED_EVENT = "alert.fired"
 ALERT_RESOLVED_EVENT = "alert.resolved"
+# A go-live scheduled for a time ran: went live (or asked for approval), or was refused.
+SCHEDULE_ENDED_EVENT = "schedule.ended"
 WEBHOOK_EVENTS = (
     WEBHOOK_EVENT,
     APPROVAL_REQUESTED_EVENT,
     SHADOW_CHANGED_EVENT,
     ALERT_FIRED_EVENT,
     ALERT_RESOLVED_EVENT,
+    SCHEDULE_ENDED_EVENT,
 )
 
 
@@ -127,6 +130,11 @@ class WebhookDelivery(models.Model):
         if event.get("event") in (ALERT_FIRED_EVENT, ALERT_RESOLVED_EVENT):
             state = "resolved" if event["event"] == ALERT_RESOLVED_EVENT else event["level"]
             return f"{event['agent']} / {event['environment']} {event['rule']['name']}: {state}"
+        if event.get("event") == SCHEDULE_ENDED_EVENT:
+            return (
+                f"{event['agent']} / {event['document']} v{event['version']} → "
+                f"{event['environment']} scheduled {event['kind']}: {event['state']}"
+            )
         if event.get("event") == SHADOW_CHANGED_EVENT:
             return (
                 f"{event['agent']} / {event['document']} shadow v{event['version']} "

@@ -7,10 +7,12 @@ from django.urls import path
 from console.kernel.policy import PUBLIC, Capability, Everywhere
 from strategies.releases import api
 from strategies.releases.api import changes as change_api
+from strategies.releases.api import schedules
 
 AGENT = "agents/<slug:agent>/"
 RELEASE = AGENT + "documents/<slug:document>/releases/<slug:environment>/"
 ROLLOUT = AGENT + "rollouts/ro-<int:pk>/"  # a rollout's public id is ro-<pk>
+CALENDAR = "environments/<slug:environment>/calendar/"
 
 urlpatterns = [
     path(AGENT + "releases/", api.release_list, name="api-release-list"),
@@ -38,6 +40,24 @@ urlpatterns = [
         )
         for action in api.ROLLOUT_ACTIONS
     ),
+    # Scheduled go-lives and an environment's calendar (docs/schedules-and-freezes.md)
+    path(RELEASE + "schedule/", schedules.schedule_create, name="api-schedule-create"),
+    path(AGENT + "schedules/", schedules.schedule_list, name="api-schedule-list"),
+    path(
+        AGENT + "schedules/<int:pk>/cancel/", schedules.schedule_cancel, name="api-schedule-cancel"
+    ),
+    path(CALENDAR, schedules.calendar_detail, name="api-calendar"),
+    path(CALENDAR + "freezes/", schedules.freeze_window_create, name="api-freeze-create"),
+    path(CALENDAR + "freezes/<int:pk>/", schedules.freeze_window_delete, name="api-freeze-delete"),
+    path(CALENDAR + "change-hours/", schedules.change_hours_put, name="api-change-hours"),
+    path(
+        CALENDAR + "break-glass/", schedules.freeze_break_glass_start, name="api-freeze-break-glass"
+    ),
+    path(
+        CALENDAR + "break-glass/end/",
+        schedules.freeze_break_glass_end,
+        name="api-freeze-break-glass-end",
+    ),
     path("approvals/", api.approval_list, name="api-approval-list"),
     path("approvals/<int:pk>/", api.approval_detail, name="api-approval-detail"),
     path("approvals/<int:pk>/approve/", api.approval_approve, name="api-approval-approve"),
@@ -64,6 +84,17 @@ urlpatterns = [
 # (a protected one takes the right to request). Approval writes: the service checks the agent
 # of the request (404 out of scope, 403 without APPROVE or for one's own request).
 REQUIRED = {
+    # Scheduling: the service checks the right to publish there; cancelling: the requester
+    # or an admin. The calendar: seen by anyone who sees an agent, changed by admins.
+    "api-schedule-create": Capability.VIEW_CONFIG,
+    "api-schedule-list": Capability.VIEW_CONFIG,
+    "api-schedule-cancel": Capability.VIEW_CONFIG,
+    "api-calendar": Capability.VIEW_CONFIG,
+    "api-freeze-create": Everywhere(Capability.MANAGE_CATALOG),
+    "api-freeze-delete": Everywhere(Capability.MANAGE_CATALOG),
+    "api-change-hours": Everywhere(Capability.MANAGE_CATALOG),
+    "api-freeze-break-glass": Everywhere(Capability.MANAGE_CATALOG),
+    "api-freeze-break-glass-end": Everywhere(Capability.MANAGE_CATALOG),
     "api-release-list": Capability.VIEW_CONFIG,
     "api-release-history": Capability.VIEW_CONFIG,
     "api-release-publish": Capability.VIEW_CONFIG,

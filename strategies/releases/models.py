@@ -4,8 +4,9 @@ requests."""
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from console.kernel.guards import append_only_triggers
@@ -77,6 +78,9 @@ class ReleaseEvent(models.Model):
     # Went live without the approval the environment normally requires: published (or rolled
     # back to) while a break-glass had switched that approval off. Never a rollback target.
     unreviewed = models.BooleanField(default=False)
+    # Went live inside a freeze window or outside the change hours, let through by a freeze
+    # break-glass (FreezeBreakGlass): the history says so beside the version.
+    freeze_break_glass = models.BooleanField(default=False)
     # Now, unless a recorded history is being loaded (the demo's releases of days ago): the
     # service appends it in time order (`_release_move`'s `at`); the row stays append-only.
     occurred_at = models.DateTimeField(default=timezone.now)
@@ -480,3 +484,145 @@ class ChangeRecord(models.Model):
     @property
     def public_id(self) -> str:
         return f"cr-{self.pk}"
+
+
+# --- when changes may go live (issue 34 item 2, docs/schedules-and-freezes.md) -----------------
+class FreezeWindow(models.Model):
+    """Nothing goes live in `environment` from `starts_at` to `ends_at` except a rollback (the
+    go-live judgement's `frozen`). Several per environment; they may overlap."""
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.PROTECT, related_name="freeze_windows"
+    )
+    starts_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    reason = models.TextField()
+    created_by = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["starts_at", "id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends_at__gt=F("starts_at")), name="freeze_window_ends_after_start"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.environment.key} frozen {self.starts_at:%Y-%m-%d %H:%M} → {self.ends_at:%Y-%m-%d %H:%M}"
+
+
+class ChangeHours(models.Model):
+    """When changes may go live in `environment`: on `days` (0 Monday … 6 Sunday) from
+    `opens_at` to `closes_at`, local time in `time_zone` (IANA). `closes_at` at or before
+    `opens_at` runs past midnight into the next day. No row, or no days: any time."""
+
+    environment = models.OneToOneField(
+        Environment, on_delete=models.PROTECT, related_name="change_hours"
+    )
+    days = ArrayField(models.PositiveSmallIntegerField(), default=list, blank=True)
+    opens_at = models.TimeField()
+    closes_at = models.TimeField()
+    time_zone = models.CharField(max_length=64, default="UTC")
+    updated_by = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.environment.key} change hours"
+
+
+class FreezeBreakGlass(models.Model):
+    """One person with the right lets go-lives through a freeze or outside change hours in
+    `environment` until `ends_at` (or until ended by hand), saying why: audited, and what goes
+    live meanwhile is marked on the release history (`ReleaseEvent.freeze_break_glass`)."""
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.PROTECT, related_name="freeze_break_glasses"
+    )
+    reason = models.TextField()
+    started_by = models.CharField(max_length=200)
+    started_at = models.DateTimeField()
+    ends_at = models.DateTimeField()
+    ended_at = models.DateTimeField(null=True, blank=True)
+    ended_by = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(ends_at__gt=F("started_at")), name="freeze_break_glass_ends_after_start"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.environment.key} freeze break-glass by {self.started_by}"
+
+
+class ScheduledGoLive(models.Model):
+    """A publish or a rollout start asked for a later time (`run_at`). At that time the beat
+    task claims it and asks the go-live judgement again, as the requester: it goes live (or,
+    protected, becomes an approval request / a plan waiting for approval) through the normal
+    service, or ends refused with the reason. Both are audited and notified."""
+
+    class Kind(models.TextChoices):
+        PUBLISH = "publish", "Publish"
+        ROLLOUT_START = "rollout_start", "Staged rollout start"
+
+    class State(models.TextChoices):
+        SCHEDULED = "scheduled", "Scheduled"
+        RUNNING = "running", "Running"
+        DONE = "done", "Done"
+        REFUSED = "refused", "Refused"
+        CANCELLED = "cancelled", "Cancelled"
+
+    OPEN_STATES = (State.SCHEDULED, State.RUNNING)
+
+    environment = models.ForeignKey(
+        Environment, on_delete=models.PROTECT, related_name="scheduled_go_lives"
+    )
+    document = models.ForeignKey(
+        Document, on_delete=models.PROTECT, related_name="scheduled_go_lives"
+    )
+    version = models.ForeignKey(Version, on_delete=models.PROTECT, related_name="+")
+    kind = models.CharField(max_length=20, choices=Kind.choices, default=Kind.PUBLISH)
+    # A rollout start's plan (a template's name or its steps) and unit.
+    plan = models.JSONField(null=True, blank=True)
+    unit = models.CharField(max_length=20, blank=True)
+    reason = models.TextField(blank=True)
+    run_at = models.DateTimeField()
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    state = models.CharField(max_length=20, choices=State.choices, default=State.SCHEDULED)
+    # The claim of the worker running it (a new one when a claim is taken over after
+    # SCHEDULES_CLAIM_TIMEOUT_SECONDS): only the holder of the current claim may end it.
+    claim = models.CharField(max_length=64, blank=True)
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome_code = models.CharField(max_length=50, blank=True)
+    outcome = models.TextField(blank=True)
+    cancelled_by = models.CharField(max_length=200, blank=True)
+    # What it produced: the release event, the approval request or the rollout.
+    release_event = models.ForeignKey(
+        ReleaseEvent, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    approval = models.ForeignKey(
+        "ApprovalRequest", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    rollout = models.ForeignKey(
+        Rollout, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["run_at", "id"]
+        indexes = [
+            models.Index(
+                fields=["run_at"],
+                condition=Q(state__in=["scheduled", "running"]),
+                name="scheduled_golive_open_run_at",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.document} v{self.version.number} → {self.environment.key} at {self.run_at:%Y-%m-%d %H:%M} ({self.state})"

@@ -251,6 +251,42 @@ def _sample_siem_destination(model):
     return model.objects.create(name="matrix sample", protocol="syslog", url="tcp://192.0.2.1:6514")
 
 
+def _sample_schedule(model):
+    """A publish of the sample strategy's newest version to sg-test, scheduled a day ahead."""
+    from datetime import timedelta
+
+    from django.contrib.auth import get_user_model
+    from django.utils import timezone
+
+    from strategies.catalog.models import Environment
+    from strategies.documents.models import Version
+
+    version = Version.objects.filter(document__agent__key=SAMPLE_AGENT).order_by("-id").first()
+    return model.objects.create(
+        environment=Environment.objects.get(key="sg-test"),
+        document=version.document,
+        version=version,
+        run_at=timezone.now() + timedelta(days=1),
+        requested_by=get_user_model().objects.order_by("pk").first(),
+    )
+
+
+def _sample_freeze_window(model):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from strategies.catalog.models import Environment
+
+    return model.objects.create(
+        environment=Environment.objects.get(key="sg-test"),
+        starts_at=timezone.now() + timedelta(days=30),
+        ends_at=timezone.now() + timedelta(days=31),
+        reason="matrix sample",
+        created_by="matrix",
+    )
+
+
 def _sample_alert_rule(model):
     from strategies.catalog.models import Agent, Environment
 
@@ -279,6 +315,8 @@ def _sample_alert_silence(model):
 
 
 SAMPLE_FACTORIES = {
+    "strategies.scheduledgolive": _sample_schedule,
+    "strategies.freezewindow": _sample_freeze_window,
     "console.breakglassaccount": _sample_break_glass_account,
     "strategies.rollout": _sample_rollout,
     "strategies.webhook": _sample_webhook,

@@ -71,6 +71,11 @@ def test_members__stored_strings_as_written_before_the_enum():
         *(f"environment.{a}" for a in ("create", "update", "archive", "unarchive", "delete")),
         "environment.break_glass",  # issue 19, item 3: approvals switched off by one person
         "environment.break_glass_end",
+        # issue 34 item 2: freeze windows, change hours, the freeze break-glass, schedules
+        *(f"freeze_window.{a}" for a in ("create", "delete")),
+        "change_hours.set",
+        *(f"freeze_break_glass.{a}" for a in ("start", "end")),
+        *(f"schedule.{a}" for a in ("create", "cancel", "fire", "refuse")),
         "document.create",
         "manifest.record",
         *(f"draft.{a}" for a in ("create", "update", "discard")),

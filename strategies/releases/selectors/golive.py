@@ -31,6 +31,7 @@ from console.kernel.policy import publish_refusal, rollback_needs_approval
 from strategies.catalog.selectors import runtime_feature_finding, validation_context
 from strategies.documents.models import Document
 from strategies.releases.preview_hook import preview_finding
+from strategies.releases.selectors.calendar import calendar_findings
 from strategies.releases.selectors.changes import change_record_usable, requires_change_record
 from strategies.releases.selectors.refusals import (
     ALREADY_LIVE,
@@ -78,8 +79,8 @@ class Rules:
     now (an archived environment serves nothing new). `preview`: `require_preview` applies.
     `split`: the runtime must declare `split`. `new_version`: the version must not be live
     there already. `change_record`: where the environment requires an external change record,
-    an approved, unexpired one of this content. `why`: where it differs from a plain publish,
-    and why."""
+    an approved, unexpired one of this content. `calendar`: a freeze or the change hours hold
+    it (`selectors.calendar`). `why`: where it differs from a plain publish, and why."""
 
     rights: bool
     serves: bool
@@ -88,6 +89,7 @@ class Rules:
     split: bool = False
     new_version: bool = False
     change_record: bool = False
+    calendar: bool = True
     why: str = ""
 
 
@@ -131,7 +133,10 @@ RULES: dict[Path, Rules] = {
         why="A larger share goes live later than the start was judged: the environment is "
         "asked again as it is now. The operator's right is the policy's "
         "(`check_user_can_rollout`); the guards move it as the system. A preview counts "
-        "from a day before the rollout started.",
+        "from a day before the rollout started. A freeze or closed change hours refuse a "
+        "person's advance and pause the guards' move, as every refusal of a later move does: "
+        "the larger share waits for a person to resume it once changes are allowed again, "
+        "rather than the system widening it the moment a freeze ends.",
     ),
     Path.ROLLOUT_FINISH: Rules(
         rights=False,
@@ -147,16 +152,19 @@ RULES: dict[Path, Rules] = {
         serves=False,
         preview=False,
         protection=Protection.REVERT,
+        calendar=False,
         why="The emergency move back to a version that was live and reviewed there: the "
         "runtime served it, no preview is asked, and an archived environment can still be "
         "rolled back. The rollback right and the target are asked by the rollback itself. "
-        "No external change record either: an emergency move does not wait for a change board.",
+        "No external change record either: an emergency move does not wait for a change board; "
+        "and never held by a freeze or the change hours.",
     ),
     Path.GUARD_ROLLBACK: Rules(
         rights=False,
         serves=False,
         preview=False,
         protection=Protection.GUARD,
+        calendar=False,
         why="The system ends a rollout on evidence: the version live before stays live, so "
         "nothing new is served; where the environment asks a person for guard rollbacks, "
         "the rollout pauses instead. No external change record: an emergency move.",
@@ -269,6 +277,8 @@ def go_live_refusals(
     change_record = _change_record_finding(rules, candidate, environment=environment)
     if change_record is not None:
         refusals.append(change_record)
+    if rules.calendar:
+        refusals += calendar_findings(environment)
     return refusals
 
 

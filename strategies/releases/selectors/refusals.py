@@ -41,8 +41,18 @@ SHADOW_RUNNING = "shadow_running"
 # declaration of split support (`split_unsupported`).
 ROLLOUT_ACTIVE = "rollout_active"
 INVALID_UNIT = "invalid_unit"
+# When changes may go live (`selectors.calendar`): inside a freeze window, outside the
+# environment's change hours (refusals, never of a rollback), or let through by a freeze
+# break-glass (a flag: marked on the release history).
+FROZEN = "frozen"
+OUTSIDE_CHANGE_HOURS = "outside_change_hours"
+FREEZE_BREAK_GLASS = "freeze_break_glass"
+CALENDAR_CODES = (FROZEN, OUTSIDE_CHANGE_HOURS)
 JUDGEMENT_CODES = frozenset(
     {
+        FROZEN,
+        OUTSIDE_CHANGE_HOURS,
+        FREEZE_BREAK_GLASS,
         ROLLOUT_ACTIVE,
         INVALID_PLAN,
         INVALID_UNIT,

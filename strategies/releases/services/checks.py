@@ -31,6 +31,7 @@ from strategies.releases.selectors import (
     unreviewed_versions,
 )
 from strategies.releases.selectors.golive import Candidate, Path, go_live_refusals
+from strategies.releases.selectors.refusals import CALENDAR_CODES
 from strategies.releases.services.state import (
     _current,
     _release_state,
@@ -69,6 +70,7 @@ def publish_refuse(
     if STALE_REVISION in codes:
         raise _stale(document, environment, codes[STALE_REVISION].message)
     _refuse_target(refused, version=version, environment=environment, actor=actor)
+    calendar_refuse(refused)
     if PREVIEW_REQUIRED in codes:
         raise Conflict(
             codes[PREVIEW_REQUIRED].message,
@@ -81,6 +83,19 @@ def publish_refuse(
             codes[APPROVAL_PENDING].message,
             code=APPROVAL_PENDING,
             extra={"current": approval_state(pending) if pending else None},
+        )
+
+
+def calendar_refuse(refused: list[Finding], *, extra: dict | None = None) -> None:
+    """Raise (409 `frozen` / `outside_change_hours`, every such reason in `details`) when a
+    freeze or the change hours hold the go-live now: time, not the request, must change."""
+    held = [f for f in refused if f.code in CALENDAR_CODES]
+    if held:
+        raise Conflict(
+            " ".join(f.message for f in held),
+            code=held[0].code,
+            details=[f.as_dict() for f in held],
+            extra=extra,
         )
 
 
@@ -156,6 +171,7 @@ def check_approved_go_live(*, approval, live: Release | None) -> list[Finding]:
     _refuse_target(
         refused, version=version, environment=approval.environment, actor=approval.requested_by
     )
+    calendar_refuse(refused, extra={"current": approval_state(approval)})
     preview = next((f for f in refused if f.code == PREVIEW_REQUIRED), None)
     if preview is not None:
         raise Conflict(

@@ -21,6 +21,7 @@ from strategies.catalog.models import Environment
 from strategies.delivery import config as runtime_config
 from strategies.documents.models import Document, Version
 from strategies.releases.models import ApprovalRequest, Release, ReleaseEvent, Rollout
+from strategies.releases.selectors.calendar import freeze_break_glass_at, goes_live_through_freeze
 from strategies.releases.selectors.golive import Path, goes_live_unreviewed
 from strategies.releases.services.change_records import _change_record_use
 from strategies.releases.services.notifications import _notify
@@ -105,6 +106,12 @@ def _release_move(
     # Unreviewed: the go-live judgement's one rule, for the path this move's action is.
     path = Path.ROLLBACK if action == ReleaseEvent.Action.ROLLBACK else Path.PUBLISH
     unreviewed = goes_live_unreviewed(environment, path=path, approved=approval is not None)
+    # Let through a freeze or closed change hours by a freeze break-glass: marked so.
+    through_freeze = (
+        freeze_break_glass_at(environment)
+        if path == Path.PUBLISH and goes_live_through_freeze(environment)
+        else None
+    )
     before = _current(document, environment)
     now = history_time(before, at)
     if before is None:
@@ -150,6 +157,7 @@ def _release_move(
         approved_by=approved_by,
         reason=reason,
         unreviewed=unreviewed,
+        freeze_break_glass=through_freeze is not None,
         occurred_at=now,
     )
     _change_record_use(event=event, environment=environment, actor=actor)
@@ -187,6 +195,14 @@ def _release_move(
                     "break_glass_by": environment.break_glass_by,
                 }
                 if unreviewed
+                else {}
+            ),
+            **(
+                {
+                    "freeze_break_glass_reason": through_freeze.reason,
+                    "freeze_break_glass_by": through_freeze.started_by,
+                }
+                if through_freeze is not None
                 else {}
             ),
         },

@@ -14,6 +14,7 @@ from strategies.catalog.models import Environment
 from strategies.delivery import webhooks
 from strategies.delivery.models import (
     APPROVAL_REQUESTED_EVENT,
+    SCHEDULE_ENDED_EVENT,
     SHADOW_CHANGED_EVENT,
     WEBHOOK_EVENT,
 )
@@ -161,5 +162,27 @@ def _notify_requested(approval: ApprovalRequest) -> None:
             "approval_id": approval.pk,
             "url": approval_url(approval),
             "occurred_at": _when(approval.requested_at),
+        },
+    )
+
+
+def _schedule_notify(schedule) -> None:
+    """A scheduled go-live ran: went live, became a request, or was refused — and why."""
+    _event_send(
+        environment=schedule.environment,
+        event=SCHEDULE_ENDED_EVENT,
+        body={
+            "event": SCHEDULE_ENDED_EVENT,
+            "schedule": schedule.pk,
+            "agent": schedule.document.agent.key,
+            "document": schedule.document.key,
+            "environment": schedule.environment.key,
+            "version": schedule.version.number,
+            "kind": schedule.kind,
+            "run_at": _when(schedule.run_at),
+            "state": schedule.state,
+            "code": schedule.outcome_code,
+            "reason": schedule.outcome,
+            "requested_by": str(schedule.requested_by),
         },
     )

@@ -49,7 +49,7 @@ from strategies.releases.selectors import (
 )
 from strategies.releases.selectors.golive import UNREVIEWED
 from strategies.releases.services.approvals import _approval_create
-from strategies.releases.services.checks import _refuse_target
+from strategies.releases.services.checks import _refuse_target, calendar_refuse
 from strategies.releases.services.rollout_move import (
     _rollout_change,
     _rollout_expect,
@@ -108,6 +108,8 @@ def rollout_refuse(refusals, *, version: Version, environment: Environment, acto
             extra={"current": approval_state(pending) if pending else None},
         )
     runtime = [f for f in refused if is_runtime_finding(f)]
+    if not runtime:
+        calendar_refuse(refused)
     if PREVIEW_REQUIRED in codes and not runtime:
         raise Conflict(
             codes[PREVIEW_REQUIRED].message,
@@ -212,6 +214,11 @@ def _operator(rollout: Rollout, actor, action: str) -> Rollout:
         actor, rollout.environment, rollout.document.agent, action, target=rollout
     )
     return _rollout_locked(rollout)
+
+
+# A scheduled start runs inside the schedule's own transaction (services.schedules): the
+# start and the schedule's end commit together, so a schedule never starts a rollout twice.
+rollout_start_nested = service_transaction(rollout_start.__wrapped__)
 
 
 @service_transaction(durable=True)

@@ -17,7 +17,11 @@ from console.kernel.errors import Conflict, ValidationFailed
 from strategies.releases.models import ApprovalRequest, ReleaseEvent, Rollout
 from strategies.releases.plans import plan_hash
 from strategies.releases.selectors.golive import Path
-from strategies.releases.selectors.refusals import APPROVAL_REQUIRED, PREVIEW_REQUIRED
+from strategies.releases.selectors.refusals import (
+    APPROVAL_REQUIRED,
+    CALENDAR_CODES,
+    PREVIEW_REQUIRED,
+)
 from strategies.releases.selectors.rollouts import rollout_go_live_refusals
 from strategies.releases.services.move import _release_move
 from strategies.releases.services.rollout_move import (
@@ -30,8 +34,8 @@ from strategies.releases.services.rollout_move import (
 from strategies.releases.services.state import rollout_conflict, rollout_state
 
 # The judgement's refusals a person gets as a conflict (the environment changed under the
-# rollout), not as the runtime's 400.
-CONFLICTS = (APPROVAL_REQUIRED, PREVIEW_REQUIRED)
+# rollout, or a freeze began / the change hours closed), not as the runtime's 400.
+CONFLICTS = (APPROVAL_REQUIRED, PREVIEW_REQUIRED, *CALENDAR_CODES)
 
 
 def _go_live_refused(rollout: Rollout, *, actor, path: Path, moving: str) -> Rollout | None:

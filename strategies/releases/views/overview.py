@@ -6,9 +6,10 @@ from __future__ import annotations
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_http_methods
 
-from console.kernel.policy import Capability, agents_where, user_can
+from console.kernel.policy import Capability, agents_where, user_can, user_can_cancel_schedule
 from strategies.catalog.selectors import environment_list
 from strategies.releases import selectors
+from strategies.releases.selectors.calendar import calendar_summary, schedules_open
 
 
 # --- overview ------------------------------------------------------------------------------------------
@@ -29,14 +30,25 @@ def overview(request):
         )
         for agent in agents
     ]
+    environments = environment_list()
+    scheduled = schedules_open(agents=agents)
+    for planned in scheduled:
+        planned.can_cancel = planned.state == planned.State.SCHEDULED and (
+            user_can_cancel_schedule(request.user, planned)
+        )
     return TemplateResponse(
         request,
         "releases/overview.html",
         {
+            # What is scheduled, and each environment's freeze / change-hours window now.
+            "scheduled": scheduled,
+            "calendars": [(env, calendar_summary(env)) for env in environments],
+            # Admins edit an environment's calendar (its freezes and change hours).
+            "can_manage_calendars": user_can(request.user, Capability.MANAGE_CATALOG),
             "grids": grids,
             "visible_agents": listed,
             "chosen": chosen,
-            "environments": environment_list(),
+            "environments": environments,
             "pending": selectors.pending_approvals(agents=agents),
             "can_manage_runtime_tokens": user_can(request.user, Capability.MANAGE_RUNTIME_TOKENS),
             "can_manage_webhooks": user_can(request.user, Capability.MANAGE_TOKENS),

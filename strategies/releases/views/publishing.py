@@ -1,5 +1,6 @@
 """The publish page: choose a version, see what it changes against what is live and the
-checks against the target runtime, then publish (or ask for approval where protected)."""
+checks against the target runtime, then publish (or ask for approval where protected) now,
+or schedule it for a time (views.scheduling)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from console.kernel.policy import Capability, requires, user_can
 from console.kernel.wording import RUNTIMES_TAKE_IT
 from strategies.releases import selectors
 from strategies.releases import services as releases
+from strategies.releases.models import ScheduledGoLive
 from strategies.releases.preview_hook import preview_summary
 from strategies.releases.selectors.changes import change_record_latest, requires_change_record
 from strategies.releases.services.change_records import change_record_words
@@ -27,6 +29,12 @@ from strategies.releases.views.lookups import (
     _version,
     check_danger_confirmed,
     impact_danger,
+)
+from strategies.releases.views.scheduling import (
+    schedule_context,
+    schedule_from_form,
+    time_typed_for_now,
+    wants_schedule,
 )
 
 
@@ -42,8 +50,24 @@ def publish(request, agent, document, environment):
     version = _version(doc, _asked_version(request))
     # The saved impact preview of this version here (traces.previews, through the hook).
     impact = preview_summary(user=request.user, version=version, environment=env)
-    error = None
-    if request.method == "POST":
+    error = schedule_error = None
+    if wants_schedule(request):
+        try:
+            check_danger_confirmed(request, impact_danger(impact))
+        except ApplicationError as exc:
+            error = exc
+        else:
+            try:
+                schedule_from_form(
+                    request, version=version, environment=env, kind=ScheduledGoLive.Kind.PUBLISH
+                )
+            except ApplicationError as exc:
+                schedule_error = exc  # shown at the time field
+            else:
+                return redirect(_overview_url(request.agent))
+    elif typed := time_typed_for_now(request):
+        schedule_error = typed  # a time typed, then the go-live-now button: nothing done
+    elif request.method == "POST":
         try:
             check_danger_confirmed(request, impact_danger(impact))
             outcome = releases.release_publish(
@@ -113,5 +137,6 @@ def publish(request, agent, document, environment):
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",
         "can_enable_sensitive": user_can(request.user, Capability.ENABLE_SENSITIVE, request.agent),
         "runtimes_take_it": RUNTIMES_TAKE_IT,
+        **schedule_context(request, env, error=schedule_error),
     }
-    return _page_or_preview(request, "releases/publish.html", context, error)
+    return _page_or_preview(request, "releases/publish.html", context, error or schedule_error)

@@ -19,7 +19,7 @@ from console.kernel.errors import ApplicationError, NotFound, ValidationFailed
 from console.kernel.policy import Capability, agents_where, requires, user_can
 from strategies.releases import selectors
 from strategies.releases import services as releases
-from strategies.releases.models import ChangeRecord, Rollout
+from strategies.releases.models import ChangeRecord, Rollout, ScheduledGoLive
 from strategies.releases.plans import ALL_AT_ONCE, CUSTOM, STAGED, TEMPLATE_LABELS, TEMPLATES
 from strategies.releases.preview_hook import preview_summary
 from strategies.releases.services.changes import rollout_start_or_ask
@@ -34,6 +34,12 @@ from strategies.releases.views.lookups import (
     check_danger_confirmed,
     guards_danger,
     impact_danger,
+)
+from strategies.releases.views.scheduling import (
+    schedule_context,
+    schedule_from_form,
+    time_typed_for_now,
+    wants_schedule,
 )
 from strategies.releases.views.shadows import _shadow_version
 
@@ -308,12 +314,32 @@ def rollout_start(request, agent, document, environment):
     env = _environment(environment)
     source = request.POST if request.method == "POST" else request.GET
     unit = source.get("unit") or "task"
-    error = version = None
+    error = schedule_error = version = None
     plan = releases.default_plan(env)
     try:
         version = _shadow_version(doc, request)
         plan = _rollout_plan(request) or plan
-        if request.method == "POST":
+        if wants_schedule(request):
+            check_danger_confirmed(
+                request,
+                impact_danger(preview_summary(user=request.user, version=version, environment=env)),
+            )
+            try:
+                schedule_from_form(
+                    request,
+                    version=version,
+                    environment=env,
+                    kind=ScheduledGoLive.Kind.ROLLOUT_START,
+                    plan=plan,
+                    unit=unit,
+                )
+            except ApplicationError as exc:
+                schedule_error = exc  # shown at the time field
+            else:
+                return redirect(_overview_url(request.agent))
+        elif typed := time_typed_for_now(request):
+            schedule_error = typed
+        elif request.method == "POST":
             check_danger_confirmed(
                 request,
                 impact_danger(preview_summary(user=request.user, version=version, environment=env)),
@@ -372,8 +398,11 @@ def rollout_start(request, agent, document, environment):
         "danger": impact_danger(impact),
         "error": error,
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",
+        **schedule_context(request, env, error=schedule_error),
     }
-    return _page_or_preview(request, "releases/rollout_start.html", context, error)
+    return _page_or_preview(
+        request, "releases/rollout_start.html", context, error or schedule_error
+    )
 
 
 PLAN_TEMPLATES = [
