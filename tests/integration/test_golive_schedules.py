@@ -257,3 +257,36 @@ def test_schedule__two_workers_claim_at_once__it_fires_once(clock):
     assert ReleaseEvent.objects.filter(release__environment=sg).count() == 2  # v2, then v3 once
     assert live_number(sg) == 3
     clock_set(None)
+
+
+def test_schedule__environment_requires_a_change_record__its_time_sends_the_request_nothing_live(
+    world, clock, settings
+):
+    """Issue 34, items 1 and 2 together: at its time a scheduled publish asks the judgement
+    again, which wants an external change record; the request goes to the change system and
+    the schedule says so — never "live" while nothing went live."""
+    from strategies.releases.models import ChangeRecord
+    from strategies.releases.services.changes import change_system_configure
+    from tests.change_system import ChangeSystem
+
+    settings.WEBHOOK_ALLOW_PRIVATE_TARGETS = True  # the change system is on 127.0.0.1
+    sg = world.envs["sg-test"]
+    before = live_number(sg)
+    system = ChangeSystem()
+    try:
+        change_system_configure(
+            environment=sg, actor=world.admin, url=system.url, requires_change_record=True
+        )
+        planned = schedule(world)
+        clock.advance(timedelta(minutes=30))
+        assert schedules_run_due() == 1
+    finally:
+        system.close()
+
+    planned.refresh_from_db()
+    record = ChangeRecord.objects.get(environment=sg)
+    assert planned.state == ScheduledGoLive.State.DONE
+    assert planned.outcome_code == "change_record_requested"
+    assert record.public_id in planned.outcome and "once it approves" in planned.outcome
+    assert record.state == ChangeRecord.State.WAITING and planned.release_event is None
+    assert live_number(sg) == before

@@ -277,6 +277,14 @@ def _go_live(schedule: ScheduledGoLive) -> tuple[str, dict]:
         return "An approval request was created (the environment is protected).", {
             "approval": outcome.approval
         }
+    if outcome.change_record is not None:
+        # The environment requires an external change record: the request went to the change
+        # system, and the publish goes live when it approves (docs/change-approvals.md).
+        record = outcome.change_record
+        return (
+            f"Change record {record.public_id} was sent to the change system: v"
+            f"{schedule.version.number} goes live in {schedule.environment.key} once it approves."
+        ), {"change_record": record}
     event = ReleaseEvent.objects.filter(release=outcome.release).order_by("-revision").first()
     return f"v{schedule.version.number} is live in {schedule.environment.key}.", {
         "release_event": event
@@ -311,6 +319,8 @@ def scheduled_golive_fire(*, schedule_id: int, claim: str) -> ScheduledGoLive | 
         schedule.outcome_code = "approval_required" if "approval" in produced else "live"
         if "rollout" in produced:
             schedule.outcome_code = "rollout_started"
+        if produced.pop("change_record", None) is not None:
+            schedule.outcome_code = "change_record_requested"
         schedule.outcome = words
         for field, value in produced.items():
             setattr(schedule, field, value)
