@@ -120,6 +120,7 @@ INSTALLED_APPS = [
     "traces.previews",
     "traces.outcomes",
     "traces.health",
+    "traces.regressions",
     "traces.rollouts",
 ]
 
@@ -259,6 +260,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     # Version-health and rollout counters are kept 30 days (traces.health, traces.rollouts).
     "health-purge-expired": {"task": "health.purge_expired", "schedule": 6 * 3600.0},
     "rollouts-purge-expired": {"task": "rollouts.purge_expired", "schedule": 6 * 3600.0},
+    # Regression set members past their set's retention (issue 35; docs/regression-sets.md).
+    "regressions-purge-expired": {"task": "regressions.purge_expired", "schedule": 24 * 3600.0},
     "strategies.flush_token_last_used": {
         "task": "strategies.flush_token_last_used",
         "schedule": 60.0,

@@ -1,0 +1,260 @@
+"""Reads of regression sets: the sets of an agent, one set, its members as the checker takes
+them (one query), and the checks — a body, a version, what is live in each environment, or
+the strategies of a configuration file — against them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from context_runtime.engine import EngineInputError, Strategy
+from django.db.models import Count
+
+from console.kernel.errors import NotFound, ValidationFailed
+from console.kernel.policy import check_user_can_view_regressions
+from strategies.catalog.models import Agent, Environment
+from strategies.documents.models import Document, Version
+from strategies.exchange import format as config_format
+from strategies.releases.models import Release
+from traces.regressions import checks
+from traces.regressions.models import Member, RegressionSet
+
+
+def regression_sets(*, agent: Agent, strategy: str = ""):
+    """The agent's sets, newest first, with their member counts (one query)."""
+    sets = RegressionSet.objects.filter(agent=agent).select_related("document")
+    if strategy:
+        sets = sets.filter(document__key=strategy)
+    return sets.annotate(member_count=Count("members"))
+
+
+def regression_set_get(*, user, agent: Agent, pk) -> RegressionSet:
+    """The set `pk` of `agent` when `user` may read it; unknown or another agent's: 404."""
+    check_user_can_view_regressions(user, agent, target=("regression_set", str(pk), str(pk)))
+    found = (
+        RegressionSet.objects.select_related("agent", "document").filter(pk=pk, agent=agent).first()
+    )
+    if found is None:
+        raise NotFound("No such regression set.")
+    return found
+
+
+def members_of(regression_set: RegressionSet):
+    return Member.objects.filter(set=regression_set).order_by("-added_at", "-id")
+
+
+def member_get(*, agent: Agent, pk) -> Member:
+    member = (
+        Member.objects.select_related("set__agent", "set__document")
+        .filter(pk=pk, set__agent=agent)
+        .first()
+    )
+    if member is None:
+        raise NotFound("No such member.")
+    return member
+
+
+def member_cases(sets) -> dict[int, list[checks.MemberCase]]:
+    """Every member of `sets` as the checker takes it, by set id: one query."""
+    rows = Member.objects.filter(set__in=sets).values_list(
+        "set_id", "pk", "request_id", "environment_key", "snapshot", "expectations"
+    )
+    cases: dict[int, list[checks.MemberCase]] = {s.pk: [] for s in sets}
+    for set_id, pk, request_id, environment, snapshot, expectations in rows.order_by("pk"):
+        cases[set_id].append(checks.MemberCase(pk, request_id, environment, snapshot, expectations))
+    return cases
+
+
+def strategy_read(body, *, path: str = "body") -> Strategy:
+    """A body to check with; not a strategy: 400 with the engine's findings under `path`."""
+    if not isinstance(body, dict):
+        raise ValidationFailed(
+            "The body to check must be a strategy (a JSON object).",
+            details=[{"path": path, "code": "invalid_type", "message": "Must be an object."}],
+        )
+    try:
+        return Strategy.from_body(body)
+    except EngineInputError as exc:
+        raise ValidationFailed(
+            "That is not a valid strategy body.",
+            code="invalid_strategy",
+            details=[
+                {"path": f"{path}.{f.path}".rstrip("."), "code": f.code, "message": f.message}
+                for f in exc.findings[:50]
+            ],
+        ) from exc
+
+
+@dataclass
+class SetCheck:
+    """One set checked with one body."""
+
+    regression_set: RegressionSet
+    label: str
+    results: list
+    totals: checks.Totals = field(init=False)
+
+    def __post_init__(self):
+        self.totals = checks.totals(self.results)
+
+    @property
+    def outcome(self) -> str:
+        if self.totals.failed:
+            return checks.FAILED
+        if self.totals.not_checkable:
+            return checks.NOT_CHECKABLE
+        return checks.PASSED
+
+    def as_dict(self) -> dict:
+        return {
+            "set": self.regression_set.pk,
+            "name": self.regression_set.name,
+            "strategy": self.regression_set.document.key,
+            "checked": self.label,
+            "outcome": self.outcome,
+            "totals": self.totals.as_dict(),
+            "members": [r.as_dict() for r in self.results],
+        }
+
+
+def sets_check(*, sets, strategy: Strategy, label: str) -> list[SetCheck]:
+    """Each of `sets` against one strategy (members read in one query)."""
+    sets = list(sets)
+    cases = member_cases(sets)
+    return [SetCheck(s, label, checks.check(strategy, cases[s.pk], label=label)) for s in sets]
+
+
+def version_get(*, document: Document, number) -> Version:
+    version = Version.objects.filter(document=document, number=number).first()
+    if version is None:
+        raise NotFound(
+            f"{document.key} has no version {number}.",
+            code="unknown_version",
+            details=[{"path": "version", "code": "unknown_version", "message": str(number)}],
+        )
+    return version
+
+
+@dataclass(frozen=True)
+class Column:
+    """One thing a set page checks the set against: an environment's live version, or a
+    version asked for."""
+
+    label: str  # "sg-test · v3", "v1"
+    version: int
+    check: SetCheck
+
+
+def set_page_columns(*, regression_set: RegressionSet, version: int | None = None) -> list[Column]:
+    """The set against what is live in each environment (position order) and, when asked,
+    against `version`: each distinct version replayed once."""
+    document = regression_set.document
+    releases = (
+        Release.objects.filter(document=document)
+        .select_related("environment", "version")
+        .order_by("environment__position")
+    )
+    wanted = [(f"{r.environment.key} · v{r.version.number}", r.version) for r in releases]
+    if version is not None:
+        chosen = version_get(document=document, number=version)
+        wanted.append((f"v{chosen.number}" + (" (draft)" if chosen.is_draft else ""), chosen))
+    cases = member_cases([regression_set])[regression_set.pk]
+    done: dict[int, list] = {}
+    columns = []
+    for label, row in wanted:
+        if row.number not in done:
+            strategy = Strategy.from_body(row.body)
+            done[row.number] = checks.check(strategy, cases, label=f"v{row.number}")
+        columns.append(Column(label, row.number, SetCheck(regression_set, label, done[row.number])))
+    return columns
+
+
+def environments_live(document: Document) -> list[tuple[Environment, int]]:
+    return [
+        (r.environment, r.version.number)
+        for r in Release.objects.filter(document=document)
+        .select_related("environment", "version")
+        .order_by("environment__position")
+    ]
+
+
+# --- a configuration file (config as code) ----------------------------------------------------
+@dataclass(frozen=True)
+class FileStrategy:
+    """A strategy of a configuration file, as it would be after the change: its draft if it
+    has one, else its newest version."""
+
+    key: str
+    label: str  # "draft" or "v4" (as numbered in the file)
+    body: dict
+    path: str  # where in the file
+
+
+def file_strategies(text: str | bytes) -> tuple[config_format.ConfigFile, list[FileStrategy]]:
+    """Read a configuration file (the config-as-code format, read by its one reader) and
+    pick each strategy's body to check. A file that does not read: 400 with every finding."""
+    if len(text) > config_format.MAX_FILE_BYTES:
+        raise ValidationFailed(
+            "The file is over the size limit.",
+            code="too_large",
+            details=[{"path": "file", "code": "too_large", "message": "At most 1 MiB."}],
+        )
+    data = config_format.file_parse_text(text)
+    parsed, findings = config_format.file_read(data)
+    if parsed is None:
+        raise ValidationFailed(
+            "The configuration file cannot be read.",
+            code="invalid_file",
+            details=[{**f, "path": f"file.{f['path']}".rstrip(".")} for f in findings],
+        )
+    picked = []
+    for document in parsed.documents:
+        if document.kind != Document.Kind.STRATEGY:
+            continue
+        if document.draft is not None:
+            picked.append(
+                FileStrategy(document.key, "draft", document.draft.body, document.draft.path)
+            )
+        elif document.versions:
+            newest = max(document.versions, key=lambda v: v.number)
+            picked.append(FileStrategy(document.key, f"v{newest.number}", newest.body, newest.path))
+    return parsed, picked
+
+
+@dataclass
+class FileCheck:
+    agent: Agent
+    checks: list[SetCheck]
+
+    @property
+    def failed(self) -> bool:
+        return any(c.totals.failed for c in self.checks)
+
+
+def file_check(*, agent: Agent, strategies: list[FileStrategy]) -> FileCheck:
+    """Every set of the agent against the file's body of the set's strategy (a set of a
+    strategy the file does not hold is checked against nothing, and left out)."""
+    by_key = {s.key: s for s in strategies}
+    found = []
+    sets = list(regression_sets(agent=agent).filter(document__key__in=list(by_key)))
+    cases = member_cases(sets)
+    for regression_set in sets:
+        chosen = by_key[regression_set.document.key]
+        strategy = strategy_read(chosen.body, path=f"file.{chosen.path}.body")
+        label = f"{chosen.key} {chosen.label} (file)"
+        found.append(
+            SetCheck(
+                regression_set, label, checks.check(strategy, cases[regression_set.pk], label=label)
+            )
+        )
+    return FileCheck(agent, found)
+
+
+def agent_of_file(parsed: config_format.ConfigFile) -> Agent:
+    agent = Agent.objects.filter(key=parsed.agent_key).first()
+    if agent is None:
+        raise ValidationFailed(
+            f"The console has no agent {parsed.agent_key}.",
+            code="unknown_agent",
+            details=[{"path": "file.agent.key", "code": "unknown_agent", "message": "Unknown."}],
+        )
+    return agent
