@@ -476,6 +476,7 @@ SPECTACULAR_SETTINGS = {
         "TraceStatusEnum": "context_runtime.wire.STATUSES",
         "ReasonCodeEnum": "context_runtime.wire.REASON_CODES",
         "RedactionActionEnum": "traces.redaction.engine.ACTIONS",  # issue 34.4
+        "RegressionOutcomeEnum": "traces.regressions.checks.OUTCOMES",  # issue 35
     },
     # The schema and its docs page are for signed-in operators only (found by the access matrix).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],

@@ -59,6 +59,7 @@ OPERATOR_API = (
     "traces.previews.api_urls",
     "traces.outcomes.api_urls",
     "traces.health.api_urls",
+    "traces.regressions.api_urls",
     "traces.protection.api_urls",
     "console.access.api_urls",
     "console.accounts.api_urls",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 MAX_RETENTION_DAYS = 3650
 
@@ -69,7 +70,7 @@ class Member(models.Model):
     added_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
     )
-    added_at = models.DateTimeField(auto_now_add=True)
+    added_at = models.DateTimeField(default=timezone.now)
     expires_at = models.DateTimeField(help_text="Added + the set's retention.")
 
     class Meta:

@@ -19,6 +19,20 @@ from traces.regressions import checks
 from traces.regressions.models import Member, RegressionSet
 
 
+def strategy_of(agent: Agent, key: str) -> Document:
+    """The agent's strategy named `key`; a field error otherwise."""
+    document = Document.objects.filter(
+        agent=agent, key=key or "", kind=Document.Kind.STRATEGY
+    ).first()
+    if document is None:
+        message = f"{agent.key} has no strategy {key}."
+        raise ValidationFailed(
+            message,
+            details=[{"path": "strategy", "code": "unknown_strategy", "message": message}],
+        )
+    return document
+
+
 def regression_sets(*, agent: Agent, strategy: str = ""):
     """The agent's sets, newest first, with their member counts (one query)."""
     sets = RegressionSet.objects.filter(agent=agent).select_related("document")
@@ -258,3 +272,107 @@ def agent_of_file(parsed: config_format.ConfigFile) -> Agent:
             details=[{"path": "file.agent.key", "code": "unknown_agent", "message": "Unknown."}],
         )
     return agent
+
+
+def overall_outcome(found: list[SetCheck]) -> str:
+    """failed when any member failed; not_checkable when none failed but some could not be
+    judged (never passed); passed otherwise."""
+    outcomes = {c.outcome for c in found}
+    for outcome in (checks.FAILED, checks.NOT_CHECKABLE):
+        if outcome in outcomes:
+            return outcome
+    return checks.PASSED
+
+
+def member_export(member: Member) -> dict:
+    return {
+        "id": member.pk,
+        "set": member.set_id,
+        "request_id": member.request_id,
+        "environment": member.environment_key,
+        "occurred_at": member.occurred_at,
+        "strategy_version": member.strategy_version,
+        "status": member.snapshot.get("status", ""),
+        "expectations": member.expectations,
+        "note": member.note,
+        "added_at": member.added_at,
+        "expires_at": member.expires_at,
+    }
+
+
+def set_export(regression_set: RegressionSet, members: int) -> dict:
+    return {
+        "id": regression_set.pk,
+        "name": regression_set.name,
+        "strategy": regression_set.document.key,
+        "description": regression_set.description,
+        "retention_days": regression_set.retention_days,
+        "keep_reason": regression_set.keep_reason,
+        "revision": regression_set.revision,
+        "members": members,
+        "created_at": regression_set.created_at,
+    }
+
+
+def _only(sets, wanted):
+    if wanted is None:
+        return list(sets)
+    chosen = [s for s in sets if s.pk in set(wanted)]
+    unknown = sorted(set(wanted) - {s.pk for s in chosen})
+    if unknown:
+        raise ValidationFailed(
+            "Some sets named are not sets of this strategy.",
+            details=[
+                {"path": "sets", "code": "unknown_set", "message": f"No set {pk} here."}
+                for pk in unknown
+            ],
+        )
+    return chosen
+
+
+def check_request(
+    *, agent: Agent, strategy=None, body=None, version=None, file=None, sets=None
+) -> list[SetCheck]:
+    """What the check API asks: a configuration file, or one strategy's body or version,
+    against the agent's sets (or those named)."""
+    if file is not None:
+        if strategy is not None or body is not None or version is not None:
+            raise ValidationFailed(
+                "Send a file, or a strategy with a body or a version: not both.",
+                details=[{"path": "file", "code": "exclusive", "message": "Not with a body."}],
+            )
+        parsed, strategies = file_strategies(file)
+        if parsed.agent_key != agent.key:
+            raise ValidationFailed(
+                f"The file configures {parsed.agent_key}, not {agent.key}.",
+                code="wrong_agent",
+                details=[{"path": "file.agent.key", "code": "wrong_agent", "message": agent.key}],
+            )
+        checked = file_check(agent=agent, strategies=strategies).checks
+        if sets is not None:
+            keep = _only([c.regression_set for c in checked], sets)
+            checked = [c for c in checked if c.regression_set in keep]
+        return checked
+    if strategy is None or (body is None) == (version is None):
+        raise ValidationFailed(
+            "Send a file, or a strategy with either a body or a version.",
+            details=[
+                {
+                    "path": "strategy" if strategy is None else "body",
+                    "code": "required",
+                    "message": "Name the strategy and give a body or a version.",
+                }
+            ],
+        )
+    document = strategy_of(agent, strategy)
+    if version is not None:
+        row = version_get(document=document, number=version)
+        body, label = row.body, f"v{row.number}"
+    else:
+        label = "the body"
+    read = strategy_read(body)
+    return sets_check(
+        sets=_only(regression_sets(agent=agent, strategy=strategy), sets),
+        strategy=read,
+        label=label,
+    )

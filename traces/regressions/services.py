@@ -23,7 +23,7 @@ from strategies.catalog.models import Agent
 from strategies.documents.models import Document, Version
 from traces import replay
 from traces.models import Trace
-from traces.regressions import checks
+from traces.regressions import checks, selectors
 from traces.regressions.models import MAX_RETENTION_DAYS, Member, RegressionSet
 from traces.selectors import trace_candidates
 
@@ -97,21 +97,6 @@ def _set_findings(*, name, description, retention_days, keep_reason) -> list[Fin
     return findings
 
 
-def strategy_of(agent: Agent, key: str) -> Document:
-    """The agent's strategy named `key`; a field error otherwise."""
-    document = Document.objects.filter(
-        agent=agent, key=key or "", kind=Document.Kind.STRATEGY
-    ).first()
-    if document is None:
-        raise ValidationFailed(
-            f"{agent.key} has no strategy {key}.",
-            details=[
-                Finding("strategy", "unknown_strategy", f"{agent.key} has no strategy {key}.")
-            ],
-        )
-    return document
-
-
 @service_transaction(durable=True)
 def regression_set_create(
     *,
@@ -125,7 +110,7 @@ def regression_set_create(
 ) -> RegressionSet:
     """A new, empty set of `agent`'s strategy `strategy`. Names are unique per agent."""
     check_user_can_manage_regressions(actor, agent, target=("agent", agent.key, agent.key))
-    document = strategy_of(agent, strategy)
+    document = selectors.strategy_of(agent, strategy)
     name = (name or "").strip() if isinstance(name, str) else name
     _refuse(
         _set_findings(
@@ -367,6 +352,7 @@ def member_add(
         expectations=[dict(e) for e in expectations],
         note=note.strip(),
         added_by=actor if getattr(actor, "pk", None) else None,
+        added_at=now,
         expires_at=now + timedelta(days=regression_set.retention_days),
     )
     audit_record(

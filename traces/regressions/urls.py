@@ -1,0 +1,4 @@
+"""Regression set pages (filled in below)."""
+
+urlpatterns: list = []
+REQUIRED: dict = {}

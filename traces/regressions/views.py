@@ -1,0 +1,1 @@
+"""Regression set pages."""
