@@ -44,6 +44,7 @@ PAGES = (
     "traces.previews.urls",
     "traces.outcomes.urls",
     "traces.health.urls",
+    "traces.regressions.urls",
     "traces.protection.urls",
     "console.access.urls",
     "console.accounts.urls",

@@ -223,6 +223,7 @@ def regression_check(request, agent: str):
     found = selectors.check_request(agent=request.agent, **serializer.validated_data)
     services.regression_look_record(
         actor=request.user,
+        checked=True,
         regression_set=None,
         agent=request.agent,
         detail={

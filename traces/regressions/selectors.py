@@ -6,17 +6,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from context_runtime import wire
 from context_runtime.engine import EngineInputError, Strategy
 from django.db.models import Count
 
 from console.kernel.errors import NotFound, ValidationFailed
-from console.kernel.policy import check_user_can_view_regressions
+from console.kernel.policy import check_user_can_view_regressions, user_can_manage_regressions
 from strategies.catalog.models import Agent, Environment
 from strategies.documents.models import Document, Version
 from strategies.exchange import format as config_format
 from strategies.releases.models import Release
 from traces.regressions import checks
 from traces.regressions.models import Member, RegressionSet
+from traces.replay import not_replayable_reason
+from traces.selectors import trace_candidates
 
 
 def strategy_of(agent: Agent, key: str) -> Document:
@@ -375,4 +378,60 @@ def check_request(
         sets=_only(regression_sets(agent=agent, strategy=strategy), sets),
         strategy=read,
         label=label,
+    )
+
+
+@dataclass(frozen=True)
+class KeepCard:
+    """What the trace page's "keep in a regression set" card offers."""
+
+    allowed: bool
+    why_not: str
+    sets: tuple
+    items: tuple[str, ...]  # the request's item ids and bundles
+    sources: tuple[str, ...]
+    statuses: tuple[str, ...]
+    reasons: tuple[str, ...]
+    versions: tuple[int, ...]
+    kept_in: tuple  # (set, member) where this request is kept already
+
+
+def keep_card(*, user, trace) -> KeepCard:
+    """The card's state: a few queries, nothing replayed."""
+    allowed = user_can_manage_regressions(user, trace.agent)
+    why_not = not_replayable_reason(trace) or ""
+    empty = KeepCard(allowed, why_not, (), (), (), (), (), (), ())
+    if not trace.strategy:
+        return empty
+    kept_in = tuple(
+        (m.set, m)
+        for m in Member.objects.filter(
+            set__agent=trace.agent,
+            environment_key=trace.environment.key,
+            request_id=trace.request_id,
+        ).select_related("set")
+    )
+    if not allowed or why_not:
+        return KeepCard(allowed, why_not, (), (), (), (), (), (), kept_in)
+    rows = list(trace_candidates(trace).values_list("item_id", "source", "provider_bundle"))
+    items = [item for item, _, _ in rows]
+    items += [bundle for _, _, bundle in rows if bundle and bundle not in items]
+    return KeepCard(
+        allowed=True,
+        why_not="",
+        sets=tuple(regression_sets(agent=trace.agent, strategy=trace.strategy)),
+        items=tuple(dict.fromkeys(items)),
+        sources=tuple(dict.fromkeys(source for _, source, _ in rows)),
+        statuses=tuple(s for s in wire.STATUSES if s != wire.INPUT_REFUSED),
+        reasons=wire.REASON_CODES,
+        versions=tuple(
+            Version.objects.filter(
+                document__agent=trace.agent,
+                document__key=trace.strategy,
+                document__kind=Document.Kind.STRATEGY,
+            )
+            .order_by("-number")
+            .values_list("number", flat=True)
+        ),
+        kept_in=kept_in,
     )

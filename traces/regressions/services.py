@@ -97,7 +97,7 @@ def _set_findings(*, name, description, retention_days, keep_reason) -> list[Fin
     return findings
 
 
-@service_transaction(durable=True)
+@service_transaction
 def regression_set_create(
     *,
     actor,
@@ -255,7 +255,7 @@ def _not_keepable(message: str, path: str = "request_id"):
     )
 
 
-@service_transaction(durable=True)
+@service_transaction
 def member_add(
     *, actor, regression_set: RegressionSet, trace: Trace, expectations, note: str
 ) -> Member:
@@ -412,17 +412,55 @@ def members_purge_expired(*, now: datetime | None = None) -> int:
     return len(expired)
 
 
-def regression_look_record(*, actor, regression_set: RegressionSet | None, agent, detail) -> None:
-    """One line in the access log for a look at kept requests: a set read, or checked."""
-    action = (
-        AccessAction.REGRESSION_SET_CHECK
-        if detail.get("checked")
-        else AccessAction.REGRESSION_SET_VIEW
-    )
+def regression_look_record(
+    *, actor, checked: bool = False, regression_set: RegressionSet | None, agent, detail
+) -> None:
+    """One line in the access log for a look at kept requests: a set read (its page, its
+    members), or sets checked against a version (the check API and command)."""
+    action = AccessAction.REGRESSION_SET_CHECK if checked else AccessAction.REGRESSION_SET_VIEW
     access_record(
         actor=actor,
         action=action,
         target=set_target(regression_set) if regression_set is not None else None,
         agent=agent,
         detail=detail,
+    )
+
+
+@service_transaction(durable=True)
+def trace_keep(*, actor, trace: Trace, set_id, new_set: dict, expectations, note: str) -> Member:
+    """The trace page's one step: keep `trace`'s request in the set `set_id`, or in a new set
+    (`new_set`: name, keep_reason, retention_days) made in the same transaction — refused,
+    neither is saved."""
+    agent = trace.agent
+    check_user_can_manage_regressions(
+        actor, agent, target=("trace", trace.request_id, trace.request_id)
+    )
+    if str(set_id).isdigit():
+        regression_set = (
+            RegressionSet.objects.select_related("agent", "document")
+            .filter(pk=int(set_id), agent=agent)
+            .first()
+        )
+        if regression_set is None:
+            raise ValidationFailed(
+                "Choose one of this agent's sets, or a new one.",
+                details=[Finding("set", "unknown_set", "Not a set of this agent.")],
+            )
+    else:
+        days = str(new_set.get("retention_days") or "365").strip()
+        regression_set = regression_set_create(
+            actor=actor,
+            agent=agent,
+            strategy=trace.strategy,
+            name=new_set.get("name", ""),
+            retention_days=int(days) if days.isascii() and days.isdigit() else days,
+            keep_reason=new_set.get("keep_reason", ""),
+        )
+    return member_add(
+        actor=actor,
+        regression_set=regression_set,
+        trace=trace,
+        expectations=expectations,
+        note=note,
     )

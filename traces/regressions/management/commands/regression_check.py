@@ -40,6 +40,7 @@ class Command(BaseCommand):
             raise CommandError(f"{exc.message} {shown}".strip()) from exc
         services.regression_look_record(
             actor=SystemActor("regression_check"),
+            checked=True,
             regression_set=None,
             agent=agent,
             detail={"checked": [c.label for c in found][:20], "file": Path(file).name[:200]},
