@@ -19,6 +19,7 @@ python -m tests.bench stream_outage # runtimes back on the stream after a 90 s s
 python -m tests.bench runtimes      # the releases page's Runtimes card: 10, 2,000, 10,000 runtimes
 python -m tests.bench retention     # the purge of 100,000 expired traces: days dropped vs rows deleted
 python -m tests.bench redaction     # ingest with the five built-in redaction rules on vs off
+python -m tests.bench regressions   # a draft checked against a regression set of 1,000 members
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ BENCHES = {
     "stream_outage": "sdk/bench/bench_stream_outage.py",
     "runtimes": "tests.bench.bench_runtimes",
     "retention": "tests.bench.bench_retention",
+    "regressions": "tests.bench.bench_regressions",
 }
 
 
