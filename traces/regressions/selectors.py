@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from context_runtime import wire
 from context_runtime.engine import EngineInputError, Strategy
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 
 from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.policy import check_user_can_view_regressions, user_can_manage_regressions
@@ -393,39 +393,51 @@ class KeepCard:
     statuses: tuple[str, ...]
     reasons: tuple[str, ...]
     versions: tuple[int, ...]
-    kept_in: tuple  # (set, member) where this request is kept already
+    kept_in: tuple  # the sets that keep this request already
 
 
-def keep_card(*, user, trace) -> KeepCard:
-    """The card's state: a few queries, nothing replayed."""
+def keep_card(*, user, trace, candidates=None, versions=None) -> KeepCard:
+    """The card's state, nothing replayed: where the request is kept and the agent's sets of
+    its strategy (a query each); the trace's candidates and the strategy's versions unless
+    the page read them already (`candidates`: Candidate rows in order; `versions`: numbers)."""
     allowed = user_can_manage_regressions(user, trace.agent)
     why_not = not_replayable_reason(trace) or ""
     empty = KeepCard(allowed, why_not, (), (), (), (), (), (), ())
     if not trace.strategy:
         return empty
-    kept_in = tuple(
-        (m.set, m)
-        for m in Member.objects.filter(
-            set__agent=trace.agent,
-            environment_key=trace.environment.key,
-            request_id=trace.request_id,
-        ).select_related("set")
+    # One query: the agent's sets of this strategy, each marked when it keeps this request
+    # (a member is always of its set's strategy).
+    sets = list(
+        regression_sets(agent=trace.agent, strategy=trace.strategy).annotate(
+            keeps=Exists(
+                Member.objects.filter(
+                    set=OuterRef("pk"),
+                    environment_key=trace.environment.key,
+                    request_id=trace.request_id,
+                )
+            )
+        )
     )
+    kept_in = tuple(s for s in sets if s.keeps)
     if not allowed or why_not:
         return KeepCard(allowed, why_not, (), (), (), (), (), (), kept_in)
-    rows = list(trace_candidates(trace).values_list("item_id", "source", "provider_bundle"))
+    if candidates is None:
+        candidates = list(trace_candidates(trace))
+    rows = [(c.item_id, c.source, c.provider_bundle) for c in candidates]
     items = [item for item, _, _ in rows]
     items += [bundle for _, _, bundle in rows if bundle and bundle not in items]
     return KeepCard(
         allowed=True,
         why_not="",
-        sets=tuple(regression_sets(agent=trace.agent, strategy=trace.strategy)),
+        sets=tuple(sets),
         items=tuple(dict.fromkeys(items)),
         sources=tuple(dict.fromkeys(source for _, source, _ in rows)),
         statuses=tuple(s for s in wire.STATUSES if s != wire.INPUT_REFUSED),
         reasons=wire.REASON_CODES,
         versions=tuple(
-            Version.objects.filter(
+            versions
+            if versions is not None
+            else Version.objects.filter(
                 document__agent=trace.agent,
                 document__key=trace.strategy,
                 document__kind=Document.Kind.STRATEGY,
