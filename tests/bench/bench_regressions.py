@@ -10,8 +10,12 @@ expectations, then times, best and median of the rounds:
 
 - the floor: `context_runtime.replay.Replay.run_facts` on candidates already rebuilt, one per
   member (the engine alone);
-- the checker: `traces.regressions.checks.check` of a draft (a smaller budget) over the same
-  members — decoding the snapshots' wire candidates, the replay, the expectations judged.
+- the checker, as a set is checked again (the editor as you type, the release pages, the
+  go-live judgement): `traces.regressions.checks.check` of a draft (a smaller budget) over the
+  same stored members, decoded once per process (`checks.decoded`) — the replay and the
+  expectations judged;
+- the checker's first check in a process: the same with every snapshot decoded (JSON-shaped
+  rows → wire structs → engine items → the engine's check of them).
 """
 
 from __future__ import annotations
@@ -75,7 +79,8 @@ def member(rng: random.Random, n: int, count: int) -> checks.MemberCase:
         {"kind": "status_in", "statuses": ["ready", "degraded"]},
         {"kind": "input_tokens_at_most", "tokens": 7000},
     ]
-    return checks.MemberCase(n, f"req-{n}", "sg-test", snapshot, expectations)
+    stamp = "2026-12-07T00:00:00+00:00"  # a stored member's added_at
+    return checks.MemberCase(n, f"req-{n}", "sg-test", snapshot, expectations, stamp)
 
 
 def timed(function, rounds: int) -> tuple[float, float]:
@@ -114,8 +119,13 @@ def main() -> int:
     def checker():
         return checks.check(draft, members, label="the draft")
 
+    def first_checker():
+        checks.decoded_forget()
+        return checker()
+
     floor_best, floor_median = timed(engine_alone, args.rounds)
     check_best, check_median = timed(checker, args.rounds)
+    first_best, first_median = timed(first_checker, args.rounds)
     outcomes = checks.totals(checker()).as_dict()
     print(f"machine: {platform.node()} · {platform.machine()} · Python {platform.python_version()}")
     print(f"{args.members} members × {args.candidates} candidates, 3 expectations each")
@@ -124,8 +134,12 @@ def main() -> int:
         f"checker (draft vs the set):   best {check_best:.3f} s · median {check_median:.3f} s"
         f" · ratio {check_median / floor_median:.2f} · target ≤ {TARGET_S:.1f} s"
     )
+    print(
+        f"first check (every snapshot decoded): best {first_best:.3f} s · median"
+        f" {first_median:.3f} s · ratio {first_median / floor_median:.2f}"
+    )
     print(f"outcomes: {outcomes}")
-    return 0 if check_median <= TARGET_S else 1
+    return 0 if max(check_median, first_median) <= TARGET_S else 1
 
 
 if __name__ == "__main__":

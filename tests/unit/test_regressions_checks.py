@@ -230,3 +230,20 @@ def test_expectations__valid__no_findings():
             {"kind": "same_as_recorded", "version": 3},
         ]
     )
+
+
+def test_a_stored_member__is_decoded_once_and_checked_again_without_its_snapshot():
+    checks.decoded_forget()
+    e = {"kind": "item_selected", "item": "P7"}
+    stamp = "2026-12-07T00:00:00+00:00"
+    (first,) = checks.check(
+        V3, [checks.MemberCase(7, "req-7", "sg-test", snapshot(V3), [e], stamp)]
+    )
+    # Checked again (the editor as you type): the kept decoded form, no snapshot read.
+    again = checks.MemberCase(7, "req-7", "sg-test", None, [e], stamp)
+    (second,) = checks.check(V1, [again], label="v1")
+    assert first.outcome == checks.PASSED
+    assert second.outcome == checks.FAILED
+    assert "P7 is not selected by v1" in second.results[0].message
+    assert list(checks.decoded_known([(7, stamp), (8, stamp)])) == [(7, stamp)]
+    checks.decoded_forget()

@@ -17,6 +17,7 @@ have returned is unknowable — and that is never counted as passed.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -79,13 +80,82 @@ def facts_load(data: Mapping) -> Facts:
 
 @dataclass(frozen=True)
 class MemberCase:
-    """One member as the checker reads it: its snapshot and its expectations."""
+    """One member as the checker reads it: its snapshot and its expectations.
+
+    `stamp` (the member's added_at) marks a stored member, whose snapshot never changes: its
+    decoded form is then kept (`decoded`); a caller holding it (`ready`) need not read the
+    snapshot."""
 
     key: int | str
     request_id: str
     environment: str
-    snapshot: Mapping
+    snapshot: Mapping | None
     expectations: Sequence[Mapping]
+    stamp: str = ""
+    ready: Decoded | None = None  # already decoded (`decoded_known`)
+
+
+class Decoded:
+    """A snapshot decoded into what the engine and the judge take: the recorded wire
+    candidates, a `Replay` ready to run (it keeps the engine's check of the candidates per set
+    of sources read), the recorded facts, the sources asked, the facts of "decide exactly as
+    V". Decoding is most of a check's cost (JSON → wire structs → engine items → the engine's
+    check of them), so a stored member is decoded once per process, not once per check."""
+
+    __slots__ = ("recorded", "request", "before", "sources", "status", "tokens", "refs", "why")
+
+    def __init__(self, snapshot: Mapping):
+        self.why, self.status, self.sources, self.tokens, self.refs = "", "", frozenset(), None, {}
+        try:
+            self.status = snapshot.get("status", "")
+            self.sources = frozenset(snapshot.get("sources") or ())
+            self.tokens = snapshot.get("input_tokens")
+            self.refs = {k: facts_load(v) for k, v in (snapshot.get("references") or {}).items()}
+            self.recorded = _candidates(snapshot["candidates"], type=list[wire.Candidate])
+            self.request = engine_replay.Replay(
+                engine_replay.trace_candidates(self.recorded),
+                _candidates(snapshot["selection"], type=wire.SelectionInfo),
+            )
+            self.before = Facts.recorded(self.status, snapshot.get("degradation"), self.recorded)
+        except engine_replay.NotReplayable as exc:
+            self.why = f"The request cannot be replayed: {exc}."
+        except (KeyError, TypeError, AttributeError, msgspec.ValidationError) as exc:
+            self.why = f"The member's snapshot is incomplete ({exc})."
+
+
+# Stored members decoded, by (member id, added_at): a member's snapshot never changes and an id
+# is never reused, so an entry never goes stale. Bounded: past the limit it starts again.
+DECODED_LIMIT = 50_000
+_decoded: dict[tuple, Decoded] = {}
+_decoded_lock = threading.Lock()
+
+
+def decoded_known(keys: Iterable[tuple]) -> dict[tuple, Decoded]:
+    """The decoded forms kept for these (member id, added_at) keys; the others' snapshots must
+    be read."""
+    return {k: found for k in keys if (found := _decoded.get(k)) is not None}
+
+
+def decoded(member: MemberCase) -> Decoded:
+    if member.ready is not None:
+        return member.ready
+    if not member.stamp:
+        return Decoded(member.snapshot)
+    key = (member.key, member.stamp)
+    found = _decoded.get(key)
+    if found is None:
+        found = Decoded(member.snapshot)
+        with _decoded_lock:
+            if len(_decoded) >= DECODED_LIMIT:
+                _decoded.clear()
+            _decoded[key] = found
+    return found
+
+
+def decoded_forget() -> None:
+    """Drop every decoded member (the benchmark's cold figure; tests)."""
+    with _decoded_lock:
+        _decoded.clear()
 
 
 @dataclass(frozen=True)
@@ -200,9 +270,9 @@ def check_member(strategy: Strategy, member: MemberCase, *, label: str = "") -> 
     """One member's expectations against `strategy` (`label`, e.g. "v4" or "the draft", names
     it in messages)."""
     label = label or "this version"
-    snapshot = member.snapshot
-    recorded_status = snapshot.get("status", "")
-    never = sorted(strategy.sources - frozenset(snapshot.get("sources") or ()))
+    snap = decoded(member)
+    recorded_status = snap.status
+    never = sorted(strategy.sources - snap.sources) if not snap.why else ()
     if never:
         return _not_checkable(
             member,
@@ -211,26 +281,18 @@ def check_member(strategy: Strategy, member: MemberCase, *, label: str = "") -> 
             "returned is unknowable.",
             recorded_status,
         )
+    if snap.why:
+        return _not_checkable(member, snap.why, recorded_status)
     try:
-        recorded = _candidates(snapshot["candidates"], type=list[wire.Candidate])
-        items = engine_replay.trace_candidates(recorded)
-        request = engine_replay.Replay(
-            items, _candidates(snapshot["selection"], type=wire.SelectionInfo)
-        )
-        decided = request.run_facts(strategy)
-    except engine_replay.NotReplayable as exc:
-        return _not_checkable(member, f"The request cannot be replayed: {exc}.", recorded_status)
+        decided = snap.request.run_facts(strategy)
     except EngineInputError as exc:
         shown = "; ".join(f"{f.path}: {f.message}" for f in exc.findings[:3])
         return _not_checkable(
             member, f"The engine refused {label} on this request: {shown}", recorded_status
         )
-    except (KeyError, TypeError, msgspec.ValidationError) as exc:
-        return _not_checkable(member, f"The member's snapshot is incomplete ({exc}).")
-    checked = engine_replay.facts(decided, of=items)
-    before = Facts.recorded(recorded_status, snapshot.get("degradation"), recorded)
+    checked = engine_replay.facts(decided, of=snap.request.candidates)
     tokens = decided.input_estimate
-    judge = _Judge(recorded, before, checked, tokens, snapshot, label)
+    judge = _Judge(snap, checked, tokens, label)
     results = tuple(judge.expectation(e) for e in member.expectations)
     worst = max((r.outcome for r in results), key=_RANK.__getitem__, default=PASSED)
     return MemberResult(
@@ -248,12 +310,12 @@ def check_member(strategy: Strategy, member: MemberCase, *, label: str = "") -> 
 class _Judge:
     """One member's expectations against one checked selection."""
 
-    def __init__(self, recorded, before: Facts, after: Facts, tokens: int, snapshot, label):
-        self.recorded = recorded
-        self.before = before
+    def __init__(self, snap: Decoded, after: Facts, tokens: int, label: str):
+        self.snap = snap
+        self.recorded = snap.recorded
+        self.before = snap.before
         self.after = after
         self.tokens = tokens
-        self.snapshot = snapshot
         self.label = label
 
     def _decisions(self, positions: Iterable[int], against: Facts | None = None) -> tuple:
@@ -335,7 +397,7 @@ class _Judge:
 
     def _input_tokens_at_most(self, e: Mapping) -> ExpectationResult:
         limit = e.get("tokens")
-        recorded = self.snapshot.get("input_tokens")
+        recorded = self.snap.tokens
         was = f" (recorded: {recorded:,})" if isinstance(recorded, int) else ""
         if isinstance(limit, int) and self.tokens <= limit:
             return ExpectationResult(e, PASSED, f"{self.tokens:,} input tokens{was}.")
@@ -348,12 +410,11 @@ class _Judge:
 
     def _same_as_recorded(self, e: Mapping) -> ExpectationResult:
         version = e.get("version")
-        reference = (self.snapshot.get("references") or {}).get(str(version))
+        reference = self.snap.refs.get(str(version))
         if reference is None:
             return ExpectationResult(
                 e, NOT_CHECKABLE, f"The member keeps no decisions of v{version} to compare with."
             )
-        reference = facts_load(reference)
         if len(reference.candidates) != len(self.after.candidates):
             return ExpectationResult(e, NOT_CHECKABLE, "The kept decisions do not match.")
         changed = self._changed(reference)

@@ -71,13 +71,34 @@ def member_get(*, agent: Agent, pk) -> Member:
 
 
 def member_cases(sets) -> dict[int, list[checks.MemberCase]]:
-    """Every member of `sets` as the checker takes it, by set id: one query."""
-    rows = Member.objects.filter(set__in=sets).values_list(
-        "set_id", "pk", "request_id", "environment_key", "snapshot", "expectations"
+    """Every member of `sets` as the checker takes it, by set id: one query, and one more for
+    the snapshots of members this process has not decoded yet (a stored member's snapshot
+    never changes, so the checker keeps it decoded — checks.decoded)."""
+    rows = list(
+        Member.objects.filter(set__in=sets)
+        .values_list("set_id", "pk", "request_id", "environment_key", "expectations", "added_at")
+        .order_by("pk")
+    )
+    stamps = {pk: added.isoformat() for _, pk, _, _, _, added in rows}
+    known = checks.decoded_known(stamps.items())
+    missing = [pk for pk, stamp in stamps.items() if (pk, stamp) not in known]
+    snapshots = (
+        dict(Member.objects.filter(pk__in=missing).values_list("pk", "snapshot")) if missing else {}
     )
     cases: dict[int, list[checks.MemberCase]] = {s.pk: [] for s in sets}
-    for set_id, pk, request_id, environment, snapshot, expectations in rows.order_by("pk"):
-        cases[set_id].append(checks.MemberCase(pk, request_id, environment, snapshot, expectations))
+    for set_id, pk, request_id, environment, expectations, _ in rows:
+        stamp = stamps[pk]
+        cases[set_id].append(
+            checks.MemberCase(
+                pk,
+                request_id,
+                environment,
+                snapshots.get(pk),
+                expectations,
+                stamp,
+                known.get((pk, stamp)),
+            )
+        )
     return cases
 
 
