@@ -32,6 +32,13 @@ class RegressionSet(models.Model):
     keep_reason = models.TextField(
         help_text="Why requests are kept beyond trace retention (e.g. the incident process)."
     )
+    required_in = models.ManyToManyField(
+        "strategies.Environment",
+        blank=True,
+        related_name="+",
+        help_text="Environments where a version goes live only when it passes this set (the "
+        "go-live judgement asks; an empty set cannot be required).",
+    )
     revision = models.PositiveIntegerField(default=1, help_text="Bumped by every edit.")
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"

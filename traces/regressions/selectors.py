@@ -8,14 +8,21 @@ from dataclasses import dataclass, field
 
 from context_runtime import wire
 from context_runtime.engine import EngineInputError, Strategy
+from context_runtime.findings import Finding
 from django.db.models import Count, Exists, OuterRef
 
+from console.kernel.audit import AccessAction, access_record
 from console.kernel.errors import NotFound, ValidationFailed
-from console.kernel.policy import check_user_can_view_regressions, user_can_manage_regressions
+from console.kernel.policy import (
+    check_user_can_view_regressions,
+    user_can_manage_regressions,
+    user_can_view_regressions,
+)
 from strategies.catalog.models import Agent, Environment
 from strategies.documents.models import Document, Version
 from strategies.exchange import format as config_format
 from strategies.releases.models import Release
+from strategies.releases.selectors.refusals import REGRESSION_SET_FAILED
 from traces.regressions import checks
 from traces.regressions.models import Member, RegressionSet
 from traces.replay import not_replayable_reason
@@ -468,3 +475,69 @@ def keep_card(*, user, trace, candidates=None, versions=None) -> KeepCard:
         ),
         kept_in=kept_in,
     )
+
+
+# --- what strategies asks through strategies.documents.regression_hook -------------------------
+def body_results(*, user, agent: Agent, document_key: str, body, label: str) -> list | None:
+    """The editor's and the release pages' view: each of the agent's sets of this strategy
+    checked with `body` (SetCheck), or None when the user may not see kept requests. A body
+    that is not a strategy yet checks nothing (the editor shows its findings). A look at
+    kept requests: one access-log line naming the sets checked."""
+    if not user_can_view_regressions(user, agent):
+        return None
+    sets = list(regression_sets(agent=agent, strategy=document_key))
+    if not sets:
+        return []
+    try:
+        strategy = Strategy.from_body(body)
+    except EngineInputError:
+        return []
+    found = sets_check(sets=sets, strategy=strategy, label=label)
+    access_record(
+        actor=user,
+        action=AccessAction.REGRESSION_SET_CHECK,
+        target=None,
+        agent=agent,
+        detail={"strategy": document_key, "checked": label, "sets": [s.pk for s in sets]},
+    )
+    return found
+
+
+def required_refusals(
+    *, agent: Agent, environment: Environment, document_key: str, body, label: str
+) -> list[Finding]:
+    """The go-live judgement's question: a `regression_set_failed` refusal for each set
+    `environment` requires that `body` does not pass, naming the set and its failing members
+    (a member not checkable does not pass either: it is named as such)."""
+    sets = list(
+        regression_sets(agent=agent, strategy=document_key).filter(required_in=environment)
+    )
+    if not sets:
+        return []
+    try:
+        strategy = Strategy.from_body(body)
+    except EngineInputError:
+        return []  # the runtime's refusals say why the body cannot go live
+    refusals = []
+    for checked in sets_check(sets=sets, strategy=strategy, label=label):
+        if checked.outcome == checks.PASSED:
+            continue
+        bad = [r for r in checked.results if r.outcome != checks.PASSED]
+        named = "; ".join(_failing_words(r).rstrip(".") for r in bad[:5])
+        more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
+        refusals.append(
+            Finding(
+                "environment",
+                REGRESSION_SET_FAILED,
+                f"{environment.key} requires the regression set “{checked.regression_set.name}” "
+                f"to pass, and {label} does not: {named}{more}.",
+            )
+        )
+    return refusals
+
+
+def _failing_words(result: checks.MemberResult) -> str:
+    if result.outcome == checks.NOT_CHECKABLE:
+        return f"{result.request_id} not checkable ({result.why_not or 'see the set page'})"
+    failed = [r for r in result.results if r.outcome == checks.FAILED]
+    return f"{result.request_id}: " + ", ".join(f"{r.words} — {r.message}" for r in failed)

@@ -17,9 +17,9 @@ from django.utils import timezone
 from console.kernel.audit import AccessAction, AuditAction, SystemActor, access_record, audit_record
 from console.kernel.errors import Conflict, ValidationFailed
 from console.kernel.limits import MAX_DESCRIPTION_CHARS, MAX_NOTE_CHARS, text_findings
-from console.kernel.policy import check_user_can_manage_regressions
+from console.kernel.policy import Capability, check_user_can, check_user_can_manage_regressions
 from console.kernel.transactions import service_transaction
-from strategies.catalog.models import Agent
+from strategies.catalog.models import Agent, Environment
 from strategies.documents.models import Document, Version
 from traces import replay
 from traces.models import Trace
@@ -208,6 +208,56 @@ def regression_set_update(
         before=before,
         after=set_state(locked),
     )
+    return locked
+
+
+@service_transaction(durable=True)
+def regression_set_require(
+    *, actor, regression_set: RegressionSet, environments: list[str]
+) -> RegressionSet:
+    """Name the environments where a version goes live only when it passes this set (the
+    go-live judgement asks: publish, approval, rollout start). An environment's rules are
+    the catalog's: the right to manage it (admin). A set with no member cannot be required
+    (it would pass everything): a field error, nothing saved."""
+    agent = regression_set.agent
+    check_user_can(
+        actor,
+        Capability.MANAGE_CATALOG,
+        agent,
+        target=set_target(regression_set),
+        message="Requiring a set in an environment is an environment's rule: it needs the "
+        "permission to manage agents and environments.",
+    )
+    locked = RegressionSet.objects.select_for_update().get(pk=regression_set.pk)
+    keys = list(dict.fromkeys(k for k in environments if isinstance(k, str)))
+    found = {e.key: e for e in Environment.objects.filter(key__in=keys)}
+    findings = [
+        Finding(f"required_in[{i}]", "unknown_environment", f"No environment {key}.")
+        for i, key in enumerate(keys)
+        if key not in found
+    ]
+    if keys and not locked.members.exists():
+        findings.append(
+            Finding(
+                "required_in",
+                "empty_set",
+                "This set keeps no request yet: required, it would pass every version. Keep a "
+                "request in it first.",
+            )
+        )
+    _refuse(findings, "The set cannot be required there.")
+    before = sorted(locked.required_in.values_list("key", flat=True))
+    locked.required_in.set([found[k] for k in keys])
+    after = sorted(keys)
+    if before != after:
+        audit_record(
+            actor=actor,
+            action=AuditAction.REGRESSION_SET_UPDATE,
+            target=set_target(locked),
+            agent=agent,
+            before={"required_in": before},
+            after={"required_in": after},
+        )
     return locked
 
 

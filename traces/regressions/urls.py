@@ -12,6 +12,7 @@ SETS = "agents/<slug:agent>/regression-sets/"
 urlpatterns = [
     path(SETS, views.set_list_page, name="regression-sets"),
     path(SETS + "<int:pk>/", views.set_page, name="regression-set-detail"),
+    path(SETS + "<int:pk>/required", views.set_require_page, name="regression-set-require"),
     path(
         "agents/<slug:agent>/regression-members/<int:pk>/remove",
         views.member_remove_page,
@@ -26,5 +27,7 @@ REQUIRED = {
     "regression-sets": Capability.VIEW_TRACES,
     "regression-set-detail": Capability.VIEW_TRACES,
     "regression-member-remove": {"POST": Capability.MANAGE_REGRESSIONS},
+    # An environment's rule (which sets a version must pass there) is the catalog's: admin.
+    "regression-set-require": {"POST": Capability.MANAGE_CATALOG},
     "trace-keep": {"POST": Capability.MANAGE_REGRESSIONS},
 }

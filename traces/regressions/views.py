@@ -8,13 +8,15 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from console.kernel.errors import ApplicationError
+from console.kernel.errors import ApplicationError, ValidationFailed
 from console.kernel.policy import (
     Capability,
     requires,
+    user_can,
     user_can_check_regressions,
     user_can_manage_regressions,
 )
+from strategies.catalog.selectors import environment_list
 from strategies.documents.models import Version
 from traces import selectors as trace_selectors
 from traces.regressions import checks, selectors, services
@@ -43,8 +45,34 @@ def set_page(request, agent: str, pk: int):
     """The set's members against what is live in each environment and, with ?version=N,
     against that version: failing decisions side by side."""
     regression_set = selectors.regression_set_get(user=request.user, agent=request.agent, pk=pk)
-    members = list(selectors.members_of(regression_set))
     version = _version_wanted(request.GET.get("version"))
+    context = _set_context(request, regression_set, version)
+    return TemplateResponse(request, "regressions/set.html", context)
+
+
+@require_POST
+@requires(Capability.VIEW_TRACES)
+def set_require_page(request, agent: str, pk: int):
+    """The environments where a version goes live only when it passes the set (admin). A
+    refusal shows the page again with the error at the field, nothing saved."""
+    regression_set = selectors.regression_set_get(user=request.user, agent=request.agent, pk=pk)
+    try:
+        services.regression_set_require(
+            actor=request.user,
+            regression_set=regression_set,
+            environments=request.POST.getlist("required_in"),
+        )
+    except ValidationFailed as exc:
+        context = _set_context(request, regression_set, None)
+        context.update(require_error=exc, required_keys=request.POST.getlist("required_in"))
+        return TemplateResponse(request, "regressions/set.html", context, status=exc.status)
+    return HttpResponseRedirect(
+        reverse("regression-set-detail", kwargs={"agent": agent, "pk": regression_set.pk})
+    )
+
+
+def _set_context(request, regression_set, version: int | None) -> dict:
+    members = list(selectors.members_of(regression_set))
     can_check = user_can_check_regressions(request.user, request.agent)
     columns, error = [], None
     if can_check:
@@ -76,8 +104,11 @@ def set_page(request, agent: str, pk: int):
         "can_manage": user_can_manage_regressions(request.user, request.agent),
         "check_error": error,
         "words": checks.expectation_words,
+        "can_require": user_can(request.user, Capability.MANAGE_CATALOG, request.agent),
+        "environments": environment_list(),
+        "required_keys": [e.key for e in regression_set.required_in.all()],
     }
-    return TemplateResponse(request, "regressions/set.html", context)
+    return context
 
 
 @require_POST

@@ -28,6 +28,10 @@ REPLACES_REQUEST = "replaces_request"  # the actor's own waiting publish request
 UNREVIEWED = "unreviewed"  # break-glass: goes live without the usual approval (a flag)
 PREVIEW_REQUIRED = "preview_required"  # the environment requires a recent impact preview
 PREVIEW_FEW_TRACES = "preview_few_traces"  # the preview covered few traces (a flag: give a reason)
+# A regression set the environment requires fails (issue 35; traces.regressions answers through
+# strategies.documents.regression_hook). Not in JUDGEMENT_CODES on purpose: like what the
+# runtime cannot serve, it is raised with every reason as `not_publishable` (400).
+REGRESSION_SET_FAILED = "regression_set_failed"
 # A shadow's own (`shadow_refusals`); the runtime's refusals are the publish's, plus the
 # runtime's declaration of shadow support (`shadow_unsupported`).
 NOT_A_STRATEGY = "not_a_strategy"

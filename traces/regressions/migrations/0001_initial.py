@@ -61,6 +61,16 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 (
+                    "required_in",
+                    models.ManyToManyField(
+                        blank=True,
+                        help_text="Environments where a version goes live only when it passes "
+                        "this set (the go-live judgement asks; an empty set cannot be required).",
+                        related_name="+",
+                        to="strategies.environment",
+                    ),
+                ),
+                (
                     "revision",
                     models.PositiveIntegerField(default=1, help_text="Bumped by every edit."),
                 ),

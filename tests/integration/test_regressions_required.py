@@ -1,0 +1,171 @@
+"""Regression sets checked everywhere a strategy changes (issue 35, item 2): the editor shows
+each set's result for what is typed, an environment can require sets (an empty set cannot be
+required: a field error), and the one go-live judgement refuses a publish, an approval and a
+rollout's start that fail a required set, naming the set and the failing member — not a
+rollback."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from console.kernel.models import AuditRecord
+from strategies.catalog.models import Environment
+from strategies.documents import services as documents
+from strategies.documents.models import Document, Version
+from strategies.releases.selectors.golive import Candidate, Path, go_live_refusals
+from strategies.releases.selectors.refusals import REGRESSION_SET_FAILED
+from traces.regressions import services
+from traces.regressions.models import RegressionSet
+
+pytestmark = pytest.mark.django_db
+
+AGENT = "assistant_professional"
+STRATEGY = "after_sales_consultation"
+BUNDLE_KEPT = {"kind": "item_selected", "item": "policy-P7"}
+
+
+@pytest.fixture
+def people(demo_world, make_user):
+    return {
+        "support": make_user("sup", support=AGENT),
+        "ops": make_user("op", operator=AGENT),
+        "admin": make_user("adm", admin=AGENT),
+    }
+
+
+def _v3() -> Version:
+    return Version.objects.get(document__agent__key=AGENT, document__key=STRATEGY, number=3)
+
+
+def _with_budget(tokens: int) -> dict:
+    body = copy.deepcopy(_v3().body)
+    body["budget"]["max_input_tokens"] = tokens
+    return body
+
+
+def _set_keeping_req94(client, support) -> RegressionSet:
+    """Support keeps req-94 (its policy bundle cut over the budget): the bundle must be selected."""
+    client.force_login(support)
+    sets = f"/api/v1/agents/{AGENT}/regression-sets"
+    created = client.post(
+        sets,
+        {"name": "policy bundle", "strategy": STRATEGY, "keep_reason": "INC reviews"},
+        content_type="application/json",
+    ).json()
+    kept = client.post(
+        f"{sets}/{created['id']}/members",
+        {"request_id": "req-94", "expectations": [BUNDLE_KEPT], "note": "INC-2231"},
+        content_type="application/json",
+    )
+    assert kept.status_code == 201, kept.json()
+    return RegressionSet.objects.get(pk=created["id"])
+
+
+def _draft(body: dict, ops) -> Version:
+    document = Document.objects.get(agent__key=AGENT, key=STRATEGY)
+    Version.objects.filter(document=document, state=Version.State.DRAFT).delete()
+    return documents.draft_create(document=document, body=body, actor=ops, note="budget")
+
+
+def test_editor__shows_each_set_failing_as_typed_with_the_decisions_side_by_side(client, people):
+    regression_set = _set_keeping_req94(client, people["support"])
+    _draft(_with_budget(4000), people["ops"])
+    client.force_login(people["ops"])
+    url = f"/agents/{AGENT}/documents/{STRATEGY}/draft/validate/"
+
+    failing = client.post(url, {"json": json.dumps(_with_budget(4000)), "edited": "json"})
+    html = failing.content.decode()
+    assert f'data-set="{regression_set.name}" data-outcome="failed"' in html
+    assert 'data-request-id="req-94"' in html
+    assert "policy-P7 must be selected" in html and "over_budget" in html
+    passing = client.post(url, {"json": json.dumps(_with_budget(16000)), "edited": "json"})
+    assert 'data-outcome="passed"' in passing.content.decode()
+
+
+def test_require__an_empty_set_is_refused_at_the_field_nothing_saved(client, people):
+    client.force_login(people["support"])
+    empty = client.post(
+        f"/api/v1/agents/{AGENT}/regression-sets",
+        {"name": "empty", "strategy": STRATEGY, "keep_reason": "INC reviews"},
+        content_type="application/json",
+    ).json()
+    client.force_login(people["admin"])
+    url = f"/agents/{AGENT}/regression-sets/{empty['id']}/required"
+    before = AuditRecord.objects.count()
+    response = client.post(url, {"required_in": ["prod"]})
+    assert response.status_code == 400
+    assert 'data-path="required_in"' in response.content.decode()
+    assert not RegressionSet.objects.get(pk=empty["id"]).required_in.exists()
+    assert AuditRecord.objects.count() == before
+
+
+def test_require__support_may_not_make_a_set_required(client, people):
+    regression_set = _set_keeping_req94(client, people["support"])
+    url = f"/agents/{AGENT}/regression-sets/{regression_set.pk}/required"
+    response = client.post(url, {"required_in": ["prod"]})
+    assert response.status_code == 403
+    assert not regression_set.required_in.exists()
+
+
+def test_golive__a_required_set_refuses_publish_approval_and_rollout_start_not_rollback(
+    client, people
+):
+    regression_set = _set_keeping_req94(client, people["support"])
+    client.force_login(people["admin"])
+    response = client.post(
+        f"/agents/{AGENT}/regression-sets/{regression_set.pk}/required", {"required_in": ["prod"]}
+    )
+    assert response.status_code == 302
+    assert AuditRecord.objects.filter(action="regression_set.update").exists()
+    prod = Environment.objects.get(key="prod")
+    small = _draft(_with_budget(4000), people["ops"])
+    candidate = Candidate.of(small)
+    for path in (Path.PUBLISH, Path.APPROVAL, Path.ROLLOUT_START):
+        findings = go_live_refusals(
+            path, candidate, environment=prod, actor=people["admin"], live=None
+        )
+        (refusal,) = [f for f in findings if f.code == REGRESSION_SET_FAILED]
+        assert "policy bundle" in refusal.message and "req-94" in refusal.message
+        assert "policy-P7 must be selected" in refusal.message
+    rollback = go_live_refusals(
+        Path.ROLLBACK, candidate, environment=prod, actor=people["admin"], live=None
+    )
+    assert REGRESSION_SET_FAILED not in {f.code for f in rollback}
+    # Another environment does not require it
+    sg_test = Environment.objects.get(key="sg-test")
+    elsewhere = go_live_refusals(
+        Path.PUBLISH, candidate, environment=sg_test, actor=people["admin"], live=None
+    )
+    assert REGRESSION_SET_FAILED not in {f.code for f in elsewhere}
+    # A draft that fits the bundle passes
+    fixed = Candidate.of(_draft(_with_budget(16000), people["ops"]))
+    passed = go_live_refusals(
+        Path.PUBLISH, fixed, environment=prod, actor=people["admin"], live=None
+    )
+    assert REGRESSION_SET_FAILED not in {f.code for f in passed}
+
+
+def test_publish_api__refused_naming_the_set_and_member(client, people):
+    regression_set = _set_keeping_req94(client, people["support"])
+    services.regression_set_require(
+        actor=people["admin"], regression_set=regression_set, environments=["sg-test"]
+    )
+    ops = people["ops"]
+    small = documents.version_freeze(
+        draft=_draft(_with_budget(4000), ops), revision=None, note="x", actor=ops
+    )
+    client.force_login(ops)
+    response = client.post(
+        f"/api/v1/agents/{AGENT}/documents/{STRATEGY}/releases/sg-test/",
+        {"version": small.number, "reason": "smaller budget"},
+        content_type="application/json",
+    )
+    assert response.status_code == 400, response.json()
+    error = response.json()["error"]
+    assert "policy bundle" in error["message"]
+    details = {d["code"]: d["message"] for d in error["details"]}
+    assert "policy bundle" in details[REGRESSION_SET_FAILED]
+    assert "req-94" in details[REGRESSION_SET_FAILED]
