@@ -169,3 +169,17 @@ def test_publish_api__refused_naming_the_set_and_member(client, people):
     details = {d["code"]: d["message"] for d in error["details"]}
     assert "policy bundle" in details[REGRESSION_SET_FAILED]
     assert "req-94" in details[REGRESSION_SET_FAILED]
+
+
+def test_release_pages__publish_and_approval_show_the_sets_results(client, people):
+    regression_set = _set_keeping_req94(client, people["support"])
+    ops = people["ops"]
+    small = documents.version_freeze(
+        draft=_draft(_with_budget(4000), ops), revision=None, note="x", actor=ops
+    )
+    client.force_login(ops)
+    page = client.get(f"/releases/{AGENT}/{STRATEGY}/sg-test/publish/?version={small.number}")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert f'data-set="{regression_set.name}" data-outcome="failed"' in html
+    assert 'data-request-id="req-94"' in html

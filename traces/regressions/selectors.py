@@ -509,9 +509,7 @@ def required_refusals(
     """The go-live judgement's question: a `regression_set_failed` refusal for each set
     `environment` requires that `body` does not pass, naming the set and its failing members
     (a member not checkable does not pass either: it is named as such)."""
-    sets = list(
-        regression_sets(agent=agent, strategy=document_key).filter(required_in=environment)
-    )
+    sets = list(regression_sets(agent=agent, strategy=document_key).filter(required_in=environment))
     if not sets:
         return []
     try:

@@ -24,6 +24,7 @@ from strategies.releases.views.lookups import (
     _version,
     check_danger_confirmed,
     impact_danger,
+    version_regressions,
 )
 
 
@@ -66,6 +67,7 @@ def publish(request, agent, document, environment):
                 )
             return redirect(_overview_url(request.agent))
     preview = selectors.change_preview(version=version, environment=env)
+    regressions = version_regressions(request, version)
     waiting = selectors.pending_for(document=doc, environment=env) if env.protected else None
     replaces = selectors.replaced_by_new_request(waiting, request.user, version.number)
     context = {
@@ -84,6 +86,7 @@ def publish(request, agent, document, environment):
         "versions": selectors.publishable_versions(document=doc),
         "preview": preview,
         "impact": impact,
+        "regressions": regressions,
         "danger": impact_danger(impact),
         "error": error,
         # A refused publish shows the form again with what the person typed.
