@@ -183,3 +183,56 @@ def test_release_pages__publish_and_approval_show_the_sets_results(client, peopl
     html = page.content.decode()
     assert f'data-set="{regression_set.name}" data-outcome="failed"' in html
     assert 'data-request-id="req-94"' in html
+
+
+def test_grow__a_saved_search_adds_its_requests_and_lists_those_it_cannot(client, people):
+    regression_set = _set_keeping_req94(client, people["support"])
+    search = f"?environment=sg-test&strategy={STRATEGY}&status=budget_exceeded"
+    url = f"/agents/{AGENT}/regression-sets/grow" + search
+    page = client.get(url)
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'id="grow-form"' in html and "req-94" in html
+    response = client.post(
+        url,
+        {
+            "set": regression_set.pk,
+            "want_item": "1",
+            "item": "policy-P7",
+            "note": "INC-2231 (all of them)",
+        },
+    )
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'id="grow-done"' in html
+    # req-94 was kept already: listed, not added twice
+    assert 'data-request-id="req-94"' in html
+    assert regression_set.members.filter(request_id="req-94").count() == 1
+    assert regression_set.members.count() > 1
+    assert AuditRecord.objects.filter(action="regression_member.add").count() == (
+        regression_set.members.count()
+    )
+
+
+def test_grow__no_note_or_no_set__field_error_nothing_saved(client, people):
+    regression_set = _set_keeping_req94(client, people["support"])
+    url = f"/agents/{AGENT}/regression-sets/grow?environment=sg-test&strategy={STRATEGY}"
+    response = client.post(url, {"set": regression_set.pk, "want_item": "1", "item": "P7"})
+    assert response.status_code == 400
+    assert 'data-path="note"' in response.content.decode()
+    response = client.post(url, {"set": "999999", "want_item": "1", "item": "P7", "note": "x"})
+    assert response.status_code == 400
+    assert 'data-path="set"' in response.content.decode()
+    assert regression_set.members.count() == 1
+
+
+def test_pattern_card__offers_adding_its_requests_to_a_set(client, people):
+    client.force_login(people["support"])
+    page = client.get("/traces/req-94/", {"environment": "sg-test"})
+    html = page.content.decode()
+    assert 'id="trace-patterns"' in html
+    assert "Add these requests to a set" in html
+    link = html.split('data-grow="applicable_policy" href="')[1].split('"')[0].replace("&amp;", "&")
+    grow = client.get(link)
+    assert grow.status_code == 200
+    assert "req-94" in grow.content.decode()

@@ -5,6 +5,7 @@ the strategies of a configuration file — against them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from urllib.parse import urlencode
 
 from context_runtime import wire
 from context_runtime.engine import EngineInputError, Strategy
@@ -23,10 +24,12 @@ from strategies.documents.models import Document, Version
 from strategies.exchange import format as config_format
 from strategies.releases.models import Release
 from strategies.releases.selectors.refusals import REGRESSION_SET_FAILED
+from traces.filters import TraceFilters
+from traces.models import Candidate
 from traces.regressions import checks
 from traces.regressions.models import Member, RegressionSet
 from traces.replay import not_replayable_reason
-from traces.selectors import trace_candidates
+from traces.selectors import trace_candidates, trace_list
 
 
 def strategy_of(agent: Agent, key: str) -> Document:
@@ -539,3 +542,51 @@ def _failing_words(result: checks.MemberResult) -> str:
         return f"{result.request_id} not checkable ({result.why_not or 'see the set page'})"
     failed = [r for r in result.results if r.outcome == checks.FAILED]
     return f"{result.request_id}: " + ", ".join(f"{r.words} — {r.message}" for r in failed)
+
+
+# --- growing a set from many requests (issue 35, item 3) ---------------------------------------
+MAX_GROW = 200  # requests added in one step; a larger search is narrowed first
+
+
+@dataclass(frozen=True)
+class Grow:
+    """What "add these requests to a set" offers: the search (the trace list's filters, the
+    agent forced), the sets of its strategy, the matching requests (newest first, at most
+    MAX_GROW), and whether more matched."""
+
+    filters: TraceFilters
+    reason_code: str
+    sets: list
+    traces: list
+    more: bool
+    query: str
+
+
+def grow_search(*, user, agent: Agent, query) -> Grow:
+    """The requests a saved search (the trace list's filters, plus the pattern card's
+    `reason_code`) finds among `agent`'s traces of one strategy: a strategy must be named, as
+    a set checks one strategy's versions."""
+    filters = TraceFilters.from_query(query)
+    filters.agent = agent.key
+    reason_code = (query.get("reason_code") or "").strip()
+    if reason_code not in wire.REASON_CODES:
+        reason_code = ""
+    kept = {k: v for k, v in query.items() if k != "csrfmiddlewaretoken" and v}
+    text = urlencode({**kept, "agent": agent.key})
+    if not filters.strategy:
+        return Grow(filters, reason_code, [], [], False, text)
+    traces = trace_list(user=user, filters=filters)
+    if reason_code:
+        traces = traces.filter(
+            Exists(
+                Candidate.objects.filter(
+                    trace=OuterRef("pk"),
+                    occurred_at=OuterRef("occurred_at"),
+                    reason_code=reason_code,
+                    **({"source": filters.source} if filters.source else {}),
+                )
+            )
+        )
+    found = list(traces[: MAX_GROW + 1])
+    sets = list(regression_sets(agent=agent, strategy=filters.strategy))
+    return Grow(filters, reason_code, sets, found[:MAX_GROW], len(found) > MAX_GROW, text)

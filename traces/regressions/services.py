@@ -4,6 +4,7 @@ look at a set's members is in the access log (`regression_look_record`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import msgspec
@@ -15,7 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from console.kernel.audit import AccessAction, AuditAction, SystemActor, access_record, audit_record
-from console.kernel.errors import Conflict, ValidationFailed
+from console.kernel.errors import ApplicationError, Conflict, ValidationFailed
 from console.kernel.limits import MAX_DESCRIPTION_CHARS, MAX_NOTE_CHARS, text_findings
 from console.kernel.policy import Capability, check_user_can, check_user_can_manage_regressions
 from console.kernel.transactions import service_transaction
@@ -514,3 +515,49 @@ def trace_keep(*, actor, trace: Trace, set_id, new_set: dict, expectations, note
         expectations=expectations,
         note=note,
     )
+
+
+@dataclass(frozen=True)
+class Grown:
+    """What one "add these requests" step did: the members added, and each request not
+    added with why (kept already, cannot be replayed, an expectation it cannot meet)."""
+
+    added: list
+    skipped: list  # (request_id, environment key, message)
+
+
+def members_grow(*, actor, regression_set: RegressionSet, traces, expectations, note: str) -> Grown:
+    """Keep each of `traces` (a saved search's, at most selectors.MAX_GROW) in the set with
+    the same expectations and note, each as `member_add` keeps one (its own transaction and
+    audit row): a request refused is reported, not fatal. Refused as a whole — nothing saved
+    — when the expectations or the note are wrong for every request, or none is given."""
+    check_user_can_manage_regressions(
+        actor, regression_set.agent, target=set_target(regression_set)
+    )
+    if not traces:
+        raise ValidationFailed(
+            "The search finds no request to add.",
+            details=[Finding("search", "empty", "Change the filters: no request matches.")],
+        )
+    findings = []
+    if not isinstance(note, str) or not note.strip():
+        findings.append(Finding("note", "required", "Say why: a ticket reference."))
+    if not isinstance(expectations, list) or not expectations:
+        findings.append(Finding("expectations", "required", "Give at least one expectation."))
+    _refuse(findings, "No request was added.")
+    added, skipped = [], []
+    for trace in traces:
+        try:
+            added.append(
+                member_add(
+                    actor=actor,
+                    regression_set=regression_set,
+                    trace=trace,
+                    expectations=expectations,
+                    note=note,
+                )
+            )
+        except ApplicationError as exc:
+            said = "; ".join(f"{d.get('path')}: {d.get('message')}" for d in exc.details[:3])
+            skipped.append((trace.request_id, trace.environment.key, said or exc.message))
+    return Grown(added, skipped)

@@ -11,6 +11,7 @@ SETS = "agents/<slug:agent>/regression-sets/"
 
 urlpatterns = [
     path(SETS, views.set_list_page, name="regression-sets"),
+    path(SETS + "grow", views.grow_page, name="regression-grow"),
     path(SETS + "<int:pk>/", views.set_page, name="regression-set-detail"),
     path(SETS + "<int:pk>/required", views.set_require_page, name="regression-set-require"),
     path(
@@ -30,4 +31,6 @@ REQUIRED = {
     # An environment's rule (which sets a version must pass there) is the catalog's: admin.
     "regression-set-require": {"POST": Capability.MANAGE_CATALOG},
     "trace-keep": {"POST": Capability.MANAGE_REGRESSIONS},
+    # A saved search's requests added to a set: looking is a look at traces, adding a keep.
+    "regression-grow": {"GET": Capability.VIEW_TRACES, "POST": Capability.MANAGE_REGRESSIONS},
 }

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from console.kernel.errors import ApplicationError, ValidationFailed
 from console.kernel.policy import (
@@ -192,3 +192,62 @@ def trace_keep(request, request_id: str):
     return HttpResponseRedirect(
         reverse("regression-set-detail", kwargs={"agent": trace.agent.key, "pk": member.set_id})
     )
+
+
+@require_http_methods(["GET", "POST"])
+@requires(Capability.VIEW_TRACES)
+def grow_page(request, agent: str):
+    """"Add these requests to a set": a saved search's requests (the trace list's filters,
+    or the trace page's pattern card) kept in a set of their strategy with the same
+    expectations and note. Refused: the form again with each error at its field."""
+    # The search stays in the address (the form posts back to it).
+    grow = selectors.grow_search(user=request.user, agent=request.agent, query=request.GET)
+    context = {
+        "agent": request.agent,
+        "grow": grow,
+        "can_manage": user_can_manage_regressions(request.user, request.agent),
+        "form": request.POST,
+        "statuses": selectors.wire.STATUSES,
+        "reasons": selectors.wire.REASON_CODES,
+    }
+    services.regression_look_record(
+        actor=request.user,
+        regression_set=None,
+        agent=request.agent,
+        detail={"search": grow.filters.as_dict(), "requests": len(grow.traces)},
+    )
+    if request.method == "POST":
+        try:
+            regression_set = _grow_set(request, grow)
+            grown = services.members_grow(
+                actor=request.user,
+                regression_set=regression_set,
+                traces=grow.traces,
+                expectations=_expectations(request.POST),
+                note=request.POST.get("note", ""),
+            )
+        except ApplicationError as exc:
+            context["error"] = exc
+            return TemplateResponse(request, "regressions/grow.html", context, status=exc.status)
+        context.update(grown=grown, grown_set=regression_set)
+    return TemplateResponse(request, "regressions/grow.html", context)
+
+
+def _grow_set(request, grow):
+    """The chosen set, of the search's strategy; otherwise an error at `set`."""
+    chosen = next(
+        (s for s in grow.sets if str(s.pk) == (request.POST.get("set") or "").strip()), None
+    )
+    if chosen is None:
+        raise ValidationFailed(
+            "Choose a set of the strategy the search names.",
+            details=[
+                {"path": "set", "code": "required", "message": "Choose one of the sets listed."}
+            ],
+        )
+    return chosen
+
+
+def _int_or_none(text) -> int | None:
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() else None
