@@ -197,7 +197,7 @@ def trace_keep(request, request_id: str):
 @require_http_methods(["GET", "POST"])
 @requires(Capability.VIEW_TRACES)
 def grow_page(request, agent: str):
-    """"Add these requests to a set": a saved search's requests (the trace list's filters,
+    """ "Add these requests to a set": a saved search's requests (the trace list's filters,
     or the trace page's pattern card) kept in a set of their strategy with the same
     expectations and note. Refused: the form again with each error at its field."""
     # The search stays in the address (the form posts back to it).
