@@ -236,3 +236,23 @@ def test_pattern_card__offers_adding_its_requests_to_a_set(client, people):
     grow = client.get(link)
     assert grow.status_code == 200
     assert "req-94" in grow.content.decode()
+
+
+def test_required_in_api__admin_sets_it__empty_set_and_unknown_environment_400(client, people):
+    regression_set = _set_keeping_req94(client, people["support"])
+    url = f"/api/v1/agents/{AGENT}/regression-sets/{regression_set.pk}/required-in"
+    # support may read it, not change it
+    assert client.get(url).json() == {"set": regression_set.pk, "required_in": []}
+    refused = client.put(url, {"environments": ["prod"]}, content_type="application/json")
+    assert refused.status_code == 403
+    client.force_login(people["admin"])
+    unknown = client.put(url, {"environments": ["moon"]}, content_type="application/json")
+    assert unknown.status_code == 400
+    assert unknown.json()["error"]["details"][0]["path"] == "required_in[0]"
+    done = client.put(url, {"environments": ["prod"]}, content_type="application/json")
+    assert done.status_code == 200 and done.json()["required_in"] == ["prod"]
+    regression_set.members.all().delete()
+    empty = client.put(url, {"environments": ["prod", "sg-test"]}, content_type="application/json")
+    assert empty.status_code == 400
+    assert empty.json()["error"]["details"][0]["code"] == "empty_set"
+    assert sorted(regression_set.required_in.values_list("key", flat=True)) == ["prod"]

@@ -22,6 +22,8 @@ from traces.regressions.serializers import (
     RegressionSetCreateRequest,
     RegressionSetOut,
     RegressionSetUpdateRequest,
+    RequiredInOut,
+    RequiredInRequest,
 )
 
 TAGS = ["regressions"]
@@ -235,3 +237,39 @@ def regression_check(request, agent: str):
     return Response(
         {"outcome": selectors.overall_outcome(found), "sets": [c.as_dict() for c in found]}
     )
+
+
+@extend_schema(
+    methods=["GET"],
+    operation_id="regression_sets_required_in_retrieve",
+    summary="The environments that require a set to pass",
+    responses={200: RequiredInOut, **ERRORS},
+    tags=TAGS,
+)
+@extend_schema(
+    methods=["PUT"],
+    operation_id="regression_sets_required_in_update",
+    summary="Name the environments that require a set to pass before a version goes live",
+    description="An environment's rule (the permission to manage agents and environments). "
+    "The one go-live judgement then refuses a publish, an approval and a rollout start that "
+    "fail the set (`regression_set_failed`). An empty set cannot be required: 400 at "
+    "`required_in` (`empty_set`), nothing saved. Audited.",
+    request=RequiredInRequest,
+    responses={200: RequiredInOut, **ERRORS},
+    tags=TAGS,
+)
+@api_view(["GET", "PUT"])
+@requires(Capability.VIEW_TRACES)
+def regression_set_required_in(request, agent: str, pk: int):
+    found = selectors.regression_set_get(user=request.user, agent=request.agent, pk=pk)
+    if request.method == "PUT":
+        check_request_size(request, BODY_LIMIT, what="A list of environments")
+        serializer = RequiredInRequest(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        found = services.regression_set_require(
+            actor=request.user,
+            regression_set=found,
+            environments=serializer.validated_data["environments"],
+        )
+    keys = sorted(found.required_in.values_list("key", flat=True))
+    return Response({"set": found.pk, "required_in": keys})

@@ -12,6 +12,11 @@ urlpatterns = [
     path(SETS + "/<int:pk>", api.regression_set_detail, name="api-regression-set-detail"),
     path(SETS + "/<int:pk>/members", api.regression_set_members, name="api-regression-set-members"),
     path(
+        SETS + "/<int:pk>/required-in",
+        api.regression_set_required_in,
+        name="api-regression-set-required-in",
+    ),
+    path(
         "agents/<slug:agent>/regression-members/<int:pk>",
         api.regression_member_detail,
         name="api-regression-member-detail",
@@ -32,6 +37,11 @@ REQUIRED = {
     "api-regression-set-members": {
         "GET": Capability.VIEW_TRACES,
         "POST": Capability.MANAGE_REGRESSIONS,
+    },
+    # Which environments require a set is an environment's rule: the catalog's right (admin).
+    "api-regression-set-required-in": {
+        "GET": Capability.VIEW_TRACES,
+        "PUT": Capability.MANAGE_CATALOG,
     },
     "api-regression-member-detail": {
         "GET": Capability.VIEW_TRACES,

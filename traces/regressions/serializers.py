@@ -150,3 +150,18 @@ class CheckOut(serializers.Serializer):
         "could not be judged; passed otherwise.",
     )
     sets = SetCheckOut(many=True)
+
+
+class RequiredInRequest(StrictSerializer):
+    environments = serializers.ListField(
+        child=serializers.CharField(),
+        allow_empty=True,
+        max_length=100,
+        help_text="Environment keys where a version goes live only when it passes the set "
+        "(publish, approval, rollout start); empty: required nowhere.",
+    )
+
+
+class RequiredInOut(serializers.Serializer):
+    set = serializers.IntegerField()
+    required_in = serializers.ListField(child=serializers.CharField())
