@@ -121,6 +121,7 @@ INSTALLED_APPS = [
     "traces.outcomes",
     "traces.health",
     "traces.alerts",
+    "traces.regressions",
     "traces.rollouts",
 ]
 
@@ -307,6 +308,8 @@ CELERY_BEAT_SCHEDULE: dict = {
     # Standing alerts on context health (issue 35.4): every rule judged on the counters.
     "alerts-evaluate": {"task": "alerts.evaluate", "schedule": ALERT_EVALUATION_SECONDS},
     "rollouts-purge-expired": {"task": "rollouts.purge_expired", "schedule": 6 * 3600.0},
+    # Regression set members past their set's retention (issue 35; docs/regression-sets.md).
+    "regressions-purge-expired": {"task": "regressions.purge_expired", "schedule": 24 * 3600.0},
     "strategies.flush_token_last_used": {
         "task": "strategies.flush_token_last_used",
         "schedule": 60.0,
@@ -528,6 +531,7 @@ SPECTACULAR_SETTINGS = {
         "RedactionActionEnum": "traces.redaction.engine.ACTIONS",  # issue 34.4
         "ScheduleKindEnum": "strategies.releases.serializers.schedules.SCHEDULE_KINDS",  # issue 34.2
         "ScheduleStateEnum": "strategies.releases.serializers.schedules.SCHEDULE_STATES",
+        "RegressionOutcomeEnum": "traces.regressions.checks.OUTCOMES",  # issue 35
     },
     # The schema and its docs page are for signed-in operators only (found by the access matrix).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],

@@ -272,8 +272,9 @@ class TraceReplay:
         return self.recorded_engine == self.console_engine
 
 
-def _wire_candidate(c: Candidate) -> wire.Candidate:
-    """A stored candidate back in its wire form, as the runtime sent it."""
+def wire_candidate(c: Candidate) -> wire.Candidate:
+    """A stored candidate back in its wire form, as the runtime sent it (a regression set's
+    member keeps its candidates so, traces.regressions)."""
     return wire.Candidate(
         id=c.item_id,
         source=c.source,
@@ -347,7 +348,7 @@ def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> Trace
         raise NotReplayable(reason)
     chosen, kind, recorded_version = _versions_resolve(trace, wanted)
     candidates = list(trace_candidates(trace))
-    recorded = [_wire_candidate(c) for c in candidates]
+    recorded = [wire_candidate(c) for c in candidates]
     try:
         items = engine_replay.trace_candidates(recorded, truncated=trace.candidates_truncated)
     except engine_replay.NotReplayable as exc:  # a selection block, yet a bare candidate

@@ -166,6 +166,14 @@ class AuditAction(_LabelledAction):
     ALERT_RULE_UPDATE = "alert_rule.update", "Alert rule changed"
     ALERT_SILENCE_CREATE = "alert_silence.create", "Alerts silenced"
     ALERT_SILENCE_LIFT = "alert_silence.lift", "Alert silence lifted"
+    # regression sets (issue 35): requests kept with what they must decide from now on
+    REGRESSION_SET_CREATE = "regression_set.create", "Regression set created"
+    REGRESSION_SET_UPDATE = "regression_set.update", "Regression set changed"
+    REGRESSION_SET_DELETE = "regression_set.delete", "Regression set deleted"
+    REGRESSION_MEMBER_ADD = "regression_member.add", "Request added to a regression set"
+    REGRESSION_MEMBER_REMOVE = "regression_member.remove", "Request removed from a regression set"
+    # The daily purge (actor system): members past their set's retention.
+    REGRESSION_MEMBER_EXPIRE = "regression_member.expire", "Regression set members expired"
     # access and accounts
     ROLE_CREATE = "role.create", "Role created"
     ROLE_UPDATE = "role.update", "Role changed"
@@ -231,6 +239,10 @@ class AccessAction(_LabelledAction):
     PREVIEW_VIEW = "preview.view", "Impact preview viewed"
     PREVIEW_CANCEL = "preview.cancel", "Impact preview cancelled"
     SNAPSHOT_VIEW = "snapshot.view", "Snapshot revealed"
+    # A regression set's members are kept requests: reading them, or checking a version
+    # against them (their decisions), is a look at traces.
+    REGRESSION_SET_VIEW = "regression_set.view", "Regression set viewed"
+    REGRESSION_SET_CHECK = "regression_set.check", "Regression sets checked"
     # The outcomes reported for a request (operator API; the trace page's are its view's).
     OUTCOME_VIEW = "outcome.view", "Outcomes viewed"
     AUDIT_EXPORT = "audit.export", "Audit log exported"

@@ -44,6 +44,8 @@ class Capability(StrEnum):
     # the webhooks (which send every release to a URL of one's choosing).
     MANAGE_RUNTIME_TOKENS = "manage_runtime_tokens"
     MANAGE_CATALOG = "manage_catalog"  # agents and environments: onboarding, archive, retention
+    # Regression sets (issue 35): keeping requests, with expectations, beyond trace retention.
+    MANAGE_REGRESSIONS = "manage_regressions"
 
 
 CAPABILITY_VALUES = tuple(c.value for c in Capability)
@@ -63,6 +65,7 @@ CAPABILITY_LABELS = {
     Capability.MANAGE_TOKENS: "Manage webhooks",
     Capability.MANAGE_RUNTIME_TOKENS: "Create and revoke runtime tokens",
     Capability.MANAGE_CATALOG: "Create and edit agents and environments",
+    Capability.MANAGE_REGRESSIONS: "Keep requests in regression sets",
 }
 
 
@@ -80,7 +83,7 @@ STANDARD_ROLES: dict[str, tuple[str, list[Capability]]] = {
     "viewer": ("Reads configuration.", [Capability.VIEW_CONFIG]),
     "support": (
         "Investigates answers by request_id.",
-        [Capability.VIEW_CONFIG, Capability.VIEW_TRACES],
+        [Capability.VIEW_CONFIG, Capability.VIEW_TRACES, Capability.MANAGE_REGRESSIONS],
     ),
     "operator": (
         "Edits and publishes strategies and profiles.",
@@ -90,6 +93,7 @@ STANDARD_ROLES: dict[str, tuple[str, list[Capability]]] = {
             Capability.PUBLISH,
             Capability.REQUEST_PROTECTED_PUBLISH,
             Capability.VIEW_TRACES,
+            Capability.MANAGE_REGRESSIONS,
         ],
     ),
     "admin": ("Everything, including rollback and access management.", list(Capability)),
@@ -569,6 +573,54 @@ def check_user_can_preview(user, agent, *, target=None) -> None:
             message="Impact previews replay this agent's traces: you need the permissions "
             "to view its traces and its configuration.",
         )
+
+
+# --- regression sets: requests kept beyond trace retention (issue 35) ------------------------
+def user_can_view_regressions(user, agent) -> bool:
+    """A set's members are kept requests: reading them is a look at the agent's traces."""
+    return user_can(user, Capability.VIEW_TRACES, agent)
+
+
+def check_user_can_view_regressions(user, agent, *, target=None) -> None:
+    check_user_can(user, Capability.VIEW_TRACES, agent, target=target)
+
+
+def user_can_manage_regressions(user, agent) -> bool:
+    """Keeping a request beyond retention (a set, a member): the sight of the agent's traces
+    AND the right to keep them."""
+    return user_can(user, Capability.VIEW_TRACES, agent) and user_can(
+        user, Capability.MANAGE_REGRESSIONS, agent
+    )
+
+
+def check_user_can_manage_regressions(user, agent, *, target=None) -> None:
+    check_user_can(user, Capability.VIEW_TRACES, agent, target=target)
+    check_user_can(
+        user,
+        Capability.MANAGE_REGRESSIONS,
+        agent,
+        target=target,
+        message="Keeping requests in regression sets needs the permission "
+        f"“{CAPABILITY_LABELS[Capability.MANAGE_REGRESSIONS]}” on this agent.",
+    )
+
+
+def user_can_check_regressions(user, agent) -> bool:
+    """Checking a version against a set replays its members with that version (a draft's body
+    included): the sight of traces and configuration, as a trace's replay."""
+    return user_can_replay_trace(user, agent)
+
+
+def check_user_can_check_regressions(user, agent, *, target=None) -> None:
+    check_user_can(user, Capability.VIEW_TRACES, agent, target=target)
+    check_user_can(
+        user,
+        Capability.VIEW_CONFIG,
+        agent,
+        target=target,
+        message="Checking a version against a regression set shows what that version decides: "
+        "it needs the permission to view this agent's configuration.",
+    )
 
 
 # --- grants and roles: nobody hands out more than they hold ------------------------------------

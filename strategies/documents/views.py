@@ -29,6 +29,7 @@ from strategies.documents.forms import (
     starter_body,
 )
 from strategies.documents.models import Document
+from strategies.documents.regression_hook import regression_results
 
 VERSIONS_PER_PAGE = 50
 
@@ -367,6 +368,16 @@ def _editor_context(request, doc, draft, *, body, problem=None, environment_key=
         "environment": environment,
         "report": report,
         "can_enable_sensitive": _can(request, Capability.ENABLE_SENSITIVE),
+        # Each regression set of the strategy, checked with what is typed (issue 35).
+        "regression_results": regression_results(
+            user=request.user,
+            agent=request.agent,
+            document_key=doc.key,
+            body=body,
+            label="the draft",
+        )
+        if doc.kind == vocabulary.STRATEGY and problem is None and not report.errors
+        else None,
         **extra,
     }
 

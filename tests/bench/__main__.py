@@ -20,6 +20,7 @@ python -m tests.bench runtimes      # the releases page's Runtimes card: 10, 2,0
 python -m tests.bench retention     # the purge of 100,000 expired traces: days dropped vs rows deleted
 python -m tests.bench redaction     # ingest with the five built-in redaction rules on vs off
 python -m tests.bench alerts        # standing alerts: one evaluation tick of 100 rules at 1M traces/day
+python -m tests.bench regressions   # a draft checked against a regression set of 1,000 members
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ BENCHES = {
     "runtimes": "tests.bench.bench_runtimes",
     "retention": "tests.bench.bench_retention",
     "alerts": "tests.bench.bench_alerts",
+    "regressions": "tests.bench.bench_regressions",
 }
 
 

@@ -314,9 +314,43 @@ def _sample_alert_silence(model):
     )
 
 
+def _sample_regression_set(model):
+    """A regression set of the sample strategy (issue 35)."""
+    from strategies.documents.models import Document
+
+    document = Document.objects.filter(agent__key=SAMPLE_AGENT, kind="strategy").first()
+    found, _ = model.objects.get_or_create(
+        agent=document.agent,
+        name="matrix",
+        defaults={"document": document, "keep_reason": "matrix sample"},
+    )
+    return found
+
+
+def _sample_regression_member(model):
+    """A member of a sample regression set (its snapshot need not replay here)."""
+    from django.apps import apps as django_apps
+    from django.utils import timezone
+
+    regression_set = _sample_regression_set(django_apps.get_model("regressions", "RegressionSet"))
+    return model.objects.create(
+        set=regression_set,
+        request_id="req-92",
+        environment_key="sg-test",
+        occurred_at=timezone.now(),
+        strategy_version=1,
+        snapshot={},
+        expectations=[{"kind": "status_in", "statuses": ["ready"]}],
+        note="matrix",
+        expires_at=timezone.now(),
+    )
+
+
 SAMPLE_FACTORIES = {
     "strategies.scheduledgolive": _sample_schedule,
     "strategies.freezewindow": _sample_freeze_window,
+    "regressions.regressionset": _sample_regression_set,
+    "regressions.member": _sample_regression_member,
     "console.breakglassaccount": _sample_break_glass_account,
     "strategies.rollout": _sample_rollout,
     "strategies.webhook": _sample_webhook,

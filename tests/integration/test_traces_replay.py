@@ -197,8 +197,10 @@ def test_trace_page__replayable_trace__card_offers_versions_within_the_query_bud
 ):
     _draft(4000)
     client.force_login(support)
-    # 16, and the Outcomes card's two: the request's outcomes, its version's outcome shares
-    with django_assert_max_num_queries(18):
+    # 16, the Outcomes card's two (the request's outcomes, its version's outcome shares) and
+    # the Regression sets card's one (the agent's sets of the strategy, each marked when it
+    # keeps this request)
+    with django_assert_max_num_queries(19):
         response = client.get("/traces/req-92/", {"environment": "sg-test"})
     page = html.unescape(response.content.decode())
     assert "Decided by" in page and "rules" in page

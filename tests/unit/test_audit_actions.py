@@ -65,6 +65,8 @@ def test_members__stored_strings_as_written_before_the_enum():
         "auth.second_factor",  # issue 33 item 4: a code or key at sign-in or re-authentication
         "access.denied",
         "manifest.refuse",  # issue 32: a runtime's manifest that would break live
+        "regression_set.view",  # issue 35: a regression set's kept requests read
+        "regression_set.check",  # issue 35: a version checked against kept requests
     }
     assert {m.value for m in AuditAction} == {
         *(f"agent.{a}" for a in ("create", "update", "archive", "unarchive", "delete")),
@@ -91,6 +93,9 @@ def test_members__stored_strings_as_written_before_the_enum():
         *(f"rollout.{a}" for a in ("watch_warn", "watch_end")),  # issue 23 item 4: the watch
         *(f"approval.{a}" for a in ("request", "reject", "withdraw")),
         "config.import",
+        # issue 35: regression sets
+        *(f"regression_set.{a}" for a in ("create", "update", "delete")),
+        *(f"regression_member.{a}" for a in ("add", "remove", "expire")),
         *(f"webhook.{a}" for a in ("create", "delete")),
         *(f"runtime_token.{a}" for a in ("create", "revoke")),
         *(f"outcome_kind.{a}" for a in ("declare", "update", "retire", "restore")),

@@ -22,6 +22,7 @@ from strategies.catalog.selectors import environment_get, environment_list
 from strategies.documents.models import Document
 from traces.previews import selectors, services
 from traces.previews.models import Preview
+from traces.regressions import selectors as regression_selectors
 
 WINDOW_DAYS = (1, 3, 7, 14, 30)
 
@@ -104,6 +105,16 @@ def _detail_context(request, preview: Preview) -> dict:
         "view": selectors.report_view(preview.report) if state == Preview.State.COMPLETE else None,
         "days": max(1, round((preview.window_end - preview.window_start) / timedelta(days=1))),
         "now": timezone.now(),
+        # The version's result against each regression set of the strategy (issue 35).
+        "regressions": regression_selectors.body_results(
+            user=request.user,
+            agent=request.agent,
+            document_key=preview.document.key,
+            body=preview.body,
+            label=f"v{preview.version_number}",
+        )
+        if state == Preview.State.COMPLETE
+        else None,
     }
 
 

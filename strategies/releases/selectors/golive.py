@@ -30,6 +30,7 @@ from console.kernel.audit import SystemActor
 from console.kernel.policy import publish_refusal, rollback_needs_approval
 from strategies.catalog.selectors import runtime_feature_finding, validation_context
 from strategies.documents.models import Document
+from strategies.documents.regression_hook import regression_refusals
 from strategies.releases.preview_hook import preview_finding
 from strategies.releases.selectors.calendar import calendar_findings
 from strategies.releases.selectors.changes import change_record_usable, requires_change_record
@@ -271,6 +272,7 @@ def go_live_refusals(
         )
         if finding is not None:
             refusals.append(finding)
+    refusals += _regression_set_refusals(path, candidate, environment=environment)
     refusals += _protection_findings(
         path, candidate, environment=environment, actor=actor, pending=pending, approved=approved
     )
@@ -297,6 +299,24 @@ def _change_record_finding(rules: Rules, candidate: Candidate, *, environment) -
         f"{environment.key} requires an approved external change record for this content: "
         "asking to go live sends the change request to the change system, and the go-live "
         "waits for its approval.",
+    )
+
+
+def _regression_set_refusals(path: Path, candidate: Candidate, *, environment) -> list[Finding]:
+    """The regression sets `environment` requires must pass (issue 35): a refusal naming each
+    failing set and its failing members. A publish, an approval, a rollout's start — not a
+    rollback (back to what was live) nor a rollout's later moves (judged at its start)."""
+    if path not in (Path.PUBLISH, Path.APPROVAL, Path.ROLLOUT_START):
+        return []
+    if candidate.kind != Document.Kind.STRATEGY:
+        return []
+    label = f"v{candidate.number}" if candidate.number is not None else "this version"
+    return regression_refusals(
+        agent=candidate.agent,
+        environment=environment,
+        document_key=candidate.document_key,
+        body=candidate.body,
+        label=label,
     )
 
 

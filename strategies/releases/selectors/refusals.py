@@ -31,6 +31,10 @@ PREVIEW_FEW_TRACES = "preview_few_traces"  # the preview covered few traces (a f
 # The environment requires an external change record and none approved, unexpired, of this
 # content exists (issue 34 item 1): the service asks the change system and the go-live waits.
 CHANGE_RECORD_REQUIRED = "change_record_required"
+# A regression set the environment requires fails (issue 35; traces.regressions answers through
+# strategies.documents.regression_hook). Not in JUDGEMENT_CODES on purpose: like what the
+# runtime cannot serve, it is raised with every reason as `not_publishable` (400).
+REGRESSION_SET_FAILED = "regression_set_failed"
 # A shadow's own (`shadow_refusals`); the runtime's refusals are the publish's, plus the
 # runtime's declaration of shadow support (`shadow_unsupported`).
 NOT_A_STRATEGY = "not_a_strategy"

@@ -27,6 +27,7 @@ from strategies.releases.views.lookups import (
     _rollout_url,
     check_danger_confirmed,
     impact_danger,
+    version_regressions,
 )
 
 
@@ -81,6 +82,9 @@ def _approval_context(request, approval, error):
             version=approval.version, environment=approval.environment
         ),
         "impact": (impact := _approval_impact(request, approval)),
+        "regressions": None
+        if approval.kind == ApprovalRequest.Kind.ROLLBACK
+        else version_regressions(request, approval.version),
         "danger": impact_danger(impact),
         "can_decide": user_can_decide_approval(request.user, approval),
         "is_requester": approval.requested_by_id == request.user.pk,

@@ -10,6 +10,7 @@ from console.kernel.errors import NotFound, ValidationFailed
 from strategies.catalog.models import Environment
 from strategies.catalog.selectors import environment_get
 from strategies.documents.models import Document
+from strategies.documents.regression_hook import regression_results
 
 
 # --- lookups from the URL (404 for anything unknown) -------------------------------------------------
@@ -146,3 +147,19 @@ def check_danger_confirmed(request, danger: dict | None) -> None:
                 }
             ],
         )
+
+
+def version_regressions(request, version) -> list | None:
+    """Each regression set of the strategy checked with `version`, as the publish, approval
+    and rollout pages show them (traces.regressions, through the hook); None for a profile
+    or a person who may not see kept requests."""
+    if version is None or version.document.kind != Document.Kind.STRATEGY:
+        return None
+    document = version.document
+    return regression_results(
+        user=request.user,
+        agent=document.agent,
+        document_key=document.key,
+        body=version.body,
+        label=f"v{version.number}",
+    )

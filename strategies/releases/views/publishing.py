@@ -29,6 +29,7 @@ from strategies.releases.views.lookups import (
     _version,
     check_danger_confirmed,
     impact_danger,
+    version_regressions,
 )
 from strategies.releases.views.scheduling import (
     schedule_context,
@@ -110,6 +111,7 @@ def publish(request, agent, document, environment):
         if requires_change_record(env)
         else None
     )
+    regressions = version_regressions(request, version)
     waiting = selectors.pending_for(document=doc, environment=env) if env.protected else None
     replaces = selectors.replaced_by_new_request(waiting, request.user, version.number)
     context = {
@@ -128,6 +130,7 @@ def publish(request, agent, document, environment):
         "versions": selectors.publishable_versions(document=doc),
         "preview": preview,
         "impact": impact,
+        "regressions": regressions,
         "danger": impact_danger(impact),
         "error": error,
         "requires_change_record": requires_change_record(env),

@@ -34,6 +34,7 @@ from strategies.releases.views.lookups import (
     check_danger_confirmed,
     guards_danger,
     impact_danger,
+    version_regressions,
 )
 from strategies.releases.views.scheduling import (
     schedule_context,
@@ -396,6 +397,7 @@ def rollout_start(request, agent, document, environment):
             else None
         ),
         "danger": impact_danger(impact),
+        "regressions": version_regressions(request, version),
         "error": error,
         "reason": request.POST.get("reason", "") if request.method == "POST" else "",
         **schedule_context(request, env, error=schedule_error),

@@ -1,0 +1,22 @@
+"""The trace page's "keep in a regression set" card asks here (traces.regressions.selectors)."""
+
+from __future__ import annotations
+
+from django import template
+
+from traces.regressions import selectors
+
+register = template.Library()
+
+
+@register.simple_tag(takes_context=True)
+def keep_card(context, trace):
+    """On the trace page, the candidates (its groups) and the strategy's versions (the Replay
+    card's choices) are read already: the card reuses them rather than reading them again."""
+    groups = context.get("groups")
+    candidates = [c for g in groups for c in g.candidates] if groups is not None else None
+    replay_card = context.get("replay_card")
+    versions = [c.number for c in replay_card.choices] if replay_card is not None else None
+    return selectors.keep_card(
+        user=context["request"].user, trace=trace, candidates=candidates, versions=versions
+    )
