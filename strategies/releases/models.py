@@ -80,7 +80,9 @@ class ReleaseEvent(models.Model):
     unreviewed = models.BooleanField(default=False)
     # Went live inside a freeze window or outside the change hours, let through by a freeze
     # break-glass (FreezeBreakGlass): the history says so beside the version.
-    freeze_break_glass = models.BooleanField(default=False)
+    # db_default: a writer that does not know the column yet (an older web process during a
+    # rolling deploy, a raw INSERT) still writes a row, marked false.
+    freeze_break_glass = models.BooleanField(default=False, db_default=False)
     # Now, unless a recorded history is being loaded (the demo's releases of days ago): the
     # service appends it in time order (`_release_move`'s `at`); the row stays append-only.
     occurred_at = models.DateTimeField(default=timezone.now)
