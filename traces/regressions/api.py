@@ -184,7 +184,14 @@ def regression_set_members(request, agent: str, pk: int):
     methods=["DELETE"],
     operation_id="regression_members_remove",
     summary="Remove a request from its set",
-    responses={204: None, **ERRORS},
+    description="Audited. The last request of a set some environment requires is refused "
+    "(409 `last_member_of_required_set`, at `member`; `current.required_in` names where): "
+    "empty, the set would check nothing — make it not required there first.",
+    responses={
+        204: None,
+        **ERRORS,
+        409: _error("The last request of a set an environment requires: nothing removed."),
+    },
     tags=TAGS,
 )
 @api_view(["GET", "DELETE"])

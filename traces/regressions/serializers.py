@@ -138,16 +138,20 @@ class SetCheckOut(serializers.Serializer):
     name = serializers.CharField()
     strategy = serializers.CharField()
     checked = serializers.CharField(help_text="What was checked: v3, the body, a file's draft.")
-    outcome = serializers.ChoiceField(choices=list(checks.OUTCOMES))
+    outcome = serializers.ChoiceField(
+        choices=list(checks.SET_OUTCOMES),
+        help_text="empty: the set has no member left (removed or expired): it checks nothing, "
+        "and a set required somewhere refuses go-live there.",
+    )
     totals = TotalsOut()
     members = MemberResultOut(many=True)
 
 
 class CheckOut(serializers.Serializer):
     outcome = serializers.ChoiceField(
-        choices=list(checks.OUTCOMES),
+        choices=list(checks.SET_OUTCOMES),
         help_text="failed when any member failed; not_checkable when none failed but some "
-        "could not be judged; passed otherwise.",
+        "could not be judged; empty when a set has no member left; passed otherwise.",
     )
     sets = SetCheckOut(many=True)
 
