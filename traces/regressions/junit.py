@@ -11,7 +11,6 @@ from xml.etree import ElementTree as ET
 
 from traces.regressions import checks
 
-
 EMPTY_CASE = "(no members left)"
 EMPTY_MESSAGE = (
     "empty: the set keeps no request (all removed, or expired by its retention): it checks "
