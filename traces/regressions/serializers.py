@@ -98,6 +98,12 @@ class CheckRequest(StrictSerializer):
     sets = serializers.ListField(
         child=serializers.IntegerField(), required=False, help_text="Only these sets."
     )
+    output = serializers.ChoiceField(
+        choices=["json", "junit"],
+        default="json",
+        help_text="junit: the answer is JUnit XML (application/xml) for a CI job — a test "
+        "suite per set, a case per member and expectation, a failure naming what was decided.",
+    )
 
 
 class DecisionOut(serializers.Serializer):
