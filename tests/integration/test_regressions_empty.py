@@ -6,7 +6,6 @@ and the rollout page shows the sets' results for the version it rolls out."""
 
 from __future__ import annotations
 
-import copy
 import json
 from datetime import timedelta
 from xml.etree import ElementTree as ET
@@ -20,11 +19,12 @@ from strategies.catalog.models import Environment
 from strategies.catalog.selectors import manifest_latest
 from strategies.catalog.services import manifest_record
 from strategies.documents import services as documents
-from strategies.documents.models import Document, Version
+from strategies.documents.models import Version
 from strategies.exchange import selectors as exchange_selectors
 from strategies.releases.selectors.golive import Candidate, Path, go_live_refusals
 from strategies.releases.selectors.refusals import REGRESSION_SET_FAILED
 from strategies.releases.services import rollout_start
+from tests.integration import test_regressions_required as required
 from traces.regressions import services
 from traces.regressions.models import Member, RegressionSet
 
@@ -32,53 +32,22 @@ pytestmark = pytest.mark.django_db
 
 AGENT = "assistant_professional"
 STRATEGY = "after_sales_consultation"
-SETS = f"/api/v1/agents/{AGENT}/regression-sets"
+MEMBERS = f"/api/v1/agents/{AGENT}/regression-members"
 SET = "policy bundle"
 
 
-@pytest.fixture
-def people(demo_world, make_user):
-    return {
-        "support": make_user("sup", support=AGENT),
-        "ops": make_user("op", operator=AGENT),
-        "admin": make_user("adm", admin=AGENT),
-    }
-
-
-def _with_budget(tokens: int) -> dict:
-    body = copy.deepcopy(
-        Version.objects.get(document__agent__key=AGENT, document__key=STRATEGY, number=3).body
-    )
-    body["budget"]["max_input_tokens"] = tokens
-    return body
+people = required.people  # support, ops and admin of the agent, in the demo world
+_with_budget = required._with_budget
 
 
 def _frozen(tokens: int, ops) -> Version:
-    document = Document.objects.get(agent__key=AGENT, key=STRATEGY)
-    Version.objects.filter(document=document, state=Version.State.DRAFT).delete()
-    draft = documents.draft_create(document=document, body=_with_budget(tokens), actor=ops)
+    draft = required._draft(_with_budget(tokens), ops)
     return documents.version_freeze(draft=draft, revision=None, note="budget", actor=ops)
 
 
 def _kept_req94(client, people, *, required_in=()) -> RegressionSet:
     """Support keeps req-94 (its policy bundle cut over the budget); admin requires the set."""
-    client.force_login(people["support"])
-    created = client.post(
-        SETS,
-        {"name": SET, "strategy": STRATEGY, "keep_reason": "INC reviews", "retention_days": 30},
-        content_type="application/json",
-    ).json()
-    kept = client.post(
-        f"{SETS}/{created['id']}/members",
-        {
-            "request_id": "req-94",
-            "expectations": [{"kind": "item_selected", "item": "policy-P7"}],
-            "note": "INC-2231",
-        },
-        content_type="application/json",
-    )
-    assert kept.status_code == 201, kept.json()
-    regression_set = RegressionSet.objects.get(pk=created["id"])
+    regression_set = required._set_keeping_req94(client, people["support"])
     if required_in:
         services.regression_set_require(
             actor=people["admin"], regression_set=regression_set, environments=list(required_in)
@@ -198,7 +167,7 @@ def test_junit__an_empty_set_is_a_skipped_case_saying_empty__strict_fails(client
 def test_remove__the_last_member_of_a_required_set__409_at_member_nothing_removed(client, people):
     regression_set = _kept_req94(client, people, required_in=["prod"])
     member = regression_set.members.get()
-    url = f"/api/v1/agents/{AGENT}/regression-members/{member.pk}"
+    url = f"{MEMBERS}/{member.pk}"
     before = AuditRecord.objects.count()
     client.force_login(people["support"])
     refused = client.delete(url)
@@ -226,22 +195,8 @@ def test_remove__the_last_member_of_a_required_set__409_at_member_nothing_remove
 
 def test_remove__a_member_not_the_last__is_removed_though_the_set_is_required(client, people):
     regression_set = _kept_req94(client, people, required_in=["prod"])
-    second = client.post(
-        f"{SETS}/{regression_set.pk}/members",
-        {
-            "request_id": "req-92",
-            "expectations": [{"kind": "item_selected", "item": "P7"}],
-            "note": "INC-4711",
-        },
-        content_type="application/json",
-    )
-    assert second.status_code == 201, second.json()
-    assert (
-        client.delete(
-            f"/api/v1/agents/{AGENT}/regression-members/{second.json()['id']}"
-        ).status_code
-        == 204
-    )
+    second = required.keep(client, regression_set, "req-92", "P7", note="INC-4711")
+    assert client.delete(f"{MEMBERS}/{second['id']}").status_code == 204
     assert list(regression_set.members.values_list("request_id", flat=True)) == ["req-94"]
 
 
