@@ -45,6 +45,15 @@ def _frozen(tokens: int, ops) -> Version:
     return documents.version_freeze(draft=draft, revision=None, note="budget", actor=ops)
 
 
+def _rolled_out(version: Version, ops):
+    """A staged rollout of `version` in sg-test, whose runtime declares split rollouts."""
+    sg_test = Environment.objects.get(key="sg-test")
+    manifest = dict(manifest_latest(environment=sg_test).body)
+    manifest["features"] = sorted({*manifest.get("features", []), "split"})
+    manifest_record(environment=sg_test, body=manifest)
+    return rollout_start(version=version, environment=sg_test, actor=ops, plan="staged")
+
+
 def _kept_req94(client, people, *, required_in=()) -> RegressionSet:
     """Support keeps req-94 (its policy bundle cut over the budget); admin requires the set."""
     regression_set = required._set_keeping_req94(client, people["support"])
@@ -202,12 +211,8 @@ def test_remove__a_member_not_the_last__is_removed_though_the_set_is_required(cl
 
 def test_rollout_page__shows_the_sets_results_for_the_version_rolled_out(client, people):
     _kept_req94(client, people)
-    sg_test = Environment.objects.get(key="sg-test")
-    manifest = dict(manifest_latest(environment=sg_test).body)
-    manifest["features"] = sorted({*manifest.get("features", []), "split"})
-    manifest_record(environment=sg_test, body=manifest)
     small = _frozen(4000, people["ops"])
-    rollout = rollout_start(version=small, environment=sg_test, actor=people["ops"], plan="staged")
+    rollout = _rolled_out(small, people["ops"])
     client.force_login(people["ops"])
     url = f"/releases/{AGENT}/rollouts/{rollout.key}/"
     looks = AccessLogEntry.objects.filter(action="regression_set.check").count()
@@ -220,3 +225,21 @@ def test_rollout_page__shows_the_sets_results_for_the_version_rolled_out(client,
     # The status part polled every few seconds does not check the sets again
     client.get(url, headers={"HX-Request": "true"})
     assert AccessLogEntry.objects.filter(action="regression_set.check").count() == looks + 1
+
+
+def test_rollout_page__a_strategy_without_sets_costs_one_query_and_shows_nothing(
+    client, people, django_assert_max_num_queries
+):
+    from django.test import RequestFactory
+
+    from strategies.releases.views.lookups import version_regressions
+
+    rollout = _rolled_out(_frozen(4000, people["ops"]), people["ops"])
+    request = RequestFactory().get("/")
+    request.user = people["ops"]
+    # the right to see kept requests (the grants, read once) and the strategy's sets: none
+    with django_assert_max_num_queries(3):
+        assert version_regressions(request, rollout.version) == []
+    client.force_login(people["ops"])
+    html = client.get(f"/releases/{AGENT}/rollouts/{rollout.key}/").content.decode()
+    assert 'id="rollout-status"' in html and 'id="rollout-regressions"' not in html
