@@ -227,7 +227,7 @@ def test_rollout_page__shows_the_sets_results_for_the_version_rolled_out(client,
     assert AccessLogEntry.objects.filter(action="regression_set.check").count() == looks + 1
 
 
-def test_rollout_page__a_strategy_without_sets_costs_one_query_and_shows_nothing(
+def test_rollout_page__a_strategy_without_sets__at_most_3_queries_no_section(
     client, people, django_assert_max_num_queries
 ):
     from django.test import RequestFactory
