@@ -532,6 +532,7 @@ SPECTACULAR_SETTINGS = {
         "ScheduleKindEnum": "strategies.releases.serializers.schedules.SCHEDULE_KINDS",  # issue 34.2
         "ScheduleStateEnum": "strategies.releases.serializers.schedules.SCHEDULE_STATES",
         "RegressionOutcomeEnum": "traces.regressions.checks.OUTCOMES",  # issue 35
+        "RegressionSetOutcomeEnum": "traces.regressions.checks.SET_OUTCOMES",
     },
     # The schema and its docs page are for signed-in operators only (found by the access matrix).
     "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],

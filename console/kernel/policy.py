@@ -459,20 +459,32 @@ def check_user_can_cancel_schedule(user, schedule) -> None:
         )
 
 
+def user_can_view_traces_and(user, agent, capability: str) -> bool:
+    """The sight of the agent's traces AND one more capability there (a replay, a kept
+    request, a check against a set)."""
+    return user_can(user, Capability.VIEW_TRACES, agent) and user_can(user, capability, agent)
+
+
+def check_user_can_view_traces_and(
+    user, agent, capability: str, *, target=None, message: str
+) -> None:
+    """user_can_view_traces_and, refused and logged: without the traces as any look at them
+    (404 out of scope, 403), then without `capability` with `message`."""
+    check_user_can(user, Capability.VIEW_TRACES, agent, target=target)
+    check_user_can(user, capability, agent, target=target, message=message)
+
+
 def user_can_replay_trace(user, agent) -> bool:
     """Replaying a trace re-runs the engine on its candidates with a version of the agent's
     strategy, a draft's body included: viewing the agent's traces AND its configuration."""
-    return user_can(user, Capability.VIEW_TRACES, agent) and user_can(
-        user, Capability.VIEW_CONFIG, agent
-    )
+    return user_can_view_traces_and(user, agent, Capability.VIEW_CONFIG)
 
 
 def check_user_can_replay_trace(user, agent, *, target=None) -> None:
-    check_user_can(user, Capability.VIEW_TRACES, agent, target=target)
-    check_user_can(
+    check_user_can_view_traces_and(
         user,
-        Capability.VIEW_CONFIG,
         agent,
+        Capability.VIEW_CONFIG,
         target=target,
         message="Replaying a trace shows what a version of the strategy decides: it needs the "
         "permission to view this agent's configuration.",
@@ -588,17 +600,14 @@ def check_user_can_view_regressions(user, agent, *, target=None) -> None:
 def user_can_manage_regressions(user, agent) -> bool:
     """Keeping a request beyond retention (a set, a member): the sight of the agent's traces
     AND the right to keep them."""
-    return user_can(user, Capability.VIEW_TRACES, agent) and user_can(
-        user, Capability.MANAGE_REGRESSIONS, agent
-    )
+    return user_can_view_traces_and(user, agent, Capability.MANAGE_REGRESSIONS)
 
 
 def check_user_can_manage_regressions(user, agent, *, target=None) -> None:
-    check_user_can(user, Capability.VIEW_TRACES, agent, target=target)
-    check_user_can(
+    check_user_can_view_traces_and(
         user,
-        Capability.MANAGE_REGRESSIONS,
         agent,
+        Capability.MANAGE_REGRESSIONS,
         target=target,
         message="Keeping requests in regression sets needs the permission "
         f"“{CAPABILITY_LABELS[Capability.MANAGE_REGRESSIONS]}” on this agent.",
@@ -612,11 +621,10 @@ def user_can_check_regressions(user, agent) -> bool:
 
 
 def check_user_can_check_regressions(user, agent, *, target=None) -> None:
-    check_user_can(user, Capability.VIEW_TRACES, agent, target=target)
-    check_user_can(
+    check_user_can_view_traces_and(
         user,
-        Capability.VIEW_CONFIG,
         agent,
+        Capability.VIEW_CONFIG,
         target=target,
         message="Checking a version against a regression set shows what that version decides: "
         "it needs the permission to view this agent's configuration.",

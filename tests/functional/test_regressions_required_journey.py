@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import expect
 
-from strategies.releases.models import Release
+from strategies.releases.models import ApprovalRequest, Release
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 AGENT = "assistant_professional"
@@ -79,6 +79,11 @@ def test_done_when__a_kept_request_guards_prod_until_a_draft_fixes_it(
     refusal = page.locator("body")
     expect(refusal).to_contain_text(f"prod requires the regression set “{SET}” to pass")
     expect(refusal).to_contain_text("req-94")
+    live = Release.objects.get(
+        document__agent__key=AGENT, document__key=STRATEGY, environment__key="prod"
+    )
+    assert live.version.number != 4  # nothing went live, nothing asked for approval
+    assert not ApprovalRequest.objects.filter(version=live.document.versions.get(number=4)).exists()
 
     # a draft that fits the bundle passes, and goes live once ops2 approves
     draft_with_budget(page, base, "16000", "passed")

@@ -1,8 +1,8 @@
 """Browser journey (issue 23): in the demo world ops starts a staged rollout of v2 over live v3
 in sg-test from the releases page, lands on the rollout page (its step, share, bake and the
-guards' states as the evaluator recorded them, with request ids linking to traces), pauses
-and resumes it, sees the status part refresh by itself, and stops it — the runtime's
-configuration following each step."""
+guards' states as the evaluator recorded them, with request ids linking to traces, and the
+regression sets' results for v2 — issue 35), pauses and resumes it, sees the status part
+refresh by itself, and stops it — the runtime's configuration following each step."""
 
 from __future__ import annotations
 
@@ -46,6 +46,32 @@ def declare_split(environment) -> None:
     manifest_record(environment=environment, body=body)
 
 
+def keep_req94() -> None:
+    """Support keeps req-94 (its policy bundle cut over the budget): the bundle must be
+    selected — v2, with its smaller budget, cuts it too."""
+    from django.contrib.auth import get_user_model
+
+    from traces.models import Trace
+    from traces.regressions import services as regressions
+
+    support = get_user_model().objects.get(username="support")
+    trace = Trace.objects.get(request_id="req-94")
+    kept = regressions.regression_set_create(
+        actor=support,
+        agent=trace.agent,
+        strategy=STRATEGY,
+        name="policy bundle kept",
+        keep_reason="Incident reviews keep their requests",
+    )
+    regressions.member_add(
+        actor=support,
+        regression_set=kept,
+        trace=trace,
+        expectations=[{"kind": "item_selected", "item": "policy-P7"}],
+        note="INC-5120",
+    )
+
+
 def confirm(page, dialog_id, reason):
     page.locator(f"#{dialog_id} summary").click()
     panel = page.locator(f"#{dialog_id} .confirm-panel")
@@ -64,6 +90,7 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
     declare_split(sg)
     secret = runtime_token(sg)
     assert runtime_config(client, secret)["rollouts"] == {}
+    keep_req94()
 
     login("ops", "ops-demo")
     page.goto(f"{live_server.url}/releases/?agent=assistant_professional")
@@ -95,6 +122,13 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
     assert served["rollouts"][STRATEGY]["id"] == rollout.key
     assert served["rollouts"][STRATEGY]["share"] == 0.1
     assert served["strategies"][STRATEGY]["version"] == 3
+    # The regression sets against v2, as the start page showed them: req-94's bundle is cut,
+    # the recorded and v2's decisions side by side
+    kept = page.locator("#rollout-regressions [data-set='policy bundle kept']")
+    expect(kept).to_have_attribute("data-outcome", "failed")
+    member = kept.locator("[data-request-id='req-94']")
+    expect(member).to_contain_text("policy-P7 must be selected")
+    expect(member.locator("table.side-by-side")).to_contain_text("over_budget")
 
     # The evaluator records the guards; the status part polls and shows them by itself.
     rollout_record_guards(
@@ -121,6 +155,7 @@ def test_rollout_journey__start_see_guards_pause_resume_stop(
     page.wait_for_selector("[data-guard='paired'][data-guard-state='ok']", timeout=10_000)
     guards_text = page.inner_text("#rollout-guards")
     assert "40 of the 100 requests needed on the new version (v2)" in guards_text
+    expect(kept).to_have_attribute("data-outcome", "failed")  # still there after the poll
     assert "too little data yet" in guards_text and "insufficient" not in guards_text
     # the statistics wait one disclosure away
     figures = page.locator("[data-guard='paired'] details")

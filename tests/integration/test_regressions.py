@@ -256,6 +256,13 @@ def test_command__failing_file__junit_names_member_and_expectation(client, suppo
     api = _check(client, file=bad_file.read_text()).json()
     assert api["outcome"] == "failed"
     assert api["sets"][0]["checked"] == f"{STRATEGY} draft (file)"
+    # and, for a CI job that has only the API, as the same JUnit XML
+    xml = _check(client, file=bad_file.read_text(), output="junit")
+    assert xml.status_code == 200 and xml["Content-Type"].startswith("application/xml")
+    assert xml.content.decode() == (tmp_path / "bad.xml").read_text()
+    wrong = _check(client, file=bad_file.read_text(), output="yaml")
+    assert wrong.status_code == 400
+    assert wrong.json()["error"]["details"][0]["path"] == "output"
 
 
 def test_check__file_of_another_agent_or_malformed__400_at_the_field(client, support):

@@ -46,22 +46,36 @@ def _with_budget(tokens: int) -> dict:
     return body
 
 
-def _set_keeping_req94(client, support) -> RegressionSet:
-    """Support keeps req-94 (its policy bundle cut over the budget): the bundle must be selected."""
-    client.force_login(support)
-    sets = f"/api/v1/agents/{AGENT}/regression-sets"
-    created = client.post(
-        sets,
-        {"name": "policy bundle", "strategy": STRATEGY, "keep_reason": "INC reviews"},
-        content_type="application/json",
-    ).json()
+SETS = f"/api/v1/agents/{AGENT}/regression-sets"
+
+
+def keep(client, regression_set, request_id: str, item: str, *, note: str) -> dict:
+    """Keep `request_id` in the set (through the API, as the signed-in person): `item` must
+    be selected."""
     kept = client.post(
-        f"{sets}/{created['id']}/members",
-        {"request_id": "req-94", "expectations": [BUNDLE_KEPT], "note": "INC-2231"},
+        f"{SETS}/{regression_set.pk}/members",
+        {
+            "request_id": request_id,
+            "expectations": [{"kind": "item_selected", "item": item}],
+            "note": note,
+        },
         content_type="application/json",
     )
     assert kept.status_code == 201, kept.json()
-    return RegressionSet.objects.get(pk=created["id"])
+    return kept.json()
+
+
+def _set_keeping_req94(client, support) -> RegressionSet:
+    """Support keeps req-94 (its policy bundle cut over the budget): the bundle must be selected."""
+    client.force_login(support)
+    created = client.post(
+        SETS,
+        {"name": "policy bundle", "strategy": STRATEGY, "keep_reason": "INC reviews"},
+        content_type="application/json",
+    ).json()
+    regression_set = RegressionSet.objects.get(pk=created["id"])
+    keep(client, regression_set, "req-94", BUNDLE_KEPT["item"], note="INC-2231")
+    return regression_set
 
 
 def _draft(body: dict, ops) -> Version:

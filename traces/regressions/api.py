@@ -4,6 +4,8 @@ strictly, call the services and selectors the pages call."""
 
 from __future__ import annotations
 
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.decorators import api_view
 from rest_framework.response import Response
@@ -13,7 +15,7 @@ from console.kernel.limits import check_request_size
 from console.kernel.policy import Capability, check_user_can_check_regressions, requires
 from strategies.exchange.format import MAX_FILE_BYTES
 from traces import selectors as trace_selectors
-from traces.regressions import selectors, services
+from traces.regressions import junit, selectors, services
 from traces.regressions.serializers import (
     CheckOut,
     CheckRequest,
@@ -184,7 +186,14 @@ def regression_set_members(request, agent: str, pk: int):
     methods=["DELETE"],
     operation_id="regression_members_remove",
     summary="Remove a request from its set",
-    responses={204: None, **ERRORS},
+    description="Audited. The last request of a set some environment requires is refused "
+    "(409 `last_member_of_required_set`, at `member`; `current.required_in` names where): "
+    "empty, the set would check nothing — make it not required there first.",
+    responses={
+        204: None,
+        **ERRORS,
+        409: _error("The last request of a set an environment requires: nothing removed."),
+    },
     tags=TAGS,
 )
 @api_view(["GET", "DELETE"])
@@ -210,9 +219,15 @@ def regression_member_detail(request, agent: str, pk: int):
     "draft, or its newest version, against the agent's sets of that strategy), or `strategy` "
     "with `body` or `version`. Per member and expectation: passed, failed (with the recorded "
     "and the checked decisions of the items concerned), or not_checkable (with why: never "
-    "passed). Read-only; the look is written to the access log (`regression_set.check`).",
+    "passed). With `output: junit` the answer is JUnit XML, as the `regression_check` command "
+    "writes it, for a CI job to gate a pull request (errors stay JSON). Read-only; the look "
+    "is written to the access log (`regression_set.check`).",
     request=CheckRequest,
-    responses={200: CheckOut, **ERRORS},
+    responses={
+        (200, "application/json"): CheckOut,
+        (200, "application/xml"): OpenApiTypes.STR,
+        **ERRORS,
+    },
     tags=TAGS,
 )
 @api_view(["POST"])
@@ -222,7 +237,9 @@ def regression_check(request, agent: str):
     serializer = CheckRequest(data=request.data)
     serializer.is_valid(raise_exception=True)
     check_user_can_check_regressions(request.user, request.agent)
-    found = selectors.check_request(agent=request.agent, **serializer.validated_data)
+    wanted = dict(serializer.validated_data)
+    output = wanted.pop("output")
+    found = selectors.check_request(agent=request.agent, **wanted)
     services.regression_look_record(
         actor=request.user,
         checked=True,
@@ -234,6 +251,8 @@ def regression_check(request, agent: str):
             "api": True,
         },
     )
+    if output == "junit":
+        return HttpResponse(junit.junit_xml(found), content_type="application/xml; charset=utf-8")
     return Response(
         {"outcome": selectors.overall_outcome(found), "sets": [c.as_dict() for c in found]}
     )

@@ -37,6 +37,10 @@ KINDS = (ITEM_SELECTED, SOURCE_NOT_EXCLUDED, STATUS_IN, INPUT_TOKENS_AT_MOST, SA
 
 PASSED, FAILED, NOT_CHECKABLE = "passed", "failed", "not_checkable"
 OUTCOMES = (PASSED, FAILED, NOT_CHECKABLE)
+# A set's word adds one: `empty`, a set with no member left (all removed, or expired by its
+# retention) — it checks nothing, so it is never "passed", and a required one refuses go-live.
+EMPTY = "empty"
+SET_OUTCOMES = (*OUTCOMES, EMPTY)
 # A member's one word: the worst of its expectations'.
 _RANK = {PASSED: 0, NOT_CHECKABLE: 1, FAILED: 2}
 

@@ -146,6 +146,9 @@ class SetCheck:
 
     @property
     def outcome(self) -> str:
+        """failed, not_checkable, passed — or empty: no member left to check (never passed)."""
+        if not self.results:
+            return checks.EMPTY
         if self.totals.failed:
             return checks.FAILED
         if self.totals.not_checkable:
@@ -310,9 +313,10 @@ def agent_of_file(parsed: config_format.ConfigFile) -> Agent:
 
 def overall_outcome(found: list[SetCheck]) -> str:
     """failed when any member failed; not_checkable when none failed but some could not be
-    judged (never passed); passed otherwise."""
+    judged; empty when all that was judged passed but a set has no member left (neither is
+    ever passed); passed otherwise."""
     outcomes = {c.outcome for c in found}
-    for outcome in (checks.FAILED, checks.NOT_CHECKABLE):
+    for outcome in (checks.FAILED, checks.NOT_CHECKABLE, checks.EMPTY):
         if outcome in outcomes:
             return outcome
     return checks.PASSED
@@ -523,6 +527,9 @@ def required_refusals(
     for checked in sets_check(sets=sets, strategy=strategy, label=label):
         if checked.outcome == checks.PASSED:
             continue
+        if checked.outcome == checks.EMPTY:
+            refusals.append(_empty_refusal(checked.regression_set, environment))
+            continue
         bad = [r for r in checked.results if r.outcome != checks.PASSED]
         named = "; ".join(_failing_words(r).rstrip(".") for r in bad[:5])
         more = f" and {len(bad) - 5} more" if len(bad) > 5 else ""
@@ -535,6 +542,19 @@ def required_refusals(
             )
         )
     return refusals
+
+
+def _empty_refusal(regression_set: RegressionSet, environment: Environment) -> Finding:
+    """A required set with no member left (all removed, or expired by its retention) checks
+    nothing: it refuses rather than let every version through."""
+    return Finding(
+        "environment",
+        REGRESSION_SET_FAILED,
+        f"{environment.key} requires the regression set “{regression_set.name}” to pass, and "
+        f"it has no members left (removed, or expired after its {regression_set.retention_days} "
+        "days of retention): it checks nothing. Keep a request in it again, or have an "
+        f"administrator make it not required in {environment.key} (the set's page).",
+    )
 
 
 def _failing_words(result: checks.MemberResult) -> str:

@@ -98,6 +98,12 @@ class CheckRequest(StrictSerializer):
     sets = serializers.ListField(
         child=serializers.IntegerField(), required=False, help_text="Only these sets."
     )
+    output = serializers.ChoiceField(
+        choices=["json", "junit"],
+        default="json",
+        help_text="junit: the answer is JUnit XML (application/xml) for a CI job — a test "
+        "suite per set, a case per member and expectation, a failure naming what was decided.",
+    )
 
 
 class DecisionOut(serializers.Serializer):
@@ -138,16 +144,20 @@ class SetCheckOut(serializers.Serializer):
     name = serializers.CharField()
     strategy = serializers.CharField()
     checked = serializers.CharField(help_text="What was checked: v3, the body, a file's draft.")
-    outcome = serializers.ChoiceField(choices=list(checks.OUTCOMES))
+    outcome = serializers.ChoiceField(
+        choices=list(checks.SET_OUTCOMES),
+        help_text="empty: the set has no member left (removed or expired): it checks nothing, "
+        "and a set required somewhere refuses go-live there.",
+    )
     totals = TotalsOut()
     members = MemberResultOut(many=True)
 
 
 class CheckOut(serializers.Serializer):
     outcome = serializers.ChoiceField(
-        choices=list(checks.OUTCOMES),
+        choices=list(checks.SET_OUTCOMES),
         help_text="failed when any member failed; not_checkable when none failed but some "
-        "could not be judged; passed otherwise.",
+        "could not be judged; empty when a set has no member left; passed otherwise.",
     )
     sets = SetCheckOut(many=True)
 

@@ -418,10 +418,32 @@ def member_add(
 
 @service_transaction(durable=True)
 def member_remove(*, actor, member: Member) -> None:
+    """Remove a request from its set. Not the last one of a set some environment requires:
+    empty, the set would check nothing (409 at `member`; make it not required first). The
+    retention's purge cannot be refused: the go-live judgement refuses an empty required set."""
     regression_set = member.set
     check_user_can_manage_regressions(
         actor, regression_set.agent, target=set_target(regression_set)
     )
+    # The set locked, so two removals at once cannot both leave it empty.
+    locked = RegressionSet.objects.select_for_update().get(pk=regression_set.pk)
+    required = sorted(locked.required_in.values_list("key", flat=True))
+    if required and not locked.members.exclude(pk=member.pk).exists():
+        where = ", ".join(required)
+        raise Conflict(
+            f"{member.request_id} is the last request of “{locked.name}”, which {where} "
+            "requires: empty, the set would check nothing.",
+            code="last_member_of_required_set",
+            details=[
+                Finding(
+                    "member",
+                    "last_member_of_required_set",
+                    f"Make the set not required in {where} first (an administrator, on the "
+                    "set's page), or keep another request in it.",
+                )
+            ],
+            extra={"current": {"required_in": required, "members": 1}},
+        )
     before = member_state(member)
     member.delete()
     audit_record(

@@ -114,9 +114,16 @@ def _set_context(request, regression_set, version: int | None) -> dict:
 @require_POST
 @requires(Capability.VIEW_TRACES)
 def member_remove_page(request, agent: str, pk: int):
+    """Remove a request from its set; a refusal (the last request of a required set) shows
+    the set's page again with why at the member's row, nothing removed."""
     member = selectors.member_get(agent=request.agent, pk=pk)
     set_id = member.set_id
-    services.member_remove(actor=request.user, member=member)
+    try:
+        services.member_remove(actor=request.user, member=member)
+    except ApplicationError as exc:
+        context = _set_context(request, member.set, None)
+        context.update(remove_error=exc, remove_member=member.pk)
+        return TemplateResponse(request, "regressions/set.html", context, status=exc.status)
     return HttpResponseRedirect(
         reverse("regression-set-detail", kwargs={"agent": agent, "pk": set_id})
     )

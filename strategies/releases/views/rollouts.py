@@ -210,6 +210,9 @@ def _rollout_context(request, rollout, *, error=None) -> dict:
         "error": error,
         "can_watch_rollback": rollout_allows(rollout, "watch_rollback")
         and user_can(request.user, Capability.ROLLBACK, request.agent),
+        # The regression sets against the version rolled out, as the start page showed them
+        # (issue 35): on the whole page only, not on each poll of its status part.
+        "regressions": None if request.htmx else version_regressions(request, rollout.version),
     }
 
 

@@ -1,7 +1,7 @@
 """Check a configuration file (config as code) against the regression sets of its agent and
 write JUnit XML: `manage.py regression_check agent.json --junit out.xml`. Exit 1 when a
-member fails (and, with --strict, when one cannot be judged), so a CI job gates the pull
-request. The same selectors as the check API; reading the kept requests is in the access log.
+member fails (and, with --strict, when one cannot be judged or a set has no member left), so
+a CI job gates the pull request. The same selectors as the check API; reading the kept requests is in the access log.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ class Command(BaseCommand):
         parser.add_argument("file", help="The agent's configuration file (config as code).")
         parser.add_argument("--junit", dest="junit_path", help="Write JUnit XML here.")
         parser.add_argument(
-            "--strict", action="store_true", help="Fail also when a member is not checkable."
+            "--strict",
+            action="store_true",
+            help="Fail also when a member is not checkable or a set is empty.",
         )
 
     def handle(self, *args, file, junit_path=None, strict=False, **options):
@@ -50,6 +52,12 @@ class Command(BaseCommand):
         outcome = selectors.overall_outcome(found)
         for set_check in found:
             t = set_check.totals
+            if set_check.outcome == checks.EMPTY:
+                self.stdout.write(
+                    f"{set_check.regression_set.name} ({set_check.label}): EMPTY — "
+                    f"{junit.EMPTY_MESSAGE.removeprefix('empty: ')}"
+                )
+                continue
             self.stdout.write(
                 f"{set_check.regression_set.name} ({set_check.label}): {t.passed} passed, "
                 f"{t.failed} failed, {t.not_checkable} not checkable"
@@ -63,5 +71,5 @@ class Command(BaseCommand):
                         )
         if not found:
             self.stdout.write(f"{agent.key} has no regression sets of the file's strategies.")
-        if outcome == checks.FAILED or (strict and outcome == checks.NOT_CHECKABLE):
+        if outcome == checks.FAILED or (strict and outcome != checks.PASSED):
             sys.exit(1)
