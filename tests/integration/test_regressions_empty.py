@@ -151,6 +151,10 @@ def test_pages_and_api__an_empty_set_shows_empty_not_passed(client, people):
     own = client.get(f"/agents/{AGENT}/regression-sets/{regression_set.pk}/").content.decode()
     assert 'id="set-empty" data-outcome="empty"' in own
     assert "prod requires it no version goes live there" in own
+    # The agent's list of sets: empty, and where it is required, at a glance
+    listed = client.get(f"/agents/{AGENT}/regression-sets/").content.decode()
+    assert 'data-outcome="empty"' in listed
+    assert 'data-required-in="prod"' in listed
 
 
 def test_junit__an_empty_set_is_a_skipped_case_saying_empty__strict_fails(client, people, tmp_path):

@@ -25,7 +25,7 @@ from traces.regressions import checks, selectors, services
 @require_GET
 @requires(Capability.VIEW_TRACES)
 def set_list_page(request, agent: str):
-    sets = list(selectors.regression_sets(agent=request.agent))
+    sets = list(selectors.regression_sets(agent=request.agent).prefetch_related("required_in"))
     context = {
         "agent": request.agent,
         "sets": sets,
