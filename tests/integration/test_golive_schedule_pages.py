@@ -339,3 +339,15 @@ def test_rollout_start_page__schedule__saved_with_its_plan_past_refused_at_the_f
     assert planned.kind == ScheduledGoLive.Kind.ROLLOUT_START
     assert planned.plan == "staged" and planned.unit == "principal"
     assert planned.run_at == NOON + timedelta(hours=2)
+
+
+def test_releases_page__countdown_reads_the_rules_clock_not_the_wall(client, world):
+    """The schedule runs by the rules' clock; its countdown must say the same time is left."""
+    client.force_login(world.ops)
+    schedule(client, local(NOON + timedelta(hours=3)))
+
+    page = client.get("/releases/").content.decode()
+
+    countdown = re.search(r"<span data-countdown>(.*?)</span>", page).group(1)
+    # (the set clock moves on with real time: a second later it is 2 hours, 59 minutes)
+    assert countdown.replace("\xa0", " ") in ("in 3 hours", "in 2 hours, 59 minutes")

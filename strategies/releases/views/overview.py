@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.template.response import TemplateResponse
 from django.views.decorators.http import require_http_methods
 
+from console.kernel import clock
 from console.kernel.policy import Capability, agents_where, user_can, user_can_cancel_schedule
 from strategies.catalog.selectors import environment_list
 from strategies.releases import selectors
@@ -42,6 +43,8 @@ def overview(request):
         {
             # What is scheduled, and each environment's freeze / change-hours window now.
             "scheduled": scheduled,
+            # The countdowns read the rules' clock (console.kernel.clock), as the schedules do.
+            "now": clock.now(),
             "calendars": [(env, calendar_summary(env)) for env in environments],
             # Admins edit an environment's calendar (its freezes and change hours).
             "can_manage_calendars": user_can(request.user, Capability.MANAGE_CATALOG),
