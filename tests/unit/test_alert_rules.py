@@ -207,3 +207,24 @@ def test_delivered__fire_and_raise_send_fired_resolve_sends_resolved_lower_nothi
     assert rules.delivered("fire") == rules.delivered("raise") == "alert.fired"
     assert rules.delivered("resolve") == "alert.resolved"
     assert rules.delivered("lower") is None and rules.delivered(None) is None
+
+
+# --- what a silence held back, owed once it ends ------------------------------------------------
+@pytest.mark.parametrize(
+    ("notified", "level", "event"),
+    [
+        ("", "warning", "alert.fired"),  # fired under the silence, still firing
+        ("", "alert", "alert.fired"),
+        ("", "no_data", "alert.fired"),
+        ("", "ok", None),  # fired and resolved under the silence: nothing, ever
+        ("warning", "alert", "alert.fired"),  # rose under the silence
+        ("alert", "warning", None),  # lowered under the silence: a lower level sends nothing
+        ("alert", "alert", None),  # already told
+        ("warning", "ok", "alert.resolved"),  # told it fired, resolved under the silence
+        ("alert", "ok", "alert.resolved"),
+        ("ok", "ok", None),  # its resolve was sent already
+        ("ok", "warning", "alert.fired"),
+    ],
+)
+def test_owed__what_a_silence_held_back(notified, level, event):
+    assert rules.owed(notified, level) == event
