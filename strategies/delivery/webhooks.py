@@ -268,13 +268,32 @@ def deliveries_create(*, environment, payload: bytes, event: str = WEBHOOK_EVENT
     """Outbox rows for every active webhook of the environment that hears `event` (its
     `events`; webhooks registered before events existed hear release.changed only), inside
     the caller's transaction; the caller schedules `deliveries_send` after commit."""
+    return deliveries_create_many([(environment.pk, event, payload)])[0]
+
+
+def deliveries_create_many(items: list[tuple[int, str, bytes]]) -> list[list[int]]:
+    """`deliveries_create` for many bodies at once — (environment id, event, payload) each:
+    one read of the webhooks, one INSERT of every outbox row. Returns each item's row ids,
+    in order; the caller schedules one `deliveries_send` of them all after commit."""
+    if not items:
+        return []
     hooks = Webhook.objects.filter(
-        environment=environment, deleted_at__isnull=True, events__contains=[event]
-    )
-    rows = WebhookDelivery.objects.bulk_create(
-        [WebhookDelivery(webhook=hook, event=event, body=payload) for hook in hooks]
-    )
-    return [row.pk for row in rows]
+        environment_id__in={environment_id for environment_id, _, _ in items},
+        deleted_at__isnull=True,
+    ).only("pk", "environment_id", "events")
+    hearing: dict[tuple[int, str], list] = {}
+    for hook in hooks.order_by("pk"):
+        for event in hook.events:
+            hearing.setdefault((hook.environment_id, event), []).append(hook)
+    rows, owner = [], []
+    for i, (environment_id, event, payload) in enumerate(items):
+        for hook in hearing.get((environment_id, event), ()):
+            rows.append(WebhookDelivery(webhook=hook, event=event, body=payload))
+            owner.append(i)
+    out: list[list[int]] = [[] for _ in items]
+    for i, row in zip(owner, WebhookDelivery.objects.bulk_create(rows), strict=True):
+        out[i].append(row.pk)
+    return out
 
 
 def deliveries_send(delivery_ids: list[int]) -> None:

@@ -383,12 +383,6 @@ def higher(level: str, than: str) -> bool:
     return _RANK[level] > _RANK[than]
 
 
-def delivered(action: str | None) -> str | None:
-    """The webhook event an action sends (a silenced alert sends none): a new alert or a
-    higher level is `alert.fired`, a resolved one `alert.resolved`; a lower level nothing."""
-    return {FIRE: "alert.fired", RAISE: "alert.fired", RESOLVE: "alert.resolved"}.get(action or "")
-
-
 def owed(notified: str, level: str) -> str | None:
     """What a held alert owes its receivers once no silence covers it (Alertmanager sends a
     still-firing alert again when its silence ends): `notified` is the level last sent ('' —

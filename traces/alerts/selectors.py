@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
-from django.db.models import Q
 from django.utils import timezone
 
 from console.kernel.errors import NotFound
@@ -17,7 +16,7 @@ from strategies.documents.models import Document
 from traces.alerts import rules
 from traces.alerts.models import Alert, AlertRule, Silence
 from traces.models import Trace
-from traces.outcomes.models import Outcome
+from traces.outcomes.models import Outcome, OutcomeKind
 
 SAMPLE_REQUESTS = 5
 HISTORY_PAGE = 50
@@ -184,40 +183,89 @@ def baselines(
     return out
 
 
-def sample_requests(rule: AlertRule, *, start: datetime, end: datetime) -> tuple[list[str], str]:
-    """(a few request ids behind the value, newest first; the strategy they used): one
-    indexed query (traces by agent, environment, time; outcomes by environment, kind)."""
-    metric = rules.METRICS[rule.metric]
+# A few request ids behind each firing rule, newest first: one LATERAL probe of the traces'
+# (agent, environment, time) index per distinct (agent, environment, what, window).
+_SAMPLE_TRACES = """
+SELECT p.i, t.request_id, t.strategy
+FROM unnest(%(i)s::int[], %(agents)s::bigint[], %(environments)s::bigint[], %(modes)s::text[],
+            %(statuses)s::text[], %(starts)s::timestamptz[], %(ends)s::timestamptz[])
+     AS p(i, agent_id, environment_id, mode, status, since, until)
+CROSS JOIN LATERAL (
+    SELECT t.request_id, t.strategy FROM {trace} t
+    WHERE t.agent_id = p.agent_id AND t.environment_id = p.environment_id
+      AND t.occurred_at >= p.since AND t.occurred_at < p.until
+      AND CASE p.mode
+            WHEN 'status' THEN t.status = p.status
+            WHEN 'failed' THEN t.status NOT IN ('ready', 'degraded')
+            WHEN 'fallback' THEN t.config_fallback OR t.config_resolution NOT IN ('', 'fresh')
+            ELSE true END
+    ORDER BY t.occurred_at DESC LIMIT {limit}
+) AS t
+ORDER BY p.i
+"""
+# The same for outcome rates, on the outcomes' (environment, time) index.
+_SAMPLE_OUTCOMES = """
+SELECT p.i, o.request_id, ''
+FROM unnest(%(i)s::int[], %(agents)s::bigint[], %(environments)s::bigint[], %(kinds)s::text[],
+            %(starts)s::timestamptz[], %(ends)s::timestamptz[])
+     AS p(i, agent_id, environment_id, kind, since, until)
+CROSS JOIN LATERAL (
+    SELECT o.request_id FROM {outcome} o JOIN {kind} k ON k.id = o.kind_id
+    WHERE o.environment_id = p.environment_id AND o.agent_id = p.agent_id AND k.key = p.kind
+      AND o.occurred_at >= p.since AND o.occurred_at < p.until
+    ORDER BY o.occurred_at DESC LIMIT {limit}
+) AS o
+ORDER BY p.i
+"""
+
+
+def _sample_what(metric: rules.Metric) -> tuple[str, str, str]:
+    """(table: traces or outcomes; mode or outcome kind; status) of what samples a metric."""
     if metric.numerator.endswith(("_true", "_false")):
-        kind = metric.numerator.rsplit("_", 1)[0]
-        ids = list(
-            Outcome.objects.filter(
-                environment_id=rule.environment_id,
-                agent_id=rule.agent_id,
-                kind__key=kind,
-                occurred_at__gte=start,
-                occurred_at__lt=end,
-            )
-            .order_by("-occurred_at")
-            .values_list("request_id", flat=True)[:SAMPLE_REQUESTS]
-        )
-        return ids, ""
-    traces = Trace.objects.filter(
-        agent_id=rule.agent_id,
-        environment_id=rule.environment_id,
-        occurred_at__gte=start,
-        occurred_at__lt=end,
-    )
+        return "outcomes", metric.numerator.rsplit("_", 1)[0], ""
     if metric.status:
-        traces = traces.filter(status=metric.status)
-    elif metric.key == "failed":
-        traces = traces.exclude(status__in=("ready", "degraded"))
-    elif metric.key == "fallback_resolution":
-        traces = traces.filter(Q(config_fallback=True) | ~Q(config_resolution__in=("", "fresh")))
-    rows = list(
-        traces.order_by("-occurred_at").values_list("request_id", "strategy")[:SAMPLE_REQUESTS]
-    )
-    return [r for r, _ in rows], (rows[0][1] if rows else "")
+        return "traces", "status", metric.status
+    mode = {"failed": "failed", "fallback_resolution": "fallback"}.get(metric.key, "all")
+    return "traces", mode, ""
+
+
+def sample_requests_many(wanted: list[tuple[AlertRule, datetime, datetime]]) -> list:
+    """For each (rule, start, end): (a few request ids behind its value, newest first; the
+    strategy they used), in order. At most two queries for any number of rules (traces,
+    outcomes); rules asking the same thing share one probe."""
+    probes: dict[tuple, int] = {}
+    asked = []
+    for rule, start, end in wanted:
+        table, what, status = _sample_what(rules.METRICS[rule.metric])
+        key = (table, rule.agent_id, rule.environment_id, what, status, start, end)
+        asked.append(probes.setdefault(key, len(probes)))
+    found: dict[int, list] = defaultdict(list)
+    for table in ("traces", "outcomes"):
+        mine = [(i, key) for key, i in probes.items() if key[0] == table]
+        if not mine:
+            continue
+        params = {
+            "i": [i for i, _ in mine],
+            "agents": [k[1] for _, k in mine],
+            "environments": [k[2] for _, k in mine],
+            "starts": [k[5] for _, k in mine],
+            "ends": [k[6] for _, k in mine],
+        }
+        if table == "traces":
+            sql = _SAMPLE_TRACES.format(trace=Trace._meta.db_table, limit=SAMPLE_REQUESTS)
+            params |= {"modes": [k[3] for _, k in mine], "statuses": [k[4] for _, k in mine]}
+        else:
+            sql = _SAMPLE_OUTCOMES.format(
+                outcome=Outcome._meta.db_table,
+                kind=OutcomeKind._meta.db_table,
+                limit=SAMPLE_REQUESTS,
+            )
+            params["kinds"] = [k[3] for _, k in mine]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            for i, request_id, strategy in cursor.fetchall():
+                found[i].append((request_id, strategy))
+    return [([r for r, _ in found[i]], found[i][0][1] if found[i] else "") for i in asked]
 
 
 # --- what the pages and the API read --------------------------------------------------------------
@@ -237,6 +285,12 @@ def rule_get(*, agent, pk: int) -> AlertRule:
 
 def open_alerts(rule_ids) -> dict[int, Alert]:
     return {a.rule_id: a for a in Alert.objects.filter(rule_id__in=rule_ids, resolved_at=None)}
+
+
+def held_alerts() -> list[Alert]:
+    """Alerts a silence held a change back from (open or resolved since): few, one probe of a
+    partial index."""
+    return list(Alert.objects.filter(held=True).select_related("rule", "agent", "environment"))
 
 
 def history(*, agent, environment=None, rule=None, limit: int = HISTORY_PAGE, before_id=None):

@@ -160,7 +160,7 @@ def rule_update(
 
 def _resolve_open(rule: AlertRule, *, because: str, now: datetime) -> None:
     Alert.objects.filter(rule=rule, resolved_at=None).update(
-        resolved_at=now, resolved_because=because
+        resolved_at=now, resolved_because=because, held=False
     )
 
 
@@ -274,12 +274,26 @@ class Tick:
     deliveries: list[int] = field(default_factory=list)
 
 
+@dataclass
+class _Move:
+    """One rule's judgement in a tick and what it does to its alert (rules.step)."""
+
+    rule: AlertRule
+    judged: rules.Judgement
+    alert: Alert | None
+    action: str
+
+
 def alerts_evaluate(*, now: datetime | None = None) -> Tick:
     """Judge every enabled rule on the counters up to `now` (the beat task passes the
-    clock; tests pass their own) and move its alert: fire, raise or lower a level, resolve.
-    Reads: the rules, open alerts and silences, one query for every rule's counter minutes,
-    one for the baselines when a rule has one; writes only what changed. One tick at a time
-    (an advisory lock: a concurrent tick skips)."""
+    clock; tests pass their own) and move its alert: fire, raise or lower a level, resolve;
+    then send what is owed (rules.owed) — also what a silence that has ended held back.
+    Reads: the rules, open and held alerts and silences, one query for every rule's counter
+    minutes, one for the baselines when a rule has one; at fire time at most two for every
+    firing rule's sample requests. Writes in batches: one UPDATE of the rules whose level
+    changed, one INSERT of the alerts fired, one UPDATE of the alerts changed, one INSERT of
+    the outbox rows (queued once after commit). One tick at a time (an advisory lock: a
+    concurrent tick skips)."""
     now = now or timezone.now()
     tick = Tick()
     with transaction.atomic():
@@ -290,9 +304,14 @@ def alerts_evaluate(*, now: datetime | None = None) -> Tick:
                 return tick
         found = list(AlertRule.objects.filter(enabled=True).select_related("agent", "environment"))
         tick.rules = len(found)
-        if not found:
+        held = selectors.held_alerts()
+        if not found and not held:
             return tick
         opens = selectors.open_alerts([r.pk for r in found])
+        for rule in found:  # the payloads read these: no query per alert
+            if rule.pk in opens:
+                alert = opens[rule.pk]
+                alert.rule, alert.agent, alert.environment = rule, rule.agent, rule.environment
         silences = selectors.silences_active(now=now)
         spans: dict[tuple[int, int], int] = {}
         for rule in found:
@@ -305,6 +324,7 @@ def alerts_evaluate(*, now: datetime | None = None) -> Tick:
             need_baseline, before=now - timedelta(hours=1), strategies=strategies
         )
         until = selectors.minute_of(now)
+        moves, leveled = [], []
         for rule in found:
             counts = minutes[(rule.agent_id, rule.environment_id)]
             recent = None
@@ -316,69 +336,115 @@ def alerts_evaluate(*, now: datetime | None = None) -> Tick:
                 recent_traces=recent,
                 baseline=base.get((rule.agent_id, rule.environment_id)),
             )
-            _move(
-                rule,
-                judged,
-                opens.get(rule.pk),
-                now=now,
-                silences=silences,
-                tick=tick,
-                strategies=strategies,
-            )
+            if judged.level != rules.UNKNOWN and judged.level != rule.level:
+                rule.level, rule.level_since = judged.level, now
+                leveled.append(rule)
+            alert = opens.get(rule.pk)
+            action = rules.step(alert.current_level if alert else None, judged.level)
+            if action is not None:
+                moves.append(_Move(rule, judged, alert, action))
+        if leveled:
+            AlertRule.objects.bulk_update(leveled, ["level", "level_since"])
+        touched = _moves_apply(moves, now=now, silences=silences, tick=tick, strategies=strategies)
+        # What a silence held back: alerts not moved this tick, the silence maybe ended.
+        moved = {alert.pk for alert, _ in touched}
+        for alert in held:
+            if alert.pk not in moved:
+                touched.append((opens.get(alert.rule_id, alert) if alert.is_open else alert, None))
+        _owed_send(touched, now=now, silences=silences, tick=tick)
     return tick
 
 
-def _move(
-    rule, judged: rules.Judgement, alert: Alert | None, *, now, silences, tick: Tick, strategies
-):
-    if judged.level != rules.UNKNOWN and judged.level != rule.level:
-        rule.level, rule.level_since = judged.level, now
-        AlertRule.objects.filter(pk=rule.pk).update(level=judged.level, level_since=now)
-    action = rules.step(alert.current_level if alert else None, judged.level)
-    if action is None:
-        return
-    silence = selectors.silence_covering(rule, silences)
-    if action == rules.FIRE:
-        alert = _fire(
-            rule,
-            judged,
-            now=now,
-            silenced=silence is not None,
-            strategies=strategies.get(rule.agent_id, ()),
+def _moves_apply(moves: list[_Move], *, now, silences, tick: Tick, strategies) -> list:
+    """Fire, raise, lower and resolve the alerts of `moves`: the fired ones' sample requests
+    in at most two queries, one INSERT of them, one UPDATE of the others. Returns [(alert,
+    judgement)] of every alert moved."""
+    fires = [m for m in moves if m.action == rules.FIRE]
+    sampled = selectors.sample_requests_many(
+        [(m.rule, *_window(m.rule, now)) for m in fires if m.judged.level != rules.NO_DATA]
+    )
+    samples = iter(sampled)
+    created = []
+    for m in fires:
+        request_ids, document = [], ""
+        if m.judged.level != rules.NO_DATA:
+            request_ids, document = next(samples)
+        created.append(
+            _alert_new(
+                m.rule,
+                m.judged,
+                now=now,
+                request_ids=request_ids,
+                document=document or min(strategies.get(m.rule.agent_id, ()), default=""),
+                silenced=selectors.silence_covering(m.rule, silences) is not None,
+            )
         )
-        tick.fired.append(alert.pk)
-    elif action == rules.RESOLVE:
-        alert.resolved_at = now
-        alert.resolved_because = judged.words
-        alert.changes = [*alert.changes, _change(now, rules.OK, judged.value)]
-        alert.save(update_fields=["resolved_at", "resolved_because", "changes"])
-        tick.resolved.append(alert.pk)
-    else:  # RAISE / LOWER
-        alert.current_level = judged.level
-        if rules.higher(judged.level, alert.level):
-            alert.level = judged.level
-        alert.changes = [*alert.changes, _change(now, judged.level, judged.value)]
-        alert.save(update_fields=["current_level", "level", "changes"])
-        tick.changed.append(alert.pk)
-    event = rules.delivered(action)
-    if event and silence is None:
-        tick.deliveries += _deliver(alert, event=event, judged=judged, now=now)
+    Alert.objects.bulk_create(created)
+    tick.fired += [a.pk for a in created]
+    changed = []
+    for m in moves:
+        if m.action == rules.FIRE:
+            continue
+        alert, judged = m.alert, m.judged
+        if m.action == rules.RESOLVE:
+            alert.resolved_at = now
+            alert.resolved_because = judged.words
+            alert.changes = [*alert.changes, _change(now, rules.OK, judged.value)]
+            tick.resolved.append(alert.pk)
+        else:  # RAISE / LOWER
+            alert.current_level = judged.level
+            if rules.higher(judged.level, alert.level):
+                alert.level = judged.level
+            alert.changes = [*alert.changes, _change(now, judged.level, judged.value)]
+            tick.changed.append(alert.pk)
+        changed.append(alert)
+    if changed:
+        Alert.objects.bulk_update(
+            changed, ["resolved_at", "resolved_because", "current_level", "level", "changes"]
+        )
+    fired = iter(created)
+    return [(next(fired) if m.action == rules.FIRE else m.alert, m.judged) for m in moves]
+
+
+def _owed_send(touched: list, *, now, silences, tick: Tick) -> None:
+    """Send what each alert moved (or held) owes (rules.owed: from the level last sent to its
+    level now), in one INSERT of outbox rows queued once after commit; under a silence,
+    hold it back instead (`held`) until the silence ends."""
+    sending, marked = [], []
+    for alert, judged in touched:
+        level = rules.OK if alert.resolved_at else alert.current_level
+        event = rules.owed(alert.notified_level, level)
+        silence = selectors.silence_covering(alert.rule, silences)
+        if silence is not None:
+            if event and not alert.held:
+                alert.held = True
+                marked.append(alert)
+            continue
+        if event:
+            sending.append((alert, event, judged))
+            alert.notified_level = level
+        if event or alert.held:
+            alert.held = False
+            marked.append(alert)
+    if marked:
+        Alert.objects.bulk_update(marked, ["held", "notified_level"])
+    tick.deliveries += _deliver(sending, now=now)
+
+
+def _window(rule: AlertRule, now: datetime) -> tuple[datetime, datetime]:
+    """The rule's window at `now` as sample requests read it: [its first minute, now's next)."""
+    start = selectors.minute_of(now) - timedelta(minutes=rule.window_minutes - 1)
+    return start, now + timedelta(minutes=1)
 
 
 def _change(now: datetime, level: str, value) -> dict:
     return {"at": now.isoformat(), "level": level, "value": value}
 
 
-def _fire(rule: AlertRule, judged: rules.Judgement, *, now, silenced: bool, strategies=()) -> Alert:
-    start = selectors.minute_of(now) - timedelta(minutes=rule.window_minutes - 1)
-    request_ids, document = [], ""
-    if judged.level != rules.NO_DATA:
-        request_ids, document = selectors.sample_requests(
-            rule, start=start, end=now + timedelta(minutes=1)
-        )
-    if not document and strategies:  # the health page of the agent's first strategy
-        document = sorted(strategies)[0]
-    return Alert.objects.create(
+def _alert_new(
+    rule: AlertRule, judged: rules.Judgement, *, now, request_ids, document, silenced: bool
+) -> Alert:
+    return Alert(
         rule=rule,
         agent=rule.agent,
         environment=rule.environment,
@@ -389,7 +455,7 @@ def _fire(rule: AlertRule, judged: rules.Judgement, *, now, silenced: bool, stra
         threshold=judged.threshold,
         baseline=judged.baseline,
         traffic=judged.traffic,
-        window_start=start,
+        window_start=_window(rule, now)[0],
         window_end=now,
         document=document,
         request_ids=request_ids,
@@ -477,13 +543,18 @@ def alert_payload(alert: Alert, *, event: str, judged: rules.Judgement | None = 
     }
 
 
-def _deliver(alert: Alert, *, event: str, judged: rules.Judgement, now) -> list[int]:
-    """Outbox rows for the environment's webhooks that hear `event`, queued after commit
-    (the relay task queues again what a broker error lost)."""
-    body = alert_payload(alert, event=event, judged=judged)
-    body["occurred_at"] = now.isoformat()
-    payload = json.dumps(body, separators=(",", ":")).encode()
-    ids = webhooks.deliveries_create(environment=alert.environment, payload=payload, event=event)
+def _deliver(sending: list, *, now) -> list[int]:
+    """Outbox rows for the webhooks that hear each (alert, event, judgement) of `sending`, in
+    one INSERT; queued once after commit (the relay task queues again what a broker error
+    lost)."""
+    items = []
+    for alert, event, judged in sending:
+        body = alert_payload(alert, event=event, judged=judged)
+        body["occurred_at"] = now.isoformat()
+        items.append(
+            (alert.environment_id, event, json.dumps(body, separators=(",", ":")).encode())
+        )
+    ids = [pk for created in webhooks.deliveries_create_many(items) for pk in created]
     if ids:
         transaction.on_commit(lambda: webhooks.deliveries_send(ids), robust=True)
     return ids

@@ -4,25 +4,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('alerts', '0001_initial'),
-        ('strategies', '0020_schedules_and_freezes'),
+        ("alerts", "0001_initial"),
+        ("strategies", "0020_schedules_and_freezes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='alert',
-            name='held',
-            field=models.BooleanField(db_default=False, default=False, help_text='A silence held back a change: what is owed is sent once it ends.'),
+            model_name="alert",
+            name="held",
+            field=models.BooleanField(
+                db_default=False,
+                default=False,
+                help_text="A silence held back a change: what is owed is sent once it ends.",
+            ),
         ),
         migrations.AddField(
-            model_name='alert',
-            name='notified_level',
-            field=models.CharField(blank=True, db_default='', default='', help_text="The level last sent (alert.fired), 'ok' once resolved was sent; '' never.", max_length=10),
+            model_name="alert",
+            name="notified_level",
+            field=models.CharField(
+                blank=True,
+                db_default="",
+                default="",
+                help_text="The level last sent (alert.fired), 'ok' once resolved was sent; '' never.",
+                max_length=10,
+            ),
         ),
         migrations.AddIndex(
-            model_name='alert',
-            index=models.Index(condition=models.Q(('held', True)), fields=['rule'], name='alerts_alert_held'),
+            model_name="alert",
+            index=models.Index(
+                condition=models.Q(("held", True)), fields=["rule"], name="alerts_alert_held"
+            ),
         ),
     ]
