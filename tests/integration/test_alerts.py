@@ -308,3 +308,12 @@ def test_demo_traffic__order_service_down__every_request_misses_required_data(de
         for n in range(20)
     }
     assert statuses == {"missing_required_data"}
+
+
+@pytest.mark.parametrize("request_id", ["req-94", "a b/c?d#e%f", "ünï", "x:y@z~"])
+def test_alert_links__request_path__as_reverse_makes_it(request_id):
+    from django.urls import reverse
+
+    assert services._trace_path(request_id) == reverse(
+        "trace-detail", kwargs={"request_id": request_id}
+    )

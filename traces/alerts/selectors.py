@@ -184,7 +184,9 @@ def baselines(
 
 
 # A few request ids behind each firing rule, newest first: one LATERAL probe of the traces'
-# (agent, environment, time) index per distinct (agent, environment, what, window).
+# (agent, environment, time) index per distinct (agent, environment, what, window). The
+# bounds of all the windows, as constants, let the planner prune the day partitions: planned
+# over every partition, the query cost 15–90 ms of planning for 0.5 ms of work.
 _SAMPLE_TRACES = """
 SELECT p.i, t.request_id, t.strategy
 FROM unnest(%(i)s::int[], %(agents)s::bigint[], %(environments)s::bigint[], %(modes)s::text[],
@@ -194,6 +196,7 @@ CROSS JOIN LATERAL (
     SELECT t.request_id, t.strategy FROM {trace} t
     WHERE t.agent_id = p.agent_id AND t.environment_id = p.environment_id
       AND t.occurred_at >= p.since AND t.occurred_at < p.until
+      AND t.occurred_at >= %(first)s AND t.occurred_at < %(last)s
       AND CASE p.mode
             WHEN 'status' THEN t.status = p.status
             WHEN 'failed' THEN t.status NOT IN ('ready', 'degraded')
@@ -213,6 +216,7 @@ CROSS JOIN LATERAL (
     SELECT o.request_id FROM {outcome} o JOIN {kind} k ON k.id = o.kind_id
     WHERE o.environment_id = p.environment_id AND o.agent_id = p.agent_id AND k.key = p.kind
       AND o.occurred_at >= p.since AND o.occurred_at < p.until
+      AND o.occurred_at >= %(first)s AND o.occurred_at < %(last)s
     ORDER BY o.occurred_at DESC LIMIT {limit}
 ) AS o
 ORDER BY p.i
@@ -250,6 +254,8 @@ def sample_requests_many(wanted: list[tuple[AlertRule, datetime, datetime]]) -> 
             "environments": [k[2] for _, k in mine],
             "starts": [k[5] for _, k in mine],
             "ends": [k[6] for _, k in mine],
+            "first": min(k[5] for _, k in mine),
+            "last": max(k[6] for _, k in mine),
         }
         if table == "traces":
             sql = _SAMPLE_TRACES.format(trace=Trace._meta.db_table, limit=SAMPLE_REQUESTS)
