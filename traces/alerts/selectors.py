@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from console.kernel.errors import NotFound
@@ -143,7 +144,7 @@ def counter_minutes(
         "since": [until - timedelta(minutes=pairs[keys[i]] - 1) for i in index],
         "until": until,
     }
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:  # SET LOCAL
         cursor.execute("SET LOCAL jit = off")
         cursor.execute(_MINUTES, params)
         for agent_id, environment_id, minute, *sums in cursor.fetchall():
@@ -173,7 +174,7 @@ def baselines(
         "until": until,
     }
     out = {}
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:  # SET LOCAL
         cursor.execute("SET LOCAL jit = off")
         cursor.execute(_BASELINE, params)
         for agent_id, environment_id, *sums in cursor.fetchall():
@@ -293,10 +294,17 @@ def open_alerts(rule_ids) -> dict[int, Alert]:
     return {a.rule_id: a for a in Alert.objects.filter(rule_id__in=rule_ids, resolved_at=None)}
 
 
-def held_alerts() -> list[Alert]:
-    """Alerts a silence held a change back from (open or resolved since): few, one probe of a
-    partial index."""
-    return list(Alert.objects.filter(held=True).select_related("rule", "agent", "environment"))
+def open_and_held(rule_ids) -> tuple[dict[int, Alert], list[Alert]]:
+    """({rule id: its open alert}, the alerts a silence held a change back from — open or
+    resolved since; few, a partial index), in one query."""
+    found = Alert.objects.filter(Q(rule_id__in=rule_ids, resolved_at=None) | Q(held=True))
+    opens, held = {}, []
+    for alert in found.select_related("rule", "agent", "environment"):
+        if alert.resolved_at is None and alert.rule_id in rule_ids:
+            opens[alert.rule_id] = alert
+        if alert.held:
+            held.append(alert)
+    return opens, held
 
 
 def history(*, agent, environment=None, rule=None, limit: int = HISTORY_PAGE, before_id=None):

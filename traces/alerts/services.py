@@ -306,10 +306,9 @@ def alerts_evaluate(*, now: datetime | None = None) -> Tick:
                 return tick
         found = list(AlertRule.objects.filter(enabled=True).select_related("agent", "environment"))
         tick.rules = len(found)
-        held = selectors.held_alerts()
+        opens, held = selectors.open_and_held({r.pk for r in found})
         if not found and not held:
             return tick
-        opens = selectors.open_alerts([r.pk for r in found])
         for rule in found:  # the payloads read these: no query per alert
             if rule.pk in opens:
                 alert = opens[rule.pk]
@@ -350,7 +349,6 @@ def alerts_evaluate(*, now: datetime | None = None) -> Tick:
         # What a silence held back: alerts not moved this tick, the silence maybe ended.
         moved = {id(alert) for alert, _ in touched}
         for alert in held:
-            alert = opens.get(alert.rule_id, alert) if alert.is_open else alert
             if id(alert) not in moved and not selectors.silence_covering(alert.rule, silences):
                 touched.append((alert, None))
         sending = _owed(touched, silences=silences)
