@@ -27,7 +27,9 @@ RULE = {
 
 def load(*, stdout=None) -> None:
     agent = Agent.objects.get(key=AGENT)
-    if AlertRule.objects.filter(agent=agent, environment__key=ENVIRONMENT, name=RULE["name"]).exists():
+    if AlertRule.objects.filter(
+        agent=agent, environment__key=ENVIRONMENT, name=RULE["name"]
+    ).exists():
         return
     admin = get_user_model().objects.get(username="admin")
     services.rule_create(agent=agent, environment=ENVIRONMENT, values=RULE, actor=admin)
