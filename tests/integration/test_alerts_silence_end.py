@@ -80,6 +80,12 @@ def test_fired_under_a_silence__sent_once_at_the_next_tick_after_it_is_lifted(de
     alert = Alert.objects.get(rule=rule)
     assert alert.silenced and alert.held and alert.notified_level == ""
     assert heard.deliver() == []
+    # The on-call sees it held, on the page and in the API
+    demo.client.force_login(demo.world.admin)
+    page = demo.client.get("/agents/assistant_professional/alerts/").content.decode()
+    assert f'id="alert-{alert.pk}"' in page and "held until the silence ends" in page
+    (listed,) = demo.client.get("/api/v1/agents/assistant_professional/alerts").json()
+    assert (listed["held"], listed["notified_level"]) == (True, "")
     # When the silence is lifted while it still fires: the next tick sends it, once
     services.silence_lift(silence=quiet, actor=demo.world.admin, now=demo.at(2))
     demo.minute(2, order_fails=True)
@@ -92,6 +98,8 @@ def test_fired_under_a_silence__sent_once_at_the_next_tick_after_it_is_lifted(de
     assert bodies[0]["request_ids"] == alert.request_ids and bodies[0]["request_ids"]
     alert.refresh_from_db()
     assert not alert.held and alert.notified_level == "alert"
+    page = demo.client.get("/agents/assistant_professional/alerts/").content.decode()
+    assert "held until the silence ends" not in page
     # Then the following ticks send nothing more while it keeps firing
     for m in (3, 4, 5):
         demo.minute(m, order_fails=True)

@@ -46,6 +46,8 @@ def _alert_out(alert) -> dict:
         "request_ids": alert.request_ids,
         "changes": alert.changes,
         "silenced": alert.silenced,
+        "notified_level": alert.notified_level,
+        "held": alert.held,
         "links": services.alert_links(alert),
     }
 
