@@ -158,7 +158,8 @@ class Alert(models.Model):
 
 class Silence(models.Model):
     """No delivery for the alerts of a rule, or of an agent (in one environment or all),
-    until `ends_at`. Alerts are still recorded, marked silenced."""
+    until `ends_at`. Alerts are still recorded, marked silenced; what a silence held back is
+    sent once it ends (rules.owed)."""
 
     agent = models.ForeignKey("strategies.Agent", on_delete=models.PROTECT, related_name="+")
     environment = models.ForeignKey(

@@ -1,7 +1,8 @@
 """Writes of standing alerts: a rule's creation and change, silences (each audited, in the
 service's transaction), and the evaluator's tick (`alerts_evaluate`), which moves each
-enabled rule through rules.step and sends `alert.fired` / `alert.resolved` through the
-environment's signed webhooks (strategies.delivery's outbox), unless a silence covers it."""
+enabled rule through rules.step and sends what rules.owed says (`alert.fired` /
+`alert.resolved`) through the environment's signed webhooks (strategies.delivery's outbox);
+under a silence it holds that back, and sends it once the silence has ended."""
 
 from __future__ import annotations
 
@@ -171,7 +172,8 @@ def _resolve_open(rule: AlertRule, *, because: str, now: datetime) -> None:
 def silence_create(*, agent, values: dict, actor, now: datetime | None = None) -> Silence:
     """Silence the alerts of one rule, or of the agent in one environment or all, until
     `ends_at` (required, in the future, at most 30 days ahead), with a reason (required).
-    Alerts are still recorded, marked silenced, but not sent. Audited."""
+    Alerts are still recorded, marked silenced, but not sent: held, and sent (what is still
+    owed) at the first tick after the silence ends. Audited."""
     check_user_can_manage_alerts(actor, agent, target=("alert_silence", None, "create"))
     now = now or timezone.now()
     found: list[Finding] = []
@@ -245,7 +247,7 @@ def silence_state(silence: Silence) -> dict:
 
 @service_transaction
 def silence_lift(*, silence: Silence, actor, now: datetime | None = None) -> Silence:
-    """End a silence now (deliveries resume with the next change of level). Audited."""
+    """End a silence now: the next tick sends what it held back (rules.owed). Audited."""
     check_user_can_manage_alerts(actor, silence.agent, target=("alert_silence", silence.pk, "lift"))
     before = silence_state(silence)
     if silence.lifted_at is None:
