@@ -4,6 +4,7 @@ fired alert (one indexed query, at fire time only), and what the pages and the A
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -100,20 +101,32 @@ def minute_of(when: datetime) -> datetime:
 
 @dataclass
 class Minutes:
-    """The per-minute sums of one (agent, environment): {minute: {column: n}}."""
+    """The per-minute sums of one (agent, environment): {minute: {column: n}}. Filled first,
+    then read: every rule of the pair asks its window, so the first read keeps running sums
+    in minute order and each window is two lookups, not a walk over every minute."""
 
     by_minute: dict = field(default_factory=dict)
+    _running: tuple | None = field(default=None, repr=False, compare=False)
+
+    def _sums(self) -> tuple[list, list]:
+        if self._running is None:
+            order = sorted(self.by_minute)
+            running, totals = [0] * len(rules.COLUMNS), [(0,) * len(rules.COLUMNS)]
+            for minute in order:
+                row = self.by_minute[minute]
+                running = [n + row.get(c, 0) for n, c in zip(running, rules.COLUMNS, strict=True)]
+                totals.append(tuple(running))
+            self._running = (order, totals)
+        return self._running
 
     def window(self, until: datetime, minutes: int) -> dict[str, int]:
         """The sums of the `minutes` minutes ending with `until`'s minute (included: an
         alert should not wait for a minute to close)."""
-        start = until - timedelta(minutes=minutes - 1)
-        sums = dict.fromkeys(rules.COLUMNS, 0)
-        for minute, row in self.by_minute.items():
-            if start <= minute <= until:
-                for name, n in row.items():
-                    sums[name] += n
-        return sums
+        order, totals = self._sums()
+        low = bisect_left(order, until - timedelta(minutes=minutes - 1))
+        high = bisect_right(order, until)
+        spans = zip(totals[low], totals[high], strict=True)
+        return dict(zip(rules.COLUMNS, (b - a for a, b in spans), strict=True))
 
     def series(self, until: datetime, minutes: int) -> list[dict]:
         zero = dict.fromkeys(rules.COLUMNS, 0)
