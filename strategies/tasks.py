@@ -29,6 +29,14 @@ def deliver_webhook(self, delivery_id: int) -> str:
     return status
 
 
+@shared_task(name=webhooks.FAN_OUT_TASK, autoretry_for=())
+def deliver_webhooks(delivery_ids: list[int]) -> int:
+    """Many deliveries queued in one message (an alert tick firing dozens): one try message
+    each, as `deliveries_send` would have queued them one by one."""
+    webhooks.deliveries_send_each(delivery_ids)
+    return len(delivery_ids)
+
+
 @shared_task(name="strategies.flush_token_last_used", autoretry_for=())
 def flush_token_last_used() -> int:
     """Copy the runtime tokens' last-used times, and the refused attempts of revoked tokens,

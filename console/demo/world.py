@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from django.db import transaction
 
-from console.demo import documents, outcomes, previews, releases, traces, users
+from console.demo import alerts, documents, outcomes, previews, releases, traces, users
 
 # Users need the agents, releases the versions and users, traces the releases, outcomes
-# the traces (and the admin who declares their kinds).
-LOADERS = (documents, users, releases, traces, outcomes)
+# the traces (and the admin who declares their kinds); the demo alert rule, the admin.
+LOADERS = (documents, users, releases, traces, outcomes, alerts)
 # Once those are committed: the saved impact preview of the pending prod request, requested
 # and run through the previews' services (each request a transaction of its own).
 COMMITTED_LOADERS = (previews,)

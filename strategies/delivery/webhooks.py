@@ -65,6 +65,7 @@ MAX_TRIES = 5
 CLAIM_STALE_AFTER_SECONDS = 60.0
 EVENT = WEBHOOK_EVENT
 DELIVER_TASK = "strategies.deliver_webhook"
+FAN_OUT_TASK = "strategies.deliver_webhooks"  # many deliveries in one message (deliveries_send)
 # First retry after this many seconds, then doubling (10, 20, 40, 80). Tests shorten it.
 RETRY_BASE_SECONDS = float(os.environ.get("WEBHOOK_RETRY_BASE_SECONDS", "10"))
 BUSY = "busy"  # another task holds this try: nothing to do (not a delivery status)
@@ -268,21 +269,56 @@ def deliveries_create(*, environment, payload: bytes, event: str = WEBHOOK_EVENT
     """Outbox rows for every active webhook of the environment that hears `event` (its
     `events`; webhooks registered before events existed hear release.changed only), inside
     the caller's transaction; the caller schedules `deliveries_send` after commit."""
+    return deliveries_create_many([(environment.pk, event, payload)])[0]
+
+
+def deliveries_create_many(items: list[tuple[int, str, bytes]]) -> list[list[int]]:
+    """`deliveries_create` for many bodies at once — (environment id, event, payload) each:
+    one read of the webhooks, one INSERT of every outbox row. Returns each item's row ids,
+    in order; the caller schedules one `deliveries_send` of them all after commit."""
+    if not items:
+        return []
     hooks = Webhook.objects.filter(
-        environment=environment, deleted_at__isnull=True, events__contains=[event]
-    )
-    rows = WebhookDelivery.objects.bulk_create(
-        [WebhookDelivery(webhook=hook, event=event, body=payload) for hook in hooks]
-    )
-    return [row.pk for row in rows]
+        environment_id__in={environment_id for environment_id, _, _ in items},
+        deleted_at__isnull=True,
+    ).only("pk", "environment_id", "events")
+    hearing: dict[tuple[int, str], list] = {}
+    for hook in hooks.order_by("pk"):
+        for event in hook.events:
+            hearing.setdefault((hook.environment_id, event), []).append(hook)
+    rows, owner = [], []
+    for i, (environment_id, event, payload) in enumerate(items):
+        for hook in hearing.get((environment_id, event), ()):
+            rows.append(WebhookDelivery(webhook=hook, event=event, body=payload))
+            owner.append(i)
+    out: list[list[int]] = [[] for _ in items]
+    for i, row in zip(owner, WebhookDelivery.objects.bulk_create(rows), strict=True):
+        out[i].append(row.pk)
+    return out
 
 
 def deliveries_send(delivery_ids: list[int]) -> None:
-    """Queue one try of each delivery (the task is named, so this module needs no task import)."""
+    """Queue one try of each delivery (the task is named, so this module needs no task import).
+    Many at once (an alert tick firing dozens) go as one message, `FAN_OUT_TASK`, which a
+    worker turns into one try message each: the sender pays one broker round trip, not one
+    per delivery. A lost message is queued again by the relay (the outbox row is the truth)."""
+    if len(delivery_ids) > 1:
+        current_app.send_task(FAN_OUT_TASK, args=(list(delivery_ids),), queue=_queue())
+    else:
+        deliveries_send_each(delivery_ids)
+
+
+def deliveries_send_each(delivery_ids: list[int]) -> None:
+    """One try message per delivery, through one producer (one broker connection)."""
+    queue = _queue()
+    with current_app.producer_or_acquire() as producer:
+        for delivery_id in delivery_ids:
+            current_app.send_task(DELIVER_TASK, args=(delivery_id,), queue=queue, producer=producer)
+
+
+def _queue() -> str | None:
     # The queue is read at send time so a test can point it at its own worker.
-    queue = getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", None)
-    for delivery_id in delivery_ids:
-        current_app.send_task(DELIVER_TASK, args=(delivery_id,), queue=queue)
+    return getattr(settings, "CELERY_TASK_DEFAULT_QUEUE", None)
 
 
 # A pending delivery whose next try is this much overdue lost its message; the relay queues it.

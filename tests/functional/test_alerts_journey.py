@@ -1,7 +1,7 @@
 """Browser: the on-call operator sets a standing alert on context health (issue 35 item 4) —
 a threshold out of range is refused at its field with what was typed kept; the order service
-fails; the alert shows in the history with its request ids (to the trace) and the version
-health page; they silence the rule with a reason and an end."""
+fails; the alert shows in the history with its request ids (each with a copy button, each a
+link to the trace) and the version health page; they silence the rule with a reason and an end."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ import pytest
 from context_runtime.client import ConfigSnapshot
 from django.test import Client
 from django.utils import timezone
+from playwright.sync_api import expect
 
 from console.demo import traffic
 from tests.factories import post_batch, runtime_token
@@ -96,10 +97,25 @@ def test_oncall__creates_rule__order_service_fails__alert_in_history__silences_i
     assert "open" in history.first.inner_text()
     assert not layout_faults(page)
 
-    # Its request ids lead to the traces, its link to the version health page
-    request_link = history.first.locator("a[data-request-id]").first
-    request_id = request_link.get_attribute("data-request-id")
+    # Its request ids: each copied with one click (to paste into a ticket), each a link
+    request = history.first.locator("li[data-request-id]").first
+    request_id = request.get_attribute("data-request-id")
     assert request_id.startswith("order-down-")
+    assert history.first.locator("li[data-request-id] .copy-btn").count() == len(
+        set(
+            history.first.locator("li[data-request-id]").evaluate_all(
+                "items => items.map(i => i.dataset.requestId)"
+            )
+        )
+    )
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    copy = request.get_by_role("button", name=f"Copy request_id {request_id}")
+    copy.click()
+    expect(copy).to_have_text("Copied")
+    assert page.evaluate("navigator.clipboard.readText()") == request_id
+    # It leads to the trace, and the alert's link to the version health page
+    request_link = request.locator("a.copy-value")
+    assert request_link.inner_text() == request_id
     request_link.click()
     page.wait_for_url(re.compile(rf".*/traces/{request_id}/.*"))
     page.go_back()

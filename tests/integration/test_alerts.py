@@ -308,3 +308,34 @@ def test_demo_traffic__order_service_down__every_request_misses_required_data(de
         for n in range(20)
     }
     assert statuses == {"missing_required_data"}
+
+
+@pytest.mark.parametrize("request_id", ["req-94", "a b/c?d#e%f", "ünï", "x:y@z~"])
+def test_alert_links__request_path__as_reverse_makes_it(request_id):
+    from django.urls import reverse
+
+    assert services._trace_path(request_id) == reverse(
+        "trace-detail", kwargs={"request_id": request_id}
+    )
+
+
+def test_counter_window__running_sums__the_same_as_adding_every_minute_of_it():
+    from datetime import UTC, datetime
+
+    from traces.alerts import rules
+    from traces.alerts.selectors import Minutes
+
+    rng = random.Random(35)
+    until = datetime(2026, 12, 7, 4, 0, tzinfo=UTC)
+    for _ in range(50):
+        by_minute = {
+            until - timedelta(minutes=i): {c: rng.randint(0, 50) for c in rules.COLUMNS}
+            for i in rng.sample(range(120), rng.randint(0, 60))
+        }
+        counts = Minutes(by_minute=by_minute)
+        for minutes in (1, 2, 10, 60, 200):
+            for end in (until, until - timedelta(minutes=3)):
+                start = end - timedelta(minutes=minutes - 1)
+                inside = [row for m, row in by_minute.items() if start <= m <= end]
+                expected = {c: sum(row[c] for row in inside) for c in rules.COLUMNS}
+                assert counts.window(end, minutes) == expected

@@ -243,3 +243,31 @@ def test_webhook__receiver_always_down__five_tries_then_failed(worker):
     assert delivery.status == WebhookDelivery.Status.FAILED
     assert delivery.tries == 5 and len(receiver.calls) == 5
     assert WebhookAttempt.objects.filter(delivery=delivery, ok=False).count() == 5
+
+
+def test_webhooks__many_deliveries_queued_as_one_message__worker_tries_each(worker):
+    # Given three receivers of one environment, outbox rows for all of them in one INSERT
+    world = release_setup()
+    receivers = [Receiver([200]) for _ in range(3)]
+    try:
+        hooks = [
+            webhook_create(
+                environment=world.envs["sg-test"],
+                url=r.url,
+                events=["alert.fired"],
+                actor=world.admin,
+            )[0]
+            for r in receivers
+        ]
+        (ids,) = webhooks.deliveries_create_many(
+            [(world.envs["sg-test"].pk, "alert.fired", b'{"event":"alert.fired"}')]
+        )
+        assert len(ids) == 3
+        # When they are queued at once (one fan-out message), the worker delivers each once
+        webhooks.deliveries_send(ids)
+        for hook in hooks:
+            assert wait_for_outcome({"webhook": hook}).status == WebhookDelivery.Status.DELIVERED
+    finally:
+        for r in receivers:
+            r.close()
+    assert [len(r.calls) for r in receivers] == [1, 1, 1]

@@ -203,7 +203,22 @@ def test_step__each_transition(open_level, judged, action):
     assert step(open_level, judged) == action
 
 
-def test_delivered__fire_and_raise_send_fired_resolve_sends_resolved_lower_nothing():
-    assert rules.delivered("fire") == rules.delivered("raise") == "alert.fired"
-    assert rules.delivered("resolve") == "alert.resolved"
-    assert rules.delivered("lower") is None and rules.delivered(None) is None
+# --- what is sent: from the level last sent to the level now (also once a silence ends) ---------
+@pytest.mark.parametrize(
+    ("notified", "level", "event"),
+    [
+        ("", "warning", "alert.fired"),  # fired (or fired under the silence, still firing)
+        ("", "alert", "alert.fired"),
+        ("", "no_data", "alert.fired"),
+        ("", "ok", None),  # fired and resolved under the silence: nothing, ever
+        ("warning", "alert", "alert.fired"),  # rose (or rose under the silence)
+        ("alert", "warning", None),  # lowered: a lower level sends nothing
+        ("alert", "alert", None),  # already told
+        ("warning", "ok", "alert.resolved"),  # told it fired, resolved under the silence
+        ("alert", "ok", "alert.resolved"),
+        ("ok", "ok", None),  # its resolve was sent already
+        ("ok", "warning", "alert.fired"),
+    ],
+)
+def test_owed__what_a_silence_held_back(notified, level, event):
+    assert rules.owed(notified, level) == event

@@ -46,6 +46,8 @@ def _alert_out(alert) -> dict:
         "request_ids": alert.request_ids,
         "changes": alert.changes,
         "silenced": alert.silenced,
+        "notified_level": alert.notified_level,
+        "held": alert.held,
         "links": services.alert_links(alert),
     }
 
@@ -162,7 +164,8 @@ def alerts(request, agent: str):
     operation_id="alert_silences_create",
     summary="Silence alerts (Roll back on the agent; audited)",
     description="Of one rule, or of the agent in one environment or all, until `ends_at`, "
-    "with a reason. Silenced alerts are recorded (marked silenced), not sent.",
+    "with a reason. Silenced alerts are recorded (marked silenced), not sent: held, and "
+    "what is still owed is sent at the first evaluation after the silence ends.",
     request=serializers.AlertSilenceRequest,
     responses={201: serializers.AlertSilenceOut, **_ERRORS},
     tags=TAGS,

@@ -115,12 +115,26 @@ class Alert(models.Model):
     request_ids = models.JSONField(default=list, help_text="A few requests behind the value.")
     changes = models.JSONField(default=list, help_text="[{at, level, value}], oldest first.")
     silenced = models.BooleanField(default=False, help_text="Fired under a silence: not sent.")
+    notified_level = models.CharField(
+        max_length=10,
+        blank=True,
+        default="",
+        db_default="",
+        help_text="The level last sent (alert.fired), 'ok' once resolved was sent; '' never.",
+    )
+    held = models.BooleanField(
+        default=False,
+        db_default=False,
+        help_text="A silence held back a change: what is owed is sent once it ends.",
+    )
 
     class Meta:
         db_table = "alerts_alert"
         ordering = ["-fired_at", "-id"]
         indexes = [
             models.Index(fields=["agent", "-fired_at"], name="alerts_alert_agent_time"),
+            # Each tick reads the held alerts: few, so a partial index keeps that one probe.
+            models.Index(fields=["rule"], condition=Q(held=True), name="alerts_alert_held"),
         ]
         constraints = [
             # One open alert per rule: the evaluator's transitions rely on it.
@@ -144,7 +158,8 @@ class Alert(models.Model):
 
 class Silence(models.Model):
     """No delivery for the alerts of a rule, or of an agent (in one environment or all),
-    until `ends_at`. Alerts are still recorded, marked silenced."""
+    until `ends_at`. Alerts are still recorded, marked silenced; what a silence held back is
+    sent once it ends (rules.owed)."""
 
     agent = models.ForeignKey("strategies.Agent", on_delete=models.PROTECT, related_name="+")
     environment = models.ForeignKey(

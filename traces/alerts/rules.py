@@ -383,7 +383,16 @@ def higher(level: str, than: str) -> bool:
     return _RANK[level] > _RANK[than]
 
 
-def delivered(action: str | None) -> str | None:
-    """The webhook event an action sends (a silenced alert sends none): a new alert or a
-    higher level is `alert.fired`, a resolved one `alert.resolved`; a lower level nothing."""
-    return {FIRE: "alert.fired", RAISE: "alert.fired", RESOLVE: "alert.resolved"}.get(action or "")
+def owed(notified: str, level: str) -> str | None:
+    """What a held alert owes its receivers once no silence covers it (Alertmanager sends a
+    still-firing alert again when its silence ends): `notified` is the level last sent ('' —
+    never sent; OK — its resolve was sent), `level` its level now (OK once resolved).
+
+    Still firing, never sent or sent at a lower level: `alert.fired` (at its current level).
+    Resolved, and a fired was sent: `alert.resolved` (the receiver was told it fired).
+    Resolved and never sent, or nothing new (sent at this level or higher): nothing."""
+    if level == OK:
+        return "alert.resolved" if notified in FIRING else None
+    if notified in FIRING and not higher(level, notified):
+        return None
+    return "alert.fired"

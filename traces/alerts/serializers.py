@@ -92,6 +92,12 @@ class AlertOut(serializers.Serializer):
     request_ids = serializers.ListField(child=serializers.CharField())
     changes = serializers.ListField(child=serializers.DictField())
     silenced = serializers.BooleanField()
+    notified_level = serializers.CharField(
+        help_text="The level last sent to the webhooks ('ok': its resolve; '': never sent)."
+    )
+    held = serializers.BooleanField(
+        help_text="A silence holds a change back: what is owed is sent when it ends."
+    )
     links = AlertLinksOut()
 
 
