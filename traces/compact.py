@@ -14,14 +14,13 @@ small indexes; a column where every candidate has the default is nil; relevances
 exact in thousandths (as runtimes round them) are integers. Columns compress better than
 candidates one after the other: alike values sit together.
 
-`kinds` are 31-bit hashes of (source, decision, reason), no lookup table to keep: the
-search computes the same code, and the one in four billion chance that two kinds share a
-code is settled by checking the decoded candidates of the traces shown (`has_kind`).
+`exclusion_kinds` gives the trace's distinct (source, decision, reason) of the candidates
+not selected; the database numbers them in a small kind table (reasons are free text, so a
+hash of them would collide once there are thousands) and keeps the numbers in the array.
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import zlib
 from collections.abc import Iterable, Sequence
@@ -98,8 +97,9 @@ def _relevances(values: list) -> list:
     return [_RELEVANCE_SCALE, scaled]
 
 
-def encode(candidates: Sequence[wire.Candidate]) -> bytes:
-    """The candidates as one compact value (empty list included)."""
+def pack(candidates: Sequence[wire.Candidate]) -> bytes:
+    """The candidates' columns as MessagePack, not compressed (what `encode` deflates; a
+    shape that leaves compression to PostgreSQL stores this)."""
     columns: list = [len(candidates)]
     for name, how in _COLUMNS:
         values = [getattr(c, name) for c in candidates]
@@ -112,8 +112,18 @@ def encode(candidates: Sequence[wire.Candidate]) -> bytes:
             columns.append(_relevances(values))
         else:
             columns.append(values)
+    return _encoder.encode(columns)
+
+
+def unpack(packed: bytes) -> list[wire.Candidate]:
+    """The candidates of `pack`'s value."""
+    return _candidates(_decoder.decode(packed))
+
+
+def encode(candidates: Sequence[wire.Candidate]) -> bytes:
+    """The candidates as one compact value (empty list included)."""
     packer = zlib.compressobj(6, zlib.DEFLATED, -15, 9, zlib.Z_DEFAULT_STRATEGY, _ZDICT_1)
-    return bytes([FORMAT]) + packer.compress(_encoder.encode(columns)) + packer.flush()
+    return bytes([FORMAT]) + packer.compress(pack(candidates)) + packer.flush()
 
 
 def _column(name: str, how: str, stored, count: int) -> list:
@@ -130,6 +140,18 @@ def _column(name: str, how: str, stored, count: int) -> list:
     return stored
 
 
+def _candidates(columns: list) -> list[wire.Candidate]:
+    count, stored = columns[0], columns[1:]
+    fields = [
+        _column(name, how, column, count)
+        for (name, how), column in zip(_COLUMNS, stored, strict=True)
+    ]
+    names = [name for name, _ in _COLUMNS]
+    return [
+        wire.Candidate(**dict(zip(names, row, strict=True))) for row in zip(*fields, strict=True)
+    ]
+
+
 def decode(value: bytes) -> list[wire.Candidate]:
     """The candidates `encode` stored, in order, as the wire structs they were."""
     value = bytes(value)
@@ -137,45 +159,17 @@ def decode(value: bytes) -> list[wire.Candidate]:
         raise CompactError(f"not a compact candidate value (format {value[:1].hex() or '?'})")
     try:
         unpacker = zlib.decompressobj(-15, zdict=_DICTIONARIES[value[0]])
-        columns = _decoder.decode(unpacker.decompress(value[1:]) + unpacker.flush())
-        count, stored = columns[0], columns[1:]
-        fields = [
-            _column(name, how, column, count)
-            for (name, how), column in zip(_COLUMNS, stored, strict=True)
-        ]
+        return _candidates(_decoder.decode(unpacker.decompress(value[1:]) + unpacker.flush()))
     except (zlib.error, msgspec.DecodeError, ValueError, TypeError, IndexError) as error:
         raise CompactError(f"damaged compact candidate value: {error}") from error
-    names = [name for name, _ in _COLUMNS]
-    return [
-        wire.Candidate(**dict(zip(names, row, strict=True)))
-        for row in zip(*fields, strict=True)
-    ] if count else []
 
 
-def kind_code(source: str, decision: str, reason: str) -> int:
-    """The int4 code of one kind of exclusion: a 31-bit hash, the same in every process."""
-    digest = hashlib.blake2b(
-        f"{source}\x1f{decision}\x1f{reason}".encode(), digest_size=4
-    ).digest()
-    return int.from_bytes(digest, "big") & 0x7FFFFFFF
-
-
-def kinds(candidates: Iterable[wire.Candidate]) -> list[int]:
-    """The codes of the trace's kinds of exclusion (not selected), each once, in first
-    appearance: what the GIN-indexed array holds."""
-    seen: dict[int, None] = {}
+def exclusion_kinds(candidates: Iterable[wire.Candidate]) -> list[tuple[str, str, str]]:
+    """The trace's kinds of exclusion — (source, decision, reason) of the candidates not
+    selected — each once, in first appearance: what the search's array holds, as codes of
+    the kind table (the database's side, not this module's)."""
+    seen: dict[tuple[str, str, str], None] = {}
     for c in candidates:
         if c.decision != SELECTED:
-            seen.setdefault(kind_code(c.source, c.decision, c.reason))
+            seen.setdefault((c.source, c.decision, c.reason))
     return list(seen)
-
-
-def has_kind(candidates: Iterable[wire.Candidate], *, source="", decision="", reason="") -> bool:
-    """Whether a candidate matches the filter (blank parts match anything): the check that
-    settles a shared kind code."""
-    return any(
-        (not source or c.source == source)
-        and (not decision or c.decision == decision)
-        and (not reason or c.reason == reason)
-        for c in candidates
-    )
