@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 
 import msgspec
 from context_runtime import wire
+from msgspec.structs import astuple
 
 FORMAT = 1
 SELECTED = "selected"
@@ -77,13 +78,20 @@ class CompactError(ValueError):
     """A value this module did not write (or a format it does not know)."""
 
 
-def _words(values: list) -> list:
+_NAMES = tuple(name for name, _ in _COLUMNS)
+# The columns are the wire struct's fields in its order, so a row builds it positionally (a
+# third of the cost of keywords); a field added to the wire must be added here too.
+if wire.Candidate.__struct_fields__ != _NAMES:
+    raise ImportError("traces.compact: its columns are not wire.Candidate's fields")
+
+
+def _words(values) -> list:
     table: dict = {}
     indexes = [None if v is None else table.setdefault(v, len(table)) for v in values]
     return [list(table), indexes]
 
 
-def _relevances(values: list) -> list:
+def _relevances(values) -> list:
     """[scale, integers] when every relevance is exact in thousandths, else [0, floats]."""
     scaled = []
     for v in values:
@@ -92,7 +100,7 @@ def _relevances(values: list) -> list:
             continue
         n = round(v * _RELEVANCE_SCALE)
         if n / _RELEVANCE_SCALE != v or math.copysign(1.0, v) < 0:  # -0.0 kept as it is
-            return [0, values]
+            return [0, list(values)]
         scaled.append(n)
     return [_RELEVANCE_SCALE, scaled]
 
@@ -101,8 +109,9 @@ def pack(candidates: Sequence[wire.Candidate]) -> bytes:
     """The candidates' columns as MessagePack, not compressed (what `encode` deflates; a
     shape that leaves compression to PostgreSQL stores this)."""
     columns: list = [len(candidates)]
-    for name, how in _COLUMNS:
-        values = [getattr(c, name) for c in candidates]
+    rows = [astuple(c) for c in candidates]
+    by_field = zip(*rows, strict=True) if rows else [()] * len(_COLUMNS)
+    for (name, how), values in zip(_COLUMNS, by_field, strict=True):
         default = _DEFAULTS[name]
         if name != "id" and all(v == default and type(v) is type(default) for v in values):
             columns.append(None)  # every candidate has the default
@@ -142,14 +151,13 @@ def _column(name: str, how: str, stored, count: int) -> list:
 
 def _candidates(columns: list) -> list[wire.Candidate]:
     count, stored = columns[0], columns[1:]
+    if not count:
+        return []
     fields = [
         _column(name, how, column, count)
         for (name, how), column in zip(_COLUMNS, stored, strict=True)
     ]
-    names = [name for name, _ in _COLUMNS]
-    return [
-        wire.Candidate(**dict(zip(names, row, strict=True))) for row in zip(*fields, strict=True)
-    ]
+    return [wire.Candidate(*row) for row in zip(*fields, strict=True)]
 
 
 def decode(value: bytes) -> list[wire.Candidate]:

@@ -51,6 +51,7 @@ from traces import compact
 BENCH_DB = os.environ.get("BENCH_SHAPES_DB", "bench_storage_shapes")
 SHAPES = ("a", "b", "c", "d", "e")
 CHUNK = 2_000
+BULK = 2_000  # traces per bulk read (an impact preview's batch)
 CANDIDATES = 50
 
 DECISIONS = ["selected"] * 5 + ["irrelevant", "over_budget", "not_applicable", "not_fetched"]
@@ -548,6 +549,43 @@ def exclusion_list(cursor, shape: str, kind, since, until) -> int:
     return len(shown)
 
 
+def bulk_read(cursor, shape: str, first: int, count: int) -> int:
+    """What an impact preview reads: `count` consecutive traces' candidates in one query
+    (binary rows), each trace's as a list — today's rows as tuples, the others decoded."""
+    cursor.execute(
+        "SELECT trace_id, occurred_at FROM shapes.request_key WHERE environment_id = %s"
+        " AND request_id >= %s AND request_id < %s",
+        [1, f"gen-{first:08d}", f"gen-{first + count:08d}"],
+    )
+    keys = cursor.fetchall()
+    ids, low, high = [k[0] for k in keys], min(k[1] for k in keys), max(k[1] for k in keys)
+    if shape == "a":
+        cursor.execute(
+            f"SELECT trace_id, {A_SELECT} FROM shapes.a_candidate WHERE trace_id = ANY(%s)"
+            " AND occurred_at >= %s AND occurred_at <= %s ORDER BY trace_id, position",
+            [ids, low, high],
+            binary=True,
+        )
+        by_trace: dict[int, list] = {}
+        for row in cursor.fetchall():
+            by_trace.setdefault(row[0], []).append(row)
+        return len(by_trace)
+    column = ARRAY_COLUMNS_NAMES if shape == "b" else "candidates"
+    cursor.execute(
+        f"SELECT id, {column} FROM shapes.{shape}_trace WHERE id = ANY(%s)"
+        " AND occurred_at >= %s AND occurred_at <= %s ORDER BY id",
+        [ids, low, high],
+        binary=True,
+    )
+    rows = cursor.fetchall()
+    if shape == "b":
+        decoded = [from_arrays(row[1:]) for row in rows]
+    else:
+        decode = compact.unpack if shape == "c" else compact.decode
+        decoded = [decode(row[1]) for row in rows]
+    return len(decoded)
+
+
 def percentiles(times: list[float]) -> tuple[float, float]:
     times = sorted(times)
     return statistics.median(times), times[max(0, int(len(times) * 0.95) - 1)]
@@ -635,6 +673,14 @@ def main() -> None:
                 assert len(got) == CANDIDATES
                 pages[shape].append(elapsed)
 
+    bulk = dict.fromkeys(shapes, 0.0)
+    with conn.cursor() as cursor:
+        for first in range(0, min(args.traces, 10 * BULK), BULK):
+            for shape in shapes:
+                elapsed, read = timed(bulk_read, cursor, shape, first, BULK)
+                assert read == min(BULK, args.traces - first), (shape, read)
+                bulk[shape] += elapsed / 1000 / read
+
     until = now
     since = until - timedelta(days=1)
     lists = {(shape, which): [] for shape in shapes for which in ("common", "rare")}
@@ -653,9 +699,10 @@ def main() -> None:
     header = (
         f"{'shape':<6}{'B/trace':>9}{'+key':>8}{'vs a':>7}{'COPY tr/s':>11}{'vs a':>7}"
         f"{'page p50':>10}{'p95':>7}{'common p50':>12}{'p95':>7}{'rare p50':>10}{'p95':>7}"
-        f"{'drop day':>10}"
+        f"{'drop day':>10}{'bulk tr/s':>11}"
     )
     print(header)
+    bulk_batches = len(range(0, min(args.traces, 10 * BULK), BULK))
     for shape in shapes:
         per_trace = stored[shape] / args.traces
         rate = args.traces / spent[shape]
@@ -668,7 +715,7 @@ def main() -> None:
             f"{shape:<6}{per_trace:>9,.0f}{per_trace + key_bytes / args.traces:>8,.0f}{ratio}"
             f"{rate:>11,.0f}{rate_ratio}{page[0]:>8.2f}ms{page[1]:>7.2f}"
             f"{common[0]:>10.2f}ms{common[1]:>7.2f}{rare[0]:>8.2f}ms{rare[1]:>7.2f}"
-            f"{dropped[shape]:>8.0f}ms"
+            f"{dropped[shape]:>8.0f}ms{bulk_batches / bulk[shape]:>11,.0f}"
         )
     print("\nper trace, tables (heap + TOAST) / indexes:")
     for shape in shapes:
