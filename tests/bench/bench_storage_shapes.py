@@ -40,12 +40,15 @@ import random
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import get_args
 
 import orjson
 import psycopg
 from context_runtime import wire
 
-from tests.bench._database import BenchDatabase, print_machine
+from tests.bench import bench_traces
+from tests.bench._database import BenchDatabase, django_setup, print_machine
 from traces import compact
 
 BENCH_DB = os.environ.get("BENCH_SHAPES_DB", "bench_storage_shapes")
@@ -63,15 +66,8 @@ REASONS = {
     "not_applicable": "not for this task",
     "not_fetched": "provider timed out",
 }
-REASON_CODES = {
-    "selected": "required",
-    "irrelevant": "below_threshold",
-    "over_budget": "over_budget_optional",
-    "not_applicable": "provider_not_applicable",
-    "not_fetched": "provider_not_fetched",
-    "no_access": "provider_no_access",
-}
-OUTCOMES = {"not_applicable": "not_applicable", "not_fetched": "not_fetched"}
+REASON_CODES = {**bench_traces.REASON_CODES, "no_access": "provider_no_access"}
+OUTCOMES = bench_traces.OUTCOMES
 RARE = ("order_delivery", "no_access", "principal lacks the scope")  # 1 trace in 1,000
 COMMON = ("memory", "irrelevant", "older product introduction")
 ITEM_IDS = {
@@ -170,17 +166,7 @@ def chunk_traces(first: int, count: int, start: datetime, spacing: float, env_id
 
 
 # --- codes: the closed lists as int2, sources / reasons / kinds numbered in small tables --------
-DECISION_CODES = (
-    "selected",
-    "not_fetched",
-    "no_access",
-    "not_applicable",
-    "over_budget",
-    "dependency_missing",
-    "irrelevant",
-    "conflict",
-    "not_requested",
-)
+DECISION_CODES = get_args(wire.DecisionName)
 OUTCOME_CODES = ("fetched", "not_fetched", "no_access", "not_applicable")
 REASON_CODE_LIST = wire.REASON_CODES
 
@@ -286,58 +272,13 @@ def from_arrays(row) -> list[wire.Candidate]:
     ]
 
 
-def candidate_rows(trace_id, occurred_at, candidates):
-    """Shape a's rows, as traces.services.candidate_rows writes them."""
-    seen = set()
-    for position, c in enumerate(candidates):
-        kind = (c.source, c.decision, c.reason)
-        first = kind not in seen
-        seen.add(kind)
-        yield (
-            trace_id,
-            position,
-            c.id,
-            c.source,
-            c.version,
-            c.size,
-            c.required,
-            c.bundle or "",
-            c.decision,
-            c.reason,
-            c.outcome or "",
-            c.relevance,
-            orjson.dumps(c.depends_on).decode() if c.depends_on else "[]",
-            orjson.dumps(c.conflicts_with).decode() if c.conflicts_with else "[]",
-            c.note,
-            occurred_at,
-            first,
-            c.provider_bundle or "",
-            c.reason_code or "",
-        )
-
-
 def from_rows(rows) -> list[wire.Candidate]:
-    """Shape a's rows back to wire structs, as traces.replay.wire_candidate does."""
-    return [
-        wire.Candidate(
-            id=r[0],
-            source=r[1],
-            decision=r[6],
-            version=r[2],
-            size=r[3],
-            required=r[4],
-            bundle=r[5] or None,
-            reason=r[7],
-            outcome=r[8] or None,
-            relevance=r[9],
-            depends_on=tuple(r[10]),
-            conflicts_with=tuple(r[11]),
-            note=r[12],
-            provider_bundle=r[13] or None,
-            reason_code=r[14] or None,
-        )
-        for r in rows
-    ]
+    """Shape a's rows back to wire structs, by traces.replay.wire_candidate (on a stand-in
+    with the model's attribute names: the product builds model instances, dearer still)."""
+    from traces.replay import wire_candidate  # after django_setup
+
+    names = [name.strip() for name in A_SELECT.split(",")]
+    return [wire_candidate(SimpleNamespace(**dict(zip(names, r, strict=True)))) for r in rows]
 
 
 A_SELECT = (
@@ -403,6 +344,8 @@ def ensure_days(cursor, shapes, first_day, last_day) -> None:
 
 def write(conn, shape: str, traces) -> float:
     """COPY one chunk into a shape, rows built from the wire structs; seconds taken."""
+    from traces import services  # after django_setup
+
     started = time.perf_counter()
     with conn.transaction(), conn.cursor() as cursor:
         if shape == "a":
@@ -411,7 +354,8 @@ def write(conn, shape: str, traces) -> float:
                     copy.write_row(row)
             with cursor.copy(f"COPY shapes.a_candidate ({CANDIDATE_COLUMNS}) FROM STDIN") as copy:
                 for row, candidates in traces:
-                    for candidate_row in candidate_rows(row[0], row[4], candidates):
+                    trace = SimpleNamespace(candidates=candidates)
+                    for candidate_row in services.candidate_rows(trace, row[0], row[4]):
                         copy.write_row(candidate_row)
         else:
             if shape == "b":
@@ -626,6 +570,7 @@ def main() -> None:
     database = BenchDatabase(BENCH_DB)
     print_machine(f"database {BENCH_DB}, {args.traces:,} traces × {CANDIDATES} candidates")
     database.create()
+    django_setup(database.url)  # for traces.services' candidate rows (shape a)
     # Never prepared: each query planned with its values, as Django's client-side binding
     # does in the product (a generic plan for a time window over day partitions ANDs the
     # whole GIN and time bitmaps: 3 → 10–70 ms for a common kind, measured).
