@@ -143,7 +143,7 @@ def test_encode__fifty_realistic_candidates__under_a_kilobyte():
     assert compact.decode(value) == items
 
 
-def test_encode__no_candidates__decodes_to_none():
+def test_encode__no_candidates__decodes_to_an_empty_list():
     assert compact.decode(compact.encode([])) == []
 
 
