@@ -21,6 +21,7 @@ python -m tests.bench retention     # the purge of 100,000 expired traces: days 
 python -m tests.bench redaction     # ingest with the five built-in redaction rules on vs off
 python -m tests.bench alerts        # standing alerts: one evaluation tick of 100 rules at 1M traces/day
 python -m tests.bench regressions   # a draft checked against a regression set of 1,000 members
+python -m tests.bench storage_shapes # compact candidate storage: five table shapes side by side
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ BENCHES = {
     "retention": "tests.bench.bench_retention",
     "alerts": "tests.bench.bench_alerts",
     "regressions": "tests.bench.bench_regressions",
+    "storage_shapes": "tests.bench.bench_storage_shapes",
 }
 
 
