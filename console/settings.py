@@ -577,6 +577,14 @@ LOGGING = {
 # (https://stream.console.example) or ":<port>" (the console's host and scheme, that port);
 # empty: not advertised (runtimes poll, unless configured with a stream_url).
 STREAM_URL = (env("STREAM_URL", "") or "").rstrip("/")
+# The ingest server (console.ingest_server, docs/runtime-contract.md §3): where runtimes send
+# trace batches and outcomes when it runs apart (`make run`: INGEST_PORT), named in /healthz
+# and in the main web server's `ingest_busy` refusals ("" : the web server is the ingest
+# server too). On the main web server, at most INGEST_ON_WEB_CONCURRENCY ingest requests at a
+# time per process (0: none); one more gets 503 with Retry-After INGEST_RETRY_AFTER_SECONDS.
+INGEST_URL = (env("INGEST_URL", "") or "").rstrip("/")
+INGEST_ON_WEB_CONCURRENCY = env_count("INGEST_ON_WEB_CONCURRENCY", 1, minimum=0)
+INGEST_RETRY_AFTER_SECONDS = env_count("INGEST_RETRY_AFTER_SECONDS", 1, minimum=1)
 STREAM_HEARTBEAT_SECONDS = float(env("STREAM_HEARTBEAT_SECONDS", "15") or 15)
 STREAM_MAX_PER_TOKEN = env_count("STREAM_MAX_PER_TOKEN", 256, minimum=1)
 # Live runtime instances (heartbeats, docs/runtime-contract.md §2a) one runtime token may have;
