@@ -25,6 +25,7 @@ import urllib.request
 
 import orjson
 from django.conf import settings
+from django.db.backends.signals import connection_created
 from django.urls import reverse
 
 from console.kernel.errors import NotFound, Unavailable, error_headers
@@ -141,3 +142,32 @@ def _answers(url: str) -> bool:
             return response.status == 200
     except OSError:
         return False
+
+
+def lower_priority() -> None:
+    """In an ingest server's process: run at CPU priority INGEST_NICE (default 10) and ask the
+    same of each PostgreSQL backend it opens, so that when a flood of batches saturates the
+    cores, the web server's config reads (and PostgreSQL's backends serving them) are scheduled
+    first (docs/PERFORMANCE.md, issue 36). Raising one's own nice value needs no privilege; a
+    backend's works when the console runs as PostgreSQL's user, as root or with CAP_SYS_NICE
+    (make run's embedded PostgreSQL; a shared server on the same machine), and is skipped
+    otherwise — on another machine it does not matter."""
+    nice = settings.INGEST_NICE
+    if nice <= 0:
+        return
+    os.nice(nice)
+
+    def renice_backend(sender, connection, **kwargs) -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_backend_pid(), inet_server_addr() IS NULL OR "
+                    "inet_server_addr() = inet_client_addr()"
+                )
+                pid, local = cursor.fetchone()
+            if local:
+                os.setpriority(os.PRIO_PROCESS, pid, nice)
+        except Exception:  # noqa: BLE001 - a priority is a nicety, never a failure
+            return
+
+    connection_created.connect(renice_backend, weak=False)

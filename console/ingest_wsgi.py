@@ -14,9 +14,10 @@ os.environ["CONSOLE_SERVER_ROLE"] = "ingest"  # console.ingest_server.ROLE_ENV, 
 django_application = get_wsgi_application()
 
 # Django is set up only now (get_wsgi_application), so these imports come after it.
-from console.ingest_server import IngestOnly  # noqa: E402
+from console.ingest_server import IngestOnly, lower_priority  # noqa: E402
 from console.kernel.database_role import refuse_to_start_as_privileged_role  # noqa: E402
 
 refuse_to_start_as_privileged_role()
+lower_priority()
 
 application = IngestOnly(django_application)

@@ -585,6 +585,9 @@ STREAM_URL = (env("STREAM_URL", "") or "").rstrip("/")
 INGEST_URL = (env("INGEST_URL", "") or "").rstrip("/")
 INGEST_ON_WEB_CONCURRENCY = env_count("INGEST_ON_WEB_CONCURRENCY", 1, minimum=0)
 INGEST_RETRY_AFTER_SECONDS = env_count("INGEST_RETRY_AFTER_SECONDS", 1, minimum=1)
+# The ingest server's CPU priority (nice, 0–19; 0: as the web server): under a flood of batches
+# the config reads are scheduled first (console.ingest_server.lower_priority).
+INGEST_NICE = min(19, env_count("INGEST_NICE", 10, minimum=0))
 STREAM_HEARTBEAT_SECONDS = float(env("STREAM_HEARTBEAT_SECONDS", "15") or 15)
 STREAM_MAX_PER_TOKEN = env_count("STREAM_MAX_PER_TOKEN", 256, minimum=1)
 # Live runtime instances (heartbeats, docs/runtime-contract.md §2a) one runtime token may have;

@@ -46,6 +46,7 @@ OLD = Path(os.environ.get("BENCH_OLD_CHECKOUT", "/work/h-c-old"))
 AGENT = "assistant_professional"
 CONFIG_PATH = f"/api/v1/runtime/config/{AGENT}"
 TRACES_PATH = "/api/v1/runtime/traces"
+FLOOD_NICE = 10  # the load generator's CPU priority in (b): see flood_forever
 
 # Run by each checkout's own code on its own database: the agent, the environment and a token.
 SETUP = """
@@ -204,10 +205,10 @@ def config_phase(port: int, secret: str, seconds: float, flood=None) -> dict:
     sampler = multiprocessing.get_context("fork").Process(
         target=read_config, args=(port, secret, seconds, out)
     )
-    stop = threading.Event()
+    stop = multiprocessing.get_context("fork").Event()
     flooding = None
     if flood is not None:
-        flooding = threading.Thread(target=flood, args=(stop,))
+        flooding = multiprocessing.get_context("fork").Process(target=flood, args=(stop,))
         flooding.start()
         time.sleep(2)  # the flood at full speed first
     load = os.getloadavg()[0]
@@ -230,10 +231,13 @@ def config_phase(port: int, secret: str, seconds: float, flood=None) -> dict:
 
 def flood_forever(port: int, secret: str, template: list[bytes]):
     """A flood of batches: the template's bodies again and again, each time with new request
-    ids (the prefix `r000` renamed), by 4 clients until stopped; counts traces sent."""
-    sent = [0]
+    ids (the prefix `r000` renamed), by 4 clients until stopped, in a process of its own at a
+    low CPU priority (the runtimes sending batches are other machines in production; here they
+    would take the cores the web server answers on); counts traces sent."""
+    sent = multiprocessing.get_context("fork").Value("q", 0)
 
-    def flood(stop: threading.Event) -> None:
+    def flood(stop) -> None:
+        os.nice(FLOOD_NICE)
         generation = [0]
         lock = threading.Lock()
 
@@ -250,8 +254,8 @@ def flood_forever(port: int, secret: str, template: list[bytes]):
                 response = conn.getresponse()
                 response.read()
                 if response.status == 200:
-                    with lock:
-                        sent[0] += BATCH
+                    with sent.get_lock():
+                        sent.value += BATCH
 
         clients = [threading.Thread(target=client) for _ in range(CLIENTS)]
         for t in clients:
@@ -298,7 +302,9 @@ def main() -> None:
         )
         new_bodies = batch_bodies(payloads(args.traces, args.candidates, "new", start), "sdk")
         old_bodies = batch_bodies(payloads(args.traces, args.candidates, "old", start), "sdk")
-        ingest = Server(ROOT, new_db.url, "console.ingest_wsgi:application", 2, 2)
+        # (a) measures the code's speed: the ingest server at the web server's CPU priority,
+        # like bc039d9's (its INGEST_NICE matters only when something else wants the cores)
+        ingest = Server(ROOT, new_db.url, "console.ingest_wsgi:application", 2, 2, INGEST_NICE="0")
         old = Server(OLD, old_db.url, "console.wsgi:application", 2, 2)
         servers += [ingest, old]
         print(
@@ -328,6 +334,10 @@ def main() -> None:
         print(f"   this checkout's ingest server: {new_rate:>7,.0f} traces/s")
         print(f"   ratio: {new_rate / old_rate:.2f}× (target ≥ 1.5)")
 
+        ingest.stop()
+        servers.remove(ingest)
+        ingest = Server(ROOT, new_db.url, "console.ingest_wsgi:application", 2, 2)  # make run's
+        servers.append(ingest)
         web = Server(
             ROOT, new_db.url, "console.wsgi:application", 2, min(8, 2 * (os.cpu_count() or 1) + 1)
         )
@@ -343,7 +353,7 @@ def main() -> None:
         flood, sent = flood_forever(ingest.port, new_secret, template)
         started = time.perf_counter()
         busy = config_phase(web.port, new_secret, args.seconds, flood)
-        flood_rate = sent[0] / (time.perf_counter() - started)
+        flood_rate = sent.value / (time.perf_counter() - started)
         for label, r in (("idle", idle), ("under ingest", busy)):
             print(
                 f"   {label:<13} p50 {r['p50']:6.2f} ms · p99 {r['p99']:6.2f} ms · "
