@@ -19,6 +19,7 @@ queues) on its own; the read path's latency does not depend on it (docs/PERFORMA
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import urllib.request
@@ -35,6 +36,12 @@ INGEST_ROUTES = ("runtime-traces-ingest", "runtime-outcomes-report")
 # Set in the ingest server's processes (console.ingest_wsgi) before Django is set up: /healthz
 # says which server answered.
 ROLE_ENV = "CONSOLE_SERVER_ROLE"
+
+
+# The process's nice value once lower_priority ran (0: not lowered), and per thread whether
+# that thread was lowered.
+_nice = 0
+_lowered = threading.local()
 
 
 def ingest_paths() -> frozenset[str]:
@@ -67,6 +74,10 @@ class IngestOnly:
         self.paths = ingest_paths() | {reverse("healthz")}
 
     def __call__(self, environ, start_response):
+        if _nice and not getattr(_lowered, "done", False):
+            with contextlib.suppress(OSError):
+                os.setpriority(os.PRIO_PROCESS, 0, _nice)  # this thread
+            _lowered.done = True
         if environ.get("PATH_INFO", "") in self.paths:
             return self.app(environ, start_response)
         refusal = NotFound(
@@ -152,10 +163,16 @@ def lower_priority() -> None:
     backend's works when the console runs as PostgreSQL's user, as root or with CAP_SYS_NICE
     (make run's embedded PostgreSQL; a shared server on the same machine), and is skipped
     otherwise — on another machine it does not matter."""
+    global _nice
     nice = settings.INGEST_NICE
     if nice <= 0:
         return
-    os.nice(nice)
+    # Linux keeps a nice value per thread: every thread there is now (granian's own among
+    # them), and `IngestOnly` lowers each thread that serves a request later on its first.
+    for task in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, int(task), nice)
+    _nice = nice
 
     def renice_backend(sender, connection, **kwargs) -> None:
         try:
