@@ -242,6 +242,16 @@ class Launcher:
         except queue.Empty:  # optional: the console runs without it
             return ""
 
+    def granian(
+        self, interface: str, port: str, workers: str, options: list[str], app: str
+    ) -> subprocess.Popen:
+        """One of the servers: granian serving `app` on HOST:port."""
+        level = "info" if self.verbose else "warning"
+        return self.spawn(
+            "-m", "granian", "--interface", interface, "--host", self.host, "--port", port,
+            "--workers", workers, *options, "--log-level", level, app,
+        )  # fmt: skip
+
     def start_children(self) -> None:
         level = "INFO" if self.verbose else "WARNING"
         celery = ["-m", "celery", "-A", "console"] + ([] if self.verbose else ["--quiet"])
@@ -252,62 +262,32 @@ class Launcher:
             stdin=subprocess.PIPE,  # its only end of the pipe: EOF when this launcher is gone
             process_group=0,  # leads the children's group
         )
-        self.procs["web server"] = self.spawn(
-            "-m",
-            "granian",
-            "--interface",
+        self.procs["web server"] = self.granian(
             "wsgi",
-            "--host",
-            self.host,
-            "--port",
             self.port,
-            "--workers",
             os.environ.get("WEB_WORKERS", "2"),
             # granian's default is backlog/workers/2 threads per worker (256 here): under
             # polling load they fight over the GIL and triple the config read's p99; 1
             # serialises a slow page and the reads behind it (docs/PERFORMANCE.md). See
             # web_threads() for the default.
-            "--blocking-threads",
-            os.environ.get("WEB_THREADS", str(web_threads())),
-            "--log-level",
-            level.lower(),
+            ["--blocking-threads", os.environ.get("WEB_THREADS", str(web_threads()))],
             "console.wsgi:application",
         )
-        self.procs["stream server"] = self.spawn(
-            "-m",
-            "granian",
-            "--interface",
+        self.procs["stream server"] = self.granian(
             "asgi",
-            "--host",
-            self.host,
-            "--port",
             self.stream_port,
-            "--workers",
             os.environ.get("STREAM_WORKERS", "1"),
             # held connections, not requests: granian's default bound would refuse the 1001st
-            "--backpressure",
-            os.environ.get("STREAM_BACKPRESSURE", "10000"),
-            "--log-level",
-            level.lower(),
+            ["--backpressure", os.environ.get("STREAM_BACKPRESSURE", "10000")],
             "console.stream:application",
         )
-        self.procs["ingest server"] = self.spawn(
-            "-m",
-            "granian",
-            "--interface",
+        self.procs["ingest server"] = self.granian(
             "wsgi",
-            "--host",
-            self.host,
-            "--port",
             self.ingest_port,
-            "--workers",
             os.environ.get("INGEST_WORKERS", "2"),
-            # a batch is CPU and COPY, not waiting: one thread per worker beside the one that
+            # a batch is CPU and COPY: a second thread per worker parses while the first
             # waits on PostgreSQL (docs/PERFORMANCE.md, issue 36)
-            "--blocking-threads",
-            os.environ.get("INGEST_THREADS", "2"),
-            "--log-level",
-            level.lower(),
+            ["--blocking-threads", os.environ.get("INGEST_THREADS", "2")],
             "console.ingest_wsgi:application",
         )
         self.procs["worker"] = self.spawn(
@@ -346,24 +326,12 @@ class Launcher:
                 )
             time.sleep(0.5)
 
-    def web_answers(self) -> bool:
+    @staticmethod
+    def answers(url: str) -> bool:
+        """The server at `url` answers its /healthz (the stream server's: it LISTENs to
+        PostgreSQL's notifications)."""
         try:
-            with urllib.request.urlopen(f"{self.local_url}/healthz", timeout=3) as response:  # noqa: S310
-                return response.status == 200
-        except OSError:
-            return False
-
-    def ingest_answers(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.local_ingest_url}/healthz", timeout=3) as response:  # noqa: S310
-                return response.status == 200
-        except OSError:
-            return False
-
-    def stream_answers(self) -> bool:
-        """The stream server answers /healthz: it LISTENs to PostgreSQL's notifications."""
-        try:
-            with urllib.request.urlopen(f"{self.local_stream_url}/healthz", timeout=3) as response:  # noqa: S310
+            with urllib.request.urlopen(f"{url}/healthz", timeout=3) as response:  # noqa: S310
                 return response.status == 200
         except OSError:
             return False
@@ -453,9 +421,12 @@ class Launcher:
         print("Starting the web server, stream server, ingest server, worker and beat…", flush=True)
         self.start_children()
         deadline = time.monotonic() + READY_SECONDS
-        self.wait_until("web server", self.web_answers, deadline)
-        self.wait_until("stream server", self.stream_answers, deadline)
-        self.wait_until("ingest server", self.ingest_answers, deadline)
+        for what, url in (
+            ("web server", self.local_url),
+            ("stream server", self.local_stream_url),
+            ("ingest server", self.local_ingest_url),
+        ):
+            self.wait_until(what, lambda url=url: self.answers(url), deadline)
         self.wait_until("Celery worker and beat", self.celery_answers, deadline)
         traffic_line = self.start_demo_traffic() if self.demo else ""
         self.banner(demo_output, traffic_line)

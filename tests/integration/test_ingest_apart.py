@@ -9,35 +9,17 @@ from __future__ import annotations
 import json
 import threading
 import time
-import urllib.error
-import urllib.request
 
-import orjson
 import psycopg
 import pytest
 from context_runtime.reporter import TraceReporter
 
 from tests.engines import console_env, database_url
 from tests.factories import release_setup_serving, runtime_token, trace_payload
-from tests.runtime_sim import AGENT, ConsoleServer, wait_until
+from tests.runtime_sim import AGENT, ConsoleServer, runtime_call, wait_until
 from traces.models import Candidate, Trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _call(url: str, token: str, method: str = "GET", body: dict | None = None):
-    """(status, headers, body bytes) of one runtime request."""
-    request = urllib.request.Request(
-        url,
-        method=method,
-        data=None if body is None else orjson.dumps(body),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as resp:  # noqa: S310 - loopback
-            return resp.status, resp.headers, resp.read()
-    except urllib.error.HTTPError as refused:
-        return refused.code, refused.headers, refused.read()
 
 
 def test_ingest_server__batch_accepted_and_readable__nothing_else_served(tmp_path):
@@ -51,7 +33,7 @@ def test_ingest_server__batch_accepted_and_readable__nothing_else_served(tmp_pat
         base = f"{ingest.url}/api/v1/runtime"
         # When a runtime posts a batch there
         batch = {"traces": [trace_payload(request_id="apart-1"), trace_payload("apart-2")]}
-        status, _, body = _call(f"{base}/traces", token, "POST", batch)
+        status, _, body = runtime_call(f"{base}/traces", token, "POST", batch)
 
         # Then it is stored, candidates and all, and readable
         assert status == 200, body[:300]
@@ -60,10 +42,10 @@ def test_ingest_server__batch_accepted_and_readable__nothing_else_served(tmp_pat
         assert Candidate.objects.filter(trace=stored).count() == 3
         # And the ingest server serves nothing but ingest: a config read is a JSON 404 that
         # says where it is served; its /healthz says which server answered
-        status, headers, body = _call(f"{base}/config/{AGENT}", token)
+        status, headers, body = runtime_call(f"{base}/config/{AGENT}", token)
         assert status == 404 and headers["Content-Type"] == "application/json"
         assert "ingest server" in json.loads(body)["error"]["message"]
-        status, _, body = _call(f"{ingest.url}/healthz", token)
+        status, _, body = runtime_call(f"{ingest.url}/healthz", token)
         assert status == 200 and json.loads(body)["ingest"] == {"server": "ingest"}
     finally:
         ingest.stop()
@@ -94,7 +76,7 @@ def test_web_server__ingest_bound_full__503_retry_after_config_reads_answer_repo
         first: list = []
         slow = threading.Thread(
             target=lambda: first.append(
-                _call(f"{base}/traces", token, "POST", {"traces": [trace_payload("held")]})
+                runtime_call(f"{base}/traces", token, "POST", {"traces": [trace_payload("held")]})
             )
         )
         slow.start()
@@ -102,7 +84,7 @@ def test_web_server__ingest_bound_full__503_retry_after_config_reads_answer_repo
 
         # When another batch comes
         started = time.monotonic()
-        status, headers, body = _call(
+        status, headers, body = runtime_call(
             f"{base}/traces", token, "POST", {"traces": [trace_payload("refused")]}
         )
 
@@ -115,7 +97,7 @@ def test_web_server__ingest_bound_full__503_retry_after_config_reads_answer_repo
         assert set(error) >= {"code", "message", "details"}
         assert not Trace.objects.filter(request_id="refused").exists()
         # And a runtime's config read still answers meanwhile
-        assert _call(f"{base}/config/{AGENT}", token)[0] == 200
+        assert runtime_call(f"{base}/config/{AGENT}", token)[0] == 200
 
         # And the SDK's reporter, sent there, is refused, retries, and gets its trace stored
         # once the bound frees
