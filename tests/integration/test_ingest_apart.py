@@ -96,8 +96,13 @@ def test_web_server__ingest_bound_full__503_retry_after_config_reads_answer_repo
         assert error["code"] == "ingest_busy" and error["ingest_url"] == ingest_url
         assert set(error) >= {"code", "message", "details"}
         assert not Trace.objects.filter(request_id="refused").exists()
-        # And a runtime's config read still answers meanwhile
+        # And a runtime's config read still answers meanwhile; /healthz names the ingest
+        # server (down here: reported, not a failure; its address only for signed-in users)
         assert runtime_call(f"{base}/config/{AGENT}", token)[0] == 200
+        status, _, body = runtime_call(f"{web.url}/healthz", token)
+        assert json.loads(body)["ingest"] == {
+            "server": "web", "apart": True, "bound_on_web": 1, "answers": False
+        }  # fmt: skip
 
         # And the SDK's reporter, sent there, is refused, retries, and gets its trace stored
         # once the bound frees
