@@ -120,7 +120,7 @@ class Run:
 LAUNCHER_LINES = (
     "Starting the embedded PostgreSQL and Redis",
     "Preparing the database…",
-    "Starting the web server, stream server, worker and beat…",
+    "Starting the web server, stream server, ingest server, worker and beat…",
 )
 
 
