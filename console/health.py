@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db import connection
 
 from console.access.siem import health_summary
+from console.ingest_server import health_section as ingest_health
 from console.kernel.standby import health_section as standby_health
 
 # The beat's session-level advisory lock: (the console's lock class "CCSB", 1 = beat).
@@ -143,6 +144,9 @@ def health_report() -> tuple[bool, dict]:
         # The streaming standby (docs/scale-out.md): down or behind, its reads go to the
         # primary — reported, never a failure.
         "standby": standby_health(),
+        # The ingest server (console.ingest_server): apart from this one, and whether it
+        # answers — reported, never a failure (runtimes spool their batches meanwhile).
+        "ingest": ingest_health(),
         "duration_ms": round((time.perf_counter() - started) * 1000, 1),
     }
 
@@ -252,4 +256,6 @@ def health_public(report: dict) -> dict:
         },
         # why the standby is not used may name its host: signed-in users only
         "standby": {key: value for key, value in report["standby"].items() if key != "reason"},
+        # its address may name an internal host: signed-in users only
+        "ingest": {key: value for key, value in report["ingest"].items() if key != "url"},
     }

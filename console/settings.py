@@ -578,6 +578,23 @@ LOGGING = {
 # (https://stream.console.example) or ":<port>" (the console's host and scheme, that port);
 # empty: not advertised (runtimes poll, unless configured with a stream_url).
 STREAM_URL = (env("STREAM_URL", "") or "").rstrip("/")
+# The ingest server (console.ingest_server, docs/runtime-contract.md §3): where runtimes send
+# trace batches and outcomes when it runs apart (`make run`: INGEST_PORT), named in /healthz
+# and in the main web server's `ingest_busy` refusals ("" : the web server is the ingest
+# server too). On the main web server, at most INGEST_ON_WEB_CONCURRENCY ingest requests at a
+# time per process (0: none); one more gets 503 with Retry-After INGEST_RETRY_AFTER_SECONDS.
+# Unset, the bound is 1 where an ingest server runs apart (INGEST_URL) and none where it does
+# not (None): a console without one keeps taking every batch on its web server, as before.
+INGEST_URL = (env("INGEST_URL", "") or "").rstrip("/")
+INGEST_ON_WEB_CONCURRENCY: int | None = (
+    env_count("INGEST_ON_WEB_CONCURRENCY", 1 if INGEST_URL else 0, minimum=0)
+    if (INGEST_URL or os.environ.get("INGEST_ON_WEB_CONCURRENCY", "").strip())
+    else None
+)
+INGEST_RETRY_AFTER_SECONDS = env_count("INGEST_RETRY_AFTER_SECONDS", 1, minimum=1)
+# The ingest server's CPU priority (nice, 0–19; 0: as the web server): under a flood of batches
+# the config reads are scheduled first (console.ingest_server.lower_priority).
+INGEST_NICE = min(19, env_count("INGEST_NICE", 10, minimum=0))
 STREAM_HEARTBEAT_SECONDS = float(env("STREAM_HEARTBEAT_SECONDS", "15") or 15)
 STREAM_MAX_PER_TOKEN = env_count("STREAM_MAX_PER_TOKEN", 256, minimum=1)
 # Live runtime instances (heartbeats, docs/runtime-contract.md §2a) one runtime token may have;

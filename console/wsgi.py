@@ -32,6 +32,7 @@ from django.core.exceptions import DisallowedHost  # noqa: E402
 from django.core.handlers.wsgi import WSGIRequest  # noqa: E402
 from django.urls import reverse  # noqa: E402
 
+from console.ingest_server import IngestBound  # noqa: E402
 from console.kernel.database_role import refuse_to_start_as_privileged_role  # noqa: E402
 from strategies.delivery.config import mirror  # noqa: E402
 from strategies.runtime.api import MirroredConfig, config_mirrored  # noqa: E402
@@ -321,4 +322,6 @@ class ConfigDispatcher:
         return answer
 
 
-application = ConfigDispatcher(django_application)
+# The runtime ingest routes get a small bound here (console.ingest_server): a flood of trace
+# batches posted to this server cannot take the threads that answer config reads.
+application = IngestBound(ConfigDispatcher(django_application))

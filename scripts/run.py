@@ -1,7 +1,9 @@
 """Start the console: migrate, load demo data, then web server, worker and beat, and (in demo
 mode) the simulated demo traffic; print the banner once every one of them answers.
 
-PORT (default 8000) and HOST (default 127.0.0.1) pick the address; VERBOSE=1 shows the start-up
+PORT (default 8000) and HOST (default 127.0.0.1) pick the address (the config stream server
+on STREAM_PORT, default PORT + 1; the ingest server on INGEST_PORT, default PORT + 2, with
+INGEST_WORKERS processes, default 2); VERBOSE=1 shows the start-up
 logs of the web server, worker and beat (warnings only otherwise). Without DATABASE_URL /
 REDIS_URL the embedded PostgreSQL and Redis start (scripts/embedded.py), with data in `.data/`
 or `$CONSOLE_DATA_DIR`.
@@ -67,6 +69,9 @@ class Launcher:
         # The config stream server (console.stream, ASGI): runtimes hold their event streams
         # there, never in the web server's worker threads.
         self.stream_port = os.environ.get("STREAM_PORT", "").strip() or str(int(self.port) + 1)
+        # The ingest server (console.ingest_wsgi): runtimes' trace batches and outcomes, in
+        # processes of their own, so that they never take the threads answering config reads.
+        self.ingest_port = os.environ.get("INGEST_PORT", "").strip() or str(int(self.port) + 2)
         self.verbose = os.environ.get("VERBOSE", "").strip().lower() in {"1", "true", "yes"}
         self.demo = os.environ.get("CONSOLE_ENV", "development") != "production"
         self.embedded = False  # registered as a user of the embedded engines
@@ -100,9 +105,15 @@ class Launcher:
     def local_stream_url(self) -> str:
         return self.local_url.rsplit(":", 1)[0] + f":{self.stream_port}"
 
+    @property
+    def local_ingest_url(self) -> str:
+        return self.local_url.rsplit(":", 1)[0] + f":{self.ingest_port}"
+
     def port_problem(self) -> str | None:
-        return self._port_problem(self.port, "PORT=8002") or self._port_problem(
-            self.stream_port, "STREAM_PORT=8003"
+        return (
+            self._port_problem(self.port, "PORT=8003")
+            or self._port_problem(self.stream_port, "STREAM_PORT=8004")
+            or self._port_problem(self.ingest_port, "INGEST_PORT=8005")
         )
 
     def _port_problem(self, port_text: str, hint: str) -> str | None:
@@ -133,7 +144,16 @@ class Launcher:
 
     def child_env(self) -> dict[str, str]:
         env = dict(os.environ)
-        env.update(HOST=self.host, PORT=self.port, STREAM_PORT=self.stream_port)
+        env.update(
+            HOST=self.host,
+            PORT=self.port,
+            STREAM_PORT=self.stream_port,
+            INGEST_PORT=self.ingest_port,
+        )
+        # Where the web server says the ingest server is (/healthz, its `ingest_busy` answers),
+        # and where this machine's runtimes (the demo traffic) send their batches.
+        env.setdefault("INGEST_URL", self.local_ingest_url)
+        env.setdefault("CONTEXT_CONSOLE_INGEST_URL", self.local_ingest_url)
         # Advertised to runtimes in the config answers (X-Config-Stream): same host, this port.
         env.setdefault("STREAM_URL", f":{self.stream_port}")
         env.setdefault("CONSOLE_DEMO_TOKEN_FILE", str(embedded.DATA_DIR / "demo-runtime-token"))
@@ -222,6 +242,16 @@ class Launcher:
         except queue.Empty:  # optional: the console runs without it
             return ""
 
+    def granian(
+        self, interface: str, port: str, workers: str, options: list[str], app: str
+    ) -> subprocess.Popen:
+        """One of the servers: granian serving `app` on HOST:port."""
+        level = "info" if self.verbose else "warning"
+        return self.spawn(
+            "-m", "granian", "--interface", interface, "--host", self.host, "--port", port,
+            "--workers", workers, *options, "--log-level", level, app,
+        )  # fmt: skip
+
     def start_children(self) -> None:
         level = "INFO" if self.verbose else "WARNING"
         celery = ["-m", "celery", "-A", "console"] + ([] if self.verbose else ["--quiet"])
@@ -232,44 +262,33 @@ class Launcher:
             stdin=subprocess.PIPE,  # its only end of the pipe: EOF when this launcher is gone
             process_group=0,  # leads the children's group
         )
-        self.procs["web server"] = self.spawn(
-            "-m",
-            "granian",
-            "--interface",
+        self.procs["web server"] = self.granian(
             "wsgi",
-            "--host",
-            self.host,
-            "--port",
             self.port,
-            "--workers",
             os.environ.get("WEB_WORKERS", "2"),
             # granian's default is backlog/workers/2 threads per worker (256 here): under
             # polling load they fight over the GIL and triple the config read's p99; 1
             # serialises a slow page and the reads behind it (docs/PERFORMANCE.md). See
             # web_threads() for the default.
-            "--blocking-threads",
-            os.environ.get("WEB_THREADS", str(web_threads())),
-            "--log-level",
-            level.lower(),
+            ["--blocking-threads", os.environ.get("WEB_THREADS", str(web_threads()))],
             "console.wsgi:application",
         )
-        self.procs["stream server"] = self.spawn(
-            "-m",
-            "granian",
-            "--interface",
+        self.procs["stream server"] = self.granian(
             "asgi",
-            "--host",
-            self.host,
-            "--port",
             self.stream_port,
-            "--workers",
             os.environ.get("STREAM_WORKERS", "1"),
             # held connections, not requests: granian's default bound would refuse the 1001st
-            "--backpressure",
-            os.environ.get("STREAM_BACKPRESSURE", "10000"),
-            "--log-level",
-            level.lower(),
+            ["--backpressure", os.environ.get("STREAM_BACKPRESSURE", "10000")],
             "console.stream:application",
+        )
+        self.procs["ingest server"] = self.granian(
+            "wsgi",
+            self.ingest_port,
+            os.environ.get("INGEST_WORKERS", "2"),
+            # a batch is CPU and COPY: a second thread per worker parses while the first
+            # waits on PostgreSQL (docs/PERFORMANCE.md, issue 36)
+            ["--blocking-threads", os.environ.get("INGEST_THREADS", "2")],
+            "console.ingest_wsgi:application",
         )
         self.procs["worker"] = self.spawn(
             *celery,
@@ -307,17 +326,12 @@ class Launcher:
                 )
             time.sleep(0.5)
 
-    def web_answers(self) -> bool:
+    @staticmethod
+    def answers(url: str) -> bool:
+        """The server at `url` answers its /healthz (the stream server's: it LISTENs to
+        PostgreSQL's notifications)."""
         try:
-            with urllib.request.urlopen(f"{self.local_url}/healthz", timeout=3) as response:  # noqa: S310
-                return response.status == 200
-        except OSError:
-            return False
-
-    def stream_answers(self) -> bool:
-        """The stream server answers /healthz: it LISTENs to PostgreSQL's notifications."""
-        try:
-            with urllib.request.urlopen(f"{self.local_stream_url}/healthz", timeout=3) as response:  # noqa: S310
+            with urllib.request.urlopen(f"{url}/healthz", timeout=3) as response:  # noqa: S310
                 return response.status == 200
         except OSError:
             return False
@@ -404,11 +418,15 @@ class Launcher:
         problem = self.port_problem()  # again: the migrations took a while
         if problem:
             raise SystemExit(problem)
-        print("Starting the web server, stream server, worker and beat…", flush=True)
+        print("Starting the web server, stream server, ingest server, worker and beat…", flush=True)
         self.start_children()
         deadline = time.monotonic() + READY_SECONDS
-        self.wait_until("web server", self.web_answers, deadline)
-        self.wait_until("stream server", self.stream_answers, deadline)
+        for what, url in (
+            ("web server", self.local_url),
+            ("stream server", self.local_stream_url),
+            ("ingest server", self.local_ingest_url),
+        ):
+            self.wait_until(what, lambda url=url: self.answers(url), deadline)
         self.wait_until("Celery worker and beat", self.celery_answers, deadline)
         traffic_line = self.start_demo_traffic() if self.demo else ""
         self.banner(demo_output, traffic_line)
@@ -424,6 +442,10 @@ class Launcher:
         out.append(
             f"Config stream for runtimes at {self.local_stream_url}/api/v1/runtime/stream/<agent>"
         )
+        out.append(
+            f"Ingest server for runtimes' traces and outcomes at {self.local_ingest_url}/ "
+            "(CONTEXT_CONSOLE_INGEST_URL)"
+        )
         if self.host in ("0.0.0.0", "::"):  # noqa: S104
             out.append(f"  (listening on every address of this machine, port {self.port})")
         out += lines[cut:] + lines[:cut]  # the logins first, then the token and the rest
@@ -434,7 +456,7 @@ class Launcher:
             ]
         if self.embedded:
             out.append(f"Data: embedded PostgreSQL and Redis in {embedded.DATA_DIR}")
-        stops = "web server, stream server, worker, beat, demo traffic"
+        stops = "web server, stream server, ingest server, worker, beat, demo traffic"
         if self.embedded:
             stops += ", embedded PostgreSQL and Redis"
         out += [f"Press Ctrl-C to stop everything ({stops}).", rule, ""]

@@ -54,6 +54,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -386,6 +387,21 @@ def _stop_process(proc: subprocess.Popen | None, timeout: float = 15.0) -> None:
                 os.killpg(proc.pid, signal.SIGKILL)
         proc.kill()
         proc.wait(timeout=5)
+
+
+def runtime_call(url: str, token: str, method: str = "GET", body: dict | None = None):
+    """(status, headers, body bytes) of one runtime request to a console process."""
+    request = urllib.request.Request(
+        url,
+        method=method,
+        data=None if body is None else json.dumps(body).encode(),
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as resp:  # noqa: S310 - loopback
+            return resp.status, resp.headers, resp.read()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.headers, refused.read()
 
 
 class ConsoleServer:

@@ -234,8 +234,20 @@ def candidate_rows(trace: WireTrace, trace_id: int, occurred_at) -> list[tuple]:
     return rows
 
 
-def _copy(cursor, table: str, columns: str, rows) -> None:
+# The PostgreSQL types of CANDIDATE_COLUMNS as COPY writes them: given once, psycopg dumps each
+# value with that type's dumper instead of looking one up per value (the largest Python cost of
+# a batch: 4 µs a row before, 1.5 after, issue 36). `occurred_at` goes as the trace's text (str)
+# (formatted once per trace, not per candidate), parsed by PostgreSQL exactly.
+CANDIDATE_TYPES = (
+    "bigint", "smallint", "text", "text", "text", "integer", "boolean", "text", "text", "text",
+    "text", "float8", "text", "text", "text", "text", "boolean", "text", "text",
+)  # fmt: skip
+
+
+def _copy(cursor, table: str, columns: str, rows, types: tuple[str, ...] | None = None) -> None:
     with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+        if types is not None:
+            copy.set_types(types)
         for row in rows:
             copy.write_row(row)
 
@@ -422,7 +434,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
             _counters_record(environment, agent_ids, [], claims)
         return result
 
-    occurred = {row[0]: row[3] for row in traces}
+    occurred = {row[0]: str(row[3]) for row in traces}  # CANDIDATE_TYPES: as text
     with connection.cursor() as cursor:
         cursor.execute(_TEMP_TABLES)
         # Every accepted day has its partition (created ahead daily; an older day of a
@@ -443,6 +455,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
                 for trace_id, request_id in inserted
                 for row in candidate_rows(accepted[request_id], trace_id, occurred[request_id])
             ),
+            CANDIDATE_TYPES,
         )
     stored = {request_id for _, request_id in inserted}
     result.accepted = len(stored)

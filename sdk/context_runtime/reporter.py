@@ -95,6 +95,9 @@ __all__ = [
 logger = logging.getLogger("context_runtime.reporter")
 
 _ENVELOPE_CLOSE = b"]}"
+# The console's ingest server, when it runs apart from the one that answers config reads
+# (docs/runtime-contract.md §3): the reporter's default for ``ingest_url``.
+INGEST_URL_ENV = "CONTEXT_CONSOLE_INGEST_URL"
 _WAKE = None  # put on the queue to wake the sender (flush, close)
 _NULL = msgspec.Raw(b"null")
 _RESOLUTION_FIELDS = ("config_resolution", "config_age_seconds")
@@ -248,6 +251,11 @@ class TraceReporter:
     should be on a local disk that outlives the process (not a tmpfs); replicas with the same
     token may share one.
 
+    Traces and outcomes go to ``ingest_url`` when given, else to ``$CONTEXT_CONSOLE_INGEST_URL``
+    when set, else to ``base_url``: a console that serves ingest on its own port (``make run``:
+    INGEST_PORT, 8002) keeps trace batches away from the processes answering config reads. A
+    console answering 503 with Retry-After (its ingest bound is full) is retried after it.
+
     :meth:`report_outcome` reports how a request turned out, after the fact (RUNTIME_API
     §3b), through the same machinery: batched, retried, spooled (in ``spool_dir/outcomes``),
     delivered once.
@@ -282,6 +290,7 @@ class TraceReporter:
         spool_max_bytes: int = 256 * 1024 * 1024,
         spool_segment_bytes: int = 1024 * 1024,
         spool_fsync_interval: float | None = 1.0,
+        ingest_url: str | None = None,
     ):
         self._envelope_bytes = len(self._ENVELOPE_OPEN) + len(_ENVELOPE_CLOSE)
         if max_batch_bytes is None:
@@ -293,7 +302,10 @@ class TraceReporter:
         if not self._envelope_bytes < max_batch_bytes <= self._MAX_BYTES:
             raise ValueError(f"max_batch_bytes must be at most {self._MAX_BYTES:,}")
         self._base_url = base_url
-        self._url = http.runtime_url(base_url, self._PATH)
+        # Where batches go: the console's ingest server when it has one of its own (ingest_url,
+        # else CONTEXT_CONSOLE_INGEST_URL), else the console itself (base_url), as before.
+        self.ingest_url = ingest_url or os.environ.get(INGEST_URL_ENV, "").strip() or base_url
+        self._url = http.runtime_url(self.ingest_url, self._PATH)
         self._token = token
         self.max_queue = max_queue
         self.batch_size = batch_size
@@ -1132,6 +1144,7 @@ class _OutcomeReporter(TraceReporter):
         super().__init__(
             parent._base_url,
             parent._token,
+            ingest_url=parent.ingest_url,
             max_queue=parent.max_queue,
             batch_size=min(parent.batch_size, self._MAX_ITEMS),
             flush_interval=parent.flush_interval,

@@ -209,3 +209,49 @@ def test_report__same_mistake_at_other_positions__one_log_line_every_one_counted
     assert reporter.stats()["rejected"] == 6
     lines = [r.getMessage() for r in caplog.records if "rejected trace" in r.getMessage()]
     assert len(lines) == 1, lines
+
+
+# ---------------------------------------------------------------- the ingest server apart
+
+
+def test_ingest_url__traces_and_outcomes_go_there__config_console_gets_none(reporters):
+    """A console serving ingest on its own port (make run's INGEST_PORT): the reporter sends
+    its batches there, and the config console sees none of them."""
+    config_console, ingest_console = FakeConsole(), FakeConsole()
+    try:
+        reporter = TraceReporter(
+            config_console.url, TOKEN, ingest_url=ingest_console.url, spool_dir=None, **FAST
+        )
+        reporters.append(reporter)
+        assert reporter.ingest_url == ingest_console.url
+        for i in range(3):
+            reporter.report(trace(i))
+        reporter.report_outcome("req-0", "task_completed", True)
+        assert reporter.flush(timeout=5.0) and reporter._outcomes.flush(timeout=5.0)
+        assert sorted(ingest_console.stored) == ["req-0", "req-1", "req-2"]
+        assert len(ingest_console.outcomes) == 1
+        assert config_console.trace_posts == [] and config_console.outcomes == {}
+    finally:
+        config_console.close()
+        ingest_console.close()
+
+
+def test_ingest_url__from_the_environment__else_the_console_as_before(console, monkeypatch):
+    monkeypatch.setenv("CONTEXT_CONSOLE_INGEST_URL", "http://ingest.example:8002")
+    assert TraceReporter(console.url, TOKEN, spool_dir=None, **FAST).ingest_url == (
+        "http://ingest.example:8002"
+    )
+    monkeypatch.delenv("CONTEXT_CONSOLE_INGEST_URL")
+    assert TraceReporter(console.url, TOKEN, spool_dir=None, **FAST).ingest_url == console.url
+
+
+def test_ingest_busy__503_with_retry_after__retried_then_stored(console, reporters):
+    """The main web server's ingest bound answers 503 with Retry-After when full: the
+    reporter waits and sends again, nothing is lost."""
+    console.fail_next["traces"] = [503, 503]
+    reporter = TraceReporter(console.url, TOKEN, spool_dir=None, **FAST)
+    reporters.append(reporter)
+    reporter.report(trace(1))
+    assert reporter.flush(timeout=10.0)
+    assert list(console.stored) == ["req-1"]
+    assert reporter.stats()["retries"] == 2

@@ -10,6 +10,7 @@ the policy, so a button is shown only to whoever may use it.
 from __future__ import annotations
 
 from django import template
+from django.conf import settings
 from django.urls import reverse
 from django.utils.http import urlencode
 
@@ -35,6 +36,8 @@ def _connect(context, agent_key: str, environment=None) -> dict:
         "agent_key": agent_key,
         "environment": environment,
         "tokens_url": _tokens_url(request.user, environment),
+        # the ingest server, when the console runs one apart (docs/runtime-contract.md §3)
+        "ingest_url": settings.INGEST_URL,
     }
 
 

@@ -4,6 +4,7 @@ python -m tests.bench               # all of them
 python -m tests.bench config        # the runtime config endpoint
 python -m tests.bench dispatcher    # the config read inside the process (µs per request)
 python -m tests.bench traces        # trace ingest and lookup
+python -m tests.bench ingest_apart  # ingest server vs bc039d9, config p99 under ingest (issue 36)
 python -m tests.bench trace_keys    # the ingest's check for a key twice inside a trace
 python -m tests.bench replay        # the trace page's replay (50 candidates)
 python -m tests.bench engine        # the SDK's selection engine (50 and 500 candidates)
@@ -34,6 +35,7 @@ BENCHES = {
     "config": "tests.bench.bench_config",
     "dispatcher": "tests.bench.bench_dispatcher",
     "traces": "tests.bench.bench_traces",
+    "ingest_apart": "tests.bench.bench_ingest_apart",
     "redaction": "tests.bench.bench_redaction",
     "trace_keys": "tests.bench.bench_trace_keys",
     "replay": "tests.bench.bench_replay",

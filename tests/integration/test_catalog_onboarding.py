@@ -516,3 +516,19 @@ def test_environment_archived__no_new_runtime_token__until_unarchived(admin):
         name="uat", environment=env, capabilities=["config:read"], all_agents=True, actor=admin
     )
     assert token.environment == env
+
+
+def test_agent_page__console_with_an_ingest_server__snippet_sends_batches_there(
+    admin_client, admin, settings
+):
+    """Issue 36: a console running its ingest server apart says where runtimes send traces."""
+    settings.INGEST_URL = "https://ingest.console.example"
+    services.agent_create(key="assistant_returns", actor=admin)
+    EnvironmentFactory(key="returns-test")
+    snippet = _snippet(admin_client.get("/agents/assistant_returns/").content.decode())
+    assert 'INGEST_URL = "https://ingest.console.example"' in snippet
+    assert "TraceReporter(CONSOLE_URL, TOKEN, ingest_url=INGEST_URL)" in snippet
+    compile(snippet, "snippet.py", "exec")
+    settings.INGEST_URL = ""
+    snippet = _snippet(admin_client.get("/agents/assistant_returns/").content.decode())
+    assert "INGEST_URL" not in snippet and "TraceReporter(CONSOLE_URL, TOKEN)" in snippet

@@ -1,5 +1,5 @@
 """Issue 31 item 4, "Done when": trace batches and outcome batches of a running rollout, posted
-from 4 runtimes over real HTTP to a real web process for 60 s, beside the task that counts
+from 4 runtimes over real HTTP to a real ingest server process for 60 s, beside the task that counts
 the outcomes which came before their trace (in a thread with its own connection): every
 writer takes the counter rows (health minute and hour, rollout minute and hour, samples) in
 one order, so 0 deadlocks, 0 5xx, and every trace and every outcome counted exactly once.
@@ -76,11 +76,14 @@ def rollout_world():
 
 @pytest.fixture
 def web(rollout_world, settings, tmp_path):
-    """The console's web server as a real process, serving requests on several threads."""
+    """The console's ingest server (where runtimes send batches, issue 36) as a real process,
+    serving requests on several threads; the web server bounds ingest to one at a time."""
     env = console_env(
         GRANIAN_BLOCKING_THREADS="8",
     )
-    server = ConsoleServer(env, log_path=tmp_path / "web.log").start()
+    server = ConsoleServer(
+        env, app="console.ingest_wsgi:application", log_path=tmp_path / "ingest.log"
+    ).start()
     yield server
     server.stop()
 

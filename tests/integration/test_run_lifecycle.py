@@ -43,18 +43,20 @@ TOKEN = re.compile(r"^\s+(cc_rt_[A-Za-z0-9_-]+)\s*$", re.MULTILINE)
 
 
 def free_port() -> int:
-    """A free port whose next one is free too: `make run` puts the stream server on the web
-    port + 1 (STREAM_PORT), so both must be free or the start is refused."""
+    """A free port whose next two are free too: `make run` puts the stream server on the web
+    port + 1 (STREAM_PORT) and the ingest server on + 2 (INGEST_PORT), so all three must be
+    free or the start is refused."""
     for _ in range(50):
-        with socket.socket() as web, socket.socket() as stream:
+        with socket.socket() as web, socket.socket() as stream, socket.socket() as ingest:
             web.bind(("127.0.0.1", 0))
             port = web.getsockname()[1]
             try:
                 stream.bind(("127.0.0.1", port + 1))
+                ingest.bind(("127.0.0.1", port + 2))
             except OSError:
                 continue
             return port
-    raise RuntimeError("no two free ports in a row on 127.0.0.1")
+    raise RuntimeError("no three free ports in a row on 127.0.0.1")
 
 
 class Run:
@@ -118,7 +120,7 @@ class Run:
 LAUNCHER_LINES = (
     "Starting the embedded PostgreSQL and Redis",
     "Preparing the database…",
-    "Starting the web server, stream server, worker and beat…",
+    "Starting the web server, stream server, ingest server, worker and beat…",
 )
 
 

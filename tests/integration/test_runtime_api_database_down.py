@@ -5,33 +5,15 @@ console process (granian) on a PostgreSQL of this test's own, which the test sto
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 import uuid
 
-import orjson
 import pytest
 
 from tests.engines import child_env, own_postgres
 from tests.factories import release_setup_serving, runtime_token, trace_payload
-from tests.runtime_sim import AGENT, ConsoleServer
+from tests.runtime_sim import AGENT, ConsoleServer, runtime_call
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def _call(url: str, token: str, method: str = "GET", body: dict | None = None):
-    """(status, headers, body bytes) of one runtime request."""
-    request = urllib.request.Request(
-        url,
-        method=method,
-        data=None if body is None else orjson.dumps(body),
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as resp:  # noqa: S310 - loopback
-            return resp.status, resp.headers, resp.read()
-    except urllib.error.HTTPError as refused:
-        return refused.code, refused.headers, refused.read()
 
 
 def test_runtime_api__database_down_with_debug_on__answers_the_json_error_shape(
@@ -47,7 +29,7 @@ def test_runtime_api__database_down_with_debug_on__answers_the_json_error_shape(
         console = ConsoleServer(env, log_path=tmp_path / "web.log").start()
         try:
             base = f"{console.url}/api/v1/runtime"
-            status, _, _ = _call(f"{base}/config/{AGENT}", token)
+            status, _, _ = runtime_call(f"{base}/config/{AGENT}", token)
             assert status == 200
 
             # When its database stops
@@ -58,9 +40,9 @@ def test_runtime_api__database_down_with_debug_on__answers_the_json_error_shape(
             batch = {"traces": [trace_payload(request_id="during-outage")]}
             heartbeat = {"instance": "host-1:1", "sdk_version": "0.2.0", "agents": {}}
             answers = {
-                "traces": _call(f"{base}/traces", token, "POST", batch),
-                "heartbeat": _call(f"{base}/heartbeat", token, "POST", heartbeat),
-                "unknown address": _call(f"{base}/nowhere", token),
+                "traces": runtime_call(f"{base}/traces", token, "POST", batch),
+                "heartbeat": runtime_call(f"{base}/heartbeat", token, "POST", heartbeat),
+                "unknown address": runtime_call(f"{base}/nowhere", token),
             }
             for what, (_, headers, body) in answers.items():
                 assert headers["Content-Type"].startswith("application/json"), (what, body[:300])
