@@ -197,7 +197,10 @@ def test_webhook__broker_error_at_commit__relayed_when_overdue(world, redis_blip
     assert sent == [delivery.pk]
     queued = []
     monkeypatch.setattr(
-        webhooks.current_app, "send_task", lambda name, args, queue: queued.append(args)
+        # (sent through one shared producer now: `producer=` is the broker connection)
+        webhooks.current_app,
+        "send_task",
+        lambda name, args, queue, **producer: queued.append(args),
     )
     assert relay_webhook_deliveries() == 1  # the beat task, with its default grace
     assert queued == [(delivery.pk,)]
