@@ -9,7 +9,8 @@ indexes, the write path (COPY) and how to partition by time.
 from __future__ import annotations
 
 from django.conf import settings
-from django.contrib.postgres.indexes import BrinIndex
+from django.contrib.postgres.fields import ArrayField
+from django.contrib.postgres.indexes import BrinIndex, GinIndex
 from django.db import models
 from django.utils import timezone
 
@@ -129,6 +130,12 @@ class Trace(models.Model):
     # Issue 34.4: what the environment's redaction rules replaced at ingest, per rule
     # (`{"card": 2, "email": 1}`); null when nothing was (docs/data-protection.md).
     redactions = models.JSONField(null=True, blank=True)
+    # Issue 36: the candidates in one compact value (`traces.compact.encode`: ≈ 700 bytes for
+    # fifty, inline in the row) and the numbers (`CandidateKind`) of the trace's kinds of
+    # exclusion, GIN-indexed for "traces where S was excluded as D for R". Read through
+    # `traces.stored.trace_candidates`, never by hand.
+    packed_candidates = models.BinaryField(default=bytes, help_text="traces.compact.encode.")
+    kinds = ArrayField(models.IntegerField(), default=list, blank=True)
 
     class Meta:
         ordering = ["-occurred_at", "-id"]
@@ -155,6 +162,10 @@ class Trace(models.Model):
             # both columns grow with insertion order, and BRIN costs almost nothing to keep.
             BrinIndex(fields=["occurred_at"], name="trace_occurred_brin"),
             BrinIndex(fields=["received_at"], name="trace_received_brin"),
+            # The exclusion list: a common kind is found walking newest first and checking
+            # each row's kinds (stops after a page); a rare one off the GIN index.
+            models.Index(fields=["-occurred_at", "-id"], name="trace_time_id"),
+            GinIndex(fields=["kinds"], name="trace_kinds"),
         ]
 
     def __str__(self) -> str:
@@ -165,80 +176,24 @@ class Trace(models.Model):
         return self.snapshot_expires_at is not None
 
 
-class Candidate(models.Model):
-    """One item the runtime considered for a request, with its decision and reason.
+class CandidateKind(models.Model):
+    """A kind of exclusion — (source, decision, reason) of a candidate not selected — numbered
+    for the traces' `kinds` arrays (docs/capacity.md). Reasons are free text: a number from a
+    table, not a hash of them, so thousands of kinds never collide. Rows are only added."""
 
-    Keyed by (trace, position), numbered by ingest: no id column of its own, as a sequence
-    value and a unique index per candidate were a third of the cost of storing one.
-    """
-
-    pk = models.CompositePrimaryKey("trace_id", "position")
-    # No database FK: ingest inserts candidates only for the traces it has just inserted
-    # (one statement) and the purge deletes candidates first, while a checked FK would cost
-    # one trigger lookup per candidate row — 50,000 per batch.
-    trace = models.ForeignKey(
-        Trace,
-        on_delete=models.CASCADE,
-        related_name="candidates",
-        db_index=False,
-        db_constraint=False,
-    )
-    position = models.PositiveSmallIntegerField()
-    item_id = models.CharField(max_length=300)
+    id = models.AutoField(primary_key=True)  # int4: what `Trace.kinds` holds
     source = models.CharField(max_length=100, db_collation="C")
-    version = models.CharField(max_length=100, blank=True)
-    size = models.PositiveIntegerField(null=True, blank=True)
-    required = models.BooleanField(default=False)
-    bundle = models.CharField(max_length=100, blank=True)
-    decision = models.CharField(max_length=30, choices=Decision.choices, db_collation="C")
-    reason = models.CharField(max_length=200, blank=True)
-    # What the engine needs to replay this decision without the providers (optional).
-    outcome = models.CharField(max_length=20, blank=True, help_text="The provider's outcome.")
-    relevance = models.FloatField(null=True, blank=True)
-    depends_on = models.JSONField(default=list, blank=True)
-    conflicts_with = models.JSONField(default=list, blank=True)
-    note = models.CharField(max_length=200, blank=True, help_text="The provider's words.")
-    # `bundle` is the group the engine decided (bundles sharing an item merged, e.g.
-    # `policy-P7+terms`); the provider's own bundle is what a replay gives the engine.
-    provider_bundle = models.CharField(
-        max_length=100, blank=True, default="", db_default="", help_text="The provider's bundle."
-    )
-    reason_code = models.CharField(
-        max_length=30,
-        blank=True,
-        default="",
-        db_default="",
-        db_collation="C",
-        help_text="Why, from the closed list context_runtime.wire.REASON_CODES.",
-    )
-    # The trace's occurred_at: the partition key, so a trace's candidates share its day.
-    occurred_at = models.DateTimeField()
-    # One candidate per (source, decision, reason) of a trace carries the mark: "traces with
-    # such a candidate" needs only those, so the exclusion index holds one entry per trace and
-    # kind — not one per item (twenty old dialogue turns, all "irrelevant", are one entry).
-    first_of_kind = models.BooleanField(
-        default=True, help_text="The trace's first candidate with this source, decision, reason."
-    )
+    decision = models.CharField(max_length=30, db_collation="C")
+    reason = models.CharField(max_length=200, db_collation="C")
 
     class Meta:
-        ordering = ["trace", "position"]
-        indexes = [
-            # A trace's candidates. Not unique on (trace, position): ingest numbers them itself,
-            # and a plain index on one column deduplicates its 50 equal keys per trace into
-            # one posting list — a much smaller index, written faster.
-            models.Index(fields=["trace"], name="candidate_trace"),
-            # "Traces where source S was excluded as D for reason R": newest first, so the
-            # list reads its first page (and its capped count) off the index and stops.
-            # Only exclusions: selected items are most rows and are found by time instead.
-            models.Index(
-                fields=["source", "decision", "reason", "-occurred_at", "-trace"],
-                name="candidate_exclusion_time",
-                condition=models.Q(first_of_kind=True) & ~models.Q(decision="selected"),
-            ),
+        db_table = "traces_candidate_kind"
+        constraints = [
+            models.UniqueConstraint(fields=["source", "decision", "reason"], name="candidate_kind")
         ]
 
     def __str__(self) -> str:
-        return f"{self.item_id}: {self.decision}"
+        return f"{self.source} {self.decision}: {self.reason}"
 
 
 class RequestKey(models.Model):

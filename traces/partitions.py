@@ -1,4 +1,4 @@
-"""Daily range partitions of traces_trace and traces_candidate (docs/traces-storage.md).
+"""Daily range partitions of traces_trace (docs/traces-storage.md).
 
 Plain SQL on a connection, no models. Migration 0005 holds its own frozen copy of what it
 needs, so a change here does not change what that migration does.
@@ -9,7 +9,9 @@ from __future__ import annotations
 import re
 from datetime import UTC, date, datetime, timedelta
 
-PARENTS = ("traces_trace", "traces_candidate")
+PARENTS = ("traces_trace",)
+# traces_candidate's day partitions are matched too: a day its table (dropped by migration
+# 0013) left detached but not dropped is still found and dropped by the purge.
 _NAME = re.compile(r"^(traces_trace|traces_candidate)_p(\d{8})$")
 
 
@@ -38,7 +40,7 @@ def existing_days(cursor, parent: str) -> set[date]:
 
 
 def ensure_days(cursor, days) -> list[str]:
-    """Create the missing day partitions of both tables for `days`. Returns the names created."""
+    """Create the missing day partitions for `days`. Returns the names created."""
     created = []
     for parent in PARENTS:
         have = existing_days(cursor, parent)

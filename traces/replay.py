@@ -26,7 +26,7 @@ from console.kernel.errors import Conflict, NotFound, ValidationFailed
 from console.kernel.policy import check_user_can_replay_trace, user_can_replay_trace
 from strategies.documents.models import Document, Version
 from strategies.releases.models import Release
-from traces.models import Candidate, Trace
+from traces.models import Trace
 from traces.selectors import trace_candidates
 
 RECORDED = "recorded"  # the version the trace used
@@ -272,28 +272,6 @@ class TraceReplay:
         return self.recorded_engine == self.console_engine
 
 
-def wire_candidate(c: Candidate) -> wire.Candidate:
-    """A stored candidate back in its wire form, as the runtime sent it (a regression set's
-    member keeps its candidates so, traces.regressions)."""
-    return wire.Candidate(
-        id=c.item_id,
-        source=c.source,
-        decision=c.decision,
-        version=c.version,
-        size=c.size,
-        required=c.required,
-        bundle=c.bundle or None,
-        reason=c.reason,
-        outcome=c.outcome or None,
-        relevance=c.relevance,
-        depends_on=tuple(c.depends_on),
-        conflicts_with=tuple(c.conflicts_with),
-        note=c.note,
-        provider_bundle=c.provider_bundle or None,
-        reason_code=c.reason_code or None,
-    )
-
-
 def selection_info(trace: Trace) -> wire.SelectionInfo:
     """The trace's `selection` block, as stored."""
     return wire.SelectionInfo(
@@ -348,7 +326,7 @@ def trace_replay(*, user, trace: Trace, version: str | None = RECORDED) -> Trace
         raise NotReplayable(reason)
     chosen, kind, recorded_version = _versions_resolve(trace, wanted)
     candidates = list(trace_candidates(trace))
-    recorded = [wire_candidate(c) for c in candidates]
+    recorded = [c.wire for c in candidates]
     try:
         items = engine_replay.trace_candidates(recorded, truncated=trace.candidates_truncated)
     except engine_replay.NotReplayable as exc:  # a selection block, yet a bare candidate

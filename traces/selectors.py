@@ -9,7 +9,8 @@ from datetime import timedelta
 from context_runtime.wire import DECISIONS, STATUSES
 from django.conf import settings
 from django.core.paginator import Paginator
-from django.db.models import Exists, OuterRef, QuerySet, Sum
+from django.db import connection
+from django.db.models import QuerySet, Sum
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
@@ -22,6 +23,7 @@ from console.kernel.wording import counted
 from strategies.catalog.dependents import Reference
 from strategies.catalog.models import Environment
 from strategies.releases.models import Release, ReleaseEvent
+from traces import stored
 from traces.charts import (
     CHART_TOP_REASONS,
     DASHBOARD_DAYS,
@@ -34,9 +36,11 @@ from traces.charts import (
     release_mark,
     status_chart,
 )
+from traces.compact import SELECTED
 from traces.diagnosis import STATUS_EXPLAINED, config_source, where_to_look
 from traces.filters import TraceFilters
-from traces.models import Candidate, HourlyRollup, RequestKey, Snapshot, Trace
+from traces.models import HourlyRollup, RequestKey, Snapshot, Trace
+from traces.stored import candidates_match, trace_candidates, traces_walk
 
 LIST_COUNT_CAP = 10_000  # counting tens of millions of rows for a page footer is not worth it
 CANDIDATE_COUNT_CAP = 1_000  # the same, when every match must be checked against its candidates
@@ -83,26 +87,26 @@ def _traces_filtered(*, user, filters: TraceFilters) -> QuerySet:
     )
 
 
-def _candidates_matching(filters: TraceFilters) -> QuerySet:
-    """Candidates of the candidate filter, in the filter's time window: a trace's candidates
-    share its occurred_at (the partition key), so PostgreSQL reads only those days."""
-    return Candidate.objects.filter(
-        # A trace has a matching candidate iff its first of that kind matches: fewer rows, and
-        # the only ones the exclusion index holds.
-        **_time_window(filters),
-        **filters.candidate_filter,
-        first_of_kind=True,
-    )
+def _selected_filter(filters: TraceFilters) -> bool:
+    """A candidate filter on selected candidates: not a kind of exclusion, so not in `kinds`;
+    found by reading the traces' candidates (selected ones are most of them: found fast)."""
+    return filters.candidate_filter.get("decision") == SELECTED
+
+
+def _kinds_filtered(queryset: QuerySet, filters: TraceFilters) -> QuerySet:
+    """`queryset` narrowed to the traces with a candidate of the filter's kinds of exclusion
+    (GIN on `kinds`, or the time index walked newest first for a common kind)."""
+    with connection.cursor() as cursor:
+        numbers = stored.kinds_matching(cursor, **filters.candidate_filter)
+    return queryset.filter(kinds__overlap=numbers) if numbers else queryset.none()
 
 
 def trace_list(*, user, filters: TraceFilters) -> QuerySet:
-    """Traces the user may see, newest first, narrowed by the filters."""
+    """Traces the user may see, newest first, narrowed by the filters (a filter on selected
+    candidates is applied by `trace_listing`, which reads them)."""
     queryset = _traces_filtered(user=user, filters=filters).select_related("agent", "environment")
-    if filters.candidate_filter:
-        candidates = _candidates_matching(filters).filter(
-            trace=OuterRef("pk"), occurred_at=OuterRef("occurred_at")
-        )
-        queryset = queryset.filter(Exists(candidates))
+    if filters.candidate_filter and not _selected_filter(filters):
+        queryset = _kinds_filtered(queryset, filters)
     return queryset.order_by("-occurred_at", "-id")
 
 
@@ -139,9 +143,9 @@ class CappedPaginator(Paginator):
         (id, occurred_at) keys instead of whole rows with their joins keeps a long list from
         sorting wide rows; the rows are read for those keys only."""
         keys = list(self.object_list.values_list("pk", "occurred_at")[offset : offset + limit])
-        return self._rows(keys)
+        return self.rows_of(keys)
 
-    def _rows(self, keys: list) -> list:
+    def rows_of(self, keys: list) -> list:
         """The traces of these (id, occurred_at) keys, newest first; the bounds of the keys'
         times prune the read to their partitions."""
         if not keys:
@@ -159,51 +163,25 @@ class CappedPaginator(Paginator):
 
 
 class CandidateMatchPaginator(CappedPaginator):
-    """The trace list filtered on candidates ("source S excluded as D for reason R"), driven
-    from the candidates: their (trace, occurred_at) keys come newest first from the partial
-    index, and each chunk is checked against the trace-level filters and the user's scope
-    until the page (or the count) has enough. Sorting every match by its trace's time would
-    probe thousands of traces for a page of fifty."""
+    """The trace list filtered on selected candidates ("source S selected"), which `kinds`
+    does not hold: `traces_walk` reads the traces newest first and checks their candidates
+    until the page (or the count) has enough. A walk stops after WALK_LIMIT traces: the
+    count then says "more than" what it found."""
 
-    CHUNK = 1_000
-
-    def __init__(self, traces: QuerySet, candidates: QuerySet, per_page, *, cap: int):
+    def __init__(self, traces: QuerySet, matches, per_page, *, cap: int):
         super().__init__(traces, per_page, cap=cap)
-        self.candidates = candidates
-        self._keys: list[tuple[int, object]] = []  # visible matches found so far, in order
-        self._read = 0  # candidate keys read so far
+        self.matches = matches
+        self._walk = traces_walk(traces, matches)
+        self._keys: list[tuple[int, object]] = []  # matches found so far, in order
         self._exhausted = False
 
-    def match_keys(self) -> QuerySet:
-        """The matching (trace_id, occurred_at) keys, newest first: with source, decision and
-        reason given, read in order off the exclusion index (one entry per trace and kind)
-        across the window's partitions, never sorted."""
-        return (
-            self.candidates.order_by("-occurred_at", "-trace_id")
-            .values_list("trace_id", "occurred_at")
-            .distinct()
-        )
-
     def _keys_up_to(self, needed: int) -> list:
-        ordered = self.match_keys()
         while len(self._keys) < needed and not self._exhausted:
-            # Usually one read: chunks larger than what is needed, in case some matches
-            # are outside the user's scope or the trace-level filters.
-            size = max(self.CHUNK, 2 * (needed - len(self._keys)))
-            chunk = list(ordered[self._read : self._read + size])
-            self._read += len(chunk)
-            self._exhausted = len(chunk) < size
-            if not chunk:
-                break
-            times = [when for _, when in chunk]
-            visible = set(
-                self.object_list.filter(
-                    pk__in=[pk for pk, _ in chunk],
-                    occurred_at__gte=min(times),
-                    occurred_at__lte=max(times),
-                ).values_list("pk", flat=True)
-            )
-            self._keys += [key for key in chunk if key[0] in visible]
+            found = next(self._walk, None)
+            if found is None:
+                self._exhausted = True
+            else:
+                self._keys.append(found[1])
         return self._keys[:needed]
 
     @cached_property
@@ -211,7 +189,7 @@ class CandidateMatchPaginator(CappedPaginator):
         return len(self._keys_up_to(self.cap + 1))
 
     def rows_at(self, offset: int, limit: int) -> list:
-        return self._rows(self._keys_up_to(offset + limit)[offset:])
+        return self.rows_of(self._keys_up_to(offset + limit)[offset:])
 
 
 def trace_listing(*, user, filters: TraceFilters, per_page: int = 50) -> CappedPaginator:
@@ -219,14 +197,15 @@ def trace_listing(*, user, filters: TraceFilters, per_page: int = 50) -> CappedP
     and the API alike. A candidate filter counts up to CANDIDATE_COUNT_CAP matches ("more than
     1,000" says what a person needs), others up to LIST_COUNT_CAP: neither ever counts a
     whole table of tens of millions of rows."""
-    if filters.candidate_filter:
+    if filters.candidate_filter and _selected_filter(filters):
         return CandidateMatchPaginator(
             _traces_filtered(user=user, filters=filters),
-            _candidates_matching(filters),
+            candidates_match(**filters.candidate_filter),
             per_page,
             cap=CANDIDATE_COUNT_CAP,
         )
-    return CappedPaginator(trace_list(user=user, filters=filters), per_page, cap=LIST_COUNT_CAP)
+    cap = CANDIDATE_COUNT_CAP if filters.candidate_filter else LIST_COUNT_CAP
+    return CappedPaginator(trace_list(user=user, filters=filters), per_page, cap=cap)
 
 
 def trace_page_of(*, user, filters: TraceFilters, page_number, per_page: int = 50):
@@ -541,12 +520,6 @@ def snapshot_state(*, user, trace: Trace) -> SnapshotState:
         trace.snapshot_expires_at,
         user_can(user, Capability.VIEW_SNAPSHOTS, trace.agent),
     )
-
-
-def trace_candidates(trace: Trace):
-    """A trace's candidates in order, read from its day's partition only (they share its
-    occurred_at, the partition key)."""
-    return trace.candidates.filter(occurred_at=trace.occurred_at).order_by("position")
 
 
 def engine_label(engine: str) -> str:

@@ -134,6 +134,18 @@ def post_batch(client, secret: str | None, traces=None, *, body: bytes | None = 
     return client.post(INGEST_URL, data=body, content_type="application/json", **headers)
 
 
+def candidates_of(*traces) -> list:
+    """The stored candidates of these traces (each a Trace or a queryset of them), in trace
+    and position order: what tests once read from the candidate table."""
+    from traces.stored import trace_candidates
+
+    found = []
+    for each in traces:
+        for trace in each if hasattr(each, "model") else [each]:
+            found += trace_candidates(trace)
+    return found
+
+
 class TraceFactory(factory.django.DjangoModelFactory):
     """A trace row written directly, without candidates (tests of reads; ingest goes through
     `post_batch`)."""
@@ -241,19 +253,11 @@ INSERT INTO traces_trace (request_id, agent_id, environment_id, occurred_at, rec
     strategy, strategy_version, profile_version, documents, config_fallback, config_resolution,
     task_id, task_revision, principal, model_name, model_adapter, model_context_window, status,
     degradation, budget_max_input_tokens, input_estimate, input_estimate_unit,
-    input_estimate_estimator, sources)
+    input_estimate_estimator, sources, packed_candidates, kinds)
 SELECT %(prefix)s || n, %(agent)s, %(env)s, %(start)s + n * %(every)s, now(),
     %(strategy)s, 3, 7, '{}', false, 'fresh', 'T' || n, 4, 'user-' || n %% 100, 'model-x',
-    'adapter-x', 128000, 'ready', '', 8000, 6200, 'token', 'adapter-x', '[]'
+    'adapter-x', 128000, 'ready', '', 8000, 6200, 'token', 'adapter-x', '[]', %(packed)s, '{}'
 FROM generate_series(0, %(count)s - 1) AS n;
-INSERT INTO traces_candidate (trace_id, position, item_id, source, version, size, required,
-    bundle, decision, reason, outcome, depends_on, conflicts_with, note, occurred_at,
-    first_of_kind)
-SELECT t.id, p, 'item-' || p, 'task_state', 'v1', 100, true, '', 'selected', 'required', '',
-    '[]', '[]', '', t.occurred_at, p = 0
-FROM traces_trace t, generate_series(0, %(candidates)s - 1) AS p
-WHERE t.environment_id = %(env)s AND t.request_id LIKE %(prefix)s || '%%'
-    AND t.occurred_at >= %(start)s AND t.occurred_at < %(start)s + %(count)s * %(every)s;
 INSERT INTO traces_request_key (environment_id, request_id, trace_id, occurred_at)
 SELECT environment_id, request_id, id, occurred_at FROM traces_trace
 WHERE environment_id = %(env)s AND request_id LIKE %(prefix)s || '%%'
@@ -277,8 +281,17 @@ def traces_generated(
     go, the n-th at `start` + n × `every`: a large world in seconds, for tests of storage
     and retention. Their days' partitions are made first, as the ingest makes them: an
     earlier test's retention may have dropped old days."""
-    from traces import partitions
+    from context_runtime import wire
 
+    from traces import compact, partitions
+
+    selected = [
+        wire.Candidate(
+            id=f"item-{p}", source="task_state", decision="selected", version="v1", size=100,
+            required=True, reason="required",
+        )
+        for p in range(candidates)
+    ]  # fmt: skip
     first, last = start.date(), (start + every * max(count - 1, 0)).date()
     partitions.ensure_days(
         cursor, {first + timedelta(days=n) for n in range((last - first).days + 1)}
@@ -292,7 +305,7 @@ def traces_generated(
             "start": start,
             "every": every,
             "count": count,
-            "candidates": candidates,
+            "packed": compact.encode(selected),
             "strategy": strategy,
         },
     )

@@ -17,11 +17,11 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from itertools import islice
 
 from context_runtime.findings import Finding
 from context_runtime.wire import MAX_CLOCK_SKEW_SECONDS
 from django.db import connections, transaction
-from django.db.models import Exists, OuterRef
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -53,7 +53,8 @@ from traces.health.stats import (
     sparkline,
     verdict,
 )
-from traces.models import Candidate, Trace
+from traces.models import Trace
+from traces.stored import stored_candidates, trace_candidates, traces_walk
 
 MAX_WINDOW = timedelta(days=7)
 SERIES_BUCKETS = 48
@@ -802,7 +803,7 @@ def trace_patterns(*, user, trace, candidates=None, now=None) -> list[Pattern] |
     if not trace.strategy or not user_can(user, Capability.VIEW_TRACES, trace.agent):
         return None
     if candidates is None:
-        candidates = Candidate.objects.filter(trace_id=trace.pk, occurred_at=trace.occurred_at)
+        candidates = trace_candidates(trace)
     items: dict[tuple[str, str], list[str]] = defaultdict(list)
     for c in candidates:
         if c.required and c.decision != "selected":
@@ -1056,26 +1057,29 @@ def health_requests(*, agent, environment, document: str, filters: RequestFilter
         )
     code = "" if filters.reason_code == "-" else filters.reason_code
     if filters.source and filters.arm == Arm.LIVE and not filters.disagree:
-        missing = Candidate.objects.filter(
-            trace_id=OuterRef("pk"),
-            occurred_at=OuterRef("occurred_at"),
-            required=True,
-            source=filters.source,
-        ).exclude(decision="selected")
-        if filters.reason_code:
-            missing = missing.filter(reason_code=code)
-        traces = traces.filter(Exists(missing))
+        # A required item of the source left out (with that reason code): read off the
+        # traces' candidates, newest first, until enough are found.
+        def missing(packed) -> bool:
+            return any(
+                c.required
+                and c.decision != "selected"
+                and c.source == filters.source
+                and (not filters.reason_code or c.reason_code == code)
+                for c in stored_candidates(packed)
+            )
+
+        keys = [pk for _, (pk, _) in islice(traces_walk(traces, missing), REQUEST_IDS_LIMIT)]
+        traces = traces.filter(pk__in=keys)
     shadow_pass = filters.arm == Arm.SHADOW and (filters.disagree or filters.source)
     scan = DISAGREEMENT_SCAN if shadow_pass else REQUEST_IDS_LIMIT
     rows = list(
         traces.order_by("-occurred_at", "-id").values_list(
-            "pk", "request_id", "occurred_at", "status", "shadow", "input_estimate"
+            "request_id", "occurred_at", "status", "shadow", "input_estimate", "packed_candidates"
         )[:scan]
     )
-    candidates = _candidates_of([(pk, at) for pk, _, at, *_ in rows])
     out = []
-    for pk, request_id, occurred_at, status, shadow, estimate in rows:
-        items = candidates.get(pk, [])
+    for request_id, occurred_at, status, shadow, estimate, packed in rows:
+        items = stored_candidates(packed)
         reasons = tuple(
             sorted(
                 {
@@ -1108,22 +1112,6 @@ def health_requests(*, agent, environment, document: str, filters: RequestFilter
         if len(out) >= REQUEST_IDS_LIMIT:
             break
     return out
-
-
-def _candidates_of(keys: list[tuple]) -> dict[int, list]:
-    """The candidates of the traces (id, occurred_at), in trace order: one query, pruned to
-    the traces' day partitions by their times."""
-    if not keys:
-        return {}
-    times = [at for _, at in keys]
-    found: dict[int, list] = defaultdict(list)
-    for c in Candidate.objects.filter(
-        trace_id__in=[pk for pk, _ in keys],
-        occurred_at__gte=min(times),
-        occurred_at__lte=max(times),
-    ).order_by("trace_id", "position"):
-        found[c.trace_id].append(c)
-    return found
 
 
 def shadow_fault_words(health: VersionHealth) -> list[str]:

@@ -26,6 +26,7 @@ from strategies.releases.selectors import live_release
 from traces import diagnosis
 from traces.previews import report
 from traces.previews.models import Preview
+from traces.stored import wire_candidates
 
 BATCH_TRACES = 1_000
 # A running preview whose worker has not written for this long stopped (killed, lost): it
@@ -180,14 +181,18 @@ def sampling_thresholds(counts: dict[str, int], quotas: dict[str, int]) -> dict[
 
 
 _TRACE_SELECT = ", ".join(f"t.{column}" for column in report.TRACE_COLUMNS)
-# Links are nearly always empty: NULL for "[]" spares the cursor a string per row (about a
-# fifth of the read, docs/PERFORMANCE.md).
-_CANDIDATE_SELECT = ", ".join(
-    f"NULLIF(c.{column}, '[]'::jsonb)"
-    if column in ("depends_on", "conflicts_with")
-    else f"c.{column}"
-    for column in report.CANDIDATE_COLUMNS
-)
+
+
+def candidate_rows(trace_id: int, packed) -> list[tuple]:
+    """A trace's stored candidates as report rows (`report.CANDIDATE_COLUMNS` order)."""
+    return [
+        (
+            trace_id, c.id, c.source, c.version, c.size, c.required, c.bundle,
+            c.provider_bundle, c.decision, c.reason_code, c.outcome, c.relevance,
+            c.depends_on, c.conflicts_with, c.note,
+        )
+        for c in wire_candidates(packed)
+    ]  # fmt: skip
 
 
 def window_batches(
@@ -203,10 +208,9 @@ def window_batches(
     shard: tuple[int, int] | None = None,
 ) -> Iterator[list[tuple[tuple, list[tuple], datetime]]]:
     """The window's traces stored by `stored_by` (those `window_counts` counted) in trace
-    order (occurred_at, id), `batch` at a time, each with its
-    candidates in position order and its time: two queries per batch (the traces by keyset,
-    then their candidates bounded to the batch's days, so only those day partitions are
-    read). Nothing is held between batches: memory is one batch."""
+    order (occurred_at, id), `batch` at a time, each with its candidates in position order
+    (decoded from the trace's row) and its time: one query per batch, by keyset. Nothing is
+    held between batches: memory is one batch."""
     batch = batch or BATCH_TRACES  # read at call time, so a test can make batches small
     sample_sql, sample_args = "", []
     if thresholds:
@@ -228,7 +232,7 @@ def window_batches(
         connection.ensure_connection()
         with psycopg.Cursor(connection.connection) as cursor:
             cursor.execute(
-                f"SELECT {_TRACE_SELECT}, t.occurred_at FROM traces_trace t"
+                f"SELECT {_TRACE_SELECT}, t.packed_candidates, t.occurred_at FROM traces_trace t"
                 " WHERE t.agent_id = %s AND t.environment_id = %s AND t.strategy = %s"
                 " AND t.received_at <= %s AND t.occurred_at < %s AND "
                 + ("t.occurred_at >= %s" if first else "(t.occurred_at, t.id) > (%s, %s)")
@@ -243,18 +247,7 @@ def window_batches(
             traces = cursor.fetchall()
             if not traces:
                 return
-            ids = [row[report.T_ID] for row in traces]
-            cursor.execute(
-                f"SELECT {_CANDIDATE_SELECT} FROM traces_candidate c"
-                " WHERE c.trace_id = ANY(%s) AND c.occurred_at >= %s AND c.occurred_at <= %s"
-                " ORDER BY c.trace_id, c.position",
-                [ids, traces[0][-1], traces[-1][-1]],
-                binary=True,
-            )
-            by_trace: dict[int, list[tuple]] = {}
-            for row in cursor.fetchall():
-                by_trace.setdefault(row[report.C_TRACE], []).append(row)
-        yield [(row[:-1], by_trace.get(row[report.T_ID], []), row[-1]) for row in traces]
+        yield [(row[:-2], candidate_rows(row[report.T_ID], row[-2]), row[-1]) for row in traces]
         first = False
         after_time, after_id = traces[-1][-1], traces[-1][report.T_ID]
         if len(traces) < batch:
@@ -291,7 +284,8 @@ def preview_side_by_side(*, preview: Preview, request_id: str) -> SideBySide:
     after the preview was asked for: not one it replayed)."""
     with connections[read_alias(as_of=preview.requested_at)].cursor() as cursor:
         cursor.execute(
-            f"SELECT {_TRACE_SELECT}, t.occurred_at FROM traces_request_key k"
+            f"SELECT {_TRACE_SELECT}, t.packed_candidates, t.occurred_at"
+            " FROM traces_request_key k"
             " JOIN traces_trace t ON t.id = k.trace_id AND t.occurred_at = k.occurred_at"
             " WHERE k.environment_id = %s AND k.request_id = %s AND t.agent_id = %s"
             " AND t.strategy = %s AND t.occurred_at >= %s AND t.occurred_at < %s"
@@ -309,18 +303,13 @@ def preview_side_by_side(*, preview: Preview, request_id: str) -> SideBySide:
         trace = cursor.fetchone()
         if trace is None:
             raise NotFound(f"No trace {request_id} in this preview's window.")
-        cursor.execute(
-            f"SELECT {_CANDIDATE_SELECT} FROM traces_candidate c"
-            " WHERE c.trace_id = %s AND c.occurred_at = %s ORDER BY c.position",
-            [trace[report.T_ID], trace[-1]],
-        )
-        candidates = cursor.fetchall()
+    candidates = candidate_rows(trace[report.T_ID], trace[-2])
     strategies = recorded_strategies(preview.document)
     live = strategies.get(preview.live_version_number)
     if live is None:
         raise NotFound("The live version of this preview can no longer be read.")
     old, new, rows = report.side_by_side(
-        trace[:-1], candidates, live, Strategy.from_body(preview.body)
+        trace[:-2], candidates, live, Strategy.from_body(preview.body)
     )
     return SideBySide(
         request_id=request_id, trace_status=trace[report.T_STATUS], old=old, new=new, rows=rows

@@ -13,6 +13,7 @@ from console.kernel.errors import NotFound, ValidationFailed
 from console.kernel.policy import check_user_can_manage_data_protection
 from console.kernel.sessions import require_recent_authentication
 from console.kernel.transactions import service_transaction
+from traces import stored
 from traces.models import Erasure, RequestKey, Snapshot, Trace
 from traces.outcomes.models import Outcome
 
@@ -45,7 +46,7 @@ def principal_erase(*, principal: str, reference: str, actor) -> Erasure:
     require_recent_authentication(actor, action="erase a principal's traces")
     traces = list(
         Trace.objects.filter(principal=principal).values_list(
-            "id", "environment_id", "request_id", "occurred_at"
+            "id", "environment_id", "request_id", "occurred_at", "packed_candidates"
         )
     )
     if not traces:
@@ -55,7 +56,7 @@ def principal_erase(*, principal: str, reference: str, actor) -> Erasure:
         )
     trace_ids = [t[0] for t in traces]
     by_environment: dict[int, list[str]] = {}
-    for _, environment_id, request_id, _ in traces:
+    for _, environment_id, request_id, *_ in traces:
         by_environment.setdefault(environment_id, []).append(request_id)
     outcome_ids: list[int] = []
     for environment_id, request_ids in by_environment.items():
@@ -67,9 +68,8 @@ def principal_erase(*, principal: str, reference: str, actor) -> Erasure:
     snapshot_ids = list(
         Snapshot.objects.filter(trace_id__in=trace_ids).values_list("id", flat=True)
     )
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM traces_candidate WHERE trace_id = ANY(%s)", [trace_ids])
-        candidates = cursor.rowcount
+    # The candidates go with their trace's row; the receipt still says how many.
+    candidates = sum(len(stored.wire_candidates(t[4])) for t in traces)
     Outcome.objects.filter(id__in=outcome_ids).delete()
     Snapshot.objects.filter(id__in=snapshot_ids).delete()
     request_keys = 0
@@ -82,7 +82,7 @@ def principal_erase(*, principal: str, reference: str, actor) -> Erasure:
         trace_rows = cursor.rowcount
     counts = {
         "traces_trace": trace_rows,
-        "traces_candidate": candidates,
+        "candidates": candidates,
         "traces_snapshot": len(snapshot_ids),
         "traces_request_key": request_keys,
         "outcomes_outcome": len(outcome_ids),

@@ -5,6 +5,7 @@ the strategies of a configuration file — against them."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import islice
 from urllib.parse import urlencode
 
 from context_runtime import wire
@@ -25,11 +26,16 @@ from strategies.exchange import format as config_format
 from strategies.releases.models import Release
 from strategies.releases.selectors.refusals import REGRESSION_SET_FAILED
 from traces.filters import TraceFilters
-from traces.models import Candidate
 from traces.regressions import checks
 from traces.regressions.models import Member, RegressionSet
 from traces.replay import not_replayable_reason
-from traces.selectors import trace_candidates, trace_list
+from traces.selectors import (
+    CandidateMatchPaginator,
+    candidates_match,
+    trace_candidates,
+    trace_listing,
+    traces_walk,
+)
 
 
 def strategy_of(agent: Agent, key: str) -> Document:
@@ -434,7 +440,7 @@ class KeepCard:
 def keep_card(*, user, trace, candidates=None, versions=None) -> KeepCard:
     """The card's state, nothing replayed: where the request is kept and the agent's sets of
     its strategy (a query each); the trace's candidates and the strategy's versions unless
-    the page read them already (`candidates`: Candidate rows in order; `versions`: numbers)."""
+    the page read them already (`candidates`: the stored candidates in order; `versions`: numbers)."""
     allowed = user_can_manage_regressions(user, trace.agent)
     why_not = not_replayable_reason(trace) or ""
     empty = KeepCard(allowed, why_not, (), (), (), (), (), (), ())
@@ -595,18 +601,13 @@ def grow_search(*, user, agent: Agent, query) -> Grow:
     text = urlencode({**kept, "agent": agent.key})
     if not filters.strategy:
         return Grow(filters, reason_code, [], [], False, text)
-    traces = trace_list(user=user, filters=filters)
-    if reason_code:
-        traces = traces.filter(
-            Exists(
-                Candidate.objects.filter(
-                    trace=OuterRef("pk"),
-                    occurred_at=OuterRef("occurred_at"),
-                    reason_code=reason_code,
-                    **({"source": filters.source} if filters.source else {}),
-                )
-            )
-        )
-    found = list(traces[: MAX_GROW + 1])
+    listing = trace_listing(user=user, filters=filters, per_page=MAX_GROW + 1)
+    if reason_code:  # a check of the candidates themselves: reason codes are not kinds
+        checks = [candidates_match(reason_code=reason_code, source=filters.source)]
+        checks += [listing.matches] if isinstance(listing, CandidateMatchPaginator) else []
+        walk = traces_walk(listing.object_list, lambda packed: all(m(packed) for m in checks))
+        found = listing.rows_of([key for _, key in islice(walk, MAX_GROW + 1)])
+    else:
+        found = listing.rows_at(0, MAX_GROW + 1)
     sets = list(regression_sets(agent=agent, strategy=filters.strategy))
     return Grow(filters, reason_code, sets, found[:MAX_GROW], len(found) > MAX_GROW, text)

@@ -288,7 +288,7 @@ def snapshot_of(trace: Trace, recorded: Strategy) -> dict:
     """What a member keeps of its trace: the selection block and the candidates in their wire
     form with their replay fields (never a body), the recorded outcome, and the sources the
     recorded version read (the providers its runtime asked)."""
-    candidates = [replay.wire_candidate(c) for c in trace_candidates(trace)]
+    candidates = [c.wire for c in trace_candidates(trace)]
     return {
         "selection": msgspec.to_builtins(replay.selection_info(trace)),
         "candidates": msgspec.to_builtins(candidates),

@@ -4,13 +4,14 @@ and the rollout page. Returns frozen dataclasses (traces.rollouts.evidence), nev
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 from datetime import UTC, datetime, timedelta
 from types import MappingProxyType
 
 from django.db import connection
 
 from strategies.releases.models import Rollout
+from traces.rollouts.counters import not_fetched_sources
 from traces.rollouts.evidence import (
     ARMS,
     PAIRED_KINDS,
@@ -20,6 +21,7 @@ from traces.rollouts.evidence import (
     StepEvidence,
     both_failed_kind,
 )
+from traces.stored import wire_candidates
 
 # The step's rows: the minutes before its first whole hour, then whole hours (the hour table
 # holds every minute of its hour, the current one included).
@@ -82,21 +84,14 @@ def step_share(rollout_key: str, step: int) -> float | None:
 # The provider baseline: the latest requests before the rollout began, no older than this.
 BASELINE_TRACES = 2000
 BASELINE_WINDOW = timedelta(days=7)
-# A provider did not deliver: the same rule as `counters.not_fetched_sources`, in SQL.
+# The latest requests before the rollout (their candidates are counted by
+# `counters.not_fetched_sources`, the rule the guards apply to the rollout's own traces).
 _BASELINE = """
-WITH recent AS (
-    SELECT id, occurred_at FROM traces_trace
-    WHERE agent_id = %(agent)s AND environment_id = %(environment)s
-      AND strategy = %(document)s AND rollout_key IS NULL
-      AND occurred_at >= %(since)s AND occurred_at < %(before)s
-    ORDER BY occurred_at DESC LIMIT %(limit)s
-)
-SELECT NULL, count(*) FROM recent
-UNION ALL
-SELECT c.source, count(DISTINCT c.trace_id)
-FROM recent JOIN traces_candidate c ON c.trace_id = recent.id AND c.occurred_at = recent.occurred_at
-WHERE c.source = ANY(%(sources)s) AND (c.decision = 'not_fetched' OR c.outcome = 'not_fetched')
-GROUP BY c.source
+SELECT packed_candidates FROM traces_trace
+WHERE agent_id = %(agent)s AND environment_id = %(environment)s
+  AND strategy = %(document)s AND rollout_key IS NULL
+  AND occurred_at >= %(since)s AND occurred_at < %(before)s
+ORDER BY occurred_at DESC LIMIT %(limit)s
 """
 
 
@@ -119,16 +114,15 @@ def provider_baseline(*, rollout_key: str, sources) -> ProviderBaseline:
         "since": rollout["started_at"] - BASELINE_WINDOW,
         "before": rollout["started_at"],
         "limit": BASELINE_TRACES,
-        "sources": sorted(sources),
     }
     with connection.cursor() as cursor:
         cursor.execute(_BASELINE, params)
         rows = cursor.fetchall()
-    traces = next((int(n) for source, n in rows if source is None), 0)
-    return ProviderBaseline(
-        traces=traces,
-        not_fetched=_frozen({source: int(n) for source, n in rows if source is not None}),
-    )
+    wanted = set(sources)
+    not_fetched: Counter = Counter()
+    for (packed,) in rows:
+        not_fetched.update(not_fetched_sources(wire_candidates(packed)) & wanted)
+    return ProviderBaseline(traces=len(rows), not_fetched=_frozen(not_fetched))
 
 
 def step_evidence(
