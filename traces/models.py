@@ -24,19 +24,6 @@ class Status(models.TextChoices):
     INPUT_REFUSED = "input_refused", "Runtime refused its input"
 
 
-class Decision(models.TextChoices):
-    SELECTED = "selected", "Selected"
-    NOT_FETCHED = "not_fetched", "Not fetched"
-    NO_ACCESS = "no_access", "No access"
-    NOT_APPLICABLE = "not_applicable", "Not applicable"
-    OVER_BUDGET = "over_budget", "Over budget"
-    DEPENDENCY_MISSING = "dependency_missing", "Dependency missing"
-    IRRELEVANT = "irrelevant", "Irrelevant"
-    CONFLICT = "conflict", "Conflict"
-    # A provider's item of a source the strategy does not read: recorded, never weighed.
-    NOT_REQUESTED = "not_requested", "Not requested"
-
-
 class Trace(models.Model):
     # Byte-wise collation on the indexed identifiers: exact matches only, and index inserts
     # and lookups never pay for locale-aware comparison. Unique per environment (below).

@@ -88,9 +88,6 @@ class StoredCandidate:
     def reason_code(self) -> str:
         return self.wire.reason_code or ""
 
-    def get_decision_display(self) -> str:
-        return self.wire.decision.replace("_", " ").capitalize()
-
 
 def wire_candidates(packed) -> list[wire.Candidate]:
     """The candidates of a stored value, as the runtime sent them (b"": none)."""
