@@ -75,8 +75,7 @@ class IngestOnly:
 
     def __call__(self, environ, start_response):
         if _nice and not getattr(_lowered, "done", False):
-            with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, 0, _nice)  # this thread
+            _lower_thread(0)  # this thread
             _lowered.done = True
         if environ.get("PATH_INFO", "") in self.paths:
             return self.app(environ, start_response)
@@ -159,6 +158,19 @@ def _answers(url: str) -> bool:
         return False
 
 
+def _lower_thread(tid: int) -> None:
+    """Run thread `tid` (0: the caller) at nice `_nice` and, with INGEST_SCHED_IDLE, in Linux's
+    SCHED_IDLE class: it then runs only on a core nothing else wants, and a config read that
+    wakes up takes the core from it at once (a nice value only weighs the shares: on two
+    saturated cores a woken read still waited behind ingest for milliseconds). Lowering
+    one's own threads needs no privilege."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, tid, _nice)
+    if settings.INGEST_SCHED_IDLE and hasattr(os, "SCHED_IDLE"):
+        with contextlib.suppress(OSError):
+            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+
+
 def lower_priority() -> None:
     """In an ingest server's process: run at CPU priority INGEST_NICE (default 10) and ask the
     same of each PostgreSQL backend it opens, so that when a flood of batches saturates the
@@ -173,10 +185,9 @@ def lower_priority() -> None:
         return
     # Linux keeps a nice value per thread: every thread there is now (granian's own among
     # them), and `IngestOnly` lowers each thread that serves a request later on its first.
-    for task in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]:
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, int(task), nice)
     _nice = nice
+    for task in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]:
+        _lower_thread(int(task))
 
     def renice_backend(sender, connection, **kwargs) -> None:
         try:
