@@ -250,14 +250,16 @@ def test_migration_0007__table_with_rows__every_partition_gains_the_columns_with
                 not REPLAY_COLUMNS["traces_trace"]
                 & _partition_columns(cursor, "traces_trace")[day_partitions[0]]
             )
-            # A candidate as 0006 stored it (going back dropped the row's packed candidates).
+            # Candidates as 0006 stored them (going back dropped the row's packed candidates).
             cursor.execute(
                 "INSERT INTO traces_candidate (trace_id, position, item_id, source, version, "
                 "size, required, bundle, decision, reason, outcome, depends_on, conflicts_with, "
-                "note, occurred_at, first_of_kind) VALUES (%s, 0, 'P7-v2', 'applicable_policy', "
-                "'v2', 2100, true, 'policy-P7', 'selected', 'required', '', '[]', '[]', '', %s, "
-                "true)",
-                [trace.pk, trace.occurred_at],
+                "note, occurred_at, first_of_kind) VALUES "
+                "(%(trace)s, 0, 'P7-v2', 'applicable_policy', 'v2', 2100, true, 'policy-P7', "
+                "'selected', 'required', '', '[]', '[]', '', %(at)s, true), "
+                "(%(trace)s, 1, 'old-chat', 'recent_dialogue', 'e-311', 900, false, '', "
+                "'irrelevant', 'older turn', '', '[]', '[]', '', %(at)s, true)",
+                {"trace": trace.pk, "at": trace.occurred_at},
             )
     finally:
         executor = MigrationExecutor(connection)
@@ -278,5 +280,10 @@ def test_migration_0007__table_with_rows__every_partition_gains_the_columns_with
     trace = Trace.objects.get(request_id="req-old")
     assert (trace.engine, trace.fixed_input_tokens) == ("", None)
     stored = candidates_of(trace)
-    assert [(c.item_id, c.bundle) for c in stored] == [("P7-v2", "policy-P7")]
+    assert [(c.item_id, c.bundle, c.decision) for c in stored] == [
+        ("P7-v2", "policy-P7", "selected"),
+        ("old-chat", "", "irrelevant"),
+    ]
     assert {(c.provider_bundle, c.reason_code) for c in stored} == {("", "")}
+    # Migration 0013 numbered the old exclusion as the ingest would, for the list to find.
+    assert trace.kinds == [CandidateKind.objects.get(**OLD_TURN).pk]
