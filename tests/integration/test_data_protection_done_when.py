@@ -5,11 +5,13 @@ row naming them (docs/data-protection.md).
 Which fields: every TEXT field of `traces.redaction.fields.TRACE_FIELDS` (the registry a
 unit test holds equal to the wire structs) gets the value; each IDENTIFIER field gets it in a
 trace of its own, which is refused. Which tables: every table of the database, read back whole
-(`SELECT t::text`, introspected, none listed by hand), and each snapshot decrypted.
+(`SELECT t::text`, introspected, none listed by hand), each snapshot decrypted and each
+trace's candidates decoded (stored compressed in its row: read as bytes they hide their text).
 """
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from django.db import connection
 
@@ -17,6 +19,7 @@ from console.kernel.audit import AuditAction
 from console.kernel.models import AuditRecord
 from tests.factories import post_batch, runtime_token, snapshots_allowed, trace_payload, world
 from tests.factories.outcomes import outcome_kinds, post_outcomes
+from tests.factories.traces import candidates_of
 from traces import crypto
 from traces.models import Erasure, RedactionRule, Snapshot, Trace
 from traces.outcomes.models import Outcome
@@ -36,7 +39,8 @@ PRINCIPAL = "shop-a/user-417"
 
 
 def rows_of_every_table() -> list[tuple[str, str]]:
-    """(table, row as text) of every table of the database, snapshots decrypted."""
+    """(table, row as text) of every table of the database, snapshots decrypted, candidates
+    decoded."""
     found = []
     with connection.cursor() as cursor:
         # The database's own tables (public schema), not the ingest's session temp tables,
@@ -47,6 +51,11 @@ def rows_of_every_table() -> list[tuple[str, str]]:
             found += [(table, text) for (text,) in cursor.fetchall()]
     for snapshot in Snapshot.objects.all():
         found.append(("traces_snapshot (decrypted)", crypto.decrypt(snapshot.ciphertext).decode()))
+    for trace in Trace.objects.all():
+        wire_candidates = [c.wire for c in candidates_of(trace)]
+        found.append(
+            ("traces_trace (candidates decoded)", msgspec.json.encode(wire_candidates).decode())
+        )
     return found
 
 
@@ -155,7 +164,7 @@ def test_every_free_text_field__no_personal_data_in_any_table__identifiers_refus
     stored = Trace.objects.get(request_id="req-card")
     assert stored.model_name == "[redacted:card]"
     assert stored.redactions["card"] >= len(text_paths)
-    assert stored.candidates.first().reason == "[redacted:card]"
+    assert candidates_of(stored)[0].reason == "[redacted:card]"
     snapshot = crypto.decrypt(Snapshot.objects.get(trace=stored).ciphertext).decode()
     assert "[redacted:nric]" in snapshot and "[redacted:card]" in snapshot
 
@@ -191,7 +200,7 @@ def test_erasure__no_row_names_the_principal__receipt_and_audit(client, sg, make
     assert holding([PRINCIPAL]) == []
     assert erasure.counts == {
         "traces_trace": 3,
-        "traces_candidate": 9,
+        "candidates": 9,  # in the traces' rows, gone with them
         "traces_snapshot": 3,
         "traces_request_key": 3,
         "outcomes_outcome": 1,

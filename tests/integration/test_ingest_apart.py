@@ -16,8 +16,9 @@ from context_runtime.reporter import TraceReporter
 
 from tests.engines import console_env, database_url
 from tests.factories import release_setup_serving, runtime_token, trace_payload
+from tests.factories.traces import candidates_of
 from tests.runtime_sim import AGENT, ConsoleServer, runtime_call, wait_until
-from traces.models import Candidate, Trace
+from traces.models import Trace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,7 +40,7 @@ def test_ingest_server__batch_accepted_and_readable__nothing_else_served(tmp_pat
         assert status == 200, body[:300]
         assert json.loads(body)["accepted"] == 2
         stored = Trace.objects.get(request_id="apart-1")
-        assert Candidate.objects.filter(trace=stored).count() == 3
+        assert len(candidates_of(stored)) == 3
         # And the ingest server serves nothing but ingest: a config read is a JSON 404 that
         # says where it is served; its /healthz says which server answered
         status, headers, body = runtime_call(f"{base}/config/{AGENT}", token)

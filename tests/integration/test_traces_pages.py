@@ -221,54 +221,95 @@ def test_trace_list__last_day_counts__read_from_rollups(client, support):
     assert counts["degraded"] == 0
 
 
+SELECTED_CHAT = {"source": "recent_dialogue", "decision": "selected"}
+OLD_CHAT_EXCLUDED = {
+    "source": "recent_dialogue",
+    "decision": "irrelevant",
+    "reason": "older product introduction",
+}
+
+
+@pytest.mark.parametrize(
+    ("query", "walked", "expected"),
+    [
+        # Selected candidates are no kind of exclusion: the list walks the traces in chunks
+        # (small here) and reads their candidates.
+        (SELECTED_CHAT, True, {f"match-{n:02d}" for n in range(1, 13)}),
+        # A kind of exclusion: found off the traces' kinds (the fixture's req-92 has it too).
+        (OLD_CHAT_EXCLUDED, False, {"req-92", *(f"match-{n:02d}" for n in range(1, 13))}),
+    ],
+)
 def test_trace_list__candidate_filter__pages_newest_first_across_chunks_within_scope(
-    client, support, monkeypatch
+    client, support, monkeypatch, query, walked, expected
 ):
-    """The candidate-driven list: matches read in chunks (small here), those of an agent the
-    user cannot see skipped, pages in time order with nothing lost or repeated — the same
-    traces, in the same order, as the plain query of the same filters."""
-    from traces import selectors
+    """The candidate-filtered list: traces without the candidate, and those of an agent the
+    user cannot see, skipped; pages in time order with nothing lost or repeated — the same
+    traces, in the same order, as reading every visible trace's candidates."""
+    from tests.factories import candidate
+    from tests.factories.traces import candidates_of
+    from traces import selectors, stored
     from traces.filters import TraceFilters
 
-    monkeypatch.setattr(selectors.CandidateMatchPaginator, "CHUNK", 4)
+    monkeypatch.setattr(stored, "WALK_CHUNK", 4)
     now = timezone.now()
     secret = runtime_token(Trace.objects.first().environment)
+    default = trace_payload()["candidates"]
+    chat = candidate("chat:e-318", source="recent_dialogue", required=False, reason="fits")
     batch = []
     for n in range(1, 13):  # 12 matches of the support user's agent, one minute apart
+        at = now - timedelta(minutes=n)
         batch.append(
-            trace_payload(f"match-{n:02d}", occurred_at=(now - timedelta(minutes=n)).isoformat())
+            trace_payload(f"match-{n:02d}", occurred_at=at.isoformat(), candidates=[*default, chat])
         )
-        # Interleaved: a match of another agent, invisible to support.
+        # Interleaved: a trace with neither candidate, and a match of another agent,
+        # invisible to support.
+        batch.append(
+            trace_payload(
+                f"miss-{n:02d}",
+                occurred_at=(at - timedelta(seconds=20)).isoformat(),
+                candidates=default[:2],
+            )
+        )
         batch.append(
             trace_payload(
                 f"other-{n:02d}",
                 agent="assistant_lite",
                 documents={"profile": 1},
                 strategy="",
-                occurred_at=(now - timedelta(minutes=n, seconds=30)).isoformat(),
+                occurred_at=(at - timedelta(seconds=40)).isoformat(),
+                candidates=[*default, chat],
             )
         )
-    batch.append(trace_payload("old-match", occurred_at=(now - timedelta(hours=3)).isoformat()))
-    post_batch(client, secret, batch)
-    filters = TraceFilters.from_query(
-        {
-            "source": "recent_dialogue",
-            "decision": "irrelevant",
-            "reason": "older product introduction",
-            "since": (now - timedelta(hours=1)).isoformat(),
-        }
+    batch.append(
+        trace_payload(
+            "old-match",
+            occurred_at=(now - timedelta(hours=3)).isoformat(),
+            candidates=[*default, chat],
+        )
     )
-    expected = [t.request_id for t in selectors.trace_list(user=support, filters=filters)]
+    assert post_batch(client, secret, batch).json()["accepted"] == len(batch)
+    since = now - timedelta(hours=1)
+    filters = TraceFilters.from_query({**query, "since": since.isoformat()})
+    visible = Trace.objects.filter(agent__key="assistant_professional", occurred_at__gte=since)
+    read_one_by_one = [
+        t.request_id
+        for t in visible.order_by("-occurred_at", "-id")
+        if any(all(getattr(c, k) == v for k, v in query.items()) for c in candidates_of(t))
+    ]
+    assert set(read_one_by_one) == expected
     pages = []
     for number in (1, 2, 3):
         page = selectors.trace_page_of(
             user=support, filters=filters, page_number=number, per_page=5
         )
         pages.append([t.request_id for t in page.object_list])
-    assert page.paginator.count == len(expected) == 13  # 12 + the fixture's req-92
-    assert [r for rows in pages for r in rows] == expected
-    assert [len(rows) for rows in pages] == [5, 5, 3]
-    assert not any(r.startswith("other-") or r == "old-match" for rows in pages for r in rows)
+    assert isinstance(page.paginator, selectors.CandidateMatchPaginator) is walked
+    assert page.paginator.count == len(read_one_by_one)
+    assert [r for rows in pages for r in rows] == read_one_by_one
+    assert [len(rows) for rows in pages] == [5, 5, len(read_one_by_one) - 10]
+    assert not any(
+        r.startswith(("other-", "miss-")) or r == "old-match" for rows in pages for r in rows
+    )
 
 
 def test_trace_list__candidate_filter_over_cap__says_more_than(client, support, monkeypatch):

@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from tests.engines import pg_connect_kwargs
 from tests.factories import world
-from tests.factories.traces import traces_generated
+from tests.factories.traces import candidates_of, traces_generated
 from tests.runtime_sim import wait_until
 from traces import partitions, services, tasks
-from traces.models import Candidate, RequestKey, Trace
+from traces.models import RequestKey, Trace
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -31,9 +31,9 @@ DAY = timedelta(days=1)
 
 @contextmanager
 def rows_deleted():
-    """{table: rows} deleted from traces_trace and traces_candidate while inside, whichever
-    process deletes them: a statement trigger on each parent counts its statement's rows (a
-    dropped partition deletes none)."""
+    """{table: rows} deleted from traces_trace while inside, whichever process deletes them
+    (a trace's candidates are in its row: they go with it): a statement trigger on the
+    parent counts its statement's rows (a dropped partition deletes none)."""
     counted: dict[str, int] = {}
     with connection.cursor() as cursor:
         cursor.execute(
@@ -43,8 +43,6 @@ def rows_deleted():
             " RETURN NULL; END $$;"
             "CREATE TRIGGER retention_count AFTER DELETE ON traces_trace REFERENCING OLD TABLE"
             " AS gone FOR EACH STATEMENT EXECUTE FUNCTION retention_count_deleted();"
-            "CREATE TRIGGER retention_count AFTER DELETE ON traces_candidate REFERENCING OLD"
-            " TABLE AS gone FOR EACH STATEMENT EXECUTE FUNCTION retention_count_deleted();"
         )
     try:
         yield counted
@@ -54,14 +52,17 @@ def rows_deleted():
             counted.update({tbl: int(n) for tbl, n in cursor.fetchall() if n})
             cursor.execute(
                 "DROP TRIGGER retention_count ON traces_trace;"
-                "DROP TRIGGER retention_count ON traces_candidate;"
                 "DROP FUNCTION retention_count_deleted(); DROP TABLE retention_rows_deleted;"
             )
 
 
 def day_tables(day) -> set[str]:
-    """The tables of this day's partitions that still exist, attached or not."""
-    names = [partitions.partition_name(parent, day) for parent in partitions.PARENTS]
+    """The tables of this day's partitions that still exist, attached or not (with a day of
+    the candidate table migration 0013 dropped, left detached by an interrupted purge)."""
+    names = [
+        partitions.partition_name(parent, day)
+        for parent in (*partitions.PARENTS, "traces_candidate")
+    ]
     with connection.cursor() as cursor:
         cursor.execute("SELECT relname FROM pg_class WHERE relname = ANY(%s)", [names])
         return {name for (name,) in cursor.fetchall()}
@@ -121,7 +122,7 @@ def test_purge_task__100k_traces_on_expired_days__days_dropped_as_partitions_no_
         *(f"cutoff-day-{n}" for n in range(3)),
         *(f"today-{n}" for n in range(3)),
     }
-    assert Candidate.objects.count() == 12
+    assert len(candidates_of(Trace.objects.all())) == 12  # 2 per kept trace, in its row
     with connection.cursor() as cursor:
         days = partitions.existing_days(cursor, "traces_trace")
     assert floor.date() in days and not days & set(expired_days)
@@ -159,9 +160,9 @@ def test_purge__shorter_retention__its_expired_days_deleted_by_rows_shared_days_
         result = tasks.purge_expired()
 
     # Then the day both are done with went as a partition; sg-test's rows of the day only
-    # it is done with were deleted (40 traces, 80 candidates), nothing else
+    # it is done with were deleted (40 traces, their 80 candidates with them), nothing else
     assert partitions.partition_name("traces_trace", (floor - DAY).date()) in result["days_dropped"]
-    assert deleted == {"traces_trace": 40, "traces_candidate": 80}
+    assert deleted == {"traces_trace": 40}
     assert result["traces"] == 40
     kept = set(Trace.objects.values_list("request_id", flat=True))
     assert {r.rsplit("-", 1)[0] for r in kept} == {
@@ -170,11 +171,13 @@ def test_purge__shorter_retention__its_expired_days_deleted_by_rows_shared_days_
         "sg-test-short-cutoff-day",
     }
     assert RequestKey.objects.count() == len(kept) == 120
+    assert len(candidates_of(Trace.objects.all())) == 2 * 120
 
 
 def test_drop__a_day_left_half_detached_and_one_detached_not_dropped__both_finished():
     # Given an expired day whose trace partition an interrupted DETACH … CONCURRENTLY left
-    # pending, and whose candidate partition was detached but never dropped
+    # pending, and whose candidate partition (of the table migration 0013 dropped) a purge
+    # before the migration detached but never dropped
     world()
     now = timezone.now()
     day = (partitions.retention_cutoff(now, 30) - 3 * DAY).date()
@@ -184,6 +187,7 @@ def test_drop__a_day_left_half_detached_and_one_detached_not_dropped__both_finis
     conninfo = {**pg_connect_kwargs(), "autocommit": True}
     with connection.cursor() as cursor:
         partitions.ensure_days(cursor, [day])  # an earlier test's purge may have dropped it
+        cursor.execute(f"CREATE TABLE {candidate_day} (trace_id bigint, position smallint)")
 
     def detach_pending() -> bool:
         with connection.cursor() as cursor:
@@ -209,15 +213,14 @@ def test_drop__a_day_left_half_detached_and_one_detached_not_dropped__both_finis
         with pytest.raises(psycopg.errors.QueryCanceled):
             detaching.result(timeout=30)
         reader.rollback()
-        dropper.execute(f"ALTER TABLE traces_candidate DETACH PARTITION {candidate_day}")
     assert detach_pending()
 
     # When the purge drops the expired days
     dropped = services.partitions_drop_expired(now=now)
 
-    # Then both are gone, and the day can be made again
+    # Then both are gone, and the day can be made again (traces only: candidates are in them)
     assert {trace_day, candidate_day} <= set(dropped)
     assert day_tables(day) == set()
     with connection.cursor() as cursor:
         partitions.ensure_days(cursor, [day])
-    assert day_tables(day) == {trace_day, candidate_day}
+    assert day_tables(day) == {trace_day}

@@ -1,5 +1,5 @@
-"""How traces are stored for the exclusion list: one index entry per trace and kind of
-exclusion, read newest first without sorting the window (docs/traces-storage.md)."""
+"""How traces are stored for the exclusion list: each trace's kinds of exclusion once, in its
+row, read newest first without sorting the window (docs/traces-storage.md, docs/capacity.md)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,17 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from tests.factories import candidate, post_batch, runtime_token, trace_payload, world
-from traces import selectors
+from tests.factories import (
+    candidate,
+    post_batch,
+    runtime_token,
+    trace_payload,
+    world,
+)
+from tests.factories.traces import candidates_of
+from traces import selectors, stored
 from traces.filters import TraceFilters
-from traces.models import Candidate, Trace
+from traces.models import CandidateKind, Trace
 
 pytestmark = pytest.mark.django_db
 
@@ -32,19 +39,40 @@ def env(client):
     return env
 
 
-def test_ingest__several_candidates_of_one_kind__only_the_first_marked(env):
-    marks = list(
-        Candidate.objects.filter(trace__request_id="req-turns")
-        .order_by("position")
-        .values_list("item_id", "first_of_kind")
+def test_ingest__several_candidates_of_one_kind__the_kind_held_once(env):
+    """Three old turns excluded for one reason are one kind, a fourth for another reason a
+    second; the selected turn is no kind of exclusion. Each kind is numbered once in the
+    kind table, and the trace keeps all five candidates in order."""
+    trace = Trace.objects.get(request_id="req-turns")
+    kinds = {
+        (k.source, k.decision, k.reason): k.pk
+        for k in CandidateKind.objects.filter(pk__in=trace.kinds)
+    }
+    assert kinds.keys() == {
+        ("recent_dialogue", "irrelevant", "older turn"),
+        ("recent_dialogue", "irrelevant", "duplicate"),
+    }
+    assert sorted(trace.kinds) == sorted(kinds.values())  # one number per kind, no repeats
+    assert not CandidateKind.objects.filter(decision="selected").exists()
+    assert [c.item_id for c in candidates_of(trace)] == [f"turn-{n}" for n in range(5)]
+
+
+def test_ingest__a_kind_seen_before__keeps_its_number(client, env):
+    """A later trace excluding the same kind gets the same number, not a new row."""
+    post_batch(
+        client,
+        runtime_token(env["environments"]["sg-test"]),
+        [
+            trace_payload(
+                "req-again",
+                candidates=[candidate("turn-9", required=False, **OLD_TURN)],
+            )
+        ],
     )
-    assert marks == [
-        ("turn-0", True),
-        ("turn-1", False),
-        ("turn-2", False),
-        ("turn-3", True),
-        ("turn-4", True),
-    ]
+    first, again = (Trace.objects.get(request_id=r) for r in ("req-turns", "req-again"))
+    old_turn = CandidateKind.objects.get(**OLD_TURN).pk
+    assert old_turn in first.kinds and again.kinds == [old_turn]
+    assert CandidateKind.objects.filter(**OLD_TURN).count() == 1
 
 
 @pytest.mark.parametrize(
@@ -65,42 +93,72 @@ def test_trace_list__any_candidate_filter__finds_the_trace_once(client, env, mak
     assert response.context["page_obj"].paginator.count == 1
 
 
-def test_trace_list__exclusion_filter__read_off_the_index_newest_first_without_a_sort(
-    env, make_user
-):
-    """The page of "source S excluded as D for reason R in the last day" must not grow with
-    the day's matches: the keys come in order from the exclusion index and stop at the
-    page (a sort would read every match of the window first)."""
-    support = make_user("sup", support="assistant_professional")
-    filters = TraceFilters.from_query(
-        {**OLD_TURN, "since": (timezone.now() - timedelta(days=1)).isoformat()}
-    )
-    paginator = selectors.CandidateMatchPaginator(
-        selectors._traces_filtered(user=support, filters=filters),
-        selectors._candidates_matching(filters),
-        50,
-        cap=selectors.CANDIDATE_COUNT_CAP,
-    )
-    sql, params = paginator.match_keys()[:1001].query.sql_with_params()
+def _kind_number(**kind) -> int:
     with connection.cursor() as cursor:
-        # A handful of rows would be read by a scan; the question is whether the index can
-        # give the order, which is what a table of millions of rows needs.
-        cursor.execute("SET LOCAL enable_seqscan = off")
-        cursor.execute("SET LOCAL enable_bitmapscan = off")
+        return stored.kind_numbers(cursor, [(kind["source"], kind["decision"], kind["reason"])])[
+            (kind["source"], kind["decision"], kind["reason"])
+        ]
+
+
+def _list_plan(user, query: dict) -> tuple[str, list]:
+    """(EXPLAIN of the read of a first page of the trace list, request ids on that page)."""
+    filters = TraceFilters.from_query(
+        {**query, "since": (timezone.now() - timedelta(days=1)).isoformat()}
+    )
+    listing = selectors.trace_listing(user=user, filters=filters)
+    page_keys = listing.object_list.values_list("pk", "occurred_at")[:50]
+    sql, params = page_keys.query.sql_with_params()
+    with connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + sql, params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
-        # The partitions' copies of the exclusion index.
+    return plan, [t.request_id for t in listing.page(1)]
+
+
+def _indexes_of_partitions(name: str) -> set[str]:
+    with connection.cursor() as cursor:
         cursor.execute(
             "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
-            "WHERE i.inhparent = 'candidate_exclusion_time'::regclass"
+            "WHERE i.inhparent = %s::regclass",
+            [name],
         )
-        exclusion_indexes = {name for (name,) in cursor.fetchall()}
+        return {relname for (relname,) in cursor.fetchall()}
+
+
+COMMON = {"source": "recent_dialogue", "decision": "irrelevant", "reason": "older product"}
+
+
+def test_trace_list__exclusion_filter__page_read_without_sorting_the_window(env, make_user):
+    """The page of "source S excluded as D for reason R in the last day" must not grow with
+    the day's matches. A kind most traces have: walked newest first off the time index,
+    each trace's kinds checked, stopping at the page (a sort would read every match of the
+    day first). A rare kind: its few traces found off the kinds' GIN index."""
+    from tests.factories.traces import traces_generated
+
+    support = make_user("sup", support="assistant_professional")
+    common = _kind_number(**COMMON)
+    with connection.cursor() as cursor:
+        traces_generated(
+            cursor,
+            agent=env["agents"]["assistant_professional"],
+            environment=env["environments"]["sg-test"],
+            start=timezone.now() - timedelta(hours=20),
+            every=timedelta(seconds=10),
+            count=6_000,
+        )
+        cursor.execute(
+            "UPDATE traces_trace SET kinds = ARRAY[%s] WHERE request_id LIKE 'gen-%%'", [common]
+        )
+        cursor.execute("ANALYZE traces_trace")
+
+    plan, page = _list_plan(support, COMMON)
     used = set(re.findall(r"Index (?:Only )?Scan(?: Backward)? using (\S+)", plan))
-    assert used and used <= exclusion_indexes, plan
+    assert used and used <= _indexes_of_partitions("trace_time_id"), plan
     assert "Sort" not in plan, plan
-    assert [key[0] for key in paginator.match_keys()] == [
-        Trace.objects.get(request_id="req-turns").pk
-    ]
+    assert len(page) == 50 and page[0] == "gen-5999"
+
+    plan, page = _list_plan(support, OLD_TURN)
+    assert re.search(r"Bitmap Index Scan on \S*kinds", plan), plan
+    assert page == ["req-turns"]
 
 
 def _partitions_read(statement: str, params: dict) -> set[str]:
@@ -110,15 +168,16 @@ def _partitions_read(statement: str, params: dict) -> set[str]:
     return set(re.findall(r" on (traces_(?:trace|candidate)_p\d{8})", plan))
 
 
-def test_rollup__one_hour__reads_that_day_of_candidates_only(env):
-    """The hourly rollup runs every hour over tens of millions of candidates: it must read
-    the hour's day partition, not every day of the retention."""
-    from traces.services import ROLLUP_INSERT
+@pytest.mark.parametrize("statement", ["ROLLUP_INSERT", "_ROLLUP_CANDIDATES"])
+def test_rollup__one_hour__reads_that_day_of_traces_only(env, statement):
+    """The hourly rollup runs every hour over millions of traces and their candidates: both
+    its reads (the traces counted, their candidates counted) must read the hour's day
+    partition, not every day of the retention."""
+    from traces import services
 
     hour = timezone.now().replace(minute=0, second=0, microsecond=0) - timedelta(hours=1)
-    read = _partitions_read(ROLLUP_INSERT, {"hour": hour})
-    day = f"{hour:%Y%m%d}"
-    assert read == {f"traces_trace_p{day}", f"traces_candidate_p{day}"}, read
+    read = _partitions_read(getattr(services, statement), {"hour": hour})
+    assert read == {f"traces_trace_p{hour:%Y%m%d}"}, read
 
 
 def test_lookup_by_request_id__reads_the_day_of_the_trace_only(env, django_assert_num_queries):
@@ -141,7 +200,6 @@ REPLAY_COLUMNS = {
         "selection_context_window",
         "selection_max_input_tokens",
     },
-    "traces_candidate": {"provider_bundle", "reason_code"},
 }
 
 
@@ -171,7 +229,8 @@ def test_migration_0007__table_with_rows__every_partition_gains_the_columns_with
 ):
     """Back to 0006 and forward again over stored traces: every day partition (and one
     created later) has the replay columns, no partition was rewritten (its file is the same),
-    and the traces stored before read as "no replay fields"."""
+    and the traces stored before read as "no replay fields" — their candidates too, once
+    migration 0013 has moved them into the trace row."""
     from django.db.migrations.executor import MigrationExecutor
 
     from traces import partitions
@@ -191,6 +250,17 @@ def test_migration_0007__table_with_rows__every_partition_gains_the_columns_with
                 not REPLAY_COLUMNS["traces_trace"]
                 & _partition_columns(cursor, "traces_trace")[day_partitions[0]]
             )
+            # Candidates as 0006 stored them (going back dropped the row's packed candidates).
+            cursor.execute(
+                "INSERT INTO traces_candidate (trace_id, position, item_id, source, version, "
+                "size, required, bundle, decision, reason, outcome, depends_on, conflicts_with, "
+                "note, occurred_at, first_of_kind) VALUES "
+                "(%(trace)s, 0, 'P7-v2', 'applicable_policy', 'v2', 2100, true, 'policy-P7', "
+                "'selected', 'required', '', '[]', '[]', '', %(at)s, true), "
+                "(%(trace)s, 1, 'old-chat', 'recent_dialogue', 'e-311', 900, false, '', "
+                "'irrelevant', 'older turn', '', '[]', '[]', '', %(at)s, true)",
+                {"trace": trace.pk, "at": trace.occurred_at},
+            )
     finally:
         executor = MigrationExecutor(connection)
         executor.loader.build_graph()
@@ -209,4 +279,11 @@ def test_migration_0007__table_with_rows__every_partition_gains_the_columns_with
         )
     trace = Trace.objects.get(request_id="req-old")
     assert (trace.engine, trace.fixed_input_tokens) == ("", None)
-    assert set(Candidate.objects.values_list("provider_bundle", "reason_code")) == {("", "")}
+    stored = candidates_of(trace)
+    assert [(c.item_id, c.bundle, c.decision) for c in stored] == [
+        ("P7-v2", "policy-P7", "selected"),
+        ("old-chat", "", "irrelevant"),
+    ]
+    assert {(c.provider_bundle, c.reason_code) for c in stored} == {("", "")}
+    # Migration 0013 numbered the old exclusion as the ingest would, for the list to find.
+    assert trace.kinds == [CandidateKind.objects.get(**OLD_TURN).pk]

@@ -11,9 +11,9 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from tests.factories import post_batch, runtime_token, trace_payload, world
-from tests.factories.traces import snapshots_allowed
+from tests.factories.traces import candidates_of, snapshots_allowed, traces_generated
 from traces import crypto, services, tasks
-from traces.models import Candidate, HourlyRollup, Snapshot, Trace
+from traces.models import HourlyRollup, Snapshot, Trace
 
 
 def wait_for(condition, timeout=30.0):
@@ -48,8 +48,6 @@ def test_purge_task__real_worker__expired_snapshot_and_old_traces_gone(
     )
     # Ingest refuses traces older than the retention: age them as time would.
     Trace.objects.filter(request_id__startswith="old-").update(occurred_at=ago(days=31))
-    # Candidates carry their trace's occurred_at (the partition key).
-    Candidate.objects.filter(trace__request_id__startswith="old-").update(occurred_at=ago(days=31))
     Snapshot.objects.filter(trace__request_id="expired-snapshot").update(
         expires_at=timezone.now() - timedelta(minutes=1)
     )
@@ -59,7 +57,8 @@ def test_purge_task__real_worker__expired_snapshot_and_old_traces_gone(
     wait_for(lambda: not Trace.objects.filter(request_id__startswith="old-").exists())
     wait_for(lambda: Snapshot.objects.count() == 1)
     assert set(Trace.objects.values_list("request_id", flat=True)) == {"fresh", "expired-snapshot"}
-    assert Candidate.objects.count() == 6  # 3 per kept trace; the old ones went with them
+    # 3 per kept trace, in its row; the old ones went with their traces
+    assert len(candidates_of(Trace.objects.all())) == 6
     assert Snapshot.objects.get().trace.request_id == "fresh"
     assert result.id
 
@@ -76,9 +75,8 @@ def test_purge__small_batches__deletes_everything_past_a_shorter_retention(clien
     env.trace_retention_days = env.snapshot_retention_days = 7
     env.save()
     Trace.objects.update(occurred_at=ago(days=10))  # ingest refuses traces past retention
-    Candidate.objects.update(occurred_at=ago(days=10))
     assert services.traces_purge_expired(batch_size=2) == 5
-    assert Candidate.objects.count() == 0
+    assert not Trace.objects.exists()  # and their candidates, kept in their rows, with them
 
 
 @pytest.mark.worker
@@ -148,24 +146,25 @@ def test_partitions__maintain_creates_ahead__purge_drops_a_whole_old_day():
 
     from traces import partitions
 
+    w = world()
     now = timezone.now()
     today = now.astimezone(UTC).date()
     old_day = today - timedelta(days=60)
     with connection.cursor() as cursor:
-        partitions.ensure_days(cursor, [old_day])
-        cursor.execute(
-            "INSERT INTO traces_candidate (trace_id, position, item_id, source, version, "
-            "required, bundle, decision, reason, outcome, depends_on, conflicts_with, note, "
-            "occurred_at, first_of_kind) VALUES (1, 0, 'i', 's', '', false, '', 'selected', "
-            "'', '', '[]', '[]', '', %s, true)",
-            [now - timedelta(days=60)],
+        traces_generated(  # a trace with its candidates, on a day long past every retention
+            cursor,
+            agent=w["agents"]["assistant_professional"],
+            environment=w["environments"]["sg-test"],
+            start=now - timedelta(days=60),
+            every=timedelta(minutes=1),
+            count=1,
         )
+    assert len(candidates_of(Trace.objects.all())) == 2
     created = services.partitions_maintain(now=now, days_ahead=9)["created"]
     dropped = services.partitions_drop_expired(now=now)
     assert partitions.partition_name("traces_trace", old_day) in dropped
-    assert partitions.partition_name("traces_candidate", old_day) in dropped
     assert partitions.partition_name("traces_trace", today + timedelta(days=9)) in created
-    assert Candidate.objects.count() == 0
+    assert not Trace.objects.exists()  # its candidates went with its row
     with connection.cursor() as cursor:
         days = partitions.existing_days(cursor, "traces_trace")
     assert old_day not in days

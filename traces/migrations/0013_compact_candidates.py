@@ -75,7 +75,7 @@ def convert(apps, schema_editor):
             keys = cursor.fetchall()
             if not keys:
                 return
-            after = keys[-1]
+            after = (keys[-1][1], keys[-1][0])  # (occurred_at, id), as the WHERE compares
             cursor.execute(_CANDIDATES, [[k[0] for k in keys], keys[0][1], keys[-1][1]])
             by_trace: dict = {}
             for row in cursor.fetchall():
