@@ -94,12 +94,28 @@ def test_ingest__candidates__read_back_field_for_field_as_sent(client, secret):
                 bundle="dialogue",
                 provider_bundle="dialogue-provider",
             ),
-            candidate("d", source="recent_dialogue", decision="over_budget",
-                      reason="too long for the budget", required=False),  # fmt: skip
-            candidate("e", source="recent_dialogue", decision="irrelevant",
-                      reason="too long for the budget", required=False, relevance=0.0),  # fmt: skip
-            candidate("f", source="applicable_policy", decision="over_budget",
-                      reason="too long for the budget", outcome="not_fetched"),  # fmt: skip
+            candidate(
+                "d",
+                source="recent_dialogue",
+                decision="over_budget",
+                reason="too long for the budget",
+                required=False,
+            ),  # fmt: skip
+            candidate(
+                "e",
+                source="recent_dialogue",
+                decision="irrelevant",
+                reason="too long for the budget",
+                required=False,
+                relevance=0.0,
+            ),  # fmt: skip
+            candidate(
+                "f",
+                source="applicable_policy",
+                decision="over_budget",
+                reason="too long for the budget",
+                outcome="not_fetched",
+            ),  # fmt: skip
         ],
     )
     thousandths = trace_payload(
@@ -351,7 +367,7 @@ def test_trace_listing__candidate_filters__the_traces_brute_force_finds_newest_f
                 "extra": [r for r in found if r not in expected][:5],
                 "in_order": found == [r for r in expected if r in found],
             }
-    assert wrong == {}
+    assert wrong == {}, sorted(wrong)
     assert any(_brute_force(visible, lookup) for lookup in lookups)  # the world is not empty
 
 
