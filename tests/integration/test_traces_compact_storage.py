@@ -56,7 +56,7 @@ def as_sent(payload: dict) -> list[wire.Candidate]:
 def kind_rows() -> dict[int, tuple[str, str, str]]:
     return {
         k.pk: (k.source, k.decision, k.reason)
-        for k in CandidateKind.objects.order_by("pk")  # noqa: the table is small in tests
+        for k in CandidateKind.objects.order_by("pk")
     }
 
 
