@@ -54,10 +54,7 @@ def as_sent(payload: dict) -> list[wire.Candidate]:
 
 
 def kind_rows() -> dict[int, tuple[str, str, str]]:
-    return {
-        k.pk: (k.source, k.decision, k.reason)
-        for k in CandidateKind.objects.order_by("pk")
-    }
+    return {k.pk: (k.source, k.decision, k.reason) for k in CandidateKind.objects.order_by("pk")}
 
 
 def kinds_of(trace: Trace) -> list[tuple[str, str, str]]:
@@ -322,22 +319,25 @@ def mixed_world(client, secret, *, count: int, start, spread: timedelta, seed: i
 
 
 def _brute_force(traces: list[Trace], lookups: dict) -> list[str]:
-    """The traces with a candidate having every value of `lookups`, newest first."""
+    """The traces with a candidate having every value of `lookups` (and in its time window:
+    `since`, `until`), newest first."""
+    lookups = dict(lookups)
+    since, until = lookups.pop("since", None), lookups.pop("until", None)
     newest_first = sorted(traces, key=lambda t: (t.occurred_at, t.pk), reverse=True)
     return [
         t.request_id
         for t in newest_first
-        if any(all(getattr(c, k) == v for k, v in lookups.items()) for c in candidates_of(t))
+        if (since is None or t.occurred_at >= since)
+        and (until is None or t.occurred_at <= until)
+        and any(all(getattr(c, k) == v for k, v in lookups.items()) for c in candidates_of(t))
     ]
 
 
 def test_trace_listing__candidate_filters__the_traces_brute_force_finds_newest_first(
     client, secret, support, monkeypatch
 ):
-    mixed_world(
-        client, secret, count=350, start=timezone.now() - timedelta(hours=20),
-        spread=timedelta(hours=19),
-    )  # fmt: skip
+    start = timezone.now() - timedelta(hours=20)
+    mixed_world(client, secret, count=350, start=start, spread=timedelta(hours=19))
     monkeypatch.setattr(stored, "WALK_CHUNK", 16)  # the walk of `selected` crosses chunks
     visible = list(Trace.objects.filter(agent__key=AGENT))
     assert len(visible) == 300
@@ -354,6 +354,14 @@ def test_trace_listing__candidate_filters__the_traces_brute_force_finds_newest_f
         {"source": "order_delivery", "decision": "not_fetched", "reason": "older turn"},
         {"source": "task_state", "decision": "selected", "reason": "required"},
         {"source": "task_state", "decision": "conflict", "reason": "no such reason"},
+        # Narrowed to a window of time, on both paths (kinds, and the walk).
+        {"decision": "irrelevant", "since": start + timedelta(hours=6)},
+        {"source": "recent_dialogue", "until": start + timedelta(hours=12)},
+        {
+            "decision": "selected",
+            "since": start + timedelta(hours=3),
+            "until": start + timedelta(hours=9),
+        },
     ]
     wrong = {}
     for lookup in lookups:
