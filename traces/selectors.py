@@ -88,9 +88,11 @@ def _traces_filtered(*, user, filters: TraceFilters) -> QuerySet:
 
 
 def _selected_filter(filters: TraceFilters) -> bool:
-    """A candidate filter on selected candidates: not a kind of exclusion, so not in `kinds`;
-    found by reading the traces' candidates (selected ones are most of them: found fast)."""
-    return filters.candidate_filter.get("decision") == SELECTED
+    """A candidate filter that may match selected candidates — decision `selected`, or none
+    given ("any decision" includes selected) —: those are not kinds of exclusion, so not in
+    `kinds`; found by reading the traces' candidates (selected ones are most of them: found
+    fast)."""
+    return filters.candidate_filter.get("decision", SELECTED) == SELECTED
 
 
 def _kinds_filtered(queryset: QuerySet, filters: TraceFilters) -> QuerySet:
@@ -102,8 +104,8 @@ def _kinds_filtered(queryset: QuerySet, filters: TraceFilters) -> QuerySet:
 
 
 def trace_list(*, user, filters: TraceFilters) -> QuerySet:
-    """Traces the user may see, newest first, narrowed by the filters (a filter on selected
-    candidates is applied by `trace_listing`, which reads them)."""
+    """Traces the user may see, newest first, narrowed by the filters (a filter that may match
+    selected candidates is applied by `trace_listing`, which reads them)."""
     queryset = _traces_filtered(user=user, filters=filters).select_related("agent", "environment")
     if filters.candidate_filter and not _selected_filter(filters):
         queryset = _kinds_filtered(queryset, filters)

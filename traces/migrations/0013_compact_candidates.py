@@ -8,6 +8,8 @@ docs/capacity.md § Migration plan says (a new partition per day, filled, swappe
 runs `migrate --fake traces 0013`.
 """
 
+import json
+
 import django.contrib.postgres.fields
 import django.contrib.postgres.indexes
 from django.db import migrations, models
@@ -22,6 +24,11 @@ FROM traces_candidate
 WHERE trace_id = ANY(%s) AND occurred_at >= %s AND occurred_at <= %s
 ORDER BY trace_id, position
 """
+
+
+def _ids(value) -> tuple:
+    # Django's PostgreSQL connection reads jsonb as its text (JSONField decodes it itself).
+    return tuple((json.loads(value) if isinstance(value, str) else value) or ())
 
 
 def _wire(row):
@@ -40,8 +47,8 @@ def _wire(row):
         reason=reason,
         outcome=outcome or None,
         relevance=relevance,
-        depends_on=tuple(depends_on or ()),
-        conflicts_with=tuple(conflicts_with or ()),
+        depends_on=_ids(depends_on),
+        conflicts_with=_ids(conflicts_with),
         note=note,
         provider_bundle=provider_bundle or None,
         reason_code=reason_code or None,
@@ -75,7 +82,7 @@ def convert(apps, schema_editor):
             keys = cursor.fetchall()
             if not keys:
                 return
-            after = (keys[-1][1], keys[-1][0])  # (occurred_at, id), as the WHERE compares
+            after = keys[-1][1], keys[-1][0]  # (occurred_at, id): the order of the paging
             cursor.execute(_CANDIDATES, [[k[0] for k in keys], keys[0][1], keys[-1][1]])
             by_trace: dict = {}
             for row in cursor.fetchall():
