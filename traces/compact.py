@@ -1,7 +1,7 @@
 """A trace's candidates in one compact value, and back, exactly (issue 36, item 1).
 
 The shape chosen in docs/capacity.md: one row per trace, its candidates in one `bytea` —
-this module's `encode` — beside a small `int4[]` of the trace's kinds of exclusion
+this module's `encode` — beside a small `int4[]` of the trace's kinds of candidate
 (`kinds`), indexed with GIN for the search "traces where source S was excluded as D for
 reason R". Pure: no database, no Django; the wire struct `context_runtime.wire.Candidate`
 in, the same out (`decode(encode(c)) == c`, field for field, None and "" kept apart), so a
@@ -14,8 +14,7 @@ small indexes; a column where every candidate has the default is nil; relevances
 exact in thousandths (as runtimes round them) are integers. Columns compress better than
 candidates one after the other: alike values sit together.
 
-`exclusion_kinds` gives the trace's distinct (source, decision, reason) of the candidates
-not selected; the database numbers them in a small kind table (reasons are free text, so a
+`kinds` gives the trace's distinct (source, decision, reason) of its candidates; the database numbers them in a small kind table (reasons are free text, so a
 hash of them would collide once there are thousands) and keeps the numbers in the array.
 """
 
@@ -30,7 +29,6 @@ from context_runtime import wire
 from msgspec.structs import astuple
 
 FORMAT = 1
-SELECTED = "selected"
 # Words of the wire's closed lists (decisions, outcomes, reason codes) and the commonest
 # sources: DEFLATE finds them here from the first candidate on. Part of FORMAT 1: a new
 # dictionary is a new format byte (an old value must still decode with its own).
@@ -172,12 +170,9 @@ def decode(value: bytes) -> list[wire.Candidate]:
         raise CompactError(f"damaged compact candidate value: {error}") from error
 
 
-def exclusion_kinds(candidates: Iterable[wire.Candidate]) -> list[tuple[str, str, str]]:
-    """The trace's kinds of exclusion — (source, decision, reason) of the candidates not
-    selected — each once, in first appearance: what the search's array holds, as codes of
-    the kind table (the database's side, not this module's)."""
-    seen: dict[tuple[str, str, str], None] = {}
-    for c in candidates:
-        if c.decision != SELECTED:
-            seen.setdefault((c.source, c.decision, c.reason))
-    return list(seen)
+def kinds(candidates: Iterable[wire.Candidate]) -> list[tuple[str, str, str]]:
+    """The trace's kinds of candidate — (source, decision, reason), selected ones included —
+    each once, in first appearance: what the search's array holds, as codes of the kind table
+    (the database's side, not this module's). Twenty old dialogue turns left out for the same
+    reason are one kind."""
+    return list(dict.fromkeys((c.source, c.decision, c.reason) for c in candidates))

@@ -119,7 +119,7 @@ class Trace(models.Model):
     redactions = models.JSONField(null=True, blank=True)
     # Issue 36: the candidates in one compact value (`traces.compact.encode`: ≈ 700 bytes for
     # fifty, inline in the row) and the numbers (`CandidateKind`) of the trace's kinds of
-    # exclusion, GIN-indexed for "traces where S was excluded as D for R". Read through
+    # candidate, GIN-indexed for "traces where S was excluded as D for R". Read through
     # `traces.stored.trace_candidates`, never by hand.
     packed_candidates = models.BinaryField(default=bytes, help_text="traces.compact.encode.")
     kinds = ArrayField(models.IntegerField(), default=list, blank=True)
@@ -149,7 +149,7 @@ class Trace(models.Model):
             # both columns grow with insertion order, and BRIN costs almost nothing to keep.
             BrinIndex(fields=["occurred_at"], name="trace_occurred_brin"),
             BrinIndex(fields=["received_at"], name="trace_received_brin"),
-            # The exclusion list: a common kind is found walking newest first and checking
+            # The candidate search: a common kind is found walking newest first and checking
             # each row's kinds (stops after a page); a rare one off the GIN index.
             models.Index(fields=["-occurred_at", "-id"], name="trace_time_id"),
             GinIndex(fields=["kinds"], name="trace_kinds"),
@@ -164,7 +164,7 @@ class Trace(models.Model):
 
 
 class CandidateKind(models.Model):
-    """A kind of exclusion — (source, decision, reason) of a candidate not selected — numbered
+    """A kind of candidate — its (source, decision, reason), selected or not — numbered
     for the traces' `kinds` arrays (docs/capacity.md). Reasons are free text: a number from a
     table, not a hash of them, so thousands of kinds never collide. Rows are only added."""
 

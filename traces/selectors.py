@@ -36,11 +36,10 @@ from traces.charts import (
     release_mark,
     status_chart,
 )
-from traces.compact import SELECTED
 from traces.diagnosis import STATUS_EXPLAINED, config_source, where_to_look
 from traces.filters import TraceFilters
 from traces.models import HourlyRollup, RequestKey, Snapshot, Trace
-from traces.stored import candidates_match, trace_candidates, traces_walk
+from traces.stored import trace_candidates
 
 LIST_COUNT_CAP = 10_000  # counting tens of millions of rows for a page footer is not worth it
 CANDIDATE_COUNT_CAP = 1_000  # the same, when every match must be checked against its candidates
@@ -87,27 +86,19 @@ def _traces_filtered(*, user, filters: TraceFilters) -> QuerySet:
     )
 
 
-def _selected_filter(filters: TraceFilters) -> bool:
-    """A candidate filter that may match selected candidates — decision `selected`, or none
-    given ("any decision" includes selected) —: those are not kinds of exclusion, so not in
-    `kinds`; found by reading the traces' candidates (selected ones are most of them: found
-    fast)."""
-    return filters.candidate_filter.get("decision", SELECTED) == SELECTED
-
-
 def _kinds_filtered(queryset: QuerySet, filters: TraceFilters) -> QuerySet:
-    """`queryset` narrowed to the traces with a candidate of the filter's kinds of exclusion
-    (GIN on `kinds`, or the time index walked newest first for a common kind)."""
+    """`queryset` narrowed to the traces with a candidate of the filter's kinds (GIN on
+    `kinds` for a rare kind; for a common one the time index walked newest first, each row's
+    `kinds` checked, stopping once the page and its capped count have enough)."""
     with connection.cursor() as cursor:
         numbers = stored.kinds_matching(cursor, **filters.candidate_filter)
     return queryset.filter(kinds__overlap=numbers) if numbers else queryset.none()
 
 
 def trace_list(*, user, filters: TraceFilters) -> QuerySet:
-    """Traces the user may see, newest first, narrowed by the filters (a filter that may match
-    selected candidates is applied by `trace_listing`, which reads them)."""
+    """Traces the user may see, newest first, narrowed by the filters."""
     queryset = _traces_filtered(user=user, filters=filters).select_related("agent", "environment")
-    if filters.candidate_filter and not _selected_filter(filters):
+    if filters.candidate_filter:
         queryset = _kinds_filtered(queryset, filters)
     return queryset.order_by("-occurred_at", "-id")
 
@@ -164,48 +155,11 @@ class CappedPaginator(Paginator):
         )
 
 
-class CandidateMatchPaginator(CappedPaginator):
-    """The trace list filtered on selected candidates ("source S selected"), which `kinds`
-    does not hold: `traces_walk` reads the traces newest first and checks their candidates
-    until the page (or the count) has enough. A walk stops after WALK_LIMIT traces: the
-    count then says "more than" what it found."""
-
-    def __init__(self, traces: QuerySet, matches, per_page, *, cap: int):
-        super().__init__(traces, per_page, cap=cap)
-        self.matches = matches
-        self._walk = traces_walk(traces, matches)
-        self._keys: list[tuple[int, object]] = []  # matches found so far, in order
-        self._exhausted = False
-
-    def _keys_up_to(self, needed: int) -> list:
-        while len(self._keys) < needed and not self._exhausted:
-            found = next(self._walk, None)
-            if found is None:
-                self._exhausted = True
-            else:
-                self._keys.append(found[1])
-        return self._keys[:needed]
-
-    @cached_property
-    def count(self) -> int:
-        return len(self._keys_up_to(self.cap + 1))
-
-    def rows_at(self, offset: int, limit: int) -> list:
-        return self.rows_of(self._keys_up_to(offset + limit)[offset:])
-
-
 def trace_listing(*, user, filters: TraceFilters, per_page: int = 50) -> CappedPaginator:
     """The trace list the user may see, narrowed by the filters, newest first — for the page
     and the API alike. A candidate filter counts up to CANDIDATE_COUNT_CAP matches ("more than
     1,000" says what a person needs), others up to LIST_COUNT_CAP: neither ever counts a
     whole table of tens of millions of rows."""
-    if filters.candidate_filter and _selected_filter(filters):
-        return CandidateMatchPaginator(
-            _traces_filtered(user=user, filters=filters),
-            candidates_match(**filters.candidate_filter),
-            per_page,
-            cap=CANDIDATE_COUNT_CAP,
-        )
     cap = CANDIDATE_COUNT_CAP if filters.candidate_filter else LIST_COUNT_CAP
     return CappedPaginator(trace_list(user=user, filters=filters), per_page, cap=cap)
 

@@ -354,7 +354,7 @@ def trace_batch_store(*, identity, batch: ParsedBatch) -> IngestResult:
     traces, snapshots = [], []
     with connection.cursor() as cursor:
         numbers = stored.kind_numbers(
-            cursor, (k for _, t in in_scope for k in compact.exclusion_kinds(t.candidates))
+            cursor, (k for _, t in in_scope for k in compact.kinds(t.candidates))
         )
     for index, trace in in_scope:
         if trace.request_id in seen:

@@ -1,8 +1,8 @@
-"""A trace's candidates as stored: one compact value per trace, and its kinds of exclusion.
+"""A trace's candidates as stored: one compact value per trace, and its kinds of candidate.
 
 Issue 36 (docs/capacity.md): the candidates of a trace live in its row, `packed_candidates`
 (`traces.compact.encode` of the wire structs), beside `kinds`, the numbers in
-`traces_candidate_kind` of its distinct (source, decision, reason) not selected. This module
+`traces_candidate_kind` of its distinct (source, decision, reason). This module
 is the one place that reads and writes them: everything that shows, replays, counts or
 searches candidates goes through it.
 """
@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from context_runtime import wire
+from django.db.models import Q
 
 from traces import compact
 
@@ -127,25 +128,29 @@ WALK_CHUNK = 1_000
 WALK_LIMIT = 100_000  # traces read at most by one walk
 
 
-def traces_walk(queryset, matches, *, start: int = 0):
-    """(read so far, (id, occurred_at) of a match) of `queryset`'s traces newest first whose
-    candidates `matches`, read in chunks (a filter `kinds` cannot answer: selected candidates,
-    reason codes). Stops after WALK_LIMIT traces."""
+def traces_walk(queryset, matches):
+    """The (id, occurred_at) of `queryset`'s traces, newest first, whose candidates `matches`,
+    read in chunks by keyset (a trace stored meanwhile neither shifts nor repeats one): for a
+    check `kinds` cannot answer, e.g. reason codes. Stops after WALK_LIMIT traces."""
     ordered = queryset.order_by("-occurred_at", "-id").values_list(
         "pk", "occurred_at", "packed_candidates"
     )
-    read = start
+    read, chunk = 0, ordered[:WALK_CHUNK]
     while read < WALK_LIMIT:
-        chunk = list(ordered[read : read + WALK_CHUNK])
-        read += len(chunk)
-        for pk, when, packed in chunk:
+        rows = list(chunk)
+        read += len(rows)
+        for pk, when, packed in rows:
             if matches(packed):
-                yield read, (pk, when)
-        if len(chunk) < WALK_CHUNK:
+                yield pk, when
+        if len(rows) < WALK_CHUNK:
             return
+        last_pk, last_when = rows[-1][0], rows[-1][1]
+        chunk = ordered.filter(
+            Q(occurred_at__lt=last_when) | Q(occurred_at=last_when, pk__lt=last_pk)
+        )[:WALK_CHUNK]
 
 
-# --- kinds of exclusion ----------------------------------------------------------------------
+# --- kinds of candidate ----------------------------------------------------------------------
 # Only the kinds not yet numbered are inserted (a sequence value is spent per attempted row,
 # conflict or not), in one order (two batches adding the same kinds never deadlock). The
 # statement's snapshot cannot see a kind a concurrent batch committed while this one waited
@@ -198,12 +203,11 @@ def kind_numbers(cursor, kinds: Iterable[Kind]) -> dict[Kind, int]:
 
 def packed(candidates: list[wire.Candidate], numbers: Mapping[Kind, int]) -> tuple[bytes, list]:
     """(packed_candidates, kinds) of a trace's candidates; `numbers` covers their kinds."""
-    return compact.encode(candidates), [numbers[k] for k in compact.exclusion_kinds(candidates)]
+    return compact.encode(candidates), [numbers[k] for k in compact.kinds(candidates)]
 
 
 def kinds_matching(cursor, *, source="", decision="", reason="") -> list[int]:
-    """The numbers of the kinds a candidate filter matches (any of the three may be blank).
-    Decision `selected` has none: selected candidates are not kinds of exclusion."""
+    """The numbers of the kinds a candidate filter matches (any of the three may be blank)."""
     lookups = [("source", source), ("decision", decision), ("reason", reason)]
     given = [(column, value) for column, value in lookups if value]
     where = " AND ".join(f"{column} = %s" for column, _ in given) or "true"

@@ -272,9 +272,9 @@ def test_migration_0013__old_candidate_rows__become_each_traces_compact_value_an
             trace = Trace.objects.get(request_id=request_id)
             expected = [as_wire(row) for row in rows]
             assert [c.wire for c in trace_candidates(trace)] == expected, request_id
-            assert [kinds[n] for n in trace.kinds] == compact.exclusion_kinds(expected), request_id
+            assert [kinds[n] for n in trace.kinds] == compact.kinds(expected), request_id
         assert sorted(kinds.values()) == sorted(
-            {k for rows in rows_of.values() for k in compact.exclusion_kinds(map(as_wire, rows))}
+            {k for rows in rows_of.values() for k in compact.kinds(map(as_wire, rows))}
         )
         rich = trace_candidates(Trace.objects.get(request_id="old-rich"))
         assert (rich[0].wire.bundle, rich[0].wire.outcome, rich[0].wire.reason_code) == (

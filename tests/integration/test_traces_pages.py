@@ -230,27 +230,24 @@ OLD_CHAT_EXCLUDED = {
 
 
 @pytest.mark.parametrize(
-    ("query", "walked", "expected"),
+    ("query", "expected"),
     [
-        # Selected candidates are no kind of exclusion: the list walks the traces in chunks
-        # (small here) and reads their candidates.
-        (SELECTED_CHAT, True, {f"match-{n:02d}" for n in range(1, 13)}),
-        # A kind of exclusion: found off the traces' kinds (the fixture's req-92 has it too).
-        (OLD_CHAT_EXCLUDED, False, {"req-92", *(f"match-{n:02d}" for n in range(1, 13))}),
+        (SELECTED_CHAT, {f"match-{n:02d}" for n in range(1, 13)}),
+        # The fixture's req-92 has this one too.
+        (OLD_CHAT_EXCLUDED, {"req-92", *(f"match-{n:02d}" for n in range(1, 13))}),
     ],
 )
 def test_trace_list__candidate_filter__pages_newest_first_across_chunks_within_scope(
-    client, support, monkeypatch, query, walked, expected
+    client, support, query, expected
 ):
     """The candidate-filtered list: traces without the candidate, and those of an agent the
     user cannot see, skipped; pages in time order with nothing lost or repeated — the same
     traces, in the same order, as reading every visible trace's candidates."""
     from tests.factories import candidate
     from tests.factories.traces import candidates_of
-    from traces import selectors, stored
+    from traces import selectors
     from traces.filters import TraceFilters
 
-    monkeypatch.setattr(stored, "WALK_CHUNK", 4)
     now = timezone.now()
     secret = runtime_token(Trace.objects.first().environment)
     default = trace_payload()["candidates"]
@@ -303,7 +300,6 @@ def test_trace_list__candidate_filter__pages_newest_first_across_chunks_within_s
             user=support, filters=filters, page_number=number, per_page=5
         )
         pages.append([t.request_id for t in page.object_list])
-    assert isinstance(page.paginator, selectors.CandidateMatchPaginator) is walked
     assert page.paginator.count == len(read_one_by_one)
     assert [r for rows in pages for r in rows] == read_one_by_one
     assert [len(rows) for rows in pages] == [5, 5, len(read_one_by_one) - 10]

@@ -1,5 +1,5 @@
-"""How traces are stored for the exclusion list: each trace's kinds of exclusion once, in its
-row, read newest first without sorting the window (docs/traces-storage.md, docs/capacity.md)."""
+"""How traces are stored for the candidate search: each trace's kinds of candidate once, in
+its row, read newest first without sorting the window (docs/traces-storage.md, docs/capacity.md)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ def env(client):
 
 def test_ingest__several_candidates_of_one_kind__the_kind_held_once(env):
     """Three old turns excluded for one reason are one kind, a fourth for another reason a
-    second; the selected turn is no kind of exclusion. Each kind is numbered once in the
-    kind table, and the trace keeps all five candidates in order."""
+    second; the selected turn a third. Each kind is numbered once in the kind table, and the
+    trace keeps all five candidates in order."""
     trace = Trace.objects.get(request_id="req-turns")
     kinds = {
         (k.source, k.decision, k.reason): k.pk
@@ -51,9 +51,10 @@ def test_ingest__several_candidates_of_one_kind__the_kind_held_once(env):
     assert kinds.keys() == {
         ("recent_dialogue", "irrelevant", "older turn"),
         ("recent_dialogue", "irrelevant", "duplicate"),
+        ("recent_dialogue", "selected", "required"),
     }
     assert sorted(trace.kinds) == sorted(kinds.values())  # one number per kind, no repeats
-    assert not CandidateKind.objects.filter(decision="selected").exists()
+    assert CandidateKind.objects.count() == 3
     assert [c.item_id for c in candidates_of(trace)] == [f"turn-{n}" for n in range(5)]
 
 
@@ -285,5 +286,10 @@ def test_migration_0007__table_with_rows__every_partition_gains_the_columns_with
         ("old-chat", "", "irrelevant"),
     ]
     assert {(c.provider_bundle, c.reason_code) for c in stored} == {("", "")}
-    # Migration 0013 numbered the old exclusion as the ingest would, for the list to find.
-    assert trace.kinds == [CandidateKind.objects.get(**OLD_TURN).pk]
+    # Migration 0013 numbered the old kinds as the ingest would, for the list to find.
+    assert [CandidateKind.objects.get(pk=n) for n in trace.kinds] == [
+        CandidateKind.objects.get(
+            source="applicable_policy", decision="selected", reason="required"
+        ),
+        CandidateKind.objects.get(**OLD_TURN),
+    ]

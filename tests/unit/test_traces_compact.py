@@ -162,14 +162,15 @@ def test_decode__not_a_value_of_this_module__says_so(value):
         compact.decode(value)
 
 
-def test_exclusion_kinds__each_kind_once_selected_left_out():
+def test_kinds__each_kind_once_in_first_appearance_selected_included():
     items = [
         wire.Candidate(id="1", source="memory", decision="irrelevant", reason="old"),
         wire.Candidate(id="2", source="memory", decision="irrelevant", reason="old"),
         wire.Candidate(id="3", source="memory", decision="selected"),
         wire.Candidate(id="4", source="order", decision="not_fetched", reason="timed out"),
     ]
-    assert compact.exclusion_kinds(items) == [
+    assert compact.kinds(items) == [
         ("memory", "irrelevant", "old"),
+        ("memory", "selected", ""),
         ("order", "not_fetched", "timed out"),
     ]

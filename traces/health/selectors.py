@@ -1068,7 +1068,7 @@ def health_requests(*, agent, environment, document: str, filters: RequestFilter
                 for c in stored_candidates(packed)
             )
 
-        keys = [pk for _, (pk, _) in islice(traces_walk(traces, missing), REQUEST_IDS_LIMIT)]
+        keys = [pk for pk, _ in islice(traces_walk(traces, missing), REQUEST_IDS_LIMIT)]
         traces = traces.filter(pk__in=keys)
     shadow_pass = filters.arm == Arm.SHADOW and (filters.disagree or filters.source)
     scan = DISAGREEMENT_SCAN if shadow_pass else REQUEST_IDS_LIMIT

@@ -1,5 +1,5 @@
 """Issue 36: a trace's candidates move into its row — one compact value (`traces.compact`)
-and the numbers of its kinds of exclusion (`traces_candidate_kind`, GIN-indexed) — and the
+and the numbers of its kinds of candidate (`traces_candidate_kind`, GIN-indexed) — and the
 candidate table goes: ≈ 2 KB a 50-candidate trace instead of ≈ 11.7 KB (docs/capacity.md).
 
 The conversion runs here, in the migration's transaction, a chunk of traces at a time: fine
@@ -90,7 +90,7 @@ def convert(apps, schema_editor):
             updates = []
             for trace_id, occurred_at in keys:
                 candidates = by_trace.get(trace_id, [])
-                kinds = compact.exclusion_kinds(candidates)
+                kinds = compact.kinds(candidates)
                 _number(cursor, numbers, kinds)
                 updates.append(
                     (compact.encode(candidates), [numbers[k] for k in kinds], trace_id, occurred_at)

@@ -29,13 +29,8 @@ from traces.filters import TraceFilters
 from traces.regressions import checks
 from traces.regressions.models import Member, RegressionSet
 from traces.replay import not_replayable_reason
-from traces.selectors import (
-    CandidateMatchPaginator,
-    candidates_match,
-    trace_candidates,
-    trace_listing,
-    traces_walk,
-)
+from traces.selectors import trace_candidates, trace_listing
+from traces.stored import candidates_match, traces_walk
 
 
 def strategy_of(agent: Agent, key: str) -> Document:
@@ -603,10 +598,9 @@ def grow_search(*, user, agent: Agent, query) -> Grow:
         return Grow(filters, reason_code, [], [], False, text)
     listing = trace_listing(user=user, filters=filters, per_page=MAX_GROW + 1)
     if reason_code:  # a check of the candidates themselves: reason codes are not kinds
-        checks = [candidates_match(reason_code=reason_code, source=filters.source)]
-        checks += [listing.matches] if isinstance(listing, CandidateMatchPaginator) else []
-        walk = traces_walk(listing.object_list, lambda packed: all(m(packed) for m in checks))
-        found = listing.rows_of([key for _, key in islice(walk, MAX_GROW + 1)])
+        matches = candidates_match(reason_code=reason_code, source=filters.source)
+        walk = traces_walk(listing.object_list, matches)
+        found = listing.rows_of(list(islice(walk, MAX_GROW + 1)))
     else:
         found = listing.rows_at(0, MAX_GROW + 1)
     sets = list(regression_sets(agent=agent, strategy=filters.strategy))
