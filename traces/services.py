@@ -688,6 +688,14 @@ def traces_purge_expired(*, now: datetime | None = None, batch_size: int = PURGE
     return total
 
 
+def kinds_purge_unnamed() -> int:
+    """Forget the kinds of candidate no stored trace names any more (their traces went with
+    the retention): a reason is free text and may hold what the redaction rules missed, so it
+    does not outlive the traces that carried it (docs/data-protection.md)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        return stored.kinds_forget(cursor)
+
+
 def partitions_maintain(*, now: datetime | None = None, days_ahead: int = 7) -> dict:
     """Create the day partitions for today … today + days_ahead (the expired days are
     dropped by the purge: `partitions_drop_expired`)."""

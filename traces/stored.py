@@ -186,19 +186,65 @@ def _columns(kinds: Iterable[Kind]) -> list[list[str]]:
     return [[k[i] for k in kinds] for i in range(3)]
 
 
+# Held until the batch commits: a kind no stored trace names is forgotten (`kinds_forget`: its
+# reason may be personal data an erasure or the retention must not leave behind), never while
+# a batch is storing traces that name it.
+_HOLD_KINDS = (
+    "SELECT id, source, decision, reason FROM traces_candidate_kind WHERE id = ANY(%s) "
+    "ORDER BY id FOR KEY SHARE"
+)
+
+
 def kind_numbers(cursor, kinds: Iterable[Kind]) -> dict[Kind, int]:
-    """The numbers of these kinds, numbering the new ones (inside the caller's transaction:
-    a batch rolled back takes its new kinds with it)."""
+    """The numbers of these kinds, numbering the new ones, held until the caller's
+    transaction ends (a batch rolled back takes its new kinds with it). A kind forgotten
+    between its read and its hold is numbered again."""
     wanted = set(kinds)
-    if not wanted:
-        return {}
-    cursor.execute(_NUMBER_KINDS, _columns(wanted))
-    numbers = {(s, d, r): number for number, s, d, r in cursor.fetchall()}
-    missing = wanted - numbers.keys()
-    if missing:
-        cursor.execute(_READ_KINDS, _columns(missing))
+    numbers: dict[Kind, int] = {}
+    for _ in range(3):
+        missing = wanted - numbers.keys()
+        if not missing:
+            return numbers
+        cursor.execute(_NUMBER_KINDS, _columns(missing))
+        found = {(s, d, r): number for number, s, d, r in cursor.fetchall()}
+        if missing - found.keys():
+            cursor.execute(_READ_KINDS, _columns(missing - found.keys()))
+            found.update({(s, d, r): number for number, s, d, r in cursor.fetchall()})
+        cursor.execute(_HOLD_KINDS, [sorted(found.values())])
         numbers.update({(s, d, r): number for number, s, d, r in cursor.fetchall()})
+    if wanted - numbers.keys():
+        raise RuntimeError("kinds of candidate were forgotten three times while being numbered")
     return numbers
+
+
+_UNNAMED_KINDS = """
+SELECT k.id FROM traces_candidate_kind k
+WHERE (%(all)s OR k.id = ANY(%(ids)s))
+  AND NOT EXISTS (SELECT 1 FROM traces_trace t WHERE t.kinds @> ARRAY[k.id])
+"""
+_FORGET_KINDS = """
+DELETE FROM traces_candidate_kind k
+WHERE k.id = ANY(%s) AND NOT EXISTS (SELECT 1 FROM traces_trace t WHERE t.kinds @> ARRAY[k.id])
+"""
+
+
+def kinds_forget(cursor, ids: Iterable[int] | None = None) -> int:
+    """Delete the kinds (these `ids`, or all) that no stored trace names any more: after an
+    erasure (its traces' reasons may have named the person) and after the retention dropped
+    days. Inside the caller's transaction. The few found unnamed are locked (waiting for any
+    batch holding them: `kind_numbers`) and checked again before they go. Returns how many."""
+    ids = None if ids is None else sorted(set(ids))
+    if ids == []:
+        return 0
+    cursor.execute(_UNNAMED_KINDS, {"all": ids is None, "ids": ids or []})
+    unnamed = [number for (number,) in cursor.fetchall()]
+    if not unnamed:
+        return 0
+    cursor.execute(
+        "SELECT id FROM traces_candidate_kind WHERE id = ANY(%s) ORDER BY id FOR UPDATE", [unnamed]
+    )
+    cursor.execute(_FORGET_KINDS, [unnamed])  # a new snapshot: sees batches committed meanwhile
+    return cursor.rowcount
 
 
 def packed(candidates: list[wire.Candidate], numbers: Mapping[Kind, int]) -> tuple[bytes, list]:

@@ -12,13 +12,14 @@ from traces.outcomes import services as outcome_services
 @shared_task(name="traces.purge_expired")
 def purge_expired() -> dict:
     """Delete expired snapshots; drop the days every environment is done with as partitions;
-    delete the rest of a shorter retention's traces in batches; and the outcomes reported
-    for requests with them (the same retention)."""
+    delete the rest of a shorter retention's traces in batches; the outcomes reported for
+    requests with them (the same retention); and the kinds of candidate no trace names."""
     return {
         "snapshots": services.snapshots_purge_expired(),
         "days_dropped": services.partitions_drop_expired(),
         "traces": services.traces_purge_expired(),
         "outcomes": outcome_services.outcomes_purge_expired(),
+        "kinds": services.kinds_purge_unnamed(),
     }
 
 

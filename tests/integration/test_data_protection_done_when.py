@@ -17,7 +17,14 @@ from django.db import connection
 
 from console.kernel.audit import AuditAction
 from console.kernel.models import AuditRecord
-from tests.factories import post_batch, runtime_token, snapshots_allowed, trace_payload, world
+from tests.factories import (
+    candidate,
+    post_batch,
+    runtime_token,
+    snapshots_allowed,
+    trace_payload,
+    world,
+)
 from tests.factories.outcomes import outcome_kinds, post_outcomes
 from tests.factories.traces import candidates_of
 from traces import crypto
@@ -188,6 +195,11 @@ def test_erasure__no_row_names_the_principal__receipt_and_audit(client, sg, make
     secret = runtime_token(sg)
     others = full_trace("req-other") | {"principal": "shop-a/user-9"}
     mine = [full_trace(f"req-mine-{i}") | {"snapshot": {"q": "hello"}} for i in range(3)]
+    # A reason the runtime wrote with the person's reference in it: a kind of candidate of
+    # theirs alone, which must not outlive their traces.
+    mine[0]["candidates"].append(
+        candidate("memo:1", source="memory", decision="irrelevant", reason=f"about {PRINCIPAL}")
+    )
     assert post_batch(client, secret, [*mine, others]).json()["accepted"] == 4
     post_outcomes(
         client, secret, [{"request_id": "req-mine-0", "kind": "escalated", "value": True}]
@@ -200,7 +212,8 @@ def test_erasure__no_row_names_the_principal__receipt_and_audit(client, sg, make
     assert holding([PRINCIPAL]) == []
     assert erasure.counts == {
         "traces_trace": 3,
-        "candidates": 9,  # in the traces' rows, gone with them
+        "candidates": 10,  # in the traces' rows, gone with them
+        "traces_candidate_kind": 1,  # the kind only their traces named; the shared ones stay
         "traces_snapshot": 3,
         "traces_request_key": 3,
         "outcomes_outcome": 1,

@@ -418,3 +418,69 @@ def test_rollup_hour_refresh__candidate_counts__equal_a_count_of_the_decoded_can
     # Idempotent: a second refresh replaces the hour's rows with the same counts.
     services.rollup_hour_refresh(hour=hour)
     assert HourlyRollup.objects.filter(hour=hour).count() == len(counted) + len(traces_counted)
+
+
+# --- kinds no trace names any more are forgotten ------------------------------------------------
+def test_purge__a_kind_no_trace_names__forgotten_the_named_kept(client, secret):
+    """A kind's reason is free text: once the traces naming it are gone (here deleted as the
+    retention deletes rows), the purge forgets it; kinds other traces name stay."""
+    from traces import tasks
+
+    post_batch(client, secret, [new_kind_trace("req-gone"), trace_payload("req-stays")])
+    Trace.objects.filter(request_id="req-gone")._raw_delete(Trace.objects.db)
+    assert CandidateKind.objects.filter(**NEW_KIND).exists()
+
+    assert tasks.purge_expired()["kinds"] == 1
+    assert not CandidateKind.objects.filter(**NEW_KIND).exists()
+    stays = Trace.objects.get(request_id="req-stays")
+    assert kinds_of(stays) and all(CandidateKind.objects.filter(pk=n) for n in stays.kinds)
+    assert tasks.purge_expired()["kinds"] == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_purge__a_batch_holds_an_unnamed_kind__the_purge_waits_and_keeps_it(env, support):
+    """A kind no stored trace names, being numbered by a batch that has not committed: the
+    purge waits on the batch's hold, sees the batch's trace once it commits, and keeps the
+    kind — the trace stays findable by it."""
+    from traces import services as trace_services
+
+    secret = runtime_token(env["environments"]["sg-test"])
+    assert post_batch(Client(), secret, [new_kind_trace("req-gone")]).status_code == 200
+    Trace.objects.filter(request_id="req-gone")._raw_delete(Trace.objects.db)
+    results: dict[str, object] = {}
+    posted, may_commit = threading.Event(), threading.Event()
+
+    def batch():
+        try:
+            with transaction.atomic():
+                results["batch"] = post_batch(Client(), secret, [new_kind_trace("req-held")])
+                posted.set()
+                assert may_commit.wait(30)
+        finally:
+            posted.set()
+            connections.close_all()
+
+    def purge():
+        try:
+            results["forgotten"] = trace_services.kinds_purge_unnamed()
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=batch)
+    holder.start()
+    assert posted.wait(30)
+    purger = threading.Thread(target=purge)
+    purger.start()
+    deadline = time.monotonic() + 15
+    while not _waiting_on_a_lock() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    purge_waited = _waiting_on_a_lock()
+    may_commit.set()
+    holder.join(30)
+    purger.join(30)
+
+    assert purge_waited, "the purge never waited on the batch's hold: the race was not exercised"
+    assert results["batch"].status_code == 200
+    assert results["forgotten"] == 0
+    assert CandidateKind.objects.filter(**NEW_KIND).count() == 1
+    assert listed(support, **NEW_KIND) == ["req-held"]

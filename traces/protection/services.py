@@ -78,11 +78,15 @@ def principal_erase(*, principal: str, reference: str, actor) -> Erasure:
             environment_id=environment_id, request_id__in=request_ids
         )._raw_delete(RequestKey.objects.db)
     with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM traces_trace WHERE id = ANY(%s)", [trace_ids])
+        cursor.execute("DELETE FROM traces_trace WHERE id = ANY(%s) RETURNING kinds", [trace_ids])
         trace_rows = cursor.rowcount
+        erased_kinds = {number for (kinds,) in cursor.fetchall() for number in kinds}
+        # A kind's reason may have named the person: those no other trace names go too.
+        kinds = stored.kinds_forget(cursor, erased_kinds)
     counts = {
         "traces_trace": trace_rows,
         "candidates": candidates,
+        "traces_candidate_kind": kinds,
         "traces_snapshot": len(snapshot_ids),
         "traces_request_key": request_keys,
         "outcomes_outcome": len(outcome_ids),
