@@ -29,6 +29,7 @@ from strategies.releases.models import ReleaseEvent
 from strategies.releases.services import release_publish
 from strategies.runtime.models import RuntimeToken
 from tests.engines import console_env
+from tests.factories.traces import candidates_of
 from tests.runtime_sim import ROOT, ConsoleServer, wait_until
 from traces.models import Snapshot, Trace
 
@@ -167,13 +168,13 @@ def test_demo_traces__replayed_through_engine__same_decisions():
         (v.document.agent_id, v.document.key, v.number): v.body
         for v in Version.objects.select_related("document")
     }
-    traces = Trace.objects.filter(strategy=STRATEGY).prefetch_related("candidates")
+    traces = Trace.objects.filter(strategy=STRATEGY)
     # All of them: the story's and the background's (none before the strategy went live).
     assert traces.count() == Trace.objects.count() > BACKGROUND_COUNT + len(SUPPORT_TRACES)
     for trace in traces:
         assert trace.engine == ENGINE, trace.request_id
         body = versions[(trace.agent_id, trace.strategy, trace.strategy_version)]
-        rows = sorted(trace.candidates.all(), key=lambda c: c.position)
+        rows = candidates_of(trace)
         candidates = [
             CandidateItem(
                 id=c.item_id,
