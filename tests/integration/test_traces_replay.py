@@ -16,6 +16,7 @@ from strategies.documents import services as documents
 from strategies.documents.models import Document, Version
 from strategies.releases.models import Release
 from tests.factories import foreign_source_trace, post_batch, runtime_token, trace_payload
+from tests.factories.traces import candidates_of
 from traces import replay
 from traces.models import Trace
 
@@ -264,7 +265,7 @@ def test_foreign_source_item__stored_shown_counted_and_replay_reproduces(client,
     assert answer.status_code == 200 and answer.json()["rejected"] == [], answer.json()
 
     stored = Trace.objects.select_related("agent", "environment").get(request_id="req-foreign")
-    foreign = stored.candidates.get(item_id="weather:SG")
+    (foreign,) = [c for c in candidates_of(stored) if c.item_id == "weather:SG"]
     assert (foreign.decision, foreign.reason_code, foreign.required) == (
         "not_requested",
         "source_not_read",
