@@ -21,6 +21,7 @@ from strategies.documents.models import Version
 from strategies.documents.services import draft_create, version_freeze
 from tests.factories import runtime_token
 from tests.factories.sdk_traffic import runtime_config, sdk_traffic
+from tests.factories.traces import candidates_of
 from tests.functional.layout import layout_faults
 from traces.models import Trace
 
@@ -71,16 +72,13 @@ def test_ops__shadow_4k__health_disagreements__trace_card__promote__live(
     # sg-test's runtime: the configuration it fetches now, each request through the engine
     # and the shadow beside it, the traces posted to ingest.
     sdk_traffic(secret, count=REQUESTS, prefix="web-", client=client)
-    stored = {
-        t.request_id: t
-        for t in Trace.objects.filter(request_id__startswith="web-").prefetch_related("candidates")
-    }
+    stored = {t.request_id: t for t in Trace.objects.filter(request_id__startswith="web-")}
     differing = {
         rid
         for rid, t in stored.items()
         if t.shadow["status"] != t.status
         or set(t.shadow["selected"])
-        != {c.item_id for c in t.candidates.all() if c.decision == "selected"}
+        != {c.item_id for c in candidates_of(t) if c.decision == "selected"}
     }
     assert differing  # a 4,000-token budget cannot hold what the consultation needs
 
@@ -115,7 +113,7 @@ def test_ops__shadow_4k__health_disagreements__trace_card__promote__live(
     assert "v4 beside live v3" in card.inner_text()
     assert "decides this request differently" in card.locator("#shadow-finding").inner_text()
     trace = stored[request_id]
-    by_position = {c.position: c for c in trace.candidates.all()}
+    by_position = {c.position: c for c in candidates_of(trace)}
     differences = trace.shadow["differences"]
     assert differences
     table = card.locator("#shadow-differences")

@@ -29,6 +29,7 @@ from strategies.releases.models import ReleaseEvent
 from strategies.releases.services import release_publish
 from strategies.runtime.models import RuntimeToken
 from tests.engines import console_env
+from tests.factories.traces import candidates_of
 from tests.runtime_sim import ROOT, ConsoleServer, wait_until
 from traces.models import Snapshot, Trace
 
@@ -49,6 +50,12 @@ def load_demo() -> str:
     return out.getvalue()
 
 
+def _candidate(trace: Trace, item_id: str):
+    """The trace's one stored candidate of this item."""
+    (found,) = [c for c in candidates_of(trace) if c.item_id == item_id]
+    return found
+
+
 @pytest.mark.django_db
 def test_load_demo__support_traces__demo_statuses_from_engine__second_run_adds_nothing():
     load_demo()
@@ -60,7 +67,7 @@ def test_load_demo__support_traces__demo_statuses_from_engine__second_run_adds_n
     assert {
         request_id: (t.environment.key, t.status, t.degradation) for request_id, t in traces.items()
     } == EXPECTED
-    old_chat = traces["req-92"].candidates.get(item_id="old-chat")
+    old_chat = _candidate(traces["req-92"], "old-chat")
     assert (old_chat.decision, old_chat.required, old_chat.outcome) == (
         "irrelevant",
         False,
@@ -69,9 +76,9 @@ def test_load_demo__support_traces__demo_statuses_from_engine__second_run_adds_n
     assert (
         old_chat.reason == "relevance 0.05 is below the threshold 0.20 (older product introduction)"
     )
-    order = traces["req-93"].candidates.get(item_id="order:A1042")
+    order = _candidate(traces["req-93"], "order:A1042")
     assert order.decision == "not_fetched" and "general_policy_only takes over" in order.reason
-    assert traces["req-96"].candidates.get(item_id="order:A1042").decision == "no_access"
+    assert _candidate(traces["req-96"], "order:A1042").decision == "no_access"
     # v3 does not allow snapshots (snapshot.allowed is not true): none was kept.
     assert not Snapshot.objects.exists()
     background = Trace.objects.filter(request_id__startswith="bg-")
@@ -167,13 +174,13 @@ def test_demo_traces__replayed_through_engine__same_decisions():
         (v.document.agent_id, v.document.key, v.number): v.body
         for v in Version.objects.select_related("document")
     }
-    traces = Trace.objects.filter(strategy=STRATEGY).prefetch_related("candidates")
+    traces = Trace.objects.filter(strategy=STRATEGY)
     # All of them: the story's and the background's (none before the strategy went live).
     assert traces.count() == Trace.objects.count() > BACKGROUND_COUNT + len(SUPPORT_TRACES)
     for trace in traces:
         assert trace.engine == ENGINE, trace.request_id
         body = versions[(trace.agent_id, trace.strategy, trace.strategy_version)]
-        rows = sorted(trace.candidates.all(), key=lambda c: c.position)
+        rows = candidates_of(trace)
         candidates = [
             CandidateItem(
                 id=c.item_id,

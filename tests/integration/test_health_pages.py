@@ -20,6 +20,7 @@ from tests.factories import candidate, post_batch, runtime_token, trace_payload
 from tests.factories.documents import AgentFactory
 from tests.factories.releases import publish, release_setup, shadow_history
 from tests.factories.users import user_with_grants
+from traces import stored
 from traces.health import api, selectors
 from traces.models import Trace
 
@@ -437,3 +438,60 @@ def test_version_health__shadow_failing_where_live_was_ready__worse_on_the_same_
 
     cell = _failed_verdicts(w, client)
     assert 'data-verdict="worse"' in cell
+
+
+def test_request_ids__a_required_source_left_out__exactly_those_traces_newest_first(
+    w, client, monkeypatch
+):
+    """The live arm's "source S missing" figure lists the requests where a required item of
+    S was left out (with the reason code asked, or none: "-"), newest first — not those
+    where S was selected, optional, or another source was missing; read in several chunks."""
+    monkeypatch.setattr(stored, "WALK_CHUNK", 2)
+    now = timezone.now()
+    policy = {"source": "applicable_policy"}
+
+    def sent(request_id, minutes_ago, candidates, status="missing_required_data"):
+        trace = trace_payload(
+            request_id,
+            occurred_at=(now - timedelta(minutes=minutes_ago)).isoformat(),
+            status=status,
+            candidates=[candidate(), *candidates],
+        )
+        trace["documents"] = {"profile": 1, DOC: 3}
+        return trace
+
+    not_fetched = {"decision": "not_fetched", "reason_code": "provider_not_fetched"}
+    batch = [
+        sent("old-not-fetched", 9, [candidate("P7", **policy, **not_fetched)]),
+        sent(
+            "over-budget",
+            8,
+            [candidate("P7", **policy, decision="over_budget", reason_code="over_budget_required")],
+        ),
+        sent("optional", 7, [candidate("P7", **policy, required=False, **not_fetched)], "ready"),
+        sent("selected", 6, [candidate("P7", **policy)], "ready"),
+        sent("other-source", 5, [candidate("o", source="order_delivery", **not_fetched)]),
+        sent("no-code", 4, [candidate("P7", **policy, decision="not_fetched")]),
+        sent("new-not-fetched", 3, [candidate("P7", **policy, **not_fetched)]),
+    ]
+    assert post_batch(client, w.secret, batch).json()["accepted"] == len(batch)
+    client.force_login(w.ops)
+
+    def listed(reason_code: str) -> list[str]:
+        response = client.get(
+            f"/api/v1/agents/{w.agent.key}/health/sg-test/{DOC}/requests",
+            {
+                "version": 3,
+                "arm": "live",
+                "since": (now - timedelta(hours=1)).isoformat(),
+                "until": (now + timedelta(minutes=10)).isoformat(),
+                "source": "applicable_policy",
+                "reason_code": reason_code,
+            },
+        )
+        assert response.status_code == 200, response.content
+        return [r["request_id"] for r in response.json()["requests"]]
+
+    assert listed("provider_not_fetched") == ["new-not-fetched", "old-not-fetched"]
+    assert listed("-") == ["no-code"]
+    assert listed("") == ["new-not-fetched", "no-code", "over-budget", "old-not-fetched"]

@@ -11,6 +11,7 @@ import time
 from collections import Counter
 from datetime import timedelta
 
+import msgspec
 import pytest
 from context_runtime import replay as engine_replay
 from context_runtime import wire
@@ -26,7 +27,9 @@ from strategies.documents import services as documents
 from strategies.documents.models import Document, Version
 from strategies.releases.models import Release
 from tests.factories import post_batch, runtime_token, trace_payload
-from traces.models import Candidate, Trace
+from tests.factories.traces import candidates_of
+from traces import compact
+from traces.models import Trace
 from traces.previews import report, selectors, services
 from traces.previews.models import Preview
 
@@ -85,8 +88,8 @@ def _becoming(report: dict, status: str) -> tuple[int, set[str]]:
 
 
 def _brute_force(environment: str, body: dict) -> dict[str, tuple[str, str]]:
-    """Every trace of the strategy in `environment`: its candidates rebuilt from the stored
-    rows in wire form and `select()` run with `body` and the trace's selection block —
+    """Every trace of the strategy in `environment`: its stored candidates (decoded from the
+    trace's row, as the runtime sent them) and `select()` run with `body` and the trace's selection block —
     {request_id: (recorded status, new status)}, independent of the preview's code."""
     strategy = Strategy.from_body(body)
     live = Release.objects.get(document=_strategy(), environment__key=environment).version
@@ -99,27 +102,7 @@ def _brute_force(environment: str, body: dict) -> dict[str, tuple[str, str]]:
             # Not previewable, counted apart: its version never asked a source the live or the
             # new version reads (the demo's v1 and v2 traces, before v3 read recent_dialogue).
             continue
-        rows = Candidate.objects.filter(trace_id=trace.pk, occurred_at=trace.occurred_at)
-        candidates = engine_replay.trace_candidates(
-            wire.Candidate(
-                id=c.item_id,
-                source=c.source,
-                decision=c.decision,
-                version=c.version,
-                size=c.size,
-                required=c.required,
-                bundle=c.bundle or None,
-                reason=c.reason,
-                outcome=c.outcome or None,
-                relevance=c.relevance,
-                depends_on=tuple(c.depends_on),
-                conflicts_with=tuple(c.conflicts_with),
-                note=c.note,
-                provider_bundle=c.provider_bundle or None,
-                reason_code=c.reason_code or None,
-            )
-            for c in rows.order_by("position")
-        )
+        candidates = engine_replay.trace_candidates(c.wire for c in candidates_of(trace))
         selection = engine_replay.replay(
             strategy,
             candidates,
@@ -133,6 +116,24 @@ def _brute_force(environment: str, body: dict) -> dict[str, tuple[str, str]]:
         )
         found[trace.request_id] = (trace.status, selection.status)
     return found
+
+
+def _restore_candidates(trace: Trace, change, positions=None) -> None:
+    """Store `trace`'s candidates again with `change` applied (to those at `positions`, or
+    all): what an older runtime or an odd provider would have sent."""
+    altered = [
+        change(c.wire) if positions is None or c.position in positions else c.wire
+        for c in candidates_of(trace)
+    ]
+    Trace.objects.filter(pk=trace.pk, occurred_at=trace.occurred_at).update(
+        packed_candidates=compact.encode(altered)
+    )
+
+
+def _report_row(trace_id: int, c) -> tuple:
+    """A stored candidate in `report.CANDIDATE_COLUMNS` order, read through the ORM's names
+    (words left out as "", links as lists): independent of the preview's own reader."""
+    return (trace_id, *(getattr(c, column) for column in report.CANDIDATE_COLUMNS[1:]))
 
 
 @pytest.fixture
@@ -708,17 +709,23 @@ def test_window_batches__binary_read__equals_the_orm_read_old_runtime_and_odd_ro
     traces.filter(pk__in=[t.pk for t in first[:2]]).update(
         engine="", fixed_input_tokens=None, relevance_threshold=None
     )
-    old = Candidate.objects.filter(trace_id=first[0].pk)
-    old.update(outcome="", reason_code="", provider_bundle="")
-    odd = Candidate.objects.filter(trace_id=first[2].pk, position=0)
-    odd.update(
-        depends_on=["order:1", "P7"],
-        conflicts_with=["chat"],
-        relevance=0.12345678901234568,
-        size=None,
-        provider_bundle="policy-P7",
-        note="the provider's words",
-        version="",
+    _restore_candidates(
+        first[0],
+        lambda c: msgspec.structs.replace(c, outcome=None, reason_code=None, provider_bundle=None),
+    )
+    _restore_candidates(
+        first[2],
+        lambda c: msgspec.structs.replace(
+            c,
+            depends_on=("order:1", "P7"),
+            conflicts_with=("chat",),
+            relevance=0.12345678901234568,
+            size=None,
+            provider_bundle="policy-P7",
+            note="the provider's words",
+            version="",
+        ),
+        positions={0},
     )
     window = {
         "agent_id": first[0].agent_id,
@@ -737,8 +744,8 @@ def test_window_batches__binary_read__equals_the_orm_read_old_runtime_and_odd_ro
     assert len(read) == len(expected) == traces.count() > 7
     for (trace, rows, at), row in zip(read, expected, strict=True):
         assert (tuple(trace), at) == (row[:-1], row[-1])
-        stored = Candidate.objects.filter(trace_id=trace[report.T_ID], occurred_at=at)
-        orm = list(stored.order_by("position").values_list(*report.CANDIDATE_COLUMNS))
+        stored = candidates_of(Trace.objects.get(pk=trace[report.T_ID], occurred_at=at))
+        orm = [_report_row(trace[report.T_ID], c) for c in stored]
         assert report.rebuild(rows) == tuple(report.candidate_item(r) for r in orm)
         assert report.rebuild_facts(rows) == report.rebuild_facts(orm)
     by_id = {trace[report.T_ID]: (trace, rows) for trace, rows, _ in read}

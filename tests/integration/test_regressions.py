@@ -18,7 +18,7 @@ from django.utils import timezone
 from console.kernel.models import AccessLogEntry, AuditRecord
 from strategies.documents.models import Version
 from strategies.exchange import selectors as exchange_selectors
-from traces.models import Candidate, Trace
+from traces.models import Trace
 from traces.regressions import services
 from traces.regressions.models import Member, RegressionSet
 
@@ -188,7 +188,6 @@ def test_member__outlives_its_trace_then_expires_with_the_set_retention(client, 
     assert _add(client, created["id"]).status_code == 201
     # When the trace is dropped by retention
     trace = Trace.objects.get(request_id="req-92")
-    Candidate.objects.filter(trace_id=trace.pk).delete()
     Trace.objects.filter(pk=trace.pk).delete()
     # Then the member is checked all the same
     assert _check(client, strategy=STRATEGY, version=1).json()["outcome"] == "failed"

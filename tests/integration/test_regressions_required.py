@@ -12,13 +12,18 @@ import json
 import pytest
 
 from console.kernel.models import AuditRecord
-from strategies.catalog.models import Environment
+from strategies.catalog.models import Agent, Environment
 from strategies.documents import services as documents
 from strategies.documents.models import Document, Version
 from strategies.releases.selectors.golive import Candidate, Path, go_live_refusals
 from strategies.releases.selectors.refusals import REGRESSION_SET_FAILED
+from tests.factories.traces import candidates_of
+from traces import stored
+from traces.models import Trace
+from traces.regressions import selectors as regression_selectors
 from traces.regressions import services
 from traces.regressions.models import RegressionSet
+from traces.regressions.selectors import MAX_GROW, grow_search
 
 pytestmark = pytest.mark.django_db
 
@@ -270,3 +275,79 @@ def test_required_in_api__admin_sets_it__empty_set_and_unknown_environment_400(c
     assert empty.status_code == 400
     assert empty.json()["error"]["details"][0]["code"] == "empty_set"
     assert sorted(regression_set.required_in.values_list("key", flat=True)) == ["prod"]
+
+
+def _grow_brute_force(query: dict) -> list[str]:
+    """The request ids a grow search should find, newest first, read off every trace's stored
+    candidates: one with the reason code (of the filter's source), and one matching the
+    candidate filter when there is one (a source or decision means one left out so, unless
+    the decision is "selected")."""
+
+    def has(trace, **wanted):
+        wanted = {name: value for name, value in wanted.items() if value}
+        return any(all(getattr(c, n) == v for n, v in wanted.items()) for c in candidates_of(trace))
+
+    source, decision = query.get("source", ""), query.get("decision", "")
+    traces = Trace.objects.filter(
+        agent__key=AGENT, environment__key=query["environment"], strategy=STRATEGY
+    ).order_by("-occurred_at", "-id")
+    if decision == "selected":
+        filtered = [t for t in traces if has(t, decision=decision, source=source)]
+    elif source or decision:  # the trace list's candidate filter: one left out so
+        filtered = [
+            t
+            for t in traces
+            if any(
+                c.decision != "selected"
+                and (not source or c.source == source)
+                and (not decision or c.decision == decision)
+                for c in candidates_of(t)
+            )
+        ]
+    else:
+        filtered = list(traces)
+    return [
+        t.request_id for t in filtered if has(t, reason_code=query["reason_code"], source=source)
+    ]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"reason_code": "provider_not_fetched"},
+        {"reason_code": "provider_not_fetched", "source": "order_delivery"},
+        # a kind of exclusion (the `kinds` array) and a reason code
+        {
+            "reason_code": "provider_not_fetched",
+            "source": "order_delivery",
+            "decision": "not_fetched",
+        },
+        # a selected candidate (read off the candidates too) and a reason code: more than
+        # MAX_GROW match
+        {"reason_code": "required", "source": "order_delivery", "decision": "selected"},
+        # both checks on one walk: some of the dialogue selected, some below the threshold
+        {"reason_code": "below_threshold", "source": "recent_dialogue", "decision": "selected"},
+        {"reason_code": "over_budget_bundle"},
+        # the reason code of the filter's source, not another's (every trace has a required
+        # item selected; some a required policy)
+        {"reason_code": "required", "source": "applicable_policy", "decision": "selected"},
+        {"reason_code": "optional_fits", "source": "recent_dialogue", "decision": "selected"},
+    ],
+)
+def test_grow_search__a_reason_code__exactly_the_traces_with_it_newest_first(
+    people, query, monkeypatch
+):
+    query = {"environment": "sg-test", "strategy": STRATEGY, **query}
+    expected = _grow_brute_force(query)
+    all_traces = Trace.objects.filter(environment__key="sg-test", strategy=STRATEGY).count()
+    assert 0 < len(expected) < all_traces  # the search tells traces apart
+
+    monkeypatch.setattr(stored, "WALK_CHUNK", 7)  # several chunks
+    grow = grow_search(user=people["support"], agent=Agent.objects.get(key=AGENT), query=query)
+    assert [t.request_id for t in grow.traces] == expected[:MAX_GROW]
+    assert grow.more == (len(expected) > MAX_GROW)
+
+    monkeypatch.setattr(regression_selectors, "MAX_GROW", 2)
+    few = grow_search(user=people["support"], agent=Agent.objects.get(key=AGENT), query=query)
+    assert [t.request_id for t in few.traces] == expected[:2]
+    assert few.more == (len(expected) > 2)

@@ -9,6 +9,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from context_runtime import wire
+from django.db import connection
 from django.utils import timezone
 
 from strategies.releases.models import Rollout
@@ -23,9 +25,12 @@ from tests.factories import (
 )
 from tests.factories.documents import DocumentFactory, FrozenVersionFactory
 from tests.factories.outcomes import outcome_kinds, post_outcomes
+from tests.factories.traces import TraceFactory
+from traces import compact, partitions
 from traces.health.models import HealthCounter
 from traces.models import Trace
 from traces.rollouts import guards
+from traces.rollouts import selectors as rollout_selectors
 from traces.rollouts.models import RolloutCounter, RolloutCounterHour, RolloutSample
 from traces.rollouts.selectors import step_evidence
 
@@ -487,3 +492,65 @@ def test_purge__rollout_counters_past_30_days__deleted_with_their_samples(client
     assert deleted == 2  # the minute row and its hour
     assert not RolloutCounter.objects.exists() and not RolloutCounterHour.objects.exists()
     assert not RolloutSample.objects.exists()
+
+
+def _stored_before(env, request_id, at, candidates, **fields):
+    """A trace stored directly (no ingest: the baseline reads traces up to 8 days old) with
+    these wire candidates in its row."""
+    with connection.cursor() as cursor:
+        partitions.ensure_days(cursor, {at.date()})
+    fields.setdefault("environment", env["environments"]["sg-test"])
+    return TraceFactory(
+        request_id=request_id,
+        agent=env["agents"]["assistant_professional"],
+        occurred_at=at,
+        packed_candidates=compact.encode(candidates),
+        **{"strategy": STRATEGY, **fields},
+    )
+
+
+def _wire(item, source, decision="selected", outcome=None):
+    return wire.Candidate(
+        id=item, source=source, decision=decision, required=True, reason="r", outcome=outcome
+    )
+
+
+def test_provider_baseline__counts_the_latest_traces_before_the_rollout_that_missed_a_source(
+    env, monkeypatch
+):
+    """The attribution guard's baseline: of the environment's latest requests of the strategy
+    before the rollout began (within 7 days, none of a rollout), those whose provider of a
+    watched source did not deliver (decision or outcome not_fetched), once per request."""
+    start = timezone.now() - timedelta(hours=1)
+    Rollout.objects.filter(key="ro-7").update(started_at=start)
+    order, policy = "order_delivery", "applicable_policy"
+    minutes = [start - timedelta(minutes=n) for n in range(1, 5)]
+    _stored_before(env, "b-clean", minutes[0], [_wire("T9", "task_state")])
+    _stored_before(
+        env,
+        "b-order-outcome",
+        minutes[1],
+        [
+            _wire("order:1", order, decision="irrelevant", outcome="not_fetched"),
+            _wire("order:2", order, decision="not_fetched"),
+        ],
+    )
+    _stored_before(env, "b-policy", minutes[2], [_wire("P7", policy, decision="not_fetched")])
+    _stored_before(env, "b-order", minutes[3], [_wire("order:1", order, decision="not_fetched")])
+    missed_order = [_wire("order:1", order, decision="not_fetched")]
+    # Not before the rollout: after its start, of another rollout, too old, another strategy,
+    # another environment.
+    _stored_before(env, "x-after", start + timedelta(minutes=1), missed_order)
+    _stored_before(env, "x-rollout", minutes[0], missed_order, rollout_key="ro-old")
+    _stored_before(env, "x-old", start - timedelta(days=8), missed_order)
+    _stored_before(env, "x-strategy", minutes[0], missed_order, strategy="other_strategy")
+    _stored_before(env, "x-prod", minutes[0], missed_order, environment=env["environments"]["prod"])
+
+    baseline = rollout_selectors.provider_baseline(rollout_key="ro-7", sources={order})
+    assert (baseline.traces, dict(baseline.not_fetched)) == (4, {order: 2})
+    both = rollout_selectors.provider_baseline(rollout_key="ro-7", sources={order, policy})
+    assert dict(both.not_fetched) == {order: 2, policy: 1}
+    # The latest requests only: of the newest three, one missed the order service.
+    monkeypatch.setattr(rollout_selectors, "BASELINE_TRACES", 3)
+    latest = rollout_selectors.provider_baseline(rollout_key="ro-7", sources={order})
+    assert (latest.traces, dict(latest.not_fetched)) == (3, {order: 1})

@@ -23,6 +23,7 @@ from strategies.releases.models import Release
 from strategies.releases.services import shadow_promote, shadow_start
 from tests.factories import runtime_token
 from tests.factories.sdk_traffic import runtime_config, sdk_traffic
+from tests.factories.traces import candidates_of
 from traces.health.models import HealthCounter
 from traces.models import Trace
 
@@ -62,10 +63,10 @@ def smaller_budget_version(ops) -> Version:
 
 def disagreeing(traces) -> set[str]:
     """Brute force over stored traces: where the shadow's status or selected set is not
-    live's (live's selection read from the trace's candidate rows)."""
+    live's (live's selection read from the trace's stored candidates)."""
     out = set()
-    for trace in traces.prefetch_related("candidates"):
-        live_selected = {c.item_id for c in trace.candidates.all() if c.decision == "selected"}
+    for trace in traces:
+        live_selected = {c.item_id for c in candidates_of(trace) if c.decision == "selected"}
         shadow = trace.shadow
         if shadow["status"] != trace.status or set(shadow["selected"]) != live_selected:
             out.add(trace.request_id)
