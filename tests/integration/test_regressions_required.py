@@ -280,8 +280,7 @@ def test_required_in_api__admin_sets_it__empty_set_and_unknown_environment_400(c
 def _grow_brute_force(query: dict) -> list[str]:
     """The request ids a grow search should find, newest first, read off every trace's stored
     candidates: one with the reason code (of the filter's source), and one matching the
-    candidate filter when there is one (a source or decision means one left out so, unless
-    the decision is "selected")."""
+    candidate filter when there is one."""
 
     def has(trace, **wanted):
         wanted = {name: value for name, value in wanted.items() if value}
@@ -291,19 +290,8 @@ def _grow_brute_force(query: dict) -> list[str]:
     traces = Trace.objects.filter(
         agent__key=AGENT, environment__key=query["environment"], strategy=STRATEGY
     ).order_by("-occurred_at", "-id")
-    if decision == "selected":
+    if source or decision:  # the trace list's candidate filter
         filtered = [t for t in traces if has(t, decision=decision, source=source)]
-    elif source or decision:  # the trace list's candidate filter: one left out so
-        filtered = [
-            t
-            for t in traces
-            if any(
-                c.decision != "selected"
-                and (not source or c.source == source)
-                and (not decision or c.decision == decision)
-                for c in candidates_of(t)
-            )
-        ]
     else:
         filtered = list(traces)
     return [
