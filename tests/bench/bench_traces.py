@@ -1,29 +1,44 @@
-"""Trace ingest and lookup benchmark (issues 6 and 11). A script, not a test:
+"""Trace ingest, and the product's trace storage at scale (issues 6, 11 and 36). A script:
 
-    python -m tests.bench.bench_traces [--traces 20000] [--candidates 50] [--lookup-max 1000000]
+    python -m tests.bench.bench_traces [--traces 20000] [--sizes 100000,1000000]
+    python -m tests.bench.bench_traces --scale-only --sizes 1000000,10000000   # issue 36
 
 Runs against a separate database (bench_traces, created and dropped here) on the server of
 DATABASE_URL. Phases:
 
 1. ingest N traces × C candidates over HTTP (granian serving console.wsgi, a few concurrent
-   clients, batches of 500), vs a bare psycopg COPY of the same rows into a lean two-table
-   schema (unpartitioned, one index on the candidates' trace id: the floor), vs the same COPY
-   into the console's partitioned tables, vs Django bulk_create (on a slice; rates are per
-   second). Prints traces/s and the ratios.
-2. at 10,000 and at 1,000,000 traces (generated with INSERT … SELECT generate_series, the
-   newest one now, 2 s apart): the trace page's server time for a request_id lookup, and the
-   trace list filtered to "source S excluded as D for reason R in the last day" (Django test
-   client, in process, the whole view: middleware, queries, access-log write, template).
-3. retention of one day: DETACH + DROP of that day's partitions vs a batched DELETE of another.
+   clients, batches of 500), vs a bare psycopg COPY of the same rows into a lean one-table
+   schema (unpartitioned, primary key only: the floor), vs the same COPY into the console's
+   partitioned table, vs Django bulk_create (on a slice; rates are per second). The COPYs
+   build the ingest's rows (`traces.services.trace_row`: candidates packed in the trace row
+   since issue 36) while timed, as the ingest does. Prints traces/s and the ratios.
+2. the product's tables (after migration 0013: candidates packed in the trace row, kinds of
+   exclusion numbered, GIN and time indexes) filled to each of `--sizes` in turn, the first
+   size the baseline of the others (same run): 50 realistic candidates a trace, from a pool
+   of `--pool` distinct traces (ids, sources, reasons, sizes, versions differ) put through
+   the ingest's row shape once and reused — encoding 10M × 50 candidates in Python would
+   take hours; trace n gets pool row n mod pool with its own id, request_id and time
+   (`--per-day` a day, newest a minute ago; ids grow with time), written with binary COPY
+   on `--workers` connections with the request keys. The secondary indexes are built after
+   the load (`--indexes after`, as migration 0013 builds trace_time_id and trace_kinds on an
+   existing installation) or kept during it (`--indexes during`, as the live ingest does).
+   At each size: bytes per trace (heap + TOAST + indexes of the trace partitions, the
+   request keys, the kind table), the trace page p50/p95 (the whole view, and its selectors
+   `trace_find` + `trace_page_context` alone), and the exclusion list p50/p95
+   (`traces.selectors.trace_listing` with source + decision + reason in the last day: the
+   first page of 50 and the count capped at 1,000) for a common kind (~70 % of traces) and a
+   rare one (0.1 %).
+3. retention of one day (with three days or more): DETACH + DROP of its partition vs a
+   batched DELETE of another.
 
-`--ingest-only` runs phase 1 alone (a quick check of the write path). The batches are what
+`--ingest-only` runs phase 1 alone, `--scale-only` phases 2 and 3. The batches are what
 the SDK's reporter sends (`--wire sdk`, the default: `encode_trace`, the wire structs' field
 order with defaults written) or compact JSON of plain dicts, as another client might write
 (`--wire plain`). `--against DIR` also serves another checkout (say the commit before a
 change, from `git archive`) on a second port and ingests through both, alternating which goes
 first in each round: the cost of a change in the same run. The traces carry the replay
 fields of context_runtime 0.2.0 (issue 20: the `selection` block, per candidate outcome,
-relevance, provider bundle and reason code); `--old-runtime` leaves them out. Set
+relevance, provider bundle and reason code); `--old-runtime` leaves them out of phase 1. Set
 `BENCH_TRACES_DB` / `BENCH_TRACES_PORT` to run two benches at once on one server.
 """
 
@@ -240,8 +255,9 @@ def ingest_over_http(bodies: list[bytes], secret: str, port: int = PORT) -> tupl
 
 
 def rows_for(traces: list[dict], agent_id: int, environment_id: int):
-    """The ingest's rows of these traces (`traces.services.trace_row`: the candidates packed
-    and their kinds numbered, as `trace_batch_store` does)."""
+    """A builder of the ingest's rows of these traces: `traces.services.trace_row` (the
+    candidates packed, their kinds numbered as `trace_batch_store` does), called while the
+    COPY is timed, as the ingest does (packing is most of the write's Python work)."""
     from django.db import connection, transaction
 
     from traces import compact, ingest, services, stored
@@ -249,23 +265,24 @@ def rows_for(traces: list[dict], agent_id: int, environment_id: int):
     valid = []
     for i in range(0, len(traces), wire.MAX_TRACES_PER_BATCH):
         chunk = traces[i : i + wire.MAX_TRACES_PER_BATCH]
-        valid += ingest.parse_batch(orjson.dumps({"traces": chunk})).valid
+        valid += [t for _, t in ingest.parse_batch(orjson.dumps({"traces": chunk})).valid]
     with transaction.atomic(), connection.cursor() as cursor:
         numbers = stored.kind_numbers(
-            cursor, {k for _, t in valid for k in compact.exclusion_kinds(t.candidates)}
+            cursor, {k for t in valid for k in compact.exclusion_kinds(t.candidates)}
         )
     now = datetime.now(UTC)
-    return [
-        services.trace_row(
-            t,
+
+    def row(trace):
+        return services.trace_row(
+            trace,
             agent_id=agent_id,
             environment_id=environment_id,
             received_at=now,
             snapshot_expires_at=None,
             kind_numbers=numbers,
         )
-        for _, t in valid
-    ]
+
+    return [(trace, row) for trace in valid]
 
 
 LEAN_SCHEMA = """
@@ -285,7 +302,8 @@ def lean_schema() -> None:
 
 
 def lean_copy(rows) -> float:
-    """The floor of the target: COPY into the lean one-table schema."""
+    """The floor of the target: COPY into the lean one-table schema (the candidates packed
+    in Python meanwhile, as everywhere)."""
     return bare_copy(rows, trace_table="lean_trace")
 
 
@@ -303,8 +321,8 @@ def bare_copy(rows, *, trace_table="traces_trace") -> float:
         ids = [row[0] for row in cursor.fetchall()]
         raw = cursor.cursor
         with raw.copy(f"COPY {trace_table} (id, {services.TRACE_COLUMNS}) FROM STDIN") as copy:
-            for trace_id, row in zip(ids, rows, strict=True):
-                copy.write_row((trace_id, *row))
+            for trace_id, (trace, row_of) in zip(ids, rows, strict=True):
+                copy.write_row((trace_id, *row_of(trace)))
     return time.perf_counter() - started
 
 
@@ -325,10 +343,10 @@ def django_bulk_create(rows) -> float:
             Trace(
                 **{
                     c: (orjson.loads(v) if c in json_columns and v is not None else v)
-                    for c, v in zip(columns, row, strict=True)
+                    for c, v in zip(columns, row_of(trace), strict=True)
                 }
             )
-            for row in rows
+            for trace, row_of in rows
         ]
         Trace.objects.bulk_create(objects, batch_size=1000)
     return time.perf_counter() - started
@@ -1032,7 +1050,7 @@ def main() -> None:
             copy_rate = args.traces / spent["copy"]
             bulk_rate = args.bulk_slice / spent["bulk"]
             print(f"   HTTP (granian, {CLIENTS} clients):      {http_rate:>9,.0f} traces/s")
-            print(f"   bare COPY, lean two-table schema: {lean_rate:>9,.0f} traces/s")
+            print(f"   bare COPY, lean one-table schema: {lean_rate:>9,.0f} traces/s")
             print(f"   bare COPY, the console's tables:  {copy_rate:>9,.0f} traces/s")
             print(f"   Django bulk_create:               {bulk_rate:>9,.0f} traces/s")
             print(
