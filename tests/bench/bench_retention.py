@@ -67,7 +67,7 @@ def fill(agent, env, *, now: datetime, traces: int, candidates: int, days: int) 
             count=traces,
             candidates=candidates,
         )
-        for table in ("traces_trace", "traces_candidate", "traces_request_key"):
+        for table in ("traces_trace", "traces_request_key"):
             cursor.execute(f"VACUUM ANALYZE {table}")
     return floor
 
@@ -97,10 +97,6 @@ def purge_before(now: datetime, env) -> list[str]:
         "SELECT id FROM traces_trace WHERE environment_id = %s AND occurred_at < %s",
         [env.pk, cutoff],
         [
-            (
-                "DELETE FROM traces_candidate WHERE trace_id = ANY(%s) AND occurred_at < %s",
-                [cutoff],
-            ),
             ("DELETE FROM traces_snapshot WHERE trace_id = ANY(%s)", []),
             ("DELETE FROM traces_trace WHERE id = ANY(%s) AND occurred_at < %s", [cutoff]),
         ],

@@ -255,20 +255,28 @@ def ingest_over_http(bodies: list[bytes], secret: str, port: int = PORT) -> tupl
 
 
 def rows_for(traces: list[dict], agent_id: int, environment_id: int):
-    """A builder of the ingest's rows of these traces: `traces.services.trace_row` (the
-    candidates packed, their kinds numbered as `trace_batch_store` does), called while the
-    COPY is timed, as the ingest does (packing is most of the write's Python work)."""
-    from django.db import connection, transaction
-
-    from traces import compact, ingest, services, stored
+    """`wire_rows` of these traces, parsed as the ingest parses a batch."""
+    from traces import ingest
 
     valid = []
     for i in range(0, len(traces), wire.MAX_TRACES_PER_BATCH):
         chunk = traces[i : i + wire.MAX_TRACES_PER_BATCH]
         valid += [t for _, t in ingest.parse_batch(orjson.dumps({"traces": chunk})).valid]
+    return wire_rows(valid, agent_id, environment_id)
+
+
+def wire_rows(traces: list, agent_id: int, environment_id: int):
+    """(trace, builder) of each wire trace, the builder giving the ingest's row
+    (`traces.services.trace_row`: candidates packed, kinds numbered by
+    `traces.stored.kind_numbers` as `trace_batch_store` does), for `bare_copy` to call while
+    timed, as the ingest does (packing is most of the write's Python work)."""
+    from django.db import connection, transaction
+
+    from traces import compact, services, stored
+
     with transaction.atomic(), connection.cursor() as cursor:
         numbers = stored.kind_numbers(
-            cursor, {k for t in valid for k in compact.exclusion_kinds(t.candidates)}
+            cursor, {k for t in traces for k in compact.exclusion_kinds(t.candidates)}
         )
     now = datetime.now(UTC)
 
@@ -282,7 +290,7 @@ def rows_for(traces: list[dict], agent_id: int, environment_id: int):
             kind_numbers=numbers,
         )
 
-    return [(trace, row) for trace in valid]
+    return [(trace, row) for trace in traces]
 
 
 LEAN_SCHEMA = """
