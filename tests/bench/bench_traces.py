@@ -565,7 +565,9 @@ class Loader:
     """Writes traces `first` … `last` (trace n at `newest` − (n − 1) × `step`, id = total + 1 − n,
     so ids grow with time as the ingest gives them) into traces_trace and traces_request_key
     with binary COPY, a pool trace's row each (trace n: pool row n mod pool size), on
-    `workers` connections at once, a chunk of traces per COPY."""
+    `workers` connections at once, a chunk of traces per COPY: oldest first (chunks and the
+    rows in each), as the ingest receives them, which decides how full the indexes
+    maintained during a load end up (a new row is the newest in the time indexes)."""
 
     CHUNK = 20_000
 
@@ -590,7 +592,7 @@ class Loader:
         newest_us = round((self.newest - PG_EPOCH).total_seconds() * 1e6)
         step_us = self.step * 1e6
         pool = self.rows
-        for n in range(first, last + 1):
+        for n in range(last, first - 1, -1):  # oldest first
             trace_id = struct.pack(">iq", 8, self.total + 1 - n)
             request_id = _text_field(f"gen-{n:08d}")
             when = struct.pack(">iq", 8, newest_us - round((n - 1) * step_us))
@@ -608,6 +610,7 @@ class Loader:
 
         with connection.cursor() as cursor:
             partitions.ensure_days(cursor, self.days(first, last))
+        # Popped from the end: the oldest chunk first.
         ranges = [(lo, min(lo + self.CHUNK - 1, last)) for lo in range(first, last + 1, self.CHUNK)]
         lock = threading.Lock()
         failures: list[BaseException] = []
@@ -622,7 +625,7 @@ class Loader:
                         with lock:
                             if not ranges or failures:
                                 return
-                            lo, hi = ranges.pop(0)
+                            lo, hi = ranges.pop()
                         traces, keys = self.chunk(lo, hi)
                         with conn.transaction(), conn.cursor() as cur:
                             with cur.copy(
