@@ -3,7 +3,7 @@
 python -m tests.bench               # all of them
 python -m tests.bench config        # the runtime config endpoint
 python -m tests.bench dispatcher    # the config read inside the process (µs per request)
-python -m tests.bench traces        # trace ingest and lookup
+python -m tests.bench traces        # trace ingest; the product's trace storage at 100k and 1M traces (issue 36)
 python -m tests.bench ingest_apart  # ingest server vs bc039d9, config p99 under ingest (issue 36)
 python -m tests.bench trace_keys    # the ingest's check for a key twice inside a trace
 python -m tests.bench replay        # the trace page's replay (50 candidates)

@@ -253,8 +253,9 @@ def main() -> None:
     ).stdout.strip()
     print_machine(f"load average {os.getloadavg()[0]:.2f} at the start")
     print("   shared 2-core VM when run by the helpers: other benchmarks and tests may be running")
-    new_db, new_secret = prepare(ROOT, "bench_ingest_new")
-    old_db, old_secret = prepare(OLD, "bench_ingest_old")
+    # Overridable, so two checkouts can run the bench at once on one server.
+    new_db, new_secret = prepare(ROOT, os.environ.get("BENCH_INGEST_NEW_DB", "bench_ingest_new"))
+    old_db, old_secret = prepare(OLD, os.environ.get("BENCH_INGEST_OLD_DB", "bench_ingest_old"))
     servers: list[Server] = []
     try:
         start = (datetime.now(UTC) - timedelta(days=2)).replace(

@@ -82,8 +82,7 @@ def generate(total: int, repeat: float, start: datetime, agent_id: int, env_id: 
     from context_runtime import wire
     from context_runtime.engine import Strategy, select
 
-    from tests.bench.bench_traces import bare_copy
-    from traces import services
+    from tests.bench.bench_traces import bare_copy, wire_rows
 
     started = time.perf_counter()
     rng = random.Random(20)
@@ -91,7 +90,6 @@ def generate(total: int, repeat: float, start: datetime, agent_id: int, env_id: 
     step = timedelta(days=DAYS) / total
     earlier: list = []
     chunk = []
-    now = datetime.now(UTC)
     for t in range(total):
         if earlier and rng.random() < repeat:
             items = rng.choice(earlier)
@@ -110,19 +108,12 @@ def generate(total: int, repeat: float, start: datetime, agent_id: int, env_id: 
             strategy="after_sales_consultation",
             **selection.trace_fields(),
         )
-        row = services.trace_row(
-            trace,
-            agent_id=agent_id,
-            environment_id=env_id,
-            received_at=now,
-            snapshot_expires_at=None,
-        )
-        chunk.append((row, trace))
+        chunk.append(trace)
         if len(chunk) == 5_000:
-            bare_copy(chunk)
+            bare_copy(wire_rows(chunk, agent_id, env_id))
             chunk = []
     if chunk:
-        bare_copy(chunk)
+        bare_copy(wire_rows(chunk, agent_id, env_id))
     return time.perf_counter() - started
 
 
@@ -360,7 +351,7 @@ def main() -> None:
             )
         seconds = generate(args.traces, args.repeat, start, agent.pk, env.pk)
         with connection.cursor() as cursor:
-            cursor.execute("ANALYZE traces_trace; ANALYZE traces_candidate")
+            cursor.execute("ANALYZE traces_trace")
         print(f"generated {args.traces:,} traces × 50 candidates in {seconds:.0f} s")
         meta = {
             "start": start.isoformat(),

@@ -4,17 +4,18 @@ not a test:
     python -m tests.bench.bench_retention [--traces 100000] [--candidates 10] [--days 4]
 
 Runs against a separate database (bench_retention, created and dropped here) on the server
-of DATABASE_URL. Writes `--traces` traces (with their candidates and request keys) over
-`--days` days past the 30-day retention, then times, in one run, on the same data:
+of DATABASE_URL. Writes `--traces` traces (their candidates packed in the row since issue 36,
+and their request keys) over `--days` days past the 30-day retention, then times, in one
+run, on the same data:
 
 1. the purge as it is (`traces.tasks.purge_expired`'s trace steps: drop the expired days as
    partitions, then the row deletes and the request keys);
-2. the baseline: what the purge did before (a batched row DELETE of every trace and
-   candidate past an exact cut-off, 5,000 ids a transaction), then the drop of the days it
-   left empty.
+2. the baseline: what the purge did before (a batched row DELETE of every trace past an
+   exact cut-off, 5,000 ids a transaction — and of their candidate rows, before migration
+   0013 moved them into the trace row), then the drop of the days it left empty.
 
-For each: the time, the rows deleted from traces and candidates (the database's own
-`tup_deleted`, less the request keys), and the partitions dropped.
+For each: the time, the trace rows deleted (the database's own `tup_deleted`, less the
+request keys), and the partitions dropped.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def fill(agent, env, *, now: datetime, traces: int, candidates: int, days: int) 
             count=traces,
             candidates=candidates,
         )
-        for table in ("traces_trace", "traces_candidate", "traces_request_key"):
+        for table in ("traces_trace", "traces_request_key"):
             cursor.execute(f"VACUUM ANALYZE {table}")
     return floor
 
@@ -97,10 +98,6 @@ def purge_before(now: datetime, env) -> list[str]:
         "SELECT id FROM traces_trace WHERE environment_id = %s AND occurred_at < %s",
         [env.pk, cutoff],
         [
-            (
-                "DELETE FROM traces_candidate WHERE trace_id = ANY(%s) AND occurred_at < %s",
-                [cutoff],
-            ),
             ("DELETE FROM traces_snapshot WHERE trace_id = ANY(%s)", []),
             ("DELETE FROM traces_trace WHERE id = ANY(%s) AND occurred_at < %s", [cutoff]),
         ],
@@ -156,7 +153,7 @@ def main() -> None:
             rows = tuples_deleted() - before - args.traces  # less the request keys
             results[name] = took
             print(
-                f"   {name:<22} {took * 1000:>8.0f} ms · trace and candidate rows deleted "
+                f"   {name:<22} {took * 1000:>8.0f} ms · trace rows deleted "
                 f"{rows:,} · partitions dropped {len(dropped)} (filled in {filled:.0f} s)"
             )
         now_ms, before_ms = results["drop days (now)"], results["DELETE rows (before)"]

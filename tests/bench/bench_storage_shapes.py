@@ -10,7 +10,8 @@ BENCH_SHAPES_DB to rename it), migrated, and builds its tables in a schema of th
 50 candidates each, sources, decisions, reasons and the replay fields of context_runtime
 0.2.x, as `bench_traces` generates them, day partitions — written into each shape:
 
-  a  today: copies of traces_trace and traces_candidate (their DDL, indexes included)
+  a  the product's shape before issue 36 (migration 0013): traces_trace and
+     traces_candidate as they were (frozen copies of their DDL, indexes included)
   b  one row per trace, the candidates as typed arrays (text[] / int2[] / float8[] per
      field; sources and reasons numbered in small lookup tables, the closed lists as int2),
      `kinds int4[]` (the trace's kinds of exclusion, numbered) with a GIN index
@@ -40,9 +41,9 @@ import random
 import statistics
 import time
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import get_args
 
+import msgspec
 import orjson
 import psycopg
 from context_runtime import wire
@@ -273,12 +274,56 @@ def from_arrays(row) -> list[wire.Candidate]:
 
 
 def from_rows(rows) -> list[wire.Candidate]:
-    """Shape a's rows back to wire structs, by traces.replay.wire_candidate (on a stand-in
-    with the model's attribute names: the product builds model instances, dearer still)."""
-    from traces.replay import wire_candidate  # after django_setup
+    """Shape a's rows back to wire structs, as traces.replay.wire_candidate did (a frozen
+    copy: the product's candidate table and that function went with migration 0013; the old
+    table kept "" where the runtime sent none)."""
+    return [
+        wire.Candidate(
+            id=item_id,
+            source=source,
+            decision=decision,
+            version=version,
+            size=size,
+            required=required,
+            bundle=bundle or None,
+            reason=reason,
+            outcome=outcome or None,
+            relevance=relevance,
+            depends_on=tuple(depends_on or ()),
+            conflicts_with=tuple(conflicts_with or ()),
+            note=note,
+            provider_bundle=provider_bundle or None,
+            reason_code=reason_code or None,
+        )
+        for (item_id, source, version, size, required, bundle, decision, reason, outcome,
+             relevance, depends_on, conflicts_with, note, provider_bundle, reason_code) in rows
+    ]  # fmt: skip
 
-    names = [name.strip() for name in A_SELECT.split(",")]
-    return [wire_candidate(SimpleNamespace(**dict(zip(names, r, strict=True)))) for r in rows]
+
+def candidate_rows(candidates, trace_id: int, occurred_at) -> list[tuple]:
+    """Shape a's candidate rows in CANDIDATE_COLUMNS order: a frozen copy of what
+    traces.services.candidate_rows wrote before migration 0013 (one candidate of each
+    (source, decision, reason) of a trace marked first_of_kind)."""
+    seen: set[tuple[str, str, str]] = set()
+    rows = []
+    for position, c in enumerate(candidates):
+        kind = (c.source, c.decision, c.reason)
+        first_of_kind = kind not in seen
+        seen.add(kind)
+        rows.append(
+            (
+                trace_id, position, c.id, c.source, c.version, c.size, c.required,
+                c.bundle or "", c.decision, c.reason, c.outcome or "", c.relevance,
+                _json(c.depends_on) if c.depends_on else "[]",
+                _json(c.conflicts_with) if c.conflicts_with else "[]",
+                c.note, occurred_at, first_of_kind, c.provider_bundle or "", c.reason_code or "",
+            )
+        )  # fmt: skip
+    return rows
+
+
+def _json(value) -> str:
+    return msgspec.json.encode(value).decode()
 
 
 A_SELECT = (
@@ -288,8 +333,47 @@ A_SELECT = (
 
 
 # --- the shapes ------------------------------------------------------------------------------------
+# Shape a's candidate table as it was before migration 0013 (migrations 0005 and 0006, and
+# the model's columns): no key of its own, the trace index, the partial exclusion index.
+A_CANDIDATE_DDL = """
+CREATE TABLE shapes.a_candidate (
+    trace_id bigint NOT NULL, position smallint NOT NULL CHECK (position >= 0),
+    item_id varchar(300) NOT NULL, source varchar(100) COLLATE "C" NOT NULL,
+    version varchar(100) NOT NULL, size integer CHECK (size >= 0), required boolean NOT NULL,
+    bundle varchar(100) NOT NULL, decision varchar(30) COLLATE "C" NOT NULL,
+    reason varchar(200) NOT NULL, outcome varchar(20) NOT NULL, relevance double precision,
+    depends_on jsonb NOT NULL, conflicts_with jsonb NOT NULL, note varchar(200) NOT NULL,
+    provider_bundle varchar(100) NOT NULL DEFAULT '',
+    reason_code varchar(30) COLLATE "C" NOT NULL DEFAULT '',
+    occurred_at timestamptz NOT NULL, first_of_kind boolean NOT NULL
+) PARTITION BY RANGE (occurred_at);
+CREATE INDEX a_candidate_trace ON shapes.a_candidate (trace_id);
+CREATE INDEX a_candidate_exclusion_time
+    ON shapes.a_candidate (source, decision, reason, occurred_at DESC, trace_id DESC)
+    WHERE first_of_kind AND NOT (decision = 'selected');
+"""
+
+
+def _old_trace_template(cursor) -> None:
+    """shapes.trace_template: traces_trace as it was before migration 0013 (its columns and
+    indexes without packed_candidates, kinds and their two indexes), what every shape's
+    trace table is made LIKE: the shapes' own columns and indexes are added to it."""
+    cursor.execute(
+        "CREATE TABLE shapes.trace_template (LIKE public.traces_trace INCLUDING ALL);"
+        "ALTER TABLE shapes.trace_template DROP COLUMN packed_candidates, DROP COLUMN kinds"
+    )
+    cursor.execute(
+        "SELECT indexname FROM pg_indexes WHERE schemaname = 'shapes' AND tablename = "
+        "'trace_template' AND indexdef LIKE '%%(occurred_at DESC, id DESC)'"
+    )
+    for (name,) in cursor.fetchall():  # the copy of trace_time_id
+        cursor.execute(f"DROP INDEX shapes.{name}")
+
+
 def create_schema(cursor) -> None:
     cursor.execute("DROP SCHEMA IF EXISTS shapes CASCADE; CREATE SCHEMA shapes")
+    _old_trace_template(cursor)
+    cursor.execute(A_CANDIDATE_DDL)
     cursor.execute(
         "CREATE TABLE shapes.request_key (LIKE public.traces_request_key INCLUDING ALL);"
         "CREATE TABLE shapes.source (id smallserial PRIMARY KEY, name text UNIQUE NOT NULL);"
@@ -297,24 +381,22 @@ def create_schema(cursor) -> None:
         "CREATE TABLE shapes.kind (id serial PRIMARY KEY, source text NOT NULL,"
         " decision text NOT NULL, reason text NOT NULL, UNIQUE (source, decision, reason));"
         # a: today's tables, their DDL and indexes
-        "CREATE TABLE shapes.a_trace (LIKE public.traces_trace INCLUDING ALL)"
-        " PARTITION BY RANGE (occurred_at);"
-        "CREATE TABLE shapes.a_candidate (LIKE public.traces_candidate INCLUDING ALL)"
+        "CREATE TABLE shapes.a_trace (LIKE shapes.trace_template INCLUDING ALL)"
         " PARTITION BY RANGE (occurred_at);"
         # b: typed arrays
-        f"CREATE TABLE shapes.b_trace (LIKE public.traces_trace INCLUDING ALL, {ARRAY_COLUMNS},"
+        f"CREATE TABLE shapes.b_trace (LIKE shapes.trace_template INCLUDING ALL, {ARRAY_COLUMNS},"
         " kinds int4[] NOT NULL) PARTITION BY RANGE (occurred_at);"
         "CREATE INDEX b_trace_kinds ON shapes.b_trace USING gin (kinds);"
         # c: MessagePack, lz4 by PostgreSQL
-        "CREATE TABLE shapes.c_trace (LIKE public.traces_trace INCLUDING ALL,"
+        "CREATE TABLE shapes.c_trace (LIKE shapes.trace_template INCLUDING ALL,"
         " candidates bytea COMPRESSION lz4 NOT NULL, kinds int4[] NOT NULL)"
         " PARTITION BY RANGE (occurred_at);"
         "CREATE INDEX c_trace_kinds ON shapes.c_trace USING gin (kinds);"
         # d, e: traces.compact
-        "CREATE TABLE shapes.d_trace (LIKE public.traces_trace INCLUDING ALL,"
+        "CREATE TABLE shapes.d_trace (LIKE shapes.trace_template INCLUDING ALL,"
         " candidates bytea NOT NULL, kinds int4[] NOT NULL) PARTITION BY RANGE (occurred_at);"
         "CREATE INDEX d_trace_kinds ON shapes.d_trace USING gin (kinds);"
-        "CREATE TABLE shapes.e_trace (LIKE public.traces_trace INCLUDING ALL,"
+        "CREATE TABLE shapes.e_trace (LIKE shapes.trace_template INCLUDING ALL,"
         " candidates bytea NOT NULL, kinds int4[] NOT NULL) PARTITION BY RANGE (occurred_at);"
         "CREATE INDEX e_trace_kinds ON shapes.e_trace USING gin (kinds);"
         "CREATE INDEX e_trace_time ON shapes.e_trace (occurred_at DESC, id DESC);"
@@ -344,8 +426,6 @@ def ensure_days(cursor, shapes, first_day, last_day) -> None:
 
 def write(conn, shape: str, traces) -> float:
     """COPY one chunk into a shape, rows built from the wire structs; seconds taken."""
-    from traces import services  # after django_setup
-
     started = time.perf_counter()
     with conn.transaction(), conn.cursor() as cursor:
         if shape == "a":
@@ -354,8 +434,7 @@ def write(conn, shape: str, traces) -> float:
                     copy.write_row(row)
             with cursor.copy(f"COPY shapes.a_candidate ({CANDIDATE_COLUMNS}) FROM STDIN") as copy:
                 for row, candidates in traces:
-                    trace = SimpleNamespace(candidates=candidates)
-                    for candidate_row in services.candidate_rows(trace, row[0], row[4]):
+                    for candidate_row in candidate_rows(candidates, row[0], row[4]):
                         copy.write_row(candidate_row)
         else:
             if shape == "b":
@@ -570,7 +649,7 @@ def main() -> None:
     database = BenchDatabase(BENCH_DB)
     print_machine(f"database {BENCH_DB}, {args.traces:,} traces × {CANDIDATES} candidates")
     database.create()
-    django_setup(database.url)  # for traces.services' candidate rows (shape a)
+    django_setup(database.url)  # as every bench with a database (the product's DDL is copied)
     # Never prepared: each query planned with its values, as Django's client-side binding
     # does in the product (a generic plan for a time window over day partitions ANDs the
     # whole GIN and time bitmaps: 3 → 10–70 ms for a common kind, measured).

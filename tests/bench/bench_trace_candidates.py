@@ -7,8 +7,9 @@ per trace. To decide between raising that limit and truncating, this measures, p
 N candidates (with the replay fields, as the SDK sends them): its bytes on the wire, the
 time to parse it (`traces.ingest.parse_batch`, with the limit lifted for the run), the time
 to store a batch of them (`traces.services.trace_batch_store`: COPY into the partitioned
-tables), the bytes it takes in PostgreSQL (candidate table and indexes, per trace), and the
-trace page's server time (Django test client, the whole view). Runs in its own database
+table), the bytes it takes in PostgreSQL (the trace row with its packed candidates, TOAST
+and indexes, per trace), and the trace page's server time (Django test client, the whole
+view). Runs in its own database
 (bench_trace_candidates on the server of DATABASE_URL), dropped at the end.
 """
 
@@ -41,10 +42,11 @@ class Unbounded(wire.Trace):
 
 
 def candidate_bytes(cursor) -> int:
+    """Bytes of the trace partitions (heap, TOAST, indexes): since issue 36 a trace's
+    candidates are packed in its row (migration 0013 dropped the candidate table)."""
     cursor.execute(
-        "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_inherits i "
-        "JOIN pg_class c ON c.oid = i.inhrelid "
-        "WHERE i.inhparent IN ('traces_candidate'::regclass, 'traces_trace'::regclass)"
+        "SELECT coalesce(sum(pg_total_relation_size(relid)), 0) "
+        "FROM pg_partition_tree('traces_trace') WHERE isleaf"
     )
     return cursor.fetchone()[0]
 
