@@ -213,7 +213,7 @@ def _links(values) -> str | None:
 
 
 def kind_codes(cursor, candidates) -> list[int]:
-    return [KIND_NUMBERS.code(cursor, kind) for kind in compact.exclusion_kinds(candidates)]
+    return [KIND_NUMBERS.code(cursor, kind) for kind in compact.kinds(candidates)]
 
 
 def array_columns(cursor, candidates) -> tuple:

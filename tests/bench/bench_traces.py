@@ -276,7 +276,7 @@ def wire_rows(traces: list, agent_id: int, environment_id: int):
 
     with transaction.atomic(), connection.cursor() as cursor:
         numbers = stored.kind_numbers(
-            cursor, {k for t in traces for k in compact.exclusion_kinds(t.candidates)}
+            cursor, {k for t in traces for k in compact.kinds(t.candidates)}
         )
     now = datetime.now(UTC)
 
@@ -493,7 +493,7 @@ def pool_rows(payloads_: list[dict], agent_id: int, env_id: int) -> list[bytes]:
     now = datetime.now(UTC)
     with transaction.atomic(), connection.cursor() as cursor:
         numbers = stored.kind_numbers(
-            cursor, {k for t in traces for k in compact.exclusion_kinds(t.candidates)}
+            cursor, {k for t in traces for k in compact.kinds(t.candidates)}
         )
         cursor.execute(
             "CREATE TEMP TABLE bench_pool (LIKE traces_trace INCLUDING DEFAULTS) ON COMMIT DROP"
