@@ -135,8 +135,6 @@ class Trace(models.Model):
             # occurred_at, and a unique index there would have to include it.
         ]
         indexes = [
-            # Trace page and search by request_id (one probe per day partition).
-            models.Index(fields=["request_id", "environment"], name="trace_request_id_env"),
             models.Index(
                 fields=["agent", "environment", "-occurred_at"], name="trace_agent_env_time"
             ),

@@ -137,6 +137,9 @@ class Migration(migrations.Migration):
             name="packed_candidates",
             field=models.BinaryField(default=bytes, help_text="traces.compact.encode."),
         ),
+        # A request_id is found through traces_request_key (its trace id and day), then the
+        # trace by primary key: this index was ≈ 45 B a trace that no read used any more.
+        migrations.RemoveIndex(model_name="trace", name="trace_request_id_env"),
         migrations.RunPython(convert, migrations.RunPython.noop, elidable=False),
         migrations.DeleteModel(name="Candidate"),
         migrations.AddIndex(
