@@ -38,9 +38,10 @@ INGEST_ROUTES = ("runtime-traces-ingest", "runtime-outcomes-report")
 ROLE_ENV = "CONSOLE_SERVER_ROLE"
 
 
-# The process's nice value once lower_priority ran (0: not lowered), and per thread whether
-# that thread was lowered.
+# The process's nice value once lower_priority ran (0: not lowered), whether it lowers threads
+# at all (a nice value or CPUs), and per thread whether that thread was lowered.
 _nice = 0
+_lowering = False
 _lowered = threading.local()
 
 
@@ -74,7 +75,7 @@ class IngestOnly:
         self.paths = ingest_paths() | {reverse("healthz")}
 
     def __call__(self, environ, start_response):
-        if _nice and not getattr(_lowered, "done", False):
+        if _lowering and not getattr(_lowered, "done", False):
             _lower_thread(0)  # this thread
             _lowered.done = True
         if environ.get("PATH_INFO", "") in self.paths:
@@ -164,32 +165,42 @@ def _lower_thread(tid: int) -> None:
     wakes up takes the core from it at once (a nice value only weighs the shares: on two
     saturated cores a woken read still waited behind ingest for milliseconds). Lowering
     one's own threads needs no privilege."""
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, tid, _nice)
-    if settings.INGEST_SCHED_IDLE and hasattr(os, "SCHED_IDLE"):
+    if _nice:
         with contextlib.suppress(OSError):
-            os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+            os.setpriority(os.PRIO_PROCESS, tid, _nice)
+        if settings.INGEST_SCHED_IDLE and hasattr(os, "SCHED_IDLE"):
+            with contextlib.suppress(OSError):
+                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+    _pin(tid)
+
+
+def _pin(pid: int) -> None:
+    """Keep a thread (or a PostgreSQL backend) on INGEST_CPUS, when set."""
+    if settings.INGEST_CPUS and hasattr(os, "sched_setaffinity"):
+        with contextlib.suppress(OSError, ValueError):
+            os.sched_setaffinity(pid, settings.INGEST_CPUS)
 
 
 def lower_priority() -> None:
-    """In an ingest server's process: run at CPU priority INGEST_NICE (default 10) and ask the
-    same of each PostgreSQL backend it opens, so that when a flood of batches saturates the
-    cores, the web server's config reads (and PostgreSQL's backends serving them) are scheduled
-    first (docs/PERFORMANCE.md, issue 36). Raising one's own nice value needs no privilege; a
-    backend's works when the console runs as PostgreSQL's user, as root or with CAP_SYS_NICE
-    (make run's embedded PostgreSQL; a shared server on the same machine), and is skipped
-    otherwise — on another machine it does not matter."""
-    global _nice
-    nice = settings.INGEST_NICE
-    if nice <= 0:
+    """In an ingest server's process: run at CPU priority INGEST_NICE (default 10), and on
+    INGEST_CPUS when set, and ask the same of each PostgreSQL backend it opens, so that when a
+    flood of batches saturates the cores, the web server's config reads (and PostgreSQL's
+    backends serving them) are scheduled first (docs/PERFORMANCE.md, issue 36). Lowering
+    one's own threads needs no privilege; a backend's works when the console runs as
+    PostgreSQL's user, as root or with CAP_SYS_NICE (make run's embedded PostgreSQL; a shared
+    server on the same machine), and is skipped otherwise — on another machine it does not
+    matter."""
+    global _nice, _lowering
+    _nice = max(settings.INGEST_NICE, 0)
+    _lowering = bool(_nice or settings.INGEST_CPUS)
+    if not _lowering:
         return
-    # Linux keeps a nice value per thread: every thread there is now (granian's own among
-    # them), and `IngestOnly` lowers each thread that serves a request later on its first.
-    _nice = nice
+    # Linux keeps a nice value and CPUs per thread: every thread there is now (granian's own
+    # among them), and `IngestOnly` lowers each thread that serves a request later on its first.
     for task in os.listdir("/proc/self/task") if os.path.isdir("/proc/self/task") else ["0"]:
         _lower_thread(int(task))
 
-    def renice_backend(sender, connection, **kwargs) -> None:
+    def lower_backend(sender, connection, **kwargs) -> None:
         try:
             with connection.cursor() as cursor:
                 cursor.execute(
@@ -198,8 +209,10 @@ def lower_priority() -> None:
                 )
                 pid, local = cursor.fetchone()
             if local:
-                os.setpriority(os.PRIO_PROCESS, pid, nice)
+                if _nice:
+                    os.setpriority(os.PRIO_PROCESS, pid, _nice)
+                _pin(pid)
         except Exception:  # noqa: BLE001 - a priority is a nicety, never a failure
             return
 
-    connection_created.connect(renice_backend, weak=False)
+    connection_created.connect(lower_backend, weak=False)

@@ -599,6 +599,25 @@ INGEST_NICE = min(19, env_count("INGEST_NICE", 10, minimum=0))
 # the web server leaves over. Its PostgreSQL backends keep nice only: a backend starved while
 # holding a lock would stall the others (docs/PERFORMANCE.md, issue 36).
 INGEST_SCHED_IDLE = env_bool("INGEST_SCHED_IDLE", True)
+
+
+def env_cpus(name: str) -> frozenset[int]:
+    """A CPU list from the environment, as taskset writes it ("3", "2-3", "0,2"); empty: any."""
+    value = os.environ.get(name, "").strip()
+    cpus: set[int] = set()
+    try:
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            low, _, high = part.partition("-")
+            cpus.update(range(int(low), int(high or low) + 1))
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a CPU list such as 3, 2-3 or 0,2") from None
+    return frozenset(cpus)
+
+
+# …and on these CPUs only (INGEST_CPUS, e.g. "3"; `make run` gives it the last core of two or
+# more), with the PostgreSQL backends it opens on this machine: a flood of batches then keeps
+# the other cores free for config reads (docs/runtime-contract.md §3, issue 36).
+INGEST_CPUS = env_cpus("INGEST_CPUS")
 STREAM_HEARTBEAT_SECONDS = float(env("STREAM_HEARTBEAT_SECONDS", "15") or 15)
 STREAM_MAX_PER_TOKEN = env_count("STREAM_MAX_PER_TOKEN", 256, minimum=1)
 # Live runtime instances (heartbeats, docs/runtime-contract.md §2a) one runtime token may have;

@@ -281,6 +281,11 @@ class Launcher:
             ["--backpressure", os.environ.get("STREAM_BACKPRESSURE", "10000")],
             "console.stream:application",
         )
+        # The ingest server keeps off the other cores (INGEST_CPUS: the last of two or more):
+        # a flood of batches never takes the cores config reads are answered on.
+        cores = os.cpu_count() or 1
+        if cores > 1:
+            os.environ.setdefault("INGEST_CPUS", str(cores - 1))
         self.procs["ingest server"] = self.granian(
             "wsgi",
             self.ingest_port,

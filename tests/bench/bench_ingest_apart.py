@@ -49,6 +49,9 @@ AGENT = "assistant_professional"
 CONFIG_PATH = f"/api/v1/runtime/config/{AGENT}"
 TRACES_PATH = "/api/v1/runtime/traces"
 FLOOD_NICE = 10  # the load generator's CPU priority in (b): see flood_forever
+# The core `make run` gives the ingest server (INGEST_CPUS); in (b) the load generator runs
+# there too, as the runtimes run on other machines in production.
+INGEST_CORE = str((os.cpu_count() or 1) - 1)
 
 # Run by each checkout's own code on its own database: the agent, the environment and a token.
 SETUP = """
@@ -192,12 +195,14 @@ def config_phase(port: int, secret: str, seconds: float, flood=None) -> dict:
 def flood_forever(port: int, secret: str, template: list[bytes]):
     """A flood of batches: the template's bodies again and again, each time with new request
     ids (the prefix `r000` renamed), by 4 clients until stopped, in a process of its own at a
-    low CPU priority (the runtimes sending batches are other machines in production; here they
-    would take the cores the web server answers on); counts traces sent."""
+    low CPU priority and on the ingest server's core (the runtimes sending batches are other
+    machines in production; here they would take the cores the web server answers on);
+    counts traces sent."""
     sent = multiprocessing.get_context("fork").Value("q", 0)
 
     def flood(stop) -> None:
         os.nice(FLOOD_NICE)
+        os.sched_setaffinity(0, {int(INGEST_CORE)})
         generation = [0]
         lock = threading.Lock()
 
@@ -296,7 +301,10 @@ def main() -> None:
 
         ingest.stop()
         servers.remove(ingest)
-        ingest = Server(ROOT, new_db.url, "console.ingest_wsgi:application", 2, 2)  # make run's
+        # make run's: nice, SCHED_IDLE and the last core (INGEST_CPUS)
+        ingest = Server(
+            ROOT, new_db.url, "console.ingest_wsgi:application", 2, 2, INGEST_CPUS=INGEST_CORE
+        )
         servers.append(ingest)
         web = Server(
             ROOT, new_db.url, "console.wsgi:application", 2, min(8, 2 * (os.cpu_count() or 1) + 1)

@@ -18,7 +18,11 @@ import django; django.setup()
 from console.ingest_server import IngestOnly, lower_priority
 
 def state():
-    return [os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0) == os.SCHED_IDLE]
+    return [
+        os.getpriority(os.PRIO_PROCESS, 0),
+        os.sched_getscheduler(0) == os.SCHED_IDLE,
+        sorted(os.sched_getaffinity(0)),
+    ]
 
 before = state()
 lower_priority()
@@ -47,15 +51,26 @@ def _probe(**settings_env) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+ALL = sorted(os.sched_getaffinity(0))
+
+
 def test_ingest_threads__lowered_at_start_and_when_serving__nice_and_sched_idle():
-    seen = _probe(INGEST_NICE="10")
-    assert seen["before"] == [0, False]
-    assert seen["at_start"] == [10, True]
+    seen = _probe(INGEST_NICE="10", INGEST_CPUS="")
+    assert seen["before"] == [0, False, ALL]
+    assert seen["at_start"] == [10, True, ALL]
     # A thread serving a request (granian's are started by its runtime) runs lowered too.
-    assert seen["serving"] == [10, True]
+    assert seen["serving"] == [10, True, ALL]
 
 
-def test_ingest_threads__nice_zero__left_as_the_web_server():
-    seen = _probe(INGEST_NICE="0")
-    assert seen["at_start"] == [0, False]
-    assert seen["serving"] == [0, False]
+def test_ingest_threads__ingest_cpus__kept_on_those_cpus():
+    last = ALL[-1]
+    seen = _probe(INGEST_NICE="0", INGEST_CPUS=str(last))
+    assert seen["before"] == [0, False, ALL]
+    assert seen["at_start"] == [0, False, [last]]
+    assert seen["serving"] == [0, False, [last]]
+
+
+def test_ingest_threads__nice_zero_no_cpus__left_as_the_web_server():
+    seen = _probe(INGEST_NICE="0", INGEST_CPUS="")
+    assert seen["at_start"] == [0, False, ALL]
+    assert seen["serving"] == [0, False, ALL]
