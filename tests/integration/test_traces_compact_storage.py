@@ -213,43 +213,55 @@ def _waiting_on_a_lock() -> bool:
         return cursor.fetchone()[0] > 0
 
 
+def race(holder, contender) -> tuple[dict, bool]:
+    """`holder()` inside a transaction left open, then `contender()` on its own connection
+    while it is; the holder commits once the contender waits on a lock (or after 15 s).
+    Returns their results and whether the contender did wait."""
+    results: dict[str, object] = {}
+    held, may_commit = threading.Event(), threading.Event()
+
+    def hold():
+        try:
+            with transaction.atomic():
+                results["holder"] = holder()
+                held.set()
+                assert may_commit.wait(30)
+        finally:
+            held.set()
+            connections.close_all()
+
+    def contend():
+        try:
+            results["contender"] = contender()
+        finally:
+            connections.close_all()
+
+    first = threading.Thread(target=hold)
+    first.start()
+    assert held.wait(30)
+    second = threading.Thread(target=contend)
+    second.start()
+    deadline = time.monotonic() + 15
+    while not _waiting_on_a_lock() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    waited = _waiting_on_a_lock()
+    may_commit.set()
+    first.join(30)
+    second.join(30)
+    return results, waited
+
+
 @pytest.mark.django_db(transaction=True)
 def test_ingest__two_batches_add_the_same_new_kind_at_once__both_stored_one_kind(env, support):
     """Batch A numbers a new kind and has not committed; batch B, wanting the same kind, waits
     on A's row, and once A commits its statement cannot see it (its snapshot is older): the
     second read of `kind_numbers` finds it. Both batches are stored, the kind once."""
     secret = runtime_token(env["environments"]["sg-test"])
-    responses: dict[str, object] = {}
-    a_posted, a_may_commit = threading.Event(), threading.Event()
-
-    def batch_a():
-        try:
-            with transaction.atomic():
-                responses["a"] = post_batch(Client(), secret, [new_kind_trace("req-a")])
-                a_posted.set()
-                assert a_may_commit.wait(30)
-        finally:
-            a_posted.set()
-            connections.close_all()
-
-    def batch_b():
-        try:
-            responses["b"] = post_batch(Client(), secret, [new_kind_trace("req-b")])
-        finally:
-            connections.close_all()
-
-    first = threading.Thread(target=batch_a)
-    first.start()
-    assert a_posted.wait(30)
-    second = threading.Thread(target=batch_b)
-    second.start()
-    deadline = time.monotonic() + 15
-    while not _waiting_on_a_lock() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    b_waited = _waiting_on_a_lock()
-    a_may_commit.set()
-    first.join(30)
-    second.join(30)
+    responses, b_waited = race(
+        lambda: post_batch(Client(), secret, [new_kind_trace("req-a")]),
+        lambda: post_batch(Client(), secret, [new_kind_trace("req-b")]),
+    )
+    responses = {"a": responses["holder"], "b": responses["contender"]}
 
     assert b_waited, "batch B never waited on batch A's new kind: the race was not exercised"
     for name in ("a", "b"):
@@ -447,37 +459,11 @@ def test_purge__a_batch_holds_an_unnamed_kind__the_purge_waits_and_keeps_it(env,
     secret = runtime_token(env["environments"]["sg-test"])
     assert post_batch(Client(), secret, [new_kind_trace("req-gone")]).status_code == 200
     Trace.objects.filter(request_id="req-gone")._raw_delete(Trace.objects.db)
-    results: dict[str, object] = {}
-    posted, may_commit = threading.Event(), threading.Event()
-
-    def batch():
-        try:
-            with transaction.atomic():
-                results["batch"] = post_batch(Client(), secret, [new_kind_trace("req-held")])
-                posted.set()
-                assert may_commit.wait(30)
-        finally:
-            posted.set()
-            connections.close_all()
-
-    def purge():
-        try:
-            results["forgotten"] = trace_services.kinds_purge_unnamed()
-        finally:
-            connections.close_all()
-
-    holder = threading.Thread(target=batch)
-    holder.start()
-    assert posted.wait(30)
-    purger = threading.Thread(target=purge)
-    purger.start()
-    deadline = time.monotonic() + 15
-    while not _waiting_on_a_lock() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    purge_waited = _waiting_on_a_lock()
-    may_commit.set()
-    holder.join(30)
-    purger.join(30)
+    results, purge_waited = race(
+        lambda: post_batch(Client(), secret, [new_kind_trace("req-held")]),
+        trace_services.kinds_purge_unnamed,
+    )
+    results = {"batch": results["holder"], "forgotten": results["contender"]}
 
     assert purge_waited, "the purge never waited on the batch's hold: the race was not exercised"
     assert results["batch"].status_code == 200
