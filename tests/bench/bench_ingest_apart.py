@@ -132,7 +132,12 @@ def _headers(secret: str) -> dict[str, str]:
 
 # --- (b): config reads, in a process of their own ----------------------------------------------
 def read_config(port: int, secret: str, seconds: float, out, threads: int = 4, rate: float = 100):
-    """Paced config reads (`threads` × `rate` per second) for `seconds`; latencies (s) to `out`."""
+    """Paced config reads (`threads` × `rate` per second) for `seconds`; latencies (s) to `out`.
+    Off the ingest server's core, like the load generator on it: the runtimes reading are
+    other machines in production, and a reader the flood delays would time itself."""
+    others = set(range(os.cpu_count() or 1)) - {int(INGEST_CORE)}
+    if others:
+        os.sched_setaffinity(0, others)
     latencies: list[float] = []
     failures = [0]
 
