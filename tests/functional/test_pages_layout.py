@@ -157,12 +157,7 @@ def test_version_health_with_a_shadow__shadow_column_on_screen__agreement_named(
     demo_world, login, client, viewport
 ):
     version, sent = _shadow_beside_live(client)
-    stored = {
-        t.request_id: t
-        for t in Trace.objects.filter(request_id__startswith="shadow-").prefetch_related(
-            "candidates"
-        )
-    }
+    stored = {t.request_id: t for t in Trace.objects.filter(request_id__startswith="shadow-")}
     assert len(stored) == len(sent) == 40
     same_status = sum(1 for t in stored.values() if t.shadow["status"] == t.status)
 
