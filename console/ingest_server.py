@@ -160,17 +160,13 @@ def _answers(url: str) -> bool:
 
 
 def _lower_thread(tid: int) -> None:
-    """Run thread `tid` (0: the caller) at nice `_nice` and, with INGEST_SCHED_IDLE, in Linux's
-    SCHED_IDLE class: it then runs only on a core nothing else wants, and a config read that
-    wakes up takes the core from it at once (a nice value only weighs the shares: on two
-    saturated cores a woken read still waited behind ingest for milliseconds). Lowering
-    one's own threads needs no privilege."""
+    """Run thread `tid` (0: the caller) at nice `_nice`, on INGEST_CPUS when set. Lowering
+    one's own threads needs no privilege. Not SCHED_IDLE: it gained nothing measurable, and
+    on busy cores a starved server was still exiting, its port held, when `make run` started
+    again (docs/PERFORMANCE.md, issue 36)."""
     if _nice:
         with contextlib.suppress(OSError):
             os.setpriority(os.PRIO_PROCESS, tid, _nice)
-        if settings.INGEST_SCHED_IDLE and hasattr(os, "SCHED_IDLE"):
-            with contextlib.suppress(OSError):
-                os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
     _pin(tid)
 
 

@@ -595,10 +595,6 @@ INGEST_RETRY_AFTER_SECONDS = env_count("INGEST_RETRY_AFTER_SECONDS", 1, minimum=
 # The ingest server's CPU priority (nice, 0–19; 0: as the web server): under a flood of batches
 # the config reads are scheduled first (console.ingest_server.lower_priority).
 INGEST_NICE = min(19, env_count("INGEST_NICE", 10, minimum=0))
-# …and its Python threads in Linux's SCHED_IDLE class (with INGEST_NICE > 0): they run on what
-# the web server leaves over. Its PostgreSQL backends keep nice only: a backend starved while
-# holding a lock would stall the others (docs/PERFORMANCE.md, issue 36).
-INGEST_SCHED_IDLE = env_bool("INGEST_SCHED_IDLE", True)
 
 
 def env_cpus(name: str) -> frozenset[int]:

@@ -306,7 +306,7 @@ def main() -> None:
 
         ingest.stop()
         servers.remove(ingest)
-        # make run's: nice, SCHED_IDLE and the last core (INGEST_CPUS)
+        # make run's: nice 10 and the last core (INGEST_CPUS)
         ingest = Server(
             ROOT, new_db.url, "console.ingest_wsgi:application", 2, 2, INGEST_CPUS=INGEST_CORE
         )
