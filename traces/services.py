@@ -197,10 +197,8 @@ def trace_row(
     )
 
 
-def _copy(cursor, table: str, columns: str, rows, types: tuple[str, ...] | None = None) -> None:
+def _copy(cursor, table: str, columns: str, rows) -> None:
     with cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-        if types is not None:
-            copy.set_types(types)
         for row in rows:
             copy.write_row(row)
 
