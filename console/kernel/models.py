@@ -72,6 +72,9 @@ class GroupMapping(models.Model):
         return f"{self.provider} group {self.group} → {self.role_name}"
 
 
+ROLE_NAMES_CACHE_ATTR = "_console_role_names_cache"
+
+
 class GrantQuerySet(models.QuerySet):
     def of(self, user):
         """The grants a user holds, directly or through one of their groups."""
@@ -85,8 +88,15 @@ class GrantQuerySet(models.QuerySet):
         grants = self.of(user)
         if agent is not None:
             grants = grants.filter(Q(agent=agent) | Q(agent__isnull=True))
+        elif (cached := getattr(user, ROLE_NAMES_CACHE_ATTR, None)) is not None:
+            return list(cached)
         labels = grants.values_list("role__name", "agent__key")
-        return sorted({f"{name}@{agent_key or '*'}" for name, agent_key in labels})
+        names = sorted({f"{name}@{agent_key or '*'}" for name, agent_key in labels})
+        if agent is None:
+            # Cached on the user object for the request, like its grants (policy): a page's
+            # header and its audit row both name them. forget_cached_grants drops it.
+            setattr(user, ROLE_NAMES_CACHE_ATTR, tuple(names))
+        return names
 
 
 class Grant(models.Model):

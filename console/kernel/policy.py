@@ -22,7 +22,7 @@ from django.db.models import QuerySet
 
 from console.kernel.audit import AccessAction, access_record, acting_token
 from console.kernel.errors import Forbidden, NotFound
-from console.kernel.models import Grant, agent_model
+from console.kernel.models import ROLE_NAMES_CACHE_ATTR, Grant, agent_model
 from console.kernel.request_context import current_request
 from console.kernel.sessions import require_recent_authentication
 
@@ -148,8 +148,9 @@ def _narrowed_to_token(rows, token) -> list[tuple[int | None, frozenset[str]]]:
 
 def forget_cached_grants(user) -> None:
     """Call after changing a user's grants within the same request."""
-    if hasattr(user, _CACHE_ATTR):
-        delattr(user, _CACHE_ATTR)
+    for attr in (_CACHE_ATTR, ROLE_NAMES_CACHE_ATTR):
+        if hasattr(user, attr):
+            delattr(user, attr)
 
 
 def capabilities_on(user, agent) -> frozenset[str]:
