@@ -772,12 +772,21 @@ def agents_visible_to(user) -> QuerySet:
     return agent_model().objects.filter(pk__in={a for a, _ in rows})
 
 
-def agents_where(user, capability: Capability | str) -> QuerySet:
-    """The agents on which the user holds a capability (for filtering querysets)."""
+def agent_ids_where(user, capability: Capability | str) -> frozenset[int] | None:
+    """The ids of the agents on which the user holds a capability, read from the grants
+    (no query past them; a grant goes with its agent); None when it is every agent."""
     rows = [(a, caps) for a, caps in _grant_rows(user) if capability in caps]
     if any(a is None for a, _ in rows):
+        return None
+    return frozenset(a for a, _ in rows)
+
+
+def agents_where(user, capability: Capability | str) -> QuerySet:
+    """The agents on which the user holds a capability (for filtering querysets)."""
+    agent_ids = agent_ids_where(user, capability)
+    if agent_ids is None:
         return agent_model().objects.all()
-    return agent_model().objects.filter(pk__in={a for a, _ in rows})
+    return agent_model().objects.filter(pk__in=agent_ids)
 
 
 def role_names(user, agent=None) -> list[str]:
