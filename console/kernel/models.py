@@ -75,6 +75,11 @@ class GroupMapping(models.Model):
 ROLE_NAMES_CACHE_ATTR = "_console_role_names_cache"
 
 
+def role_labels(rows) -> tuple[str, ...]:
+    """ "role@agent" labels ("role@*" on all agents), sorted, of (role name, agent key) rows."""
+    return tuple(sorted({f"{name}@{agent_key or '*'}" for name, agent_key in rows}))
+
+
 class GrantQuerySet(models.QuerySet):
     def of(self, user):
         """The grants a user holds, directly or through one of their groups."""
@@ -90,8 +95,7 @@ class GrantQuerySet(models.QuerySet):
             grants = grants.filter(Q(agent=agent) | Q(agent__isnull=True))
         elif (cached := getattr(user, ROLE_NAMES_CACHE_ATTR, None)) is not None:
             return list(cached)
-        labels = grants.values_list("role__name", "agent__key")
-        names = sorted({f"{name}@{agent_key or '*'}" for name, agent_key in labels})
+        names = list(role_labels(grants.values_list("role__name", "agent__key")))
         if agent is None:
             # Cached on the user object for the request, like its grants (policy): a page's
             # header and its audit row both name them. forget_cached_grants drops it.

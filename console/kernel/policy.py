@@ -22,7 +22,7 @@ from django.db.models import QuerySet
 
 from console.kernel.audit import AccessAction, access_record, acting_token
 from console.kernel.errors import Forbidden, NotFound
-from console.kernel.models import ROLE_NAMES_CACHE_ATTR, Grant, agent_model
+from console.kernel.models import ROLE_NAMES_CACHE_ATTR, Grant, agent_model, role_labels
 from console.kernel.request_context import current_request
 from console.kernel.sessions import require_recent_authentication
 
@@ -110,12 +110,16 @@ def _grant_rows(user) -> list[tuple[int | None, frozenset[str]]]:
     cached = getattr(user, _CACHE_ATTR, None)
     if cached is not None:
         return cached
+    grants = list(
+        Grant.objects.of(user).values_list(
+            "agent_id", "role__capabilities", "role__name", "agent__key"
+        )
+    )
+    # The same rows name the user's roles (page headers, audit rows): no second query.
+    if not hasattr(user, ROLE_NAMES_CACHE_ATTR):
+        setattr(user, ROLE_NAMES_CACHE_ATTR, role_labels((name, key) for _, _, name, key in grants))
     # A role without capabilities grants nothing, not even the sight of an agent.
-    rows = [
-        (agent_id, frozenset(caps))
-        for agent_id, caps in Grant.objects.of(user).values_list("agent_id", "role__capabilities")
-        if caps
-    ]
+    rows = [(agent_id, frozenset(caps)) for agent_id, caps, _, _ in grants if caps]
     token = acting_token(user)
     if token is not None:
         rows = _narrowed_to_token(rows, token)

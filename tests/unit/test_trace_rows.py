@@ -91,3 +91,9 @@ def test_options__chosen_value_selected__values_escaped():
         "<option>&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;</option>"
         "<option selected>c</option>"
     )
+
+
+def test_reason__hostile_code__escaped_once_not_twice():
+    html = str(reason("<b>", ""))
+    assert "<b>" not in html and "&amp;lt;" not in html
+    assert 'data-reason-code="&lt;b&gt;"' in html
