@@ -93,14 +93,15 @@ class GrantQuerySet(models.QuerySet):
         grants = self.of(user)
         if agent is not None:
             grants = grants.filter(Q(agent=agent) | Q(agent__isnull=True))
-        elif (cached := getattr(user, ROLE_NAMES_CACHE_ATTR, None)) is not None:
-            return list(cached)
-        names = list(role_labels(grants.values_list("role__name", "agent__key")))
-        if agent is None:
-            # Cached on the user object for the request, like its grants (policy): a page's
-            # header and its audit row both name them. forget_cached_grants drops it.
-            setattr(user, ROLE_NAMES_CACHE_ATTR, tuple(names))
-        return names
+            return list(role_labels(grants.values_list("role__name", "agent__key")))
+        # Everywhere's are cached on the user object for the request, like its grants (policy,
+        # which fills this too): a page's header and its audit row both name them.
+        # forget_cached_grants drops it.
+        names = getattr(user, ROLE_NAMES_CACHE_ATTR, None)
+        if names is None:
+            names = role_labels(grants.values_list("role__name", "agent__key"))
+            setattr(user, ROLE_NAMES_CACHE_ATTR, names)
+        return list(names)
 
 
 class Grant(models.Model):

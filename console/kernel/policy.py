@@ -116,8 +116,7 @@ def _grant_rows(user) -> list[tuple[int | None, frozenset[str]]]:
         )
     )
     # The same rows name the user's roles (page headers, audit rows): no second query.
-    if not hasattr(user, ROLE_NAMES_CACHE_ATTR):
-        setattr(user, ROLE_NAMES_CACHE_ATTR, role_labels((name, key) for _, _, name, key in grants))
+    setattr(user, ROLE_NAMES_CACHE_ATTR, role_labels((name, key) for _, _, name, key in grants))
     # A role without capabilities grants nothing, not even the sight of an agent.
     rows = [(agent_id, frozenset(caps)) for agent_id, caps, _, _ in grants if caps]
     token = acting_token(user)
@@ -768,29 +767,32 @@ def grantable_roles(user, roles, agents) -> list:
     return [r for r in roles if any(user_can_grant_role(user, r, a) for a in agents)]
 
 
+def _agent_ids(rows) -> frozenset[int] | None:
+    """The agents of these grant rows (no query past them: a grant goes with its agent);
+    None when one of them is on every agent."""
+    agent_ids = frozenset(a for a, _ in rows)
+    return None if None in agent_ids else agent_ids
+
+
+def _agents(agent_ids: frozenset[int] | None) -> QuerySet:
+    if agent_ids is None:
+        return agent_model().objects.all()
+    return agent_model().objects.filter(pk__in=agent_ids)
+
+
 def agents_visible_to(user) -> QuerySet:
     """The agents a user may see at all: the scope of every list."""
-    rows = _grant_rows(user)
-    if any(a is None for a, _ in rows):
-        return agent_model().objects.all()
-    return agent_model().objects.filter(pk__in={a for a, _ in rows})
+    return _agents(_agent_ids(_grant_rows(user)))
 
 
 def agent_ids_where(user, capability: Capability | str) -> frozenset[int] | None:
-    """The ids of the agents on which the user holds a capability, read from the grants
-    (no query past them; a grant goes with its agent); None when it is every agent."""
-    rows = [(a, caps) for a, caps in _grant_rows(user) if capability in caps]
-    if any(a is None for a, _ in rows):
-        return None
-    return frozenset(a for a, _ in rows)
+    """The ids of the agents on which the user holds a capability; None when it is every agent."""
+    return _agent_ids([(a, caps) for a, caps in _grant_rows(user) if capability in caps])
 
 
 def agents_where(user, capability: Capability | str) -> QuerySet:
     """The agents on which the user holds a capability (for filtering querysets)."""
-    agent_ids = agent_ids_where(user, capability)
-    if agent_ids is None:
-        return agent_model().objects.all()
-    return agent_model().objects.filter(pk__in=agent_ids)
+    return _agents(agent_ids_where(user, capability))
 
 
 def role_names(user, agent=None) -> list[str]:
