@@ -1,7 +1,7 @@
 """A change-management system on loopback for the change-approval tests
 (docs/change-approvals.md): a small real HTTP service that records the console's change
-requests (verifying their Standard Webhooks signature), answers status polls, and calls the
-console back signed — or forged."""
+requests (verifying their Standard Webhooks signature), answers status polls signed (or
+forged, or unsigned), and calls the console back signed — or forged."""
 
 from __future__ import annotations
 
@@ -63,11 +63,13 @@ class ChangeSystem:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 record_id = self.path.rstrip("/").rsplit("/", 1)[-1]
                 system.polls.append({"path": self.path, "verified": system.verifies(headers, b"")})
-                answer = system.answers.get(record_id, {"status": "waiting"})
+                answer, signing = system.answers.get(record_id, ({"status": "waiting"}, None))
                 payload = json.dumps(answer).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
+                for name, value in system.signed(payload, signing).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(payload)
 
@@ -93,9 +95,24 @@ class ChangeSystem:
             return False
         return hmac.compare_digest(expected, headers.get("webhook-signature", ""))
 
-    def decide(self, record_id: str, **answer) -> None:
-        """What the next poll of `record_id` (cr-N) answers."""
-        self.answers[record_id] = answer
+    def decide(self, record_id: str, *, signed: bool = True, secret: str | None = None, **answer):
+        """What the next poll of `record_id` (cr-N) answers: signed with the system's secret
+        as a real system does, or with `secret` (forged), or not at all (`signed=False`)."""
+        signing = None if not signed else (self.secret if secret is None else secret)
+        self.answers[record_id] = (answer, signing)
+
+    @staticmethod
+    def signed(body: bytes, secret: str | None, timestamp: int | None = None) -> dict[str, str]:
+        """Standard Webhooks headers over `body` with `secret`; none without one."""
+        if secret is None:
+            return {}
+        stamp = int(time.time()) if timestamp is None else timestamp
+        message_id = f"msg_{time.monotonic_ns()}"
+        return {
+            "webhook-id": message_id,
+            "webhook-timestamp": str(stamp),
+            "webhook-signature": sign(secret, message_id, stamp, body),
+        }
 
     def callback(
         self,
@@ -117,16 +134,7 @@ class ChangeSystem:
                 "comment": comment,
             }
         ).encode()
-        stamp = int(time.time()) if timestamp is None else timestamp
-        message_id = f"msg_{time.monotonic_ns()}"
-        headers = {
-            "webhook-id": message_id,
-            "webhook-timestamp": str(stamp),
-            "webhook-signature": sign(
-                self.secret if secret is None else secret, message_id, stamp, body
-            ),
-        }
-        return body, headers
+        return body, self.signed(body, self.secret if secret is None else secret, timestamp)
 
     def call_back(self, callback_url: str, **answer) -> tuple[int, dict]:
         """POST a signed answer to the console over real HTTP: (status, JSON answer)."""

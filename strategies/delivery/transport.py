@@ -19,7 +19,7 @@ import ipaddress
 import socket
 import ssl
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -213,9 +213,9 @@ def _connection(target: Target, address: str, deadline: float) -> http.client.HT
 
 def _post(
     target: Target, body: bytes | None, headers: dict, deadline: float, *, method="POST", read=0
-) -> tuple[int, str, bytes]:
+) -> tuple[int, str, bytes, dict[str, str]]:
     """POST (or `method`) to the first checked address that accepts a connection: (status,
-    Location, the first `read` bytes of the answer's body)."""
+    Location, the first `read` bytes of the answer's body, its headers lower-cased)."""
     connect_error: OSError | None = None
     for address in target.addresses:
         conn = _connection(target, address, deadline)
@@ -231,7 +231,8 @@ def _post(
             conn.request(method, target.path, body=body, headers=headers)
             response = conn.getresponse()
             content = response.read(read) if read else b""
-            return response.status, response.getheader("Location") or "", content
+            headers = {name.lower(): value for name, value in response.getheaders()}
+            return response.status, headers.get("location", ""), content, headers
         finally:
             conn.close()
     raise connect_error or OSError("no address to connect to")
@@ -246,6 +247,7 @@ class Answer:
     status: int
     location: str  # the Location header ("" if none): a redirect is reported, not followed
     body: bytes = b""  # read only by `get`, at most its `limit` bytes
+    headers: dict[str, str] = field(default_factory=dict)  # names lower-cased
 
 
 def post(url: str, body: bytes, headers: dict) -> Answer:
@@ -264,7 +266,7 @@ def _call(url: str, body: bytes | None, headers: dict, *, method: str, read: int
     deadline = time.monotonic() + TRY_DEADLINE_SECONDS
     target = target_resolve(url)
     try:
-        status, location, content = _post(
+        status, location, content, answer_headers = _post(
             target,
             body,
             {"Host": target.host_header, **headers},
@@ -278,4 +280,4 @@ def _call(url: str, body: bytes | None, headers: dict, *, method: str, read: int
         raise PostFailed(f"TimeoutError: {exc}") from exc
     except (OSError, http.client.HTTPException) as exc:
         raise PostFailed(f"{type(exc).__name__}: {exc}") from exc
-    return Answer(status, location, content)
+    return Answer(status, location, content, answer_headers)

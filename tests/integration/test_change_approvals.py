@@ -233,6 +233,37 @@ def test_poll__other_content_hash__refused_nothing_changed(world, system):
     assert record.state == ChangeRecord.State.WAITING and live_number(world, env) is None
 
 
+@pytest.mark.parametrize(
+    "forge", [{"signed": False}, {"secret": "whsec_someone_else"}], ids=["unsigned", "wrong_secret"]
+)
+def test_poll__approval_not_signed_by_the_system__refused_audited_waiting(world, system, forge):
+    """Whoever answers at the status URL (a hijacked name, a proxy, an on-premise URL over
+    plain HTTP) cannot approve: a poll's decision is signed like a callback."""
+    env = require_records(world, system)
+    _, record = ask(world, env)
+    system.decide(
+        record.public_id,
+        status="approved",
+        change_number="CHG7",
+        content_hash=record.content_hash,
+        **forge,
+    )
+    assert change_records_poll() == 0
+    record.refresh_from_db()
+    assert record.state == ChangeRecord.State.WAITING and live_number(world, env) is None
+    refusal = AuditRecord.objects.filter(action="change_record.refuse").latest("id")
+    assert refusal.after["via"] == "poll"
+    assert refusal.after["code"] == (
+        "signature_missing" if forge == {"signed": False} else "bad_signature"
+    )
+    # The system signs its next answer: the same record goes live.
+    system.decide(
+        record.public_id, status="approved", change_number="CHG7", content_hash=record.content_hash
+    )
+    assert change_records_poll() == 1
+    assert live_number(world, env) == 2
+
+
 def test_change_system_down__waits_visibly_never_approved(world, system, settings):
     settings.CHANGE_RECORD_MAX_TRIES = 3
     env = require_records(world, system, url=free_port_url())

@@ -318,15 +318,15 @@ def _answer_parse(body: bytes) -> Answer:
 
 
 def _signature_check(secret: str, headers, body: bytes) -> None:
-    """Standard Webhooks verification: the timestamp within the tolerance (no replay of an
-    old answer), and one of the `v1,` signatures over "id.timestamp.body", compared in
-    constant time."""
+    """Standard Webhooks verification of an answer (a callback's request, a poll's answer):
+    the timestamp within the tolerance (no replay of an old answer), and one of the `v1,`
+    signatures over "id.timestamp.body", compared in constant time."""
     message_id = headers.get("webhook-id", "")
     stamp = headers.get("webhook-timestamp", "")
     given = headers.get("webhook-signature", "")
     if not (message_id and stamp and given):
         raise NotAuthenticated(
-            "The callback is not signed: webhook-id, webhook-timestamp and webhook-signature "
+            "The answer is not signed: webhook-id, webhook-timestamp and webhook-signature "
             "are required.",
             code="signature_missing",
         )
@@ -336,13 +336,13 @@ def _signature_check(secret: str, headers, body: bytes) -> None:
         raise NotAuthenticated("webhook-timestamp is not a number.", code="bad_timestamp") from exc
     if abs(time.time() - timestamp) > settings.CHANGE_CALLBACK_TOLERANCE_SECONDS:
         raise NotAuthenticated(
-            "The callback's timestamp is outside the tolerance "
+            "The answer's timestamp is outside the tolerance "
             f"({settings.CHANGE_CALLBACK_TOLERANCE_SECONDS} s): sign it again, now.",
             code="stale_timestamp",
         )
     expected = signature_v1(secret, message_id, timestamp, body)
     if not any(hmac.compare_digest(expected, part) for part in given.split()):
-        raise NotAuthenticated("The callback's signature does not verify.", code="bad_signature")
+        raise NotAuthenticated("The answer's signature does not verify.", code="bad_signature")
 
 
 def change_callback_receive(*, record_id: int, headers, body: bytes) -> ChangeRecord:
@@ -377,9 +377,9 @@ def change_callback_receive(*, record_id: int, headers, body: bytes) -> ChangeRe
 
 
 def change_records_poll() -> int:
-    """Ask each waiting record's status URL (a signed GET) and apply an answer through the same
-    checks as a callback; "waiting" (or anything not an answer yet) leaves it waiting. Returns
-    how many were decided. Run by beat."""
+    """Ask each waiting record's status URL (a signed GET) and apply a decision through the
+    same checks as a callback, its signature first; "waiting" (or anything not an answer yet)
+    leaves it waiting. Returns how many were decided. Run by beat."""
     decided = 0
     for record in change_records_to_poll():
         system = record.environment.change_system
@@ -408,6 +408,10 @@ def change_records_poll() -> int:
         if status not in CALLBACK_STATUSES:
             continue  # not decided yet
         try:
+            # A decision moves a go-live, so it is signed whichever way it comes: a poll's
+            # answer like a callback (an unsigned one, from whoever answers at that URL, is
+            # refused and audited; the record keeps waiting).
+            _signature_check(system.secret, answer.headers, answer.body)
             _change_record_decide(
                 record_id=record.pk, answer=_answer_parse(answer.body), via="poll"
             )
