@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import urllib.parse
 import urllib.request
 
 import orjson
@@ -51,6 +52,20 @@ def ingest_paths() -> frozenset[str]:
 
 def serves_ingest_only() -> bool:
     return os.environ.get(ROLE_ENV) == "ingest"
+
+
+def ingest_url_seen_from(base_url: str) -> str:
+    """settings.INGEST_URL as a client that reached this console at `base_url` reaches it.
+    `:<port>` — this host, that port: what `make run` sets when it listens on every address,
+    where no one address is right for every client — takes `base_url`'s scheme and host (as
+    the SDK reads `X-Config-Stream`); an absolute URL is itself; "" when there is none."""
+    where = settings.INGEST_URL
+    if not (where.startswith(":") and where[1:].isdigit()):
+        return where
+    parts = urllib.parse.urlsplit(base_url)
+    host = parts.hostname or "127.0.0.1"
+    netloc = f"[{host}]" if ":" in host else host
+    return f"{parts.scheme or 'http'}://{netloc}:{where[1:]}"
 
 
 def _answer(start_response, error, headers: dict[str, str] | None = None) -> list[bytes]:
@@ -107,15 +122,15 @@ class IngestBound:
         ):
             return self.app(environ, start_response)
         if self.slots is None or not self.slots.acquire(blocking=False):
-            return _answer(start_response, self.busy())
+            return _answer(start_response, self.busy(_base_url(environ)))
         try:
             # Django's answers here are whole (JsonResponse): the slot is free once it returns.
             return self.app(environ, start_response)
         finally:
             self.slots.release()
 
-    def busy(self) -> Unavailable:
-        where = settings.INGEST_URL
+    def busy(self, base_url: str = "") -> Unavailable:
+        where = ingest_url_seen_from(base_url)
         refusal = Unavailable(
             f"This web server takes at most {self.limit} ingest request(s) at a time per "
             "process and is at that bound; retry after Retry-After"
@@ -146,8 +161,15 @@ def health_section() -> dict:
         "bound_on_web": settings.INGEST_ON_WEB_CONCURRENCY,
     }
     if where:
-        section["answers"] = _answers(f"{where}/healthz")
+        # A `:<port>` ingest server is on this machine.
+        section["answers"] = _answers(f"{ingest_url_seen_from('http://127.0.0.1')}/healthz")
     return section
+
+
+def _base_url(environ) -> str:
+    """The scheme and host the client used (WSGI)."""
+    host = environ.get("HTTP_HOST") or environ.get("SERVER_NAME", "")
+    return f"{environ.get('wsgi.url_scheme', 'http')}://{host}"
 
 
 def _answers(url: str) -> bool:

@@ -150,9 +150,11 @@ class Launcher:
             STREAM_PORT=self.stream_port,
             INGEST_PORT=self.ingest_port,
         )
-        # Where the web server says the ingest server is (/healthz, its `ingest_busy` answers),
-        # and where this machine's runtimes (the demo traffic) send their batches.
-        env.setdefault("INGEST_URL", self.local_ingest_url)
+        # Where the web server says the ingest server is (the "Connect a runtime" snippet,
+        # /healthz, its `ingest_busy` answers): the host each client reached it by, this port
+        # — with HOST=0.0.0.0 no one address is right for every client. This machine's
+        # runtimes (the demo traffic) send their batches to the local address.
+        env.setdefault("INGEST_URL", f":{self.ingest_port}")
         env.setdefault("CONTEXT_CONSOLE_INGEST_URL", self.local_ingest_url)
         # Advertised to runtimes in the config answers (X-Config-Stream): same host, this port.
         env.setdefault("STREAM_URL", f":{self.stream_port}")

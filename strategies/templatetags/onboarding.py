@@ -10,10 +10,10 @@ the policy, so a button is shown only to whoever may use it.
 from __future__ import annotations
 
 from django import template
-from django.conf import settings
 from django.urls import reverse
 from django.utils.http import urlencode
 
+from console.ingest_server import ingest_url_seen_from
 from console.kernel.policy import Capability, user_can, user_sees_agent
 from strategies.catalog.models import Agent
 from strategies.runtime.selectors import agent_onboarding as onboarding_of
@@ -37,7 +37,7 @@ def _connect(context, agent_key: str, environment=None) -> dict:
         "environment": environment,
         "tokens_url": _tokens_url(request.user, environment),
         # the ingest server, when the console runs one apart (docs/runtime-contract.md §3)
-        "ingest_url": settings.INGEST_URL,
+        "ingest_url": ingest_url_seen_from(request.build_absolute_uri("/")),
     }
 
 

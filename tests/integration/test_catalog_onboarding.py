@@ -529,6 +529,10 @@ def test_agent_page__console_with_an_ingest_server__snippet_sends_batches_there(
     assert 'INGEST_URL = "https://ingest.console.example"' in snippet
     assert "TraceReporter(CONSOLE_URL, TOKEN, ingest_url=INGEST_URL)" in snippet
     compile(snippet, "snippet.py", "exec")
+    # `make run` on every address (HOST=0.0.0.0) sets ":<port>": the host the viewer used.
+    settings.INGEST_URL = ":8002"
+    snippet = _snippet(admin_client.get("/agents/assistant_returns/").content.decode())
+    assert 'INGEST_URL = "http://testserver:8002"' in snippet
     settings.INGEST_URL = ""
     snippet = _snippet(admin_client.get("/agents/assistant_returns/").content.decode())
     assert "INGEST_URL" not in snippet and "TraceReporter(CONSOLE_URL, TOKEN)" in snippet

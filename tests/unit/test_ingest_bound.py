@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 
+import orjson
 import pytest
 from django.urls import reverse
 
@@ -56,3 +57,51 @@ def test_ingest_bound__three_batches_at_once(settings, ingest_url, limit, busy):
 
     assert [s for s in statuses if s.startswith("503")] == ["503 Service Unavailable"] * busy
     assert len(entered) == 3 - busy
+
+
+@pytest.mark.parametrize(
+    ("configured", "reached_at", "told"),
+    [
+        (":8002", "https://console.bank.example", "https://console.bank.example:8002"),
+        (":8002", "http://10.1.2.3:8000", "http://10.1.2.3:8002"),
+        (":8002", "http://[fd00::7]:8000", "http://[fd00::7]:8002"),
+        ("https://ingest.bank.example", "http://10.1.2.3:8000", "https://ingest.bank.example"),
+        ("", "http://10.1.2.3:8000", ""),
+    ],
+)
+def test_ingest_url__this_host_that_port__as_each_client_reached_the_console(
+    settings, configured, reached_at, told
+):
+    """`make run` with HOST=0.0.0.0 sets INGEST_URL=:8002: a runtime on another machine is
+    told the host it reached the console by, never this machine's loopback address."""
+    from console.ingest_server import ingest_url_seen_from
+
+    settings.INGEST_URL = configured
+    assert ingest_url_seen_from(reached_at) == told
+
+
+def test_ingest_busy__relative_ingest_url__names_the_host_the_runtime_used(settings):
+    settings.INGEST_URL, settings.INGEST_ON_WEB_CONCURRENCY = ":8002", 1
+    release, entered, answers = threading.Event(), [], []
+    bound = IngestBound(_held_app(release, entered))
+    environ = {
+        "REQUEST_METHOD": "POST",
+        "PATH_INFO": reverse("runtime-traces-ingest"),
+        "HTTP_HOST": "console.bank.example:8000",
+        "wsgi.url_scheme": "https",
+    }
+    holder = threading.Thread(target=bound, args=(dict(environ), lambda *a: None))
+    holder.start()
+    for _ in range(100):
+        if entered:
+            break
+        threading.Event().wait(0.02)
+    body = b"".join(bound(dict(environ), lambda status, headers: answers.append(status)))
+    release.set()
+    holder.join(5)
+
+    assert answers == ["503 Service Unavailable"]
+    error = orjson.loads(body)["error"]
+    assert error["code"] == "ingest_busy"
+    assert error["ingest_url"] == "https://console.bank.example:8002"
+    assert "https://console.bank.example:8002" in error["message"]
