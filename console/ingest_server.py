@@ -161,9 +161,17 @@ def health_section() -> dict:
         "bound_on_web": settings.INGEST_ON_WEB_CONCURRENCY,
     }
     if where:
-        # A `:<port>` ingest server is on this machine.
-        section["answers"] = _answers(f"{ingest_url_seen_from('http://127.0.0.1')}/healthz")
+        section["answers"] = _answers(f"{ingest_url_seen_from(_this_machine())}/healthz")
     return section
+
+
+def _this_machine() -> str:
+    """Where a `:<port>` ingest server listens: on this machine, at the address `make run`
+    gave its servers (HOST), loopback when that is every address."""
+    host = os.environ.get("HOST", "").strip()
+    if host in ("", "0.0.0.0", "::"):  # noqa: S104 - the wildcard named, not bound
+        host = "127.0.0.1"
+    return f"http://[{host}]" if ":" in host else f"http://{host}"
 
 
 def _base_url(environ) -> str:

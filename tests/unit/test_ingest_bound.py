@@ -105,3 +105,38 @@ def test_ingest_busy__relative_ingest_url__names_the_host_the_runtime_used(setti
     assert error["code"] == "ingest_busy"
     assert error["ingest_url"] == "https://console.bank.example:8002"
     assert "https://console.bank.example:8002" in error["message"]
+
+
+@pytest.mark.parametrize("host", ["", "0.0.0.0", "127.0.0.1"])
+def test_healthz__relative_ingest_url__asks_the_ingest_server_on_this_machine(
+    settings, monkeypatch, host
+):
+    """/healthz asks the ingest server's own /healthz: on this machine, at the address the
+    servers were given (HOST), loopback for every address."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from console import ingest_server
+
+    asked = []
+
+    class Healthz(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            asked.append(self.path)
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Healthz)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        settings.INGEST_URL = f":{server.server_address[1]}"
+        monkeypatch.setenv("HOST", host)
+        section = ingest_server.health_section()
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == ["/healthz"]
+    assert section["url"] == settings.INGEST_URL and section["answers"] is True
