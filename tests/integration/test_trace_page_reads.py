@@ -174,3 +174,43 @@ def test_versions_used__live_number_of_each_document_in_the_trace_environment(tr
         document: live.get(document) for document in trace.documents
     }
     assert live, "the demo has something live in the trace's environment"
+
+
+def _values(instance) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in instance._meta.concrete_fields}
+
+
+def test_trace_lookup__the_trace_its_agent_and_environment__as_the_orm_builds_them(
+    trace, make_user
+):
+    """Every column of the three rows, through its field's converters (JSON as JSON, times
+    aware), and the instances are stored rows (saving one updates it)."""
+    Environment.objects.filter(pk=trace.environment_id).update(
+        break_glass_relaxed={"freeze": True}
+    )
+    user = make_user("sup", support=AGENT)
+
+    (found,) = selectors.trace_matches(user=user, request_id=trace.request_id)
+
+    expected = Trace.objects.select_related("agent", "environment").get(pk=trace.pk)
+    assert _values(found) == _values(expected)
+    assert _values(found.agent) == _values(expected.agent)
+    assert _values(found.environment) == _values(expected.environment)
+    assert found.environment.break_glass_relaxed == {"freeze": True}
+    assert isinstance(found.documents, dict) and found.documents == trace.documents
+    assert found._state.adding is False and found.agent_id == found.agent.pk
+
+
+def test_trace_lookup__out_of_scope_or_other_environment__nothing(trace, make_user):
+    outsider = make_user("other", support="assistant_lite")
+    assert selectors.trace_matches(user=outsider, request_id=trace.request_id) == []
+    insider = make_user("sup", support=AGENT)
+    other = Environment.objects.exclude(pk=trace.environment_id).first()
+    assert (
+        selectors.trace_matches(user=insider, request_id=trace.request_id, environment=other.key)
+        == []
+    )
+    (found,) = selectors.trace_matches(
+        user=insider, request_id=trace.request_id, environment=trace.environment.key
+    )
+    assert found.pk == trace.pk

@@ -9,11 +9,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection
+from django.db import connections
 from django.db.models import Count
 
 from console.kernel.errors import NotFound
 from console.kernel.policy import Capability, agents_where
+from console.kernel.standby import read_alias
 from strategies.catalog.models import Environment
 from traces.outcomes import rules
 from traces.outcomes.models import Outcome, OutcomeKind
@@ -124,7 +125,7 @@ def outcomes_for_requests(
 ) -> dict[str, list[OutcomeRow]]:
     """The outcomes of these requests in one environment, by request id (one query). For
     health counters and rates per version: join them to the traces' versions by request id."""
-    with connection.cursor() as cursor:
+    with connections[read_alias()].cursor() as cursor:
         cursor.execute(_OUTCOMES_OF_REQUESTS, [environment_id, list(request_ids)])
         stored = cursor.fetchall()
     kinds = OutcomeKind.objects.in_bulk({row[3] for row in stored}) if stored else {}
