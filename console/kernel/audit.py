@@ -446,16 +446,24 @@ def _append(model, rows: list[dict[str, Any]]) -> list:
     commits), then the head, then the inserts."""
     name = model.__name__
     with transaction.atomic():
-        with connection.cursor() as cursor:
-            # The address is hashed as PostgreSQL hands it back (`host(inet)`), so the hash
-            # covers exactly what audit_verify reads, whatever form it arrived in.
-            cursor.execute(
-                "SELECT pg_advisory_xact_lock(%s), ARRAY(SELECT host(ip::inet) FROM "
-                "unnest(%s::text[]) WITH ORDINALITY AS given(ip, n) ORDER BY n)",
-                [_LOCK_KEYS[name], [fields["ip"] for fields in rows]],
-            )
-            ips = cursor.fetchone()[1]
-        prev = model.objects.order_by("-id").values_list("hash", flat=True).first() or GENESIS
+        # One round trip for the transaction's start, the lock and the chain head: pipelined,
+        # yet two statements, so the head's snapshot is taken once the lock is held (one
+        # statement would read the head as it was before waiting for the lock).
+        with connection.cursor() as lock, connection.cursor() as head:
+            with connection.wrap_database_errors, connection.connection.pipeline():
+                # The address is hashed as PostgreSQL hands it back (`host(inet)`), so the
+                # hash covers exactly what audit_verify reads, whatever form it arrived in.
+                lock.execute(
+                    "SELECT pg_advisory_xact_lock(%s), ARRAY(SELECT host(ip::inet) FROM "
+                    "unnest(%s::text[]) WITH ORDINALITY AS given(ip, n) ORDER BY n)",
+                    [_LOCK_KEYS[name], [fields["ip"] for fields in rows]],
+                )
+                head.execute(
+                    f"SELECT hash FROM {model._meta.db_table} ORDER BY id DESC LIMIT 1"  # noqa: S608 - the model's table
+                )
+            ips = lock.fetchone()[1]
+            newest = head.fetchone()
+        prev = newest[0] if newest else GENESIS
         written = []
         for fields, ip in zip(rows, ips, strict=True):
             fields.update(ip=ip, prev_hash=prev)
