@@ -12,7 +12,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.contrib.postgres.fields import ArrayField
-from django.db import models
+from django.db import connection, models
 from django.db.models import Q
 
 from console.kernel.guards import append_only_triggers
@@ -80,10 +80,30 @@ def role_labels(rows) -> tuple[str, ...]:
     return tuple(sorted({f"{name}@{agent_key or '*'}" for name, agent_key in rows}))
 
 
+# `of(user)` with each grant's role and agent, written out: every signed-in page reads it
+# first, and the ORM spent about three times the statement's cost building it
+# (docs/PERFORMANCE.md). Who may see is read from the primary, always.
+_GRANT_ROWS = """
+SELECT g.agent_id, r.capabilities, r.name, a.key
+FROM console_grant g
+JOIN console_role r ON r.id = g.role_id
+LEFT JOIN strategies_agent a ON a.id = g.agent_id
+WHERE g.user_id = %(user)s
+   OR g.group_id IN (SELECT group_id FROM auth_user_groups WHERE user_id = %(user)s)
+"""
+
+
 class GrantQuerySet(models.QuerySet):
     def of(self, user):
         """The grants a user holds, directly or through one of their groups."""
         return self.filter(Q(user=user) | Q(group__in=user.groups.all()))
+
+    def rows_of(self, user) -> list[tuple[int | None, list[str], str, str | None]]:
+        """(agent id or None, role capabilities, role name, agent key or None) of each grant
+        `of(user)`."""
+        with connection.cursor() as cursor:
+            cursor.execute(_GRANT_ROWS, {"user": user.pk})
+            return cursor.fetchall()
 
     def role_names(self, user, agent=None) -> list[str]:
         """ "role@agent" labels of a user's grants (on an agent, or everywhere), recorded

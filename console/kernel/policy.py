@@ -110,11 +110,7 @@ def _grant_rows(user) -> list[tuple[int | None, frozenset[str]]]:
     cached = getattr(user, _CACHE_ATTR, None)
     if cached is not None:
         return cached
-    grants = list(
-        Grant.objects.of(user).values_list(
-            "agent_id", "role__capabilities", "role__name", "agent__key"
-        )
-    )
+    grants = Grant.objects.rows_of(user)
     # The same rows name the user's roles (page headers, audit rows): no second query.
     setattr(user, ROLE_NAMES_CACHE_ATTR, role_labels((name, key) for _, _, name, key in grants))
     # A role without capabilities grants nothing, not even the sight of an agent.

@@ -185,9 +185,7 @@ def test_trace_lookup__the_trace_its_agent_and_environment__as_the_orm_builds_th
 ):
     """Every column of the three rows, through its field's converters (JSON as JSON, times
     aware), and the instances are stored rows (saving one updates it)."""
-    Environment.objects.filter(pk=trace.environment_id).update(
-        break_glass_relaxed={"freeze": True}
-    )
+    Environment.objects.filter(pk=trace.environment_id).update(break_glass_relaxed={"freeze": True})
     user = make_user("sup", support=AGENT)
 
     (found,) = selectors.trace_matches(user=user, request_id=trace.request_id)
@@ -214,3 +212,45 @@ def test_trace_lookup__out_of_scope_or_other_environment__nothing(trace, make_us
         user=insider, request_id=trace.request_id, environment=trace.environment.key
     )
     assert found.pk == trace.pk
+
+
+def test_grant_rows__direct_group_and_every_agent_grants__as_the_orm_reads_them(
+    demo_world, make_user
+):
+    """Read first on every signed-in page (console.kernel.policy): the user's own grants and
+    their groups', with each role's capabilities and the agent's key (none: every agent)."""
+    from django.contrib.auth.models import Group
+
+    from console.kernel.models import Grant, Role
+    from strategies.catalog.models import Agent
+
+    user = make_user("mixed", support=AGENT)
+    team = Group.objects.create(name="ops-team")
+    user.groups.add(team)
+    Grant.objects.create(group=team, role=Role.objects.get(name="operator"), agent=None)
+    Grant.objects.create(
+        group=team,
+        role=Role.objects.get(name="viewer"),
+        agent=Agent.objects.get(key="assistant_lite"),
+    )
+    other = make_user("other", support="assistant_lite")
+
+    rows = Grant.objects.rows_of(user)
+
+    expected = Grant.objects.of(user).values_list(
+        "agent_id", "role__capabilities", "role__name", "agent__key"
+    )
+    assert sorted(rows, key=str) == sorted(expected, key=str)
+    assert {(name, key) for _, _, name, key in rows} == {
+        ("support", AGENT),
+        ("operator", None),
+        ("viewer", "assistant_lite"),
+    }
+    assert Grant.objects.rows_of(other) == [
+        (
+            Agent.objects.get(key="assistant_lite").pk,
+            list(Role.objects.get(name="support").capabilities),
+            "support",
+            "assistant_lite",
+        )
+    ]
