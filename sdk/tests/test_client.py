@@ -294,6 +294,8 @@ def test_client__token_revoked__serves_last_good_copy_loudly_and_recovers(
 
     assert wait_for(lambda: client.health()["state"] == "ok", timeout=5.0)
     assert client.status()["unauthorized"] is False
+    # The callback runs on the client's thread just after the state changes: wait for it.
+    assert wait_for(lambda: len(changes) >= 3)
     assert [change["state"] for change in changes] == ["ok", "unauthorized", "ok"]
 
 
